@@ -1,0 +1,84 @@
+# llmi — one binary, CPU (OpenMP) backend always, CUDA backend when nvcc is found.
+#   make            optimized build -> ./llmi
+#   make SAN=1      ASan/UBSan build in build-san/ -> ./llmi-san
+#   make CUDA=0     skip CUDA even when nvcc exists
+#   make test       build both, run the whole suite (tests/run.sh)
+CC      ?= gcc
+SAN     ?= 0
+NVCC    ?= $(shell command -v nvcc 2>/dev/null)
+CUDA    ?= $(if $(NVCC),1,0)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH ?= native
+
+PKGS    := libpcre2-8 libutf8proc libcjson libzstd
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lutf8proc -lcjson -lzstd)
+
+WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
+CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) -fopenmp -MMD -MP -Isrc -Ikernels $(PKG_CFLAGS)
+LDLIBS  := $(PKG_LIBS) -fopenmp -lm -lpthread
+
+ifeq ($(SAN),1)
+  BUILD   := build-san
+  BIN     := llmi-san
+  CFLAGS  += -O1 -g -march=native -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  LDLIBS  += -fsanitize=address,undefined
+  CUDA    := 0
+else
+  BUILD   := build
+  BIN     := llmi
+  CFLAGS  += -O3 -march=native -g
+endif
+
+GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+CFLAGS += -DLLMI_COMMIT=\"$(GIT_COMMIT)\"
+
+SRCS    := $(wildcard src/*.c) $(wildcard src/cpu/*.c)
+OBJS    := $(SRCS:%.c=$(BUILD)/%.o)
+CU_SRCS := $(wildcard kernels/*.cu)
+CU_OBJS :=
+ifeq ($(CUDA),1)
+  CFLAGS  += -DLLMI_CUDA -I$(CUDA_HOME)/include
+  CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/%.o)
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcusolver -lcudart -lstdc++
+  NVFLAGS := -O3 -std=c++17 -Isrc -Ikernels -Xcompiler -Wall,-Wextra,-Werror,-fPIC -Werror all-warnings --expt-relaxed-constexpr
+  ifeq ($(CUDA_ARCH),native)
+    NV_ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+    NV_ARCH := $(if $(NV_ARCH),$(NV_ARCH),90)
+  else
+    NV_ARCH := $(CUDA_ARCH)
+  endif
+  NVFLAGS += -gencode arch=compute_$(NV_ARCH),code=sm_$(NV_ARCH)$(if $(filter 90,$(NV_ARCH)),a)
+endif
+
+TEST_SRCS := $(wildcard tests/*.c)
+TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
+
+.PHONY: all test clean san tools
+all: $(BIN)
+
+$(BIN): $(BUILD)/main.o $(OBJS) $(CU_OBJS)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/llmi_tests: $(TEST_OBJS) $(OBJS) $(CU_OBJS)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+tools: $(BUILD)/llmi_tests
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+
+test:
+	$(MAKE) all tools
+	$(MAKE) SAN=1 all tools
+	bash tests/run.sh
+
+clean:
+	rm -rf build build-san llmi llmi-san
+
+-include $(OBJS:.o=.d) $(TEST_OBJS:.o=.d) $(BUILD)/main.d $(CU_OBJS:.o=.d)

@@ -1,0 +1,36 @@
+/* sampler.h — owns turning one row of logits into a token: repetition penalty,
+ * temperature, top-k, top-p, min-p, seeded draws (llama.cpp's order and meanings),
+ * and the top-N log-probabilities that --logprobs reports. */
+#ifndef LLMI_SAMPLER_H
+#define LLMI_SAMPLER_H
+
+#include <stdint.h>
+
+typedef struct llmi_sampling {
+    float temperature;      /* <= 0: greedy (argmax, lowest id on ties) */
+    int top_k;              /* <= 0: off */
+    float top_p;            /* >= 1: off */
+    float min_p;            /* <= 0: off */
+    float repeat_penalty;   /* 1: off */
+    int repeat_last_n;      /* how many recent tokens the penalty looks at */
+    uint64_t seed;
+} llmi_sampling;
+
+llmi_sampling sampling_defaults(void);
+
+/* xoshiro-style generator, one per request so results do not depend on batching. */
+typedef struct sampler_rng { uint64_t s[4]; } sampler_rng;
+void sampler_rng_seed(sampler_rng *r, uint64_t seed);
+double sampler_rng_uniform(sampler_rng *r);   /* [0, 1) */
+
+/* Samples from logits (n_vocab), which it may modify (penalties).  history holds the
+ * sequence's tokens so far for the repetition penalty.  scratch: (2 * n_vocab) floats
+ * plus (n_vocab) ints of caller-owned workspace, see sampler_scratch_bytes. */
+int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history, int n_history,
+                       sampler_rng *rng, void *scratch);
+size_t sampler_scratch_bytes(int n_vocab);
+
+/* log-softmax value of token id, and the n_top best (id, logprob), from raw logits. */
+float sampler_logprob(const float *logits, int n_vocab, int32_t id, int n_top, int32_t *top_ids, float *top_lp);
+
+#endif

@@ -1,0 +1,22 @@
+/* tensor.h — owns llmi_tensor, the view of one weight matrix or vector that every
+ * backend reads.  Shapes follow Hugging Face: a linear weight is (rows=out, cols=in),
+ * row-major, each row a whole number of dtype blocks.  (GGUF's dims[0] is our cols.) */
+#ifndef LLMI_TENSOR_H
+#define LLMI_TENSOR_H
+
+#include <stdint.h>
+#include "dtype.h"
+
+typedef struct llmi_tensor {
+    llmi_dtype dtype;
+    int64_t rows;        /* out features (1 for a vector) */
+    int64_t cols;        /* in features; a multiple of dtype_block_elems(dtype) */
+    size_t row_bytes;    /* bytes of one row = cols / block_elems * block_bytes */
+    const void *data;    /* (rows, cols) in dtype; points into an mmap or into owned */
+    void *owned;         /* non-NULL when the loader had to copy (permuted rows, converted dtype) */
+} llmi_tensor;
+
+/* Dequantizes row r of t into out (cols floats).  The CPU backend's reference path. */
+void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out);
+
+#endif

@@ -1,0 +1,44 @@
+/* test.h — owns the unit-test registry: TEST(name) defines a test that registers
+ * itself at start-up; CHECK(...) records a failure with file and line and goes on. */
+#ifndef LLMI_TEST_H
+#define LLMI_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct test_ctx { int failures; const char *name; } test_ctx;
+typedef void (*test_fn)(test_ctx *);
+void test_register(const char *name, test_fn fn);
+
+#define TEST(name)                                                            \
+    static void test_##name(test_ctx *t_);                                    \
+    __attribute__((constructor)) static void test_reg_##name(void) {         \
+        test_register(#name, test_##name);                                    \
+    }                                                                         \
+    static void test_##name(test_ctx *t_)
+
+#define CHECK(cond)                                                           \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+            t_->failures++;                                                   \
+        }                                                                     \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                  \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            fprintf(stderr, "  %s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                     \
+            fputc('\n', stderr);                                              \
+            t_->failures++;                                                   \
+        }                                                                     \
+    } while (0)
+
+/* Normalised mean squared error sum((a-b)^2) / sum(b^2), the kernel-twin metric. */
+double test_nmse(const float *a, const float *ref, long n);
+/* Fresh seed per run (printed so a failure can be replayed with LLMI_TEST_SEED). */
+unsigned long long test_seed(void);
+
+#endif
