@@ -82,6 +82,10 @@ int model_load(const char *path, const llmi_load_opts *opts, llmi_model *m, llmi
 int model_load_gguf(const char *path, const llmi_load_opts *opts, llmi_model *m, llmi_status *st);
 int model_load_hf(const char *dir, const llmi_load_opts *opts, llmi_model *m, llmi_status *st);
 void model_free(llmi_model *m);
+/* Synthetic weights (like vLLM's dummy load format): spec is a preset name
+ * (smollm2-135m, llama-2-7b, llama-3-8b, mistral-7b, qwen2.5-7b) or a config.json path.
+ * Deterministic random values, no tokenizer. */
+int model_load_dummy(const char *spec, llmi_dtype dtype, llmi_model *m, llmi_status *st);
 
 /* Checks the hyper-parameters for consistency and bounds (called by every loader). */
 int config_validate(const llmi_config *c, const char *what, llmi_status *st);
