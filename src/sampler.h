@@ -4,6 +4,7 @@
 #ifndef LLMI_SAMPLER_H
 #define LLMI_SAMPLER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct llmi_sampling {
