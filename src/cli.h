@@ -21,6 +21,7 @@ typedef struct cli_model_opts {
     llmi_backend_opts backend;    /* -t, --gpu, --gpu-mem-util, --kv-type, --block-size */
     llmi_engine_opts engine;      /* --num-blocks, --kv-mem, --max-batch-tokens, --prefill-chunk, --max-seqs,
                                      --sched, -c */
+    bool max_batch_tokens_set;    /* else the backend's default: 512 on cpu, 2048 on cuda */
 } cli_model_opts;
 
 void cli_model_opts_init(cli_model_opts *o);
