@@ -14,11 +14,14 @@ typedef enum llmi_dtype {
     LLMI_Q8_0,   /* GGUF: blocks of 32, fp16 d + int8 q[32]          (34 bytes) */
     LLMI_Q4_0,   /* GGUF: blocks of 32, fp16 d + u8 qs[16]            (18 bytes) */
     LLMI_Q4_1,   /* GGUF: blocks of 32, fp16 d, fp16 m + u8 qs[16]    (20 bytes) */
+    LLMI_I4G,    /* GPTQ/AWQ int4: data u8 (rows, cols/2) nibbles, low nibble = even col;
+                    per-group fp16 scales + u8 zeros (+ optional g_idx) in llmi_tensor (quant.h) */
     LLMI_DTYPE_COUNT
 } llmi_dtype;
 
 /* Weights per block and bytes per block; dense types have a block of 1. */
 static inline int dtype_block_elems(llmi_dtype t) {
+    if (t == LLMI_I4G) return 2;
     return (t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1) ? 32 : 1;
 }
 static inline size_t dtype_block_bytes(llmi_dtype t) {
@@ -28,6 +31,7 @@ static inline size_t dtype_block_bytes(llmi_dtype t) {
     case LLMI_Q8_0: return 34;
     case LLMI_Q4_0: return 18;
     case LLMI_Q4_1: return 20;
+    case LLMI_I4G: return 1;
     default: return 0;
     }
 }
