@@ -2,7 +2,7 @@
  * the shapes and dtypes of a real model from a built-in preset or a config.json, values
  * from a counter-based hash so any tensor element is reproducible without state.
  *
- * Every weight lives in one anonymous mapping registered in m->maps, so model_free
+ * Every weight matrix lives in one anonymous mapping registered in m->maps, so model_free
  * releases it like a mmap'ed file; tensors own nothing (owned == NULL).  Values are
  * uniform in +-1/sqrt(cols) (a Kaiming-like init: each linear keeps activations O(1)),
  * norm weights are 1 and biases small, so a forward stays finite at any depth. */
@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdbool.h>
 #include <sys/mman.h>
 #include "model_dummy.h"
 
@@ -270,9 +271,11 @@ static void dummy_tensor(llmi_tensor *t, llmi_dtype dt, int64_t rows, int64_t co
     t->data = base ? base + at : NULL;
 }
 
+/* Norm weights and biases are malloc'ed on their own: model_free() frees them one by one
+ * (loaders convert them to f32 copies), while the mapping holds only the matrices. */
 static float *dummy_vec(int64_t n, dummy_layout *l, uint8_t *base) {
-    size_t at = dummy_take(l, (size_t)n * sizeof(float));
-    return base ? (float *)(base + at) : NULL;
+    (void)l;
+    return base ? malloc((size_t)n * sizeof(float)) : NULL;
 }
 
 /* Lays out every tensor; with base == NULL it only measures the mapping's size. */
@@ -348,6 +351,15 @@ int model_load_dummy(const char *spec, llmi_dtype dtype, llmi_model *m, llmi_sta
     m->maps[0] = (llmi_mapping){base, total};
     m->n_maps = 1;
     dummy_place(m, dtype, &l, base);
+    bool vec_ok = m->out_norm != NULL;
+    for (int i = 0; i < c->n_layers; i++) {
+        const llmi_layer *L = &m->layers[i];
+        vec_ok &= L->attn_norm && L->ffn_norm && (!c->qkv_bias || (L->bq && L->bk && L->bv));
+    }
+    if (!vec_ok) {
+        model_free(m);
+        return llmi_fail(st, LLMI_E_RUNTIME, "--dummy %s: out of memory", spec);
+    }
 
     /* Each tensor gets its own stream: key = (layer + 1) << 8 | slot. */
     uint64_t seed = 0x6C6C6D69ull;  /* "llmi" */
