@@ -1,0 +1,377 @@
+/* test_cpu_ops.c — every CPU op twin (cpu/ops.h) against a naive double-precision
+ * reference written here, on fresh random inputs with odd shapes. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cpu/ops.h"
+#include "test.h"
+
+typedef struct { uint64_t s; } rng;
+static uint64_t rng_next(rng *r) {
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float rng_unif(rng *r) { return (float)((rng_next(r) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
+static int rng_int(rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
+static rng rng_make(const char *what) {
+    unsigned long long seed = test_seed();
+    rng r = {seed};
+    for (const char *p = what; *p; p++) r.s = r.s * 131 + (unsigned char)*p;
+    return r;
+}
+
+static void put_half(uint8_t *p, float f) { uint16_t h = f32_to_fp16(f); memcpy(p, &h, 2); }
+static double get_half(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return fp16_to_f32(h); }
+
+/* A random (rows, cols) weight in dtype t; data is malloc'ed into owned. */
+static llmi_tensor make_weight(rng *r, llmi_dtype t, int rows, int cols) {
+    llmi_tensor w = {0};
+    w.dtype = t;
+    w.rows = rows;
+    w.cols = cols;
+    w.row_bytes = (size_t)(cols / dtype_block_elems(t)) * dtype_block_bytes(t);
+    uint8_t *d = malloc(w.row_bytes * rows);
+    for (size_t i = 0; i < w.row_bytes * rows; i++) d[i] = (uint8_t)rng_next(r);
+    for (int row = 0; row < rows; row++) {
+        uint8_t *p = d + w.row_bytes * row;
+        for (int c = 0; c < cols / dtype_block_elems(t); c++) {
+            float sc = 0.002f + 0.02f * (rng_unif(r) + 1.0f);
+            switch (t) {
+            case LLMI_F32: { float f = rng_unif(r); memcpy(p + 4 * c, &f, 4); break; }
+            case LLMI_F16: put_half(p + 2 * c, rng_unif(r)); break;
+            case LLMI_BF16: { uint16_t h = f32_to_bf16(rng_unif(r)); memcpy(p + 2 * c, &h, 2); break; }
+            case LLMI_Q8_0: put_half(p + 34 * c, sc); if (c == 0) p[2] = 0x81; break;   /* -127 */
+            case LLMI_Q4_0: put_half(p + 18 * c, sc); break;
+            case LLMI_Q4_1: put_half(p + 20 * c, sc); put_half(p + 20 * c + 2, -8 * sc * (rng_unif(r) + 1.2f)); break;
+            default: break;
+            }
+        }
+    }
+    w.data = d;
+    w.owned = d;
+    return w;
+}
+
+/* The test's own dequantizer (FORMATS.md), in double. */
+static double ref_w(const llmi_tensor *w, int row, int c) {
+    const uint8_t *p = (const uint8_t *)w->data + w->row_bytes * row;
+    int b = c / 32, j = c % 32;
+    switch (w->dtype) {
+    case LLMI_F32: { float f; memcpy(&f, p + 4 * c, 4); return f; }
+    case LLMI_F16: return get_half(p + 2 * c);
+    case LLMI_BF16: { uint16_t h; memcpy(&h, p + 2 * c, 2); uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+    case LLMI_Q8_0: return (int8_t)p[34 * b + 2 + j] * get_half(p + 34 * b);
+    case LLMI_Q4_0: { uint8_t q = p[18 * b + 2 + j % 16]; int v = j < 16 ? (q & 15) : (q >> 4); return (v - 8) * get_half(p + 18 * b); }
+    case LLMI_Q4_1: { uint8_t q = p[20 * b + 4 + j % 16]; int v = j < 16 ? (q & 15) : (q >> 4);
+                      return v * get_half(p + 20 * b) + get_half(p + 20 * b + 2); }
+    default: return NAN;
+    }
+}
+
+static float *rand_vec(rng *r, size_t n, float scale) {
+    float *v = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) v[i] = rng_unif(r) * scale;
+    return v;
+}
+
+TEST(cpu_dequant_row_and_embed) {
+    rng r = rng_make("dequant");
+    for (int t = LLMI_F32; t <= LLMI_Q4_1; t++) {
+        llmi_tensor w = make_weight(&r, (llmi_dtype)t, 11, 96);
+        float row[96];
+        double maxd = 0;
+        for (int i = 0; i < 11; i++) {
+            tensor_dequant_row(&w, i, row);
+            for (int c = 0; c < 96; c++) maxd = fmax(maxd, fabs(row[c] - ref_w(&w, i, c)));
+        }
+        CHECK_MSG(maxd < 1e-6, "%s dequant max diff %g", dtype_name((llmi_dtype)t), maxd);
+        int32_t toks[5] = {3, 0, 10, 3, 7};
+        float out[5 * 96];
+        cpu_embed(&w, toks, 5, out);
+        maxd = 0;
+        for (int i = 0; i < 5; i++)
+            for (int c = 0; c < 96; c++) maxd = fmax(maxd, fabs(out[i * 96 + c] - ref_w(&w, toks[i], c)));
+        CHECK_MSG(maxd < 1e-6, "%s embed max diff %g", dtype_name((llmi_dtype)t), maxd);
+        free(w.owned);
+    }
+}
+
+/* The int8-activation recipe done in double: what the quantized kernels must compute
+ * up to fp32 rounding. */
+static void quant_x_ref(const float *x, int cols, double *xq) {
+    for (int b = 0; b < cols / 32; b++) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+        float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < 32; j++) xq[b * 32 + j] = (double)lrintf(x[b * 32 + j] * id) * d;
+    }
+}
+
+TEST(cpu_matmul_all_dtypes) {
+    rng r = rng_make("matmul");
+    const int shapes[][2] = {{37, 96}, {65, 160}, {1, 32}, {130, 224}, {17, 576}};
+    const int ns[] = {1, 37, 3, 9};
+    for (int t = LLMI_F32; t <= LLMI_Q4_1; t++) {
+        int quant = t >= LLMI_Q8_0;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int rows = shapes[si][0], cols = shapes[si][1] + (quant ? 0 : rng_int(&r, 2) * 3);   /* odd dense cols too */
+            llmi_tensor w = make_weight(&r, (llmi_dtype)t, rows, cols);
+            float *bias = rand_vec(&r, rows, 1.0f);
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                int n = ns[ni];
+                float *x = rand_vec(&r, (size_t)n * cols, 1.0f);
+                if (n > 2) for (int c = 0; c < 32; c++) x[cols + c] = 0.0f;   /* an all-zero block */
+                float *y = malloc(sizeof(float) * n * rows), *y1 = malloc(sizeof(float) * rows);
+                float *ref = malloc(sizeof(float) * n * rows), *refq = malloc(sizeof(float) * n * rows);
+                double *xq = malloc(sizeof(double) * cols), num = 0, den = 0;
+                const float *bb = (ni & 1) ? bias : NULL;
+                cpu_matmul(&w, x, n, bb, y);
+                for (int i = 0; i < n; i++) {
+                    if (quant) quant_x_ref(x + (size_t)i * cols, cols, xq);
+                    for (int o = 0; o < rows; o++) {
+                        double s = bb ? bb[o] : 0, sq = s;
+                        for (int c = 0; c < cols; c++) {
+                            double wv = ref_w(&w, o, c);
+                            s += wv * x[(size_t)i * cols + c];
+                            if (quant) sq += wv * xq[c];
+                        }
+                        double sa = 0;
+                        for (int c = 0; c < cols; c++) sa += fabs(ref_w(&w, o, c) * x[(size_t)i * cols + c]);
+                        den += sa * sa;
+                        ref[(size_t)i * rows + o] = (float)s;
+                        refq[(size_t)i * rows + o] = (float)sq;
+                    }
+                }
+                /* int8 activations add rounding noise of step amax/127 per block: for
+                 * uniform x that is NMSE ~ (1/127)^2/12 / (1/3) = 1.6e-5 on the output.
+                 * NMSE is a statistical bound: a handful of outputs (which may cancel to
+                 * near 0) is instead measured against the scale sum|w*x| of each dot. */
+                double e = test_nmse(y, ref, (long)n * rows), lim = quant ? 1e-4 : 1e-10;
+                if ((long)n * rows < 100) {
+                    for (long i = 0; i < (long)n * rows; i++) num += ((double)y[i] - ref[i]) * ((double)y[i] - ref[i]);
+                    e = num / den;
+                    lim = quant ? 1e-5 : 1e-12;
+                }
+                CHECK_MSG(e < lim, "%s %dx%d n=%d NMSE %g vs exact-dequant reference (limit %g)",
+                          dtype_name((llmi_dtype)t), rows, cols, n, e, lim);
+                if (quant) {
+                    double eq = test_nmse(y, refq, (long)n * rows);
+                    CHECK_MSG(eq < 1e-10, "%s %dx%d n=%d NMSE %g vs int8-activation reference",
+                              dtype_name((llmi_dtype)t), rows, cols, n, eq);
+                }
+                /* batch invariance: each token alone gives bit-identical rows */
+                for (int i = 0; i < n; i += (n > 5 ? 5 : 1)) {
+                    cpu_matmul(&w, x + (size_t)i * cols, 1, bb, y1);
+                    CHECK_MSG(memcmp(y1, y + (size_t)i * rows, sizeof(float) * rows) == 0,
+                              "%s %dx%d token %d of %d differs from n=1", dtype_name((llmi_dtype)t), rows, cols, i, n);
+                }
+                free(x); free(y); free(y1); free(ref); free(refq); free(xq);
+            }
+            free(bias);
+            free(w.owned);
+        }
+    }
+}
+
+TEST(cpu_norms_and_swiglu) {
+    rng r = rng_make("norm");
+    int n = 7, dim = 203;
+    float *x = rand_vec(&r, (size_t)n * dim, 3.0f), *w = rand_vec(&r, dim, 1.0f), *d = rand_vec(&r, (size_t)n * dim, 1.0f);
+    float *out = malloc(sizeof(float) * n * dim), *ref = malloc(sizeof(float) * n * dim);
+    float *res = malloc(sizeof(float) * n * dim), *resref = malloc(sizeof(float) * n * dim);
+    float eps = 1e-5f;
+    cpu_rmsnorm(x, w, n, dim, eps, out);
+    for (int t = 0; t < n; t++) {
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)x[t * dim + i] * x[t * dim + i];
+        double s = 1.0 / sqrt(ss / dim + eps);
+        for (int i = 0; i < dim; i++) ref[t * dim + i] = (float)(x[t * dim + i] * s * w[i]);
+    }
+    CHECK_MSG(test_nmse(out, ref, (long)n * dim) < 1e-12, "rmsnorm NMSE %g", test_nmse(out, ref, (long)n * dim));
+    memcpy(res, x, sizeof(float) * n * dim);
+    cpu_add_rmsnorm(res, d, w, n, dim, eps, out);
+    for (int t = 0; t < n; t++) {
+        double ss = 0;
+        for (int i = 0; i < dim; i++) {
+            resref[t * dim + i] = x[t * dim + i] + d[t * dim + i];
+            ss += (double)resref[t * dim + i] * resref[t * dim + i];
+        }
+        double s = 1.0 / sqrt(ss / dim + eps);
+        for (int i = 0; i < dim; i++) ref[t * dim + i] = (float)(resref[t * dim + i] * s * w[i]);
+    }
+    CHECK(memcmp(res, resref, sizeof(float) * n * dim) == 0);
+    CHECK_MSG(test_nmse(out, ref, (long)n * dim) < 1e-12, "add_rmsnorm NMSE %g", test_nmse(out, ref, (long)n * dim));
+    cpu_swiglu(x, d, n, dim, out);
+    for (int i = 0; i < n * dim; i++) ref[i] = (float)(x[i] / (1.0 + exp(-(double)x[i])) * d[i]);
+    CHECK_MSG(test_nmse(out, ref, (long)n * dim) < 1e-12, "swiglu NMSE %g", test_nmse(out, ref, (long)n * dim));
+    free(x); free(w); free(d); free(out); free(ref); free(res); free(resref);
+}
+
+/* transformers' _compute_default_rope_parameters / _compute_llama3_parameters, in double. */
+static double ref_inv_freq(const llmi_config *c, int i) {
+    double f = pow(c->rope_theta, -(2.0 * i) / c->head_dim);
+    if (c->rope_scaling == LLMI_ROPE_SCALING_LINEAR) return f / c->rope_factor;
+    if (c->rope_scaling != LLMI_ROPE_SCALING_LLAMA3) return f;
+    double wl = 2 * M_PI / f, lo_wl = c->rope_orig_max_pos / c->rope_low_freq_factor;
+    double hi_wl = c->rope_orig_max_pos / c->rope_high_freq_factor;
+    if (wl < hi_wl) return f;
+    if (wl > lo_wl) return f / c->rope_factor;
+    double sm = (c->rope_orig_max_pos / wl - c->rope_low_freq_factor) / (c->rope_high_freq_factor - c->rope_low_freq_factor);
+    return (1 - sm) * f / c->rope_factor + sm * f;
+}
+
+TEST(cpu_rope_inv_freq_scalings) {
+    llmi_config c = {0};
+    c.head_dim = 128;
+    c.rope_dim = 128;
+    c.rope_theta = 500000.0f;
+    float f[64];
+    for (int s = 0; s < 3; s++) {
+        c.rope_scaling = s == 0 ? LLMI_ROPE_SCALING_NONE : s == 1 ? LLMI_ROPE_SCALING_LINEAR : LLMI_ROPE_SCALING_LLAMA3;
+        c.rope_factor = 8.0f;
+        c.rope_low_freq_factor = 1.0f;
+        c.rope_high_freq_factor = 4.0f;
+        c.rope_orig_max_pos = 8192;
+        cpu_rope_inv_freq(&c, f);
+        int n_lo = 0, n_mid = 0;
+        for (int i = 0; i < 64; i++) {
+            double rf = ref_inv_freq(&c, i);
+            CHECK_MSG(fabs(f[i] - rf) <= 1e-6 * rf, "scaling %d inv_freq[%d] = %g, want %g", s, i, f[i], rf);
+            double wl = 2 * M_PI / pow(c.rope_theta, -(2.0 * i) / 128);
+            n_lo += wl > 8192;
+            n_mid += wl <= 8192 && wl >= 2048;
+        }
+        if (s == 2) CHECK(n_lo > 0 && n_mid > 0);   /* the test covers all three llama3 bands */
+    }
+    /* Llama-3.1 published values (factor 8, low 1, high 4, 8192): the last is base / 8 */
+    c.rope_scaling = LLMI_ROPE_SCALING_LLAMA3;
+    cpu_rope_inv_freq(&c, f);
+    CHECK(fabs(f[63] - pow(500000.0, -126.0 / 128) / 8) < 1e-12);
+    CHECK(f[0] == 1.0f);
+}
+
+static double kv_get(const void *cache, llmi_kv_dtype t, size_t i) {
+    if (t == LLMI_KV_F32) return ((const float *)cache)[i];
+    uint16_t h = ((const uint16_t *)cache)[i];
+    return t == LLMI_KV_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
+}
+
+TEST(cpu_rope_kv_write) {
+    rng r = rng_make("rope");
+    int n = 6, nh = 6, nkv = 2, hd = 34, nslots = 40;
+    llmi_config c = {0};
+    c.head_dim = hd;
+    c.rope_dim = hd;
+    c.rope_theta = 10000.0f;
+    float inv[17];
+    cpu_rope_inv_freq(&c, inv);
+    for (int kt = 0; kt < 3; kt++) {
+        llmi_kv_dtype kd = (llmi_kv_dtype)kt;
+        float *q = rand_vec(&r, (size_t)n * nh * hd, 1), *k = rand_vec(&r, (size_t)n * nkv * hd, 1);
+        float *v = rand_vec(&r, (size_t)n * nkv * hd, 1);
+        float *q0 = malloc(sizeof(float) * n * nh * hd), *k0 = malloc(sizeof(float) * n * nkv * hd);
+        memcpy(q0, q, sizeof(float) * n * nh * hd);
+        memcpy(k0, k, sizeof(float) * n * nkv * hd);
+        int32_t pos[6], slot[6];
+        for (int i = 0; i < n; i++) { pos[i] = rng_int(&r, 5000); slot[i] = i * 7 % nslots; }
+        size_t esz = kd == LLMI_KV_F32 ? 4 : 2;
+        void *kc = calloc((size_t)nslots * nkv * hd, esz), *vc = calloc((size_t)nslots * nkv * hd, esz);
+        cpu_rope_kv_write(q, k, v, pos, slot, n, nh, nkv, hd, inv, kc, vc, kd);
+        double maxq = 0, maxk = 0, maxc = 0;
+        for (int t = 0; t < n; t++) {
+            for (int h = 0; h < nh + nkv; h++) {
+                const float *src = h < nh ? q0 + ((size_t)t * nh + h) * hd : k0 + ((size_t)t * nkv + h - nh) * hd;
+                const float *got = h < nh ? q + ((size_t)t * nh + h) * hd : k + ((size_t)t * nkv + h - nh) * hd;
+                for (int i = 0; i < hd / 2; i++) {
+                    double ang = (double)pos[t] * pow(10000.0, -2.0 * i / hd);
+                    double a = src[i], b = src[i + hd / 2];
+                    double ra = a * cos(ang) - b * sin(ang), rb = b * cos(ang) + a * sin(ang);
+                    double e = fmax(fabs(got[i] - ra), fabs(got[i + hd / 2] - rb));
+                    if (h < nh) maxq = fmax(maxq, e); else maxk = fmax(maxk, e);
+                }
+            }
+            for (int i = 0; i < nkv * hd; i++) {
+                size_t ci = (size_t)slot[t] * nkv * hd + i;
+                double tol = kd == LLMI_KV_F32 ? 0 : kd == LLMI_KV_F16 ? 1e-3 : 8e-3;
+                double ek = fabs(kv_get(kc, kd, ci) - k[(size_t)t * nkv * hd + i]);
+                double ev = fabs(kv_get(vc, kd, ci) - v[(size_t)t * nkv * hd + i]);
+                if (ek > tol || ev > tol) maxc = fmax(maxc, fmax(ek, ev));
+            }
+        }
+        /* fp32 angles at positions up to 5000 lose ~pos * 2^-24 rad: 3e-4 abs */
+        CHECK_MSG(maxq < 1e-3 && maxk < 1e-3, "rope max err q %g k %g", maxq, maxk);
+        CHECK_MSG(maxc == 0, "kv cache %d write err %g", kt, maxc);
+        free(q); free(k); free(v); free(q0); free(k0); free(kc); free(vc);
+    }
+}
+
+TEST(cpu_paged_attention_vs_dense) {
+    rng r = rng_make("attn");
+    int nh = 6, nkv = 2, hd = 40, bs = 4, n_seqs = 4, maxb = 12, nblocks = 48;
+    for (int kt = 0; kt < 3; kt++) {
+        llmi_kv_dtype kd = (llmi_kv_dtype)kt;
+        size_t esz = kd == LLMI_KV_F32 ? 4 : 2, row = (size_t)nkv * hd;
+        /* random block tables: a shuffled permutation of all blocks, dealt to sequences */
+        int32_t perm[48], tables[4 * 12], qs[5], ctx[4], seqlen[4];
+        for (int i = 0; i < nblocks; i++) perm[i] = i;
+        for (int i = nblocks - 1; i > 0; i--) { int j = rng_int(&r, i + 1); int tmp = perm[i]; perm[i] = perm[j]; perm[j] = tmp; }
+        memcpy(tables, perm, sizeof tables);
+        /* seq 0: decode token, seq 1: whole prefill, seq 2: prefill chunk after cache, seq 3: decode */
+        int newtok[4] = {1, 1 + rng_int(&r, 20), 2 + rng_int(&r, 9), 1};
+        seqlen[0] = 1 + rng_int(&r, 40); seqlen[1] = newtok[1]; seqlen[2] = newtok[2] + 5 + rng_int(&r, 20);
+        seqlen[3] = 1 + rng_int(&r, 47);
+        int n = 0;
+        qs[0] = 0;
+        for (int s = 0; s < n_seqs; s++) { n += newtok[s]; qs[s + 1] = n; ctx[s] = seqlen[s]; }
+        int32_t *pos = malloc(sizeof(int32_t) * n), *sot = malloc(sizeof(int32_t) * n), *slot = malloc(sizeof(int32_t) * n);
+        for (int s = 0; s < n_seqs; s++)
+            for (int i = qs[s]; i < qs[s + 1]; i++) {
+                sot[i] = s;
+                pos[i] = seqlen[s] - newtok[s] + (i - qs[s]);
+                slot[i] = tables[s * maxb + pos[i] / bs] * bs + pos[i] % bs;
+            }
+        size_t cache_elems = (size_t)nblocks * bs * row;
+        float *kf = rand_vec(&r, cache_elems, 2.0f), *vf = rand_vec(&r, cache_elems, 1.0f);
+        void *kc = malloc(cache_elems * esz), *vc = malloc(cache_elems * esz);
+        for (size_t i = 0; i < cache_elems; i++) {
+            if (kd == LLMI_KV_F32) { ((float *)kc)[i] = kf[i]; ((float *)vc)[i] = vf[i]; }
+            else if (kd == LLMI_KV_F16) { ((uint16_t *)kc)[i] = f32_to_fp16(kf[i]); ((uint16_t *)vc)[i] = f32_to_fp16(vf[i]); }
+            else { ((uint16_t *)kc)[i] = f32_to_bf16(kf[i]); ((uint16_t *)vc)[i] = f32_to_bf16(vf[i]); }
+        }
+        float *q = rand_vec(&r, (size_t)n * nh * hd, 1.0f), *out = malloc(sizeof(float) * n * nh * hd);
+        float *ref = malloc(sizeof(float) * n * nh * hd);
+        llmi_batch b = {0};
+        b.n_tokens = n; b.positions = pos; b.slot_mapping = slot; b.seq_of_token = sot; b.n_seqs = n_seqs;
+        b.query_start = qs; b.context_lens = ctx; b.block_tables = tables; b.max_blocks_per_seq = maxb;
+        float scale = 1.0f / sqrtf((float)hd);
+        cpu_paged_attention(q, kc, vc, kd, &b, nh, nkv, hd, bs, scale, out);
+        double sc[64];
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < nh; h++) {
+                int s = sot[t], kvh = h / (nh / nkv), len = pos[t] + 1;
+                double mx = -INFINITY, sum = 0;
+                for (int p = 0; p < len; p++) {
+                    size_t base = ((size_t)tables[s * maxb + p / bs] * bs + p % bs) * row + (size_t)kvh * hd;
+                    double d = 0;
+                    for (int i = 0; i < hd; i++) d += (double)q[((size_t)t * nh + h) * hd + i] * kv_get(kc, kd, base + i);
+                    sc[p] = d * scale;
+                    mx = fmax(mx, sc[p]);
+                }
+                for (int p = 0; p < len; p++) sum += (sc[p] = exp(sc[p] - mx));
+                for (int i = 0; i < hd; i++) {
+                    double o = 0;
+                    for (int p = 0; p < len; p++) {
+                        size_t base = ((size_t)tables[s * maxb + p / bs] * bs + p % bs) * row + (size_t)kvh * hd;
+                        o += sc[p] / sum * kv_get(vc, kd, base + i);
+                    }
+                    ref[((size_t)t * nh + h) * hd + i] = (float)o;
+                }
+            }
+        double e = test_nmse(out, ref, (long)n * nh * hd);
+        CHECK_MSG(e < 1e-10, "attention kv dtype %d NMSE %g", kt, e);
+        free(pos); free(sot); free(slot); free(kf); free(vf); free(kc); free(vc); free(q); free(out); free(ref);
+    }
+}
