@@ -319,8 +319,9 @@ static int seq_want(const llmi_engine *e, const seq *s) {
     return pending;
 }
 
-/* Adds up to `want` tokens of s to the plan, reserving KV; returns tokens added, 0 if
- * nothing fits, -1 when s cannot get its blocks even after preempting others. */
+/* Adds up to `want` tokens of s to the plan, reserving KV (preempting later-admitted
+ * sequences when allowed); returns tokens added, 0 if s must wait this step, -1 when s
+ * cannot fit even with the whole cache to itself. */
 static int plan_take(llmi_engine *e, plan *pl, seq *s, int budget, bool may_preempt) {
     int n = seq_want(e, s);
     if (n > budget) n = budget;
@@ -335,7 +336,11 @@ static int plan_take(llmi_engine *e, plan *pl, seq *s, int budget, bool may_pree
             for (int j = 0; j < pl->n_seqs; j++) in_batch |= e->b_seq_ids[j] == c->id;
             if (c != s && !in_batch) { victim = c; break; }
         }
-        if (!victim) return -1;
+        if (!victim) {
+            /* Everyone else holding blocks is in this batch: wait for them to finish,
+             * unless s could not fit even with the whole cache to itself. */
+            return kvcache_blocks_for(&e->kv, s->n_computed + n) > e->kv.num_blocks ? -1 : 0;
+        }
         preempt(e, victim);
         pl->n_preempted++;
     }
