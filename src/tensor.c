@@ -1,5 +1,6 @@
 /* tensor.c — owns the exact dequantization of one weight row: the reference every
  * fast path (cpu/matmul*.c, kernels/) is measured against. */
+#include "quant.h"
 #include "tensor.h"
 
 void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out) {
@@ -56,6 +57,9 @@ void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out) {
                 out[b * 32 + j + 16] = (float)(blk[4 + j] >> 4) * d + m;
             }
         }
+        break;
+    case LLMI_I4G:
+        quant_dequant_row(t, r, out); /* GPTQ/AWQ int4: quant_tensor.c */
         break;
     default:
         for (int64_t i = 0; i < n; i++) out[i] = 0.0f;

@@ -12,6 +12,7 @@
  *    is sum_b m_b * d_x,b * sum(x_q,b), one short fp32 dot per row.
  * A token's dot products never mix with another token's, and the per-token operation
  * sequence is identical whatever tile of tokens it was computed in. */
+#include "cpu/matmul_int4.h"
 #include <math.h>
 #include <stdlib.h>
 #include "cpu/ops.h"
@@ -279,6 +280,7 @@ static void matmul_quant(const llmi_tensor *w, const float *x, int n, float *y) 
 
 void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, float *y) {
     if (n <= 0) return;
+    if (w->dtype == LLMI_I4G) return cpu_matmul_i4g(w, x, n, bias, y); /* GPTQ/AWQ int4: cpu/matmul_int4.c */
     if (w->dtype == LLMI_F32 || w->dtype == LLMI_F16 || w->dtype == LLMI_BF16)
         matmul_dense(w, x, n, y);
     else
