@@ -35,6 +35,7 @@ typedef struct gen_request {
     bool done, emitted;
     llmi_finish finish;
     double ttft, latency, prefill_s; /* seconds */
+    int n_preempted;
 } gen_request;
 
 typedef struct gen_opts {
@@ -137,6 +138,7 @@ static void emit_json(gen_ctx *g, gen_request *r) {
         jw_key(&w, "ttft_ms"); jw_num(&w, r->n_gen > 0 ? r->ttft * 1e3 : NAN);
         jw_key(&w, "prefill_ms"); jw_num(&w, r->prefill_s * 1e3);
         jw_key(&w, "latency_ms"); jw_num(&w, r->latency * 1e3);
+        jw_key(&w, "preempted"); jw_int(&w, r->n_preempted);
         jw_key(&w, "decode_tok_s");
         jw_num(&w, r->n_gen > 1 && r->latency > r->ttft ? (r->n_gen - 1) / (r->latency - r->ttft) : NAN);
         jw_key(&w, "prompt_ids");
@@ -253,6 +255,7 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
             r->ttft = info->t_first_token - info->t_arrival;
             r->latency = info->t_finish - info->t_arrival;
             r->prefill_s = info->t_prefill_done - info->t_arrival;
+            r->n_preempted = info->n_preempted;
         }
         r->done = true;
         r->finish = ev->reason;
@@ -528,12 +531,13 @@ static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b,
     long prompt = 0, gen = 0;
     double ttft_sum = 0, prefill_sum = 0, decode_time = 0;
     long decode_tokens = 0;
-    int n_ttft = 0;
+    int n_ttft = 0, preemptions = 0;
     for (int i = 0; i < g->n_reqs; i++) {
         const gen_request *r = &g->reqs[i];
         if (r->error) continue;
         prompt += r->n_prompt;
         gen += r->n_gen;
+        preemptions += r->n_preempted;
         prefill_sum += r->prefill_s;
         if (r->n_gen > 0) {
             ttft_sum += r->ttft;
@@ -560,9 +564,10 @@ static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b,
         fprintf(stderr, " | throughput %.1f prompt tok/s, %.1f generated tok/s over %.2f s", wall > 0 ? prompt / wall : 0,
                 wall > 0 ? gen / wall : 0, wall);
     }
-    fprintf(stderr, "\nllmi: peak memory %.1f MiB (weights %.1f MiB, KV %.1f MiB) | KV blocks %d/%d peak | %s (%s)",
+    fprintf(stderr, "\nllmi: peak memory %.1f MiB (weights %.1f MiB, KV %.1f MiB) | KV blocks %d/%d peak | "
+            "preemptions %d | %s (%s)",
             peak_rss_bytes() / 1048576.0, (wb ? wb : b->model->weight_bytes) / 1048576.0, kvb / 1048576.0,
-            engine_kv_blocks_peak(e), engine_kv_blocks_total(e), b->name, b->device_name);
+            engine_kv_blocks_peak(e), engine_kv_blocks_total(e), preemptions, b->name, b->device_name);
     if (!strcmp(b->name, "cpu")) fprintf(stderr, ", %d threads", b->opts.n_threads);
     fprintf(stderr, " | seed %llu%s\n", (unsigned long long)seed, seed_random ? " (random)" : "");
 }
