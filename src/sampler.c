@@ -86,10 +86,37 @@ int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const
 
     cand *c = scratch;
     int n = n_vocab;
-    for (int i = 0; i < n_vocab; i++) c[i] = (cand){i, logits[i]};
+    if (p->top_k > 0 && p->top_k < n_vocab) {
+        /* Keep the k best in a min-heap (c[0] is the weakest kept): O(V log k) instead of
+         * sorting the whole vocabulary for every token. */
+        int k = p->top_k;
+        for (int i = 0; i < n_vocab; i++) {
+            cand x = {i, logits[i]};
+            if (i < k) {
+                int j = i;
+                c[j] = x;
+                while (j > 0 && cmp_cand_desc(&c[(j - 1) / 2], &c[j]) < 0) {
+                    cand t = c[j]; c[j] = c[(j - 1) / 2]; c[(j - 1) / 2] = t;
+                    j = (j - 1) / 2;
+                }
+            } else if (cmp_cand_desc(&x, &c[0]) < 0) {
+                c[0] = x;
+                int j = 0;
+                for (;;) {
+                    int l = 2 * j + 1, r = l + 1, m = j;
+                    if (l < k && cmp_cand_desc(&c[l], &c[m]) > 0) m = l;
+                    if (r < k && cmp_cand_desc(&c[r], &c[m]) > 0) m = r;
+                    if (m == j) break;
+                    cand t = c[j]; c[j] = c[m]; c[m] = t;
+                    j = m;
+                }
+            }
+        }
+        n = k;
+    } else {
+        for (int i = 0; i < n_vocab; i++) c[i] = (cand){i, logits[i]};
+    }
     qsort(c, (size_t)n, sizeof *c, cmp_cand_desc);
-
-    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
 
     if (p->top_p < 1.0f) {
         double sum = 0, acc = 0;

@@ -347,6 +347,26 @@ TEST(sampler_rules) {
     p.min_p = 0;
     memcpy(work, logits, sizeof work);
     CHECK(sampler_sample(work, V, &p, NULL, 0, &rng, scratch) == best);
+    /* top-k draws only among the k best, and reaches each of them. */
+    {
+        llmi_sampling tk = {.temperature = 3.0f, .top_k = 5, .top_p = 1.0f, .min_p = 0, .repeat_penalty = 1.0f};
+        float sorted[V];
+        memcpy(sorted, logits, sizeof sorted);
+        for (int i = 0; i < 5; i++)
+            for (int j = i + 1; j < V; j++)
+                if (sorted[j] > sorted[i]) { float t = sorted[i]; sorted[i] = sorted[j]; sorted[j] = t; }
+        int hits[V];
+        memset(hits, 0, sizeof hits);
+        for (int k = 0; k < 3000; k++) {
+            memcpy(work, logits, sizeof work);
+            int32_t t = sampler_sample(work, V, &tk, NULL, 0, &rng, scratch);
+            CHECK(logits[t] >= sorted[4]);
+            hits[t]++;
+        }
+        int distinct = 0;
+        for (int i = 0; i < V; i++) distinct += hits[i] > 0;
+        CHECK_MSG(distinct >= 4, "top-k 5 at temperature 3 reached only %d tokens", distinct);
+    }
     /* min-p keeps only tokens within log(min_p) of the best. */
     p.top_p = 1.0f;
     p.min_p = 0.5f;
