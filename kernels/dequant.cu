@@ -1,0 +1,70 @@
+/* dequant.cu — owns the load-time conversion of stored weights (GGUF Q8_0/Q4_0/Q4_1,
+ * f32/f16/bf16) to the GEMM dtype (bf16, or f16 for fp16 models).  Twin:
+ * tensor_dequant_row, whose products it reproduces without fused multiply-adds so the
+ * fp32 value before the final rounding is the same. */
+#include "common.cuh"
+
+__device__ __forceinline__ float half_bits(const uint8_t *p) {
+    return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
+}
+
+__global__ void llmi_dequant_kernel(const uint8_t *src, llmi_dtype src_dt, int64_t n, void *dst, llmi_dtype dst_dt) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v;
+        int64_t b = i >> 5;
+        int j = (int)(i & 31);
+        switch (src_dt) {
+        case LLMI_Q8_0: {
+            const uint8_t *blk = src + b * 34;
+            v = __fmul_rn((float)(int8_t)blk[2 + j], half_bits(blk));
+            break;
+        }
+        case LLMI_Q4_0: {
+            const uint8_t *blk = src + b * 18;
+            uint8_t q = blk[2 + (j & 15)];
+            int nib = j < 16 ? (q & 15) : (q >> 4);
+            v = __fmul_rn((float)(nib - 8), half_bits(blk));
+            break;
+        }
+        case LLMI_Q4_1: {
+            const uint8_t *blk = src + b * 20;
+            uint8_t q = blk[4 + (j & 15)];
+            int nib = j < 16 ? (q & 15) : (q >> 4);
+            v = __fadd_rn(__fmul_rn((float)nib, half_bits(blk)), half_bits(blk + 2));
+            break;
+        }
+        default:
+            v = llmi_load(src, src_dt, i);
+            break;
+        }
+        llmi_store(dst, dst_dt, i, v);
+    }
+}
+
+__global__ void llmi_to_f32_kernel(const void *src, llmi_dtype src_dt, int64_t n, float *dst) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = llmi_load(src, src_dt, i);
+}
+
+static unsigned grid_for(int64_t n) {
+    int64_t g = (n + 255) / 256;
+    if (g > 65535L * 16) g = 65535L * 16;
+    return (unsigned)(g > 0 ? g : 1);
+}
+
+extern "C" cudaError_t llmi_cuda_dequant(const void *src, llmi_dtype src_dt, int64_t n_elems, void *dst,
+                                         llmi_dtype dst_dt, cudaStream_t s) {
+    if (n_elems <= 0) return cudaSuccess;
+    if (src_dt < 0 || src_dt >= LLMI_DTYPE_COUNT || n_elems % dtype_block_elems(src_dt) != 0) return cudaErrorInvalidValue;
+    if (dst_dt != LLMI_BF16 && dst_dt != LLMI_F16 && dst_dt != LLMI_F32) return cudaErrorInvalidValue;
+    llmi_dequant_kernel<<<grid_for(n_elems), 256, 0, s>>>((const uint8_t *)src, src_dt, n_elems, dst, dst_dt);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t llmi_cuda_to_f32(const void *src, llmi_dtype src_dt, int64_t n, float *dst, cudaStream_t s) {
+    if (n <= 0) return cudaSuccess;
+    llmi_to_f32_kernel<<<grid_for(n), 256, 0, s>>>(src, src_dt, n, dst);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}

@@ -1,0 +1,113 @@
+/* gemm.cu — owns the dense projections: cuBLASLt bf16 (or fp16) GEMMs with fp32
+ * accumulation and fp32 output (twin: cpu_matmul).  Row-major y = x W^T is the
+ * column-major y^T = W x^T, so W is passed as A with op T and x as B without transpose. */
+#include <cublasLt.h>
+#include <stdio.h>
+#include <string.h>
+#include "common.cuh"
+
+#define LT_CHECK(st, call)                                                                              \
+    do {                                                                                                \
+        cublasStatus_t s_ = (call);                                                                     \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                \
+            return llmi_fail(st, LLMI_E_RUNTIME, "cuda gemm: %s:%d: %s: %s", __FILE__, __LINE__, #call, \
+                             cublasLtGetStatusString(s_));                                              \
+    } while (0)
+#define RT_CHECK(st, call)                                                                              \
+    do {                                                                                                \
+        cudaError_t e_ = (call);                                                                        \
+        if (e_ != cudaSuccess)                                                                          \
+            return llmi_fail(st, LLMI_E_RUNTIME, "cuda gemm: %s:%d: %s: %s", __FILE__, __LINE__, #call, \
+                             cudaGetErrorString(e_));                                                   \
+    } while (0)
+
+static_assert(sizeof(cublasLtMatmulAlgo_t) <= 64, "llmi_cuda_gemm_algo.algo too small");
+
+extern "C" int llmi_cuda_gemm_init(llmi_cuda_gemm *g, llmi_dtype dt, size_t workspace_bytes, llmi_status *st) {
+    memset(g, 0, sizeof *g);
+    if (dt != LLMI_BF16 && dt != LLMI_F16) return llmi_fail(st, LLMI_E_RUNTIME, "cuda gemm: dtype must be bf16 or f16");
+    g->dt = dt;
+    cublasLtHandle_t h;
+    LT_CHECK(st, cublasLtCreate(&h));
+    g->handle = h;
+    cublasLtMatmulDesc_t d;
+    LT_CHECK(st, cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    g->desc = d;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    LT_CHECK(st, cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_CHECK(st, cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtMatmulPreference_t p;
+    LT_CHECK(st, cublasLtMatmulPreferenceCreate(&p));
+    g->pref = p;
+    uint64_t wb = workspace_bytes;
+    LT_CHECK(st, cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wb, sizeof wb));
+    if (workspace_bytes) RT_CHECK(st, cudaMalloc(&g->workspace, workspace_bytes));
+    g->workspace_bytes = workspace_bytes;
+    return 0;
+}
+
+static void algo_release(llmi_cuda_gemm_algo *a) {
+    if (a->a_desc) cublasLtMatrixLayoutDestroy((cublasLtMatrixLayout_t)a->a_desc);
+    if (a->b_desc) cublasLtMatrixLayoutDestroy((cublasLtMatrixLayout_t)a->b_desc);
+    if (a->c_desc) cublasLtMatrixLayoutDestroy((cublasLtMatrixLayout_t)a->c_desc);
+    memset(a, 0, sizeof *a);
+}
+
+extern "C" void llmi_cuda_gemm_free(llmi_cuda_gemm *g) {
+    for (int i = 0; i < LLMI_GEMM_CACHE; i++) algo_release(&g->cache[i]);
+    if (g->pref) cublasLtMatmulPreferenceDestroy((cublasLtMatmulPreference_t)g->pref);
+    if (g->desc) cublasLtMatmulDescDestroy((cublasLtMatmulDesc_t)g->desc);
+    if (g->handle) cublasLtDestroy((cublasLtHandle_t)g->handle);
+    if (g->workspace) cudaFree(g->workspace);
+    memset(g, 0, sizeof *g);
+}
+
+/* The cached layouts and algorithm for (m, n, k), asking the heuristic on a miss. */
+static int algo_for(llmi_cuda_gemm *g, int64_t m, int64_t n, int64_t k, llmi_cuda_gemm_algo **out, llmi_status *st) {
+    for (int i = 0; i < LLMI_GEMM_CACHE; i++) {
+        llmi_cuda_gemm_algo *a = &g->cache[i];
+        if (a->used && a->m == m && a->n == n && a->k == k) { *out = a; return 0; }
+    }
+    llmi_cuda_gemm_algo *a = &g->cache[g->next];
+    g->next = (g->next + 1) % LLMI_GEMM_CACHE;
+    algo_release(a);
+    cudaDataType_t t = g->dt == LLMI_F16 ? CUDA_R_16F : CUDA_R_16BF;
+    cublasLtMatrixLayout_t A, B, C;
+    LT_CHECK(st, cublasLtMatrixLayoutCreate(&A, t, (uint64_t)k, (uint64_t)m, k));   /* W^T view: (k, m), ld k */
+    a->a_desc = A;
+    LT_CHECK(st, cublasLtMatrixLayoutCreate(&B, t, (uint64_t)k, (uint64_t)n, k));   /* x^T: (k, n), ld k */
+    a->b_desc = B;
+    LT_CHECK(st, cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, (uint64_t)m, (uint64_t)n, m));   /* y^T: (m, n) */
+    a->c_desc = C;
+    cublasLtMatmulHeuristicResult_t res;
+    int n_res = 0;
+    g->heuristic_calls++;
+    LT_CHECK(st, cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)g->handle, (cublasLtMatmulDesc_t)g->desc, A, B, C,
+                                                C, (cublasLtMatmulPreference_t)g->pref, 1, &res, &n_res));
+    if (n_res < 1) {
+        algo_release(a);
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda gemm: cuBLASLt has no algorithm for %s %lldx%lldx%lld",
+                         dtype_name(g->dt), (long long)m, (long long)n, (long long)k);
+    }
+    memcpy(a->algo, &res.algo, sizeof res.algo);
+    a->m = m; a->n = n; a->k = k;
+    a->used = 1;
+    *out = a;
+    return 0;
+}
+
+extern "C" int llmi_cuda_gemm_run(llmi_cuda_gemm *g, const void *w, int64_t rows, int64_t cols, const void *x, int n,
+                                  float *y, cudaStream_t s, llmi_status *st) {
+    if (n <= 0) return 0;
+    if (rows <= 0 || cols <= 0) return llmi_fail(st, LLMI_E_RUNTIME, "cuda gemm: empty weight %lldx%lld", (long long)rows, (long long)cols);
+    llmi_cuda_gemm_algo *a;
+    if (algo_for(g, rows, n, cols, &a, st)) return st->code;
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasLtMatmulAlgo_t algo;
+    memcpy(&algo, a->algo, sizeof algo);
+    LT_CHECK(st, cublasLtMatmul((cublasLtHandle_t)g->handle, (cublasLtMatmulDesc_t)g->desc, &alpha, w,
+                                (cublasLtMatrixLayout_t)a->a_desc, x, (cublasLtMatrixLayout_t)a->b_desc, &beta, y,
+                                (cublasLtMatrixLayout_t)a->c_desc, y, (cublasLtMatrixLayout_t)a->c_desc, &algo,
+                                g->workspace, g->workspace_bytes, s));
+    return 0;
+}

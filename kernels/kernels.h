@@ -1,0 +1,165 @@
+/* kernels.h — owns the C-callable launchers of every CUDA op family in kernels/ (one .cu per family).
+ *
+ * Tier 2 of the three kernel tiers (STYLE.md): each launcher takes raw device pointers,
+ * explicit shapes and a stream, launches its __global__ kernel(s), and returns the
+ * cudaError_t of the launch (cudaGetLastError), never aborting.  Shape and dtype checks
+ * belong to tier 3, src/backend_cuda.c.  Each op has a CPU twin in src/cpu/ops.h with the
+ * same semantics and layouts; tests/test_cuda_ops.c compares them.
+ *
+ * Activations are fp32 unless an `out_dt` says otherwise (LLMI_F32, LLMI_F16 or LLMI_BF16:
+ * the dtype the next GEMM reads).  "Stride" arguments count elements between consecutive
+ * token rows, so ops can read and write views into a fused QKV or gate|up buffer.
+ * KV cache layout (per layer): (num_blocks, block_size, n_kv_heads, head_dim) in kv_dt. */
+#ifndef LLMI_KERNELS_H
+#define LLMI_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "backend.h"   /* C declarations (dtype_name, ...) keep C linkage from the .cu files */
+#include "dtype.h"
+
+/* ---- embed.cu ---- */
+/* out (n, dim) f32 = rows of table (n_vocab, dim) in tdt (F32/F16/BF16) picked by tokens (n);
+ * a token outside [0, n_vocab) yields a zero row. */
+cudaError_t llmi_cuda_embed(const void *table, llmi_dtype tdt, int64_t n_vocab, int dim, const int32_t *tokens, int n,
+                            float *out, cudaStream_t s);
+
+/* ---- norm.cu ---- */
+/* Row i (< n) reads r = rows ? rows[i] : i, x = residual[r] (+ delta[r] when delta != NULL)
+ * and writes out[i] (n, dim) in out_dt = x * rsqrt(mean(x^2) + eps) * w.  Without rows and
+ * with delta, residual[r] = x is written back (cpu_add_rmsnorm); with rows it is not (the
+ * final norm of just the logit rows).  residual, delta (*, dim) f32; w (dim) f32. */
+cudaError_t llmi_cuda_add_rmsnorm(float *residual, const float *delta, const float *w, const int32_t *rows, int n,
+                                  int dim, float eps, void *out, llmi_dtype out_dt, cudaStream_t s);
+
+/* ---- rope_kv.cu ---- */
+/* Rotate-half RoPE of q (n, n_heads*head_dim; row stride q_stride) and k (n,
+ * n_kv_heads*head_dim; k_stride) in place by positions (n), then K and V (v_stride) into
+ * k_cache/v_cache at slot_mapping (n); a negative slot writes nothing.  inv_freq
+ * (head_dim/2) from cpu_rope_inv_freq, uploaded once.  head_dim even, <= 1024. */
+cudaError_t llmi_cuda_rope_kv(float *q, int q_stride, float *k, int k_stride, const float *v, int v_stride,
+                              const int32_t *positions, const int32_t *slot_mapping, int n, int n_heads,
+                              int n_kv_heads, int head_dim, const float *inv_freq, void *k_cache, void *v_cache,
+                              llmi_kv_dtype kv_dt, cudaStream_t s);
+
+/* ---- activation.cu ---- */
+/* out (n, d) in out_dt (row stride d) = silu(gate) * up; gate and up rows are in_stride apart. */
+cudaError_t llmi_cuda_swiglu(const float *gate, const float *up, int in_stride, int n, int d, void *out,
+                             llmi_dtype out_dt, cudaStream_t s);
+/* y (n, cols; row stride) += bias (cols). */
+cudaError_t llmi_cuda_add_bias(float *y, int stride, const float *bias, int n, int cols, cudaStream_t s);
+
+/* ---- attention.cu ---- */
+typedef struct llmi_cuda_attn {
+    const float *q;              /* (n_tokens, q_stride) f32; head h at q + h*head_dim */
+    int q_stride;
+    const void *k_cache;         /* (num_blocks, block_size, n_kv_heads, head_dim) in kv_dt */
+    const void *v_cache;         /* same */
+    llmi_kv_dtype kv_dt;
+    const int32_t *positions;    /* (n_tokens) */
+    const int32_t *seq_of_token; /* (n_tokens) */
+    const int32_t *block_tables; /* (n_seqs, max_blocks_per_seq) */
+    int max_blocks_per_seq;
+    int n_heads, n_kv_heads, head_dim, block_size;
+    float scale;
+    void *out;                   /* (n_tokens, out_stride) in out_dt; head h at out + h*head_dim */
+    int out_stride;
+    llmi_dtype out_dt;
+} llmi_cuda_attn;
+
+/* Host-side split of a batch (host arrays) into the two attention paths: tokens of
+ * sequences with fewer than LLMI_ATTN_PREFILL_MIN query tokens go to the split-K
+ * "decode" kernel (decode_tokens, n_tokens entries at most); longer query ranges are cut
+ * into tiles of up to LLMI_ATTN_TILE_Q consecutive tokens for the tensor-core kernel
+ * (tiles: (n_tiles, 2) = first token, token count; at most n_tokens/1 entries).  When
+ * the head_dim does not suit the tensor-core kernel every token goes to the decode path.
+ * *max_pos gets the largest position among decode tokens. */
+#define LLMI_ATTN_PREFILL_MIN 16
+#define LLMI_ATTN_TILE_Q 64
+void llmi_cuda_attn_plan(const llmi_batch *b, int head_dim, int32_t *decode_tokens, int *n_decode, int32_t *tiles,
+                         int *n_tiles, int *max_pos);
+/* Splits for the decode path: enough blocks to fill the GPU, each split >= 256 positions,
+ * capped by work_floats (the workspace the caller holds). */
+int llmi_cuda_attn_splits(int n_decode, int n_kv_heads, int n_heads, int head_dim, int max_pos, int n_sms,
+                          size_t work_floats);
+/* Floats of workspace the decode path needs for n_decode tokens and n_splits > 1. */
+size_t llmi_cuda_attn_work_floats(int n_decode, int n_heads, int head_dim, int n_splits);
+/* Flash-decoding over paged KV, GQA-aware (one block reads a KV tile once for all the
+ * query heads of its KV head), split-K over positions with a combine pass when
+ * n_splits > 1.  tokens (n) device list of token indices. */
+cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int32_t *tokens, int n, int n_splits, int max_pos,
+                                  float *work, cudaStream_t s);
+/* Tiled causal flash-attention over paged KV on tensor cores (wmma, bf16 or f16 inputs,
+ * fp32 accumulation); tiles (n_tiles, 2) device array from llmi_cuda_attn_plan.
+ * Needs head_dim % 16 == 0 and head_dim <= 256. */
+cudaError_t llmi_cuda_attn_prefill(const llmi_cuda_attn *a, const int32_t *tiles, int n_tiles, cudaStream_t s);
+
+/* ---- sample.cu ---- */
+/* out (n_rows) = argmax of each logits row (n_rows, n_vocab); lowest id on ties, NaN loses. */
+cudaError_t llmi_cuda_argmax(const float *logits, int n_rows, int n_vocab, int32_t *out, cudaStream_t s);
+
+typedef struct llmi_cuda_sample_params {
+    float temperature;           /* <= 0: greedy */
+    int top_k;                   /* <= 0: off */
+    float top_p;                 /* >= 1: off */
+    float min_p;                 /* <= 0: off */
+    float repeat_penalty;        /* 1: off */
+    float uniform;               /* the request's draw in [0, 1), from its sampler_rng on the host */
+    int hist_start, hist_len;    /* the row's penalty window in the hist array */
+} llmi_cuda_sample_params;
+/* Samples one token per row: repetition penalty over the row's history window, then
+ * top-k, top-p, min-p on the penalised logits, temperature, and an inverse-CDF draw in
+ * descending-probability order with the given uniform (sampler.h's order and meanings).
+ * params (n_rows) and hist device arrays; scratch (n_rows, n_vocab) floats. */
+cudaError_t llmi_cuda_sample(const float *logits, int n_rows, int n_vocab, const llmi_cuda_sample_params *params,
+                             const int32_t *hist, float *scratch, int32_t *out, cudaStream_t s);
+
+/* ---- dequant.cu ---- */
+/* dst (n_elems) in dst_dt (F16 or BF16) <- src (n_elems) in src_dt (F32/F16/BF16/Q8_0/Q4_0/Q4_1,
+ * contiguous GGUF blocks); n_elems a multiple of dtype_block_elems(src_dt). */
+cudaError_t llmi_cuda_dequant(const void *src, llmi_dtype src_dt, int64_t n_elems, void *dst, llmi_dtype dst_dt,
+                              cudaStream_t s);
+/* dst (n) f32 <- src (n) in F16/BF16 (tests and debugging). */
+cudaError_t llmi_cuda_to_f32(const void *src, llmi_dtype src_dt, int64_t n, float *dst, cudaStream_t s);
+
+/* ---- gemm.cu (cuBLASLt) ---- */
+/* y (n, rows) f32 = x (n, cols) @ W^T with W (rows, cols) and x in dt (BF16 or F16), fp32
+ * accumulation, all row-major and dense.  The context owns the cuBLASLt handle, its
+ * workspace and the algorithm picked per shape (asked once, then cached); it belongs to
+ * one backend and one stream at a time. */
+#define LLMI_GEMM_CACHE 64
+typedef struct llmi_cuda_gemm_algo {
+    int64_t m, n, k;             /* m = rows of W, n = tokens, k = cols */
+    void *a_desc, *b_desc, *c_desc;   /* cublasLtMatrixLayout_t */
+    unsigned char algo[64];      /* cublasLtMatmulAlgo_t (opaque, 64 bytes) */
+    int used;
+} llmi_cuda_gemm_algo;
+typedef struct llmi_cuda_gemm {
+    void *handle;                /* cublasLtHandle_t */
+    void *desc;                  /* cublasLtMatmulDesc_t: op(A)=T, compute 32F */
+    void *pref;                  /* cublasLtMatmulPreference_t */
+    void *workspace;             /* (workspace_bytes) device */
+    size_t workspace_bytes;
+    llmi_dtype dt;
+    llmi_cuda_gemm_algo cache[LLMI_GEMM_CACHE];
+    int next;                    /* round-robin eviction slot */
+    long heuristic_calls;        /* how many shapes were asked (tests check the cache) */
+} llmi_cuda_gemm;
+int llmi_cuda_gemm_init(llmi_cuda_gemm *g, llmi_dtype dt, size_t workspace_bytes, llmi_status *st);
+void llmi_cuda_gemm_free(llmi_cuda_gemm *g);
+int llmi_cuda_gemm_run(llmi_cuda_gemm *g, const void *w, int64_t rows, int64_t cols, const void *x, int n, float *y,
+                       cudaStream_t s, llmi_status *st);
+
+/* embed.cu: cudaSuccess when this build's kernels can run on the current device
+ * (cudaErrorNoKernelImageForDevice or similar when built for another architecture). */
+cudaError_t llmi_cuda_probe(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,48 @@
+/* rope_kv.cu — owns rotate-half RoPE fused with the paged K/V cache write (twin:
+ * cpu_rope_kv_write).  The angle is pos * inv_freq[i] in fp32 and cos/sin are the
+ * accurate (non-intrinsic) functions, as transformers and the CPU twin compute them. */
+#include "common.cuh"
+
+/* grid (n), block 128: one token per block; threads stride over (head, pair) for the
+ * rotation and then over the slot's n_kv_heads*head_dim elements for the cache write. */
+__global__ void llmi_rope_kv_kernel(float *q, int q_stride, float *k, int k_stride, const float *v, int v_stride,
+                                    const int32_t *positions, const int32_t *slot_mapping, int n_heads,
+                                    int n_kv_heads, int head_dim, const float *inv_freq, void *k_cache,
+                                    void *v_cache, llmi_kv_dtype kv_dt) {
+    int t = blockIdx.x;
+    int half = head_dim / 2;
+    float p = (float)positions[t];
+    float *qt = q + (int64_t)t * q_stride;
+    float *kt = k + (int64_t)t * k_stride;
+    int pairs = (n_heads + n_kv_heads) * half;
+    for (int idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
+        int h = idx / half, i = idx % half;
+        float ang = p * inv_freq[i];
+        float cs = cosf(ang), sn = sinf(ang);
+        float *x = h < n_heads ? qt + h * head_dim : kt + (h - n_heads) * head_dim;
+        float a = x[i], b = x[i + half];
+        x[i] = a * cs - b * sn;
+        x[i + half] = b * cs + a * sn;
+    }
+    int32_t slot = slot_mapping[t];
+    if (slot < 0) return;
+    __syncthreads();   /* the rotated k must be complete before it is copied */
+    int row = n_kv_heads * head_dim;
+    int64_t base = (int64_t)slot * row;
+    const float *vt = v + (int64_t)t * v_stride;
+    for (int j = threadIdx.x; j < row; j += blockDim.x) {
+        llmi_kv_store(k_cache, kv_dt, base + j, kt[j]);
+        llmi_kv_store(v_cache, kv_dt, base + j, vt[j]);
+    }
+}
+
+extern "C" cudaError_t llmi_cuda_rope_kv(float *q, int q_stride, float *k, int k_stride, const float *v, int v_stride,
+                                         const int32_t *positions, const int32_t *slot_mapping, int n, int n_heads,
+                                         int n_kv_heads, int head_dim, const float *inv_freq, void *k_cache,
+                                         void *v_cache, llmi_kv_dtype kv_dt, cudaStream_t s) {
+    if (n <= 0) return cudaSuccess;
+    llmi_rope_kv_kernel<<<n, 128, 0, s>>>(q, q_stride, k, k_stride, v, v_stride, positions, slot_mapping, n_heads,
+                                          n_kv_heads, head_dim, inv_freq, k_cache, v_cache, kv_dt);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
