@@ -231,7 +231,7 @@ static int check_weight(const llmi_tensor *t, int64_t rows, int64_t cols, const 
         return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: layer %d %s is %lldx%lld, expected %lldx%lld", l, what,
                          (long long)t->rows, (long long)t->cols, (long long)rows, (long long)cols);
     if (t->dtype != LLMI_F32 && t->dtype != LLMI_F16 && t->dtype != LLMI_BF16 && t->dtype != LLMI_Q8_0 &&
-        t->dtype != LLMI_Q4_0 && t->dtype != LLMI_Q4_1)
+        t->dtype != LLMI_Q4_0 && t->dtype != LLMI_Q4_1 && t->dtype != LLMI_I4G)
         return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: layer %d %s has dtype %s, which the CPU backend cannot run",
                          l, what, dtype_name(t->dtype));
     if (!t->data || cols % dtype_block_elems(t->dtype) ||

@@ -1,0 +1,305 @@
+/* test_backend_cpu.c — the CPU backend's forward pass on tiny random models built in
+ * memory: (a) batch invariance (one batch vs chunked prefill vs mixed with other
+ * sequences, random block tables), (b) a 1-layer model against a dense double-precision
+ * Llama block written here. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend.h"
+#include "model.h"
+#include "test.h"
+
+typedef struct { uint64_t s; } brng;
+static uint64_t brng_next(brng *r) {
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float brng_unif(brng *r) { return (float)((brng_next(r) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
+
+/* A (rows, cols) weight of uniform values scaled by 1/sqrt(cols), in dtype t. */
+static llmi_tensor tw(brng *r, llmi_dtype t, int rows, int cols) {
+    llmi_tensor w = {0};
+    w.dtype = t;
+    w.rows = rows;
+    w.cols = cols;
+    w.row_bytes = (size_t)(cols / dtype_block_elems(t)) * dtype_block_bytes(t);
+    uint8_t *d = malloc(w.row_bytes * rows);
+    float a = 1.7f / sqrtf((float)cols);
+    for (int i = 0; i < rows; i++) {
+        uint8_t *p = d + w.row_bytes * i;
+        if (t == LLMI_F32) {
+            for (int c = 0; c < cols; c++) { float f = brng_unif(r) * a; memcpy(p + 4 * c, &f, 4); }
+        } else {   /* Q4_1: random nibbles, d and m spanning [-a, a] */
+            for (int b = 0; b < cols / 32; b++) {
+                uint16_t dh = f32_to_fp16(2 * a / 15), mh = f32_to_fp16(-a);
+                memcpy(p + 20 * b, &dh, 2);
+                memcpy(p + 20 * b + 2, &mh, 2);
+                for (int j = 0; j < 16; j++) p[20 * b + 4 + j] = (uint8_t)brng_next(r);
+            }
+        }
+    }
+    w.data = d;
+    w.owned = d;
+    return w;
+}
+
+static float *tvec(brng *r, int n, float base, float amp) {
+    float *v = malloc(sizeof(float) * n);
+    for (int i = 0; i < n; i++) v[i] = base + amp * brng_unif(r);
+    return v;
+}
+
+static void tiny_model(llmi_model *m, brng *r, int n_layers, llmi_dtype t) {
+    memset(m, 0, sizeof *m);
+    llmi_config *c = &m->cfg;
+    c->n_vocab = 53; c->dim = 64; c->n_layers = n_layers; c->n_heads = 4; c->n_kv_heads = 2; c->head_dim = 16;
+    c->ffn_dim = 96; c->max_ctx = 256; c->norm_eps = 1e-5f; c->rope_theta = 10000.0f; c->rope_dim = 16;
+    m->tok_embd = tw(r, t, c->n_vocab, c->dim);
+    m->lm_head = tw(r, t, c->n_vocab, c->dim);
+    m->out_norm = tvec(r, c->dim, 1.0f, 0.2f);
+    m->layers = calloc(n_layers, sizeof(llmi_layer));
+    for (int l = 0; l < n_layers; l++) {
+        llmi_layer *L = &m->layers[l];
+        L->attn_norm = tvec(r, c->dim, 1.0f, 0.2f);
+        L->ffn_norm = tvec(r, c->dim, 1.0f, 0.2f);
+        L->wq = tw(r, t, 64, 64); L->wk = tw(r, t, 32, 64); L->wv = tw(r, t, 32, 64); L->wo = tw(r, t, 64, 64);
+        L->w_gate = tw(r, t, 96, 64); L->w_up = tw(r, t, 96, 64); L->w_down = tw(r, t, 64, 96);
+    }
+}
+
+static void tiny_free(llmi_model *m) {
+    free(m->tok_embd.owned); free(m->lm_head.owned); free(m->out_norm);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        llmi_layer *L = &m->layers[l];
+        free(L->attn_norm); free(L->ffn_norm);
+        free(L->wq.owned); free(L->wk.owned); free(L->wv.owned); free(L->wo.owned);
+        free(L->w_gate.owned); free(L->w_up.owned); free(L->w_down.owned);
+    }
+    free(m->layers);
+}
+
+#define BS 4
+#define MAXB 16
+/* One sequence's view for building batches: its tokens and its block table. */
+typedef struct { const int32_t *tok; int32_t table[MAXB]; } tseq;
+
+/* Runs one forward over pieces [start, start+len) of several sequences; logits for
+ * every token of the batch, in batch order. */
+static int run_pieces(llmi_backend *b, tseq *seqs, const int *which, const int *start, const int *len, int np,
+                      float *logits, llmi_status *st) {
+    int32_t tokens[64], pos[64], slot[64], sot[64], qs[9], ctx[8], tables[8 * MAXB], rows[64];
+    int n = 0;
+    qs[0] = 0;
+    for (int p = 0; p < np; p++) {
+        tseq *s = &seqs[which[p]];
+        memcpy(tables + p * MAXB, s->table, sizeof s->table);
+        for (int i = 0; i < len[p]; i++, n++) {
+            tokens[n] = s->tok[start[p] + i];
+            pos[n] = start[p] + i;
+            slot[n] = s->table[pos[n] / BS] * BS + pos[n] % BS;
+            sot[n] = p;
+            rows[n] = n;
+        }
+        qs[p + 1] = n;
+        ctx[p] = start[p] + len[p];
+    }
+    llmi_batch bt = {n, tokens, pos, slot, sot, np, qs, ctx, tables, MAXB, n, rows};
+    return b->forward(b, &bt, logits, st);
+}
+
+static void deal_blocks(brng *r, tseq *seqs, int ns, int nblocks) {
+    int perm[256];
+    for (int i = 0; i < nblocks; i++) perm[i] = i;
+    for (int i = nblocks - 1; i > 0; i--) { int j = (int)(brng_next(r) % (uint64_t)(i + 1)); int t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+    for (int s = 0; s < ns; s++) memcpy(seqs[s].table, perm + s * MAXB, sizeof seqs[s].table);
+}
+
+static int argmax(const float *v, int n) {
+    int a = 0;
+    for (int i = 1; i < n; i++) if (v[i] > v[a]) a = i;
+    return a;
+}
+
+TEST(backend_cpu_batch_invariance) {
+    unsigned long long seed = test_seed();
+    for (int dt = 0; dt < 2; dt++) {
+        brng r = {seed + (unsigned)dt};
+        llmi_model m;
+        tiny_model(&m, &r, 2, dt ? LLMI_Q4_1 : LLMI_F32);
+        llmi_backend_opts o = {0};
+        o.n_threads = 2; o.kv_dtype = dt ? LLMI_KV_F16 : LLMI_KV_F32; o.block_size = BS;
+        o.max_batch_tokens = 64; o.max_seqs = 8;
+        llmi_backend *b = NULL;
+        llmi_status st = {0};
+        CHECK(backend_cpu_create(&m, &o, &b, &st) == 0);
+        if (!b) { fprintf(stderr, "  %s\n", st.msg); tiny_free(&m); return; }
+        CHECK(b->kv_block_bytes(b) == (size_t)2 * 2 * BS * 2 * 16 * (dt ? 2 : 4));
+        CHECK(b->kv_budget_bytes(b) > 0);
+        CHECK(b->kv_alloc(b, 3 * MAXB, &st) == 0);
+        int V = m.cfg.n_vocab, L = 29;
+        int32_t toks[3][40];
+        for (int s = 0; s < 3; s++)
+            for (int i = 0; i < 40; i++) toks[s][i] = (int32_t)(brng_next(&r) % (uint64_t)V);
+        tseq seqs[3] = {{toks[0], {0}}, {toks[1], {0}}, {toks[2], {0}}};
+        float *ref = malloc(sizeof(float) * 64 * V), *got = malloc(sizeof(float) * 64 * V);
+        float *cmp = malloc(sizeof(float) * L * V);
+        deal_blocks(&r, seqs, 3, 3 * MAXB);
+        int w0 = 0, s0 = 0;
+        CHECK(run_pieces(b, seqs, &w0, &s0, &L, 1, ref, &st) == 0);
+        double worst = 0;
+        int argmax_bad = 0;
+        const int chunks[3] = {1, 3, 16};
+        for (int ci = 0; ci < 4; ci++) {
+            deal_blocks(&r, seqs, 3, 3 * MAXB);   /* fresh physical blocks each scenario */
+            for (int p = 0; p < L;) {
+                int c = ci < 3 ? chunks[ci] : 5;
+                if (p + c > L) c = L - p;
+                if (ci < 3) {
+                    CHECK(run_pieces(b, seqs, &w0, &p, &c, 1, got, &st) == 0);
+                    memcpy(cmp + (size_t)p * V, got, sizeof(float) * c * V);
+                } else {
+                    /* mixed: seq 1 prefill piece, our chunk, seq 2 decode token */
+                    int which[3] = {1, 0, 2}, start[3] = {p, p, p}, len[3] = {c + 2 < 40 - p ? c + 2 : 40 - p, c, 1};
+                    CHECK(run_pieces(b, seqs, which, start, len, 3, got, &st) == 0);
+                    memcpy(cmp + (size_t)p * V, got + (size_t)len[0] * V, sizeof(float) * c * V);
+                }
+                p += c;
+            }
+            for (int i = 0; i < L; i++) {
+                for (int j = 0; j < V; j++) worst = fmax(worst, fabs(cmp[(size_t)i * V + j] - ref[(size_t)i * V + j]));
+                argmax_bad += argmax(cmp + (size_t)i * V, V) != argmax(ref + (size_t)i * V, V);
+            }
+        }
+        CHECK_MSG(worst < 1e-5, "%s: logits differ by %g across batchings", dt ? "Q4_1" : "F32", worst);
+        CHECK_MSG(argmax_bad == 0, "%s: %d argmax changes across batchings", dt ? "Q4_1" : "F32", argmax_bad);
+        if (st.code) fprintf(stderr, "  %s\n", st.msg);
+        /* a batch beyond the workspaces fails cleanly */
+        llmi_status st2 = {0};
+        int32_t bad_tok = V;
+        int32_t pos0 = 0, slot0 = 0, sot0 = 0, qs[2] = {0, 1}, ctx1 = 1, row0 = 0;
+        llmi_batch bb = {65, &bad_tok, &pos0, &slot0, &sot0, 1, qs, &ctx1, seqs[0].table, MAXB, 1, &row0};
+        CHECK(b->forward(b, &bb, got, &st2) != 0 && strstr(st2.msg, "max_batch_tokens"));
+        llmi_status_clear(&st2);
+        bb.n_tokens = 1;
+        CHECK(b->forward(b, &bb, got, &st2) != 0 && strstr(st2.msg, "vocab"));
+        llmi_status_clear(&st2);
+        bad_tok = 0;
+        slot0 = 3 * MAXB * BS;
+        CHECK(b->forward(b, &bb, got, &st2) != 0 && strstr(st2.msg, "slot"));
+        free(ref); free(got); free(cmp);
+        b->destroy(b);
+        tiny_free(&m);
+    }
+}
+
+/* Dense double-precision Llama forward for one sequence: logits (n, vocab). */
+static void dense_ref(const llmi_model *m, const int32_t *tok, int n, double *logits) {
+    const llmi_config *c = &m->cfg;
+    int D = c->dim, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, F = c->ffn_dim, V = c->n_vocab;
+    double *x = calloc((size_t)n * D, 8), *xn = calloc((size_t)n * D, 8), *q = calloc((size_t)n * H * hd, 8);
+    double *k = calloc((size_t)n * KV * hd, 8), *v = calloc((size_t)n * KV * hd, 8), *a = calloc((size_t)n * H * hd, 8);
+    double *g = calloc((size_t)n * F, 8), *u = calloc((size_t)n * F, 8), *sc = calloc((size_t)n, 8);
+#define W(t, r, cc) ((double)((const float *)(t).data)[(size_t)(r) * (t).cols + (cc)])
+    for (int i = 0; i < n; i++) for (int j = 0; j < D; j++) x[i * D + j] = W(m->tok_embd, tok[i], j);
+    for (int l = 0; l < c->n_layers; l++) {
+        const llmi_layer *L = &m->layers[l];
+        for (int pass = 0; pass < 2; pass++) {
+            const float *nw = pass ? L->ffn_norm : L->attn_norm;
+            for (int i = 0; i < n; i++) {
+                double ss = 0;
+                for (int j = 0; j < D; j++) ss += x[i * D + j] * x[i * D + j];
+                double s = 1 / sqrt(ss / D + c->norm_eps);
+                for (int j = 0; j < D; j++) xn[i * D + j] = x[i * D + j] * s * nw[j];
+            }
+            if (pass == 0) {
+                for (int i = 0; i < n; i++) {
+                    for (int o = 0; o < H * hd; o++) { double s = 0; for (int j = 0; j < D; j++) s += W(L->wq, o, j) * xn[i * D + j]; q[i * H * hd + o] = s; }
+                    for (int o = 0; o < KV * hd; o++) {
+                        double s = 0, s2 = 0;
+                        for (int j = 0; j < D; j++) { s += W(L->wk, o, j) * xn[i * D + j]; s2 += W(L->wv, o, j) * xn[i * D + j]; }
+                        k[i * KV * hd + o] = s; v[i * KV * hd + o] = s2;
+                    }
+                    for (int h = 0; h < H + KV; h++) {
+                        double *vec = h < H ? q + (i * H + h) * hd : k + (i * KV + h - H) * hd;
+                        for (int j = 0; j < hd / 2; j++) {
+                            double ang = i * pow(c->rope_theta, -2.0 * j / hd), x0 = vec[j], x1 = vec[j + hd / 2];
+                            vec[j] = x0 * cos(ang) - x1 * sin(ang);
+                            vec[j + hd / 2] = x1 * cos(ang) + x0 * sin(ang);
+                        }
+                    }
+                }
+                for (int i = 0; i < n; i++)
+                    for (int h = 0; h < H; h++) {
+                        int kh = h / (H / KV);
+                        double mx = -INFINITY, sum = 0;
+                        for (int p = 0; p <= i; p++) {
+                            double s = 0;
+                            for (int j = 0; j < hd; j++) s += q[(i * H + h) * hd + j] * k[(p * KV + kh) * hd + j];
+                            sc[p] = s / sqrt((double)hd);
+                            mx = fmax(mx, sc[p]);
+                        }
+                        for (int p = 0; p <= i; p++) sum += (sc[p] = exp(sc[p] - mx));
+                        for (int j = 0; j < hd; j++) {
+                            double o = 0;
+                            for (int p = 0; p <= i; p++) o += sc[p] / sum * v[(p * KV + kh) * hd + j];
+                            a[(i * H + h) * hd + j] = o;
+                        }
+                    }
+                for (int i = 0; i < n; i++)
+                    for (int o = 0; o < D; o++) { double s = 0; for (int j = 0; j < H * hd; j++) s += W(L->wo, o, j) * a[i * H * hd + j]; x[i * D + o] += s; }
+            } else {
+                for (int i = 0; i < n; i++) {
+                    for (int o = 0; o < F; o++) {
+                        double s = 0, s2 = 0;
+                        for (int j = 0; j < D; j++) { s += W(L->w_gate, o, j) * xn[i * D + j]; s2 += W(L->w_up, o, j) * xn[i * D + j]; }
+                        g[i * F + o] = s / (1 + exp(-s)) * s2;
+                    }
+                    for (int o = 0; o < D; o++) { double s = 0; for (int j = 0; j < F; j++) s += W(L->w_down, o, j) * g[i * F + j]; x[i * D + o] += s; }
+                }
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        double ss = 0;
+        for (int j = 0; j < D; j++) ss += x[i * D + j] * x[i * D + j];
+        double s = 1 / sqrt(ss / D + c->norm_eps);
+        for (int j = 0; j < D; j++) xn[i * D + j] = x[i * D + j] * s * m->out_norm[j];
+        for (int o = 0; o < V; o++) { double t = 0; for (int j = 0; j < D; j++) t += W(m->lm_head, o, j) * xn[i * D + j]; logits[i * V + o] = t; }
+    }
+#undef W
+    free(x); free(xn); free(q); free(k); free(v); free(a); free(g); free(u); free(sc);
+}
+
+TEST(backend_cpu_one_layer_vs_dense_reference) {
+    brng r = {test_seed() ^ 0x51ull};
+    llmi_model m;
+    tiny_model(&m, &r, 1, LLMI_F32);
+    llmi_backend_opts o = {0};
+    o.n_threads = 2; o.kv_dtype = LLMI_KV_F32; o.block_size = BS; o.max_batch_tokens = 64; o.max_seqs = 2;
+    llmi_backend *b = NULL;
+    llmi_status st = {0};
+    CHECK(backend_cpu_create(&m, &o, &b, &st) == 0);
+    if (!b) { fprintf(stderr, "  %s\n", st.msg); tiny_free(&m); return; }
+    CHECK(b->kv_alloc(b, MAXB, &st) == 0);
+    int n = 37, V = m.cfg.n_vocab;
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = (int32_t)(brng_next(&r) % (uint64_t)V);
+    tseq s = {toks, {0}};
+    deal_blocks(&r, &s, 1, MAXB);
+    float *got = malloc(sizeof(float) * 64 * V), *reff = malloc(sizeof(float) * n * V);
+    double *ref = malloc(sizeof(double) * n * V);
+    int w0 = 0, s0 = 0;
+    b->profiling = true;
+    CHECK(run_pieces(b, &s, &w0, &s0, &n, 1, got, &st) == 0);
+    CHECK(b->stats.calls[LLMI_OP_ATTN] == 1 && b->stats.flops[LLMI_OP_QKV] > 0 && b->stats.seconds[LLMI_OP_MLP_UP] > 0);
+    dense_ref(&m, toks, n, ref);
+    for (int i = 0; i < n * V; i++) reff[i] = (float)ref[i];
+    double e = test_nmse(got, reff, (long)n * V);
+    CHECK_MSG(e < 1e-10, "1-layer forward NMSE %g vs dense reference", e);
+    free(got); free(reff); free(ref);
+    b->destroy(b);
+    tiny_free(&m);
+}
