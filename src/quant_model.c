@@ -56,10 +56,47 @@ static double qm_rel_err(const float *w, const quant_grid *g, const float *h, ll
     return den > 0 ? num / den : 0.0;
 }
 
-static int qm_gram(const float *x, int n, int k, float **h, llmi_status *st) {
-    *h = calloc((size_t)k * k, sizeof(float));
-    if (!*h) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for a %dx%d Hessian", k, k);
-    quant_gram_acc(x, n, k, 2.0f / (float)n, *h);
+/* g = X^T X / n and xm = mean |x| (cols) of input set k of layer l: from `in` when
+ * given (no forward needed), else from x (n, cols); copied into `out` when given. */
+static int qm_input_stats(int l, int k, const float *x, int n, int cols, const quant_stats *in, quant_stats *out,
+                          float **g, float **xm, llmi_status *st) {
+    *g = calloc((size_t)cols * cols, sizeof(float));
+    *xm = calloc((size_t)cols, sizeof(float));
+    if (!*g || !*xm) {
+        free(*g), free(*xm);
+        *g = *xm = NULL;
+        return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for a %dx%d Hessian", cols, cols);
+    }
+    if (in) {
+        memcpy(*g, in->gram[l][k], (size_t)cols * cols * sizeof(float));
+        memcpy(*xm, in->xmean[l][k], (size_t)cols * sizeof(float));
+    } else {
+        quant_gram_acc(x, n, cols, 1.0f / (float)n, *g);
+        for (int t = 0; t < n; t++)
+            for (int c = 0; c < cols; c++) (*xm)[c] += fabsf(x[(size_t)t * cols + c]);
+        for (int c = 0; c < cols; c++) (*xm)[c] /= (float)n;
+    }
+    if (out) {
+        out->gram[l][k] = malloc((size_t)cols * cols * sizeof(float));
+        out->xmean[l][k] = malloc((size_t)cols * sizeof(float));
+        if (!out->gram[l][k] || !out->xmean[l][k]) {
+            free(*g), free(*xm);
+            *g = *xm = NULL;
+            return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for statistics");
+        }
+        memcpy(out->gram[l][k], *g, (size_t)cols * cols * sizeof(float));
+        memcpy(out->xmean[l][k], *xm, (size_t)cols * sizeof(float));
+    }
+    return 0;
+}
+
+/* GPTQ's H = 2 X^T X / n for set k. */
+static int qm_hessian(int l, int k, const float *x, int n, int cols, const quant_stats *in, quant_stats *out,
+                      float **h, llmi_status *st) {
+    float *xm;
+    if (qm_input_stats(l, k, x, n, cols, in, out, h, &xm, st)) return st->code;
+    free(xm);
+    for (size_t i = 0; i < (size_t)cols * cols; i++) (*h)[i] *= 2.0f;
     return 0;
 }
 
@@ -103,32 +140,32 @@ static void qm_progress(const quant_opts *o, int l, int n_layers, const double *
 }
 
 /* AWQ on one block: scales per group, folded into the previous op, clipping, then RTN. */
-static int qm_awq_block(const llmi_config *c, quant_block *b, const quant_acts *a, const quant_opts *o,
-                        quant_grid *grids, double *errs, llmi_status *st) {
+static int qm_awq_block(const llmi_config *c, int l, quant_block *b, const quant_acts *a, const quant_stats *in,
+                        quant_stats *out, const quant_opts *o, quant_grid *grids, double *errs, llmi_status *st) {
     struct { int prev; int first, last; const float *x; int cols; } groups[4] = {
         {-1, QL_Q, QL_V + 1, a->x_attn, c->dim},
         {QL_V, QL_O, QL_O + 1, a->x_o, c->n_heads * c->head_dim},
         {-2, QL_GATE, QL_UP + 1, a->x_mlp, c->dim},
         {QL_UP, QL_DOWN, QL_DOWN + 1, a->gate, c->ffn_dim},
-    };
+    }; /* the x pointers are unused (NULL acts) when statistics come from `in` */
     float *hs[4] = {0};
     int rc = 0;
     for (int gi = 0; gi < 4 && !rc; gi++) {
         int cols = groups[gi].cols, n = a->n;
         /* v -> o only when v's rows are o's columns one to one (no GQA). */
         bool scale_it = !(gi == 1 && c->n_kv_heads != c->n_heads);
-        if ((rc = qm_gram(groups[gi].x, n, cols, &hs[gi], st))) break;
-        for (size_t i = 0; i < (size_t)cols * cols; i++) hs[gi][i] *= 0.5f; /* back to X^T X / n */
-        if (!scale_it) continue;
-        float *xm = calloc((size_t)cols, sizeof(float)), *s = malloc((size_t)cols * sizeof(float));
-        if (!xm || !s) {
-            free(xm), free(s);
+        float *xm;
+        if ((rc = qm_input_stats(l, gi, groups[gi].x, n, cols, in, out, &hs[gi], &xm, st))) break;
+        if (!scale_it) {
+            free(xm);
+            continue;
+        }
+        float *s = malloc((size_t)cols * sizeof(float));
+        if (!s) {
+            free(xm);
             rc = llmi_fail(st, LLMI_E_RUNTIME, "awq: out of memory");
             break;
         }
-        for (int t = 0; t < n; t++)
-            for (int k = 0; k < cols; k++) xm[k] += fabsf(groups[gi].x[(size_t)t * cols + k]);
-        for (int k = 0; k < cols; k++) xm[k] /= (float)n;
         float *ws[3];
         int rows[3], nl = 0;
         for (int i = groups[gi].first; i < groups[gi].last; i++) {
@@ -182,6 +219,11 @@ static int qm_awq_block(const llmi_config *c, quant_block *b, const quant_acts *
 
 int quant_model_run(const llmi_model *m, const quant_opts *o, const int32_t *tokens, int n_windows, int seqlen,
                     quant_result *r, llmi_status *st) {
+    return quant_model_run_stats(m, o, tokens, n_windows, seqlen, NULL, NULL, r, st);
+}
+
+int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_t *tokens, int n_windows, int seqlen,
+                          const quant_stats *in, quant_stats *out, quant_result *r, llmi_status *st) {
     const llmi_config *c = &m->cfg;
     memset(r, 0, sizeof *r);
     double t0 = qm_now();
@@ -200,6 +242,12 @@ int quant_model_run(const llmi_model *m, const quant_opts *o, const int32_t *tok
         quant_linear_shape(c, i, &rows, &cols);
         if (cols % o->group_size != 0) {
             quant_result_free(r);
+            int hint = 0; /* the largest group size the common kernels (Marlin, exllama) take */
+            for (int gs = 128; gs >= 32 && !hint; gs /= 2)
+                if (c->dim % gs == 0 && c->ffn_dim % gs == 0 && (c->n_heads * c->head_dim) % gs == 0) hint = gs;
+            if (hint)
+                return llmi_fail(st, LLMI_E_USAGE, "--group-size %d does not divide the input dim %d of %s (try "
+                                 "--group-size %d)", o->group_size, cols, quant_linear_names[i], hint);
             return llmi_fail(st, LLMI_E_USAGE, "--group-size %d does not divide the input dim %d of %s",
                              o->group_size, cols, quant_linear_names[i]);
         }
@@ -209,7 +257,8 @@ int quant_model_run(const llmi_model *m, const quant_opts *o, const int32_t *tok
                              quant_linear_names[i], rows);
         }
     }
-    bool calib = o->method != QUANT_RTN;
+    bool calib = o->method != QUANT_RTN && !in;
+    if (o->method == QUANT_RTN) out = NULL;
     float *x = NULL;
     quant_acts a = {0};
     if (calib) {
@@ -236,34 +285,36 @@ int quant_model_run(const llmi_model *m, const quant_opts *o, const int32_t *tok
         if (o->method == QUANT_RTN) {
             rc = qm_quantize_set(c, &b, 0, QL_COUNT, NULL, o, g, errs, st);
         } else if (o->method == QUANT_GPTQ) {
+            /* Each stage's inputs come from the already-quantized stages before it. */
             float *h = NULL;
-            int n = a.n;
-            quant_fwd_attn_in(c, &b, x, &a);
-            if (!(rc = qm_gram(a.x_attn, n, c->dim, &h, st))) rc = qm_quantize_set(c, &b, QL_Q, QL_V + 1, h, o, g, errs, st);
+            int n = a.n, qd = c->n_heads * c->head_dim;
+            if (calib) quant_fwd_attn_in(c, &b, x, &a);
+            if (!(rc = qm_hessian(l, QS_ATTN, a.x_attn, n, c->dim, in, out, &h, st)))
+                rc = qm_quantize_set(c, &b, QL_Q, QL_V + 1, h, o, g, errs, st);
             free(h), h = NULL;
             if (!rc) {
-                quant_fwd_attention(c, &b, &a);
-                if (!(rc = qm_gram(a.x_o, n, c->n_heads * c->head_dim, &h, st)))
+                if (calib) quant_fwd_attention(c, &b, &a);
+                if (!(rc = qm_hessian(l, QS_O, a.x_o, n, qd, in, out, &h, st)))
                     rc = qm_quantize_set(c, &b, QL_O, QL_O + 1, h, o, g, errs, st);
                 free(h), h = NULL;
             }
             if (!rc) {
-                quant_fwd_mlp_in(c, &b, x, &a);
-                if (!(rc = qm_gram(a.x_mlp, n, c->dim, &h, st)))
+                if (calib) quant_fwd_mlp_in(c, &b, x, &a);
+                if (!(rc = qm_hessian(l, QS_MLP, a.x_mlp, n, c->dim, in, out, &h, st)))
                     rc = qm_quantize_set(c, &b, QL_GATE, QL_UP + 1, h, o, g, errs, st);
                 free(h), h = NULL;
             }
             if (!rc) {
-                quant_fwd_mlp_act(c, &b, &a);
-                if (!(rc = qm_gram(a.gate, n, c->ffn_dim, &h, st)))
+                if (calib) quant_fwd_mlp_act(c, &b, &a);
+                if (!(rc = qm_hessian(l, QS_DOWN, a.gate, n, c->ffn_dim, in, out, &h, st)))
                     rc = qm_quantize_set(c, &b, QL_DOWN, QL_DOWN + 1, h, o, g, errs, st);
                 free(h), h = NULL;
             }
-            if (!rc) quant_fwd_out(c, &b, x, &a);
+            if (!rc && calib) quant_fwd_out(c, &b, x, &a);
         } else {
             /* AWQ: every linear's input from the fp block; the next block sees fp outputs. */
-            quant_fwd_block(c, &b, x, &a);
-            rc = qm_awq_block(c, &b, &a, o, g, errs, st);
+            if (calib) quant_fwd_block(c, &b, x, &a);
+            rc = qm_awq_block(c, l, &b, &a, in, out, o, g, errs, st);
         }
         if (!rc) {
             r->attn_norm[l] = b.attn_norm, b.attn_norm = NULL;

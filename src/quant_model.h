@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include "quant.h"
 #include "quant_calib.h"
+#include "quant_stats.h"
 
 typedef struct quant_opts {
     quant_method method;
@@ -34,6 +35,10 @@ typedef struct quant_result {
 /* tokens (n_windows * seqlen) calibration windows; RTN ignores them (may be NULL). */
 int quant_model_run(const llmi_model *m, const quant_opts *o, const int32_t *tokens, int n_windows, int seqlen,
                     quant_result *r, llmi_status *st);
+/* Same with statistics: from `in` instead of a calibration forward (tokens unused), and/or
+ * recorded into `out` (initialised by quant_stats_init). */
+int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_t *tokens, int n_windows, int seqlen,
+                          const quant_stats *in, quant_stats *out, quant_result *r, llmi_status *st);
 void quant_result_free(quant_result *r);
 
 /* Perplexity of windows (n_windows, seqlen), every token after the first of a window

@@ -3,4 +3,3 @@
 #include "cli.h"
 int cmd_bench(int argc, char **argv, llmi_status *st) { (void)argc; (void)argv; return llmi_fail(st, LLMI_E_USAGE, "bench: not implemented yet"); }
 int cmd_profile(int argc, char **argv, llmi_status *st) { (void)argc; (void)argv; return llmi_fail(st, LLMI_E_USAGE, "profile: not implemented yet"); }
-int cmd_quantize(int argc, char **argv, llmi_status *st) { (void)argc; (void)argv; return llmi_fail(st, LLMI_E_USAGE, "quantize: not implemented yet"); }
