@@ -328,8 +328,9 @@ int model_dummy_config(const char *spec, llmi_config *c, llmi_status *st) {
 
 int model_load_dummy(const char *spec, llmi_dtype dtype, llmi_model *m, llmi_status *st) {
     memset(m, 0, sizeof *m);
-    if ((int)dtype < 0 || (int)dtype >= (int)LLMI_DTYPE_COUNT)
-        return llmi_fail(st, LLMI_E_USAGE, "--dummy-dtype: unsupported dtype %d", (int)dtype);
+    if (dtype != LLMI_F32 && dtype != LLMI_F16 && dtype != LLMI_BF16 && dtype != LLMI_Q8_0 && dtype != LLMI_Q4_0 &&
+        dtype != LLMI_Q4_1)
+        return llmi_fail(st, LLMI_E_USAGE, "--dummy-dtype: synthetic weights come in f32, f16, bf16, q8_0, q4_0, q4_1");
     int rc = model_dummy_config(spec, &m->cfg, st);
     if (rc) return rc;
     if ((rc = dummy_check_config(&m->cfg, dtype, spec, st))) return rc;

@@ -202,6 +202,12 @@ static cJSON *row_json(const report *r, int i) {
     return o;
 }
 
+struct cJSON *report_json_array(const report *r) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr && i < r->n_rows; i++) cJSON_AddItemToArray(arr, row_json(r, i));
+    return arr;
+}
+
 int report_write(const report *r, report_format f, FILE *out) {
     if (f == REPORT_MD) write_md(r, out);
     else if (f == REPORT_CSV) write_csv(r, out);

@@ -47,5 +47,8 @@ void report_raw_json(report *r, const char *key, const char *json);
 double report_get(const report *r, int row, const char *key);
 
 int report_write(const report *r, report_format f, FILE *out);
+/* The rows as a cJSON array (caller deletes), to nest tables in one JSON document. */
+struct cJSON;
+struct cJSON *report_json_array(const report *r);
 
 #endif

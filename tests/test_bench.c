@@ -1,0 +1,352 @@
+/* test_bench.c — bench/profile arithmetic and building blocks: statistics against
+ * numpy's definitions, Poisson arrivals, the four report formats, synthetic weights,
+ * and perplexity's window/scoring rule against a brute-force re-evaluation. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend.h"
+#include "model.h"
+#include "model_dummy.h"
+#include "perplexity.h"
+#include "report.h"
+#include "stats.h"
+#include "test.h"
+
+#ifndef TESTDATA_DIR
+#define TESTDATA_DIR "testdata"
+#endif
+
+static bool near(double a, double b, double rel) { return fabs(a - b) <= rel * fmax(1e-12, fmax(fabs(a), fabs(b))); }
+
+TEST(bench_stats_mean_sd) {
+    const double x[8] = {2, 4, 4, 4, 5, 5, 7, 9};
+    CHECK(stats_mean(x, 8) == 5.0);
+    CHECK(near(stats_sd(x, 8), sqrt(32.0 / 7.0), 1e-12));   /* sample sd, n - 1 */
+    CHECK(stats_sd(x, 1) == 0 && stats_mean(x, 0) == 0);
+    /* Shifting data leaves sd unchanged, scaling scales it. */
+    stats_rng r;
+    stats_rng_seed(&r, test_seed());
+    double y[100], z[100], w[100];
+    for (int i = 0; i < 100; i++) {
+        y[i] = stats_rng_uniform(&r) * 10 - 3;
+        z[i] = y[i] + 1000;
+        w[i] = y[i] * -4;
+    }
+    CHECK(near(stats_sd(y, 100), stats_sd(z, 100), 1e-9));
+    CHECK(near(4 * stats_sd(y, 100), stats_sd(w, 100), 1e-12));
+    CHECK(near(stats_mean(z, 100), stats_mean(y, 100) + 1000, 1e-12));
+}
+
+TEST(bench_stats_percentiles_numpy) {
+    /* Values from numpy.percentile (linear interpolation), computed by hand. */
+    const double a[5] = {50, 15, 40, 20, 35};   /* unsorted on purpose */
+    CHECK(stats_percentile(a, 5, 50) == 35);
+    CHECK(near(stats_percentile(a, 5, 90), 46.0, 1e-12));
+    CHECK(near(stats_percentile(a, 5, 99), 49.6, 1e-12));
+    CHECK(stats_percentile(a, 5, 25) == 20);
+    CHECK(stats_percentile(a, 5, 0) == 15 && stats_percentile(a, 5, 100) == 50);
+    double b[10];
+    for (int i = 0; i < 10; i++) b[i] = 10 - i;
+    CHECK(near(stats_percentile(b, 10, 50), 5.5, 1e-12));
+    CHECK(near(stats_percentile(b, 10, 90), 9.1, 1e-12));
+    CHECK(near(stats_percentile(b, 10, 99), 9.91, 1e-12));
+    const double one = 7;
+    CHECK(stats_percentile(&one, 1, 99) == 7);
+    /* Random data: the p-th percentile has at most ceil(p/100*(n-1))... count below it. */
+    stats_rng r;
+    stats_rng_seed(&r, test_seed());
+    double c[257];
+    for (int i = 0; i < 257; i++) c[i] = stats_rng_uniform(&r);
+    double p90 = stats_percentile(c, 257, 90);
+    int below = 0;
+    for (int i = 0; i < 257; i++) below += c[i] < p90;
+    CHECK_MSG(below == 230 || below == 231, "below=%d", below);   /* rank 0.9*256 = 230.4 */
+}
+
+TEST(bench_poisson_rate) {
+    stats_rng r;
+    unsigned long long seed = test_seed();
+    stats_rng_seed(&r, seed);
+    const int n = 40000;
+    const double rate = 4.0;
+    double *t = malloc(n * sizeof *t), *gap = malloc(n * sizeof *gap);
+    stats_poisson_arrivals(&r, rate, n, t);
+    for (int i = 0; i < n; i++) gap[i] = i ? t[i] - t[i - 1] : t[0];
+    bool mono = true;
+    for (int i = 1; i < n; i++) mono &= t[i] >= t[i - 1];
+    CHECK(mono);
+    double mean = stats_mean(gap, n), sd = stats_sd(gap, n);
+    /* Exponential gaps: mean 1/rate, sd 1/rate; 5 standard errors of slack. */
+    CHECK_MSG(fabs(mean - 0.25) < 5 * 0.25 / sqrt(n), "mean gap %g (seed %llu)", mean, seed);
+    CHECK_MSG(fabs(sd - 0.25) < 0.02 * 0.25 * 5, "sd gap %g", sd);
+    CHECK_MSG(fabs(n / t[n - 1] - rate) < 0.05 * rate, "rate %g", n / t[n - 1]);
+    /* Same seed, same arrivals; no rate, all at 0. */
+    stats_rng r2;
+    stats_rng_seed(&r2, seed);
+    double t2[10];
+    stats_poisson_arrivals(&r2, rate, 10, t2);
+    CHECK(!memcmp(t, t2, sizeof t2));
+    stats_poisson_arrivals(&r2, 0, 10, t2);
+    CHECK(t2[0] == 0 && t2[9] == 0);
+    free(t);
+    free(gap);
+}
+
+TEST(bench_rng_range) {
+    stats_rng r;
+    stats_rng_seed(&r, test_seed());
+    int hist[5] = {0};
+    for (int i = 0; i < 50000; i++) {
+        int64_t v = stats_rng_range(&r, 3, 7);
+        if (v < 3 || v > 7) { CHECK(false); break; }
+        hist[v - 3]++;
+    }
+    for (int i = 0; i < 5; i++) CHECK_MSG(abs(hist[i] - 10000) < 500, "bucket %d: %d", i, hist[i]);
+    CHECK(stats_rng_range(&r, 9, 9) == 9);
+}
+
+static char *render(const report *r, report_format f) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    report_write(r, f, m);
+    fclose(m);
+    return buf;
+}
+
+TEST(bench_report_formats) {
+    report r;
+    report_init(&r);
+    report_row(&r);
+    report_str(&r, "model", "a,b \"q\"");
+    report_int(&r, "n_prompt", 512);
+    report_num(&r, "tps_mean", 1234.56789, 2);
+    report_num(&r, "tps_sd", 0.5, 2);
+    report_num(&r, "missing", NAN, 2);
+    report_raw_json(&r, "series", "[[0,0.5],[1,0.75]]");
+    report_row(&r);
+    report_str(&r, "model", "m2");
+    report_int(&r, "n_prompt", 7);
+    report_num(&r, "tps_mean", 1e-3, 2);
+    report_num(&r, "tps_sd", 0, 2);
+    CHECK(r.n_rows == 2 && r.n_cols == 6);
+    CHECK(report_get(&r, 1, "n_prompt") == 7 && isnan(report_get(&r, 1, "missing")));
+
+    char *js = render(&r, REPORT_JSON);
+    cJSON *a = cJSON_Parse(js);
+    CHECK(cJSON_IsArray(a) && cJSON_GetArraySize(a) == 2);
+    cJSON *o = cJSON_GetArrayItem(a, 0);
+    CHECK(!strcmp(cJSON_GetObjectItem(o, "model")->valuestring, "a,b \"q\""));
+    CHECK(cJSON_GetObjectItem(o, "tps_mean")->valuedouble == 1234.56789);
+    CHECK(cJSON_IsNull(cJSON_GetObjectItem(o, "missing")));
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(o, "series")) == 2);
+    CHECK(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(a, 1), "series")));
+    cJSON_Delete(a);
+    free(js);
+
+    char *jl = render(&r, REPORT_JSONL);
+    int lines = 0;
+    for (char *save = NULL, *l = strtok_r(jl, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        cJSON *x = cJSON_Parse(l);
+        CHECK(cJSON_IsObject(x));
+        cJSON_Delete(x);
+        lines++;
+    }
+    CHECK(lines == 2);
+    free(jl);
+
+    char *csv = render(&r, REPORT_CSV);
+    CHECK_MSG(!strncmp(csv, "model,n_prompt,tps_mean,tps_sd,missing\n", 39), "%s", csv);
+    CHECK_MSG(strstr(csv, "\"a,b \"\"q\"\"\",512,1234.56789,0.5,\n") != NULL, "%s", csv);
+    CHECK(strstr(csv, "m2,7,0.001,0,\n") != NULL);
+    CHECK(strstr(csv, "series") == NULL);   /* raw JSON is json-only */
+    free(csv);
+
+    char *md = render(&r, REPORT_MD);
+    CHECK_MSG(strstr(md, "| model | n_prompt | tps | missing |") != NULL, "%s", md);
+    CHECK_MSG(strstr(md, "| 1234.57 ± 0.50 |") != NULL, "%s", md);
+    CHECK(strstr(md, "| 0.00 ± 0.00 |") != NULL);
+    /* every line has the same number of cells */
+    int pipes = -1;
+    bool same = true;
+    for (char *save = NULL, *l = strtok_r(md, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        int n = 0;
+        for (char *p = l; *p; p++) n += *p == '|';
+        if (pipes < 0) pipes = n;
+        same &= n == pipes;
+    }
+    CHECK(same && pipes == 5);
+    free(md);
+    report_free(&r);
+
+    llmi_status st = {0};
+    report_format f;
+    CHECK(report_format_parse("jsonl", &f, &st) == 0 && f == REPORT_JSONL);
+    CHECK(report_format_parse("xml", &f, &st) == LLMI_E_USAGE && strstr(st.msg, "-o xml"));
+}
+
+static double params_of(const llmi_config *c) {
+    double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
+    double layer = c->dim * qd * 2 + c->dim * kvd * 2 + 3.0 * c->dim * c->ffn_dim + 2.0 * c->dim +
+                   (c->qkv_bias ? qd + 2 * kvd : 0);
+    return layer * c->n_layers + (double)c->n_vocab * c->dim * (c->tie_embeddings ? 1 : 2) + c->dim;
+}
+
+TEST(bench_dummy_presets) {
+    llmi_status st = {0};
+    llmi_config c;
+    CHECK(model_dummy_config("llama-3-8b", &c, &st) == 0);
+    CHECK(params_of(&c) == 8030261248.0);            /* Meta-Llama-3-8B: 8.03B parameters */
+    CHECK(model_dummy_config("llama-2-7b", &c, &st) == 0);
+    CHECK(params_of(&c) == 6738415616.0);            /* Llama-2-7b: 6.74B */
+    CHECK(model_dummy_config("mistral-7b", &c, &st) == 0);
+    CHECK(params_of(&c) == 7241732096.0);            /* Mistral-7B-v0.1: 7.24B */
+    CHECK(model_dummy_config("qwen2.5-7b", &c, &st) == 0);
+    CHECK(params_of(&c) == 7615616512.0);            /* Qwen2.5-7B: 7.62B */
+    CHECK(model_dummy_config("smollm2-135m", &c, &st) == 0);
+    CHECK(params_of(&c) == 134515008.0);             /* SmolLM2-135M: 134.5M */
+    CHECK(c.tie_embeddings && c.n_kv_heads == 3);
+    llmi_status_clear(&st);
+    CHECK(model_dummy_config("llama-9b", &c, &st) == LLMI_E_USAGE);
+    CHECK(strstr(st.msg, "unknown preset") && strstr(st.msg, "llama-9b"));
+}
+
+TEST(bench_dummy_config_json) {
+    llmi_status st = {0};
+    llmi_config c;
+    CHECK(model_dummy_config(TESTDATA_DIR "/bench/tiny-llama.json", &c, &st) == 0);
+    CHECK(c.n_vocab == 512 && c.dim == 64 && c.n_layers == 2 && c.n_heads == 4 && c.n_kv_heads == 2 &&
+          c.head_dim == 16 && c.ffn_dim == 128 && !c.tie_embeddings && c.arch == LLMI_ARCH_LLAMA);
+    CHECK(!strcmp(c.name, "tiny-llama-test"));
+    CHECK(model_dummy_config(TESTDATA_DIR "/bench/tiny-qwen2.json", &c, &st) == 0);
+    CHECK(c.arch == LLMI_ARCH_QWEN2 && c.qkv_bias && c.tie_embeddings && c.head_dim == 32);
+    llmi_status_clear(&st);
+    CHECK(model_dummy_config(TESTDATA_DIR "/bench/malformed.json", &c, &st) == LLMI_E_RUNTIME);
+    CHECK_MSG(strstr(st.msg, "malformed.json") && strstr(st.msg, "malformed"), "%s", st.msg);
+    llmi_status_clear(&st);
+    CHECK(model_dummy_config(TESTDATA_DIR "/bench/bad-shape.json", &c, &st) == LLMI_E_RUNTIME);
+    CHECK_MSG(strstr(st.msg, "intermediate_size"), "%s", st.msg);
+    llmi_status_clear(&st);
+    CHECK(model_dummy_config(TESTDATA_DIR "/bench/absent.json", &c, &st) == LLMI_E_RUNTIME);
+}
+
+TEST(bench_dummy_weights) {
+    const llmi_dtype dts[6] = {LLMI_F32, LLMI_F16, LLMI_BF16, LLMI_Q8_0, LLMI_Q4_0, LLMI_Q4_1};
+    for (int k = 0; k < 6; k++) {
+        llmi_status st = {0};
+        llmi_model m, m2;
+        if (model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", dts[k], &m, &st)) {
+            CHECK_MSG(false, "%s", st.msg);
+            continue;
+        }
+        CHECK(model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", dts[k], &m2, &st) == 0);
+        CHECK(!strcmp(m.format, "dummy") && m.tok == NULL && m.cfg.n_layers == 2);
+        const llmi_layer *L = &m.layers[1];
+        CHECK(L->wq.rows == 64 && L->wq.cols == 64 && L->wk.rows == 32 && L->w_down.rows == 64 &&
+              L->w_down.cols == 128 && L->wq.dtype == dts[k] && m.lm_head.data != m.tok_embd.data);
+        /* deterministic: a second build is bit-identical; tensors differ from each other */
+        CHECK(!memcmp(L->w_up.data, m2.layers[1].w_up.data, L->w_up.row_bytes * (size_t)L->w_up.rows));
+        CHECK(memcmp(L->w_up.data, L->w_gate.data, L->w_up.row_bytes * (size_t)L->w_up.rows) != 0);
+        /* values within +-1/sqrt(cols) (quantized: +- one step), mean ~0, spread like uniform */
+        float row[128];
+        double s = 0, s2 = 0, mx = 0;
+        long cnt = 0;
+        for (int64_t r = 0; r < L->w_down.rows; r++) {
+            tensor_dequant_row(&L->w_down, r, row);
+            for (int j = 0; j < 128; j++) {
+                s += row[j];
+                s2 += (double)row[j] * row[j];
+                mx = fmax(mx, fabs(row[j]));
+                cnt++;
+            }
+        }
+        double scale = 1 / sqrt(128.0), mean = s / cnt, rms = sqrt(s2 / cnt);
+        CHECK_MSG(mx <= scale * 1.01 + 1e-6 && mx > scale * 0.8, "dtype %d max %g scale %g", k, mx, scale);
+        CHECK_MSG(fabs(mean) < 0.08 * scale, "dtype %d mean %g", k, mean);   /* q4_0 levels -8..7: -s/16 */
+        CHECK_MSG(rms > 0.45 * scale && rms < 0.7 * scale, "dtype %d rms %g", k, rms);   /* uniform: 0.577 */
+        CHECK(L->attn_norm[5] == 1.f && m.out_norm[63] == 1.f && L->bq == NULL);
+        model_free(&m);
+        model_free(&m2);
+    }
+    llmi_status st = {0};
+    llmi_model m;
+    CHECK(model_load_dummy(TESTDATA_DIR "/bench/tiny-qwen2.json", LLMI_BF16, &m, &st) == 0);
+    CHECK(m.layers[0].bq && m.layers[0].bk && m.lm_head.data == m.tok_embd.data);
+    model_free(&m);
+    /* 8B shapes with a block-size mismatch are refused before allocating anything */
+    llmi_status_clear(&st);
+    CHECK(model_load_dummy(TESTDATA_DIR "/bench/tiny-qwen2.json", LLMI_DTYPE_COUNT, &m, &st) == LLMI_E_USAGE);
+}
+
+TEST(bench_ppl_arithmetic) {
+    /* nll = logsumexp - logit, and the llama.cpp ± formula on known values */
+    const float lg[4] = {1, 2, 3, 4};
+    double lse = log(exp(1) + exp(2) + exp(3) + exp(4));
+    CHECK(near(ppl_nll(lg, 4, 2), lse - 3, 1e-6));
+    ppl_acc a = {0};
+    const double v[4] = {1, 2, 3, 4};
+    for (int i = 0; i < 4; i++) ppl_add(&a, v[i]);
+    CHECK(near(ppl_value(&a), exp(2.5), 1e-12));
+    /* var = mean(v^2) - mean^2 = 7.5 - 6.25 = 1.25;  stderr = sqrt(1.25/3) * ppl */
+    CHECK(near(ppl_stderr(&a), sqrt(1.25 / 3) * exp(2.5), 1e-12));
+    ppl_acc one = {0};
+    ppl_add(&one, 2);
+    CHECK(isnan(ppl_stderr(&one)));
+}
+
+/* ppl_run against re-running every scored prefix on its own: checks the window
+ * boundaries, the BOS substitution, which positions are scored and the targets. */
+TEST(bench_ppl_windows_bruteforce) {
+    llmi_status st = {0};
+    llmi_model m;
+    if (model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", LLMI_F32, &m, &st)) {
+        CHECK_MSG(false, "%s", st.msg);
+        return;
+    }
+    const int n_ctx = 16, bos = 1;
+    llmi_backend_opts bo = {.n_threads = 1, .kv_dtype = LLMI_KV_F32, .block_size = 8, .max_batch_tokens = n_ctx, .max_seqs = 1};
+    llmi_backend *b = NULL;
+    if (backend_cpu_create(&m, &bo, &b, &st) || b->kv_alloc(b, 2, &st)) {
+        CHECK_MSG(false, "%s", st.msg);
+        if (b) b->destroy(b);
+        model_free(&m);
+        return;
+    }
+    stats_rng r;
+    stats_rng_seed(&r, test_seed());
+    int32_t toks[53];
+    for (int i = 0; i < 53; i++) toks[i] = (int32_t)stats_rng_range(&r, 2, 511);
+    ppl_opts po = {.n_ctx = n_ctx, .n_chunks = -1, .n_batch = 8, .progress = NULL};
+    ppl_result res;
+    CHECK(ppl_run(b, toks, 53, bos, &po, &res, &st) == 0);
+    CHECK(res.chunks == 3 && res.scored == 3 * (16 - 8 - 1));
+
+    ppl_acc acc = {0};
+    float *logits = malloc(512 * sizeof(float));
+    int32_t win[16], pos[16], slot[16], seq[16] = {0}, table[2] = {0, 1};
+    for (int c = 0; c < 3; c++) {
+        for (int p = 0; p < n_ctx; p++) win[p] = p == 0 ? bos : toks[c * n_ctx + p];
+        for (int p = 8; p <= 14; p++) {
+            for (int k = 0; k <= p; k++) { pos[k] = k; slot[k] = k; }
+            int32_t qs[2] = {0, p + 1}, cl = p + 1, row = p;
+            llmi_batch bt = {.n_tokens = p + 1, .tokens = win, .positions = pos, .slot_mapping = slot,
+                             .seq_of_token = seq, .n_seqs = 1, .query_start = qs, .context_lens = &cl,
+                             .block_tables = table, .max_blocks_per_seq = 2, .n_logits = 1, .logit_rows = &row};
+            CHECK(b->forward(b, &bt, logits, &st) == 0);
+            ppl_add(&acc, ppl_nll(logits, 512, toks[c * n_ctx + p + 1]));
+        }
+    }
+    CHECK_MSG(near(ppl_value(&acc), res.ppl, 1e-4), "brute %g vs run %g", ppl_value(&acc), res.ppl);
+    CHECK(near(ppl_stderr(&acc), res.ppl_stderr, 1e-3));
+    CHECK(isfinite(res.ppl) && res.ppl > 1);
+    /* --chunks caps the windows; too few tokens is a usage error */
+    po.n_chunks = 2;
+    CHECK(ppl_run(b, toks, 53, bos, &po, &res, &st) == 0 && res.chunks == 2 && res.scored == 14);
+    CHECK(ppl_run(b, toks, 31, bos, &po, &res, &st) == LLMI_E_USAGE && strstr(st.msg, "at least 32"));
+    free(logits);
+    b->destroy(b);
+    model_free(&m);
+}
