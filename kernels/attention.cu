@@ -195,7 +195,7 @@ template <> struct tc_conv<__half> {
 
 struct pf_layout {
     int ldq, ldk, lds, ldp, ldo;                  /* leading dims in elements */
-    size_t q_off, k_off, v_off, s_off, p_off, o_off, m_off, l_off, bytes;
+    size_t q_off, k_off, v_off, s_off, p_off, o_off, m_off, l_off, mp_off, bytes;
 };
 
 static __host__ __device__ size_t pf_align(size_t x) { return (x + 127) & ~(size_t)127; }
@@ -212,6 +212,7 @@ template <typename T> static __host__ __device__ pf_layout pf_make_layout(int hd
     L.o_off = o; o = pf_align(o + (size_t)PF_BQ * L.ldo * sizeof(float));
     L.m_off = o; o = pf_align(o + PF_BQ * sizeof(float));
     L.l_off = o; o = pf_align(o + PF_BQ * sizeof(float));
+    L.mp_off = o; o = pf_align(o + sizeof(int));
     L.bytes = o;
     return L;
 }
@@ -226,7 +227,7 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
     float *Ss = (float *)(smraw + L.s_off), *Os = (float *)(smraw + L.o_off);
     T *Ps = (T *)(smraw + L.p_off);
     float *mrow = (float *)(smraw + L.m_off), *lrow = (float *)(smraw + L.l_off);
-    __shared__ int max_pos_sh;
+    int *max_pos_sh = (int *)(smraw + L.mp_off);
 
     const int t0 = tiles[2 * blockIdx.x], nq = tiles[2 * blockIdx.x + 1];
     const int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
@@ -244,10 +245,10 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
         int mp = -1;
         for (int r = lane; r < nq; r += 32) mp = max(mp, a.positions[t0 + r]);
         for (int o = 16; o > 0; o >>= 1) mp = max(mp, __shfl_xor_sync(0xffffffffu, mp, o));
-        if (lane == 0) max_pos_sh = mp;
+        if (lane == 0) *max_pos_sh = mp;
     }
     __syncthreads();
-    const int max_pos = max_pos_sh;
+    const int max_pos = *max_pos_sh;
     const int r0 = warp * 16;   /* this warp's first query row */
 
     for (int kv0 = 0; kv0 <= max_pos; kv0 += PF_BK) {

@@ -78,7 +78,7 @@ __device__ uint64_t bisect(const float *x, int n, uint64_t lo, int mode, float m
 }
 
 /* grid (n_rows), block SAMPLE_THREADS. */
-__global__ void llmi_sample_kernel(const float *logits, int n_vocab, const llmi_cuda_sample_params *params,
+__global__ void __launch_bounds__(SAMPLE_THREADS) llmi_sample_kernel(const float *logits, int n_vocab, const llmi_cuda_sample_params *params,
                                    const int32_t *hist, float *scratch, int32_t *out) {
     __shared__ double red[32];
     __shared__ uint64_t redu[32];
@@ -137,7 +137,7 @@ __global__ void llmi_sample_kernel(const float *logits, int n_vocab, const llmi_
 }
 
 /* grid (n_rows), block 1024: argmax, lowest id on ties (the largest rank key). */
-__global__ void llmi_argmax_kernel(const float *logits, int n_vocab, int32_t *out) {
+__global__ void __launch_bounds__(1024) llmi_argmax_kernel(const float *logits, int n_vocab, int32_t *out) {
     __shared__ uint64_t redu[32];
     const float *lg = logits + (int64_t)blockIdx.x * n_vocab;
     uint64_t best = 0;

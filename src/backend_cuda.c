@@ -552,6 +552,8 @@ static int cuda_forward(llmi_backend *b, const llmi_batch *bt, float *logits, ll
     const size_t e = wdt_bytes(im->wdt), esz = kv_elem_bytes(b->opts.kv_dtype);
     const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * (size_t)kvd * esz;   /* one of K or V */
     CU_CHECK(st, cudaSetDevice(im->device));
+    /* a forward that failed midway may have left copies from meta_h in flight */
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
 
     int n_dec = 0, n_tiles = 0, max_pos = 0;
     llmi_cuda_attn_plan(bt, hd, im->plan_dec, &n_dec, im->plan_tiles, &n_tiles, &max_pos);

@@ -500,6 +500,160 @@ TEST(cuda_sample) {
     free(lg); free(work); free(hist); free(scratch);
 }
 
+/* ---- the whole backend: CUDA forward vs CPU forward on a tiny random model ---- */
+
+/* A (rows, cols) BF16 weight (lossless on the GPU, which converts to bf16). */
+static llmi_tensor bf16_weight(trng *r, int rows, int cols) {
+    llmi_tensor w = {.dtype = LLMI_BF16, .rows = rows, .cols = cols, .row_bytes = (size_t)cols * 2};
+    uint16_t *d = malloc((size_t)rows * cols * 2);
+    float a = 1.7f / sqrtf((float)cols);
+    for (int i = 0; i < rows * cols; i++) d[i] = f32_to_bf16(a * trng_unif(r));
+    w.data = d;
+    w.owned = d;
+    return w;
+}
+static float *fvec(trng *r, int n, float base, float amp) {
+    float *v = malloc(sizeof(float) * n);
+    for (int i = 0; i < n; i++) v[i] = base + amp * trng_unif(r);
+    return v;
+}
+
+static void cuda_tiny_model(llmi_model *m, trng *r, bool bias) {
+    memset(m, 0, sizeof *m);
+    llmi_config *c = &m->cfg;
+    c->n_vocab = 301; c->dim = 256; c->n_layers = 2; c->n_heads = 4; c->n_kv_heads = 2; c->head_dim = 64;
+    c->ffn_dim = 384; c->max_ctx = 512; c->norm_eps = 1e-5f; c->rope_theta = 10000.0f; c->rope_dim = 64;
+    c->qkv_bias = bias;
+    m->tok_embd = bf16_weight(r, c->n_vocab, c->dim);
+    m->lm_head = bf16_weight(r, c->n_vocab, c->dim);
+    m->out_norm = fvec(r, c->dim, 1.0f, 0.2f);
+    m->layers = calloc((size_t)c->n_layers, sizeof(llmi_layer));
+    int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        llmi_layer *L = &m->layers[l];
+        L->attn_norm = fvec(r, c->dim, 1.0f, 0.2f);
+        L->ffn_norm = fvec(r, c->dim, 1.0f, 0.2f);
+        L->wq = bf16_weight(r, qd, c->dim); L->wk = bf16_weight(r, kvd, c->dim); L->wv = bf16_weight(r, kvd, c->dim);
+        L->wo = bf16_weight(r, c->dim, qd);
+        L->w_gate = bf16_weight(r, c->ffn_dim, c->dim); L->w_up = bf16_weight(r, c->ffn_dim, c->dim);
+        L->w_down = bf16_weight(r, c->dim, c->ffn_dim);
+        if (bias) { L->bq = fvec(r, qd, 0, 0.5f); L->bk = fvec(r, kvd, 0, 0.5f); L->bv = fvec(r, kvd, 0, 0.5f); }
+    }
+}
+
+static void cuda_tiny_free(llmi_model *m) {
+    free(m->tok_embd.owned); free(m->lm_head.owned); free(m->out_norm);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        llmi_layer *L = &m->layers[l];
+        free(L->attn_norm); free(L->ffn_norm); free(L->bq); free(L->bk); free(L->bv);
+        free(L->wq.owned); free(L->wk.owned); free(L->wv.owned); free(L->wo.owned);
+        free(L->w_gate.owned); free(L->w_up.owned); free(L->w_down.owned);
+    }
+    free(m->layers);
+}
+
+#define FB_BS 16
+#define FB_MAXB 8
+/* Two steps: (1) prefills of 40 and 5 tokens; (2) a decode token for each plus a
+ * 20-token prefill of a third sequence, in one batch.  Logits for every token. */
+static int forward_steps(llmi_backend *b, const int32_t *toks, float *logits, llmi_status *st) {
+    int32_t tables[3 * FB_MAXB];
+    for (int i = 0; i < 3 * FB_MAXB; i++) tables[i] = (i * 7 + 3) % (3 * FB_MAXB);   /* a fixed shuffle */
+    const int start[2][3] = {{0, 0, 0}, {40, 5, 0}}, len[2][3] = {{40, 5, 0}, {1, 1, 20}}, nseq[2] = {2, 3};
+    float *out = logits;
+    for (int step = 0; step < 2; step++) {
+        int32_t tokens[64], pos[64], slot[64], sot[64], qs[4], ctx[3], rows[64];
+        int n = 0;
+        qs[0] = 0;
+        for (int s = 0; s < nseq[step]; s++) {
+            for (int i = 0; i < len[step][s]; i++, n++) {
+                pos[n] = start[step][s] + i;
+                tokens[n] = toks[s * 64 + pos[n]];
+                slot[n] = tables[s * FB_MAXB + pos[n] / FB_BS] * FB_BS + pos[n] % FB_BS;
+                sot[n] = s;
+                rows[n] = n;
+            }
+            qs[s + 1] = n;
+            ctx[s] = start[step][s] + len[step][s];
+        }
+        llmi_batch bt = {n, tokens, pos, slot, sot, nseq[step], qs, ctx, tables, FB_MAXB, n, rows};
+        if (b->forward(b, &bt, out, st)) return st->code;
+        out += (size_t)n * b->model->cfg.n_vocab;
+    }
+    return 0;
+}
+
+TEST(cuda_backend_forward) {
+    if (!cuda_ready()) return;
+    trng r = trng_make("cuda_backend_forward");
+    for (int variant = 0; variant < 2; variant++) {
+        llmi_model m;
+        cuda_tiny_model(&m, &r, variant == 1);
+        int32_t toks[3 * 64];
+        for (int i = 0; i < 3 * 64; i++) toks[i] = trng_int(&r, m.cfg.n_vocab);
+        llmi_backend_opts o = {.n_threads = 0, .gpu_index = 0, .gpu_mem_util = 0.5f,
+                               .kv_dtype = variant ? LLMI_KV_BF16 : LLMI_KV_F32, .block_size = FB_BS,
+                               .max_batch_tokens = 64, .max_seqs = 4};
+        llmi_backend *cpu = NULL, *gpu = NULL;
+        llmi_status st = {0};
+        CHECK_MSG(backend_cpu_create(&m, &o, &cpu, &st) == 0, "%s", st.msg);
+        CHECK_MSG(backend_cuda_create(&m, &o, &gpu, &st) == 0, "%s", st.msg);
+        if (!cpu || !gpu) {
+            if (cpu) cpu->destroy(cpu);
+            if (gpu) gpu->destroy(gpu);
+            cuda_tiny_free(&m);
+            return;
+        }
+        CHECK(strcmp(gpu->name, "cuda") == 0);
+        CHECK(gpu->kv_budget_bytes(gpu) > 0);
+        CHECK_MSG(cpu->kv_alloc(cpu, 3 * FB_MAXB, &st) == 0, "%s", st.msg);
+        CHECK_MSG(gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0, "%s", st.msg);
+        const int n_rows = 45 + 22, nv = m.cfg.n_vocab;
+        float *ref = malloc(sizeof(float) * n_rows * nv), *got = malloc(sizeof(float) * n_rows * nv);
+        CHECK_MSG(forward_steps(cpu, toks, ref, &st) == 0, "cpu: %s", st.msg);
+        gpu->profiling = true;
+        CHECK_MSG(forward_steps(gpu, toks, got, &st) == 0, "cuda: %s", st.msg);
+        double e = test_nmse(got, ref, (long)n_rows * nv);
+        int agree = 0;
+        for (int i = 0; i < n_rows; i++) {
+            int a = 0, b2 = 0;
+            for (int j = 1; j < nv; j++) {
+                if (got[(size_t)i * nv + j] > got[(size_t)i * nv + a]) a = j;
+                if (ref[(size_t)i * nv + j] > ref[(size_t)i * nv + b2]) b2 = j;
+            }
+            agree += a == b2;
+        }
+        printf("  forward %s: logits nmse %.3g, argmax agrees on %d of %d rows\n", variant ? "bias, kv bf16" : "kv f32",
+               e, agree, n_rows);
+        CHECK_MSG(e <= 1e-3, "logits nmse %g", e);   /* bf16 activations into the GEMMs */
+        CHECK(agree >= n_rows * 9 / 10);
+        long calls = 0;
+        for (int c = 0; c < LLMI_OP_COUNT; c++) calls += gpu->stats.calls[c];
+        CHECK(calls > 0 && gpu->stats.seconds[LLMI_OP_ATTN] > 0);
+        size_t w = 0, kv = 0, act = 0;
+        gpu->memory(gpu, &w, &kv, &act);
+        CHECK(w > 0 && kv == gpu->kv_block_bytes(gpu) * 3 * FB_MAXB && act > 0);
+
+        /* bad batches fail the request with a message, not the process */
+        int32_t tok = nv + 5, pos0 = 0, slot0 = 0, sot0 = 0, qs[2] = {0, 1}, ctx1 = 1, tab[FB_MAXB] = {0}, row0 = 0;
+        llmi_batch bad = {1, &tok, &pos0, &slot0, &sot0, 1, qs, &ctx1, tab, FB_MAXB, 1, &row0};
+        llmi_status st2 = {0};
+        CHECK(gpu->forward(gpu, &bad, got, &st2) != 0 && strstr(st2.msg, "vocab"));
+        free(ref); free(got);
+        cpu->destroy(cpu);
+        gpu->destroy(gpu);
+
+        /* --gpu out of range */
+        llmi_backend_opts o2 = o;
+        o2.gpu_index = 99;
+        llmi_status st3 = {0};
+        llmi_backend *none = NULL;
+        CHECK(backend_cuda_create(&m, &o2, &none, &st3) == LLMI_E_USAGE && none == NULL);
+        CHECK_MSG(strstr(st3.msg, "--gpu 99") != NULL, "%s", st3.msg);
+        cuda_tiny_free(&m);
+    }
+}
+
 #else /* built without CUDA */
 
 #define CUDA_SKIP(name) \
@@ -513,5 +667,17 @@ CUDA_SKIP(cuda_gemm)
 CUDA_SKIP(cuda_dequant)
 CUDA_SKIP(cuda_argmax)
 CUDA_SKIP(cuda_sample)
+CUDA_SKIP(cuda_backend_forward)
+
+TEST(cuda_backend_unavailable) {
+    llmi_model m;
+    memset(&m, 0, sizeof m);
+    llmi_backend_opts o = {0};
+    llmi_backend dummy, *b = &dummy;
+    llmi_status st = {0};
+    CHECK(!backend_cuda_compiled());
+    CHECK(backend_cuda_create(&m, &o, &b, &st) == LLMI_E_USAGE && b == NULL);
+    CHECK_MSG(strstr(st.msg, "built without CUDA") != NULL, "%s", st.msg);
+}
 
 #endif
