@@ -2,6 +2,7 @@
  * hyper-parameters, bind every weight (checking its dtype and shape against the config),
  * undo the GGUF Q/K row permutation, and build the tokenizer last.  Everything read from
  * a file is untrusted (FORMATS.md); errors name the file and what is wrong. */
+#include "quant.h"
 #include "model.h"
 
 #include <cjson/cJSON.h>
@@ -163,6 +164,8 @@ struct weight_src {
     const void *ctx;
     /* 1 found (out filled), 0 absent, < 0 error (st filled) */
     int (*find)(const weight_src *w, const char *name, src_tensor *out, llmi_status *st);
+    const quant_config *qc;    /* GPTQ/AWQ checkpoint: linears are read by quant_load_linear */
+    quant_find_fn find_st;     /* its raw tensor lookup (HF only) */
 };
 
 static void weight_name(const weight_src *w, weight_role r, int layer, char *buf, size_t cap) {
@@ -193,6 +196,16 @@ static int bind_matrix(const weight_src *w, weight_role r, int layer, int64_t ro
                        size_t *bytes, llmi_status *st) {
     src_tensor t;
     char name[128];
+    if (w->qc && r >= W_Q && r <= W_DOWN && r != W_BQ && r != W_BK && r != W_BV && r != W_BO) {
+        weight_name(w, r, layer, name, sizeof name);
+        char *dot = strrchr(name, '.'); /* "....q_proj.weight" -> "....q_proj" */
+        if (dot) *dot = '\0';
+        llmi_status qst = {0};
+        if (quant_load_linear(w->qc, w->find_st, (void *)w->ctx, name, rows, cols, out, &qst))
+            return llmi_fail(st, qst.code, "%s: %s", w->what, qst.msg);
+        *bytes += (size_t)rows * cols / 2 + (size_t)out->n_groups * rows * 3;
+        return 0;
+    }
     int rc = find_role(w, r, layer, &t, name, sizeof name, st);
     if (rc < 0) return LLMI_E_RUNTIME;
     if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing tensor %s", w->what, name);
@@ -733,7 +746,7 @@ int model_load_gguf(const char *path, const llmi_load_opts *opts, llmi_model *m,
     gguf_file g;
     if (gguf_open(path, &g, st)) return LLMI_E_RUNTIME;
     bool has_output = false;
-    weight_src w = {gguf_names, path, &g, gguf_find_src};
+    weight_src w = {gguf_names, path, &g, gguf_find_src, NULL, NULL};
     if (gguf_config(&g, &m->cfg, &has_output, st) ||
         load_weights(&w, m, m->cfg.arch == LLMI_ARCH_LLAMA, st))
         goto fail;
@@ -838,21 +851,6 @@ static int json_req_int(const cJSON *o, const char *key, int *out, const char *f
     return rc < 0 ? LLMI_E_RUNTIME : 0;
 }
 
-/* The hook for GPTQ/AWQ checkpoints: the quantization engineer replaces this with a
- * loader of qweight/qzeros/scales; until then such checkpoints are refused by name. */
-static int hf_load_quantized(const char *file, const cJSON *qcfg, llmi_status *st) {
-    const cJSON *qm = cJSON_GetObjectItemCaseSensitive(qcfg, "quant_method");
-    char method[40] = "unknown";
-    if (cJSON_IsString(qm)) {
-        size_t n = 0;
-        for (const char *p = qm->valuestring; *p && n < sizeof method - 1; p++)
-            method[n++] = ((unsigned char)*p >= 0x20 && *p != 0x7f) ? *p : '?';
-        method[n] = '\0';
-    }
-    return llmi_fail(st, LLMI_E_RUNTIME, "%s: quantized checkpoints (quant_method %s) are not supported yet", file,
-                     method);
-}
-
 static int hf_rope_scaling(const cJSON *rs, llmi_config *c, const char *file, llmi_status *st) {
     if (!rs) return 0;
     if (!cJSON_IsObject(rs)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling must be an object or null", file);
@@ -885,7 +883,7 @@ static int hf_rope_scaling(const cJSON *rs, llmi_config *c, const char *file, ll
 }
 
 /* Parses a Hugging Face config.json into c (validated). */
-static int hf_config(const char *file, llmi_config *c, llmi_status *st) {
+static int hf_config(const char *file, llmi_config *c, quant_config *qc, bool *quantized, llmi_status *st) {
     char *buf;
     size_t len;
     if (read_small_file(file, HF_MAX_JSON, &buf, &len, st)) return LLMI_E_RUNTIME;
@@ -917,7 +915,8 @@ static int hf_config(const char *file, llmi_config *c, llmi_status *st) {
         goto done;
     }
     const cJSON *q = json_item(j, "quantization_config");
-    if (q) { hf_load_quantized(file, q, st); goto done; }
+    *quantized = q != NULL;
+    if (q && quant_config_parse(q, qc, file, st)) goto done;
     if (json_req_int(j, "hidden_size", &c->dim, file, st) || json_req_int(j, "num_hidden_layers", &c->n_layers, file, st) ||
         json_req_int(j, "num_attention_heads", &c->n_heads, file, st) ||
         json_req_int(j, "intermediate_size", &c->ffn_dim, file, st) ||
@@ -1036,6 +1035,18 @@ static int hf_find_src(const weight_src *w, const char *name, src_tensor *out, l
     return 1;
 }
 
+/* The raw safetensors entry of a tensor (quant_load_linear checks its dtype and shape). */
+static const safetensors_tensor *hf_find_st(void *ctx, const char *name) {
+    const hf_ctx *h = ctx;
+    const safetensors_file *f = &h->shards[0];
+    if (h->entries) {
+        const hf_index_entry *e = hf_lookup(h, name);
+        if (!e) return NULL;
+        f = &h->shards[e->shard];
+    }
+    return safetensors_find(f, name);
+}
+
 /* A shard name from the index must be a plain file name in the model directory. */
 static bool shard_name_ok(const char *s) {
     size_t n = strlen(s);
@@ -1124,12 +1135,14 @@ int model_load_hf(const char *dir, const llmi_load_opts *opts, llmi_model *m, ll
     memset(m, 0, sizeof *m);
     char file[2048];
     snprintf(file, sizeof file, "%s/config.json", dir);
-    if (hf_config(file, &m->cfg, st)) return LLMI_E_RUNTIME;
+    quant_config qc;
+    bool quantized = false;
+    if (hf_config(file, &m->cfg, &qc, &quantized, st)) return LLMI_E_RUNTIME;
     set_name(m->cfg.name, sizeof m->cfg.name, dir);
     hf_ctx *h = calloc(1, sizeof *h);
     if (!h) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", dir);
     h->dir = dir;
-    weight_src w = {hf_names, dir, h, hf_find_src};
+    weight_src w = {hf_names, dir, h, hf_find_src, quantized ? &qc : NULL, hf_find_st};
     if (hf_open_shards(dir, h, st)) goto fail;
     if (!m->cfg.tie_embeddings) {
         /* an untied config without lm_head would leave the output layer undefined */
