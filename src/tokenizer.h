@@ -71,8 +71,10 @@ typedef struct tok_stream {
     int n_pending;
 } tok_stream;
 void tok_stream_init(tok_stream *s, const tokenizer *t, bool skip_special);
-/* Writes the bytes this token completes into buf (cap >= 256 is always enough); returns count. */
+/* Writes the bytes this token completes into buf; returns count.  cap >= tok_stream_cap(t) is
+ * always enough (<= 256 for SmolLM2, Llama, Qwen2 vocabularies; a few have longer tokens). */
 int tok_stream_push(tok_stream *s, int32_t id, char *buf, size_t cap);
+size_t tok_stream_cap(const tokenizer *t);
 int tok_stream_flush(tok_stream *s, char *buf, size_t cap);
 
 /* Chat formatting (--chat/--system): recognises ChatML, Llama-3, Llama-2 and Mistral from

@@ -1,0 +1,662 @@
+/* test_tokenizer.c — the tokenizer against Hugging Face `tokenizers` reference encodings
+ * (testdata/tokenizer/, made by scripts/make-tokenizer-refs.py), llama.cpp's own vocab test
+ * vectors, jinja2 chat-template renderings, and fresh random round trips each run. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+#include <utf8proc.h>
+#include <zstd.h>
+#include "gguf.h"
+#include "test.h"
+#include "tokenizer.h"
+
+#ifndef TESTDATA_DIR
+#define TESTDATA_DIR "testdata"
+#endif
+#define LLAMACPP_MODELS "/work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp/models"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
+
+static const char *testdata(void) {
+    const char *e = getenv("TESTDATA");
+    return e ? e : TESTDATA_DIR;
+}
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)sz + 1);
+    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) { free(b); b = NULL; }
+    fclose(f);
+    if (b) { b[sz] = 0; *n = (size_t)sz; }
+    return b;
+}
+
+/* Whole .zst file decompressed, NUL-terminated. */
+static char *slurp_zst(const char *path, size_t *n) {
+    size_t cn;
+    char *c = slurp(path, &cn);
+    if (!c) return NULL;
+    ZSTD_DStream *ds = ZSTD_createDStream();
+    size_t cap = cn * 8 + 1024, len = 0;
+    char *out = malloc(cap);
+    ZSTD_inBuffer in = {c, cn, 0};
+    while (out && in.pos < in.size) {
+        if (cap - len < ZSTD_DStreamOutSize()) {
+            char *q = realloc(out, cap * 2);
+            if (!q) { free(out); out = NULL; break; }
+            out = q;
+            cap *= 2;
+        }
+        ZSTD_outBuffer ob = {out + len, cap - len - 1, 0};
+        size_t r = ZSTD_decompressStream(ds, &ob, &in);
+        len += ob.pos;
+        if (ZSTD_isError(r)) { free(out); out = NULL; break; }
+        if (r == 0 && in.pos == in.size) break;
+    }
+    ZSTD_freeDStream(ds);
+    free(c);
+    if (!out) return NULL;
+    out[len] = 0;
+    *n = len;
+    return out;
+}
+
+/* tokenizer.json.zst -> a temporary HF directory -> tok_load_hf */
+static tokenizer *load_hf_zst(const char *dir, llmi_status *st) {
+    char p[1024], tmp[] = "/tmp/llmi-tok-XXXXXX", jp[1100];
+    snprintf(p, sizeof p, "%s/tokenizer.json.zst", dir);
+    size_t n;
+    char *js = slurp_zst(p, &n);
+    if (!js || !mkdtemp(tmp)) { free(js); return NULL; }
+    snprintf(jp, sizeof jp, "%s/tokenizer.json", tmp);
+    FILE *f = fopen(jp, "wb");
+    if (f) { fwrite(js, 1, n, f); fclose(f); }
+    free(js);
+    tokenizer *t = NULL;
+    tok_load_hf(tmp, &t, st);
+    unlink(jp);
+    rmdir(tmp);
+    return t;
+}
+
+/* tok_spec from a GGUF file's tokenizer.* keys, with src/gguf.h. */
+static tokenizer *load_gguf(const char *path, llmi_status *st) {
+    gguf_file g;
+    if (gguf_open(path, &g, st)) return NULL;
+    tok_spec s = {0};
+    gguf_str model = {0}, pre = {0}, tpl = {0};
+    const char **toks = NULL, **merges = NULL;
+    uint32_t *tl = NULL, *ml = NULL;
+    float *scores = NULL;
+    int32_t *types = NULL;
+    uint64_t n = 0, nm = 0, n2 = 0;
+    tokenizer *t = NULL;
+    char *tplz = NULL;
+    gguf_get_str(&g, "tokenizer.ggml.model", &model, st);
+    gguf_get_str(&g, "tokenizer.ggml.pre", &pre, st);
+    if (gguf_get_str_array(&g, "tokenizer.ggml.tokens", 1 << 22, &toks, &tl, &n, st) != 1) goto done;
+    gguf_get_str_array(&g, "tokenizer.ggml.merges", 1 << 23, &merges, &ml, &nm, st);
+    gguf_get_f32_array(&g, "tokenizer.ggml.scores", 1 << 22, &scores, &n2, st);
+    gguf_get_i32_array(&g, "tokenizer.ggml.token_type", 1 << 22, &types, &n2, st);
+    s.model = gguf_str_eq(model, "llama") ? TOK_MODEL_SPM_BPE : TOK_MODEL_BYTELEVEL_BPE;
+    s.pre = gguf_str_eq(pre, "smollm") ? TOK_PRE_SMOLLM
+          : gguf_str_eq(pre, "llama-bpe") ? TOK_PRE_LLAMA3
+          : gguf_str_eq(pre, "qwen2") ? TOK_PRE_QWEN2
+          : gguf_str_eq(pre, "gpt-2") ? TOK_PRE_GPT2 : TOK_PRE_NONE;
+    s.n_tokens = (int)n;
+    s.tokens = toks;
+    s.token_lens = tl;
+    s.scores = scores;
+    s.token_types = types;
+    s.n_merges = (int)nm;
+    s.merges = merges;
+    s.merge_lens = ml;
+    int64_t v;
+    s.bos_id = gguf_get_int(&g, "tokenizer.ggml.bos_token_id", 0, (int64_t)n - 1, &v, st) == 1 ? (int)v : -1;
+    s.eos_id = gguf_get_int(&g, "tokenizer.ggml.eos_token_id", 0, (int64_t)n - 1, &v, st) == 1 ? (int)v : -1;
+    s.unk_id = gguf_get_int(&g, "tokenizer.ggml.unknown_token_id", 0, (int64_t)n - 1, &v, st) == 1 ? (int)v : -1;
+    s.pad_id = gguf_get_int(&g, "tokenizer.ggml.padding_token_id", 0, (int64_t)n - 1, &v, st) == 1 ? (int)v : -1;
+    s.add_bos = s.model == TOK_MODEL_SPM_BPE;   /* llama.cpp's default for SentencePiece */
+    gguf_get_bool(&g, "tokenizer.ggml.add_bos_token", &s.add_bos, st);
+    gguf_get_bool(&g, "tokenizer.ggml.add_eos_token", &s.add_eos, st);
+    if (gguf_get_str(&g, "tokenizer.chat_template", &tpl, st) == 1) {
+        tplz = strndup(tpl.p, tpl.len);
+        s.chat_template = tplz;
+    }
+    tok_create(&s, &t, st);
+done:
+    free(toks); free(tl); free(merges); free(ml); free(scores); free(types); free(tplz);
+    gguf_close(&g);
+    return t;
+}
+
+static void print_ids(const char *what, const int32_t *ids, int n) {
+    fprintf(stderr, "    %s (%d):", what, n);
+    for (int i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", ids[i]);
+    fprintf(stderr, n > 40 ? " ...\n" : "\n");
+}
+
+static int json_ids(const cJSON *a, int32_t **out) {
+    int n = cJSON_GetArraySize(a);
+    *out = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    int i = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, a)(*out)[i++] = (int32_t)x->valueint;
+    return n;
+}
+
+/* Concatenated tok_stream pushes + flush for ids. */
+static char *stream_decode(const tokenizer *t, const int32_t *ids, int n, bool skip, size_t *len) {
+    tok_stream s;
+    tok_stream_init(&s, t, skip);
+    size_t cap = tok_stream_cap(t), total = 0, bufcap = (size_t)n * cap + cap + 1;
+    char *out = malloc(bufcap);
+    for (int i = 0; i < n; i++) total += (size_t)tok_stream_push(&s, ids[i], out + total, cap);
+    total += (size_t)tok_stream_flush(&s, out + total, cap);
+    out[total] = 0;
+    *len = total;
+    return out;
+}
+
+typedef struct { int records, id_fail, np_fail, dec_fail, stream_fail, rt_checked; } ref_stats;
+
+/* One JSONL reference file against a tokenizer. */
+static void check_refs(test_ctx *t_, const tokenizer *tk, const char *refs_path, const char *label) {
+    size_t n;
+    char *txt = slurp_zst(refs_path, &n);
+    CHECK_MSG(txt != NULL, "cannot read %s", refs_path);
+    if (!txt) return;
+    ref_stats rs = {0};
+    int shown = 0;
+    for (char *line = txt, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        cJSON *r = cJSON_Parse(line);
+        if (!r) continue;
+        rs.records++;
+        const cJSON *jt = cJSON_GetObjectItem(r, "t");
+        const char *text = jt->valuestring;
+        size_t tlen = strlen(text);
+        bool add = cJSON_IsTrue(cJSON_GetObjectItem(r, "a"));
+        int32_t *want, *wnp = NULL, *got = NULL, *gnp = NULL;
+        int nw = json_ids(cJSON_GetObjectItem(r, "ids"), &want), nwnp = 0, ng = 0, ngnp = 0;
+        const cJSON *jnp = cJSON_GetObjectItem(r, "np");
+        if (jnp) nwnp = json_ids(jnp, &wnp);
+        else { wnp = want; nwnp = nw; }
+        llmi_status st = {0};
+        tok_encode(tk, text, tlen, add, true, &got, &ng, &st);
+        tok_encode(tk, text, tlen, add, false, &gnp, &ngnp, &st);
+        bool ok = ng == nw && memcmp(got, want, sizeof(int32_t) * (size_t)nw) == 0;
+        bool oknp = ngnp == nwnp && memcmp(gnp, wnp, sizeof(int32_t) * (size_t)nwnp) == 0;
+        if (!ok) rs.id_fail++;
+        if (!oknp) rs.np_fail++;
+        if ((!ok || !oknp) && shown < 4) {
+            shown++;
+            fprintf(stderr, "  %s: ids differ for %.200s%s (len %zu, add_special %d)\n", label, text,
+                    tlen > 200 ? "..." : "", tlen, add);
+            if (!ok) { print_ids("hf  ", want, nw); print_ids("llmi", got, ng); }
+            if (!oknp) { print_ids("hf   no-parse", wnp, nwnp); print_ids("llmi no-parse", gnp, ngnp); }
+        }
+        /* decode of the reference ids: HF's decode, and the stream must agree with it */
+        const cJSON *jd = cJSON_GetObjectItem(r, "d"), *jds = cJSON_GetObjectItem(r, "ds");
+        const char *wd = jd ? jd->valuestring : text, *wds = jds ? jds->valuestring : wd;
+        for (int skip = 0; skip < 2; skip++) {
+            const char *w = skip ? wds : wd;
+            char *d = NULL;
+            size_t dl = 0, sl = 0;
+            tok_decode(tk, want, nw, skip, &d, &dl, &st);
+            if (!jd) rs.rt_checked += !skip;
+            if (!d || dl != strlen(w) || memcmp(d, w, dl) != 0) {
+                if (rs.dec_fail++ < 3)
+                    fprintf(stderr, "  %s: decode(skip=%d) differs for %.120s\n    hf  : %.120s\n    llmi: %.120s\n", label,
+                            skip, text, w, d ? d : "(null)");
+            }
+            char *sd = stream_decode(tk, want, nw, skip, &sl);
+            if (!d || sl != dl || memcmp(sd, d, dl) != 0) rs.stream_fail++;
+            free(sd);
+            free(d);
+        }
+        free(got); free(gnp); free(want);
+        if (jnp) free(wnp);
+        cJSON_Delete(r);
+    }
+    free(txt);
+    fprintf(stderr, "  %s: %d strings, %d id mismatches, %d no-parse mismatches, %d decode mismatches, %d stream "
+            "mismatches\n", label, rs.records, rs.id_fail, rs.np_fail, rs.dec_fail, rs.stream_fail);
+    CHECK(rs.records >= 2000);
+    CHECK(rs.id_fail == 0);
+    CHECK(rs.np_fail == 0);
+    CHECK(rs.dec_fail == 0);
+    CHECK(rs.stream_fail == 0);
+}
+
+static char *path_in(char *buf, size_t cap, const char *sub) {
+    snprintf(buf, cap, "%s/tokenizer/%s", testdata(), sub);
+    return buf;
+}
+
+TEST(tok_ref_smollm2_hf) {
+    char d[1024], r[1024];
+    llmi_status st = {0};
+    tokenizer *tk = NULL;
+    CHECK_MSG(tok_load_hf(path_in(d, sizeof d, "smollm2"), &tk, &st) == 0, "%s", st.msg);
+    if (!tk) return;
+    CHECK(tok_n_vocab(tk) == 49152);
+    CHECK(tok_bos(tk) == 1 && tok_eos(tk) == 2 && !tok_add_bos(tk));
+    CHECK(tok_is_eog(tk, 2) && tok_is_special(tk, 1) && !tok_is_special(tk, 100));
+    CHECK(strcmp(tok_chat_template_name(tk), "chatml") == 0);
+    check_refs(t_, tk, path_in(r, sizeof r, "smollm2/refs.jsonl.zst"), "smollm2 tokenizer.json");
+    tok_free(tk);
+}
+
+/* The real model file: the GGUF path (tok_create) must give the same ids as HF. */
+TEST(tok_ref_smollm2_gguf) {
+    const char *m = getenv("MODEL");
+    if (!m) m = "/root/.cache/llmi/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (access(m, R_OK) != 0) { fprintf(stderr, "  skipped: %s not present\n", m); return; }
+    llmi_status st = {0};
+    tokenizer *tk = load_gguf(m, &st);
+    CHECK_MSG(tk != NULL, "%s", st.msg);
+    if (!tk) return;
+    char r[1024];
+    check_refs(t_, tk, path_in(r, sizeof r, "smollm2/refs.jsonl.zst"), "smollm2 gguf");
+    tok_free(tk);
+}
+
+TEST(tok_ref_llama_spm_hf) {
+    char d[1024], r[1024];
+    llmi_status st = {0};
+    tokenizer *tk = NULL;
+    CHECK_MSG(tok_load_hf(path_in(d, sizeof d, "llama-spm"), &tk, &st) == 0, "%s", st.msg);
+    if (!tk) return;
+    CHECK(tok_bos(tk) == 1 && tok_add_bos(tk) && tok_eos(tk) == 2);
+    CHECK(strcmp(tok_chat_template_name(tk), "llama2") == 0);
+    check_refs(t_, tk, path_in(r, sizeof r, "llama-spm/refs.jsonl.zst"), "llama-spm tokenizer.json");
+    tok_free(tk);
+}
+
+/* llama.cpp's SentencePiece behaviour = HF's legacy Llama-2 form (prepend "▁" to every segment). */
+TEST(tok_ref_llama_spm_gguf) {
+    char g[1024], r[1024];
+    llmi_status st = {0};
+    tokenizer *tk = load_gguf(path_in(g, sizeof g, "llama-spm/ggml-vocab-llama-spm.gguf"), &st);
+    CHECK_MSG(tk != NULL, "%s", st.msg);
+    if (!tk) return;
+    check_refs(t_, tk, path_in(r, sizeof r, "llama-spm/refs-legacy.jsonl.zst"), "llama-spm gguf (legacy)");
+    tok_free(tk);
+}
+
+static void trimmed(test_ctx *t_, const char *name, tok_pre_kind want_pre) {
+    char d[1024], r[1024];
+    llmi_status st = {0};
+    tokenizer *tk = load_hf_zst(path_in(d, sizeof d, name), &st);
+    CHECK_MSG(tk != NULL, "%s: %s", name, st.msg);
+    if (!tk) return;
+    (void)want_pre;
+    snprintf(r, sizeof r, "%s/tokenizer/%s/refs.jsonl.zst", testdata(), name);
+    check_refs(t_, tk, r, name);
+    tok_free(tk);
+}
+
+TEST(tok_ref_llama3_trim) { trimmed(t_, "llama3-trim", TOK_PRE_LLAMA3); }
+TEST(tok_ref_qwen2_trim) { trimmed(t_, "qwen2-trim", TOK_PRE_QWEN2); }
+TEST(tok_ref_gpt2_trim) { trimmed(t_, "gpt2-trim", TOK_PRE_GPT2); }
+
+/* llama.cpp's own vectors (models/ggml-vocab-*.gguf.inp/.out): encode without BOS, special
+ * strings as text.  The llama-spm pair is committed; the others are used when the llama.cpp
+ * tree is present. */
+static void llamacpp_vectors(test_ctx *t_, const char *gguf, const char *inp, const char *outp) {
+    if (access(gguf, R_OK) != 0 || access(inp, R_OK) != 0) { fprintf(stderr, "  skipped: %s absent\n", gguf); return; }
+    llmi_status st = {0};
+    tokenizer *tk = load_gguf(gguf, &st);
+    CHECK_MSG(tk != NULL, "%s: %s", gguf, st.msg);
+    size_t ni, no;
+    char *in = slurp(inp, &ni), *out = slurp(outp, &no);
+    if (!tk || !in || !out) { tok_free(tk); free(in); free(out); return; }
+    const char *sep = "\n__ggml_vocab_test__\n";
+    char *p = in, *o = out;
+    int cases = 0, bad = 0;
+    while (p && *p) {
+        char *e = strstr(p, sep);
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char *onl = strchr(o, '\n');
+        if (!onl) break;
+        *onl = 0;
+        int32_t want[4096];
+        int nw = 0;
+        for (char *q = o, *end; *q && nw < 4096; q = end) {
+            long v = strtol(q, &end, 10);
+            if (end == q) break;
+            want[nw++] = (int32_t)v;
+        }
+        int32_t *got;
+        int ng;
+        tok_encode(tk, p, len, false, false, &got, &ng, &st);
+        cases++;
+        if (ng != nw || memcmp(got, want, sizeof(int32_t) * (size_t)nw) != 0) {
+            if (bad++ < 3) {
+                fprintf(stderr, "  %s: case %d \"%.*s\"\n", gguf, cases, (int)(len > 80 ? 80 : len), p);
+                print_ids("llama.cpp", want, nw);
+                print_ids("llmi     ", got, ng);
+            }
+        }
+        free(got);
+        o = onl + 1;
+        p = e ? e + strlen(sep) : NULL;
+    }
+    fprintf(stderr, "  %s: %d cases, %d mismatches\n", gguf, cases, bad);
+    CHECK(cases > 10);
+    CHECK(bad == 0);
+    free(in); free(out);
+    tok_free(tk);
+}
+
+TEST(tok_llamacpp_vectors) {
+    char g[1024], i[1100], o[1100];
+    llamacpp_vectors(t_, path_in(g, sizeof g, "llama-spm/ggml-vocab-llama-spm.gguf"),
+                     path_in(i, sizeof i, "llama-spm/ggml-vocab-llama-spm.gguf.inp"),
+                     path_in(o, sizeof o, "llama-spm/ggml-vocab-llama-spm.gguf.out"));
+    const char *names[] = {"gpt-2", "llama-bpe", "qwen2"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(g, sizeof g, "%s/ggml-vocab-%s.gguf", LLAMACPP_MODELS, names[k]);
+        snprintf(i, sizeof i, "%s.inp", g);
+        snprintf(o, sizeof o, "%s.out", g);
+        llamacpp_vectors(t_, g, i, o);
+    }
+}
+
+/* ------------------------------------------------------------------ fresh random inputs */
+
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
+    return *s;
+}
+
+static size_t rand_text(uint64_t *rng, char *out, size_t cap) {
+    static const char *const parts[] = {
+        " ", "  ", "\t", "\n", "\r\n", "\n\n", "   ", "\u00a0", "\u3000", "the", "Hello", "WORLD", "don't", "'s",
+        "'LL", "123", "4567890", "3.14", "!", "?!", "...", "—", "“q”", "😀", "👍🏽", "👨‍👩‍👧", "🇯🇵", "中文", "日本語",
+        "한국어", "العربية", "עברית", "हिन्दी", "русский", "e\u0301", "a\u0308\u0323", "ǅ", "ſ", "K", "<|im_start|>",
+        "<s>", "</s>", "<|endoftext|>", "<0x41>", "  x", "\x01", "\x7f", "\u200d", "\ufeff", "\xc2\x85"};
+    size_t n = 0;
+    int k = 1 + (int)(rng_next(rng) % 24);
+    for (int i = 0; i < k; i++) {
+        uint64_t r = rng_next(rng);
+        char tmp[8];
+        const char *p;
+        size_t pl;
+        if (r % 5 == 0) {   /* a random assigned code point from a few blocks */
+            static const int32_t lo[] = {0x20, 0xA1, 0x370, 0x4E00, 0xAC00, 0x1F300, 0x600, 0x900};
+            static const int32_t span[] = {95, 0x17E, 0x80, 0x5000, 0x2B00, 0x200, 0xFF, 0x7F};
+            int b = (int)((r >> 8) % 8);
+            int32_t cp = lo[b] + (int32_t)((r >> 16) % (uint64_t)span[b]);
+            if (utf8proc_category(cp) == UTF8PROC_CATEGORY_CN) cp = 'x';
+            pl = (size_t)utf8proc_encode_char(cp, (utf8proc_uint8_t *)tmp);
+            p = tmp;
+        } else {
+            p = parts[(r >> 8) % (sizeof parts / sizeof parts[0])];
+            pl = strlen(p);
+        }
+        if (n + pl + 1 > cap) break;
+        memcpy(out + n, p, pl);
+        n += pl;
+    }
+    out[n] = 0;
+    return n;
+}
+
+static void random_roundtrips(test_ctx *t_, const tokenizer *tk, const char *label, bool nfc, bool spm_first,
+                              uint64_t seed) {
+    uint64_t rng = seed | 1;
+    char text[2048];
+    int bad_rt = 0, bad_stream = 0, bad_rand_stream = 0;
+    for (int it = 0; it < 400; it++) {
+        size_t n = rand_text(&rng, text, sizeof text);
+        if (spm_first && text[0] == ' ') text[0] = 'y';   /* Metaspace(first) drops one leading space: HF does too */
+        int32_t *ids;
+        int ni;
+        llmi_status st = {0};
+        CHECK(tok_encode(tk, text, n, false, false, &ids, &ni, &st) == 0);
+        char *d;
+        size_t dl;
+        tok_decode(tk, ids, ni, false, &d, &dl, &st);
+        const char *want = text;
+        size_t wl = n;
+        char *norm = NULL;
+        if (nfc) {
+            norm = (char *)utf8proc_NFC((const utf8proc_uint8_t *)text);
+            want = norm;
+            wl = strlen(norm);
+        }
+        if (dl != wl || memcmp(d, want, wl) != 0) {
+            if (bad_rt++ < 3) fprintf(stderr, "  %s: round trip failed for \"%s\" -> \"%s\"\n", label, text, d);
+        }
+        size_t sl;
+        char *sd = stream_decode(tk, ids, ni, false, &sl);
+        if (sl != dl || memcmp(sd, d, dl) != 0) bad_stream++;
+        free(sd);
+        free(d);
+        free(norm);
+        free(ids);
+        /* arbitrary id sequences (broken UTF-8 included): stream == one-shot, skip or not */
+        int32_t rid[64];
+        int nr = 1 + (int)(rng_next(&rng) % 64);
+        for (int i = 0; i < nr; i++) rid[i] = (int32_t)(rng_next(&rng) % (uint64_t)tok_n_vocab(tk));
+        for (int skip = 0; skip < 2; skip++) {
+            tok_decode(tk, rid, nr, skip, &d, &dl, &st);
+            sd = stream_decode(tk, rid, nr, skip, &sl);
+            if (sl != dl || memcmp(sd, d, dl) != 0) bad_rand_stream++;
+            CHECK(utf8proc_iterate != NULL);
+            /* the decode is always valid UTF-8 */
+            utf8proc_int32_t cp;
+            for (size_t i = 0; i < dl;) {
+                utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)d + i, (utf8proc_ssize_t)(dl - i), &cp);
+                if (k <= 0) { bad_rand_stream++; break; }
+                i += (size_t)k;
+            }
+            free(sd);
+            free(d);
+        }
+    }
+    CHECK_MSG(bad_rt == 0, "%s: %d round-trip failures (seed %llu)", label, bad_rt, (unsigned long long)seed);
+    CHECK_MSG(bad_stream == 0, "%s: %d stream != decode", label, bad_stream);
+    CHECK_MSG(bad_rand_stream == 0, "%s: %d random-id stream/UTF-8 failures", label, bad_rand_stream);
+}
+
+TEST(tok_random_roundtrip) {
+    uint64_t seed = test_seed();
+    fprintf(stderr, "  seed %llu\n", (unsigned long long)seed);
+    char d[1024];
+    llmi_status st = {0};
+    tokenizer *tk = NULL;
+    if (tok_load_hf(path_in(d, sizeof d, "smollm2"), &tk, &st) == 0) {
+        random_roundtrips(t_, tk, "smollm2", false, false, seed);
+        tok_free(tk);
+    } else CHECK_MSG(0, "%s", st.msg);
+    if (tok_load_hf(path_in(d, sizeof d, "llama-spm"), &tk, &st) == 0) {
+        random_roundtrips(t_, tk, "llama-spm", false, true, seed + 1);
+        tok_free(tk);
+    } else CHECK_MSG(0, "%s", st.msg);
+    tk = load_gguf(path_in(d, sizeof d, "llama-spm/ggml-vocab-llama-spm.gguf"), &st);
+    if (tk) { random_roundtrips(t_, tk, "llama-spm gguf", false, false, seed + 2); tok_free(tk); }
+    else CHECK_MSG(0, "%s", st.msg);
+    tk = load_hf_zst(path_in(d, sizeof d, "qwen2-trim"), &st);
+    if (tk) { random_roundtrips(t_, tk, "qwen2-trim", true, false, seed + 3); tok_free(tk); }
+    else CHECK_MSG(0, "%s", st.msg);
+}
+
+/* 100 KB of mixed text must encode well under a second (optimized build). */
+TEST(tok_speed_100k) {
+    char d[1024];
+    llmi_status st = {0};
+    tokenizer *tk = NULL;
+    CHECK(tok_load_hf(path_in(d, sizeof d, "smollm2"), &tk, &st) == 0);
+    if (!tk) return;
+    uint64_t rng = test_seed() | 1;
+    size_t cap = 100 * 1024, n = 0;
+    char *text = malloc(cap + 2048);
+    while (n < cap) n += rand_text(&rng, text + n, 2048);
+    /* plus one 20 KB run with no spaces, the BPE worst case */
+    for (size_t i = 0; i < 20000 && n < cap + 2000; i++) text[n++] = "abcdefgh"[i % 8];
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int32_t *ids;
+    int ni;
+    CHECK(tok_encode(tk, text, n, false, true, &ids, &ni, &st) == 0);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double s = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    fprintf(stderr, "  %zu bytes -> %d tokens in %.3f s\n", n, ni, s);
+    CHECK(s < (UNDER_ASAN ? 5.0 : 0.5));
+    free(ids);
+    free(text);
+    tok_free(tk);
+}
+
+/* ------------------------------------------------------------------ errors and edge cases */
+
+TEST(tok_errors) {
+    llmi_status st = {0};
+    tokenizer *tk = NULL;
+    CHECK(tok_load_hf("/nonexistent-dir", &tk, &st) != 0 && tk == NULL);
+    CHECK(strstr(st.msg, "tokenizer.json") != NULL);
+    /* an unsupported construct names tokenizer.json and the construct */
+    char tmp[] = "/tmp/llmi-tokerr-XXXXXX", p[256];
+    CHECK(mkdtemp(tmp) != NULL);
+    snprintf(p, sizeof p, "%s/tokenizer.json", tmp);
+    FILE *f = fopen(p, "w");
+    fputs("{\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}", f);
+    fclose(f);
+    llmi_status st2 = {0};
+    CHECK(tok_load_hf(tmp, &tk, &st2) != 0);
+    CHECK_MSG(strstr(st2.msg, "tokenizer.json") && strstr(st2.msg, "WordPiece"), "%s", st2.msg);
+    f = fopen(p, "w");
+    fputs("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]},"
+          "\"pre_tokenizer\":{\"type\":\"Whitespace\"},\"decoder\":{\"type\":\"ByteLevel\"}}", f);
+    fclose(f);
+    llmi_status st3 = {0};
+    CHECK(tok_load_hf(tmp, &tk, &st3) != 0);
+    CHECK_MSG(strstr(st3.msg, "pre_tokenizer") && strstr(st3.msg, "Whitespace"), "%s", st3.msg);
+    unlink(p);
+    rmdir(tmp);
+    /* a spec with a merge naming unknown tokens is refused */
+    const char *toks[] = {"a", "b"};
+    uint32_t lens[] = {1, 1};
+    const char *merges[] = {"a c"};
+    uint32_t mlens[] = {3};
+    tok_spec s = {.model = TOK_MODEL_BYTELEVEL_BPE, .pre = TOK_PRE_GPT2, .n_tokens = 2, .tokens = toks,
+                  .token_lens = lens, .n_merges = 1, .merges = merges, .merge_lens = mlens,
+                  .bos_id = -1, .eos_id = -1, .unk_id = -1, .pad_id = -1};
+    llmi_status st4 = {0};
+    CHECK(tok_create(&s, &tk, &st4) != 0 && tk == NULL);
+    CHECK(strstr(st4.msg, "merge") != NULL);
+}
+
+/* The streaming detokenizer holds incomplete UTF-8 back and drops the SentencePiece leading
+ * space only at the very start. */
+TEST(tok_stream_utf8) {
+    char d[1024];
+    llmi_status st = {0};
+    tokenizer *tk = NULL;
+    CHECK(tok_load_hf(path_in(d, sizeof d, "llama-spm"), &tk, &st) == 0);
+    if (!tk) return;
+    const char *txt = "中 😀 x";
+    int32_t *ids;
+    int n;
+    tok_encode(tk, txt, strlen(txt), false, false, &ids, &n, &st);
+    tok_stream s;
+    tok_stream_init(&s, tk, true);
+    char buf[512];
+    int held = 0;
+    for (int i = 0; i < n; i++) {
+        int k = tok_stream_push(&s, ids[i], buf, sizeof buf);
+        /* every push emits only whole characters */
+        utf8proc_int32_t cp;
+        for (int j = 0; j < k;) {
+            utf8proc_ssize_t m = utf8proc_iterate((const utf8proc_uint8_t *)buf + j, k - j, &cp);
+            CHECK(m > 0);
+            if (m <= 0) break;
+            j += (int)m;
+        }
+        if (k == 0) held++;
+    }
+    CHECK(held > 0);   /* the emoji is four byte tokens: three pushes emit nothing */
+    free(ids);
+    tok_free(tk);
+}
+
+/* ------------------------------------------------------------------ chat formatting */
+
+static tokenizer *chat_tok(const char *tpl, const char *bos, const char *eos) {
+    const char *toks[] = {"<unk>", bos[0] ? bos : "<bos>", eos[0] ? eos : "<eos>", "a"};
+    uint32_t lens[] = {5, (uint32_t)strlen(toks[1]), (uint32_t)strlen(toks[2]), 1};
+    float scores[] = {0, 0, 0, -1};
+    int32_t types[] = {2, 3, 3, 1};
+    tok_spec s = {.model = TOK_MODEL_SPM_BPE, .pre = TOK_PRE_NONE, .n_tokens = 4, .tokens = toks, .token_lens = lens,
+                  .scores = scores, .token_types = types, .bos_id = bos[0] ? 1 : -1, .eos_id = 2, .unk_id = 0,
+                  .pad_id = -1, .chat_template = tpl};
+    tokenizer *t = NULL;
+    llmi_status st = {0};
+    tok_create(&s, &t, &st);
+    return t;
+}
+
+TEST(tok_chat_templates) {
+    char p[1024];
+    size_t n;
+    char *txt = slurp(path_in(p, sizeof p, "chat.jsonl"), &n);
+    CHECK(txt != NULL);
+    if (!txt) return;
+    int cases = 0;
+    for (char *line = txt, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        cJSON *r = cJSON_Parse(line);
+        if (!r) continue;
+        const char *kind = cJSON_GetObjectItem(r, "kind")->valuestring;
+        const cJSON *js = cJSON_GetObjectItem(r, "system");
+        tokenizer *tk = chat_tok(cJSON_GetObjectItem(r, "template")->valuestring,
+                                 cJSON_GetObjectItem(r, "bos")->valuestring, cJSON_GetObjectItem(r, "eos")->valuestring);
+        CHECK(tk != NULL);
+        if (tk) {
+            CHECK_MSG(strcmp(tok_chat_template_name(tk), kind) == 0, "%s detected as %s",
+                      cJSON_GetObjectItem(r, "name")->valuestring, tok_chat_template_name(tk));
+            char *out = NULL;
+            llmi_status st = {0};
+            tok_chat_format(tk, cJSON_IsString(js) ? js->valuestring : NULL,
+                            cJSON_GetObjectItem(r, "user")->valuestring, &out, &st);
+            const char *want = cJSON_GetObjectItem(r, "out")->valuestring;
+            CHECK_MSG(out && strcmp(out, want) == 0, "%s: got\n%s\nwant\n%s", cJSON_GetObjectItem(r, "name")->valuestring,
+                      out ? out : st.msg, want);
+            free(out);
+            tok_free(tk);
+        }
+        cases++;
+        cJSON_Delete(r);
+    }
+    free(txt);
+    CHECK(cases >= 20);
+    /* an unknown template is refused with the agreed message */
+    tokenizer *tk = chat_tok("{{ messages }}", "<s>", "</s>");
+    char *out = NULL;
+    llmi_status st = {0};
+    CHECK(tk && tok_chat_format(tk, NULL, "hi", &out, &st) != 0);
+    CHECK(strstr(st.msg, "not one of chatml, llama3, llama2, mistral") != NULL);
+    tok_free(tk);
+}
