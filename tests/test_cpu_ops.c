@@ -106,7 +106,7 @@ static void quant_x_ref(const float *x, int cols, double *xq) {
         float amax = 0;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
         float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
-        for (int j = 0; j < 32; j++) xq[b * 32 + j] = (double)lrintf(x[b * 32 + j] * id) * d;
+        for (int j = 0; j < 32; j++) xq[b * 32 + j] = (double)nearbyintf(x[b * 32 + j] * id) * d;
     }
 }
 

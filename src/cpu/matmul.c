@@ -16,7 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "cpu/ops.h"
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -94,76 +94,102 @@ typedef struct mm_qx {
     float *sx;        /* (n, nbp) d_x * sum(x_q) of each block (Q4_1's min term) */
 } mm_qx;
 
-static void quantize_token(const float *x, const mm_qx *qx, int t, int k) {
+/* Whether the AVX-512 kernel reads this format's activations in "nibble order": per block
+ * pair, x0[0:16] x1[0:16] x0[16:32] x1[16:32], the order two Q4 blocks' low then high
+ * nibbles come out of one 256-bit load, so unpacking needs no lane shuffle. */
+static int nibble_order(llmi_dtype t) {
+#if defined(MM_AVX512)
+    return t == LLMI_Q4_0 || t == LLMI_Q4_1;
+#else
+    (void)t;
+    return 0;
+#endif
+}
+
+/* Activation row t -> int8 blocks (d = amax/127, q = round-to-even(x * 127/amax)). */
+static void quantize_token(const float *x, const mm_qx *qx, int t, int k, int nib) {
     int8_t *q = qx->q + (size_t)t * qx->nbp * 32;
     float *dxe = qx->dxe + (size_t)t * qx->nbp * 8;
     int32_t *corr = qx->corr + (size_t)t * qx->nbp * 8;
     float *sx = qx->sx + (size_t)t * qx->nbp;
-    for (int b = 0; b < qx->nbp; b++) {
-        if (b >= qx->nb) {
-            memset(q + b * 32, 0, 32);
-            for (int j = 0; j < 8; j++) { dxe[b * 8 + j] = 0.0f; corr[b * 8 + j] = 0; }
-            sx[b] = 0.0f;
-            continue;
+    for (int p = 0; p < qx->nbp / 2; p++) {
+        int8_t tmp[64];   /* the pair's two blocks in natural order */
+        float d[2];
+        for (int h = 0; h < 2; h++) {
+            int b = 2 * p + h;
+            if (b >= qx->nb) {
+                memset(tmp + 32 * h, 0, 32);
+                d[h] = 0.0f;
+                sx[b] = 0.0f;
+                continue;
+            }
+            const float *xb = x + (size_t)b * 32;
+            float amax = 0.0f;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+            float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+            d[h] = amax / 127.0f;
+            int sum = 0;
+            for (int j = 0; j < 32; j++) {
+                int v = (int)nearbyintf(xb[j] * id);   /* round half to even, inlined */
+                v = v > 127 ? 127 : (v < -127 ? -127 : v);
+                tmp[32 * h + j] = (int8_t)v;
+                sum += v;
+            }
+            sx[b] = d[h] * (float)sum;
         }
-        const float *xb = x + (size_t)b * 32;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
-        float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        int sum = 0;
-        for (int j = 0; j < 32; j++) {
-            int v = (int)lrintf(xb[j] * id);
-            v = v > 127 ? 127 : (v < -127 ? -127 : v);
-            q[b * 32 + j] = (int8_t)v;
-            sum += v;
+        int8_t *o = q + (size_t)p * 64;
+        if (nib) {
+            memcpy(o, tmp, 16);
+            memcpy(o + 16, tmp + 32, 16);
+            memcpy(o + 32, tmp + 16, 16);
+            memcpy(o + 48, tmp + 48, 16);
+        } else {
+            memcpy(o, tmp, 64);
         }
-        for (int j = 0; j < 8; j++) {
-            const int8_t *g = q + b * 32 + 4 * j;
-            dxe[b * 8 + j] = d;
-            corr[b * 8 + j] = -k * (g[0] + g[1] + g[2] + g[3]);
+        for (int l = 0; l < 16; l++) {   /* int32 lane l multiplies bytes 4l..4l+3 */
+            const int8_t *g = o + 4 * l;
+            dxe[p * 16 + l] = d[nib ? (l >> 2) & 1 : l >> 3];
+            corr[p * 16 + l] = -k * (g[0] + g[1] + g[2] + g[3]);
         }
-        sx[b] = d * (float)sum;
     }
 }
 
 static inline float half_at(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
-    return fp16_to_f32(h);
-}
-
-/* The "+ m" (Q4_1) term of one row and token: sum_b m_b * sx_b, in 16 fixed lanes. */
-static float q41_min_term(const uint8_t *wr, int nb, const float *sx) {
-    float s = 0.0f;
-#if defined(MM_AVX512)
-    __m512 acc = _mm512_setzero_ps();
-    int b = 0;
-    for (; b + 16 <= nb; b += 16) {
-        float m[16];
-        for (int j = 0; j < 16; j++) m[j] = half_at(wr + (size_t)(b + j) * 20 + 2);
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(m), _mm512_loadu_ps(sx + b), acc);
-    }
-    s = _mm512_reduce_add_ps(acc);
-    for (; b < nb; b++) s += half_at(wr + (size_t)b * 20 + 2) * sx[b];
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
 #else
-    for (int b = 0; b < nb; b++) s += half_at(wr + (size_t)b * 20 + 2) * sx[b];
+    return fp16_to_f32(h);
 #endif
-    return s;
 }
 
+#define MM_MAX_NB 2048   /* blocks per row the AVX-512 kernel keeps scales of on the stack */
+
 #if defined(MM_AVX512)
-/* Unsigned weights u (two blocks, lane order = activation order) and their scales. */
-static inline void unpack_pair(const uint8_t *wr, llmi_dtype t, int b, int nb, __m512i *u, __m512 *dw) {
+/* Row scales (and Q4_1 mins) as fp32, nb rounded up to a multiple of 16 with zeros.
+ * One 32-bit gather per 16 block headers (d, or d and m for Q4_1). */
+static void row_scales(const uint8_t *wr, llmi_dtype t, int nb, float *dwf, float *mf) {
+    int bb = (int)dtype_block_bytes(t);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32(bb));
+    for (int b0 = 0; b0 < nb; b0 += 16) {
+        __mmask16 m = nb - b0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b0)) - 1);
+        __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, wr + (size_t)b0 * bb, 1);
+        _mm512_storeu_ps(dwf + b0, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+        if (t == LLMI_Q4_1) _mm512_storeu_ps(mf + b0, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16))));
+    }
+}
+
+/* Unsigned weights of blocks b, b+1 in the lane order of the activations. */
+static inline __m512i unpack_pair(const uint8_t *wr, llmi_dtype t, int b, int nb) {
     size_t bb = dtype_block_bytes(t);
     const uint8_t *b0 = wr + (size_t)b * bb, *b1 = b0 + bb;
     int two = b + 1 < nb;
-    float d0 = half_at(b0), d1 = two ? half_at(b1) : 0.0f;
-    *dw = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
     if (t == LLMI_Q8_0) {
         __m256i lo = _mm256_loadu_si256((const __m256i *)(b0 + 2));
         __m256i hi = two ? _mm256_loadu_si256((const __m256i *)(b1 + 2)) : _mm256_set1_epi8((char)0x80);
-        *u = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
-        return;
+        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
     }
     int off = t == LLMI_Q4_1 ? 4 : 2;
     __m128i q0 = _mm_loadu_si128((const __m128i *)(b0 + off));
@@ -171,35 +197,42 @@ static inline void unpack_pair(const uint8_t *wr, llmi_dtype t, int b, int nb, _
     __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
     __m256i m4 = _mm256_set1_epi8(15);
     __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-    __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);   /* lo0 lo1 hi0 hi1 */
-    *u = _mm512_shuffle_i64x2(w, w, _MM_SHUFFLE(3, 1, 2, 0));            /* lo0 hi0 lo1 hi1 */
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);   /* lo0 lo1 hi0 hi1: nibble order */
 }
 
 /* y[t][r] for tokens t0..t0+TN-1 of one row; TN is a compile-time constant per instance. */
-#define QROW_INSTANCE(TN)                                                                          \
-    static void qrow_##TN(const uint8_t *wr, llmi_dtype t, const mm_qx *qx, int t0, float *out[TN]) { \
-        __m512 acc[TN];                                                                            \
-        for (int i = 0; i < TN; i++) acc[i] = _mm512_setzero_ps();                                 \
-        int nb = qx->nb, nbp = qx->nbp, has_corr = t != LLMI_Q4_1;                                 \
-        for (int b = 0; b < nb; b += 2) {                                                          \
-            __m512i u;                                                                             \
-            __m512 dw;                                                                             \
-            unpack_pair(wr, t, b, nb, &u, &dw);                                                    \
-            for (int i = 0; i < TN; i++) {                                                         \
-                size_t tk = (size_t)(t0 + i);                                                      \
-                __m512i xq = _mm512_loadu_si512(qx->q + tk * nbp * 32 + (size_t)b * 32);           \
-                __m512i d = has_corr ? _mm512_loadu_si512(qx->corr + tk * nbp * 8 + (size_t)b * 8) \
-                                     : _mm512_setzero_si512();                                     \
-                d = _mm512_dpbusd_epi32(d, u, xq);                                                 \
+#define QROW_INSTANCE(TN)                                                                              \
+    static void qrow_##TN(const uint8_t *wr, llmi_dtype t, const mm_qx *qx, int t0, float *out[TN]) {  \
+        float dwf[MM_MAX_NB + 16], mf[MM_MAX_NB + 16]; /* (nb rounded to 16) row scales, mins */       \
+        int nb = qx->nb, nbp = qx->nbp, q41 = t == LLMI_Q4_1;                                          \
+        row_scales(wr, t, nb, dwf, mf);                                                                \
+        const __m512i pick = nibble_order(t)                                                           \
+            ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)                         \
+            : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);                        \
+        __m512 acc[TN];                                                                                \
+        for (int i = 0; i < TN; i++) acc[i] = _mm512_setzero_ps();                                     \
+        for (int b = 0; b < nb; b += 2) {                                                              \
+            __m512i u = unpack_pair(wr, t, b, nb);                                                     \
+            __m512 dw = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(                            \
+                                                        _mm_castpd_ps(_mm_load_sd((const double *)(dwf + b))))); \
+            for (int i = 0; i < TN; i++) {                                                             \
+                size_t tk = (size_t)(t0 + i);                                                          \
+                __m512i xq = _mm512_loadu_si512(qx->q + tk * nbp * 32 + (size_t)b * 32);               \
+                __m512i d = q41 ? _mm512_setzero_si512()                                               \
+                                : _mm512_loadu_si512(qx->corr + tk * nbp * 8 + (size_t)b * 8);         \
+                d = _mm512_dpbusd_epi32(d, u, xq);                                                     \
                 __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(qx->dxe + tk * nbp * 8 + (size_t)b * 8)); \
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[i]);                        \
-            }                                                                                      \
-        }                                                                                          \
-        for (int i = 0; i < TN; i++) {                                                             \
-            float v = _mm512_reduce_add_ps(acc[i]);                                                \
-            if (!has_corr) v += q41_min_term(wr, nb, qx->sx + (size_t)(t0 + i) * nbp);             \
-            *out[i] = v;                                                                           \
-        }                                                                                          \
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[i]);                            \
+            }                                                                                          \
+        }                                                                                              \
+        if (q41) /* + sum_b m_b * d_x,b * sum(x_q,b) */                                                \
+            for (int b = 0; b < nb; b += 16) {                                                         \
+                __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);    \
+                __m512 mv = _mm512_loadu_ps(mf + b);                                                   \
+                for (int i = 0; i < TN; i++)                                                           \
+                    acc[i] = _mm512_fmadd_ps(mv, _mm512_maskz_loadu_ps(m, qx->sx + (size_t)(t0 + i) * nbp + b), acc[i]); \
+            }                                                                                          \
+        for (int i = 0; i < TN; i++) *out[i] = _mm512_reduce_add_ps(acc[i]);                           \
     }
 QROW_INSTANCE(1)
 QROW_INSTANCE(2)
@@ -215,32 +248,43 @@ static void qrow(const uint8_t *wr, llmi_dtype t, const mm_qx *qx, int t0, int t
     for (; i + 2 <= tn; i += 2) qrow_2(wr, t, qx, t0 + i, out + i);
     for (; i < tn; i++) qrow_1(wr, t, qx, t0 + i, out + i);
 }
+#define MM_FAST_NB(nb) ((nb) <= MM_MAX_NB)
 #else
-static void qrow(const uint8_t *wr, llmi_dtype t, const mm_qx *qx, int t0, int tn, float *y, int64_t rows, int64_t r) {
+#define MM_FAST_NB(nb) 0
+#endif
+
+/* Portable recipe (and the one for rows longer than MM_MAX_NB blocks): the same int8
+ * activations, exact int32 block dots, fp32 accumulation in block order. */
+static void qrow_scalar(const uint8_t *wr, llmi_dtype t, const mm_qx *qx, int t0, int tn, float *y, int64_t rows,
+                        int64_t r) {
     size_t bb = dtype_block_bytes(t);
+    int nib = nibble_order(t);
     for (int i = 0; i < tn; i++) {
         size_t tk = (size_t)(t0 + i);
         const int8_t *xq = qx->q + tk * qx->nbp * 32;
         const float *dxe = qx->dxe + tk * qx->nbp * 8;
-        float s = 0.0f;
+        float s = 0.0f, sm = 0.0f;
         for (int b = 0; b < qx->nb; b++) {
             const uint8_t *blk = wr + (size_t)b * bb;
-            const int8_t *xb = xq + b * 32;
-            int dot = 0;
-            if (t == LLMI_Q8_0) {
-                for (int j = 0; j < 32; j++) dot += (int8_t)blk[2 + j] * xb[j];
-            } else {
-                const uint8_t *qs = blk + (t == LLMI_Q4_1 ? 4 : 2);
-                int k = t == LLMI_Q4_0 ? 8 : 0;
-                for (int j = 0; j < 16; j++) dot += ((qs[j] & 15) - k) * xb[j] + ((qs[j] >> 4) - k) * xb[j + 16];
+            /* where element j of block b sits in the activation layout */
+            const int8_t *xp = xq + (size_t)(b / 2) * 64;
+            int h = b & 1, dot = 0;
+            for (int j = 0; j < 32; j++) {
+                int pos = nib ? (j < 16 ? 16 * h + j : 32 + 16 * h + (j - 16)) : 32 * h + j;
+                int wv;
+                if (t == LLMI_Q8_0) wv = (int8_t)blk[2 + j];
+                else {
+                    const uint8_t *qs = blk + (t == LLMI_Q4_1 ? 4 : 2);
+                    wv = (j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4)) - (t == LLMI_Q4_0 ? 8 : 0);
+                }
+                dot += wv * xp[pos];
             }
-            s += half_at(blk) * dxe[b * 8] * (float)dot;
+            s += half_at(blk) * dxe[(b / 2) * 16 + (nib ? 4 * h : 8 * h)] * (float)dot;
+            if (t == LLMI_Q4_1) sm += half_at(blk + 2) * qx->sx[tk * qx->nbp + b];
         }
-        if (t == LLMI_Q4_1) s += q41_min_term(wr, qx->nb, qx->sx + tk * qx->nbp);
-        y[tk * rows + r] = s;
+        y[tk * rows + r] = s + sm;
     }
 }
-#endif
 
 static void matmul_quant(const llmi_tensor *w, const float *x, int n, float *y) {
     int64_t rows = w->rows, cols = w->cols;
@@ -264,14 +308,22 @@ static void matmul_quant(const llmi_tensor *w, const float *x, int n, float *y) 
 #pragma omp parallel if (par)
     {
 #pragma omp for schedule(static)
-        for (int t = 0; t < n; t++) quantize_token(x + (size_t)t * cols, &qx, t, k);
+        for (int t = 0; t < n; t++) quantize_token(x + (size_t)t * cols, &qx, t, k, nibble_order(w->dtype));
 #pragma omp for schedule(static)
         for (int64_t rb = 0; rb < nrb; rb++) {
             int64_t r1 = (rb + 1) * MM_ROW_BLOCK < rows ? (rb + 1) * MM_ROW_BLOCK : rows;
             for (int t0 = 0; t0 < n; t0 += MM_TILE) {
                 int tn = n - t0 < MM_TILE ? n - t0 : MM_TILE;
-                for (int64_t r = rb * MM_ROW_BLOCK; r < r1; r++)
-                    qrow((const uint8_t *)w->data + (size_t)r * w->row_bytes, w->dtype, &qx, t0, tn, y, rows, r);
+                for (int64_t r = rb * MM_ROW_BLOCK; r < r1; r++) {
+                    const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+#if defined(MM_AVX512)
+                    if (MM_FAST_NB(qx.nb)) {
+                        qrow(wr, w->dtype, &qx, t0, tn, y, rows, r);
+                        continue;
+                    }
+#endif
+                    qrow_scalar(wr, w->dtype, &qx, t0, tn, y, rows, r);
+                }
             }
         }
     }
