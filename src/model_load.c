@@ -668,6 +668,7 @@ static int gguf_tokenizer(const gguf_file *g, const llmi_config *c, tokenizer **
         goto done;
     }
     s.token_types = a.types;
+    n2 = 0; /* stays 0 when the key is absent (SentencePiece files) */
     rc = gguf_get_str_array(g, "tokenizer.ggml.merges", TOK_MAX_MERGES, &a.merges, &a.merge_lens, &n2, st);
     if (rc < 0) goto done;
     if (rc == 0 && bpe) { llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key tokenizer.ggml.merges", path); goto done; }

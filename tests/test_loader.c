@@ -15,6 +15,7 @@
 #include "model.h"
 #include "safetensors.h"
 #include "test.h"
+#include "tokenizer.h"
 
 /* ---------------------------------------------------------------- small utilities */
 
@@ -265,6 +266,7 @@ typedef struct gguf_opts {
     int n_tokens;              /* 0 = vocab */
     bool scores_i32;           /* scores written as an i32 array (element type mismatch) */
     bool block_count_str;      /* block_count written as a string */
+    bool spm;                  /* tokenizer model "llama" (SentencePiece): no merges, no pre, no ids */
 } gguf_opts;
 
 /* Offsets in the written file that the attack cases patch. */
@@ -319,8 +321,8 @@ static size_t gguf_write(const char *path, tmodel *m, const gguf_opts *o, gguf_o
     if (o->dup_key) KV_U32("embedding_length", m->dim);
     if (o->tokenizer) {
         int nt = o->n_tokens ? o->n_tokens : m->vocab;
-        kv_key(&b, "tokenizer.ggml.model", 8); bb_str(&b, "gpt2"); nkv++;
-        kv_key(&b, "tokenizer.ggml.pre", 8); bb_str(&b, o->pre ? o->pre : "smollm"); nkv++;
+        kv_key(&b, "tokenizer.ggml.model", 8); bb_str(&b, o->spm ? "llama" : "gpt2"); nkv++;
+        if (!o->spm) { kv_key(&b, "tokenizer.ggml.pre", 8); bb_str(&b, o->pre ? o->pre : "smollm"); nkv++; }
         kv_key(&b, "tokenizer.ggml.tokens", 9);
         off->tokens_elem_type = b.n;
         bb_u32(&b, 8);
@@ -329,22 +331,26 @@ static size_t gguf_write(const char *path, tmodel *m, const gguf_opts *o, gguf_o
         off->tokens_first_len = b.n;
         for (int i = 0; i < nt; i++) {
             char s[32];
-            if (i == 0) snprintf(s, sizeof s, "<|endoftext|>");
+            if (o->spm) snprintf(s, sizeof s, i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : "\xe2\x96\x81t%d", i);
+            else if (i == 0) snprintf(s, sizeof s, "<|endoftext|>");
             else if (i == 2) snprintf(s, sizeof s, "<|im_end|>");
-            else snprintf(s, sizeof s, "t%d", i);
+            else if (i >= 3 && i <= 7) snprintf(s, sizeof s, "%s", (const char *[]){"t", "1", "t1", "2", "t2"}[i - 3]);
+            else snprintf(s, sizeof s, "x%d", i);
             bb_str(&b, s);
         }
         nkv++;
         kv_key(&b, "tokenizer.ggml.token_type", 9); bb_u32(&b, 5); bb_u64(&b, (uint64_t)nt);
-        for (int i = 0; i < nt; i++) bb_u32(&b, i < 3 ? 3 : 1);
+        for (int i = 0; i < nt; i++) bb_u32(&b, i == 0 && o->spm ? 2 : i < 3 ? 3 : 1);
         nkv++;
         kv_key(&b, "tokenizer.ggml.scores", 9); bb_u32(&b, o->scores_i32 ? 5 : 6); bb_u64(&b, (uint64_t)nt);
         for (int i = 0; i < nt; i++) { float f = (float)-i; bb_put(&b, &f, 4); }
         nkv++;
-        kv_key(&b, "tokenizer.ggml.merges", 9); bb_u32(&b, 8); bb_u64(&b, 2); bb_str(&b, "t 1"); bb_str(&b, "t 2"); nkv++;
-        kv_key(&b, "tokenizer.ggml.bos_token_id", 4); bb_u32(&b, (uint32_t)(o->bos ? o->bos : 1)); nkv++;
-        kv_key(&b, "tokenizer.ggml.eos_token_id", 4); bb_u32(&b, 2); nkv++;
-        kv_key(&b, "tokenizer.ggml.add_bos_token", 7); { uint8_t z = 0; bb_put(&b, &z, 1); } nkv++;
+        if (!o->spm) {
+            kv_key(&b, "tokenizer.ggml.merges", 9); bb_u32(&b, 8); bb_u64(&b, 2); bb_str(&b, "t 1"); bb_str(&b, "t 2"); nkv++;
+            kv_key(&b, "tokenizer.ggml.bos_token_id", 4); bb_u32(&b, (uint32_t)(o->bos ? o->bos : 1)); nkv++;
+            kv_key(&b, "tokenizer.ggml.eos_token_id", 4); bb_u32(&b, 2); nkv++;
+            kv_key(&b, "tokenizer.ggml.add_bos_token", 7); { uint8_t z = 0; bb_put(&b, &z, 1); } nkv++;
+        }
         kv_key(&b, "tokenizer.chat_template", 8); bb_str(&b, "{{ messages }}"); nkv++;
     }
 #undef KV_U32
@@ -632,13 +638,15 @@ TEST(loader_gguf_truncated_everywhere) {
     gguf_case c;
     gcase_init(&c, &o, false);
     int cuts = 0;
-    /* every cut inside the metadata and tensor infos, then a stride through the data */
-    for (size_t cut = 0; cut < c.n; cut += cut < c.off.data_start + 64 ? 1 : 331) {
+    /* every cut in the header and first keys, a fine stride through the rest of the
+     * metadata and tensor infos, then a coarse one through the data (the last tensor
+     * needs no padding, so every cut removes real bytes) */
+    for (size_t cut = 0; cut < c.n; cut += cut < 256 ? 1 : cut < c.off.data_start + 64 ? 7 : 331) {
         write_file(c.path, c.bytes, cut);
         EXPECT_FAIL(c.path, cut % 2 == 0, NULL);
         cuts++;
     }
-    CHECK(cuts > 200);
+    CHECK(cuts > 250);
     gcase_free(&c);
 }
 
@@ -779,18 +787,33 @@ TEST(loader_gguf_tokenizer_metadata_attacks) {
     gcase_init(&c, &o2, false); EXPECT_FAIL(c.path, false, "pre-tokenizer"); gcase_free(&c);
     gguf_opts o3 = {.tokenizer = true, .n_tokens = 41}; /* one more token than embedding rows */
     gcase_init(&c, &o3, false); EXPECT_FAIL(c.path, false, "tokens"); gcase_free(&c);
-    /* a valid tokenizer section: whatever the tokenizer module says, the message names the file */
-    gguf_opts o4 = {.tokenizer = true};
-    gcase_init(&c, &o4, false);
+}
+
+/* Valid tokenizer metadata reaches tok_create with the ids, flags and end-of-generation
+ * tokens the file implies (byte-level BPE with explicit ids; SentencePiece defaults). */
+TEST(loader_gguf_tokenizer_spec) {
+    gguf_case c;
+    gguf_opts o = {.tokenizer = true};
+    gcase_init(&c, &o, false);
     llmi_model lm;
-    llmi_status st;
-    llmi_status_clear(&st);
-    llmi_load_opts lo = {.no_tokenizer = false};
-    if (model_load(c.path, &lo, &lm, &st) == 0) {
+    if (load_ok(t_, c.path, false, &lm) == 0) {
         CHECK(lm.tok != NULL);
+        if (lm.tok) {
+            CHECK(tok_n_vocab(lm.tok) == 40 && tok_bos(lm.tok) == 1 && tok_eos(lm.tok) == 2 && !tok_add_bos(lm.tok));
+            CHECK(tok_is_eog(lm.tok, 2) && tok_is_eog(lm.tok, 0) && !tok_is_eog(lm.tok, 5));
+        }
         model_free(&lm);
-    } else {
-        CHECK_MSG(strstr(st.msg, c.path) != NULL, "tokenizer failure does not name the file: %s", st.msg);
+    }
+    gcase_free(&c);
+    gguf_opts o2 = {.tokenizer = true, .spm = true};
+    gcase_init(&c, &o2, false);
+    if (load_ok(t_, c.path, false, &lm) == 0) {
+        CHECK(lm.tok != NULL);
+        if (lm.tok) {
+            CHECK(tok_n_vocab(lm.tok) == 40 && tok_bos(lm.tok) == 1 && tok_eos(lm.tok) == 2 && tok_add_bos(lm.tok));
+            CHECK(tok_is_eog(lm.tok, 2) && !tok_is_eog(lm.tok, 1));
+        }
+        model_free(&lm);
     }
     gcase_free(&c);
 }
@@ -1112,7 +1135,7 @@ TEST(loader_hf_weight_attacks) {
     /* every cut of the header, then a stride through the data */
     uint64_t hl;
     memcpy(&hl, orig, 8);
-    for (size_t cut = 0; cut < n; cut += cut < hl + 16 ? 3 : 97) {
+    for (size_t cut = 0; cut < n; cut += cut < 64 ? 1 : cut < hl + 16 ? 7 : 397) {
         write_file(p, orig, cut);
         EXPECT_FAIL(dir, true, NULL);
     }
