@@ -192,12 +192,12 @@ static ttensor *add_t(tmodel *m, const char *gfmt, const char *hfmt, int layer, 
 }
 
 /* dense: only F32/F16/BF16 (for safetensors); otherwise a mix of GGUF types. */
-static void tmodel_init(tmodel *m, bool qwen, bool tied, bool bias, bool dense, rng *r) {
+static void tmodel_init_v(tmodel *m, bool qwen, bool tied, bool bias, bool dense, int vocab, rng *r) {
     memset(m, 0, sizeof *m);
     m->qwen = qwen;
     m->tied = tied;
     m->bias = bias || qwen;
-    m->dim = 64; m->n_layers = 2; m->n_heads = 4; m->n_kv = 2; m->hd = 16; m->ffn = 96; m->vocab = 40;
+    m->dim = 64; m->n_layers = 2; m->n_heads = 4; m->n_kv = 2; m->hd = 16; m->ffn = 96; m->vocab = vocab;
     m->ctx = 256; m->eps = 1e-5f; m->theta = 10000.0f;
     int q = m->n_heads * m->hd, kv = m->n_kv * m->hd;
     int mat[7] = {T_Q4_0, T_Q4_1, T_F16, T_BF16, T_Q8_0, T_F32, T_Q4_1};
@@ -227,6 +227,10 @@ static void tmodel_init(tmodel *m, bool qwen, bool tied, bool bias, bool dense, 
         add_t(m, "blk.%d.ffn_up.weight", "model.layers.%d.mlp.up_proj.weight", l, m->ffn, m->dim, ty[5], r);
         add_t(m, "blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight", l, m->dim, m->ffn, ty[6], r);
     }
+}
+
+static void tmodel_init(tmodel *m, bool qwen, bool tied, bool bias, bool dense, rng *r) {
+    tmodel_init_v(m, qwen, tied, bias, dense, 40, r);
 }
 
 static void tmodel_free(tmodel *m) {
@@ -986,6 +990,54 @@ TEST(loader_hf_config_fields) {
     tmodel_free(&m);
     rm_tree(dir);
     free(dir);
+}
+
+static bool copy_file(const char *from, const char *to) {
+    size_t n;
+    uint8_t *b = read_all(from, &n);
+    if (!b) return false;
+    write_file(to, b, n);
+    free(b);
+    return true;
+}
+
+/* A directory with the SmolLM2 tokenizer files: the tokenizer is built and must fit the
+ * embedding; with too small an embedding the load must fail (ids would index past it). */
+TEST(loader_hf_with_tokenizer) {
+    const char *td = getenv("TESTDATA") ? getenv("TESTDATA") : "testdata";
+    char src[600], dst[700];
+    snprintf(src, sizeof src, "%s/tokenizer/smollm2/tokenizer.json", td);
+    if (access(src, R_OK) != 0) {
+        printf("skip: %s not present\n", src);
+        return;
+    }
+    rng r = {test_seed() + 12};
+    const int vocabs[2] = {49152, 40};
+    for (int k = 0; k < 2; k++) {
+        tmodel m;
+        tmodel_init_v(&m, false, true, false, true, vocabs[k], &r);
+        char *dir = make_tmpdir();
+        hf_write(dir, &m, false, NULL);
+        const char *files[3] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json"};
+        for (int f = 0; f < 3; f++) {
+            snprintf(src, sizeof src, "%s/tokenizer/smollm2/%s", td, files[f]);
+            snprintf(dst, sizeof dst, "%s/%s", dir, files[f]);
+            CHECK(copy_file(src, dst));
+        }
+        if (k == 0) {
+            llmi_model lm;
+            if (load_ok(t_, dir, false, &lm) == 0) {
+                CHECK(lm.tok != NULL && tok_n_vocab(lm.tok) == 49152);
+                check_model(t_, &lm, &m, false);
+                model_free(&lm);
+            }
+        } else {
+            EXPECT_FAIL(dir, false, "tokens but the embedding only 40 rows");
+        }
+        tmodel_free(&m);
+        rm_tree(dir);
+        free(dir);
+    }
 }
 
 /* ================================================================ HF: attacks */
