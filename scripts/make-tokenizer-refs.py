@@ -313,6 +313,39 @@ def added_contents(tok):
     return [t.content for t in tok.get_added_tokens_decoder().values()]
 
 
+ADDED_FLAGS = [("<mask>", dict(lstrip=True, special=True)), ("<mask>x", dict(special=False)),
+               ("[R]", dict(rstrip=True, special=True)), ("both", dict(lstrip=True, rstrip=True, special=False)),
+               ("cat", dict(single_word=True, special=False)), ("Dog", dict(single_word=True, special=True)),
+               ("\u00e9t\u00e9", dict(normalized=True, special=False)), ("naïve", dict(normalized=True, special=True))]
+
+
+def build_added_flags(base, seed):
+    """qwen2-trim plus added tokens exercising lstrip / rstrip / single_word / normalized and a
+    longest-match overlap (<mask> vs <mask>x); the NFC normalizer makes "normalized" matter."""
+    tok = Tokenizer.from_str(base.to_str())
+    for content, kw in ADDED_FLAGS:
+        kw = dict(kw)
+        kw.setdefault("normalized", False)
+        special = kw.pop("special")
+        t = AddedToken(content, **kw)
+        (tok.add_special_tokens if special else tok.add_tokens)([t])
+    d = os.path.join(OUT, "added-flags")
+    save_dir(d, tok, compress=True)
+    rng = random.Random(seed + 7)
+    contents = [c for c, _ in ADDED_FLAGS] + ["e\u0301te\u0301", "nai\u0308ve", "cats", "concat", "_cat", "Dogs"]
+    strings = [" <mask> ", "a  <mask>", "a\t\n <mask>x", "[R]   b", "[R]\n\nz", "x  both  y", "cat", "a cat b",
+               "concat", "cats", "_cat", "cat_", "(cat)", "Dog!", "hotDog", "été", "e\u0301te\u0301", "naïve",
+               "nai\u0308ve", " <mask>   [R] both cat Dog été"]
+    base_strings = make_strings(contents, seed + 7)
+    while len(strings) < 2000:
+        parts = []
+        for _ in range(rng.randint(1, 12)):
+            r = rng.random()
+            parts.append(rng.choice(contents) if r < 0.4 else rng.choice(WS) if r < 0.7 else rng.choice(base_strings)[:80])
+        strings.append("".join(parts))
+    write_zst(os.path.join(d, "refs.jsonl.zst"), make_refs(tok, strings, seed + 7))
+
+
 # ---------------------------------------------------------------- chat templates
 LLAMA2_TEMPLATE = (
     "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
@@ -352,14 +385,23 @@ def render_chat(smol_template):
 
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = raise_exception
+    # transformers defines strftime_now (today's date); the date used is recorded so the test
+    # can substitute the date of its own run
+    import datetime
+    today = datetime.datetime.now().strftime("%d %b %Y")
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     templates = [("chatml", "smollm2", smol_template, "", ""),
                  ("llama3", "llama3", LLAMA3_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>"),
                  ("llama2", "llama2", LLAMA2_TEMPLATE, "<s>", "</s>"),
                  ("mistral", "mistral", MISTRAL_TEMPLATE, "<s>", "</s>")]
-    for kind, fn in (("chatml", QWEN25_TEMPLATE_FILE), ("chatml", QWEN3_TEMPLATE_FILE)):
+    for kind, fn in (("chatml", QWEN25_TEMPLATE_FILE), ("chatml", QWEN3_TEMPLATE_FILE),
+                     ("llama3", "models/templates/meta-llama-Llama-3.1-8B-Instruct.jinja"),
+                     ("llama3", "models/templates/meta-llama-Llama-3.2-3B-Instruct.jinja"),
+                     ("llama3", "models/templates/meta-llama-Llama-3.3-70B-Instruct.jinja")):
         p = os.path.join(LLAMACPP, fn)
         if os.path.exists(p):
-            templates.append((kind, os.path.basename(fn), open(p, encoding="utf-8").read(), "", "<|im_end|>"))
+            bos, eos = ("<|begin_of_text|>", "<|eot_id|>") if kind == "llama3" else ("", "<|im_end|>")
+            templates.append((kind, os.path.basename(fn), open(p, encoding="utf-8").read(), bos, eos))
     convs = [(None, "Hello!"), ("You are terse.", "What is 2+2?"), ("", "hi"),
              ("Multi\nline system.", "  spaced user text \n"), (None, "Unicode: 你好 🚀 é")]
     out = []
@@ -371,14 +413,22 @@ def render_chat(smol_template):
             msgs = ([] if system is None else [{"role": "system", "content": system}]) + [
                 {"role": "user", "content": user}]
             s = t.render(messages=msgs, add_generation_prompt=True, bos_token=bos, eos_token=eos)
-            out.append(json.dumps({"kind": kind, "name": name, "template": tpl, "bos": bos, "eos": eos,
-                                   "system": system, "user": user, "out": s}, ensure_ascii=False))
+            rec = {"kind": kind, "name": name, "template": tpl, "bos": bos, "eos": eos,
+                   "system": system, "user": user, "out": s}
+            if "strftime_now" in tpl:
+                rec["today"] = today
+            out.append(json.dumps(rec, ensure_ascii=False))
     return ("\n".join(out) + "\n").encode("utf-8")
 
 
-def save_dir(d, tok, cfg=None, gen=None, compress=False):
+def save_dir(d, tok, cfg=None, gen=None, compress=False, merges_as_strings=False):
     os.makedirs(d, exist_ok=True)
-    js = tok.to_str(pretty=False).encode("utf-8")
+    js = tok.to_str(pretty=False)
+    if merges_as_strings:   # the older "a b" spelling of merges, which HF still reads
+        j = json.loads(js)
+        j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]
+        js = json.dumps(j, ensure_ascii=False, separators=(",", ":"))
+    js = js.encode("utf-8")
     if compress:
         write_zst(os.path.join(d, "tokenizer.json.zst"), js)
     else:
@@ -415,9 +465,11 @@ def main():
                                   ("gpt2-trim", "ggml-vocab-gpt-2.gguf", None, False, False)):
         tok, _ = build_trimmed(vf, rx, nfc, im)
         d = os.path.join(OUT, name)
-        save_dir(d, tok, compress=True)
+        save_dir(d, tok, compress=True, merges_as_strings=name == "gpt2-trim")
         seed = SEED + len(name)
         write_zst(os.path.join(d, "refs.jsonl.zst"), make_refs(tok, make_strings(added_contents(tok), seed), seed))
+        if name == "qwen2-trim":
+            build_added_flags(tok, seed)
 
     open(os.path.join(OUT, "chat.jsonl"), "wb").write(render_chat(cfg_smol_template()))
 

@@ -5,6 +5,7 @@
  * are fixed shapes, and anything else is refused with a clear message. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <utf8proc.h>
 #include "tok_internal.h"
 
@@ -137,7 +138,33 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
     }
     case TOK_CHAT_LLAMA3:
         sb_put(&b, bos, bl);
-        if (system) {
+        if (strstr(t->chat_template, "Cutting Knowledge Date:")) {
+            /* Llama-3.1/3.2/3.3: the system turn is always written, with the knowledge cutoff
+             * and a date: strftime_now("%d %b %Y") where the template asks for it (3.2),
+             * else the template's default date_string. */
+            char cutoff[64] = "", date[64] = "26 Jul 2024";
+            const char *c = strstr(t->chat_template, "Cutting Knowledge Date:");
+            const char *e = strstr(c, "\\n");
+            if (e && e - c < (long)sizeof cutoff) snprintf(cutoff, sizeof cutoff, "%.*s", (int)(e - c), c);
+            const char *d = strstr(t->chat_template, "set date_string = \"");
+            if (strstr(t->chat_template, "strftime_now")) {
+                time_t now = time(NULL);
+                struct tm tm;
+                localtime_r(&now, &tm);
+                strftime(date, sizeof date, "%d %b %Y", &tm);
+            } else if (d) {
+                d += strlen("set date_string = \"");
+                const char *q = strchr(d, '"');
+                if (q && q - d < (long)sizeof date) snprintf(date, sizeof date, "%.*s", (int)(q - d), d);
+            }
+            sb_str(&b, "<|start_header_id|>system<|end_header_id|>\n\n");
+            sb_str(&b, cutoff);
+            sb_str(&b, "\nToday Date: ");
+            sb_str(&b, date);
+            sb_str(&b, "\n\n");
+            if (system) sb_strip(&b, system);
+            sb_str(&b, "<|eot_id|>");
+        } else if (system) {
             sb_str(&b, "<|start_header_id|>system<|end_header_id|>\n\n");
             sb_strip(&b, system);
             sb_str(&b, "<|eot_id|>");

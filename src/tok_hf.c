@@ -396,9 +396,9 @@ int tok_load_hf(const char *dir, tokenizer **out, llmi_status *st) {
                    .n_added = na, .added = added, .added_text = atext, .origin = path};
     if ((rc = tok_build_common(t, &b, st))) goto done;
 
-    const char *unk = jstr(model, "unk_token");
-    t->unk_id = token_id_of(t, unk);
-    if (unk && t->unk_id < 0) { rc = UNSUPPORTED(&c, "%s: unk_token \"%.40s\" is not in the vocabulary", path, unk); goto done; }
+    /* an unk_token missing from the vocab only matters when a character has no token; HF
+     * fails then, llmi drops the character */
+    t->unk_id = token_id_of(t, jstr(model, "unk_token"));
 
     int bos = -1, eos = -1;
     if ((rc = hf_post_processor(t, cJSON_GetObjectItemCaseSensitive(j, "post_processor"), &bos, &eos, &c))) goto done;

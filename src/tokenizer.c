@@ -419,17 +419,46 @@ int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
     if (b->n_added > 0) {
         size_t tl = 0;
         for (int i = 0; i < b->n_added; i++) tl += b->added[i].len;
+        /* normalized tokens are matched in normalized text, so their content is normalized
+         * too (HF refresh_added_tokens); NFC can grow a string, SPM-legacy adds "▁"s */
+        size_t cap = tl * 3 + 3 * (size_t)b->n_added + 1;
         t->added = malloc(sizeof(tok_added) * (size_t)b->n_added);
-        t->added_text = malloc(tl + 1);
+        t->added_text = malloc(cap);
         if (!t->added || !t->added_text) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", origin);
         uint32_t ao = 0;
         for (int i = 0; i < b->n_added; i++) {
             tok_added a = b->added[i];
             if (a.id < 0 || a.id >= n || a.len == 0)
                 return llmi_fail(st, LLMI_E_RUNTIME, "%s: added token %d is invalid", origin, a.id);
-            memcpy(t->added_text + ao, b->added_text + a.off, a.len);
+            const char *src = b->added_text + a.off;
+            utf8proc_uint8_t *nfc = NULL;
+            size_t len = a.len;
+            if (a.normalized && t->norm == TOK_NORM_NFC) {
+                utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)src, (utf8proc_ssize_t)a.len, &nfc,
+                                                  UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+                if (r > 0) { src = (const char *)nfc; len = (size_t)r; }
+            }
+            if (ao + len * 3 + 3 > cap) {
+                char *q = realloc(t->added_text, cap = (ao + len * 3 + 3) * 2);
+                if (!q) { free(nfc); return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", origin); }
+                t->added_text = q;
+            }
+            if (a.normalized && t->norm == TOK_NORM_SPM_LEGACY) {
+                size_t k = 0;
+                memcpy(t->added_text + ao, SPM_SPACE, 3);
+                k = 3;
+                for (size_t j = 0; j < len; j++) {
+                    if (src[j] == ' ') { memcpy(t->added_text + ao + k, SPM_SPACE, 3); k += 3; }
+                    else t->added_text[ao + k++] = src[j];
+                }
+                len = k;
+            } else {
+                memcpy(t->added_text + ao, src, len);
+            }
+            free(nfc);
             a.off = ao;
-            ao += a.len;
+            a.len = (uint32_t)len;
+            ao += (uint32_t)len;
             t->added[t->n_added++] = a;
             t->flags[a.id] |= TOKF_ADDED | (a.special ? TOKF_SPECIAL : 0);
             if (a.normalized) t->any_normalized_added = true;
