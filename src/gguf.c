@@ -101,7 +101,7 @@ static void str_for_msg(gguf_str s, char *buf, size_t cap) {
 /* ---------------------------------------------------------------- open */
 
 static int map_file(const char *path, gguf_file *g, llmi_status *st) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {

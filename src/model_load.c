@@ -770,7 +770,7 @@ fail:
 
 /* Reads a whole small file (config.json, the shard index) with a size cap. */
 static int read_small_file(const char *path, size_t cap, char **buf, size_t *len, llmi_status *st) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
@@ -1193,7 +1193,7 @@ int model_load(const char *path, const llmi_load_opts *opts, llmi_model *m, llmi
     if (stat(path, &sb) != 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s", path, strerror(errno));
     if (S_ISDIR(sb.st_mode)) return model_load_hf(path, opts, m, st);
     if (!S_ISREG(sb.st_mode)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: not a regular file or directory", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
     char magic[4] = {0};
     ssize_t n = read(fd, magic, 4);

@@ -1093,6 +1093,17 @@ TEST(loader_hf_config_attacks) {
     EXPECT_FAIL(dir, true, NULL);
     unlink(cfgp);
     EXPECT_FAIL(dir, true, "config.json");
+    /* a FIFO must be refused, not waited on */
+    CHECK(mkfifo(cfgp, 0600) == 0);
+    EXPECT_FAIL(dir, true, "not a regular file");
+    char fifo[700];
+    snprintf(fifo, sizeof fifo, "%s/model.gguf", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    EXPECT_FAIL(fifo, true, "not a regular file");
+    llmi_model lm;
+    llmi_status st;
+    llmi_status_clear(&st);
+    CHECK(model_load_gguf(fifo, NULL, &lm, &st) != 0 && strstr(st.msg, "not a regular file"));
     tmodel_free(&m);
     rm_tree(dir);
     free(dir);
