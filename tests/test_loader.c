@@ -848,6 +848,54 @@ TEST(loader_gguf_random_corruption) {
     gcase_free(&c);
 }
 
+/* Llama-3 GGUFs carry rope scaling as rope_freqs.weight; the llama3 pattern (computed
+ * here as the converter does) maps to LLMI_ROPE_SCALING_LLAMA3, anything else is refused. */
+TEST(loader_gguf_rope_freqs) {
+    rng r = {test_seed() + 21};
+    for (int k = 0; k < 3; k++) {
+        tmodel m;
+        tmodel_init(&m, false, true, false, false, &r);
+        m.theta = 500000.0f;
+        ttensor *x = &m.t[m.n++];
+        memset(x, 0, sizeof *x);
+        snprintf(x->gname, sizeof x->gname, "rope_freqs.weight");
+        x->cols = m.hd / 2;
+        x->type = T_F32;
+        x->nbytes = (size_t)x->cols * 4;
+        x->hf = malloc(x->nbytes);
+        float factor = k == 0 ? 8.0f : 32.0f;
+        for (int i = 0; i < m.hd / 2; i++) {
+            double freq = 1.0 / pow(500000.0, 2.0 * i / m.hd), wl = 2 * M_PI / freq, f;
+            if (wl < 8192.0 / 4) f = 1;
+            else if (wl > 8192.0 / 1) f = factor;
+            else {
+                double smooth = (8192.0 / wl - 1) / (4 - 1);
+                f = 1 / ((1 - smooth) / factor + smooth);
+            }
+            float v = k == 2 ? 1.0f + (float)i : (float)f; /* k == 2: not a llama3 pattern */
+            memcpy(x->hf + 4 * i, &v, 4);
+        }
+        char *dir = make_tmpdir(), path[512];
+        snprintf(path, sizeof path, "%s/l3.gguf", dir);
+        gguf_opts o = {0};
+        gguf_write(path, &m, &o, NULL);
+        if (k < 2) {
+            llmi_model lm;
+            if (load_ok(t_, path, true, &lm) == 0) {
+                CHECK(lm.cfg.rope_scaling == LLMI_ROPE_SCALING_LLAMA3 && lm.cfg.rope_factor == factor);
+                CHECK(lm.cfg.rope_low_freq_factor == 1.0f && lm.cfg.rope_high_freq_factor == 4.0f);
+                CHECK(lm.cfg.rope_orig_max_pos == 8192 && lm.cfg.rope_theta == 500000.0f);
+                model_free(&lm);
+            }
+        } else {
+            EXPECT_FAIL(path, true, "does not match llama3");
+        }
+        tmodel_free(&m);
+        rm_tree(dir);
+        free(dir);
+    }
+}
+
 /* ================================================================ safetensors writer */
 
 typedef struct st_entry { const char *name; const char *dtype; int64_t shape[4]; int n_dims; const uint8_t *data; size_t n; } st_entry;
