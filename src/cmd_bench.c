@@ -49,6 +49,10 @@ typedef struct bench_args {
     /* perplexity */
     const char *ppl;
     int chunks;
+    /* --out FMT:FILE: the same rows in more formats, from the same run */
+    int n_out;
+    report_format out_fmt[4];
+    const char *out_path[4];
 } bench_args;
 
 /* A growable array of doubles (samples). */
@@ -87,7 +91,8 @@ static const char *bench_usage(void) {
            "perplexity:\n"
            "  --ppl FILE              llama-perplexity rule; -c window (default 512), --chunks N\n"
            "output:\n"
-           "  -o md|csv|json|jsonl    (default md)   --seed N  prompts, lengths, arrivals (default 42)\n";
+           "  -o md|csv|json|jsonl    (default md)   --seed N  prompts, lengths, arrivals (default 42)\n"
+           "  --out FMT:FILE          also write the same rows as FMT to FILE (repeatable)\n";
 }
 
 static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_status *st) {
@@ -136,6 +141,19 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
         if (!strcmp(f, "--dataset")) { VAL(); a->dataset = v; a->throughput = true; continue; }
         if (!strcmp(f, "--request-rate")) { VAL(); if (cli_parse_float(f, v, 1e-6, 1e9, &d, st)) return st->code; a->request_rate = d; a->throughput = true; continue; }
         if (!strcmp(f, "--per-request")) { VAL(); a->per_request = v; continue; }
+        if (!strcmp(f, "--out")) {
+            VAL();
+            const char *colon = strchr(v, ':');
+            char fmt[16];
+            if (!colon || colon == v || (size_t)(colon - v) >= sizeof fmt || !colon[1])
+                return llmi_fail(st, LLMI_E_USAGE, "--out %s: expected FORMAT:FILE, e.g. csv:bench.csv", v);
+            if (a->n_out == 4) return llmi_fail(st, LLMI_E_USAGE, "--out: at most 4 of them");
+            memcpy(fmt, v, (size_t)(colon - v));
+            fmt[colon - v] = '\0';
+            if (report_format_parse(fmt, &a->out_fmt[a->n_out], st)) return st->code;
+            a->out_path[a->n_out++] = colon + 1;
+            continue;
+        }
         if (!strcmp(f, "--ppl")) { VAL(); a->ppl = v; continue; }
         if (!strcmp(f, "--chunks")) { VAL(); if (cli_parse_long(f, v, 1, 1 << 24, &n, st)) return st->code; a->chunks = (int)n; continue; }
 #undef VAL
@@ -813,6 +831,12 @@ int cmd_bench(int argc, char **argv, llmi_status *st) {
         else rc = bench_sweep(&a, &m, label, &rep, st);
         if (!rc) rc = report_write(&rep, a.fmt, stdout);
         if (rc == LLMI_E_RUNTIME && !st->code) llmi_fail(st, rc, "bench: cannot write the report to stdout");
+        for (int i = 0; i < a.n_out && !rc; i++) {
+            FILE *f = fopen(a.out_path[i], "w");
+            if (!f) { rc = llmi_fail(st, LLMI_E_RUNTIME, "--out %s: cannot write it", a.out_path[i]); break; }
+            rc = report_write(&rep, a.out_fmt[i], f);
+            if (fclose(f) || rc) rc = llmi_fail(st, LLMI_E_RUNTIME, "--out %s: write failed", a.out_path[i]);
+        }
     }
     report_free(&rep);
     if (loaded) model_free(&m);

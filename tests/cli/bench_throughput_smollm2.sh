@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Offline throughput on SmolLM2: 200 requests of mixed lengths all at t=0, continuous
+# batching; every percentile is reported and the generated tokens add up to what the
+# requests asked for (random prompts ignore EOS, as vllm bench throughput does).
+. "$(dirname "$0")/../lib/common.sh"
+need_model
+"$LLMI" bench -m "$MODEL" --num-requests 200 --input-len 16 --output-len 6 --range-ratio 0.5 --max-seqs 200 \
+  --per-request "$TMP/req.jsonl" -o json >"$TMP/t.json" 2>"$TMP/err" || fail "bench failed: $(cat "$TMP/err")"
+python3 - "$TMP" <<'PY' || exit 1
+import json, math, sys
+d = sys.argv[1]
+row = json.load(open(f"{d}/t.json"))[0]
+reqs = [json.loads(l) for l in open(f"{d}/req.jsonl")]
+assert len(reqs) == 200 == row["num_requests"]
+lens = {r["n_prompt"] for r in reqs}; outs = {r["max_tokens"] for r in reqs}
+assert len(lens) > 5 and len(outs) >= 3, "lengths are not mixed"
+gen = sum(r["n_generated"] for r in reqs)
+assert gen == row["output_tokens"] == row["requested_output_tokens"] == sum(r["max_tokens"] for r in reqs), \
+    (gen, row["output_tokens"], row["requested_output_tokens"])
+assert row["finished_length"] == 200 and row["finished_other"] == 0
+for k in ["requests_per_s", "output_tps", "total_tps", "peak_rss_mib", "kv_util_max"]:
+    assert row[k] > 0, k
+for key in ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"]:
+    vals = [row[f"{key}_{s}"] for s in ("mean", "p50", "p90", "p99")]
+    assert all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in vals), (key, vals)
+    assert vals[1] <= vals[2] <= vals[3], (key, vals)
+assert abs(row["total_tps"] - (row["prompt_tokens"] + gen) / row["elapsed_s"]) < 1e-6 * row["total_tps"]
+assert abs(row["requests_per_s"] - 200 / row["elapsed_s"]) < 1e-6 * row["requests_per_s"]
+print("throughput ok:", row["requests_per_s"], "req/s", row["output_tps"], "out tok/s, preemptions", row["preemptions"])
+PY
