@@ -27,8 +27,7 @@ static __device__ __forceinline__ int64_t kv_index(const int32_t *bt, int block_
 /* grid (n_kv_heads, n_tokens_listed, n_splits), block DEC_THREADS.  Shared (floats):
  * qs (G, hd) | ks (DEC_T, hd+1; padded so per-position dot products hit distinct banks)
  * | vs (DEC_T, hd) | S (G, DEC_T) | acc (G, hd) | m, l, alpha (G). */
-__global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits, int chunk,
-                                        float *work) {
+__global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits, float *work) {
     extern __shared__ float sm[];
     const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads, hdp = hd + 1;
     float *qs = sm, *ks = qs + G * hd, *vs = ks + DEC_T * hdp, *S = vs + DEC_T * hd, *acc = S + G * DEC_T;
@@ -38,6 +37,9 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
     const int pos = a.positions[t];
     const int32_t *bt = a.block_tables + (int64_t)a.seq_of_token[t] * a.max_blocks_per_seq;
     const int h0 = kvh * G;
+    /* each token splits its own context, so the launch does not depend on the batch's
+     * longest one (a captured graph replays with any positions) */
+    const int chunk = ((pos + n_splits) / n_splits + DEC_T - 1) / DEC_T * DEC_T;
     const int start = split * chunk, end = min(pos + 1, start + chunk);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
 
@@ -157,7 +159,7 @@ extern "C" int llmi_cuda_attn_splits(int n_decode, int n_kv_heads, int n_heads, 
 }
 
 extern "C" cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int32_t *tokens, int n, int n_splits,
-                                             int max_pos, float *work, cudaStream_t s) {
+                                             float *work, cudaStream_t s) {
     if (n <= 0) return cudaSuccess;
     if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0 || n_splits < 1 || n > 65535) return cudaErrorInvalidValue;
     if (n_splits > 1 && !work) return cudaErrorInvalidValue;
@@ -168,10 +170,8 @@ extern "C" cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int3
                                              (int)smem);
         if (e != cudaSuccess) return e;
     }
-    int chunk = (max_pos + 1 + n_splits - 1) / n_splits;
-    chunk = (chunk + DEC_T - 1) / DEC_T * DEC_T;
     dim3 grid((unsigned)a->n_kv_heads, (unsigned)n, (unsigned)n_splits);
-    llmi_attn_decode_kernel<<<grid, DEC_THREADS, smem, s>>>(*a, tokens, n_splits, chunk, work);
+    llmi_attn_decode_kernel<<<grid, DEC_THREADS, smem, s>>>(*a, tokens, n_splits, work);
     LLMI_LAUNCH_CHECK();
     if (n_splits > 1) {
         llmi_attn_combine_kernel<<<dim3((unsigned)a->n_heads, (unsigned)n), 128, 0, s>>>(*a, tokens, n_splits, work);

@@ -90,10 +90,11 @@ int llmi_cuda_attn_splits(int n_decode, int n_kv_heads, int n_heads, int head_di
 /* Floats of workspace the decode path needs for n_decode tokens and n_splits > 1. */
 size_t llmi_cuda_attn_work_floats(int n_decode, int n_heads, int head_dim, int n_splits);
 /* Flash-decoding over paged KV, GQA-aware (one block reads a KV tile once for all the
- * query heads of its KV head), split-K over positions with a combine pass when
- * n_splits > 1.  tokens (n) device list of token indices. */
-cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int32_t *tokens, int n, int n_splits, int max_pos,
-                                  float *work, cudaStream_t s);
+ * query heads of its KV head), split-K with a combine pass when n_splits > 1: each
+ * token's positions [0, pos] are cut into n_splits equal chunks.  tokens (n) device list
+ * of token indices; work (llmi_cuda_attn_work_floats) device floats. */
+cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int32_t *tokens, int n, int n_splits, float *work,
+                                  cudaStream_t s);
 /* Tiled causal flash-attention over paged KV on tensor cores (wmma, bf16 or f16 inputs,
  * fp32 accumulation); tiles (n_tiles, 2) device array from llmi_cuda_attn_plan.
  * Needs head_dim % 16 == 0 and head_dim <= 256. */

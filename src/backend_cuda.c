@@ -58,6 +58,13 @@ typedef struct cuda_layer {
 
 typedef struct cuda_prof_mark { llmi_op_class cls; double bytes, flops; } cuda_prof_mark;
 
+#define GRAPH_BUCKETS 9   /* decode batches of 1, 2, 4, ..., 256 sequences */
+typedef struct cuda_graph_slot {
+    cudaGraphExec_t exec;     /* NULL until captured */
+    bool seen;                /* ran eagerly once */
+    bool failed;              /* capture failed: this bucket stays eager */
+} cuda_graph_slot;
+
 typedef struct cuda_impl {
     int device;
     int n_sms;
@@ -97,6 +104,14 @@ typedef struct cuda_impl {
 
     size_t weight_bytes, act_bytes;
 
+    bool graphs_on;           /* decode graphs enabled (LLMI_CUDA_GRAPHS=0 turns them off) */
+    int graph_max_bucket;     /* largest bucket: min(max_seqs, LOGIT_CHUNK, max_tokens) rounded down to 2^k */
+    int graph_mbps;           /* block-table stride of graph batches: ceil(max_ctx / block_size) */
+    cuda_graph_slot graphs[GRAPH_BUCKETS];   /* bucket 2^k at [k] */
+    size_t graph_region_off[GRAPH_BUCKETS];  /* int32 offset of bucket k's region in gmeta */
+    int32_t *gmeta_h;         /* (sum of regions) pinned */
+    int32_t *gmeta_d;         /* (sum of regions) device */
+
     cudaEvent_t *events;      /* (prof_cap + 1) when profiling: op boundaries */
     cuda_prof_mark *marks;    /* (prof_cap) */
     int prof_cap, prof_n;
@@ -129,6 +144,12 @@ static int cuda_kv_alloc(llmi_backend *b, int num_blocks, llmi_status *st) {
     if (per == 0 || (size_t)num_blocks > SIZE_MAX / per)
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: KV cache of %d blocks overflows size_t", num_blocks);
     CU_CHECK(st, cudaSetDevice(im->device));
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    /* captured graphs hold the old cache's addresses and block count */
+    for (int k = 0; k < GRAPH_BUCKETS; k++) {
+        if (im->graphs[k].exec) CU_CHECK(st, cudaGraphExecDestroy(im->graphs[k].exec));
+        im->graphs[k] = (cuda_graph_slot){0};
+    }
     if (im->kv) CU_CHECK(st, cudaFree(im->kv));
     im->kv = NULL;
     im->kv_bytes = 0;
@@ -185,6 +206,10 @@ static void cuda_destroy(llmi_backend *b) {
             free(im->events);
         }
         free(im->marks);
+        for (int k = 0; k < GRAPH_BUCKETS; k++)
+            if (im->graphs[k].exec) cudaGraphExecDestroy(im->graphs[k].exec);
+        if (im->gmeta_h) cudaFreeHost(im->gmeta_h);
+        dfree(im->gmeta_d);
         llmi_cuda_gemm_free(&im->gemm);
         if (im->stream) cudaStreamDestroy(im->stream);
         free(im);
@@ -414,6 +439,39 @@ static int alloc_workspaces(cuda_impl *im, const llmi_config *c, llmi_status *st
     return rc;
 }
 
+static int bucket_of(int n) {
+    int b = 1;
+    while (b < n) b <<= 1;
+    return b;
+}
+
+/* Layout of bucket B's region (int32 offsets from its start): tok | pos | slot | seq |
+ * lr | dec (B each) | block tables (B, gmbps). */
+static size_t graph_region_ints(int B, int gmbps) { return (size_t)B * (6 + (size_t)gmbps); }
+
+/* Sizes the decode-graph buckets and their fixed index regions (graphs stay off when
+ * LLMI_CUDA_GRAPHS=0 or the regions would be unreasonably large). */
+static int graphs_init(llmi_backend *b, cuda_impl *im, llmi_status *st) {
+    const char *env = getenv("LLMI_CUDA_GRAPHS");
+    int cap = im->max_seqs < im->max_tokens ? im->max_seqs : im->max_tokens;
+    if (cap > LOGIT_CHUNK) cap = LOGIT_CHUNK;
+    int maxb = 1;
+    while (maxb * 2 <= cap && maxb * 2 <= (1 << (GRAPH_BUCKETS - 1))) maxb *= 2;
+    int ctx = b->model->cfg.max_ctx > 0 ? b->model->cfg.max_ctx : 4096;
+    im->graph_mbps = (ctx + b->opts.block_size - 1) / b->opts.block_size;
+    im->graph_max_bucket = maxb;
+    size_t total = 0;
+    for (int k = 0; k < GRAPH_BUCKETS && (1 << k) <= maxb; k++) {
+        im->graph_region_off[k] = total;
+        total += graph_region_ints(1 << k, im->graph_mbps);
+    }
+    im->graphs_on = !(env && strcmp(env, "0") == 0) && total <= ((size_t)16 << 20);
+    if (!im->graphs_on) return 0;
+    CU_CHECK(st, cudaMallocHost((void **)&im->gmeta_h, total * sizeof(int32_t)));
+    if (dalloc(im, (void **)&im->gmeta_d, total * sizeof(int32_t), &im->act_bytes, st)) return st->code;
+    return 0;
+}
+
 /* ---- forward ---- */
 
 /* Rejects anything that would index outside the workspaces, the vocab or the KV cache. */
@@ -542,49 +600,27 @@ static double gemm_bytes(int64_t rows, int64_t cols, int n, size_t e) {
         if (prof_mark(b, im, (cls), (bytes), (flops), st)) return st->code; \
     } while (0)
 
-static int cuda_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llmi_status *st) {
-    cuda_impl *im = b->impl;
-    if (check_batch(b, bt, st)) return st->code;
-    const llmi_model *m = b->model;
-    const llmi_config *c = &m->cfg;
-    const int n = bt->n_tokens, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads,
-              ffn = c->ffn_dim, qd = im->q_dim, kvd = im->kv_dim, W = im->qkv_dim, nl = bt->n_logits;
+/* The device-side view of one forward: where its index arrays live and how the work is
+ * split.  An eager forward points into meta_d; a graph replay into its bucket's fixed
+ * region of gmeta_d, so a captured graph's kernel arguments stay valid. */
+typedef struct fwd_plan {
+    int n, nl, n_dec, n_tiles, n_splits, max_blocks_per_seq;
+    const int32_t *tok, *pos, *slot, *seq, *bt, *lr, *dec, *tiles;   /* device */
+    double ctx_sum;           /* attended positions summed over tokens (stats) */
+    float *host_logits;       /* (nl, n_vocab) copied out per chunk; NULL: leave in im->logits */
+} fwd_plan;
+
+/* Everything between the index upload and the logits: enqueued on im->stream only, so it
+ * can be captured into a graph. */
+static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_status *st) {
+    const llmi_config *c = &b->model->cfg;
+    const int n = f->n, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim,
+              qd = im->q_dim, kvd = im->kv_dim, W = im->qkv_dim;
     const size_t e = wdt_bytes(im->wdt), esz = kv_elem_bytes(b->opts.kv_dtype);
     const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * (size_t)kvd * esz;   /* one of K or V */
-    CU_CHECK(st, cudaSetDevice(im->device));
-    /* a forward that failed midway may have left copies from meta_h in flight */
-    CU_CHECK(st, cudaStreamSynchronize(im->stream));
 
-    int n_dec = 0, n_tiles = 0, max_pos = 0;
-    llmi_cuda_attn_plan(bt, hd, im->plan_dec, &n_dec, im->plan_tiles, &n_tiles, &max_pos);
-
-    /* one upload of every index array: tokens | positions | slots | seq_of_token |
-     * block_tables | logit_rows | decode list | tiles */
-    size_t nbt = (size_t)bt->n_seqs * bt->max_blocks_per_seq;
-    size_t total = 4 * (size_t)n + nbt + (size_t)nl + (size_t)n_dec + 2 * (size_t)n_tiles;
-    if (meta_reserve(im, total, st)) return st->code;
-    int32_t *h = im->meta_h;
-    size_t o_tok = 0, o_pos = n, o_slot = 2 * (size_t)n, o_seq = 3 * (size_t)n, o_bt = 4 * (size_t)n;
-    size_t o_lr = o_bt + nbt, o_dec = o_lr + nl, o_tiles = o_dec + n_dec;
-    memcpy(h + o_tok, bt->tokens, n * sizeof(int32_t));
-    memcpy(h + o_pos, bt->positions, n * sizeof(int32_t));
-    memcpy(h + o_slot, bt->slot_mapping, n * sizeof(int32_t));
-    memcpy(h + o_seq, bt->seq_of_token, n * sizeof(int32_t));
-    memcpy(h + o_bt, bt->block_tables, nbt * sizeof(int32_t));
-    if (nl) memcpy(h + o_lr, bt->logit_rows, nl * sizeof(int32_t));
-    if (n_dec) memcpy(h + o_dec, im->plan_dec, n_dec * sizeof(int32_t));
-    if (n_tiles) memcpy(h + o_tiles, im->plan_tiles, 2 * (size_t)n_tiles * sizeof(int32_t));
-    if (prof_start(b, im, st)) return st->code;
-    CU_CHECK(st, cudaMemcpyAsync(im->meta_d, h, total * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
-    const int32_t *d = im->meta_d;
-    MARK(LLMI_OP_HOST, total * 4.0, 0);
-
-    K_CHECK(st, llmi_cuda_embed(im->tok_embd, im->wdt, c->n_vocab, dim, d + o_tok, n, im->x, im->stream));
+    K_CHECK(st, llmi_cuda_embed(im->tok_embd, im->wdt, c->n_vocab, dim, f->tok, n, im->x, im->stream));
     MARK(LLMI_OP_EMBED, (double)n * dim * (e + 4), 0);
-
-    double ctx_sum = 0;   /* attended positions summed over tokens, for attention stats */
-    for (int i = 0; i < n; i++) ctx_sum += bt->positions[i] + 1;
-    int n_splits = llmi_cuda_attn_splits(n_dec, nkv, nh, hd, max_pos, im->n_sms, im->attn_work_floats);
 
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &im->layers[l];
@@ -597,20 +633,20 @@ static int cuda_forward(llmi_backend *b, const llmi_batch *bt, float *logits, ll
         MARK(LLMI_OP_QKV, gemm_bytes(W, dim, n, e), 2.0 * n * W * dim);
 
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
-        K_CHECK(st, llmi_cuda_rope_kv(im->qkv, W, im->qkv + qd, W, im->qkv + qd + kvd, W, d + o_pos, d + o_slot, n, nh,
-                                      nkv, hd, im->inv_freq, kc, vc, b->opts.kv_dtype, im->stream));
+        K_CHECK(st, llmi_cuda_rope_kv(im->qkv, W, im->qkv + qd, W, im->qkv + qd + kvd, W, f->pos, f->slot, n, nh, nkv,
+                                      hd, im->inv_freq, kc, vc, b->opts.kv_dtype, im->stream));
         MARK(LLMI_OP_ROPE_KV, 4.0 * n * (qd + 2.0 * kvd) * 2 + (double)n * 2 * kvd * esz, 6.0 * n * (qd + kvd) / 2);
 
         llmi_cuda_attn a = {
             .q = im->qkv, .q_stride = W, .k_cache = kc, .v_cache = vc, .kv_dt = b->opts.kv_dtype,
-            .positions = d + o_pos, .seq_of_token = d + o_seq, .block_tables = d + o_bt,
-            .max_blocks_per_seq = bt->max_blocks_per_seq, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
+            .positions = f->pos, .seq_of_token = f->seq, .block_tables = f->bt,
+            .max_blocks_per_seq = f->max_blocks_per_seq, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
             .block_size = b->opts.block_size, .scale = 1.0f / sqrtf((float)hd), .out = im->att, .out_stride = qd,
             .out_dt = im->wdt,
         };
-        K_CHECK(st, llmi_cuda_attn_decode(&a, d + o_dec, n_dec, n_splits, max_pos, im->attn_work, im->stream));
-        K_CHECK(st, llmi_cuda_attn_prefill(&a, d + o_tiles, n_tiles, im->stream));
-        MARK(LLMI_OP_ATTN, ctx_sum * 2.0 * kvd * esz + 4.0 * n * qd + (double)e * n * qd, ctx_sum * 4.0 * qd);
+        K_CHECK(st, llmi_cuda_attn_decode(&a, f->dec, f->n_dec, f->n_splits, im->attn_work, im->stream));
+        K_CHECK(st, llmi_cuda_attn_prefill(&a, f->tiles, f->n_tiles, im->stream));
+        MARK(LLMI_OP_ATTN, f->ctx_sum * 2.0 * kvd * esz + 4.0 * n * qd + (double)e * n * qd, f->ctx_sum * 4.0 * qd);
 
         GEMM(L->wo, dim, qd, im->att, n, im->delta);
         MARK(LLMI_OP_O_PROJ, gemm_bytes(dim, qd, n, e), 2.0 * n * dim * qd);
@@ -630,18 +666,149 @@ static int cuda_forward(llmi_backend *b, const llmi_batch *bt, float *logits, ll
     }
 
     /* Only the rows that need logits get the final residual add, norm and lm_head. */
-    for (int r0 = 0; r0 < nl; r0 += LOGIT_CHUNK) {
-        int cnt = nl - r0 < LOGIT_CHUNK ? nl - r0 : LOGIT_CHUNK;
-        K_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, im->out_norm, d + o_lr + r0, cnt, dim, c->norm_eps, im->lgn,
+    for (int r0 = 0; r0 < f->nl; r0 += LOGIT_CHUNK) {
+        int cnt = f->nl - r0 < LOGIT_CHUNK ? f->nl - r0 : LOGIT_CHUNK;
+        K_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, im->out_norm, f->lr + r0, cnt, dim, c->norm_eps, im->lgn,
                                           im->wdt, im->stream));
         MARK(LLMI_OP_NORM, (double)cnt * dim * (8 + e), 4.0 * cnt * dim);
         GEMM(im->lm_head, c->n_vocab, dim, im->lgn, cnt, im->logits);
-        CU_CHECK(st, cudaMemcpyAsync(logits + (size_t)r0 * c->n_vocab, im->logits, (size_t)cnt * c->n_vocab * sizeof(float),
-                                     cudaMemcpyDeviceToHost, im->stream));
+        if (f->host_logits)
+            CU_CHECK(st, cudaMemcpyAsync(f->host_logits + (size_t)r0 * c->n_vocab, im->logits,
+                                         (size_t)cnt * c->n_vocab * sizeof(float), cudaMemcpyDeviceToHost, im->stream));
         MARK(LLMI_OP_LM_HEAD, gemm_bytes(c->n_vocab, dim, cnt, e), 2.0 * cnt * c->n_vocab * dim);
     }
+    return 0;
+}
+
+static int forward_eager(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, float *logits, llmi_status *st) {
+    const llmi_config *c = &b->model->cfg;
+    const int n = bt->n_tokens, nl = bt->n_logits;
+    fwd_plan f = {.n = n, .nl = nl, .max_blocks_per_seq = bt->max_blocks_per_seq, .host_logits = logits};
+    int max_pos = 0;
+    llmi_cuda_attn_plan(bt, c->head_dim, im->plan_dec, &f.n_dec, im->plan_tiles, &f.n_tiles, &max_pos);
+    f.n_splits = llmi_cuda_attn_splits(f.n_dec, c->n_kv_heads, c->n_heads, c->head_dim, max_pos, im->n_sms,
+                                       im->attn_work_floats);
+    for (int i = 0; i < n; i++) f.ctx_sum += bt->positions[i] + 1;
+
+    /* one upload of every index array: tokens | positions | slots | seq_of_token |
+     * block_tables | logit_rows | decode list | tiles */
+    size_t nbt = (size_t)bt->n_seqs * bt->max_blocks_per_seq;
+    size_t total = 4 * (size_t)n + nbt + (size_t)nl + (size_t)f.n_dec + 2 * (size_t)f.n_tiles;
+    if (meta_reserve(im, total, st)) return st->code;
+    int32_t *h = im->meta_h;
+    size_t o_pos = n, o_slot = 2 * (size_t)n, o_seq = 3 * (size_t)n, o_bt = 4 * (size_t)n;
+    size_t o_lr = o_bt + nbt, o_dec = o_lr + nl, o_tiles = o_dec + f.n_dec;
+    memcpy(h, bt->tokens, n * sizeof(int32_t));
+    memcpy(h + o_pos, bt->positions, n * sizeof(int32_t));
+    memcpy(h + o_slot, bt->slot_mapping, n * sizeof(int32_t));
+    memcpy(h + o_seq, bt->seq_of_token, n * sizeof(int32_t));
+    memcpy(h + o_bt, bt->block_tables, nbt * sizeof(int32_t));
+    if (nl) memcpy(h + o_lr, bt->logit_rows, nl * sizeof(int32_t));
+    if (f.n_dec) memcpy(h + o_dec, im->plan_dec, f.n_dec * sizeof(int32_t));
+    if (f.n_tiles) memcpy(h + o_tiles, im->plan_tiles, 2 * (size_t)f.n_tiles * sizeof(int32_t));
+    if (prof_start(b, im, st)) return st->code;
+    CU_CHECK(st, cudaMemcpyAsync(im->meta_d, h, total * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
+    const int32_t *d = im->meta_d;
+    f.tok = d; f.pos = d + o_pos; f.slot = d + o_slot; f.seq = d + o_seq; f.bt = d + o_bt;
+    f.lr = d + o_lr; f.dec = d + o_dec; f.tiles = d + o_tiles;
+    MARK(LLMI_OP_HOST, total * 4.0, 0);
+    if (forward_body(b, im, &f, st)) return st->code;
     CU_CHECK(st, cudaStreamSynchronize(im->stream));
     return prof_collect(b, im, st);
+}
+
+/* ---- CUDA graphs for pure-decode batches ----
+ * A batch of B sequences with one token each (the steady state of serving) runs as the
+ * graph of its bucket (the next power of two >= B), padded with harmless rows: token 0 at
+ * position 0 of block 0, slot -1 (no KV write), no logits wanted.  The graph is captured
+ * the second time a bucket is seen (the first runs eager and warms the GEMM heuristics);
+ * its index arrays live at fixed addresses in gmeta_d with a fixed block-table stride, and
+ * the split count is fixed per bucket (the decode kernel splits each token's own context). */
+
+static bool graph_eligible(const llmi_backend *b, const cuda_impl *im, const llmi_batch *bt) {
+    if (!im->graphs_on || b->profiling || bt->n_tokens != bt->n_seqs || bt->n_logits != bt->n_tokens) return false;
+    if (bucket_of(bt->n_tokens) > im->graph_max_bucket) return false;
+    for (int i = 0; i < bt->n_tokens; i++) {
+        if (bt->logit_rows[i] != i || bt->positions[i] / b->opts.block_size >= im->graph_mbps) return false;
+    }
+    return true;   /* check_batch has seen that sequence i owns exactly token i */
+}
+
+static int graph_forward(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, float *logits, bool *done,
+                         llmi_status *st) {
+    const llmi_config *c = &b->model->cfg;
+    const int n = bt->n_tokens, B = bucket_of(n), k = __builtin_ctz((unsigned)B), gm = im->graph_mbps;
+    cuda_graph_slot *g = &im->graphs[k];
+    *done = false;
+    if (g->failed) return 0;
+    if (!g->exec && !g->seen) {
+        g->seen = true;   /* first sight of this bucket: run eager */
+        return 0;
+    }
+    size_t off = im->graph_region_off[k];
+    int32_t *h = im->gmeta_h + off, *d = im->gmeta_d + off;
+    int32_t *tok = h, *pos = h + B, *slot = h + 2 * B, *seq = h + 3 * B, *lr = h + 4 * B, *dec = h + 5 * B;
+    int32_t *tab = h + 6 * B;
+    for (int i = 0; i < B; i++) {
+        bool real = i < n;
+        tok[i] = real ? bt->tokens[i] : 0;
+        pos[i] = real ? bt->positions[i] : 0;
+        slot[i] = real ? bt->slot_mapping[i] : -1;
+        seq[i] = i;
+        lr[i] = i;
+        dec[i] = i;
+        int32_t *row = tab + (size_t)i * gm;
+        memset(row, 0, (size_t)gm * sizeof(int32_t));
+        if (real) {
+            int need = bt->positions[i] / b->opts.block_size + 1;
+            memcpy(row, bt->block_tables + (size_t)i * bt->max_blocks_per_seq, (size_t)need * sizeof(int32_t));
+        }
+    }
+    fwd_plan f = {.n = B, .nl = B, .n_dec = B, .n_tiles = 0, .max_blocks_per_seq = gm, .tok = d, .pos = d + B,
+                  .slot = d + 2 * B, .seq = d + 3 * B, .lr = d + 4 * B, .dec = d + 5 * B, .bt = d + 6 * B,
+                  .tiles = d, .host_logits = NULL};
+    f.n_splits = llmi_cuda_attn_splits(B, c->n_kv_heads, c->n_heads, c->head_dim, gm * b->opts.block_size - 1,
+                                       im->n_sms, im->attn_work_floats);
+    CU_CHECK(st, cudaMemcpyAsync(d, h, graph_region_ints(B, gm) * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
+    if (!g->exec) {
+        /* capture; any failure turns graphs off for this bucket and the step runs eager */
+        CU_CHECK(st, cudaStreamSynchronize(im->stream));
+        llmi_status cst = {0};
+        cudaGraph_t graph = NULL;
+        cudaError_t e = cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeRelaxed);
+        int rc = e == cudaSuccess ? forward_body(b, im, &f, &cst) : 1;
+        if (e == cudaSuccess) e = cudaStreamEndCapture(im->stream, &graph);
+        if (!rc && e == cudaSuccess) e = cudaGraphInstantiate(&g->exec, graph, 0);
+        if (graph) cudaGraphDestroy(graph);
+        if (rc || e != cudaSuccess) {
+            (void)cudaGetLastError();
+            g->exec = NULL;
+            g->failed = true;
+            fprintf(stderr, "cuda: no graph for decode batches of %d (%s); running them eagerly\n", B,
+                    rc ? cst.msg : cudaGetErrorString(e));
+            return 0;
+        }
+    }
+    CU_CHECK(st, cudaGraphLaunch(g->exec, im->stream));
+    CU_CHECK(st, cudaMemcpyAsync(logits, im->logits, (size_t)n * c->n_vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                                 im->stream));
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    *done = true;
+    return 0;
+}
+
+static int cuda_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llmi_status *st) {
+    cuda_impl *im = b->impl;
+    if (check_batch(b, bt, st)) return st->code;
+    CU_CHECK(st, cudaSetDevice(im->device));
+    /* a forward that failed midway may have left copies from the pinned buffers in flight */
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    if (graph_eligible(b, im, bt)) {
+        bool done = false;
+        if (graph_forward(b, im, bt, logits, &done, st)) return st->code;
+        if (done) return 0;
+    }
+    return forward_eager(b, im, bt, logits, st);
 }
 
 /* ---- creation ---- */
@@ -654,7 +821,9 @@ static int pick_device(const llmi_backend_opts *o, int *count, llmi_status *st) 
                          e != cudaSuccess ? cudaGetErrorString(e) : "libcuda not loaded");
     cudaRuntimeGetVersion(&rt);
     e = cudaGetDeviceCount(count);
-    if (e == cudaErrorInsufficientDriver || drv < rt)
+    /* within a major version a newer runtime runs on an older driver (minor version
+     * compatibility); across majors it does not */
+    if (e == cudaErrorInsufficientDriver || drv / 1000 < rt / 1000)
         return llmi_fail(st, LLMI_E_USAGE, "--device cuda: driver too old: it supports CUDA %d.%d, llmi was built with CUDA %d.%d",
                          drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
     if (e == cudaErrorNoDevice || (e == cudaSuccess && *count == 0))
@@ -743,6 +912,7 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     if (!rc) rc = llmi_cuda_gemm_init(&im->gemm, im->wdt, GEMM_WORKSPACE, st);
     if (!rc) rc = load_weights(b, im, st);
     if (!rc) rc = alloc_workspaces(im, c, st);
+    if (!rc) rc = graphs_init(b, im, st);
     if (rc) {
         cuda_destroy(b);
         return rc;

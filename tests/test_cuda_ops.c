@@ -300,7 +300,7 @@ static void attention_case(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int 
                         .positions = d_pos, .seq_of_token = d_seq, .block_tables = d_tab, .max_blocks_per_seq = mbps,
                         .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .block_size = bs, .scale = scale,
                         .out = d_out, .out_stride = nh * hd, .out_dt = LLMI_F32};
-    CHECK(llmi_cuda_attn_decode(&a, d_dec, nd, splits, mp, d_work, 0) == cudaSuccess);
+    CHECK(llmi_cuda_attn_decode(&a, d_dec, nd, splits, d_work, 0) == cudaSuccess);
     CHECK(llmi_cuda_attn_prefill(&a, d_tiles, nt, 0) == cudaSuccess);
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     to_host(got, d_out, qn * 4);
@@ -554,14 +554,17 @@ static void cuda_tiny_free(llmi_model *m) {
 
 #define FB_BS 16
 #define FB_MAXB 8
-/* Two steps: (1) prefills of 40 and 5 tokens; (2) a decode token for each plus a
- * 20-token prefill of a third sequence, in one batch.  Logits for every token. */
+/* Five steps: (1) prefills of 40 and 5 tokens; (2) a decode token for each plus a
+ * 20-token prefill of a third sequence, in one batch; (3-5) pure decode of all three
+ * (the CUDA backend runs step 3 eagerly, captures its decode graph on step 4 and replays
+ * it on step 5).  Logits for every token. */
 static int forward_steps(llmi_backend *b, const int32_t *toks, float *logits, llmi_status *st) {
     int32_t tables[3 * FB_MAXB];
     for (int i = 0; i < 3 * FB_MAXB; i++) tables[i] = (i * 7 + 3) % (3 * FB_MAXB);   /* a fixed shuffle */
-    const int start[2][3] = {{0, 0, 0}, {40, 5, 0}}, len[2][3] = {{40, 5, 0}, {1, 1, 20}}, nseq[2] = {2, 3};
+    const int start[5][3] = {{0, 0, 0}, {40, 5, 0}, {41, 6, 20}, {42, 7, 21}, {43, 8, 22}};
+    const int len[5][3] = {{40, 5, 0}, {1, 1, 20}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}, nseq[5] = {2, 3, 3, 3, 3};
     float *out = logits;
-    for (int step = 0; step < 2; step++) {
+    for (int step = 0; step < 5; step++) {
         int32_t tokens[64], pos[64], slot[64], sot[64], qs[4], ctx[3], rows[64];
         int n = 0;
         qs[0] = 0;
@@ -608,10 +611,9 @@ TEST(cuda_backend_forward) {
         CHECK(gpu->kv_budget_bytes(gpu) > 0);
         CHECK_MSG(cpu->kv_alloc(cpu, 3 * FB_MAXB, &st) == 0, "%s", st.msg);
         CHECK_MSG(gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0, "%s", st.msg);
-        const int n_rows = 45 + 22, nv = m.cfg.n_vocab;
+        const int n_rows = 45 + 22 + 9, nv = m.cfg.n_vocab;
         float *ref = malloc(sizeof(float) * n_rows * nv), *got = malloc(sizeof(float) * n_rows * nv);
         CHECK_MSG(forward_steps(cpu, toks, ref, &st) == 0, "cpu: %s", st.msg);
-        gpu->profiling = true;
         CHECK_MSG(forward_steps(gpu, toks, got, &st) == 0, "cuda: %s", st.msg);
         double e = test_nmse(got, ref, (long)n_rows * nv);
         int agree = 0;
@@ -627,6 +629,16 @@ TEST(cuda_backend_forward) {
                e, agree, n_rows);
         CHECK_MSG(e <= 1e-3, "logits nmse %g", e);   /* bf16 activations into the GEMMs */
         CHECK(agree >= n_rows * 9 / 10);
+        /* again from a fresh cache, profiled (which keeps every step eager): same logits
+         * as the run whose decode steps went through a graph, and stats filled */
+        float *again = malloc(sizeof(float) * n_rows * nv);
+        CHECK_MSG(gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0, "%s", st.msg);
+        gpu->profiling = true;
+        CHECK_MSG(forward_steps(gpu, toks, again, &st) == 0, "cuda profiled: %s", st.msg);
+        gpu->profiling = false;
+        double e2 = test_nmse(again, got, (long)n_rows * nv);
+        CHECK_MSG(e2 <= 1e-6, "eager vs graph logits nmse %g", e2);
+        free(again);
         long calls = 0;
         for (int c = 0; c < LLMI_OP_COUNT; c++) calls += gpu->stats.calls[c];
         CHECK(calls > 0 && gpu->stats.seconds[LLMI_OP_ATTN] > 0);
