@@ -24,6 +24,27 @@ static __device__ __forceinline__ int64_t kv_index(const int32_t *bt, int block_
     return ((blk * block_size + pos % block_size) * n_kv_heads + kvh) * (int64_t)head_dim;
 }
 
+/* Elements per 16-byte load of a KV row segment (8 for f16/bf16, 4 for f32), or 1 when
+ * head_dim does not divide into them (then rows are not 16-byte aligned either). */
+static __device__ __forceinline__ int kv_vec_width(llmi_kv_dtype dt, int hd) {
+    int w = dt == LLMI_KV_F32 ? 4 : 8;
+    return hd % w == 0 ? w : 1;
+}
+
+/* dst[0 .. 16 bytes of elements) as fp32 <- cache[off ..], off a multiple of the width. */
+static __device__ __forceinline__ void load_kv16(const void *cache, llmi_kv_dtype dt, int64_t off, float *dst) {
+    if (dt == LLMI_KV_F32) {
+        float4 v = *(const float4 *)((const float *)cache + off);
+        dst[0] = v.x; dst[1] = v.y; dst[2] = v.z; dst[3] = v.w;
+        return;
+    }
+    uint4 raw = *(const uint4 *)((const uint16_t *)cache + off);
+    const unsigned short *h = (const unsigned short *)&raw;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        dst[j] = dt == LLMI_KV_BF16 ? __bfloat162float(__ushort_as_bfloat16(h[j])) : __half2float(__ushort_as_half(h[j]));
+}
+
 /* grid (n_kv_heads, n_tokens_listed, n_splits), block DEC_THREADS.  Shared (floats):
  * qs (G, hd) | ks (DEC_T, hd+1; padded so per-position dot products hit distinct banks)
  * | vs (DEC_T, hd) | S (G, DEC_T) | acc (G, hd) | m, l, alpha (G). */
@@ -42,6 +63,7 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
     const int chunk = ((pos + n_splits) / n_splits + DEC_T - 1) / DEC_T * DEC_T;
     const int start = split * chunk, end = min(pos + 1, start + chunk);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+    const int vw = kv_vec_width(a.kv_dt, hd);
 
     for (int i = tid; i < G * hd; i += blockDim.x) {
         qs[i] = a.q[(int64_t)t * a.q_stride + (int64_t)h0 * hd + i];
@@ -52,11 +74,21 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
 
     for (int t0 = start; t0 < end; t0 += DEC_T) {
         const int nt = min(DEC_T, end - t0);
-        for (int i = tid; i < nt * hd; i += blockDim.x) {
-            int tt = i / hd, d = i % hd;
-            int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, t0 + tt, kvh) + d;
-            ks[tt * hdp + d] = llmi_kv_load(a.k_cache, a.kv_dt, off);
-            vs[tt * hd + d] = llmi_kv_load(a.v_cache, a.kv_dt, off);
+        if (vw > 1) {   /* 16-byte loads: vw elements of a (position, head) row per thread */
+            const int hv = hd / vw;
+            for (int i = tid; i < nt * hv; i += blockDim.x) {
+                int tt = i / hv, d = (i % hv) * vw;
+                int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, t0 + tt, kvh) + d;
+                load_kv16(a.k_cache, a.kv_dt, off, ks + tt * hdp + d);
+                load_kv16(a.v_cache, a.kv_dt, off, vs + tt * hd + d);
+            }
+        } else {
+            for (int i = tid; i < nt * hd; i += blockDim.x) {
+                int tt = i / hd, d = i % hd;
+                int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, t0 + tt, kvh) + d;
+                ks[tt * hdp + d] = llmi_kv_load(a.k_cache, a.kv_dt, off);
+                vs[tt * hd + d] = llmi_kv_load(a.v_cache, a.kv_dt, off);
+            }
         }
         __syncthreads();
         for (int i = tid; i < G * DEC_T; i += blockDim.x) {
@@ -187,9 +219,11 @@ extern "C" cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int3
 
 template <typename T> struct tc_conv;
 template <> struct tc_conv<__nv_bfloat16> {
+    static constexpr llmi_kv_dtype kv = LLMI_KV_BF16;   /* the cache dtype that is already T */
     static __device__ __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
 };
 template <> struct tc_conv<__half> {
+    static constexpr llmi_kv_dtype kv = LLMI_KV_F16;
     static __device__ __forceinline__ __half from(float v) { return __float2half_rn(v); }
 };
 
@@ -249,20 +283,36 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
     }
     __syncthreads();
     const int max_pos = *max_pos_sh;
+    const bool same_type = a.kv_dt == tc_conv<T>::kv;
     const int r0 = warp * 16;   /* this warp's first query row */
 
     for (int kv0 = 0; kv0 <= max_pos; kv0 += PF_BK) {
         __syncthreads();   /* every warp is done with the previous K/V tile */
-        for (int i = tid; i < PF_BK * hd; i += blockDim.x) {
-            int tt = i / hd, d = i % hd, p = kv0 + tt;
-            float kv = 0.0f, vv = 0.0f;
-            if (p <= max_pos) {
-                int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + d;
-                kv = llmi_kv_load(a.k_cache, a.kv_dt, off);
-                vv = llmi_kv_load(a.v_cache, a.kv_dt, off);
+        if (same_type) {   /* the cache already holds T: 16-byte copies (hd % 16 == 0) */
+            const int hv = hd / 8;
+            for (int i = tid; i < PF_BK * hv; i += blockDim.x) {
+                int tt = i / hv, d = (i % hv) * 8, p = kv0 + tt;
+                uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+                if (p <= max_pos) {
+                    int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + d;
+                    kr = *(const uint4 *)((const uint16_t *)a.k_cache + off);
+                    vr = *(const uint4 *)((const uint16_t *)a.v_cache + off);
+                }
+                *(uint4 *)(Ks + tt * L.ldk + d) = kr;
+                *(uint4 *)(Vs + tt * L.ldk + d) = vr;
             }
-            Ks[tt * L.ldk + d] = tc_conv<T>::from(kv);
-            Vs[tt * L.ldk + d] = tc_conv<T>::from(vv);
+        } else {
+            for (int i = tid; i < PF_BK * hd; i += blockDim.x) {
+                int tt = i / hd, d = i % hd, p = kv0 + tt;
+                float kv = 0.0f, vv = 0.0f;
+                if (p <= max_pos) {
+                    int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + d;
+                    kv = llmi_kv_load(a.k_cache, a.kv_dt, off);
+                    vv = llmi_kv_load(a.v_cache, a.kv_dt, off);
+                }
+                Ks[tt * L.ldk + d] = tc_conv<T>::from(kv);
+                Vs[tt * L.ldk + d] = tc_conv<T>::from(vv);
+            }
         }
         __syncthreads();
         if (r0 >= nq) continue;   /* warp-uniform: rows past the tile have nothing to do */

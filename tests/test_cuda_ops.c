@@ -331,8 +331,11 @@ TEST(cuda_attention) {
         attention_case(t_, &r, 64, (llmi_kv_dtype)kt, 3);
     }
     attention_case(t_, &r, 128, LLMI_KV_BF16, 0);
-    attention_case(t_, &r, 40, LLMI_KV_F16, 0);   /* not a multiple of 16: everything on the decode path */
-    attention_case(t_, &r, 40, LLMI_KV_F32, 5);
+    /* head_dim not a multiple of 16: everything on the decode path; 36 also takes its
+     * scalar K/V loads for 16-bit caches, 40 the 16-byte ones */
+    attention_case(t_, &r, 36, LLMI_KV_F16, 0);
+    attention_case(t_, &r, 36, LLMI_KV_F32, 5);
+    attention_case(t_, &r, 40, LLMI_KV_BF16, 2);
 }
 
 TEST(cuda_gemm) {
