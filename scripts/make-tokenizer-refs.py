@@ -439,6 +439,10 @@ def save_dir(d, tok, cfg=None, gen=None, compress=False, merges_as_strings=False
         json.dump(gen, open(os.path.join(d, "generation_config.json"), "w"), indent=1)
 
 
+SPM_FIRST = '"pre_tokenizer":{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"first","split":false}'
+SPM_SPLIT = '"pre_tokenizer":{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"always","split":true}'
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     smol, cfg, gen = build_smollm2()
@@ -454,6 +458,10 @@ def main():
     spm = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
     strings = make_strings(added_contents(spm), SEED + 1)
     write_zst(os.path.join(d, "refs.jsonl.zst"), make_refs(spm, strings, SEED + 1))
+    # the older Metaspace form (prepend_scheme "always", split into words at every "▁"); the
+    # test makes this tokenizer.json by editing the committed one the same way
+    split = Tokenizer.from_str(spm.to_str().replace(SPM_FIRST, SPM_SPLIT))
+    write_zst(os.path.join(d, "refs-split.jsonl.zst"), make_refs(split, strings[:700], SEED + 1))
     leg, _, _ = build_llama_spm(legacy=True)
     write_zst(os.path.join(d, "refs-legacy.jsonl.zst"), make_refs(leg, strings, SEED + 1))
     for ext in ("", ".inp", ".out"):   # the vocab and llama.cpp's own test vectors for it

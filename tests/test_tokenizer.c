@@ -178,7 +178,7 @@ static char *stream_decode(const tokenizer *t, const int32_t *ids, int n, bool s
 typedef struct { int records, id_fail, np_fail, dec_fail, stream_fail, rt_checked; } ref_stats;
 
 /* One JSONL reference file against a tokenizer. */
-static void check_refs(test_ctx *t_, const tokenizer *tk, const char *refs_path, const char *label) {
+static void check_refs_min(test_ctx *t_, const tokenizer *tk, const char *refs_path, const char *label, int min_records) {
     size_t n;
     char *txt = slurp_zst(refs_path, &n);
     CHECK_MSG(txt != NULL, "cannot read %s", refs_path);
@@ -240,11 +240,15 @@ static void check_refs(test_ctx *t_, const tokenizer *tk, const char *refs_path,
     free(txt);
     fprintf(stderr, "  %s: %d strings, %d id mismatches, %d no-parse mismatches, %d decode mismatches, %d stream "
             "mismatches\n", label, rs.records, rs.id_fail, rs.np_fail, rs.dec_fail, rs.stream_fail);
-    CHECK(rs.records >= 2000);
+    CHECK(rs.records >= min_records);
     CHECK(rs.id_fail == 0);
     CHECK(rs.np_fail == 0);
     CHECK(rs.dec_fail == 0);
     CHECK(rs.stream_fail == 0);
+}
+
+static void check_refs(test_ctx *t_, const tokenizer *tk, const char *refs_path, const char *label) {
+    check_refs_min(t_, tk, refs_path, label, 2000);
 }
 
 static char *path_in(char *buf, size_t cap, const char *sub) {
@@ -289,6 +293,33 @@ TEST(tok_ref_llama_spm_hf) {
     CHECK(tok_bos(tk) == 1 && tok_add_bos(tk) && tok_eos(tk) == 2);
     CHECK(strcmp(tok_chat_template_name(tk), "llama2") == 0);
     check_refs(t_, tk, path_in(r, sizeof r, "llama-spm/refs.jsonl.zst"), "llama-spm tokenizer.json");
+    tok_free(tk);
+}
+
+/* The older Metaspace form: prepend "▁" always, split into words before every "▁".  Its
+ * tokenizer.json is the committed one with that one object edited (as the script does). */
+TEST(tok_ref_llama_spm_metaspace_split) {
+    char p[1024], r[1024], tmp[] = "/tmp/llmi-tok-XXXXXX", jp[1100];
+    size_t n;
+    char *js = slurp(path_in(p, sizeof p, "llama-spm/tokenizer.json"), &n);
+    CHECK(js != NULL && mkdtemp(tmp) != NULL);
+    if (!js) return;
+    const char *from = "\"prepend_scheme\":\"first\",\"split\":false}";
+    const char *to = "\"prepend_scheme\":\"always\",\"split\":true}";   /* same length */
+    char *at = strstr(js, from);
+    CHECK(at != NULL && strlen(from) == strlen(to));
+    if (at && strlen(from) == strlen(to)) memcpy(at, to, strlen(to));
+    snprintf(jp, sizeof jp, "%s/tokenizer.json", tmp);
+    FILE *f = fopen(jp, "wb");
+    if (f) { fwrite(js, 1, n, f); fclose(f); }
+    free(js);
+    llmi_status st = {0};
+    tokenizer *tk = NULL;
+    CHECK_MSG(tok_load_hf(tmp, &tk, &st) == 0, "%s", st.msg);
+    unlink(jp);
+    rmdir(tmp);
+    if (!tk) return;
+    check_refs_min(t_, tk, path_in(r, sizeof r, "llama-spm/refs-split.jsonl.zst"), "llama-spm Metaspace(split)", 700);
     tok_free(tk);
 }
 
