@@ -245,8 +245,8 @@ static int check_model(const llmi_model *m, llmi_status *st) {
     if (c->dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0 ||
         c->ffn_dim <= 0 || c->n_vocab <= 0 || c->n_heads % c->n_kv_heads)
         return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: inconsistent model dimensions");
-    if (c->head_dim > 1024 || c->head_dim % 2)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: head_dim %d must be even and at most 1024", c->head_dim);
+    if (c->head_dim > 512 || c->head_dim % 2)   /* cpu/attention.c keeps (16, head_dim) rows on the stack */
+        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: head_dim %d must be even and at most 512", c->head_dim);
     int64_t dim = c->dim, qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
     if (check_weight(&m->tok_embd, c->n_vocab, dim, "token_embd", -1, st) ||
         check_weight(&m->lm_head, c->n_vocab, dim, "lm_head", -1, st))
