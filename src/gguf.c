@@ -17,8 +17,8 @@
 
 /* Hard caps well above any real checkpoint; they keep a lying header from making us
  * allocate or loop beyond what a file of this size could really hold. */
-#define GGUF_MAX_KV      (1u << 20)
-#define GGUF_MAX_TENSORS (1u << 20)
+#define GGUF_MAX_KV      (1u << 16)
+#define GGUF_MAX_TENSORS (1u << 16)
 
 /* Block geometry of every ggml type id in use (ggml-common.h); 0 = id not in use. */
 static const struct { const char *name; uint32_t blck; uint32_t bytes; } gguf_types[GGUF_TYPE_COUNT] = {

@@ -140,9 +140,36 @@ static int parse_entry(const char *path, const cJSON *item, safetensors_tensor *
     return 0;
 }
 
+/* JSON values outside strings, counted by their separators: cJSON spends ~64 bytes per
+ * value, so a header of "[0,0,0,..." within the 100 MB limit could cost gigabytes.  Real
+ * headers hold about 8 values per tensor. */
+#define SAFETENSORS_MAX_VALUES 4000000u
+
+static size_t json_value_count(const uint8_t *s, size_t n) {
+    size_t count = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = s[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+            count++;
+        } else if (c == ',' || c == '[' || c == '{' || c == ':') {
+            count++;
+        }
+    }
+    return count;
+}
+
 static int parse_header(safetensors_file *f, const uint8_t *hdr, size_t hlen, llmi_status *st) {
     const char *path = f->path;
     if (!utf8_valid(hdr, hlen)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: header is not valid UTF-8", path);
+    size_t nv = json_value_count(hdr, hlen);
+    if (nv > SAFETENSORS_MAX_VALUES)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: header holds %zu JSON values (limit %u)", path, nv,
+                         SAFETENSORS_MAX_VALUES);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)hdr, hlen, &end, false);
     if (!root) return llmi_fail(st, LLMI_E_RUNTIME, "%s: header is not valid JSON", path);

@@ -1214,6 +1214,19 @@ TEST(loader_safetensors_header_attacks) {
     st_raw(p, "{\"a\": 5}", 0); ST_FAIL("not an object");
     st_raw(p, "{\"a\\nb\": 5}", 0); ST_FAIL(NULL); /* the newline in the name must not reach the message */
     st_raw(p, "{\"__metadata__\": {\"k\": 5}}", 0); ST_FAIL("__metadata__");
+    /* within the 100 MB header limit but millions of tiny JSON values: refused before cJSON
+     * would spend gigabytes on nodes */
+    {
+        size_t nz = 4100000;
+        char *big = malloc(nz * 2 + 32);
+        size_t k = (size_t)sprintf(big, "{\"a\": [");
+        for (size_t i = 0; i < nz; i++) { big[k++] = '0'; big[k++] = ','; }
+        k--;
+        k += (size_t)sprintf(big + k, "]}");
+        st_raw(p, big, 0);
+        free(big);
+        ST_FAIL("JSON values");
+    }
     /* valid edge cases: empty header object, zero-size tensors, F4 pairs */
     st_raw(p, "{}", 0);
     llmi_status_clear(&st);
