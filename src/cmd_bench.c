@@ -190,11 +190,15 @@ static int open_engine(const bench_args *a, const llmi_model *m, llmi_kv_dtype k
     o.backend.kv_dtype = kv;
     o.engine.block_size = bs;
     if (o.engine.max_seqs < max_b) o.engine.max_seqs = max_b;
-    if (o.engine.num_blocks == 0 && o.engine.kv_mem_bytes == 0)
-        o.engine.num_blocks = (int)(need_blocks < (1L << 30) ? need_blocks : (1L << 30));
+    const bool sized_by_us = o.engine.num_blocks == 0 && o.engine.kv_mem_bytes == 0;
+    if (sized_by_us) o.engine.num_blocks = (int)(need_blocks < (1L << 30) ? need_blocks : (1L << 30));
     *e = NULL;
     if (cli_open_backend(&o, m, b, st)) return st->code;
     llmi_engine_opts eo = o.engine;
+    /* More than the backend can hold (many long requests): let the engine size the cache
+     * from the backend's budget; requests then queue or get preempted. */
+    size_t per_block = (*b)->kv_block_bytes(*b);
+    if (sized_by_us && per_block && (size_t)eo.num_blocks > (*b)->kv_budget_bytes(*b) / per_block) eo.num_blocks = 0;
     eo.max_batch_tokens = (*b)->opts.max_batch_tokens;
     if (eo.max_seqs > eo.max_batch_tokens) eo.max_seqs = eo.max_batch_tokens;
     if (engine_create(m, *b, &eo, e, st)) {
@@ -479,11 +483,13 @@ static int read_dataset(const bench_args *a, const llmi_model *m, tp_req **out, 
         if (!nr) rc = llmi_fail(st, LLMI_E_RUNTIME, "--dataset: out of memory");
         else {
             reqs = nr;
-            for (int i = n; i < a->num_requests && !rc; i++) {
-                reqs[i] = reqs[i % n];
-                reqs[i].prompt = malloc((size_t)reqs[i].n_prompt * sizeof(int32_t));
-                if (!reqs[i].prompt) { rc = llmi_fail(st, LLMI_E_RUNTIME, "--dataset: out of memory"); n = i; break; }
-                memcpy(reqs[i].prompt, reqs[i % n].prompt, (size_t)reqs[i].n_prompt * sizeof(int32_t));
+            const int n_lines = n;
+            for (int i = n_lines; i < a->num_requests; i++) {
+                const tp_req *src = &reqs[i % n_lines];
+                reqs[i] = *src;
+                reqs[i].prompt = malloc((size_t)src->n_prompt * sizeof(int32_t));
+                if (!reqs[i].prompt) { rc = llmi_fail(st, LLMI_E_RUNTIME, "--dataset: out of memory"); break; }
+                memcpy(reqs[i].prompt, src->prompt, (size_t)src->n_prompt * sizeof(int32_t));
                 n = i + 1;
             }
         }
