@@ -9,24 +9,24 @@
 
 #define GPTQ_ROW_TILE 8
 
-/* In-place lower Cholesky of a (n, n) SPD matrix; returns 0 or -1 when not positive. */
+/* In-place lower Cholesky of a (n, n) SPD matrix, row by row so every inner loop is a
+ * contiguous dot product; returns 0 or -1 when not positive definite. */
 static int gptq_cholesky(double *a, int n) {
-    for (int j = 0; j < n; j++) {
-        double d = a[(size_t)j * n + j];
-        for (int k = 0; k < j; k++) d -= a[(size_t)j * n + k] * a[(size_t)j * n + k];
-        if (!(d > 0.0)) return -1;
-        d = sqrt(d);
-        a[(size_t)j * n + j] = d;
-#pragma omp parallel for schedule(static) if (n - j > 256)
-        for (int i = j + 1; i < n; i++) {
-            double s = a[(size_t)i * n + j];
-            const double *ai = a + (size_t)i * n, *aj = a + (size_t)j * n;
+    for (int i = 0; i < n; i++) {
+        double *ai = a + (size_t)i * n;
+        for (int j = 0; j <= i; j++) {
+            const double *aj = a + (size_t)j * n;
+            double s = ai[j];
             for (int k = 0; k < j; k++) s -= ai[k] * aj[k];
-            a[(size_t)i * n + j] = s / d;
+            if (j < i) {
+                ai[j] = s / aj[j];
+            } else {
+                if (!(s > 0.0)) return -1;
+                ai[i] = sqrt(s);
+            }
         }
+        for (int j = i + 1; j < n; j++) ai[j] = 0.0;
     }
-    for (int i = 0; i < n; i++)
-        for (int j = i + 1; j < n; j++) a[(size_t)i * n + j] = 0.0;
     return 0;
 }
 
@@ -42,20 +42,24 @@ static int gptq_hinv_upper(const double *h, int n, double *u) {
         free(l);
         return -1;
     }
-    /* inv (lower) = L^-1, column by column (columns are independent). */
-    double *inv = calloc((size_t)n * n, sizeof(double)); /* (n, n) */
+    /* inv = L^-1 row by row: row i = (e_i - sum_{k<i} L[i][k] inv[k]) / L[i][i], each a
+     * contiguous axpy over the already finished rows. */
+    double *inv = calloc((size_t)n * n, sizeof(double)); /* (n, n) lower */
     if (!inv) {
         free(l);
         return -2;
     }
-#pragma omp parallel for schedule(dynamic, 16)
-    for (int c = 0; c < n; c++) {
-        inv[(size_t)c * n + c] = 1.0 / l[(size_t)c * n + c];
-        for (int i = c + 1; i < n; i++) {
-            double s = 0.0;
-            for (int k = c; k < i; k++) s += l[(size_t)i * n + k] * inv[(size_t)k * n + c];
-            inv[(size_t)i * n + c] = -s / l[(size_t)i * n + i];
+    for (int i = 0; i < n; i++) {
+        double *xi = inv + (size_t)i * n;
+        const double *li = l + (size_t)i * n;
+        xi[i] = 1.0;
+        for (int k = 0; k < i; k++) {
+            double f = li[k];
+            const double *xk = inv + (size_t)k * n;
+            for (int c = 0; c <= k; c++) xi[c] -= f * xk[c];
         }
+        double d = 1.0 / li[i];
+        for (int c = 0; c <= i; c++) xi[c] *= d;
     }
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++) u[(size_t)i * n + j] = inv[(size_t)(n - 1 - i) * n + (n - 1 - j)];
