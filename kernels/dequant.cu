@@ -55,7 +55,8 @@ static unsigned grid_for(int64_t n) {
 extern "C" cudaError_t llmi_cuda_dequant(const void *src, llmi_dtype src_dt, int64_t n_elems, void *dst,
                                          llmi_dtype dst_dt, cudaStream_t s) {
     if (n_elems <= 0) return cudaSuccess;
-    if (src_dt < 0 || src_dt >= LLMI_DTYPE_COUNT || n_elems % dtype_block_elems(src_dt) != 0) return cudaErrorInvalidValue;
+    /* LLMI_I4G keeps its scales outside the data: int4_gemm.cu dequantizes it */
+    if (src_dt < 0 || src_dt > LLMI_Q4_1 || n_elems % dtype_block_elems(src_dt) != 0) return cudaErrorInvalidValue;
     if (dst_dt != LLMI_BF16 && dst_dt != LLMI_F16 && dst_dt != LLMI_F32) return cudaErrorInvalidValue;
     llmi_dequant_kernel<<<grid_for(n_elems), 256, 0, s>>>((const uint8_t *)src, src_dt, n_elems, dst, dst_dt);
     LLMI_LAUNCH_CHECK();

@@ -21,12 +21,20 @@ ROOT=$PWD
 PACK=$ROOT/.gpu-pack
 
 if [ "${1:-}" = --pack ]; then
+  # Built in a scratch copy (the shared build/ stays untouched) for a portable x86-64-v3
+  # host CPU instead of -march=native: the GPU machine's CPU may lack this one's AVX-512.
   arch=${CUDA_ARCH:-90}
   grep -qxF '/.gpu-pack/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo '/.gpu-pack/' >> .git/info/exclude; }
-  make -j"${JOBS:-2}" CUDA_ARCH="$arch" all tools || { echo "gpu-check --pack: build failed"; exit 1; }
+  tmp=$(mktemp -d)
+  tar --exclude=./build --exclude=./build-san --exclude=./.git --exclude=./.gpu-pack --exclude=./llmi \
+      --exclude=./llmi-san -cf - . | tar -xf - -C "$tmp"
+  sed -i 's/-march=native/-march=x86-64-v3/' "$tmp/Makefile"
+  (cd "$tmp" && nice make -j"${JOBS:-2}" CUDA_ARCH="$arch" GIT_COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)" all tools) \
+    || { echo "gpu-check --pack: build failed (in $tmp)"; exit 1; }
   rm -rf "$PACK"; mkdir -p "$PACK/lib"
-  cp llmi build/llmi_tests "$PACK/"
-  for bin in llmi build/llmi_tests; do
+  cp "$tmp/llmi" "$tmp/build/llmi_tests" "$PACK/"
+  rm -rf "$tmp"
+  for bin in "$PACK/llmi" "$PACK/llmi_tests"; do
     ldd "$bin" | awk '/=> \//{print $3}' | grep -E 'pcre2|utf8proc|cjson|zstd|gomp' | while read -r lib; do
       cp -L "$lib" "$PACK/lib/"
     done

@@ -29,6 +29,7 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
 
 #include <cuda_runtime_api.h>
 #include "cpu/ops.h"
+#include "int4_gemm.h"
 #include "kernels.h"
 
 #define CU_CHECK(st, call)                                                                                \
@@ -164,7 +165,8 @@ static int cuda_kv_alloc(llmi_backend *b, int num_blocks, llmi_status *st) {
                          bytes / 1073741824.0, num_blocks, free_b / 1073741824.0);
     }
     /* never-written slots are read only under a zero softmax weight; zero keeps them finite */
-    CU_CHECK(st, cudaMemset(im->kv, 0, bytes));
+    CU_CHECK(st, cudaMemsetAsync(im->kv, 0, bytes, im->stream));
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
     im->kv_bytes = bytes;
     b->num_blocks = num_blocks;
     return 0;
@@ -288,8 +290,11 @@ static void uploader_free(uploader *u) {
     }
 }
 
+static int upload_i4g(cuda_impl *im, uploader *u, const llmi_tensor *t, void *dst, llmi_status *st);
+
 /* dst (t->rows, t->cols) in wdt <- t, streamed in whole-row chunks through the stages. */
 static int upload_tensor(cuda_impl *im, uploader *u, const llmi_tensor *t, void *dst, llmi_status *st) {
+    if (t->dtype == LLMI_I4G) return upload_i4g(im, u, t, dst, st);
     size_t rb = t->row_bytes, out_rb = (size_t)t->cols * wdt_bytes(im->wdt);
     if (rb > STAGE_BYTES)
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: a weight row of %zu bytes exceeds the %zu-byte staging buffer",
@@ -325,9 +330,46 @@ static int dalloc(cuda_impl *im, void **p, size_t bytes, size_t *counter, llmi_s
     return 0;
 }
 
+/* GPTQ/AWQ int4 (LLMI_I4G): nibbles, scales, zeros and g_idx go up as they are, the
+ * int4_gemm.cu dequant writes the dense fp32 matrix, and that is rounded once to wdt.
+ * (The forward then runs the dense GEMMs; the W4A16 kernels are not wired in yet.) */
+static int upload_i4g(cuda_impl *im, uploader *u, const llmi_tensor *t, void *dst, llmi_status *st) {
+    if (!t->qscales || !t->qzeros || t->group_size <= 0 || t->n_groups <= 0 || t->cols % 2 ||
+        (int64_t)t->n_groups * t->group_size < t->cols)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: an int4 (I4G) weight lacks consistent scales/zeros/groups");
+    size_t qb = (size_t)t->rows * (size_t)t->cols / 2, gb = (size_t)t->n_groups * (size_t)t->rows;
+    size_t n = (size_t)t->rows * (size_t)t->cols;
+    void *q = NULL, *sc = NULL, *z = NULL, *gi = NULL, *tmp = NULL;
+    int rc = dalloc(im, &q, qb, NULL, st);
+    if (!rc) rc = dalloc(im, &sc, gb * 2, NULL, st);
+    if (!rc) rc = dalloc(im, &z, gb, NULL, st);
+    if (!rc && t->g_idx) rc = dalloc(im, &gi, (size_t)t->cols * 4, NULL, st);
+    if (!rc) rc = dalloc(im, &tmp, n * 4, NULL, st);
+    cudaError_t e = cudaSuccess;
+    if (!rc) {
+        if (e == cudaSuccess) e = cudaMemcpyAsync(q, t->data, qb, cudaMemcpyHostToDevice, im->stream);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(sc, t->qscales, gb * 2, cudaMemcpyHostToDevice, im->stream);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(z, t->qzeros, gb, cudaMemcpyHostToDevice, im->stream);
+        if (e == cudaSuccess && gi) e = cudaMemcpyAsync(gi, t->g_idx, (size_t)t->cols * 4, cudaMemcpyHostToDevice, im->stream);
+        llmi_i4g_dev w = {.q = q, .scales = sc, .zeros = z, .g_idx = gi, .rows = (int)t->rows, .cols = (int)t->cols,
+                          .group_size = t->group_size};
+        if (e == cudaSuccess) e = llmi_cuda_int4_dequant(&w, tmp, 0, im->stream);
+        if (e == cudaSuccess) e = llmi_cuda_dequant(tmp, LLMI_F32, (int64_t)n, dst, im->wdt, im->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(im->stream);
+        if (e != cudaSuccess)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: uploading an int4 weight (%lldx%lld): %s",
+                           (long long)t->rows, (long long)t->cols, cudaGetErrorString(e));
+    }
+    u->bytes_in += qb + gb * 3;
+    dfree(q); dfree(sc); dfree(z); dfree(gi); dfree(tmp);
+    return rc;
+}
+
 static int upload_floats(cuda_impl *im, float **dst, const float *src, size_t n, llmi_status *st) {
     if (dalloc(im, (void **)dst, n * sizeof(float), &im->weight_bytes, st)) return st->code;
-    CU_CHECK(st, cudaMemcpy(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    /* async on our stream (a plain cudaMemcpy from pageable memory may still be in DMA when
+     * it returns, unordered with our non-blocking stream); the source is staged on return */
+    CU_CHECK(st, cudaMemcpyAsync(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice, im->stream));
     return 0;
 }
 
@@ -433,7 +475,7 @@ static int alloc_workspaces(cuda_impl *im, const llmi_config *c, llmi_status *st
     if (!h) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
     cpu_rope_inv_freq(c, h);
     int rc = dalloc(im, (void **)&im->inv_freq, (size_t)c->head_dim / 2 * 4, a, st);
-    if (!rc && cudaMemcpy(im->inv_freq, h, (size_t)c->head_dim / 2 * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+    if (!rc && cudaMemcpyAsync(im->inv_freq, h, (size_t)c->head_dim / 2 * 4, cudaMemcpyHostToDevice, im->stream) != cudaSuccess)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: uploading RoPE frequencies: %s", cudaGetErrorString(cudaGetLastError()));
     free(h);
     return rc;
