@@ -310,9 +310,10 @@ TEST(cpu_rope_kv_write) {
 
 TEST(cpu_paged_attention_vs_dense) {
     rng r = rng_make("attn");
-    int nh = 6, nkv = 2, hd = 40, bs = 4, n_seqs = 4, maxb = 12, nblocks = 48;
-    for (int kt = 0; kt < 3; kt++) {
-        llmi_kv_dtype kd = (llmi_kv_dtype)kt;
+    int nh = 6, nkv = 2, bs = 4, n_seqs = 4, maxb = 12, nblocks = 48;
+    for (int kt = 0; kt < 6; kt++) {   /* each KV dtype, with a head_dim off and on the 16-lane grid */
+        llmi_kv_dtype kd = (llmi_kv_dtype)(kt % 3);
+        int hd = kt < 3 ? 40 : 64;
         size_t esz = kd == LLMI_KV_F32 ? 4 : 2, row = (size_t)nkv * hd;
         /* random block tables: a shuffled permutation of all blocks, dealt to sequences */
         int32_t perm[48], tables[4 * 12], qs[5], ctx[4], seqlen[4];
@@ -371,7 +372,7 @@ TEST(cpu_paged_attention_vs_dense) {
                 }
             }
         double e = test_nmse(out, ref, (long)n * nh * hd);
-        CHECK_MSG(e < 1e-10, "attention kv dtype %d NMSE %g", kt, e);
+        CHECK_MSG(e < 1e-10, "attention kv dtype %d head_dim %d NMSE %g", kt % 3, hd, e);
         free(pos); free(sot); free(slot); free(kf); free(vf); free(kc); free(vc); free(q); free(out); free(ref);
     }
 }

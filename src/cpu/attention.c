@@ -32,6 +32,21 @@ static inline __m512 attn_exp(__m512 x) {
 }
 #endif
 
+#if defined(__AVX512F__)
+/* Lane j of the result = the sum of the 16 lanes of v[j]: a transpose-and-add tree,
+ * ~3 shuffles+adds per vector instead of a full horizontal reduction each. */
+static inline __m512 attn_hsum16(const __m512 *v) {
+    __m512 u[8], w[4];
+    for (int k = 0; k < 8; k++) u[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 4; k++)
+        w[k] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 x01 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512 x23 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x01, x23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(x01, x23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+#endif
+
 /* p[j] = exp(s[j] - mx) for j < cn; returns their sum (fixed order). */
 static float attn_probs(const float *s, int cn, float mx, float *p) {
 #if defined(__AVX512F__)
@@ -65,7 +80,7 @@ void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cach
     for (int t = 0; t < n; t++) {
         for (int kvh = 0; kvh < n_kv_heads; kvh++) {
             float acc[ATTN_ACC_FLOATS];                   /* (heads of the sub-group, head_dim) */
-            float kbuf[ATTN_MAX_HD];                      /* (head_dim) a converted K row */
+            float kbuf[ATTN_CHUNK * ATTN_MAX_HD];         /* (chunk, head_dim) converted K rows */
             float vbuf[ATTN_CHUNK * ATTN_MAX_HD];         /* (chunk, head_dim) converted V rows */
             const float *vrows[ATTN_CHUNK];
             float s[ATTN_CHUNK][ATTN_CHUNK];              /* (head, position) scores of the chunk */
@@ -80,15 +95,31 @@ void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cach
                 for (int i = 0; i < ng * head_dim; i++) acc[i] = 0.0f;
                 for (int p0 = 0; p0 < len; p0 += ATTN_CHUNK) {
                     int cn = len - p0 < ATTN_CHUNK ? len - p0 : ATTN_CHUNK;
+                    const float *krows[ATTN_CHUNK];
                     for (int j = 0; j < cn; j++) {
                         const void *kp = kv_row(k_cache, table, block_size, p0 + j, kv_row_elems, kvh, head_dim, esz);
-                        const float *kf = (const float *)kp;
+                        krows[j] = (const float *)kp;
                         if (kv_dtype != LLMI_KV_F32) {
-                            vec_kv_to_f32(kp, kv_dtype, kbuf, head_dim);
-                            kf = kbuf;
+                            vec_kv_to_f32(kp, kv_dtype, kbuf + (size_t)j * head_dim, head_dim);
+                            krows[j] = kbuf + (size_t)j * head_dim;
                         }
-                        for (int g = 0; g < ng; g++) s[g][j] = vec_dot_f32(qh + (size_t)g * head_dim, kf, head_dim) * scale;
                     }
+#if defined(__AVX512F__)
+                    if (head_dim % 16 == 0) {
+                        for (int g = 0; g < ng; g++) {
+                            const float *qg = qh + (size_t)g * head_dim;
+                            __m512 d[ATTN_CHUNK];
+                            for (int j = 0; j < ATTN_CHUNK; j++) d[j] = _mm512_setzero_ps();
+                            for (int i = 0; i < head_dim; i += 16) {
+                                __m512 qv = _mm512_loadu_ps(qg + i);
+                                for (int j = 0; j < cn; j++) d[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(krows[j] + i), d[j]);
+                            }
+                            _mm512_storeu_ps(s[g], _mm512_mul_ps(attn_hsum16(d), _mm512_set1_ps(scale)));
+                        }
+                    } else
+#endif
+                    for (int j = 0; j < cn; j++)
+                        for (int g = 0; g < ng; g++) s[g][j] = vec_dot_f32(qh + (size_t)g * head_dim, krows[j], head_dim) * scale;
                     for (int g = 0; g < ng; g++) {
                         float cm = m[g];
                         for (int j = 0; j < cn; j++) cm = s[g][j] > cm ? s[g][j] : cm;
