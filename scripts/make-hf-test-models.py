@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Writes the tiny Hugging Face reference checkpoints in testdata/hf/ and transformers'
+fp32 logits for them, for tests/test_hf_models.c.
+
+Not run by CI (CI has no torch): run once by hand, commit the output, and record the
+versions in docs/REFERENCES.md.  Needs PyPI torch, transformers, safetensors, tokenizers.
+
+    python3 scripts/make-hf-test-models.py /work/shared/data/tinyshakespeare/input.txt testdata/hf
+
+Output:
+    testdata/hf/<model>/            complete HF checkpoint: config.json, *.safetensors,
+                                    tokenizer.json, tokenizer_config.json, generation_config.json
+    testdata/hf/ref/<model>.json    {"model", "n_vocab", "seqs": [{"ids", "n_tokens", "file"}]}
+    testdata/hf/ref/<model>.s<k>.f32  (n_tokens, n_vocab) little-endian float32 logits,
+                                    every position, from a float32 eager forward
+    testdata/hf/ref/tokenizer.json  {"text", "ids"}: HF tokenizers' encoding of one string
+
+Models (hidden 64, 2 layers, vocab 320 = the trained tokenizer):
+    llama-gqa-rope3   llama, 4 heads / 2 kv heads, llama3 rope scaling (factor 8, low 1,
+                      high 4, original 32), untied, float32
+    qwen2-bias-tied   qwen2 (q/k/v bias), tied embeddings, bfloat16
+    mistral-sharded   mistral, float16, saved in 2 shards with model.safetensors.index.json
+    llama-headdim     llama, head_dim 32 != 64/4, 4 heads / 1 kv head, tied embeddings,
+                      float32
+    llama-attn-bias   llama, attention_bias (q/k/v and o_proj biases), bfloat16; only the
+                      first two sequences (size)
+The first three and llama-attn-bias get config.json / tokenizer_config.json in the classic (transformers 4)
+form: top-level rope_theta, rope_scaling, torch_dtype; llama-headdim keeps what
+transformers 5 writes (rope_parameters, dtype, tokenizer_class TokenizersBackend).
+"""
+import json
+import os
+import struct
+import sys
+
+import torch
+import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig,
+                          PreTrainedTokenizerFast, Qwen2Config)
+
+VOCAB = 320
+SEED = 1234
+SEQ_LENS = (7, 33, 130)
+TOK_TEST_TEXT = ("To be, or not to be: that is the question.\n"
+                 "  Whether 'tis nobler in the mind to suffer 1234 slings... élan 東京!")
+
+
+def train_tokenizer(corpus):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train([corpus], trainer)
+    assert tok.get_vocab_size() == VOCAB, tok.get_vocab_size()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
+                                   eos_token="<|endoftext|>", unk_token=None, model_max_length=256)
+
+
+def common(**kw):
+    base = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=0, initializer_range=0.1)
+    base.update(kw)
+    return base
+
+
+def model_specs():
+    return [
+        ("llama-gqa-rope3", LlamaConfig(**common(
+            rope_theta=10000.0, tie_word_embeddings=False,
+            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 32})),
+         torch.float32, None, True),
+        ("qwen2-bias-tied", Qwen2Config(**common(
+            rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False)),
+         torch.bfloat16, None, True),
+        ("mistral-sharded", MistralConfig(**common(
+            rope_theta=10000.0, tie_word_embeddings=False, sliding_window=None)),
+         torch.float16, "150KB", True),
+        ("llama-headdim", LlamaConfig(**common(
+            head_dim=32, num_key_value_heads=1, rope_theta=500000.0, tie_word_embeddings=True)),
+         torch.float32, None, False),
+        # HF llama's attention_bias puts a bias on o_proj as well as on q/k/v.
+        ("llama-attn-bias", LlamaConfig(**common(
+            attention_bias=True, rope_theta=10000.0, tie_word_embeddings=False)),
+         torch.bfloat16, None, True),
+    ]
+
+
+def randomize(model, gen):
+    """Default init leaves norms at 1 and biases at 0, which would hide a loader that
+    skips them: give every norm and bias random values too."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif name.endswith(".bias"):
+                p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+
+
+def classic_config(path):
+    """transformers 5 writes rope_parameters and dtype; most checkpoints in the wild
+    (Llama 3.x, Qwen2.5, Mistral) have top-level rope_theta, rope_scaling and
+    torch_dtype.  Rewrite to that form; the reference is computed after the rewrite,
+    so it checks that transformers reads the classic form the same way."""
+    cpath = os.path.join(path, "config.json")
+    with open(cpath, encoding="utf-8") as f:
+        cfg = json.load(f)
+    rp = cfg.pop("rope_parameters")
+    cfg["rope_theta"] = rp.pop("rope_theta")
+    if rp.get("rope_type", "default") != "default":
+        cfg["rope_scaling"] = rp
+    cfg["torch_dtype"] = cfg.pop("dtype")
+    with open(cpath, "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def classic_tokenizer_config(path):
+    """The PreTrainedTokenizerFast form that released checkpoints carry."""
+    with open(os.path.join(path, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"add_bos_token": False, "add_eos_token": False, "bos_token": "<|endoftext|>",
+                   "clean_up_tokenization_spaces": False, "eos_token": "<|endoftext|>",
+                   "model_max_length": 256, "tokenizer_class": "PreTrainedTokenizerFast"},
+                  f, indent=2)
+        f.write("\n")
+
+
+def load_fp32(path):
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    except TypeError:
+        return AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
+
+
+def main(corpus, outdir):
+    torch.manual_seed(SEED)
+    gen = torch.Generator().manual_seed(SEED)
+    hf_tok = train_tokenizer(corpus)
+    refdir = os.path.join(outdir, "ref")
+    os.makedirs(refdir, exist_ok=True)
+
+    with open(corpus, encoding="utf-8") as f:
+        text = f.read()
+    text_ids = hf_tok(text[:20000])["input_ids"]
+    assert len(text_ids) > 400
+    seqs = [
+        torch.randint(0, VOCAB, (SEQ_LENS[0],), generator=gen).tolist(),   # any ids, specials too
+        text_ids[100:100 + SEQ_LENS[1]],
+        text_ids[200:200 + SEQ_LENS[2]],
+    ]
+
+    ids_fast = hf_tok(TOK_TEST_TEXT)["input_ids"]
+    ids_raw = hf_tok.backend_tokenizer.encode(TOK_TEST_TEXT).ids
+    assert ids_fast == ids_raw, (ids_fast, ids_raw)
+    with open(os.path.join(refdir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump({"text": TOK_TEST_TEXT, "ids": ids_raw}, f, ensure_ascii=False)
+        f.write("\n")
+
+    for name, cfg, dtype, shard, classic in model_specs():
+        path = os.path.join(outdir, name)
+        torch.manual_seed(SEED)
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+        randomize(model, gen)
+        model = model.to(dtype)
+        kw = {"safe_serialization": True}
+        if shard:
+            kw["max_shard_size"] = shard
+        model.save_pretrained(path, **kw)
+        hf_tok.save_pretrained(path)
+        if classic:
+            classic_config(path)
+            classic_tokenizer_config(path)
+        shards = sorted(x for x in os.listdir(path) if x.endswith(".safetensors"))
+        if shard:
+            assert os.path.exists(os.path.join(path, "model.safetensors.index.json"))
+            assert len(shards) == 2, shards
+        # Reference from what was written: bf16/f16 weights upcast, all math in fp32.
+        ref = load_fp32(path).eval()
+        assert AutoTokenizer.from_pretrained(path)(TOK_TEST_TEXT)["input_ids"] == ids_raw
+        meta = {"model": name, "n_vocab": VOCAB, "weights_dtype": str(dtype).replace("torch.", ""),
+                "transformers": transformers.__version__, "torch": torch.__version__, "seqs": []}
+        for k, ids in enumerate(seqs[:2] if name == "llama-attn-bias" else seqs):
+            with torch.no_grad():
+                logits = ref(torch.tensor([ids])).logits[0].to(torch.float32).contiguous()
+            assert logits.shape == (len(ids), VOCAB)
+            fname = f"{name}.s{k}.f32"
+            flat = logits.reshape(-1).tolist()
+            with open(os.path.join(refdir, fname), "wb") as f:
+                f.write(struct.pack(f"<{len(flat)}f", *flat))
+            top2 = torch.topk(logits, 2, dim=-1).values
+            margin = float((top2[:, 0] - top2[:, 1]).min())
+            meta["seqs"].append({"ids": ids, "n_tokens": len(ids), "file": fname,
+                                 "max_abs": float(logits.abs().max()), "std": float(logits.std()),
+                                 "min_top2_margin": margin})
+            print(f"{name} s{k}: n={len(ids)} max|logit|={logits.abs().max():.3f} "
+                  f"std={logits.std():.3f} min top-2 margin={margin:.2e}", file=sys.stderr)
+        with open(os.path.join(refdir, name + ".json"), "w", encoding="utf-8") as f:
+            json.dump(meta, f)
+            f.write("\n")
+        print(f"{name}: {shards}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])

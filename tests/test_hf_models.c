@@ -1,0 +1,299 @@
+/* test_hf_models.c — end-to-end acceptance against Hugging Face transformers: the tiny
+ * random-weight checkpoints in testdata/hf (GQA + llama3 rope scaling, q/k/v bias + tied
+ * embeddings in bf16, sharded f16 mistral, explicit head_dim, llama attention_bias) are loaded
+ * by model_load and run by the CPU backend; the logits must match transformers' fp32
+ * logits (testdata/hf/ref, written by scripts/make-hf-test-models.py) to fp32 tolerance,
+ * and the tokenizer loaded from the same directory must encode like HF tokenizers. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "backend.h"
+#include "model.h"
+#include "test.h"
+#include "tokenizer.h"
+
+#define HF_BLOCK 16       /* KV block size in tokens */
+#define HF_MAX_TOKENS 256 /* longest reference sequence is 130 */
+#define HF_MAX_SEQS 3
+
+static const char *const hf_models[] = {"llama-gqa-rope3", "qwen2-bias-tied", "mistral-sharded", "llama-headdim",
+                                        "llama-attn-bias"};
+/* HF llama's attention_bias=true also biases o_proj, which llmi_layer has no field for
+ * yet.  Until it does, the loader's clear refusal naming the tensor is the accepted
+ * outcome for this one model; once the loader takes it, the logits must match. */
+#define HF_O_PROJ_BIAS_MODEL "llama-attn-bias"
+
+static bool hf_refuses_o_bias(const char *name, int rc, const llmi_status *st) {
+    return rc != 0 && strcmp(name, HF_O_PROJ_BIAS_MODEL) == 0 && strstr(st->msg, "o_proj.bias") != NULL;
+}
+
+typedef struct hf_seq {
+    int n_tokens;
+    int32_t ids[HF_MAX_TOKENS];   /* (n_tokens) */
+    float *logits;                /* (n_tokens, n_vocab) transformers' fp32 logits */
+} hf_seq;
+
+typedef struct hf_ref {
+    int n_vocab;
+    int n_seqs;
+    hf_seq seqs[HF_MAX_SEQS];
+} hf_ref;
+
+static const char *hf_testdata(void) {
+    const char *d = getenv("TESTDATA");
+    return d && *d ? d : "testdata";
+}
+
+/* Reads a whole file; *len bytes, NUL-terminated. */
+static char *hf_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL) {
+        if (fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
+        else { buf[n] = '\0'; if (len) *len = (size_t)n; }
+    }
+    fclose(f);
+    return buf;
+}
+
+static void hf_ref_free(hf_ref *r) {
+    for (int s = 0; s < r->n_seqs; s++) free(r->seqs[s].logits);
+    r->n_seqs = 0;
+}
+
+/* Loads ref/<name>.json and its .f32 logits files; returns 0 or -1 with a message. */
+static int hf_ref_load(const char *name, hf_ref *r, char *err, size_t errcap) {
+    memset(r, 0, sizeof *r);
+    char path[512];
+    snprintf(path, sizeof path, "%s/hf/ref/%s.json", hf_testdata(), name);
+    char *txt = hf_read_file(path, NULL);
+    if (!txt) { snprintf(err, errcap, "%s: %s", path, strerror(errno)); return -1; }
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    int rc = -1;
+    const cJSON *nv = cJSON_GetObjectItemCaseSensitive(j, "n_vocab");
+    const cJSON *seqs = cJSON_GetObjectItemCaseSensitive(j, "seqs");
+    if (!cJSON_IsNumber(nv) || !cJSON_IsArray(seqs) || cJSON_GetArraySize(seqs) > HF_MAX_SEQS) {
+        snprintf(err, errcap, "%s: want n_vocab and at most %d seqs", path, HF_MAX_SEQS);
+        goto done;
+    }
+    r->n_vocab = nv->valueint;
+    const cJSON *sq;
+    cJSON_ArrayForEach(sq, seqs) {
+        hf_seq *s = &r->seqs[r->n_seqs];
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(sq, "ids");
+        const cJSON *file = cJSON_GetObjectItemCaseSensitive(sq, "file");
+        int n = cJSON_GetArraySize(ids);
+        if (!cJSON_IsArray(ids) || n < 1 || n > HF_MAX_TOKENS || !cJSON_IsString(file)) {
+            snprintf(err, errcap, "%s: seq %d: bad ids or file", path, r->n_seqs);
+            goto done;
+        }
+        s->n_tokens = n;
+        int k = 0;
+        const cJSON *id;
+        cJSON_ArrayForEach(id, ids) s->ids[k++] = (int32_t)id->valueint;
+        char fpath[512];
+        snprintf(fpath, sizeof fpath, "%s/hf/ref/%s", hf_testdata(), file->valuestring);
+        size_t len = 0;
+        unsigned char *raw = (unsigned char *)hf_read_file(fpath, &len);
+        if (!raw || len != (size_t)n * (size_t)r->n_vocab * 4) {
+            snprintf(err, errcap, "%s: want %d x %d little-endian float32", fpath, n, r->n_vocab);
+            free(raw);
+            goto done;
+        }
+        s->logits = malloc(len);
+        for (size_t i = 0; i < len / 4; i++) {
+            uint32_t u = (uint32_t)raw[4 * i] | (uint32_t)raw[4 * i + 1] << 8 |
+                         (uint32_t)raw[4 * i + 2] << 16 | (uint32_t)raw[4 * i + 3] << 24;
+            memcpy(&s->logits[i], &u, 4);
+        }
+        free(raw);
+        r->n_seqs++;
+    }
+    rc = 0;
+done:
+    cJSON_Delete(j);
+    if (rc) hf_ref_free(r);
+    return rc;
+}
+
+/* One forward of tokens [pos0, pos0+n) of one sequence whose earlier positions are
+ * already cached; logits of all n tokens go to out (n, n_vocab). */
+static int hf_forward(llmi_backend *b, const int32_t *ids, int pos0, int n, const int32_t *table, int n_blocks,
+                      float *out, llmi_status *st) {
+    int32_t pos[HF_MAX_TOKENS], slot[HF_MAX_TOKENS], seq[HF_MAX_TOKENS], rows[HF_MAX_TOKENS];
+    for (int i = 0; i < n; i++) {
+        int p = pos0 + i;
+        pos[i] = p;
+        slot[i] = table[p / HF_BLOCK] * HF_BLOCK + p % HF_BLOCK;
+        seq[i] = 0;
+        rows[i] = i;
+    }
+    int32_t qs[2] = {0, n}, ctx[1] = {pos0 + n};
+    llmi_batch bt = {
+        .n_tokens = n, .tokens = ids + pos0, .positions = pos, .slot_mapping = slot, .seq_of_token = seq,
+        .n_seqs = 1, .query_start = qs, .context_lens = ctx, .block_tables = table,
+        .max_blocks_per_seq = n_blocks, .n_logits = n, .logit_rows = rows,
+    };
+    return b->forward(b, &bt, out, st);
+}
+
+/* Compares rows [r0, r0+n) of the reference; returns failures and raises *worst. */
+static int hf_compare(const char *what, const float *got, const float *ref, int r0, int n, int V, double *worst,
+                      int *ties) {
+    int bad = 0;
+    for (int r = r0; r < r0 + n; r++) {
+        const float *g = got + (size_t)(r - r0) * V, *e = ref + (size_t)r * V;
+        double maxref = 0, maxdiff = 0;
+        int ag = 0, ae = 0;
+        for (int v = 0; v < V; v++) {
+            double d = (double)g[v] - e[v];
+            if (d < 0) d = -d;
+            if (d != d) d = 1e30;  /* NaN fails */
+            if (d > maxdiff) maxdiff = d;
+            if (fabs(e[v]) > maxref) maxref = fabs(e[v]);
+            if (g[v] > g[ag]) ag = v;
+            if (e[v] > e[ae]) ae = v;
+        }
+        double tol = 1e-3 * (maxref > 1 ? maxref : 1);
+        if (maxdiff > *worst) *worst = maxdiff;
+        if (maxdiff >= tol) {
+            if (bad++ < 3) fprintf(stderr, "  %s: position %d: max |logit diff| %g >= %g\n", what, r, maxdiff, tol);
+            continue;
+        }
+        if (ag != ae) {
+            /* A genuine tie: the reference's own top-2 gap is within the observed error. */
+            double gap = (double)e[ae] - e[ag];
+            if (gap <= 2 * maxdiff) { (*ties)++; continue; }
+            if (bad++ < 3) fprintf(stderr, "  %s: position %d: argmax %d, transformers %d (gap %g)\n", what, r, ag, ae, gap);
+        }
+    }
+    return bad;
+}
+
+static void hf_check_model(test_ctx *t_, const char *name) {
+    char dir[512], err[2048];
+    snprintf(dir, sizeof dir, "%s/hf/%s", hf_testdata(), name);
+    hf_ref ref;
+    if (hf_ref_load(name, &ref, err, sizeof err)) { CHECK_MSG(0, "%s", err); return; }
+    llmi_model m;
+    memset(&m, 0, sizeof m);
+    llmi_load_opts lo = {.no_tokenizer = true};
+    llmi_status st = {0};
+    int rc = model_load(dir, &lo, &m, &st);
+    if (hf_refuses_o_bias(name, rc, &st)) {
+        fprintf(stderr, "  %s: not compared: %s\n", name, st.msg);
+        hf_ref_free(&ref);
+        return;
+    }
+    CHECK_MSG(rc == 0, "model_load(%s): %s", dir, st.msg);
+    if (rc) { hf_ref_free(&ref); return; }
+    CHECK_MSG(m.cfg.n_vocab == ref.n_vocab, "%s: n_vocab %d, reference %d", name, m.cfg.n_vocab, ref.n_vocab);
+    CHECK(m.cfg.n_layers == 2 && m.cfg.dim == 64);
+    llmi_backend_opts bo = {.n_threads = 2, .kv_dtype = LLMI_KV_F32, .block_size = HF_BLOCK,
+                            .max_batch_tokens = HF_MAX_TOKENS, .max_seqs = 1};
+    llmi_backend *b = NULL;
+    rc = backend_cpu_create(&m, &bo, &b, &st);
+    CHECK_MSG(rc == 0, "backend_cpu_create(%s): %s", name, st.msg);
+    const int n_blocks = HF_MAX_TOKENS / HF_BLOCK;
+    if (rc == 0) {
+        rc = b->kv_alloc(b, 2 * n_blocks, &st);
+        CHECK_MSG(rc == 0, "kv_alloc(%s): %s", name, st.msg);
+    }
+    if (rc == 0 && m.cfg.n_vocab == ref.n_vocab) {
+        int V = ref.n_vocab;
+        float *got = malloc(sizeof(float) * HF_MAX_TOKENS * (size_t)V);
+        /* Identity block table for the whole-sequence pass; a scattered one (odd blocks,
+         * high first) for the chunked pass, so paging bugs cannot hide behind it. */
+        int32_t ident[HF_MAX_TOKENS / HF_BLOCK], scat[HF_MAX_TOKENS / HF_BLOCK];
+        for (int i = 0; i < n_blocks; i++) { ident[i] = i; scat[i] = 2 * (n_blocks - 1 - i) + 1; }
+        for (int s = 0; s < ref.n_seqs; s++) {
+            hf_seq *q = &ref.seqs[s];
+            double worst = 0;
+            int ties = 0, bad;
+            char what[160];
+            snprintf(what, sizeof what, "%s seq %d (n=%d) whole", name, s, q->n_tokens);
+            st = (llmi_status){0};
+            rc = hf_forward(b, q->ids, 0, q->n_tokens, ident, n_blocks, got, &st);
+            CHECK_MSG(rc == 0, "%s: forward: %s", what, st.msg);
+            if (rc) break;
+            bad = hf_compare(what, got, q->logits, 0, q->n_tokens, V, &worst, &ties);
+            CHECK_MSG(bad == 0, "%s: %d positions differ from transformers", what, bad);
+            /* Same sequence as a prefill of about 2/3 then one token at a time: the
+             * decode path reads what the prefill wrote to the cache. */
+            int split = q->n_tokens * 2 / 3;
+            snprintf(what, sizeof what, "%s seq %d (n=%d) prefill %d + decode", name, s, q->n_tokens, split);
+            rc = hf_forward(b, q->ids, 0, split, scat, n_blocks, got, &st);
+            CHECK_MSG(rc == 0, "%s: forward: %s", what, st.msg);
+            if (rc) break;
+            bad = hf_compare(what, got, q->logits, 0, split, V, &worst, &ties);
+            for (int p = split; p < q->n_tokens && rc == 0; p++) {
+                rc = hf_forward(b, q->ids, p, 1, scat, n_blocks, got, &st);
+                CHECK_MSG(rc == 0, "%s: decode at %d: %s", what, p, st.msg);
+                if (rc == 0) bad += hf_compare(what, got, q->logits, p, 1, V, &worst, &ties);
+            }
+            CHECK_MSG(bad == 0, "%s: %d positions differ from transformers", what, bad);
+            fprintf(stderr, "  %s seq %d: n=%d max |logit diff| %.3g%s\n", name, s, q->n_tokens, worst,
+                    ties ? " (argmax ties within error skipped)" : "");
+        }
+        free(got);
+    }
+    if (b) b->destroy(b);
+    model_free(&m);
+    hf_ref_free(&ref);
+}
+
+TEST(hf_llama_gqa_llama3_rope_vs_transformers) { hf_check_model(t_, hf_models[0]); }
+TEST(hf_qwen2_bias_tied_bf16_vs_transformers) { hf_check_model(t_, hf_models[1]); }
+TEST(hf_mistral_sharded_f16_vs_transformers) { hf_check_model(t_, hf_models[2]); }
+TEST(hf_llama_head_dim_vs_transformers) { hf_check_model(t_, hf_models[3]); }
+TEST(hf_llama_attention_bias_vs_transformers) { hf_check_model(t_, hf_models[4]); }
+
+/* The same directories with their tokenizer: tokenizer.json trained by HF tokenizers
+ * (byte-level BPE), encoded with the model's default special-token rule. */
+TEST(hf_models_tokenizer_vs_hf_tokenizers) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/hf/ref/tokenizer.json", hf_testdata());
+    char *txt = hf_read_file(path, NULL);
+    CHECK_MSG(txt != NULL, "%s: %s", path, strerror(errno));
+    if (!txt) return;
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(j, "text");
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "ids");
+    CHECK(cJSON_IsString(text) && cJSON_IsArray(ids));
+    if (!cJSON_IsString(text) || !cJSON_IsArray(ids)) { cJSON_Delete(j); return; }
+    for (size_t k = 0; k < sizeof hf_models / sizeof hf_models[0]; k++) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/hf/%s", hf_testdata(), hf_models[k]);
+        llmi_model m;
+        memset(&m, 0, sizeof m);
+        llmi_load_opts lo = {.no_tokenizer = false};
+        llmi_status st = {0};
+        int rc = model_load(dir, &lo, &m, &st);
+        if (hf_refuses_o_bias(hf_models[k], rc, &st)) continue;
+        CHECK_MSG(rc == 0 && m.tok, "model_load(%s) with tokenizer: %s", dir, st.msg);
+        if (rc) continue;
+        if (m.tok) {
+            int32_t *got = NULL;
+            int n = 0;
+            rc = tok_encode(m.tok, text->valuestring, strlen(text->valuestring), true, false, &got, &n, &st);
+            CHECK_MSG(rc == 0, "%s: tok_encode: %s", dir, st.msg);
+            int want = cJSON_GetArraySize(ids), first = -1;
+            for (int i = 0; rc == 0 && i < want && i < n && first < 0; i++)
+                if (got[i] != cJSON_GetArrayItem(ids, i)->valueint) first = i;
+            CHECK_MSG(rc != 0 || (n == want && first < 0), "%s: encode gives %d ids, HF %d; first difference at %d",
+                      dir, n, want, first);
+            free(got);
+        }
+        model_free(&m);
+    }
+    cJSON_Delete(j);
+}
