@@ -638,6 +638,7 @@ typedef struct enc_ctx {
     char *buf2; size_t cap_buf2;
     pcre2_match_data *md;
     bool oom;
+    int regex_err;                          /* a PCRE2 error other than "no match" */
 } enc_ctx;
 
 static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
@@ -733,12 +734,13 @@ static void bpe_word(enc_ctx *c, const char *w, size_t n) {
     int ns = 0;
     if (t->dec == TOK_DEC_BYTELEVEL) {
         if (t->ignore_merges) {
-            if (!grow((void **)&c->buf2, &c->cap_buf2, n * 2 + 1, 1)) { c->oom = true; return; }
+            /* c->buf, not buf2: w may live in buf2 (Metaspace) */
+            if (!grow((void **)&c->buf, &c->cap_buf, n * 2 + 1, 1)) { c->oom = true; return; }
             int32_t cpb[256];
             bytelevel_alphabet(cpb);
             size_t k = 0;
-            for (size_t i = 0; i < n; i++) k += (size_t)u8_encode(cpb[(uint8_t)w[i]], c->buf2 + k);
-            int id = tok_vocab_find(t, c->buf2, k);
+            for (size_t i = 0; i < n; i++) k += (size_t)u8_encode(cpb[(uint8_t)w[i]], c->buf + k);
+            int id = tok_vocab_find(t, c->buf, k);
             if (id >= 0) { emit(c, id); return; }
         }
         int32_t unk = -1;   /* pending (fused) unknown */
@@ -788,9 +790,10 @@ static void bpe_word(enc_ctx *c, const char *w, size_t n) {
  * pieces.  The subject is exactly the segment, so lookaheads never see past it. */
 static void regex_split(enc_ctx *c, const char *s, size_t n) {
     size_t off = 0;
-    while (off < n && !c->oom) {
+    while (off < n && !c->oom && !c->regex_err) {
         int rc = pcre2_match(c->t->re, (PCRE2_SPTR)s, n, off, 0, c->md, NULL);
-        if (rc < 0) { bpe_word(c, s + off, n - off); return; }
+        if (rc == PCRE2_ERROR_NOMATCH) { bpe_word(c, s + off, n - off); return; }
+        if (rc < 0) { c->regex_err = rc; return; }   /* a resource limit: fail, never mis-split */
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
         size_t ms = ov[0], me = ov[1];
         if (ms > off) bpe_word(c, s + off, ms - off);
@@ -949,8 +952,14 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
     free(c.buf);
     free(c.buf2);
     if (c.md) pcre2_match_data_free(c.md);
-    if (c.oom) {
+    if (c.oom || c.regex_err) {
         free(c.ids);
+        if (c.regex_err) {
+            PCRE2_UCHAR msg[160];
+            pcre2_get_error_message(c.regex_err, msg, sizeof msg);
+            return llmi_fail(st, LLMI_E_RUNTIME, "tokenizer: pre-tokenizer regex failed on %zu bytes: %s", len,
+                             (const char *)msg);
+        }
         return llmi_fail(st, LLMI_E_RUNTIME, "tokenizer: out of memory encoding %zu bytes", len);
     }
     if (!c.ids) {   /* empty result: still hand back a freeable pointer */
