@@ -592,14 +592,22 @@ static void gguf_tok_arrays_free(gguf_tok_arrays *a) {
     free(a->merges); free(a->merge_lens); free(a->eog); free(a->chat_template);
 }
 
-static int gguf_special_id(const gguf_file *g, const char *key, int n_tokens, int *id, llmi_status *st) {
+/* bos/eos must name real tokens (prompts and stopping depend on them).  The optional ids
+ * (unk, pad, eot, eom) are dropped when out of range, as llama.cpp does: files in the wild
+ * store "none" as -1 or as the vocabulary size. */
+static int gguf_special_id(const gguf_file *g, const char *key, int n_tokens, bool strict, int *id, llmi_status *st) {
     int64_t v;
-    int rc = gguf_get_int(g, key, INT32_MIN, INT32_MAX, &v, st);
+    int rc = gguf_get_int(g, key, INT64_MIN, INT64_MAX, &v, st);
     if (rc < 0) return LLMI_E_RUNTIME;
     if (rc == 0) return 0;
-    if (v < 0 || v >= n_tokens)
+    if (v < 0 || v >= n_tokens) {
+        if (!strict) {
+            *id = -1;
+            return 0;
+        }
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s = %lld is outside the %d tokens", g->path, key, (long long)v,
                          n_tokens);
+    }
     *id = (int)v;
     return 0;
 }
@@ -684,12 +692,12 @@ static int gguf_tokenizer(const gguf_file *g, const llmi_config *c, tokenizer **
         s.eos_id = 2 < s.n_tokens ? 2 : -1;
     }
     int eot = -1, eom = -1;
-    if (gguf_special_id(g, "tokenizer.ggml.bos_token_id", s.n_tokens, &s.bos_id, st) ||
-        gguf_special_id(g, "tokenizer.ggml.eos_token_id", s.n_tokens, &s.eos_id, st) ||
-        gguf_special_id(g, "tokenizer.ggml.unknown_token_id", s.n_tokens, &s.unk_id, st) ||
-        gguf_special_id(g, "tokenizer.ggml.padding_token_id", s.n_tokens, &s.pad_id, st) ||
-        gguf_special_id(g, "tokenizer.ggml.eot_token_id", s.n_tokens, &eot, st) ||
-        gguf_special_id(g, "tokenizer.ggml.eom_token_id", s.n_tokens, &eom, st))
+    if (gguf_special_id(g, "tokenizer.ggml.bos_token_id", s.n_tokens, true, &s.bos_id, st) ||
+        gguf_special_id(g, "tokenizer.ggml.eos_token_id", s.n_tokens, true, &s.eos_id, st) ||
+        gguf_special_id(g, "tokenizer.ggml.unknown_token_id", s.n_tokens, false, &s.unk_id, st) ||
+        gguf_special_id(g, "tokenizer.ggml.padding_token_id", s.n_tokens, false, &s.pad_id, st) ||
+        gguf_special_id(g, "tokenizer.ggml.eot_token_id", s.n_tokens, false, &eot, st) ||
+        gguf_special_id(g, "tokenizer.ggml.eom_token_id", s.n_tokens, false, &eom, st))
         goto done;
     if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &s.add_bos, st) < 0 ||
         gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &s.add_eos, st) < 0)

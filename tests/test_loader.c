@@ -271,6 +271,7 @@ typedef struct gguf_opts {
     bool scores_i32;           /* scores written as an i32 array (element type mismatch) */
     bool block_count_str;      /* block_count written as a string */
     bool spm;                  /* tokenizer model "llama" (SentencePiece): no merges, no pre, no ids */
+    uint32_t pad_raw;          /* != 0: padding_token_id and eot_token_id written with this value */
 } gguf_opts;
 
 /* Offsets in the written file that the attack cases patch. */
@@ -356,6 +357,10 @@ static size_t gguf_write(const char *path, tmodel *m, const gguf_opts *o, gguf_o
             kv_key(&b, "tokenizer.ggml.add_bos_token", 7); { uint8_t z = 0; bb_put(&b, &z, 1); } nkv++;
         }
         kv_key(&b, "tokenizer.chat_template", 8); bb_str(&b, "{{ messages }}"); nkv++;
+        if (o->pad_raw) {
+            kv_key(&b, "tokenizer.ggml.padding_token_id", 4); bb_u32(&b, o->pad_raw); nkv++;
+            kv_key(&b, "tokenizer.ggml.eot_token_id", 4); bb_u32(&b, o->pad_raw); nkv++;
+        }
     }
 #undef KV_U32
 #undef KV_F32
@@ -809,6 +814,17 @@ TEST(loader_gguf_tokenizer_spec) {
         model_free(&lm);
     }
     gcase_free(&c);
+    /* optional ids out of range ("none" stored as -1 or as the vocab size) are dropped */
+    const uint32_t pads[2] = {0xffffffffu, 40};
+    for (int k = 0; k < 2; k++) {
+        gguf_opts op = {.tokenizer = true, .pad_raw = pads[k]};
+        gcase_init(&c, &op, false);
+        if (load_ok(t_, c.path, false, &lm) == 0) {
+            CHECK(lm.tok && tok_eos(lm.tok) == 2);
+            model_free(&lm);
+        }
+        gcase_free(&c);
+    }
     gguf_opts o2 = {.tokenizer = true, .spm = true};
     gcase_init(&c, &o2, false);
     if (load_ok(t_, c.path, false, &lm) == 0) {
