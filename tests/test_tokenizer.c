@@ -831,3 +831,52 @@ TEST(tok_bytes_roundtrip) {
     CHECK(bad == 0);
     tok_free(tk);
 }
+
+/* tokenizer_config.json / generation_config.json: named chat templates, add_bos_token,
+ * bos/eos as {"content": ...} objects, an eos_token_id list. */
+TEST(tok_hf_configs) {
+    char d[1024], tmp[] = "/tmp/llmi-tokcfg-XXXXXX", p[1100];
+    size_t n;
+    char *js = slurp(path_in(d, sizeof d, "smollm2/tokenizer.json"), &n);
+    CHECK(js != NULL && mkdtemp(tmp) != NULL);
+    if (!js) return;
+    snprintf(p, sizeof p, "%s/tokenizer.json", tmp);
+    FILE *f = fopen(p, "wb");
+    fwrite(js, 1, n, f);
+    fclose(f);
+    free(js);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", tmp);
+    f = fopen(p, "w");
+    fputs("{\"add_bos_token\": true, \"bos_token\": {\"content\": \"<|endoftext|>\", \"special\": true},"
+          " \"eos_token\": \"<|im_end|>\", \"chat_template\": [{\"name\": \"tool_use\", \"template\": \"x\"},"
+          " {\"name\": \"default\", \"template\": \"{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}\"}]}", f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/generation_config.json", tmp);
+    f = fopen(p, "w");
+    fputs("{\"eos_token_id\": [2, 5]}", f);
+    fclose(f);
+    llmi_status st = {0};
+    tokenizer *tk = NULL;
+    CHECK_MSG(tok_load_hf(tmp, &tk, &st) == 0, "%s", st.msg);
+    if (tk) {
+        CHECK(tok_add_bos(tk) && tok_bos(tk) == 0 && tok_eos(tk) == 2);
+        CHECK(tok_is_eog(tk, 2) && tok_is_eog(tk, 5) && !tok_is_eog(tk, 100));
+        CHECK(strcmp(tok_chat_template_name(tk), "mistral") == 0);
+        int32_t *ids;
+        int ni;
+        CHECK(tok_encode(tk, "hi", 2, true, true, &ids, &ni, &st) == 0);
+        CHECK(ni >= 2 && ids[0] == 0);
+        free(ids);
+        char *out = NULL;
+        CHECK(tok_chat_format(tk, NULL, "hi", &out, &st) == 0);
+        CHECK(out && strcmp(out, "<|endoftext|>[INST] hi [/INST]") == 0);
+        free(out);
+        tok_free(tk);
+    }
+    const char *names[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", tmp, names[i]);
+        unlink(p);
+    }
+    rmdir(tmp);
+}
