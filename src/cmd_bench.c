@@ -835,7 +835,8 @@ int cmd_bench(int argc, char **argv, llmi_status *st) {
         if (a.ppl) rc = bench_ppl(&a, &m, label, &rep, st);
         else if (a.throughput) rc = bench_throughput(&a, &m, label, &rep, st);
         else rc = bench_sweep(&a, &m, label, &rep, st);
-        if (!rc) rc = report_write(&rep, a.fmt, stdout);
+        /* Perplexity is one result: -o json gives the object itself, not a list of one. */
+        if (!rc) rc = report_write(&rep, a.ppl && a.fmt == REPORT_JSON ? REPORT_JSONL : a.fmt, stdout);
         if (rc == LLMI_E_RUNTIME && !st->code) llmi_fail(st, rc, "bench: cannot write the report to stdout");
         for (int i = 0; i < a.n_out && !rc; i++) {
             FILE *f = fopen(a.out_path[i], "w");

@@ -12,7 +12,8 @@ grep -q 'Final estimate: PPL = ' "$TMP/err" || fail "no final estimate"
 python3 - "$TMP" <<'PY' || exit 1
 import json, math, re, sys
 d = sys.argv[1]
-r = json.load(open(f"{d}/p.json"))[0]
+r = json.load(open(f"{d}/p.json"))
+assert isinstance(r, dict), "-o json of --ppl is one object"
 for k in ["ppl", "ppl_stderr", "chunks", "ctx", "scoring"]: assert k in r, k
 assert r["chunks"] == 3 and r["ctx"] == 64 and r["scored"] == 3 * (64 - 32 - 1)
 assert "second half" in r["scoring"] and "BOS" in r["scoring"]
