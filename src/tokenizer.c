@@ -509,9 +509,11 @@ int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st) {
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: unknown tokenizer model %d", origin, (int)spec->model);
     if (spec->model == TOK_MODEL_BYTELEVEL_BPE && (!spec->merges || !spec->merge_lens || spec->n_merges <= 0))
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: byte-level BPE (gpt2) without tokenizer.ggml.merges", origin);
-    if (spec->model == TOK_MODEL_SPM_BPE && !spec->merges && !spec->scores)
+    /* an empty merge list counts as none: a SentencePiece vocab then merges by scores */
+    bool have_merges = spec->merges && spec->n_merges > 0;
+    if (spec->model == TOK_MODEL_SPM_BPE && !have_merges && !spec->scores)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: SentencePiece vocabulary without scores", origin);
-    if (spec->merges && (spec->n_merges < 0 || spec->n_merges > TOK_MAX_MERGES || !spec->merge_lens))
+    if (have_merges && (spec->n_merges > TOK_MAX_MERGES || !spec->merge_lens))
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: bad merge list (%d entries)", origin, spec->n_merges);
     int n = spec->n_tokens;
     for (int i = 0; i < n; i++)
@@ -519,10 +521,10 @@ int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st) {
     tokenizer *t = tok_alloc();
     uint8_t *flags = calloc((size_t)n, 1);
     tok_added *added = calloc((size_t)n, sizeof *added);
-    tok_merge_str *ms = spec->merges ? calloc((size_t)spec->n_merges + 1, sizeof *ms) : NULL;
+    tok_merge_str *ms = have_merges ? calloc((size_t)spec->n_merges + 1, sizeof *ms) : NULL;
     char *atext = NULL;
     int rc = 0;
-    if (!t || !flags || !added || (spec->merges && !ms)) {
+    if (!t || !flags || !added || (have_merges && !ms)) {
         rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", origin);
         goto done;
     }

@@ -126,7 +126,7 @@ static tokenizer *load_gguf(const char *path, llmi_status *st) {
     s.scores = scores;
     s.token_types = types;
     s.n_merges = (int)nm;
-    s.merges = merges;
+    s.merges = merges ? merges : (const char **)toks;   /* an empty list must act as none */
     s.merge_lens = ml;
     int64_t v;
     s.bos_id = gguf_get_int(&g, "tokenizer.ggml.bos_token_id", 0, (int64_t)n - 1, &v, st) == 1 ? (int)v : -1;
