@@ -227,27 +227,19 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
             r->top_lp[(size_t)r->n_gen * nl + k] = k < ev->n_top ? ev->top_logprobs[k] : -INFINITY;
         }
         r->n_gen++;
-        if (g->tok) {
-            char buf[512];
-            /* End-of-generation tokens end the text; they are not part of it. */
-            bool hide = ev->finished && ev->reason == LLMI_FINISH_EOS;
-            int n = hide ? 0 : tok_stream_push(&r->stream, ev->token, buf, sizeof buf);
-            if (n > 0 && text_grow(r, (size_t)n)) {
-                memcpy(r->text + r->text_len, buf, (size_t)n);
-                r->text_len += (size_t)n;
-                r->text[r->text_len] = '\0';
-            }
+        /* End-of-generation tokens end the text; they are not part of it. */
+        bool hide = ev->finished && ev->reason == LLMI_FINISH_EOS;
+        if (g->tok && !hide && text_grow(r, tok_stream_cap(g->tok))) {
+            int n = tok_stream_push(&r->stream, ev->token, r->text + r->text_len, tok_stream_cap(g->tok));
+            r->text_len += (size_t)(n > 0 ? n : 0);
+            r->text[r->text_len] = '\0';
         }
     }
     if (ev->finished) {
-        if (g->tok) {
-            char buf[64];
-            int n = tok_stream_flush(&r->stream, buf, sizeof buf);
-            if (n > 0 && text_grow(r, (size_t)n)) {
-                memcpy(r->text + r->text_len, buf, (size_t)n);
-                r->text_len += (size_t)n;
-                r->text[r->text_len] = '\0';
-            }
+        if (g->tok && text_grow(r, tok_stream_cap(g->tok))) {
+            int n = tok_stream_flush(&r->stream, r->text + r->text_len, tok_stream_cap(g->tok));
+            r->text_len += (size_t)(n > 0 ? n : 0);
+            r->text[r->text_len] = '\0';
         }
         if (ev->reason == LLMI_FINISH_STOP) trim_at_stop(r);
         const llmi_request_info *info = engine_request(g->engine, ev->request_id);
@@ -568,7 +560,8 @@ static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b,
             "preemptions %d | %s (%s)",
             peak_rss_bytes() / 1048576.0, (wb ? wb : b->model->weight_bytes) / 1048576.0, kvb / 1048576.0,
             engine_kv_blocks_peak(e), engine_kv_blocks_total(e), preemptions, b->name, b->device_name);
-    if (!strcmp(b->name, "cpu")) fprintf(stderr, ", %d threads", b->opts.n_threads);
+    if (!strcmp(b->name, "cpu"))
+        fprintf(stderr, ", %d threads", b->opts.n_threads > 0 ? b->opts.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     fprintf(stderr, " | seed %llu%s\n", (unsigned long long)seed, seed_random ? " (random)" : "");
 }
 

@@ -442,9 +442,11 @@ static void sample_and_emit(llmi_engine *e, seq *s, float *row, engine_token_cb 
     llmi_finish why = LLMI_FINISH_NONE;
     if (!s->params.ignore_eos && m->tok && tok_is_eog(m->tok, tok)) why = LLMI_FINISH_EOS;
     if (why == LLMI_FINISH_NONE && s->params.n_stop > 0 && m->tok) {
-        char buf[512];
-        int n = tok_stream_push(&s->stream, tok, buf, sizeof buf);
-        if (!text_append(s, buf, n) || hits_stop(s, n)) why = LLMI_FINISH_STOP;
+        size_t cap = tok_stream_cap(m->tok);
+        char *buf = malloc(cap);
+        int n = buf ? tok_stream_push(&s->stream, tok, buf, cap) : 0;
+        if (!buf || !text_append(s, buf, n) || hits_stop(s, n)) why = LLMI_FINISH_STOP;
+        free(buf);
     }
     if (why == LLMI_FINISH_NONE && s->n_tokens >= s->max_total)
         why = (s->params.max_tokens >= 0 && s->n_tokens - s->n_prompt >= s->params.max_tokens) ? LLMI_FINISH_LENGTH
