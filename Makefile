@@ -25,7 +25,9 @@ ifeq ($(SAN),1)
   LDLIBS  += -fsanitize=address,undefined
   CUDA    := 0
 else
-  BUILD   := build
+  # CPU-only and CUDA objects differ (-DLLMI_CUDA): keep them apart so switching
+  # CUDA=0/1 never links a stale mix.
+  BUILD   := $(if $(filter 1,$(CUDA)),build,build-cpu)
   BIN     := llmi
   CFLAGS  += -O3 -march=native -g
 endif
@@ -79,6 +81,6 @@ test:
 	bash tests/run.sh
 
 clean:
-	rm -rf build build-san llmi llmi-san
+	rm -rf build build-cpu build-san llmi llmi-san
 
 -include $(OBJS:.o=.d) $(TEST_OBJS:.o=.d) $(BUILD)/main.d $(CU_OBJS:.o=.d)
