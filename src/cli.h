@@ -22,6 +22,7 @@ typedef struct cli_model_opts {
     llmi_engine_opts engine;      /* --num-blocks, --kv-mem, --max-batch-tokens, --prefill-chunk, --max-seqs,
                                      --sched, -c */
     bool max_batch_tokens_set;    /* else the backend's default: 512 on cpu, 2048 on cuda */
+    bool kv_type_set;             /* else the backend's default: f32 on cpu, bf16 on cuda */
 } cli_model_opts;
 
 void cli_model_opts_init(cli_model_opts *o);

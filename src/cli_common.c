@@ -117,7 +117,7 @@ const char *cli_model_flags_help(void) {
            "  --gpu-mem-util F        fraction of GPU memory to use (default 0.9)\n"
            "Engine:\n"
            "  -c, --ctx-size N        context length (default: the model's)\n"
-           "  --kv-type T             KV cache dtype: f32, f16, bf16 (default f32)\n"
+           "  --kv-type T             KV cache dtype: f32, f16, bf16 (default f32 on cpu, bf16 on cuda)\n"
            "  --block-size N          tokens per KV block (default 16)\n"
            "  --num-blocks N          KV blocks (default: from --kv-mem or the device's memory)\n"
            "  --kv-mem SIZE           KV cache budget, e.g. 512M, 4G\n"
@@ -188,6 +188,7 @@ int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_
             llmi_fail(st, LLMI_E_USAGE, "--kv-type: '%s' is not f32, f16 or bf16", v);
             return -1;
         }
+        o->kv_type_set = true;
     } else if (IS("--block-size")) {
         VALUE();
         if (cli_parse_long(a, v, 1, 1024, &n, st)) return -1;
@@ -272,12 +273,14 @@ int cli_open_backend(const cli_model_opts *o, const llmi_model *m, llmi_backend 
     bool auto_dev = !strcmp(o->device, "auto");
     if (want_cuda || (auto_dev && backend_cuda_compiled())) {
         if (!o->max_batch_tokens_set) bo.max_batch_tokens = 2048;
+        if (!o->kv_type_set) bo.kv_dtype = LLMI_KV_BF16;
         llmi_status cst = {0};
         if (backend_cuda_create(m, &bo, b, &cst) == LLMI_OK) return LLMI_OK;
         if (want_cuda) return llmi_fail(st, cst.code, "%s", cst.msg);
         /* auto: say why the GPU was not used, then run on the CPU as asked. */
         fprintf(stderr, "llmi: --device auto: using cpu (%s)\n", cst.msg);
         bo.max_batch_tokens = o->engine.max_batch_tokens;
+        bo.kv_dtype = o->backend.kv_dtype;
     }
     if (!o->max_batch_tokens_set) bo.max_batch_tokens = 512;
     return backend_cpu_create(m, &bo, b, st);
