@@ -177,9 +177,10 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
             cpu_add_rmsnorm(im->x, im->delta, L->attn_norm, n, dim, c->norm_eps, im->xn);
         prof(b, LLMI_OP_NORM, &t0, 12.0 * n * dim, 4.0 * n * dim);
 
-        cpu_matmul(&L->wq, im->xn, n, L->bq, im->q);
-        cpu_matmul(&L->wk, im->xn, n, L->bk, im->k);
-        cpu_matmul(&L->wv, im->xn, n, L->bv, im->v);
+        const llmi_tensor *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
+        const float *qkv_b[3] = {L->bq, L->bk, L->bv};
+        float *qkv_y[3] = {im->q, im->k, im->v};
+        cpu_matmul_multi(3, qkv_w, im->xn, n, qkv_b, qkv_y);
         prof(b, LLMI_OP_QKV, &t0, mm_bytes(&L->wq, n) + mm_bytes(&L->wk, n) + mm_bytes(&L->wv, n),
              mm_flops(&L->wq, n) + mm_flops(&L->wk, n) + mm_flops(&L->wv, n));
 
@@ -198,8 +199,9 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
         cpu_add_rmsnorm(im->x, im->delta, L->ffn_norm, n, dim, c->norm_eps, im->xn);
         prof(b, LLMI_OP_NORM, &t0, 16.0 * n * dim, 5.0 * n * dim);
 
-        cpu_matmul(&L->w_gate, im->xn, n, NULL, im->gate);
-        cpu_matmul(&L->w_up, im->xn, n, NULL, im->up);
+        const llmi_tensor *gu_w[2] = {&L->w_gate, &L->w_up};
+        float *gu_y[2] = {im->gate, im->up};
+        cpu_matmul_multi(2, gu_w, im->xn, n, NULL, gu_y);
         prof(b, LLMI_OP_MLP_UP, &t0, mm_bytes(&L->w_gate, n) + mm_bytes(&L->w_up, n),
              mm_flops(&L->w_gate, n) + mm_flops(&L->w_up, n));
 

@@ -376,3 +376,25 @@ TEST(cpu_paged_attention_vs_dense) {
         free(pos); free(sot); free(slot); free(kf); free(vf); free(kc); free(vc); free(q); free(out); free(ref);
     }
 }
+
+TEST(cpu_matmul_multi_matches_single) {
+    rng r = rng_make("multi");
+    for (int t = LLMI_F32; t <= LLMI_Q4_1; t++) {
+        int n = 1 + rng_int(&r, 20), cols = 96;
+        llmi_tensor w[3] = {make_weight(&r, (llmi_dtype)t, 64, cols), make_weight(&r, (llmi_dtype)t, 17, cols),
+                            make_weight(&r, (llmi_dtype)t, 33, cols)};
+        const llmi_tensor *wp[3] = {&w[0], &w[1], &w[2]};
+        float *x = rand_vec(&r, (size_t)n * cols, 1.0f), *bias = rand_vec(&r, 64, 1.0f);
+        const float *bp[3] = {bias, NULL, bias};
+        float *y[3], *y1 = malloc(sizeof(float) * n * 64);
+        for (int i = 0; i < 3; i++) y[i] = malloc(sizeof(float) * n * w[i].rows);
+        cpu_matmul_multi(3, wp, x, n, bp, y);
+        for (int i = 0; i < 3; i++) {
+            cpu_matmul(&w[i], x, n, bp[i], y1);
+            CHECK_MSG(memcmp(y1, y[i], sizeof(float) * n * w[i].rows) == 0, "%s weight %d differs", dtype_name((llmi_dtype)t), i);
+            free(y[i]);
+            free(w[i].owned);
+        }
+        free(x); free(bias); free(y1);
+    }
+}

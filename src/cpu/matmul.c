@@ -21,6 +21,7 @@
 #endif
 
 #define MM_ROW_BLOCK 16   /* rows whose weights stay in L1 while a token tile passes */
+#define MM_MAX_MULTI 8    /* weights one cpu_matmul_multi call shares activations across */
 #define MM_TILE 8         /* tokens computed together: a weight block is unpacked once per tile */
 
 /* ---------------------------------------------------------------- dense weights */
@@ -286,8 +287,11 @@ static void qrow_scalar(const uint8_t *wr, llmi_dtype t, const mm_qx *qx, int t0
     }
 }
 
-static void matmul_quant(const llmi_tensor *w, const float *x, int n, float *y) {
-    int64_t rows = w->rows, cols = w->cols;
+/* nw quantized weights of one dtype and width sharing the activations x: x is quantized
+ * once and one parallel region walks the row blocks of all of them. */
+static void matmul_quant(int nw, const llmi_tensor *const *ws, const float *x, int n, float *const *ys) {
+    const llmi_tensor *w0 = ws[0];
+    int64_t cols = w0->cols;
     mm_qx qx;
     qx.nb = (int)(cols / 32);
     qx.nbp = (qx.nb + 1) & ~1;
@@ -295,22 +299,33 @@ static void matmul_quant(const llmi_tensor *w, const float *x, int n, float *y) 
     /* One allocation per call: glibc serves repeat sizes from its heap after the first. */
     char *buf = aligned_alloc(64, ((size_t)n * (per_q + per_l * 8 + (size_t)qx.nbp * 4) + 63) / 64 * 64);
     if (!buf) { /* no error channel in the op API: make the failure impossible to miss */
-        for (size_t i = 0; i < (size_t)n * rows; i++) y[i] = NAN;
+        for (int i = 0; i < nw; i++)
+            for (size_t j = 0; j < (size_t)n * ws[i]->rows; j++) ys[i][j] = NAN;
         return;
     }
     qx.q = (int8_t *)buf;
     qx.dxe = (float *)(buf + (size_t)n * per_q);
     qx.corr = (int32_t *)(buf + (size_t)n * (per_q + per_l * 4));
     qx.sx = (float *)(buf + (size_t)n * (per_q + per_l * 8));
-    int k = w->dtype == LLMI_Q4_0 ? 8 : (w->dtype == LLMI_Q8_0 ? 128 : 0);
-    int64_t nrb = (rows + MM_ROW_BLOCK - 1) / MM_ROW_BLOCK;
-    int par = rows * cols * (int64_t)n > 32768;
-#pragma omp parallel if (par)
+    llmi_dtype t = w0->dtype;
+    int k = t == LLMI_Q4_0 ? 8 : (t == LLMI_Q8_0 ? 128 : 0);
+    int64_t rb_end[MM_MAX_MULTI];   /* cumulative row-block counts of the weights */
+    int64_t nrb = 0, work = 0;
+    for (int i = 0; i < nw; i++) {
+        nrb += (ws[i]->rows + MM_ROW_BLOCK - 1) / MM_ROW_BLOCK;
+        rb_end[i] = nrb;
+        work += ws[i]->rows * cols * (int64_t)n;
+    }
+#pragma omp parallel if (work > 32768)
     {
 #pragma omp for schedule(static)
-        for (int t = 0; t < n; t++) quantize_token(x + (size_t)t * cols, &qx, t, k, nibble_order(w->dtype));
+        for (int tk = 0; tk < n; tk++) quantize_token(x + (size_t)tk * cols, &qx, tk, k, nibble_order(t));
 #pragma omp for schedule(static)
-        for (int64_t rb = 0; rb < nrb; rb++) {
+        for (int64_t gb = 0; gb < nrb; gb++) {
+            int wi = 0;
+            while (gb >= rb_end[wi]) wi++;
+            const llmi_tensor *w = ws[wi];
+            int64_t rb = gb - (wi ? rb_end[wi - 1] : 0), rows = w->rows;
             int64_t r1 = (rb + 1) * MM_ROW_BLOCK < rows ? (rb + 1) * MM_ROW_BLOCK : rows;
             for (int t0 = 0; t0 < n; t0 += MM_TILE) {
                 int tn = n - t0 < MM_TILE ? n - t0 : MM_TILE;
@@ -318,11 +333,11 @@ static void matmul_quant(const llmi_tensor *w, const float *x, int n, float *y) 
                     const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
 #if defined(MM_AVX512)
                     if (MM_FAST_NB(qx.nb)) {
-                        qrow(wr, w->dtype, &qx, t0, tn, y, rows, r);
+                        qrow(wr, t, &qx, t0, tn, ys[wi], rows, r);
                         continue;
                     }
 #endif
-                    qrow_scalar(wr, w->dtype, &qx, t0, tn, y, rows, r);
+                    qrow_scalar(wr, t, &qx, t0, tn, ys[wi], rows, r);
                 }
             }
         }
@@ -330,13 +345,34 @@ static void matmul_quant(const llmi_tensor *w, const float *x, int n, float *y) 
     free(buf);
 }
 
+static void add_bias(const llmi_tensor *w, int n, const float *bias, float *y) {
+    if (!bias) return;
+    for (int t = 0; t < n; t++)
+        for (int64_t r = 0; r < w->rows; r++) y[(size_t)t * w->rows + r] += bias[r];
+}
+
+static int is_q8_q4(llmi_dtype t) { return t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1; }
+
+void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n, const float *const *bias,
+                      float *const *y) {
+    if (n <= 0 || nw <= 0) return;
+    int shared = nw <= MM_MAX_MULTI && is_q8_q4(w[0]->dtype);
+    for (int i = 1; i < nw && shared; i++) shared = w[i]->dtype == w[0]->dtype && w[i]->cols == w[0]->cols;
+    if (!shared) {
+        for (int i = 0; i < nw; i++) cpu_matmul(w[i], x, n, bias ? bias[i] : NULL, y[i]);
+        return;
+    }
+    matmul_quant(nw, w, x, n, y);
+    for (int i = 0; i < nw; i++) add_bias(w[i], n, bias ? bias[i] : NULL, y[i]);
+}
+
 void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, float *y) {
     if (n <= 0) return;
     if (w->dtype == LLMI_I4G) return cpu_matmul_i4g(w, x, n, bias, y); /* GPTQ/AWQ int4: cpu/matmul_int4.c */
-    if (w->dtype == LLMI_F32 || w->dtype == LLMI_F16 || w->dtype == LLMI_BF16)
-        matmul_dense(w, x, n, y);
+    if (is_q8_q4(w->dtype))
+        matmul_quant(1, &w, x, n, &y);
     else
-        matmul_quant(w, x, n, y);
+        matmul_dense(w, x, n, y);
     if (bias) {
         for (int t = 0; t < n; t++)
             for (int64_t r = 0; r < w->rows; r++) y[(size_t)t * w->rows + r] += bias[r];

@@ -24,6 +24,13 @@ void cpu_add_rmsnorm(float *residual, const float *delta, const float *w, int n,
 /* y (n, rows) = x (n, cols) @ W^T (+ bias (rows) when non-NULL), W in any llmi_dtype. */
 void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, float *y);
 
+/* y[i] (n, w[i]->rows) = x (n, cols) @ W[i]^T (+ bias[i]) for nw weights that read the
+ * same x (Q/K/V, gate/up).  Bit-identical to nw cpu_matmul calls; when the weights share
+ * a quantized dtype and width, x is quantized once and one parallel region covers all
+ * rows.  bias may be NULL, or hold NULL entries. */
+void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n, const float *const *bias,
+                      float *const *y);
+
 /* Inverse frequencies (head_dim/2) for rotate-half RoPE with the config's scaling. */
 void cpu_rope_inv_freq(const llmi_config *c, float *inv_freq);
 /* Rotates q (n, n_heads, head_dim) in place and k (n, n_kv_heads, head_dim) in place by
