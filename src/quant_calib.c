@@ -294,5 +294,10 @@ void quant_fwd_block(const llmi_config *c, const quant_block *b, float *x, quant
 
 void quant_embed(const llmi_model *m, const int32_t *tokens, int n, float *x) {
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) tensor_dequant_row(&m->tok_embd, tokens[i], x + (size_t)i * m->cfg.dim);
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] >= 0 && tokens[i] < m->tok_embd.rows)
+            tensor_dequant_row(&m->tok_embd, tokens[i], x + (size_t)i * m->cfg.dim);
+        else /* an id the embedding does not have: a zero row, as the backends do */
+            memset(x + (size_t)i * m->cfg.dim, 0, (size_t)m->cfg.dim * sizeof(float));
+    }
 }

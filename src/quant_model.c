@@ -386,6 +386,7 @@ int quant_eval_ppl(const llmi_model *m, const quant_result *r, const int32_t *to
         for (int i = 0; i < nc; i++) {
             int t = i0 + i;
             if ((t + 1) % seqlen == 0) continue; /* the window's last token predicts nothing scored */
+            if (tokens[t + 1] < 0 || tokens[t + 1] >= head->rows) continue;
             const float *lg = logits + (size_t)i * head->rows;
             float mx = -INFINITY;
             for (int64_t v = 0; v < head->rows; v++) mx = fmaxf(mx, lg[v]);
