@@ -24,6 +24,8 @@ typedef struct cpu_impl {
     float *lg;       /* (max_tokens, dim) final-normed rows that need logits */
     float *inv_freq; /* (head_dim/2) */
     int32_t *seq_maxpos; /* (max_seqs) highest position a batch touches per sequence */
+    void *mm_scratch;    /* quantized activations of one matmul: cpu_matmul_scratch_bytes(max_tokens, widest in) */
+    size_t mm_scratch_bytes;
     void *kv;        /* (n_layers, 2, num_blocks, block_size, n_kv_heads, head_dim) in kv dtype */
     size_t kv_bytes, ws_bytes;
 } cpu_impl;
@@ -87,7 +89,7 @@ static void cpu_destroy(llmi_backend *b) {
     if (im) {
         free(im->x); free(im->xn); free(im->q); free(im->k); free(im->v); free(im->att);
         free(im->delta); free(im->gate); free(im->up); free(im->lg); free(im->inv_freq);
-        free(im->seq_maxpos); free(im->kv);
+        free(im->seq_maxpos); free(im->kv); free(im->mm_scratch);
         free(im);
     }
     free(b);
@@ -150,6 +152,10 @@ static double mm_bytes(const llmi_tensor *w, int n) {
 }
 static double mm_flops(const llmi_tensor *w, int n) { return 2.0 * n * (double)w->rows * (double)w->cols; }
 
+static void cpu_matmul_1(cpu_impl *im, const llmi_tensor *w, const float *x, int n, float *y) {
+    cpu_matmul_multi(1, &w, x, n, NULL, &y, im->mm_scratch, im->mm_scratch_bytes);
+}
+
 static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llmi_status *st) {
     if (check_batch(b, bt, st)) return st->code;
     cpu_impl *im = b->impl;
@@ -180,7 +186,7 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
         const llmi_tensor *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
         const float *qkv_b[3] = {L->bq, L->bk, L->bv};
         float *qkv_y[3] = {im->q, im->k, im->v};
-        cpu_matmul_multi(3, qkv_w, im->xn, n, qkv_b, qkv_y);
+        cpu_matmul_multi(3, qkv_w, im->xn, n, qkv_b, qkv_y, im->mm_scratch, im->mm_scratch_bytes);
         prof(b, LLMI_OP_QKV, &t0, mm_bytes(&L->wq, n) + mm_bytes(&L->wk, n) + mm_bytes(&L->wv, n),
              mm_flops(&L->wq, n) + mm_flops(&L->wk, n) + mm_flops(&L->wv, n));
 
@@ -193,7 +199,7 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
                             1.0f / sqrtf((float)hd), im->att);
         prof(b, LLMI_OP_ATTN, &t0, ctx_sum * 2.0 * kvd * esz + 8.0 * n * qd, ctx_sum * 4.0 * qd);
 
-        cpu_matmul(&L->wo, im->att, n, NULL, im->delta);
+        cpu_matmul_1(im, &L->wo, im->att, n, im->delta);
         prof(b, LLMI_OP_O_PROJ, &t0, mm_bytes(&L->wo, n), mm_flops(&L->wo, n));
 
         cpu_add_rmsnorm(im->x, im->delta, L->ffn_norm, n, dim, c->norm_eps, im->xn);
@@ -201,14 +207,14 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
 
         const llmi_tensor *gu_w[2] = {&L->w_gate, &L->w_up};
         float *gu_y[2] = {im->gate, im->up};
-        cpu_matmul_multi(2, gu_w, im->xn, n, NULL, gu_y);
+        cpu_matmul_multi(2, gu_w, im->xn, n, NULL, gu_y, im->mm_scratch, im->mm_scratch_bytes);
         prof(b, LLMI_OP_MLP_UP, &t0, mm_bytes(&L->w_gate, n) + mm_bytes(&L->w_up, n),
              mm_flops(&L->w_gate, n) + mm_flops(&L->w_up, n));
 
         cpu_swiglu(im->gate, im->up, n, ffn, im->gate);
         prof(b, LLMI_OP_ACT, &t0, 12.0 * n * ffn, 6.0 * n * ffn);
 
-        cpu_matmul(&L->w_down, im->gate, n, NULL, im->delta);
+        cpu_matmul_1(im, &L->w_down, im->gate, n, im->delta);
         prof(b, LLMI_OP_MLP_DOWN, &t0, mm_bytes(&L->w_down, n), mm_flops(&L->w_down, n));
     }
 
@@ -221,7 +227,7 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
     if (nl > 0) {
         cpu_rmsnorm(im->lg, m->out_norm, nl, dim, c->norm_eps, im->lg);
         prof(b, LLMI_OP_NORM, &t0, 12.0 * nl * dim, 4.0 * nl * dim);
-        cpu_matmul(&m->lm_head, im->lg, nl, NULL, logits);
+        cpu_matmul_1(im, &m->lm_head, im->lg, nl, logits);
         prof(b, LLMI_OP_LM_HEAD, &t0, mm_bytes(&m->lm_head, nl), mm_flops(&m->lm_head, nl));
     }
     omp_set_num_threads(prev_threads);
@@ -336,7 +342,12 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     im->lg = ws_alloc(im, T * c->dim, &fail);
     im->inv_freq = ws_alloc(im, (size_t)c->head_dim / 2, &fail);
     im->seq_maxpos = calloc((size_t)o->max_seqs, sizeof(int32_t));
-    if (fail || !im->seq_maxpos) {
+    int64_t widest = c->dim > c->ffn_dim ? c->dim : c->ffn_dim;
+    if ((int64_t)qd > widest) widest = (int64_t)qd;
+    im->mm_scratch_bytes = cpu_matmul_scratch_bytes(o->max_batch_tokens, widest);
+    im->mm_scratch = aligned_alloc(64, im->mm_scratch_bytes);
+    im->ws_bytes += im->mm_scratch_bytes;
+    if (fail || !im->seq_maxpos || !im->mm_scratch) {
         cpu_destroy(b);
         return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: cannot allocate workspaces for %d tokens", o->max_batch_tokens);
     }

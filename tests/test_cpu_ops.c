@@ -388,7 +388,10 @@ TEST(cpu_matmul_multi_matches_single) {
         const float *bp[3] = {bias, NULL, bias};
         float *y[3], *y1 = malloc(sizeof(float) * n * 64);
         for (int i = 0; i < 3; i++) y[i] = malloc(sizeof(float) * n * w[i].rows);
-        cpu_matmul_multi(3, wp, x, n, bp, y);
+        size_t sb = cpu_matmul_scratch_bytes(n, cols);
+        void *scratch = aligned_alloc(64, sb);
+        cpu_matmul_multi(3, wp, x, n, bp, y, scratch, sb);
+        free(scratch);
         for (int i = 0; i < 3; i++) {
             cpu_matmul(&w[i], x, n, bp[i], y1);
             CHECK_MSG(memcmp(y1, y[i], sizeof(float) * n * w[i].rows) == 0, "%s weight %d differs", dtype_name((llmi_dtype)t), i);

@@ -289,15 +289,21 @@ static void qrow_scalar(const uint8_t *wr, llmi_dtype t, const mm_qx *qx, int t0
 
 /* nw quantized weights of one dtype and width sharing the activations x: x is quantized
  * once and one parallel region walks the row blocks of all of them. */
-static void matmul_quant(int nw, const llmi_tensor *const *ws, const float *x, int n, float *const *ys) {
+size_t cpu_matmul_scratch_bytes(int n, int64_t cols) {
+    size_t nbp = (size_t)((cols / 32 + 1) & ~1);
+    return ((size_t)n * (nbp * 32 + nbp * 8 * 8 + nbp * 4) + 63) / 64 * 64;
+}
+
+static void matmul_quant(int nw, const llmi_tensor *const *ws, const float *x, int n, float *const *ys, void *scratch,
+                         size_t scratch_bytes) {
     const llmi_tensor *w0 = ws[0];
     int64_t cols = w0->cols;
     mm_qx qx;
     qx.nb = (int)(cols / 32);
     qx.nbp = (qx.nb + 1) & ~1;
     size_t per_q = (size_t)qx.nbp * 32, per_l = (size_t)qx.nbp * 8;
-    /* One allocation per call: glibc serves repeat sizes from its heap after the first. */
-    char *buf = aligned_alloc(64, ((size_t)n * (per_q + per_l * 8 + (size_t)qx.nbp * 4) + 63) / 64 * 64);
+    size_t need = cpu_matmul_scratch_bytes(n, cols);
+    char *buf = scratch_bytes >= need ? (char *)scratch : aligned_alloc(64, need);
     if (!buf) { /* no error channel in the op API: make the failure impossible to miss */
         for (int i = 0; i < nw; i++)
             for (size_t j = 0; j < (size_t)n * ws[i]->rows; j++) ys[i][j] = NAN;
@@ -342,7 +348,7 @@ static void matmul_quant(int nw, const llmi_tensor *const *ws, const float *x, i
             }
         }
     }
-    free(buf);
+    if (buf != scratch) free(buf);
 }
 
 static void add_bias(const llmi_tensor *w, int n, const float *bias, float *y) {
@@ -354,7 +360,7 @@ static void add_bias(const llmi_tensor *w, int n, const float *bias, float *y) {
 static int is_q8_q4(llmi_dtype t) { return t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1; }
 
 void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n, const float *const *bias,
-                      float *const *y) {
+                      float *const *y, void *scratch, size_t scratch_bytes) {
     if (n <= 0 || nw <= 0) return;
     int shared = nw <= MM_MAX_MULTI && is_q8_q4(w[0]->dtype);
     for (int i = 1; i < nw && shared; i++) shared = w[i]->dtype == w[0]->dtype && w[i]->cols == w[0]->cols;
@@ -362,7 +368,7 @@ void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n
         for (int i = 0; i < nw; i++) cpu_matmul(w[i], x, n, bias ? bias[i] : NULL, y[i]);
         return;
     }
-    matmul_quant(nw, w, x, n, y);
+    matmul_quant(nw, w, x, n, y, scratch, scratch_bytes);
     for (int i = 0; i < nw; i++) add_bias(w[i], n, bias ? bias[i] : NULL, y[i]);
 }
 
@@ -370,7 +376,7 @@ void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, 
     if (n <= 0) return;
     if (w->dtype == LLMI_I4G) return cpu_matmul_i4g(w, x, n, bias, y); /* GPTQ/AWQ int4: cpu/matmul_int4.c */
     if (is_q8_q4(w->dtype))
-        matmul_quant(1, &w, x, n, &y);
+        matmul_quant(1, &w, x, n, &y, NULL, 0);
     else
         matmul_dense(w, x, n, y);
     if (bias) {

@@ -27,9 +27,12 @@ void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, 
 /* y[i] (n, w[i]->rows) = x (n, cols) @ W[i]^T (+ bias[i]) for nw weights that read the
  * same x (Q/K/V, gate/up).  Bit-identical to nw cpu_matmul calls; when the weights share
  * a quantized dtype and width, x is quantized once and one parallel region covers all
- * rows.  bias may be NULL, or hold NULL entries. */
+ * rows.  bias may be NULL, or hold NULL entries.  scratch (scratch_bytes, 64-byte
+ * aligned) holds the quantized activations when it is at least
+ * cpu_matmul_scratch_bytes(n, cols); otherwise the call allocates its own. */
 void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n, const float *const *bias,
-                      float *const *y);
+                      float *const *y, void *scratch, size_t scratch_bytes);
+size_t cpu_matmul_scratch_bytes(int n, int64_t cols);
 
 /* Inverse frequencies (head_dim/2) for rotate-half RoPE with the config's scaling. */
 void cpu_rope_inv_freq(const llmi_config *c, float *inv_freq);
