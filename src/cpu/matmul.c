@@ -193,12 +193,13 @@ static inline __m512i unpack_pair(const uint8_t *wr, llmi_dtype t, int b, int nb
         return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
     }
     int off = t == LLMI_Q4_1 ? 4 : 2;
-    __m128i q0 = _mm_loadu_si128((const __m128i *)(b0 + off));
-    __m128i q1 = two ? _mm_loadu_si128((const __m128i *)(b1 + off)) : _mm_setzero_si128();
-    __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
-    __m256i m4 = _mm256_set1_epi8(15);
-    __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);   /* lo0 lo1 hi0 hi1: nibble order */
+    /* [qs0 qs1 qs0 qs1] from two broadcast loads, then the upper half shifted by 4:
+     * lo0 lo1 hi0 hi1 (nibble order) in three ALU ops */
+    __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b0 + off)));
+    v = two ? _mm512_mask_broadcast_i32x4(v, 0xF0F0, _mm_loadu_si128((const __m128i *)(b1 + off)))
+            : _mm512_maskz_mov_epi32(0x0F0F, v);
+    v = _mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
+    return _mm512_and_si512(v, _mm512_set1_epi8(15));
 }
 
 /* y[t][r] for tokens t0..t0+TN-1 of one row; TN is a compile-time constant per instance. */
