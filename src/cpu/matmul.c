@@ -323,11 +323,18 @@ static void matmul_quant(int nw, const llmi_tensor *const *ws, const float *x, i
         rb_end[i] = nrb;
         work += ws[i]->rows * cols * (int64_t)n;
     }
+    /* Decode-sized batches are quantized before the parallel region: one barrier fewer
+     * per matmul, which matters when the cores are shared and a waiting thread spins. */
+    int serial_q = n <= 4;
+    if (serial_q)
+        for (int tk = 0; tk < n; tk++) quantize_token(x + (size_t)tk * cols, &qx, tk, k, nibble_order(t));
 #pragma omp parallel if (work > 32768)
     {
+        if (!serial_q) {
 #pragma omp for schedule(static)
-        for (int tk = 0; tk < n; tk++) quantize_token(x + (size_t)tk * cols, &qx, tk, k, nibble_order(t));
-#pragma omp for schedule(static)
+            for (int tk = 0; tk < n; tk++) quantize_token(x + (size_t)tk * cols, &qx, tk, k, nibble_order(t));
+        }
+#pragma omp for schedule(static) nowait
         for (int64_t gb = 0; gb < nrb; gb++) {
             int wi = 0;
             while (gb >= rb_end[wi]) wi++;
