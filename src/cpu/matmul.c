@@ -38,19 +38,45 @@ static inline __m512 dense_load(const void *w, llmi_dtype t, int64_t c, __mmask1
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-#define DENSE_TILE 4
-static void dense_row(const llmi_tensor *w, int64_t r, const float *x, int t0, int tn, float *y, int64_t rows) {
-    int64_t cols = w->cols;
-    const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-    __m512 acc[DENSE_TILE];
-    for (int i = 0; i < DENSE_TILE; i++) acc[i] = _mm512_setzero_ps();
-    for (int64_t c = 0; c < cols; c += 16) {
-        __mmask16 m = cols - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - c)) - 1);
-        __m512 wv = dense_load(wr, w->dtype, c, m);
-        for (int i = 0; i < tn; i++)
-            acc[i] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + (size_t)(t0 + i) * cols + c), acc[i]);
+/* Register tile of R rows x T tokens: per 16 columns, R weight loads and T activation
+ * loads feed R*T FMAs.  Each (row, token) keeps one accumulator walked over the columns
+ * in order, so the tile shape never changes a result. */
+#define DENSE_INSTANCE(R, T)                                                                             \
+    static void dense_##R##x##T(const llmi_tensor *w, int64_t r0, const float *x, int t0, float *y, int64_t rows) { \
+        int64_t cols = w->cols;                                                                          \
+        __m512 acc[R][T];                                                                                \
+        for (int i = 0; i < R; i++)                                                                      \
+            for (int j = 0; j < T; j++) acc[i][j] = _mm512_setzero_ps();                                 \
+        for (int64_t c = 0; c < cols; c += 16) {                                                         \
+            __mmask16 m = cols - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - c)) - 1);      \
+            __m512 xv[T];                                                                                \
+            for (int j = 0; j < T; j++) xv[j] = _mm512_maskz_loadu_ps(m, x + (size_t)(t0 + j) * cols + c); \
+            for (int i = 0; i < R; i++) {                                                                \
+                __m512 wv = dense_load((const uint8_t *)w->data + (size_t)(r0 + i) * w->row_bytes, w->dtype, c, m); \
+                for (int j = 0; j < T; j++) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);           \
+            }                                                                                            \
+        }                                                                                                \
+        for (int i = 0; i < R; i++)                                                                      \
+            for (int j = 0; j < T; j++) y[(size_t)(t0 + j) * rows + r0 + i] = _mm512_reduce_add_ps(acc[i][j]); \
     }
-    for (int i = 0; i < tn; i++) y[(size_t)(t0 + i) * rows + r] = _mm512_reduce_add_ps(acc[i]);
+DENSE_INSTANCE(4, 4)
+DENSE_INSTANCE(1, 4)
+DENSE_INSTANCE(4, 1)
+DENSE_INSTANCE(1, 1)
+
+/* Rows [r0, r1) for tokens [t0, t0 + tn), tn <= 4. */
+static void dense_rows(const llmi_tensor *w, int64_t r0, int64_t r1, const float *x, int t0, int tn, float *y,
+                       int64_t rows) {
+    int64_t r = r0;
+    if (tn == 4) {
+        for (; r + 4 <= r1; r += 4) dense_4x4(w, r, x, t0, y, rows);
+        for (; r < r1; r++) dense_1x4(w, r, x, t0, y, rows);
+        return;
+    }
+    for (int j = 0; j < tn; j++) {
+        for (r = r0; r + 4 <= r1; r += 4) dense_4x1(w, r, x, t0 + j, y, rows);
+        for (; r < r1; r++) dense_1x1(w, r, x, t0 + j, y, rows);
+    }
 }
 #else
 static float dense_elem(const uint8_t *wr, llmi_dtype t, int64_t c) {
@@ -59,13 +85,16 @@ static float dense_elem(const uint8_t *wr, llmi_dtype t, int64_t c) {
     memcpy(&h, wr + 2 * c, 2);
     return t == LLMI_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
 }
-static void dense_row(const llmi_tensor *w, int64_t r, const float *x, int t0, int tn, float *y, int64_t rows) {
+static void dense_rows(const llmi_tensor *w, int64_t r0, int64_t r1, const float *x, int t0, int tn, float *y,
+                       int64_t rows) {
+    for (int64_t r = r0; r < r1; r++) {
     const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
     for (int i = 0; i < tn; i++) {
         const float *xt = x + (size_t)(t0 + i) * w->cols;
         float s = 0.0f;
         for (int64_t c = 0; c < w->cols; c++) s += dense_elem(wr, w->dtype, c) * xt[c];
         y[(size_t)(t0 + i) * rows + r] = s;
+    }
     }
 }
 #endif
@@ -78,7 +107,7 @@ static void matmul_dense(const llmi_tensor *w, const float *x, int n, float *y) 
         int64_t r1 = (rb + 1) * MM_ROW_BLOCK < rows ? (rb + 1) * MM_ROW_BLOCK : rows;
         for (int t0 = 0; t0 < n; t0 += 4) {
             int tn = n - t0 < 4 ? n - t0 : 4;
-            for (int64_t r = rb * MM_ROW_BLOCK; r < r1; r++) dense_row(w, r, x, t0, tn, y, rows);
+            dense_rows(w, rb * MM_ROW_BLOCK, r1, x, t0, tn, y, rows);
         }
     }
 }
