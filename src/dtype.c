@@ -9,6 +9,7 @@ const char *dtype_name(llmi_dtype t) {
     case LLMI_Q8_0: return "Q8_0";
     case LLMI_Q4_0: return "Q4_0";
     case LLMI_Q4_1: return "Q4_1";
+    case LLMI_I4G: return "I4G";
     default: return "unknown";
     }
 }
