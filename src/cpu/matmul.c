@@ -136,6 +136,7 @@ static int nibble_order(llmi_dtype t) {
 #endif
 }
 
+#if !defined(MM_AVX512)
 /* Activation row t -> int8 blocks (d = amax/127, q = round-to-even(x * 127/amax)). */
 static void quantize_token(const float *x, const mm_qx *qx, int t, int k, int nib) {
     int8_t *q = qx->q + (size_t)t * qx->nbp * 32;
@@ -183,6 +184,58 @@ static void quantize_token(const float *x, const mm_qx *qx, int t, int k, int ni
         }
     }
 }
+
+#endif
+
+#if defined(MM_AVX512)
+/* Activation row t -> int8 blocks (d = amax/127, q = round-to-even(x * 127/amax)),
+ * 16 lanes at a time (cvtps rounds to nearest even, as nearbyintf does in the scalar
+ * build). */
+static void quantize_token(const float *x, const mm_qx *qx, int t, int k, int nib) {
+    int8_t *q = qx->q + (size_t)t * qx->nbp * 32;
+    float *dxe = qx->dxe + (size_t)t * qx->nbp * 8;
+    int32_t *corr = qx->corr + (size_t)t * qx->nbp * 8;
+    float *sx = qx->sx + (size_t)t * qx->nbp;
+    const __m512i pick = nib ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)
+                             : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int p = 0; p < qx->nbp / 2; p++) {
+        __m128i part[2][2];   /* (block, half) 16 int8 each */
+        float d[2];
+        for (int h = 0; h < 2; h++) {
+            int b = 2 * p + h;
+            if (b >= qx->nb) {
+                part[h][0] = part[h][1] = _mm_setzero_si128();
+                d[h] = 0.0f;
+                sx[b] = 0.0f;
+                continue;
+            }
+            __m512 x0 = _mm512_loadu_ps(x + (size_t)b * 32), x1 = _mm512_loadu_ps(x + (size_t)b * 32 + 16);
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+            float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+            d[h] = amax / 127.0f;
+            __m512i lim = _mm512_set1_epi32(127);
+            __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
+            __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
+            i0 = _mm512_max_epi32(_mm512_min_epi32(i0, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
+            i1 = _mm512_max_epi32(_mm512_min_epi32(i1, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
+            sx[b] = d[h] * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+            part[h][0] = _mm512_cvtepi32_epi8(i0);
+            part[h][1] = _mm512_cvtepi32_epi8(i1);
+        }
+        int8_t *o = q + (size_t)p * 64;
+        /* nibble order: x0[0:16] x1[0:16] x0[16:32] x1[16:32]; natural: x0 then x1 */
+        _mm_storeu_si128((__m128i *)o, part[0][0]);
+        _mm_storeu_si128((__m128i *)(o + 16), nib ? part[1][0] : part[0][1]);
+        _mm_storeu_si128((__m128i *)(o + 32), nib ? part[0][1] : part[1][0]);
+        _mm_storeu_si128((__m128i *)(o + 48), part[1][1]);
+        __m512i sum4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(o));
+        _mm512_storeu_si512(corr + (size_t)p * 16, _mm512_mullo_epi32(sum4, _mm512_set1_epi32(-k)));
+        __m512 dv = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(_mm_set_ps(0.0f, 0.0f, d[1], d[0])));
+        _mm512_storeu_ps(dxe + (size_t)p * 16, dv);
+    }
+}
+#endif
 
 static inline float half_at(const uint8_t *p) {
     uint16_t h;

@@ -93,7 +93,8 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int threads, l
     for (int i = 0; i < n_prompt + n_gen; i++) tok[i] = (int32_t)(bench_rand(&s) % (uint64_t)m.cfg.n_vocab);
     for (int i = 0; i < nblk; i++) table[i] = nblk - 1 - i;
     for (int i = 0; i < n_prompt; i++) { pos[i] = i; slot[i] = table[i / bs] * bs + i % bs; }
-    printf("model %s (%s, %d layers, dim %d), device %s, %d threads, kv %s\n", m.cfg.name, dtype_name(m.layers[0].wq.dtype),
+    printf("model %s (%s, lm_head %s, %d layers, dim %d), device %s, %d threads, kv %s\n", m.cfg.name,
+           dtype_name(m.layers[0].wq.dtype), dtype_name(m.lm_head.dtype),
            m.cfg.n_layers, m.cfg.dim, b->device_name, threads, kvd == LLMI_KV_F32 ? "f32" : kvd == LLMI_KV_F16 ? "f16" : "bf16");
     for (int rep = 0; rep < 3; rep++) {
         int32_t qs[2] = {0, n_prompt}, ctx = n_prompt, last = n_prompt - 1;
