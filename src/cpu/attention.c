@@ -76,7 +76,11 @@ void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cach
     size_t kv_row_elems = (size_t)n_kv_heads * head_dim;
     size_t esz = vec_kv_elem_bytes(kv_dtype);
     int n = b->n_tokens;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    /* Work in q.k products; a single decode token over a short context is cheaper than
+     * waking the team (and its kv-head tasks split unevenly over 2 threads anyway). */
+    double work = 0;
+    for (int t = 0; t < n; t++) work += (double)(b->positions[t] + 1) * n_heads * head_dim;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (work > (double)(1 << 20))
     for (int t = 0; t < n; t++) {
         for (int kvh = 0; kvh < n_kv_heads; kvh++) {
             float acc[ATTN_ACC_FLOATS];                   /* (heads of the sub-group, head_dim) */
