@@ -752,6 +752,8 @@ static int bench_ppl(const bench_args *a, const llmi_model *m, const char *label
         if (got == 0) break;
     }
     fclose(f);
+    /* llama.cpp's -f drops one trailing newline before tokenizing; so do we. */
+    if (len > 0 && text[len - 1] == '\n') len--;
     text[len] = '\0';
     int32_t *ids = NULL;
     int n_ids = 0;

@@ -1,6 +1,7 @@
 /* perplexity.h — owns `llmi bench --ppl`: llama-perplexity's scoring rule, reproduced
  * from its documented behaviour (tools/perplexity/perplexity.cpp):
- *   - the whole file is tokenized once, with BOS when the model adds one;
+ *   - the whole file (less one trailing newline, as llama.cpp's -f) is tokenized once,
+ *     with BOS when the model adds one;
  *   - it is cut into n_chunk = n_tokens / n_ctx windows of n_ctx tokens (--chunks caps it);
  *   - each window is evaluated from an empty cache, its first token replaced by BOS;
  *   - only the second half is scored: logits at positions n_ctx/2 .. n_ctx-2 predict the
