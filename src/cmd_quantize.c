@@ -252,7 +252,7 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
     if (!a.eval_only && quant_check_outdir(a.out, a.force, st)) return st->code;
     llmi_model m;
     /* The tokenizer is only needed to read text; RTN and --load-stats runs do without. */
-    bool need_tok = a.eval_file || (!a.eval_only && a.q.method != QUANT_RTN && !a.load_stats);
+    bool need_tok = a.eval_file || (!a.eval_only && (a.q.method != QUANT_RTN || a.calib) && !a.load_stats);
     if (a.mo.model_path && !a.mo.dummy) {
         llmi_load_opts lo = {.no_tokenizer = !need_tok};
         if (model_load(a.mo.model_path, &lo, &m, st)) return st->code ? st->code : LLMI_E_RUNTIME;
@@ -274,7 +274,7 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
         goto done;
     }
     double t0 = qc_now();
-    if (a.q.method != QUANT_RTN) {
+    if (a.q.method != QUANT_RTN || a.calib) {
         if (a.load_stats) {
             if ((rc = quant_stats_load(a.load_stats, &m.cfg, &sin, st))) goto done;
         } else {
@@ -285,10 +285,11 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
     fprintf(stderr, "quantize: %s %s, 4-bit groups of %d%s%s, %s\n", m.cfg.name,
             a.q.method == QUANT_GPTQ ? "gptq" : a.q.method == QUANT_AWQ ? "awq" : "rtn", a.q.group_size,
             a.q.method == QUANT_GPTQ ? (a.q.sym ? ", sym" : ", asym") : "", a.q.desc_act ? ", act-order" : "",
-            a.q.method == QUANT_RTN ? "no calibration"
-            : a.load_stats          ? "statistics from --load-stats"
-                                    : "calibrating");
-    if (a.q.method != QUANT_RTN && !a.load_stats)
+            a.q.method == QUANT_RTN && !a.calib ? "no calibration"
+            : a.load_stats                      ? "statistics from --load-stats"
+            : a.q.method == QUANT_RTN           ? "calibration text only to report errors"
+                                                : "calibrating");
+    if (a.calib && !a.load_stats)
         fprintf(stderr, "quantize: %ld windows x %ld tokens of %s\n", a.nsamples, a.seqlen, a.calib);
     if ((rc = quant_model_run_stats(&m, &a.q, calib, (int)a.nsamples, (int)a.seqlen, a.load_stats ? &sin : NULL,
                                     a.save_stats ? &sout : NULL, &r, st)))

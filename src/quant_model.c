@@ -257,7 +257,9 @@ int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_
                              quant_linear_names[i], rows);
         }
     }
-    bool calib = o->method != QUANT_RTN && !in;
+    /* RTN needs no calibration; given tokens it runs the GPTQ pipeline's forward only to
+     * report each layer's output error. */
+    bool calib = (o->method != QUANT_RTN || tokens) && !in;
     if (o->method == QUANT_RTN) out = NULL;
     float *x = NULL;
     quant_acts a = {0};
@@ -282,9 +284,9 @@ int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_
         double errs[QL_COUNT];
         for (int i = 0; i < QL_COUNT; i++) errs[i] = NAN;
         quant_grid *g = r->grids[l];
-        if (o->method == QUANT_RTN) {
+        if (o->method == QUANT_RTN && !calib) {
             rc = qm_quantize_set(c, &b, 0, QL_COUNT, NULL, o, g, errs, st);
-        } else if (o->method == QUANT_GPTQ) {
+        } else if (o->method == QUANT_GPTQ || o->method == QUANT_RTN) {
             /* Each stage's inputs come from the already-quantized stages before it. */
             float *h = NULL;
             int n = a.n, qd = c->n_heads * c->head_dim;
