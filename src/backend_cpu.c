@@ -199,7 +199,9 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
                             1.0f / sqrtf((float)hd), im->att);
         prof(b, LLMI_OP_ATTN, &t0, ctx_sum * 2.0 * kvd * esz + 8.0 * n * qd, ctx_sum * 4.0 * qd);
 
-        cpu_matmul_1(im, &L->wo, im->att, n, im->delta);
+        const float *bo[1] = {L->bo};
+        const llmi_tensor *wo[1] = {&L->wo};
+        cpu_matmul_multi(1, wo, im->att, n, bo, &im->delta, im->mm_scratch, im->mm_scratch_bytes);
         prof(b, LLMI_OP_O_PROJ, &t0, mm_bytes(&L->wo, n), mm_flops(&L->wo, n));
 
         cpu_add_rmsnorm(im->x, im->delta, L->ffn_norm, n, dim, c->norm_eps, im->xn);

@@ -52,6 +52,7 @@ typedef struct cuda_layer {
     float *ffn_norm;    /* (dim) */
     void *w_qkv;        /* (q_dim + 2*kv_dim, dim) in wdt: wq rows, then wk, then wv */
     float *b_qkv;       /* (q_dim + 2*kv_dim) or NULL without bias */
+    float *b_o;         /* (dim) or NULL without o_proj bias */
     void *wo;           /* (dim, q_dim) */
     void *w_gu;         /* (2*ffn_dim, dim): gate rows, then up rows */
     void *w_down;       /* (dim, ffn_dim) */
@@ -192,7 +193,7 @@ static void cuda_destroy(llmi_backend *b) {
         if (im->layers) {
             for (int l = 0; l < b->model->cfg.n_layers; l++) {
                 cuda_layer *L = &im->layers[l];
-                dfree(L->attn_norm); dfree(L->ffn_norm); dfree(L->w_qkv); dfree(L->b_qkv);
+                dfree(L->attn_norm); dfree(L->ffn_norm); dfree(L->w_qkv); dfree(L->b_qkv); dfree(L->b_o);
                 dfree(L->wo); dfree(L->w_gu); dfree(L->w_down);
             }
             free(im->layers);
@@ -436,6 +437,7 @@ static int load_weights(llmi_backend *b, cuda_impl *im, llmi_status *st) {
             rc = upload_floats(im, &D->b_qkv, hb, (size_t)im->qkv_dim, st);
             free(hb);
         }
+        if (!rc && L->bo) rc = upload_floats(im, &D->b_o, L->bo, (size_t)dim, st);
         if (!rc) rc = dalloc(im, &D->wo, dim * qd * e, &im->weight_bytes, st);
         if (!rc) rc = upload_tensor(im, &u, &L->wo, D->wo, st);
         if (!rc) rc = dalloc(im, &D->w_gu, 2 * ffn * dim * e, &im->weight_bytes, st);
@@ -691,6 +693,7 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
         MARK(LLMI_OP_ATTN, f->ctx_sum * 2.0 * kvd * esz + 4.0 * n * qd + (double)e * n * qd, f->ctx_sum * 4.0 * qd);
 
         GEMM(L->wo, dim, qd, im->att, n, im->delta);
+        if (L->b_o) K_CHECK(st, llmi_cuda_add_bias(im->delta, dim, L->b_o, n, dim, im->stream));
         MARK(LLMI_OP_O_PROJ, gemm_bytes(dim, qd, n, e), 2.0 * n * dim * qd);
 
         K_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, L->ffn_norm, NULL, n, dim, c->norm_eps, im->xn, im->wdt,

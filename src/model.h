@@ -49,6 +49,7 @@ typedef struct llmi_layer {
     llmi_tensor wv;                       /* (n_kv_heads*head_dim, dim) */
     llmi_tensor wo;                       /* (dim, n_heads*head_dim) */
     float *bq, *bk, *bv;                  /* (n_heads*head_dim), (kv), (kv); NULL without bias */
+    float *bo;                            /* (dim) o_proj bias (HF llama attention_bias) or NULL */
     float *ffn_norm;                      /* (dim) */
     llmi_tensor w_gate;                   /* (ffn_dim, dim) */
     llmi_tensor w_up;                     /* (ffn_dim, dim) */

@@ -100,6 +100,7 @@ void model_free(llmi_model *m) {
             free(L->bq);
             free(L->bk);
             free(L->bv);
+            free(L->bo);
             tensor_release(&L->wq);
             tensor_release(&L->wk);
             tensor_release(&L->wv);
@@ -325,7 +326,7 @@ static int load_weights(const weight_src *w, llmi_model *m, bool permute_qk, llm
         char name[128];
         int rc = find_role(w, W_BO, l, &t, name, sizeof name, st);
         if (rc < 0) return LLMI_E_RUNTIME;
-        if (rc > 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: tensor %s: output-projection bias is not supported", t.file, name);
+        if (rc > 0 && bind_vector(w, W_BO, l, c->dim, &L->bo, &bytes, st)) return LLMI_E_RUNTIME;
         if (permute_qk) {
             if (unpermute_matrix(&L->wq, c->n_heads, c->head_dim, w->what, st) ||
                 unpermute_matrix(&L->wk, c->n_kv_heads, c->head_dim, w->what, st))

@@ -22,15 +22,6 @@
 
 static const char *const hf_models[] = {"llama-gqa-rope3", "qwen2-bias-tied", "mistral-sharded", "llama-headdim",
                                         "llama-attn-bias"};
-/* HF llama's attention_bias=true also biases o_proj, which llmi_layer has no field for
- * yet.  Until it does, the loader's clear refusal naming the tensor is the accepted
- * outcome for this one model; once the loader takes it, the logits must match. */
-#define HF_O_PROJ_BIAS_MODEL "llama-attn-bias"
-
-static bool hf_refuses_o_bias(const char *name, int rc, const llmi_status *st) {
-    return rc != 0 && strcmp(name, HF_O_PROJ_BIAS_MODEL) == 0 && strstr(st->msg, "o_proj.bias") != NULL;
-}
-
 typedef struct hf_seq {
     int n_tokens;
     int32_t ids[HF_MAX_TOKENS];   /* (n_tokens) */
@@ -188,11 +179,6 @@ static void hf_check_model(test_ctx *t_, const char *name) {
     llmi_load_opts lo = {.no_tokenizer = true};
     llmi_status st = {0};
     int rc = model_load(dir, &lo, &m, &st);
-    if (hf_refuses_o_bias(name, rc, &st)) {
-        fprintf(stderr, "  %s: not compared: %s\n", name, st.msg);
-        hf_ref_free(&ref);
-        return;
-    }
     CHECK_MSG(rc == 0, "model_load(%s): %s", dir, st.msg);
     if (rc) { hf_ref_free(&ref); return; }
     CHECK_MSG(m.cfg.n_vocab == ref.n_vocab, "%s: n_vocab %d, reference %d", name, m.cfg.n_vocab, ref.n_vocab);
@@ -278,7 +264,6 @@ TEST(hf_models_tokenizer_vs_hf_tokenizers) {
         llmi_load_opts lo = {.no_tokenizer = false};
         llmi_status st = {0};
         int rc = model_load(dir, &lo, &m, &st);
-        if (hf_refuses_o_bias(hf_models[k], rc, &st)) continue;
         CHECK_MSG(rc == 0 && m.tok, "model_load(%s) with tokenizer: %s", dir, st.msg);
         if (rc) continue;
         if (m.tok) {
