@@ -350,19 +350,30 @@ static void qrow_scalar(const uint8_t *wr, llmi_dtype t, const mm_qx *qx, int t0
         float s = 0.0f, sm = 0.0f;
         for (int b = 0; b < qx->nb; b++) {
             const uint8_t *blk = wr + (size_t)b * bb;
-            /* where element j of block b sits in the activation layout */
+            /* the block's 32 weights (signed) and activations, both in element order;
+             * (kept as separate simple loops: GCC 12's vectorizer miscompiled the fused
+             * per-format loop at -O3) */
             const int8_t *xp = xq + (size_t)(b / 2) * 64;
-            int h = b & 1, dot = 0;
-            for (int j = 0; j < 32; j++) {
-                int pos = nib ? (j < 16 ? 16 * h + j : 32 + 16 * h + (j - 16)) : 32 * h + j;
-                int wv;
-                if (t == LLMI_Q8_0) wv = (int8_t)blk[2 + j];
-                else {
-                    const uint8_t *qs = blk + (t == LLMI_Q4_1 ? 4 : 2);
-                    wv = (j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4)) - (t == LLMI_Q4_0 ? 8 : 0);
+            int h = b & 1, dot = 0, wv[32], xv[32];
+            if (t == LLMI_Q8_0) {
+                for (int j = 0; j < 32; j++) wv[j] = (int8_t)blk[2 + j];
+            } else {
+                const uint8_t *qs = blk + (t == LLMI_Q4_1 ? 4 : 2);
+                int k = t == LLMI_Q4_0 ? 8 : 0;
+                for (int j = 0; j < 16; j++) {
+                    wv[j] = (qs[j] & 15) - k;
+                    wv[j + 16] = (qs[j] >> 4) - k;
                 }
-                dot += wv * xp[pos];
             }
+            if (nib) {
+                for (int j = 0; j < 16; j++) {
+                    xv[j] = xp[16 * h + j];
+                    xv[j + 16] = xp[32 + 16 * h + j];
+                }
+            } else {
+                for (int j = 0; j < 32; j++) xv[j] = xp[32 * h + j];
+            }
+            for (int j = 0; j < 32; j++) dot += wv[j] * xv[j];
             s += half_at(blk) * dxe[(b / 2) * 16 + (nib ? 4 * h : 8 * h)] * (float)dot;
             if (t == LLMI_Q4_1) sm += half_at(blk + 2) * qx->sx[tk * qx->nbp + b];
         }
