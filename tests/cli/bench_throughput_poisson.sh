@@ -22,6 +22,8 @@ assert row["output_tokens"] == sum(r["n_generated"] for r in reqs) == row["reque
     == sum(r["max_tokens"] for r in reqs)
 assert row["finished_length"] == 120
 assert row["elapsed_s"] >= arr[-1]
+assert all(r["submitted_s"] >= r["arrival_s"] - 1e-9 for r in reqs)
+assert all(r["ttft_ms"] >= (r["submitted_s"] - r["arrival_s"]) * 1e3 - 1e-3 for r in reqs)
 def pct(xs, q):
     xs = sorted(xs); k = q / 100 * (len(xs) - 1); lo = int(k)
     return xs[lo] if lo + 1 >= len(xs) else xs[lo] + (xs[lo + 1] - xs[lo]) * (k - lo)

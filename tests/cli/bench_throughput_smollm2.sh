@@ -4,7 +4,7 @@
 # requests asked for (random prompts ignore EOS, as vllm bench throughput does).
 . "$(dirname "$0")/../lib/common.sh"
 need_model
-"$LLMI" bench -m "$MODEL" --num-requests 200 --input-len 16 --output-len 6 --range-ratio 0.5 --max-seqs 200 \
+"$LLMI" bench -m "$MODEL" --num-requests 200 --input-len 12 --output-len 4 --range-ratio 0.5 --max-seqs 200 \
   --per-request "$TMP/req.jsonl" -o json >"$TMP/t.json" 2>"$TMP/err" || fail "bench failed: $(cat "$TMP/err")"
 python3 - "$TMP" <<'PY' || exit 1
 import json, math, sys
@@ -13,7 +13,7 @@ row = json.load(open(f"{d}/t.json"))[0]
 reqs = [json.loads(l) for l in open(f"{d}/req.jsonl")]
 assert len(reqs) == 200 == row["num_requests"]
 lens = {r["n_prompt"] for r in reqs}; outs = {r["max_tokens"] for r in reqs}
-assert len(lens) > 5 and len(outs) >= 3, "lengths are not mixed"
+assert len(lens) > 5 and len(outs) >= 2, "lengths are not mixed"
 gen = sum(r["n_generated"] for r in reqs)
 assert gen == row["output_tokens"] == row["requested_output_tokens"] == sum(r["max_tokens"] for r in reqs), \
     (gen, row["output_tokens"], row["requested_output_tokens"])
