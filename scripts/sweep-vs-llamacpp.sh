@@ -9,7 +9,8 @@
 # Matching tests: llama-bench "pp P" (P prompt tokens, no generation) against llmi's
 # prefill tok/s at -p P -n 0; llama-bench "tg N" (N tokens decoded one at a time from an
 # empty context) against llmi's decode tok/s at -p 1 -n N+1 (the first token comes from
-# the one-token prefill, the N after it are decode steps).  Both report mean ± sd over -r runs.
+# the one-token prefill, the N after it are decode steps).  Both report mean ± sd over -r runs;
+# both use an f16 KV cache (llama-bench's default).
 # llama-bench comes from $LLAMA_BENCH, --llama-bench, or the reference build below.
 set -eu
 cd "$(dirname "$0")/.."
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
     -o) FMT="$2"; shift 2 ;;
     --llama-bench) LLAMA_BENCH="$2"; shift 2 ;;
     --llmi) LLMI_BIN="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "sweep-vs-llamacpp.sh: unknown flag '$1'" >&2; exit 2 ;;
   esac
 done
@@ -41,9 +42,9 @@ echo "llama-bench: -p $P -n $N -r $R -t $T" >&2
 "$LLAMA_BENCH" -m "$MODEL" -p "$P" -n "$N" -r "$R" -t "$T" -o json >"$tmp/lcpp.json" 2>"$tmp/lcpp.err" \
   || { echo "sweep-vs-llamacpp.sh: llama-bench failed: $(tail -n 3 "$tmp/lcpp.err")" >&2; exit 1; }
 echo "llmi bench: prefill" >&2
-"$LLMI_BIN" bench -m "$MODEL" -p "$P" -n 0 -r "$R" -t "$T" --device cpu -o json >"$tmp/pp.json"
+"$LLMI_BIN" bench -m "$MODEL" -p "$P" -n 0 -r "$R" -t "$T" --kv-type f16 --device cpu -o json >"$tmp/pp.json"
 echo "llmi bench: decode" >&2
-"$LLMI_BIN" bench -m "$MODEL" -p 1 -n "$NP1" -r "$R" -t "$T" --device cpu -o json >"$tmp/tg.json"
+"$LLMI_BIN" bench -m "$MODEL" -p 1 -n "$NP1" -r "$R" -t "$T" --kv-type f16 --device cpu -o json >"$tmp/tg.json"
 
 python3 - "$tmp" "$FMT" <<'PY'
 import json, sys
