@@ -4,11 +4,22 @@
 #   scripts/bench-cpu-ops.sh matmul [reps]
 #   scripts/bench-cpu-ops.sh model [PATH] [n_prompt] [n_gen] [threads] [kv]
 # and, with `llama`, llama.cpp's llama-bench on the same model for comparison.
+#
+# Notes for this (shared, 2-core, VM) machine:
+# - llama.cpp's native build takes its AMX path for Q4_1 prompt processing, and the VM
+#   does not grant AMX tile state: pp dies with SIGILL (tileloadd).  Build libggml-cpu
+#   without AMX (cmake -DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON
+#   -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF ...; target ggml-cpu) and
+#   point LLAMA_LIBS at its bin/ directory.
+# - When other jobs share the cores, OpenMP's default spin-waiting makes every parallel
+#   region wait for a descheduled thread: 2-thread decode falls ~100x (llmi and llama.cpp
+#   alike).  Compare with OMP_WAIT_POLICY=passive there; on an idle machine leave it unset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-matmul}"; shift || true
 if [ "$mode" = llama ]; then
   LB=${LLAMA_BENCH:-/work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-bench}
+  [ -n "${LLAMA_LIBS:-}" ] && export LD_LIBRARY_PATH="$LLAMA_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   exec nice "$LB" -m "${1:-$(scripts/fetch-model.sh --path)}" -t "${2:-2}" -p 512 -n 128
 fi
 make -j2 >/dev/null
