@@ -85,5 +85,7 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
 /* Fails with a clear message when llmi was built without CUDA or no usable GPU exists. */
 int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_backend **out, llmi_status *st);
 bool backend_cuda_compiled(void);
+/* CUDA devices visible through a working driver; 0 without CUDA, driver or GPU. */
+int backend_cuda_device_count(void);
 
 #endif

@@ -17,6 +17,7 @@
 #ifndef LLMI_CUDA
 
 bool backend_cuda_compiled(void) { return false; }
+int backend_cuda_device_count(void) { return 0; }
 
 int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_backend **out, llmi_status *st) {
     (void)m;
@@ -881,6 +882,13 @@ static int pick_device(const llmi_backend_opts *o, int *count, llmi_status *st) 
 }
 
 bool backend_cuda_compiled(void) { return true; }
+
+int backend_cuda_device_count(void) {
+    int drv = 0, count = 0;
+    if (cudaDriverGetVersion(&drv) != cudaSuccess || drv == 0) return 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+    return count;
+}
 
 int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_backend **out, llmi_status *st) {
     *out = NULL;

@@ -271,7 +271,9 @@ int cli_open_backend(const cli_model_opts *o, const llmi_model *m, llmi_backend 
     bo.max_batch_tokens = o->engine.max_batch_tokens;
     bool want_cuda = !strcmp(o->device, "cuda");
     bool auto_dev = !strcmp(o->device, "auto");
-    if (want_cuda || (auto_dev && backend_cuda_compiled())) {
+    /* auto picks cuda only where a GPU is visible; a GPU that is there but cannot be
+     * used is reported before the CPU takes over. */
+    if (want_cuda || (auto_dev && backend_cuda_device_count() > 0)) {
         if (!o->max_batch_tokens_set) bo.max_batch_tokens = 2048;
         if (!o->kv_type_set) bo.kv_dtype = LLMI_KV_BF16;
         llmi_status cst = {0};
