@@ -12,6 +12,9 @@
 # the one-token prefill, the N after it are decode steps).  Both report mean ± sd over -r runs;
 # both use an f16 KV cache (llama-bench's default).
 # llama-bench comes from $LLAMA_BENCH, --llama-bench, or the reference build below.
+# On a CPU that advertises AMX without granting it (this VM), llama.cpp's native build dies
+# with SIGILL in prompt processing: set LLAMA_LIBS to a no-AMX libggml-cpu build (see
+# scripts/bench-cpu-ops.sh) and/or LLAMA_BENCH_ARGS="--repack 0".
 set -eu
 cd "$(dirname "$0")/.."
 MODEL="${MODEL:-$(scripts/fetch-model.sh --path)}"
@@ -28,7 +31,7 @@ while [ $# -gt 0 ]; do
     -o) FMT="$2"; shift 2 ;;
     --llama-bench) LLAMA_BENCH="$2"; shift 2 ;;
     --llmi) LLMI_BIN="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "sweep-vs-llamacpp.sh: unknown flag '$1'" >&2; exit 2 ;;
   esac
 done
@@ -38,8 +41,10 @@ done
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 NP1=$(echo "$N" | tr ',' '\n' | awk '{printf "%s%d", (NR>1?",":""), $1+1}')
 
-echo "llama-bench: -p $P -n $N -r $R -t $T" >&2
-"$LLAMA_BENCH" -m "$MODEL" -p "$P" -n "$N" -r "$R" -t "$T" -o json >"$tmp/lcpp.json" 2>"$tmp/lcpp.err" \
+echo "llama-bench: -p $P -n $N -r $R -t $T ${LLAMA_BENCH_ARGS:-}" >&2
+# shellcheck disable=SC2086
+LD_LIBRARY_PATH="${LLAMA_LIBS:+$LLAMA_LIBS:}${LD_LIBRARY_PATH:-}" \
+  "$LLAMA_BENCH" -m "$MODEL" -p "$P" -n "$N" -r "$R" -t "$T" ${LLAMA_BENCH_ARGS:-} -o json >"$tmp/lcpp.json" 2>"$tmp/lcpp.err" \
   || { echo "sweep-vs-llamacpp.sh: llama-bench failed: $(tail -n 3 "$tmp/lcpp.err")" >&2; exit 1; }
 echo "llmi bench: prefill" >&2
 "$LLMI_BIN" bench -m "$MODEL" -p "$P" -n 0 -r "$R" -t "$T" --kv-type f16 --device cpu -o json >"$tmp/pp.json"
