@@ -32,8 +32,7 @@ else
   CFLAGS  += -O3 -march=native -g
 endif
 
-GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-CFLAGS += -DLLMI_COMMIT=\"$(GIT_COMMIT)\"
+GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
 SRCS    := $(wildcard src/*.c) $(wildcard src/cpu/*.c)
 OBJS    := $(SRCS:%.c=$(BUILD)/%.o)
@@ -56,14 +55,26 @@ endif
 TEST_SRCS := $(wildcard tests/*.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all test clean san tools
+.PHONY: all test clean san tools FORCE
 all: $(BIN)
 
-$(BIN): $(BUILD)/main.o $(OBJS) $(CU_OBJS)
+$(BIN): $(BUILD)/main.o $(OBJS) $(BUILD)/version.o $(CU_OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/llmi_tests: $(TEST_OBJS) $(OBJS) $(CU_OBJS)
+$(BUILD)/llmi_tests: $(TEST_OBJS) $(OBJS) $(BUILD)/version.o $(CU_OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
+
+# The commit stamp: version.c is rewritten only when the commit changes, so only
+# version.o is rebuilt then, and never left stale.
+$(BUILD)/version.c: FORCE
+	@mkdir -p $(dir $@)
+	@printf '#include "version.h"\nconst char *llmi_commit(void) { return "%s"; }\n' "$(GIT_COMMIT)" >$@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+
+$(BUILD)/version.o: $(BUILD)/version.c
+	$(CC) $(CFLAGS) -c $< -o $@
+
+FORCE:
 
 tools: $(BUILD)/llmi_tests
 

@@ -7,10 +7,8 @@
 
 #include "cli.h"
 #include "status.h"
+#include "version.h"
 
-#ifndef LLMI_COMMIT
-#define LLMI_COMMIT "unknown"
-#endif
 
 static volatile sig_atomic_t g_interrupted; /* the one flag a signal handler may write */
 
@@ -36,7 +34,7 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("llmi %s (cuda: %s)\n", LLMI_COMMIT, backend_cuda_compiled() ? "yes" : "no");
+        printf("llmi %s (cuda: %s)\n", llmi_commit(), backend_cuda_compiled() ? "yes" : "no");
         return 0;
     }
     struct sigaction sa;

@@ -1,5 +1,6 @@
 /* bench_util.c — see bench_util.h. */
 #include "bench_util.h"
+#include "version.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,7 @@ void bench_meta(report *r, const llmi_model *m, const llmi_backend *b, const cha
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    report_str(r, "commit", LLMI_COMMIT);
+    report_str(r, "commit", llmi_commit());
     report_str(r, "date", date);
     report_str(r, "backend", b ? b->name : "");
     report_str(r, "device", b ? b->device_name : "");

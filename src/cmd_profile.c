@@ -25,6 +25,7 @@
 #include "cli.h"
 #include "report.h"
 #include "stats.h"
+#include "version.h"
 
 typedef struct profile_args {
     cli_model_opts mo;
@@ -390,7 +391,7 @@ int cmd_profile(int argc, char **argv, llmi_status *st) {
     trace_w tr = {tf, true};
     if (tf) fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", tf);
     trace_event(&tr, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"llmi %s (%s)\"}}", b->name,
-                LLMI_COMMIT);
+                llmi_commit());
     trace_event(&tr, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"engine steps\"}}");
     trace_event(&tr,
                 "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":2,\"args\":{\"name\":\"op classes (summed per step)\"}}");
