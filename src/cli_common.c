@@ -120,7 +120,8 @@ const char *cli_model_flags_help(void) {
            "  --kv-type T             KV cache dtype: f32, f16, bf16 (default f32 on cpu, bf16 on cuda)\n"
            "  --block-size N          tokens per KV block (default 16)\n"
            "  --num-blocks N          KV blocks (default: from --kv-mem or the device's memory)\n"
-           "  --kv-mem SIZE           KV cache budget, e.g. 512M, 4G\n"
+           "  --kv-mem SIZE           KV cache budget, e.g. 512M, 4G (default: 1G on cpu, the\n"
+           "                          --gpu-mem-util share of free memory on cuda)\n"
            "  --max-batch-tokens N    tokens per engine step (default 512 on cpu, 2048 on cuda)\n"
            "  --prefill-chunk N       longest prompt piece of one sequence per step (default: no limit)\n"
            "  --max-seqs N            sequences running at once (default 256)\n"
@@ -298,6 +299,12 @@ int cli_open(const cli_model_opts *o, llmi_model *m, llmi_backend **b, llmi_engi
     }
     llmi_engine_opts eo = o->engine;
     eo.max_batch_tokens = (*b)->opts.max_batch_tokens;
+    /* A CPU process shares its memory with everything else on the machine: unless asked,
+     * hold 1 GiB of KV (tens of thousands of tokens for small models), not half the RAM. */
+    if (!strcmp((*b)->name, "cpu") && eo.num_blocks == 0 && eo.kv_mem_bytes == 0) {
+        size_t budget = (*b)->kv_budget_bytes(*b);
+        eo.kv_mem_bytes = budget < ((size_t)1 << 30) ? budget : ((size_t)1 << 30);
+    }
     if (engine_create(m, *b, &eo, e, st)) {
         (*b)->destroy(*b);
         *b = NULL;
