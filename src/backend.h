@@ -39,6 +39,10 @@ typedef enum {
 } llmi_op_class;
 const char *op_class_name(llmi_op_class c);
 
+/* Checks that every tensor has the shape the config promises and a consistent row size;
+ * who ("cpu", "cuda") starts the message.  Backends add their own dtype and size limits. */
+int backend_check_model(const llmi_model *m, const char *who, llmi_status *st);
+
 typedef struct llmi_op_stats {
     double seconds[LLMI_OP_COUNT];
     double bytes[LLMI_OP_COUNT];   /* bytes moved (weights + activations + KV read/written) */

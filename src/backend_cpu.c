@@ -236,42 +236,11 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
     return 0;
 }
 
-static int check_weight(const llmi_tensor *t, int64_t rows, int64_t cols, const char *what, int l, llmi_status *st) {
-    if (t->rows != rows || t->cols != cols)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: layer %d %s is %lldx%lld, expected %lldx%lld", l, what,
-                         (long long)t->rows, (long long)t->cols, (long long)rows, (long long)cols);
-    if (t->dtype != LLMI_F32 && t->dtype != LLMI_F16 && t->dtype != LLMI_BF16 && t->dtype != LLMI_Q8_0 &&
-        t->dtype != LLMI_Q4_0 && t->dtype != LLMI_Q4_1 && t->dtype != LLMI_I4G)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: layer %d %s has dtype %s, which the CPU backend cannot run",
-                         l, what, dtype_name(t->dtype));
-    if (!t->data || cols % dtype_block_elems(t->dtype) ||
-        t->row_bytes != (size_t)(cols / dtype_block_elems(t->dtype)) * dtype_block_bytes(t->dtype))
-        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: layer %d %s has an inconsistent row size", l, what);
-    return 0;
-}
-
 static int check_model(const llmi_model *m, llmi_status *st) {
+    if (backend_check_model(m, "cpu", st)) return st->code;
     const llmi_config *c = &m->cfg;
-    if (c->dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0 ||
-        c->ffn_dim <= 0 || c->n_vocab <= 0 || c->n_heads % c->n_kv_heads)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: inconsistent model dimensions");
     if (c->head_dim > 512 || c->head_dim % 2)   /* cpu/attention.c keeps (16, head_dim) rows on the stack */
         return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: head_dim %d must be even and at most 512", c->head_dim);
-    int64_t dim = c->dim, qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
-    if (check_weight(&m->tok_embd, c->n_vocab, dim, "token_embd", -1, st) ||
-        check_weight(&m->lm_head, c->n_vocab, dim, "lm_head", -1, st))
-        return st->code;
-    if (!m->out_norm || !m->layers) return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: model lacks output norm or layers");
-    for (int l = 0; l < c->n_layers; l++) {
-        const llmi_layer *L = &m->layers[l];
-        if (check_weight(&L->wq, qd, dim, "q_proj", l, st) || check_weight(&L->wk, kvd, dim, "k_proj", l, st) ||
-            check_weight(&L->wv, kvd, dim, "v_proj", l, st) || check_weight(&L->wo, dim, qd, "o_proj", l, st) ||
-            check_weight(&L->w_gate, c->ffn_dim, dim, "gate_proj", l, st) ||
-            check_weight(&L->w_up, c->ffn_dim, dim, "up_proj", l, st) ||
-            check_weight(&L->w_down, dim, c->ffn_dim, "down_proj", l, st))
-            return st->code;
-        if (!L->attn_norm || !L->ffn_norm) return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: layer %d lacks a norm", l);
-    }
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "cli.h"
 #include "jsonw.h"
 #include "tokenizer.h"
@@ -507,17 +508,6 @@ static void print_prompt_tokens(const tokenizer *tok, const gen_request *r) {
     }
 }
 
-static size_t peak_rss_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    size_t kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmHWM:", 6)) kb = strtoull(line + 6, NULL, 10);
-    fclose(f);
-    return kb * 1024;
-}
-
 static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b, double wall, uint64_t seed,
                         bool seed_random) {
     long prompt = 0, gen = 0;
@@ -558,7 +548,7 @@ static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b,
     }
     fprintf(stderr, "\nllmi: peak memory %.1f MiB (weights %.1f MiB, KV %.1f MiB) | KV blocks %d/%d peak | "
             "preemptions %d | %s (%s)",
-            peak_rss_bytes() / 1048576.0, (wb ? wb : b->model->weight_bytes) / 1048576.0, kvb / 1048576.0,
+            bench_peak_rss() / 1048576.0, (wb ? wb : b->model->weight_bytes) / 1048576.0, kvb / 1048576.0,
             engine_kv_blocks_peak(e), engine_kv_blocks_total(e), preemptions, b->name, b->device_name);
     if (!strcmp(b->name, "cpu"))
         fprintf(stderr, ", %d threads", b->opts.n_threads > 0 ? b->opts.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
