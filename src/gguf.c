@@ -1,5 +1,6 @@
 /* gguf.c — GGUF v3 reader: mmap, bounds-checked parse, typed look-ups (see gguf.h). */
 #include "gguf.h"
+#include "mapfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -101,29 +102,7 @@ static void str_for_msg(gguf_str s, char *buf, size_t cap) {
 /* ---------------------------------------------------------------- open */
 
 static int map_file(const char *path, gguf_file *g, llmi_status *st) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: not a regular file", path);
-    }
-    if (sb.st_size < 24) {
-        close(fd);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: truncated GGUF file (%lld bytes, header needs 24)", path,
-                         (long long)sb.st_size);
-    }
-    void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (p == MAP_FAILED) return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot mmap: %s", path, strerror(e));
-    g->map = p;
-    g->size = (size_t)sb.st_size;
+    if (mapfile_open(path, 24, "GGUF", &g->map, &g->size, st)) return st->code;
     g->map_owned = true;
     return 0;
 }

@@ -1,5 +1,6 @@
 /* safetensors.c — safetensors reader: mmap, header validation, look-up (see safetensors.h). */
 #include "safetensors.h"
+#include "mapfile.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -263,24 +264,7 @@ done:
 int safetensors_open(const char *path, safetensors_file *f, llmi_status *st) {
     memset(f, 0, sizeof *f);
     snprintf(f->path, sizeof f->path, "%s", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: not a regular file", path);
-    }
-    if (sb.st_size < 8) {
-        close(fd);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: truncated safetensors file (%lld bytes)", path,
-                         (long long)sb.st_size);
-    }
-    void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (p == MAP_FAILED) return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot mmap: %s", path, strerror(e));
-    f->map = p;
-    f->size = (size_t)sb.st_size;
+    if (mapfile_open(path, 8, "safetensors", &f->map, &f->size, st)) return st->code;
     f->map_owned = true;
     uint64_t hlen;
     memcpy(&hlen, f->map, 8);
