@@ -34,7 +34,8 @@ endif
 
 GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
-SRCS    := $(wildcard src/*.c) $(wildcard src/cpu/*.c)
+# Every .c under src/ is part of llmi: no file list to keep in sync.
+SRCS    := $(shell find src -name '*.c' | sort)
 OBJS    := $(SRCS:%.c=$(BUILD)/%.o)
 CU_SRCS := $(wildcard kernels/*.cu)
 CU_OBJS :=
@@ -68,7 +69,7 @@ $(BUILD)/llmi_tests: $(TEST_OBJS) $(OBJS) $(BUILD)/version.o $(CU_OBJS)
 # version.o is rebuilt then, and never left stale.
 $(BUILD)/version.c: FORCE
 	@mkdir -p $(dir $@)
-	@printf '#include "version.h"\nconst char *llmi_commit(void) { return "%s"; }\n' "$(GIT_COMMIT)" >$@.tmp
+	@printf '#include "core/version.h"\nconst char *llmi_commit(void) { return "%s"; }\n' "$(GIT_COMMIT)" >$@.tmp
 	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
 
 $(BUILD)/version.o: $(BUILD)/version.c

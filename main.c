@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
-#include "status.h"
-#include "version.h"
+#include "cli/cli.h"
+#include "core/status.h"
+#include "core/version.h"
 
 
 static volatile sig_atomic_t g_interrupted; /* the one flag a signal handler may write */

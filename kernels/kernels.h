@@ -20,8 +20,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "backend.h"   /* C declarations (dtype_name, ...) keep C linkage from the .cu files */
-#include "dtype.h"
+#include "backend/backend.h"   /* C declarations (dtype_name, ...) keep C linkage from the .cu files */
+#include "core/dtype.h"
 
 /* ---- embed.cu ---- */
 /* out (n, dim) f32 = rows of table (n_vocab, dim) in tdt (F32/F16/BF16) picked by tokens (n);

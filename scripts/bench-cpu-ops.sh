@@ -25,7 +25,7 @@ fi
 make -j2 >/dev/null
 # the objects of the current sources only (build/ may hold stale ones)
 objs=""
-for f in src/*.c src/cpu/*.c kernels/*.cu; do
+for f in $(find src -name "*.c") kernels/*.cu; do
   [ -e "$f" ] || continue
   o="build/${f%.*}.o"; [ -e "$o" ] && objs="$objs $o"
 done

@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backend.h"
-#include "model.h"
+#include "backend/backend.h"
+#include "model/model.h"
 #include "test.h"
 
 typedef struct { uint64_t s; } brng;

@@ -7,12 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backend.h"
-#include "model.h"
-#include "model_dummy.h"
-#include "perplexity.h"
-#include "report.h"
-#include "stats.h"
+#include "backend/backend.h"
+#include "model/model.h"
+#include "model/model_dummy.h"
+#include "metrics/perplexity.h"
+#include "cli/report.h"
+#include "metrics/stats.h"
 #include "test.h"
 
 #ifndef TESTDATA_DIR

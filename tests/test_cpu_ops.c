@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cpu/ops.h"
+#include "backend/cpu/ops.h"
 #include "test.h"
 
 typedef struct { uint64_t s; } rng;

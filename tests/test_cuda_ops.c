@@ -8,11 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backend.h"
-#include "cpu/ops.h"
-#include "dtype.h"
-#include "sampler.h"
-#include "tensor.h"
+#include "backend/backend.h"
+#include "backend/cpu/ops.h"
+#include "core/dtype.h"
+#include "engine/sampler.h"
+#include "core/tensor.h"
 #include "test.h"
 
 #ifdef LLMI_CUDA

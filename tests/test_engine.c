@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "kvcache.h"
-#include "sampler.h"
+#include "engine/engine.h"
+#include "engine/kvcache.h"
+#include "engine/sampler.h"
 #include "test.h"
 
 typedef struct mock {

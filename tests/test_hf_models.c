@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
-#include "backend.h"
-#include "model.h"
+#include "backend/backend.h"
+#include "model/model.h"
 #include "test.h"
-#include "tokenizer.h"
+#include "tok/tokenizer.h"
 
 #define HF_BLOCK 16       /* KV block size in tokens */
 #define HF_MAX_TOKENS 256 /* longest reference sequence is 130 */

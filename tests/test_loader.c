@@ -11,11 +11,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "model.h"
-#include "safetensors.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/safetensors.h"
 #include "test.h"
-#include "tokenizer.h"
+#include "tok/tokenizer.h"
 
 /* ---------------------------------------------------------------- small utilities */
 

@@ -1,8 +1,8 @@
 /* test_quant.c — int4 grids, GPTQ/AWQ packings, RTN, GPTQ and the int4 CPU matmul. */
 #include <stdlib.h>
 #include <string.h>
-#include "quant.h"
-#include "cpu/matmul_int4.h"
+#include "quant/quant.h"
+#include "backend/cpu/matmul_int4.h"
 #include "test.h"
 
 static float tq_randn(unsigned long long *s) {

@@ -3,8 +3,8 @@
  * device (or without CUDA) the test prints "skipped" and passes. */
 #include <stdlib.h>
 #include <string.h>
-#include "quant.h"
-#include "cpu/matmul_int4.h"
+#include "quant/quant.h"
+#include "backend/cpu/matmul_int4.h"
 #include "test.h"
 
 #ifdef LLMI_CUDA

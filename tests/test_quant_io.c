@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "quant_write.h"
+#include "quant/write_hf.h"
 #include "test.h"
 
 static float tio_rand(unsigned long long *s) {

@@ -10,9 +10,9 @@
 #include <cjson/cJSON.h>
 #include <utf8proc.h>
 #include <zstd.h>
-#include "gguf.h"
+#include "model/gguf.h"
 #include "test.h"
-#include "tokenizer.h"
+#include "tok/tokenizer.h"
 
 #ifndef TESTDATA_DIR
 #define TESTDATA_DIR "testdata"

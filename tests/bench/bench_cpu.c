@@ -9,9 +9,9 @@
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backend.h"
-#include "cpu/ops.h"
-#include "model.h"
+#include "backend/backend.h"
+#include "backend/cpu/ops.h"
+#include "model/model.h"
 
 /* Process CPU seconds: on a machine shared with other jobs, with 1 thread this is the
  * time the work itself took, unlike wall time. */

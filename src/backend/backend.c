@@ -1,0 +1,50 @@
+/* backend.c — owns what all backends share beyond the interface: op class names and
+ * the check that a model's tensors have the shapes its config promises. */
+#include "backend/backend.h"
+
+const char *op_class_name(llmi_op_class c) {
+    static const char *const names[LLMI_OP_COUNT] = {
+        "embed", "norm", "qkv", "rope_kv", "attn", "o_proj",
+        "mlp_up", "act", "mlp_down", "lm_head", "sample", "host",
+    };
+    return (c >= 0 && c < LLMI_OP_COUNT) ? names[c] : "unknown";
+}
+
+static int check_weight(const char *who, const llmi_tensor *t, int64_t rows, int64_t cols, const char *what, int l,
+                        llmi_status *st) {
+    if (t->rows != rows || t->cols != cols)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s backend: layer %d %s is %lldx%lld, expected %lldx%lld", who, l, what,
+                         (long long)t->rows, (long long)t->cols, (long long)rows, (long long)cols);
+    if (t->dtype < 0 || t->dtype >= LLMI_DTYPE_COUNT)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s backend: layer %d %s has an unknown dtype %d", who, l, what,
+                         (int)t->dtype);
+    if (!t->data || cols % dtype_block_elems(t->dtype) ||
+        t->row_bytes != (size_t)(cols / dtype_block_elems(t->dtype)) * dtype_block_bytes(t->dtype))
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s backend: layer %d %s has an inconsistent row size", who, l, what);
+    return 0;
+}
+
+int backend_check_model(const llmi_model *m, const char *who, llmi_status *st) {
+    const llmi_config *c = &m->cfg;
+    if (c->dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0 ||
+        c->ffn_dim <= 0 || c->n_vocab <= 0 || c->n_heads % c->n_kv_heads)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s backend: inconsistent model dimensions", who);
+    int64_t dim = c->dim, qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    if (check_weight(who, &m->tok_embd, c->n_vocab, dim, "token_embd", -1, st) ||
+        check_weight(who, &m->lm_head, c->n_vocab, dim, "lm_head", -1, st))
+        return st->code;
+    if (!m->out_norm || !m->layers)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s backend: model lacks output norm or layers", who);
+    for (int l = 0; l < c->n_layers; l++) {
+        const llmi_layer *L = &m->layers[l];
+        if (check_weight(who, &L->wq, qd, dim, "q_proj", l, st) || check_weight(who, &L->wk, kvd, dim, "k_proj", l, st) ||
+            check_weight(who, &L->wv, kvd, dim, "v_proj", l, st) || check_weight(who, &L->wo, dim, qd, "o_proj", l, st) ||
+            check_weight(who, &L->w_gate, c->ffn_dim, dim, "gate_proj", l, st) ||
+            check_weight(who, &L->w_up, c->ffn_dim, dim, "up_proj", l, st) ||
+            check_weight(who, &L->w_down, dim, c->ffn_dim, "down_proj", l, st))
+            return st->code;
+        if (!L->attn_norm || !L->ffn_norm)
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s backend: layer %d lacks a norm", who, l);
+    }
+    return 0;
+}

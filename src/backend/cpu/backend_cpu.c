@@ -1,0 +1,328 @@
+/* backend_cpu.c — owns the CPU backend: the workspaces, the paged KV cache in host
+ * memory and the Llama-block forward pass built from the op twins in cpu/ops.h.
+ * Weights are read in place from the model (mmap or loader-owned memory). */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "backend/backend.h"
+#include "backend/cpu/ops.h"
+
+typedef struct cpu_impl {
+    int max_tokens, max_seqs;
+    float *x;        /* (max_tokens, dim) residual stream */
+    float *xn;       /* (max_tokens, dim) normed input of the current sub-block */
+    float *q;        /* (max_tokens, n_heads*head_dim) */
+    float *k;        /* (max_tokens, n_kv_heads*head_dim) */
+    float *v;        /* (max_tokens, n_kv_heads*head_dim) */
+    float *att;      /* (max_tokens, n_heads*head_dim) attention output */
+    float *delta;    /* (max_tokens, dim) o_proj / down_proj output, added to x */
+    float *gate;     /* (max_tokens, ffn_dim); holds silu(gate)*up after the activation */
+    float *up;       /* (max_tokens, ffn_dim) */
+    float *lg;       /* (max_tokens, dim) final-normed rows that need logits */
+    float *inv_freq; /* (head_dim/2) */
+    int32_t *seq_maxpos; /* (max_seqs) highest position a batch touches per sequence */
+    void *mm_scratch;    /* quantized activations of one matmul: cpu_matmul_scratch_bytes(max_tokens, widest in) */
+    size_t mm_scratch_bytes;
+    void *kv;        /* (n_layers, 2, num_blocks, block_size, n_kv_heads, head_dim) in kv dtype */
+    size_t kv_bytes, ws_bytes;
+} cpu_impl;
+
+static size_t kv_elem_bytes(llmi_kv_dtype t) { return t == LLMI_KV_F32 ? 4 : 2; }
+
+static size_t cpu_kv_block_bytes(const llmi_backend *b) {
+    const llmi_config *c = &b->model->cfg;
+    return 2 * (size_t)c->n_layers * (size_t)b->opts.block_size * (size_t)c->n_kv_heads * (size_t)c->head_dim *
+           kv_elem_bytes(b->opts.kv_dtype);
+}
+
+/* Half of what the kernel calls available (page cache counts as reclaimable). */
+static size_t cpu_kv_budget_bytes(const llmi_backend *b) {
+    (void)b;
+    size_t avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) { avail = (size_t)kb * 1024; break; }
+        fclose(f);
+    }
+    if (!avail) {
+        long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && psz > 0) avail = (size_t)pages * (size_t)psz;
+    }
+    return avail / 2;
+}
+
+static int cpu_kv_alloc(llmi_backend *b, int num_blocks, llmi_status *st) {
+    cpu_impl *im = b->impl;
+    if (num_blocks <= 0) return llmi_fail(st, LLMI_E_USAGE, "cpu backend: KV block count %d must be positive", num_blocks);
+    size_t per = cpu_kv_block_bytes(b);
+    if (per == 0 || (size_t)num_blocks > SIZE_MAX / per)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: KV cache of %d blocks overflows size_t", num_blocks);
+    free(im->kv);
+    im->kv = NULL;
+    im->kv_bytes = 0;
+    b->num_blocks = 0;
+    im->kv = calloc((size_t)num_blocks, per);
+    if (!im->kv)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: cannot allocate %zu MiB of KV cache (%d blocks)",
+                         per * (size_t)num_blocks >> 20, num_blocks);
+    im->kv_bytes = per * (size_t)num_blocks;
+    b->num_blocks = num_blocks;
+    return 0;
+}
+
+static void cpu_memory(const llmi_backend *b, size_t *weights, size_t *kv, size_t *activations) {
+    const cpu_impl *im = b->impl;
+    if (weights) *weights = b->model->weight_bytes;   /* read in place, not copied */
+    if (kv) *kv = im->kv_bytes;
+    if (activations) *activations = im->ws_bytes;
+}
+
+static void cpu_destroy(llmi_backend *b) {
+    if (!b) return;
+    cpu_impl *im = b->impl;
+    if (im) {
+        free(im->x); free(im->xn); free(im->q); free(im->k); free(im->v); free(im->att);
+        free(im->delta); free(im->gate); free(im->up); free(im->lg); free(im->inv_freq);
+        free(im->seq_maxpos); free(im->kv); free(im->mm_scratch);
+        free(im);
+    }
+    free(b);
+}
+
+/* Rejects anything that would index outside the workspaces, the vocab or the KV cache. */
+static int check_batch(const llmi_backend *b, const llmi_batch *bt, llmi_status *st) {
+    const cpu_impl *im = b->impl;
+    const llmi_config *c = &b->model->cfg;
+    int bs = b->opts.block_size;
+    if (b->num_blocks <= 0 || !im->kv) return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: forward before kv_alloc");
+    if (bt->n_tokens <= 0 || bt->n_tokens > im->max_tokens)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: batch of %d tokens outside 1..%d (max_batch_tokens)",
+                         bt->n_tokens, im->max_tokens);
+    if (bt->n_seqs <= 0 || bt->n_seqs > im->max_seqs)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: batch of %d sequences outside 1..%d (max_seqs)",
+                         bt->n_seqs, im->max_seqs);
+    if (bt->n_logits < 0 || bt->n_logits > bt->n_tokens)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: %d logit rows for %d tokens", bt->n_logits, bt->n_tokens);
+    if (bt->max_blocks_per_seq <= 0) return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: max_blocks_per_seq must be positive");
+    long max_pos = (long)bt->max_blocks_per_seq * bs;
+    long n_slots = (long)b->num_blocks * bs;
+    for (int s = 0; s < bt->n_seqs; s++) im->seq_maxpos[s] = -1;
+    for (int i = 0; i < bt->n_tokens; i++) {
+        if (bt->tokens[i] < 0 || bt->tokens[i] >= c->n_vocab)
+            return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: token id %d outside vocab of %d", bt->tokens[i], c->n_vocab);
+        int s = bt->seq_of_token[i];
+        if (s < 0 || s >= bt->n_seqs) return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: token %d has sequence %d of %d", i, s, bt->n_seqs);
+        if (bt->positions[i] < 0 || bt->positions[i] >= max_pos)
+            return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: position %d outside its block table (%ld)", bt->positions[i], max_pos);
+        if (bt->slot_mapping[i] < 0 || bt->slot_mapping[i] >= n_slots)
+            return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: KV slot %d outside cache of %ld", bt->slot_mapping[i], n_slots);
+        if (bt->positions[i] > im->seq_maxpos[s]) im->seq_maxpos[s] = bt->positions[i];
+    }
+    for (int s = 0; s < bt->n_seqs; s++) {
+        const int32_t *tab = bt->block_tables + (size_t)s * bt->max_blocks_per_seq;
+        for (int j = 0; im->seq_maxpos[s] >= 0 && j <= im->seq_maxpos[s] / bs; j++)
+            if (tab[j] < 0 || tab[j] >= b->num_blocks)
+                return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: block table of sequence %d holds block %d of %d", s, tab[j], b->num_blocks);
+    }
+    for (int i = 0; i < bt->n_logits; i++)
+        if (bt->logit_rows[i] < 0 || bt->logit_rows[i] >= bt->n_tokens)
+            return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: logit row %d outside batch of %d", bt->logit_rows[i], bt->n_tokens);
+    return 0;
+}
+
+/* Profiling: add elapsed time since *t0 (and the op's bytes / flops) to class c. */
+static void prof(llmi_backend *b, llmi_op_class c, double *t0, double bytes, double flops) {
+    if (!b->profiling) return;
+    double now = omp_get_wtime();
+    b->stats.seconds[c] += now - *t0;
+    b->stats.bytes[c] += bytes;
+    b->stats.flops[c] += flops;
+    b->stats.calls[c]++;
+    *t0 = now;
+}
+
+static double mm_bytes(const llmi_tensor *w, int n) {
+    return (double)w->rows * (double)w->row_bytes + 4.0 * n * (double)(w->cols + w->rows);
+}
+static double mm_flops(const llmi_tensor *w, int n) { return 2.0 * n * (double)w->rows * (double)w->cols; }
+
+static void cpu_matmul_1(cpu_impl *im, const llmi_tensor *w, const float *x, int n, float *y) {
+    cpu_matmul_multi(1, &w, x, n, NULL, &y, im->mm_scratch, im->mm_scratch_bytes);
+}
+
+static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llmi_status *st) {
+    if (check_batch(b, bt, st)) return st->code;
+    cpu_impl *im = b->impl;
+    const llmi_model *m = b->model;
+    const llmi_config *c = &m->cfg;
+    int n = bt->n_tokens, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim;
+    int qd = nh * hd, kvd = nkv * hd;
+    size_t esz = kv_elem_bytes(b->opts.kv_dtype);
+    size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * (size_t)kvd * esz;   /* one of K or V */
+    /* The nthreads ICV belongs to the calling thread: set for this call, restored after. */
+    int prev_threads = omp_get_max_threads();
+    omp_set_num_threads(b->opts.n_threads > 0 ? b->opts.n_threads : omp_get_num_procs());
+    double t0 = omp_get_wtime();
+
+    cpu_embed(&m->tok_embd, bt->tokens, n, im->x);
+    prof(b, LLMI_OP_EMBED, &t0, (double)n * (double)m->tok_embd.row_bytes + 4.0 * n * dim, 0);
+    double ctx_sum = 0;   /* sum over tokens of attended positions, for attention stats */
+    for (int i = 0; i < n; i++) ctx_sum += bt->positions[i] + 1;
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const llmi_layer *L = &m->layers[l];
+        if (l == 0)
+            cpu_rmsnorm(im->x, L->attn_norm, n, dim, c->norm_eps, im->xn);
+        else
+            cpu_add_rmsnorm(im->x, im->delta, L->attn_norm, n, dim, c->norm_eps, im->xn);
+        prof(b, LLMI_OP_NORM, &t0, 12.0 * n * dim, 4.0 * n * dim);
+
+        const llmi_tensor *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
+        const float *qkv_b[3] = {L->bq, L->bk, L->bv};
+        float *qkv_y[3] = {im->q, im->k, im->v};
+        cpu_matmul_multi(3, qkv_w, im->xn, n, qkv_b, qkv_y, im->mm_scratch, im->mm_scratch_bytes);
+        prof(b, LLMI_OP_QKV, &t0, mm_bytes(&L->wq, n) + mm_bytes(&L->wk, n) + mm_bytes(&L->wv, n),
+             mm_flops(&L->wq, n) + mm_flops(&L->wk, n) + mm_flops(&L->wv, n));
+
+        char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
+        cpu_rope_kv_write(im->q, im->k, im->v, bt->positions, bt->slot_mapping, n, nh, nkv, hd, im->inv_freq, kc, vc,
+                          b->opts.kv_dtype);
+        prof(b, LLMI_OP_ROPE_KV, &t0, 4.0 * n * (qd + 2.0 * kvd) + (double)n * 2 * kvd * esz, 6.0 * n * (qd + kvd) / 2);
+
+        cpu_paged_attention(im->q, kc, vc, b->opts.kv_dtype, bt, nh, nkv, hd, b->opts.block_size,
+                            1.0f / sqrtf((float)hd), im->att);
+        prof(b, LLMI_OP_ATTN, &t0, ctx_sum * 2.0 * kvd * esz + 8.0 * n * qd, ctx_sum * 4.0 * qd);
+
+        const float *bo[1] = {L->bo};
+        const llmi_tensor *wo[1] = {&L->wo};
+        cpu_matmul_multi(1, wo, im->att, n, bo, &im->delta, im->mm_scratch, im->mm_scratch_bytes);
+        prof(b, LLMI_OP_O_PROJ, &t0, mm_bytes(&L->wo, n), mm_flops(&L->wo, n));
+
+        cpu_add_rmsnorm(im->x, im->delta, L->ffn_norm, n, dim, c->norm_eps, im->xn);
+        prof(b, LLMI_OP_NORM, &t0, 16.0 * n * dim, 5.0 * n * dim);
+
+        const llmi_tensor *gu_w[2] = {&L->w_gate, &L->w_up};
+        float *gu_y[2] = {im->gate, im->up};
+        cpu_matmul_multi(2, gu_w, im->xn, n, NULL, gu_y, im->mm_scratch, im->mm_scratch_bytes);
+        prof(b, LLMI_OP_MLP_UP, &t0, mm_bytes(&L->w_gate, n) + mm_bytes(&L->w_up, n),
+             mm_flops(&L->w_gate, n) + mm_flops(&L->w_up, n));
+
+        cpu_swiglu(im->gate, im->up, n, ffn, im->gate);
+        prof(b, LLMI_OP_ACT, &t0, 12.0 * n * ffn, 6.0 * n * ffn);
+
+        cpu_matmul_1(im, &L->w_down, im->gate, n, im->delta);
+        prof(b, LLMI_OP_MLP_DOWN, &t0, mm_bytes(&L->w_down, n), mm_flops(&L->w_down, n));
+    }
+
+    /* Only the rows that need logits go through the final norm and lm_head. */
+    int nl = bt->n_logits;
+    for (int i = 0; i < nl; i++) {
+        size_t r = (size_t)bt->logit_rows[i] * dim;
+        for (int j = 0; j < dim; j++) im->lg[(size_t)i * dim + j] = im->x[r + j] + im->delta[r + j];
+    }
+    if (nl > 0) {
+        cpu_rmsnorm(im->lg, m->out_norm, nl, dim, c->norm_eps, im->lg);
+        prof(b, LLMI_OP_NORM, &t0, 12.0 * nl * dim, 4.0 * nl * dim);
+        cpu_matmul_1(im, &m->lm_head, im->lg, nl, logits);
+        prof(b, LLMI_OP_LM_HEAD, &t0, mm_bytes(&m->lm_head, nl), mm_flops(&m->lm_head, nl));
+    }
+    omp_set_num_threads(prev_threads);
+    return 0;
+}
+
+static int check_model(const llmi_model *m, llmi_status *st) {
+    if (backend_check_model(m, "cpu", st)) return st->code;
+    const llmi_config *c = &m->cfg;
+    if (c->head_dim > 512 || c->head_dim % 2)   /* cpu/attention.c keeps (16, head_dim) rows on the stack */
+        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: head_dim %d must be even and at most 512", c->head_dim);
+    return 0;
+}
+
+static void read_cpu_name(char *dst, size_t cap) {
+    snprintf(dst, cap, "CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p++;
+                while (*p == ' ' || *p == '\t') p++;
+                p[strcspn(p, "\n")] = '\0';
+                snprintf(dst, cap, "%s", p);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static float *ws_alloc(cpu_impl *im, size_t n_floats, int *fail) {
+    float *p = aligned_alloc(64, (n_floats * sizeof(float) + 63) / 64 * 64);
+    if (!p) *fail = 1;
+    im->ws_bytes += n_floats * sizeof(float);
+    return p;
+}
+
+int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_backend **out, llmi_status *st) {
+    *out = NULL;
+    if (check_model(m, st)) return st->code;
+    if (o->block_size <= 0 || o->max_batch_tokens <= 0 || o->max_seqs <= 0)
+        return llmi_fail(st, LLMI_E_USAGE, "cpu backend: block_size, max_batch_tokens and max_seqs must be positive");
+    if (o->kv_dtype != LLMI_KV_F32 && o->kv_dtype != LLMI_KV_F16 && o->kv_dtype != LLMI_KV_BF16)
+        return llmi_fail(st, LLMI_E_USAGE, "cpu backend: unknown KV dtype %d", (int)o->kv_dtype);
+    llmi_backend *b = calloc(1, sizeof *b);
+    cpu_impl *im = calloc(1, sizeof *im);
+    if (!b || !im) {
+        free(b); free(im);
+        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: out of memory");
+    }
+    const llmi_config *c = &m->cfg;
+    b->name = "cpu";
+    read_cpu_name(b->device_name, sizeof b->device_name);
+    b->model = m;
+    b->opts = *o;
+    b->impl = im;
+    b->kv_block_bytes = cpu_kv_block_bytes;
+    b->kv_budget_bytes = cpu_kv_budget_bytes;
+    b->kv_alloc = cpu_kv_alloc;
+    b->forward = cpu_forward;
+    b->memory = cpu_memory;
+    b->destroy = cpu_destroy;
+    im->max_tokens = o->max_batch_tokens;
+    im->max_seqs = o->max_seqs;
+    size_t T = (size_t)o->max_batch_tokens;
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    int fail = 0;
+    im->x = ws_alloc(im, T * c->dim, &fail);
+    im->xn = ws_alloc(im, T * c->dim, &fail);
+    im->q = ws_alloc(im, T * qd, &fail);
+    im->k = ws_alloc(im, T * kvd, &fail);
+    im->v = ws_alloc(im, T * kvd, &fail);
+    im->att = ws_alloc(im, T * qd, &fail);
+    im->delta = ws_alloc(im, T * c->dim, &fail);
+    im->gate = ws_alloc(im, T * c->ffn_dim, &fail);
+    im->up = ws_alloc(im, T * c->ffn_dim, &fail);
+    im->lg = ws_alloc(im, T * c->dim, &fail);
+    im->inv_freq = ws_alloc(im, (size_t)c->head_dim / 2, &fail);
+    im->seq_maxpos = calloc((size_t)o->max_seqs, sizeof(int32_t));
+    int64_t widest = c->dim > c->ffn_dim ? c->dim : c->ffn_dim;
+    if ((int64_t)qd > widest) widest = (int64_t)qd;
+    im->mm_scratch_bytes = cpu_matmul_scratch_bytes(o->max_batch_tokens, widest);
+    im->mm_scratch = aligned_alloc(64, im->mm_scratch_bytes);
+    im->ws_bytes += im->mm_scratch_bytes;
+    if (fail || !im->seq_maxpos || !im->mm_scratch) {
+        cpu_destroy(b);
+        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: cannot allocate workspaces for %d tokens", o->max_batch_tokens);
+    }
+    cpu_rope_inv_freq(c, im->inv_freq);
+    *out = b;
+    return 0;
+}

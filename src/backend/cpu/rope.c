@@ -1,0 +1,64 @@
+/* cpu/rope.c — owns rotate-half RoPE (Hugging Face convention: pairs x[i], x[i+hd/2]),
+ * the inverse frequencies with llama3 / linear scaling, and the write of K/V into the
+ * paged caches. */
+#include <math.h>
+#include "backend/cpu/ops.h"
+#include "backend/cpu/vec.h"
+
+/* Mirrors transformers' _compute_default_rope_parameters and _compute_llama3_parameters
+ * (modeling_rope_utils.py); computed in double, rounded once to fp32. */
+void cpu_rope_inv_freq(const llmi_config *c, float *inv_freq) {
+    int rd = c->rope_dim > 0 ? c->rope_dim : c->head_dim;
+    int half = c->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        double f = (2 * i < rd) ? pow((double)c->rope_theta, -(double)(2 * i) / (double)rd) : 0.0;
+        if (c->rope_scaling == LLMI_ROPE_SCALING_LINEAR && c->rope_factor > 0) {
+            f /= c->rope_factor;
+        } else if (c->rope_scaling == LLMI_ROPE_SCALING_LLAMA3 && f > 0) {
+            double factor = c->rope_factor, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+            double old = c->rope_orig_max_pos;
+            double lo_wavelen = old / lo, hi_wavelen = old / hi;
+            double wavelen = 2.0 * M_PI / f;
+            if (wavelen > lo_wavelen) {
+                f = f / factor;
+            } else if (!(wavelen < hi_wavelen)) {
+                double smooth = (old / wavelen - lo) / (hi - lo);
+                f = (1.0 - smooth) * f / factor + smooth * f;
+            }
+        }
+        inv_freq[i] = (float)f;
+    }
+}
+
+static void rotate(float *x, const float *cs, const float *sn, int half) {
+    for (int i = 0; i < half; i++) {
+        float a = x[i], b = x[i + half];
+        x[i] = a * cs[i] - b * sn[i];
+        x[i + half] = b * cs[i] + a * sn[i];
+    }
+}
+
+void cpu_rope_kv_write(float *q, float *k, const float *v, const int32_t *positions, const int32_t *slot_mapping,
+                       int n, int n_heads, int n_kv_heads, int head_dim, const float *inv_freq,
+                       void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype) {
+    int half = head_dim / 2;
+    size_t kv_row = (size_t)n_kv_heads * head_dim;   /* elements of one slot */
+    size_t esz = vec_kv_elem_bytes(kv_dtype);
+#pragma omp parallel for schedule(static) if (n > 4)
+    for (int t = 0; t < n; t++) {
+        float cs[512], sn[512];   /* (half); head_dim <= 1024 is checked by the backend */
+        float p = (float)positions[t];
+        for (int i = 0; i < half; i++) {
+            /* fp32 angle as transformers computes it (inv_freq @ positions in fp32) */
+            float ang = p * inv_freq[i];
+            cs[i] = cosf(ang);
+            sn[i] = sinf(ang);
+        }
+        for (int h = 0; h < n_heads; h++) rotate(q + ((size_t)t * n_heads + h) * head_dim, cs, sn, half);
+        float *kt = k + (size_t)t * kv_row;
+        for (int h = 0; h < n_kv_heads; h++) rotate(kt + (size_t)h * head_dim, cs, sn, half);
+        size_t slot = (size_t)slot_mapping[t];
+        vec_f32_to_kv(kt, kv_dtype, (char *)k_cache + slot * kv_row * esz, (int)kv_row);
+        vec_f32_to_kv(v + (size_t)t * kv_row, kv_dtype, (char *)v_cache + slot * kv_row * esz, (int)kv_row);
+    }
+}

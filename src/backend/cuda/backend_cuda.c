@@ -1,0 +1,948 @@
+/* backend_cuda.c — owns the CUDA backend: device selection and checks, the weights
+ * converted to bf16 (fp16 for fp16 models) in device memory, the paged KV cache, the
+ * activation workspaces, the stream and cuBLASLt context, and the forward pass that runs
+ * the op sequence of backend_cpu.c through the launchers of kernels/kernels.h.
+ *
+ * Tier 3 of the kernel tiers: shapes and dtypes are checked here, once per model or per
+ * batch, so the launchers can trust their arguments.  Every CUDA / cuBLAS call goes
+ * through CU_CHECK, which turns a failure into an llmi_status naming file, line and call.
+ * Built without CUDA, only the two entry points remain and say so. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "backend/backend.h"
+
+#ifndef LLMI_CUDA
+
+bool backend_cuda_compiled(void) { return false; }
+int backend_cuda_device_count(void) { return 0; }
+
+int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_backend **out, llmi_status *st) {
+    (void)m;
+    (void)o;
+    *out = NULL;
+    return llmi_fail(st, LLMI_E_USAGE, "--device cuda: this llmi was built without CUDA (nvcc not found at build time)");
+}
+
+#else
+
+#include <cuda_runtime_api.h>
+#include "backend/cpu/ops.h"
+#include "int4_gemm.h"
+#include "kernels.h"
+
+#define CU_CHECK(st, call)                                                                                \
+    do {                                                                                                  \
+        cudaError_t e_ = (call);                                                                          \
+        if (e_ != cudaSuccess)                                                                            \
+            return llmi_fail((st), LLMI_E_RUNTIME, "cuda backend: %s:%d: %s: %s", __FILE__, __LINE__, #call, \
+                             cudaGetErrorString(e_));                                                     \
+    } while (0)
+
+/* Staging for the weight upload: two pinned host buffers and two device buffers, so the
+ * memcpy out of the mmap, the host-to-device copy and the dequant of neighbouring chunks
+ * overlap. */
+#define STAGE_BYTES ((size_t)32 << 20)
+#define GEMM_WORKSPACE ((size_t)32 << 20)
+#define LOGIT_CHUNK 256   /* logit rows per lm_head GEMM (bounds the logits buffer) */
+
+typedef struct cuda_layer {
+    float *attn_norm;   /* (dim) */
+    float *ffn_norm;    /* (dim) */
+    void *w_qkv;        /* (q_dim + 2*kv_dim, dim) in wdt: wq rows, then wk, then wv */
+    float *b_qkv;       /* (q_dim + 2*kv_dim) or NULL without bias */
+    float *b_o;         /* (dim) or NULL without o_proj bias */
+    void *wo;           /* (dim, q_dim) */
+    void *w_gu;         /* (2*ffn_dim, dim): gate rows, then up rows */
+    void *w_down;       /* (dim, ffn_dim) */
+} cuda_layer;
+
+typedef struct cuda_prof_mark { llmi_op_class cls; double bytes, flops; } cuda_prof_mark;
+
+#define GRAPH_BUCKETS 9   /* decode batches of 1, 2, 4, ..., 256 sequences */
+typedef struct cuda_graph_slot {
+    cudaGraphExec_t exec;     /* NULL until captured */
+    bool seen;                /* ran eagerly once */
+    bool failed;              /* capture failed: this bucket stays eager */
+} cuda_graph_slot;
+
+typedef struct cuda_impl {
+    int device;
+    int n_sms;
+    cudaStream_t stream;
+    llmi_cuda_gemm gemm;
+    llmi_dtype wdt;           /* BF16, or F16 for fp16 models: weights and GEMM inputs */
+    int max_tokens, max_seqs;
+    int q_dim, kv_dim, qkv_dim;
+
+    cuda_layer *layers;       /* (n_layers) host array of device pointers */
+    void *tok_embd;           /* (n_vocab, dim) wdt */
+    void *lm_head;            /* (n_vocab, dim) wdt; == tok_embd when tied */
+    float *out_norm;          /* (dim) */
+    float *inv_freq;          /* (head_dim/2) */
+
+    void *kv;                 /* (n_layers, 2, num_blocks, block_size, n_kv_heads, head_dim) kv dtype */
+    size_t kv_bytes;
+
+    float *x;                 /* (max_tokens, dim) residual stream */
+    void *xn;                 /* (max_tokens, dim) wdt: normed input of the current sub-block */
+    float *qkv;               /* (max_tokens, qkv_dim): q | k | v per token */
+    void *att;                /* (max_tokens, q_dim) wdt: attention output */
+    float *delta;             /* (max_tokens, dim) o_proj / down_proj output */
+    float *gu;                /* (max_tokens, 2*ffn_dim): gate | up per token */
+    void *act;                /* (max_tokens, ffn_dim) wdt: silu(gate) * up */
+    void *lgn;                /* (LOGIT_CHUNK, dim) wdt: final-normed logit rows */
+    float *logits;            /* (LOGIT_CHUNK, n_vocab) */
+    float *attn_work;         /* (attn_work_floats) split-K partials */
+    size_t attn_work_floats;
+
+    int32_t *meta_h;          /* (meta_cap) pinned: the batch's index arrays, packed */
+    int32_t *meta_d;          /* (meta_cap) device copy */
+    size_t meta_cap;
+    int32_t *plan_dec;        /* (max_tokens) host: decode-path token list */
+    int32_t *plan_tiles;      /* (max_tokens, 2) host: prefill tiles */
+    int32_t *seq_maxpos;      /* (max_seqs) host: check_batch scratch */
+
+    size_t weight_bytes, act_bytes;
+
+    bool graphs_on;           /* decode graphs enabled (LLMI_CUDA_GRAPHS=0 turns them off) */
+    int graph_max_bucket;     /* largest bucket: min(max_seqs, LOGIT_CHUNK, max_tokens) rounded down to 2^k */
+    int graph_mbps;           /* block-table stride of graph batches: ceil(max_ctx / block_size) */
+    cuda_graph_slot graphs[GRAPH_BUCKETS];   /* bucket 2^k at [k] */
+    size_t graph_region_off[GRAPH_BUCKETS];  /* int32 offset of bucket k's region in gmeta */
+    int32_t *gmeta_h;         /* (sum of regions) pinned */
+    int32_t *gmeta_d;         /* (sum of regions) device */
+
+    cudaEvent_t *events;      /* (prof_cap + 1) when profiling: op boundaries */
+    cuda_prof_mark *marks;    /* (prof_cap) */
+    int prof_cap, prof_n;
+} cuda_impl;
+
+static size_t kv_elem_bytes(llmi_kv_dtype t) { return t == LLMI_KV_F32 ? 4 : 2; }
+static size_t wdt_bytes(llmi_dtype t) { return t == LLMI_F32 ? 4 : 2; }
+
+static size_t cuda_kv_block_bytes(const llmi_backend *b) {
+    const llmi_config *c = &b->model->cfg;
+    return 2 * (size_t)c->n_layers * (size_t)b->opts.block_size * (size_t)c->n_kv_heads * (size_t)c->head_dim *
+           kv_elem_bytes(b->opts.kv_dtype);
+}
+
+/* gpu_mem_util of the whole device, less what is in use now (by us: weights and
+ * workspaces; by anyone else sharing the GPU). */
+static size_t cuda_kv_budget_bytes(const llmi_backend *b) {
+    const cuda_impl *im = b->impl;
+    size_t free_b = 0, total = 0;
+    if (cudaSetDevice(im->device) != cudaSuccess || cudaMemGetInfo(&free_b, &total) != cudaSuccess) return 0;
+    double util = b->opts.gpu_mem_util > 0 && b->opts.gpu_mem_util <= 1 ? b->opts.gpu_mem_util : 0.9;
+    double allowed = (double)total * util - (double)(total - free_b) + (double)im->kv_bytes;
+    return allowed > 0 ? (size_t)allowed : 0;
+}
+
+static int cuda_kv_alloc(llmi_backend *b, int num_blocks, llmi_status *st) {
+    cuda_impl *im = b->impl;
+    if (num_blocks <= 0) return llmi_fail(st, LLMI_E_USAGE, "cuda backend: KV block count %d must be positive", num_blocks);
+    size_t per = cuda_kv_block_bytes(b);
+    if (per == 0 || (size_t)num_blocks > SIZE_MAX / per)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: KV cache of %d blocks overflows size_t", num_blocks);
+    CU_CHECK(st, cudaSetDevice(im->device));
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    /* captured graphs hold the old cache's addresses and block count */
+    for (int k = 0; k < GRAPH_BUCKETS; k++) {
+        if (im->graphs[k].exec) CU_CHECK(st, cudaGraphExecDestroy(im->graphs[k].exec));
+        im->graphs[k] = (cuda_graph_slot){0};
+    }
+    if (im->kv) CU_CHECK(st, cudaFree(im->kv));
+    im->kv = NULL;
+    im->kv_bytes = 0;
+    b->num_blocks = 0;
+    size_t bytes = per * (size_t)num_blocks;
+    if (cudaMalloc(&im->kv, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        im->kv = NULL;
+        size_t free_b = 0, total = 0;
+        cudaMemGetInfo(&free_b, &total);
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: cannot allocate %.2f GiB of KV cache (%d blocks); %.2f GiB free",
+                         bytes / 1073741824.0, num_blocks, free_b / 1073741824.0);
+    }
+    /* never-written slots are read only under a zero softmax weight; zero keeps them finite */
+    CU_CHECK(st, cudaMemsetAsync(im->kv, 0, bytes, im->stream));
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    im->kv_bytes = bytes;
+    b->num_blocks = num_blocks;
+    return 0;
+}
+
+static void cuda_memory(const llmi_backend *b, size_t *weights, size_t *kv, size_t *activations) {
+    const cuda_impl *im = b->impl;
+    if (weights) *weights = im->weight_bytes;
+    if (kv) *kv = im->kv_bytes;
+    if (activations) *activations = im->act_bytes;
+}
+
+static void dfree(void *p) {
+    if (p) cudaFree(p);
+}
+
+static void cuda_destroy(llmi_backend *b) {
+    if (!b) return;
+    cuda_impl *im = b->impl;
+    if (im) {
+        cudaSetDevice(im->device);
+        if (im->stream) cudaStreamSynchronize(im->stream);
+        if (im->layers) {
+            for (int l = 0; l < b->model->cfg.n_layers; l++) {
+                cuda_layer *L = &im->layers[l];
+                dfree(L->attn_norm); dfree(L->ffn_norm); dfree(L->w_qkv); dfree(L->b_qkv); dfree(L->b_o);
+                dfree(L->wo); dfree(L->w_gu); dfree(L->w_down);
+            }
+            free(im->layers);
+        }
+        if (im->lm_head != im->tok_embd) dfree(im->lm_head);
+        dfree(im->tok_embd); dfree(im->out_norm); dfree(im->inv_freq); dfree(im->kv);
+        dfree(im->x); dfree(im->xn); dfree(im->qkv); dfree(im->att); dfree(im->delta); dfree(im->gu);
+        dfree(im->act); dfree(im->lgn); dfree(im->logits); dfree(im->attn_work); dfree(im->meta_d);
+        if (im->meta_h) cudaFreeHost(im->meta_h);
+        free(im->plan_dec); free(im->plan_tiles); free(im->seq_maxpos);
+        if (im->events) {
+            for (int i = 0; i <= im->prof_cap; i++) cudaEventDestroy(im->events[i]);
+            free(im->events);
+        }
+        free(im->marks);
+        for (int k = 0; k < GRAPH_BUCKETS; k++)
+            if (im->graphs[k].exec) cudaGraphExecDestroy(im->graphs[k].exec);
+        if (im->gmeta_h) cudaFreeHost(im->gmeta_h);
+        dfree(im->gmeta_d);
+        llmi_cuda_gemm_free(&im->gemm);
+        if (im->stream) cudaStreamDestroy(im->stream);
+        free(im);
+    }
+    free(b);
+}
+
+/* ---- model checks and weight upload ---- */
+
+static int check_model(const llmi_model *m, llmi_status *st) {
+    if (backend_check_model(m, "cuda", st)) return st->code;
+    const llmi_config *c = &m->cfg;
+    if (c->head_dim > 256 || c->head_dim % 2)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: head_dim %d must be even and at most 256", c->head_dim);
+    if (c->n_heads / c->n_kv_heads > 64)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: %d query heads per KV head is more than the 64 supported",
+                         c->n_heads / c->n_kv_heads);
+    return 0;
+}
+
+typedef struct uploader {
+    void *host[2];            /* (STAGE_BYTES) pinned */
+    void *dev[2];             /* (STAGE_BYTES) device */
+    cudaEvent_t done[2];      /* chunk i's dequant finished: its buffers may be reused */
+    int turn;
+    size_t bytes_in;          /* bytes read from the model */
+} uploader;
+
+static int uploader_init(uploader *u, llmi_status *st) {
+    memset(u, 0, sizeof *u);
+    for (int i = 0; i < 2; i++) {
+        CU_CHECK(st, cudaMallocHost(&u->host[i], STAGE_BYTES));
+        CU_CHECK(st, cudaMalloc(&u->dev[i], STAGE_BYTES));
+        CU_CHECK(st, cudaEventCreateWithFlags(&u->done[i], cudaEventDisableTiming));
+    }
+    return 0;
+}
+
+static void uploader_free(uploader *u) {
+    for (int i = 0; i < 2; i++) {
+        if (u->done[i]) {
+            cudaEventSynchronize(u->done[i]);
+            cudaEventDestroy(u->done[i]);
+        }
+        if (u->host[i]) cudaFreeHost(u->host[i]);
+        dfree(u->dev[i]);
+    }
+}
+
+static int upload_i4g(cuda_impl *im, uploader *u, const llmi_tensor *t, void *dst, llmi_status *st);
+
+/* dst (t->rows, t->cols) in wdt <- t, streamed in whole-row chunks through the stages. */
+static int upload_tensor(cuda_impl *im, uploader *u, const llmi_tensor *t, void *dst, llmi_status *st) {
+    if (t->dtype == LLMI_I4G) return upload_i4g(im, u, t, dst, st);
+    size_t rb = t->row_bytes, out_rb = (size_t)t->cols * wdt_bytes(im->wdt);
+    if (rb > STAGE_BYTES)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: a weight row of %zu bytes exceeds the %zu-byte staging buffer",
+                         rb, (size_t)STAGE_BYTES);
+    int64_t rows_per = (int64_t)(STAGE_BYTES / rb);
+    for (int64_t r0 = 0; r0 < t->rows; r0 += rows_per) {
+        int64_t nr = t->rows - r0 < rows_per ? t->rows - r0 : rows_per;
+        int i = u->turn;
+        u->turn ^= 1;
+        CU_CHECK(st, cudaEventSynchronize(u->done[i]));
+        memcpy(u->host[i], (const char *)t->data + (size_t)r0 * rb, (size_t)nr * rb);
+        CU_CHECK(st, cudaMemcpyAsync(u->dev[i], u->host[i], (size_t)nr * rb, cudaMemcpyHostToDevice, im->stream));
+        CU_CHECK(st, llmi_cuda_dequant(u->dev[i], t->dtype, nr * t->cols, (char *)dst + (size_t)r0 * out_rb, im->wdt,
+                                       im->stream));
+        CU_CHECK(st, cudaEventRecord(u->done[i], im->stream));
+        u->bytes_in += (size_t)nr * rb;
+    }
+    return 0;
+}
+
+static int dalloc(cuda_impl *im, void **p, size_t bytes, size_t *counter, llmi_status *st) {
+    *p = NULL;
+    if (bytes == 0) return 0;
+    if (cudaMalloc(p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        size_t free_b = 0, total = 0;
+        cudaMemGetInfo(&free_b, &total);
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: cannot allocate %.1f MiB on GPU %d (%.2f GiB free)",
+                         bytes / 1048576.0, im->device, free_b / 1073741824.0);
+    }
+    if (counter) *counter += bytes;
+    return 0;
+}
+
+/* GPTQ/AWQ int4 (LLMI_I4G): nibbles, scales, zeros and g_idx go up as they are, the
+ * int4_gemm.cu dequant writes the dense fp32 matrix, and that is rounded once to wdt.
+ * (The forward then runs the dense GEMMs; the W4A16 kernels are not wired in yet.) */
+static int upload_i4g(cuda_impl *im, uploader *u, const llmi_tensor *t, void *dst, llmi_status *st) {
+    if (!t->qscales || !t->qzeros || t->group_size <= 0 || t->n_groups <= 0 || t->cols % 2 ||
+        (int64_t)t->n_groups * t->group_size < t->cols)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: an int4 (I4G) weight lacks consistent scales/zeros/groups");
+    size_t qb = (size_t)t->rows * (size_t)t->cols / 2, gb = (size_t)t->n_groups * (size_t)t->rows;
+    size_t n = (size_t)t->rows * (size_t)t->cols;
+    void *q = NULL, *sc = NULL, *z = NULL, *gi = NULL, *tmp = NULL;
+    int rc = dalloc(im, &q, qb, NULL, st);
+    if (!rc) rc = dalloc(im, &sc, gb * 2, NULL, st);
+    if (!rc) rc = dalloc(im, &z, gb, NULL, st);
+    if (!rc && t->g_idx) rc = dalloc(im, &gi, (size_t)t->cols * 4, NULL, st);
+    if (!rc) rc = dalloc(im, &tmp, n * 4, NULL, st);
+    cudaError_t e = cudaSuccess;
+    if (!rc) {
+        if (e == cudaSuccess) e = cudaMemcpyAsync(q, t->data, qb, cudaMemcpyHostToDevice, im->stream);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(sc, t->qscales, gb * 2, cudaMemcpyHostToDevice, im->stream);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(z, t->qzeros, gb, cudaMemcpyHostToDevice, im->stream);
+        if (e == cudaSuccess && gi) e = cudaMemcpyAsync(gi, t->g_idx, (size_t)t->cols * 4, cudaMemcpyHostToDevice, im->stream);
+        llmi_i4g_dev w = {.q = q, .scales = sc, .zeros = z, .g_idx = gi, .rows = (int)t->rows, .cols = (int)t->cols,
+                          .group_size = t->group_size};
+        if (e == cudaSuccess) e = llmi_cuda_int4_dequant(&w, tmp, 0, im->stream);
+        if (e == cudaSuccess) e = llmi_cuda_dequant(tmp, LLMI_F32, (int64_t)n, dst, im->wdt, im->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(im->stream);
+        if (e != cudaSuccess)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: uploading an int4 weight (%lldx%lld): %s",
+                           (long long)t->rows, (long long)t->cols, cudaGetErrorString(e));
+    }
+    u->bytes_in += qb + gb * 3;
+    dfree(q); dfree(sc); dfree(z); dfree(gi); dfree(tmp);
+    return rc;
+}
+
+static int upload_floats(cuda_impl *im, float **dst, const float *src, size_t n, llmi_status *st) {
+    if (dalloc(im, (void **)dst, n * sizeof(float), &im->weight_bytes, st)) return st->code;
+    /* async on our stream (a plain cudaMemcpy from pageable memory may still be in DMA when
+     * it returns, unordered with our non-blocking stream); the source is staged on return */
+    CU_CHECK(st, cudaMemcpyAsync(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice, im->stream));
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static size_t weights_needed(const llmi_model *m, llmi_dtype wdt, bool tied) {
+    const llmi_config *c = &m->cfg;
+    size_t e = wdt_bytes(wdt), dim = (size_t)c->dim, qd = (size_t)c->n_heads * c->head_dim;
+    size_t kvd = (size_t)c->n_kv_heads * c->head_dim, ffn = (size_t)c->ffn_dim;
+    size_t per_layer = ((qd + 2 * kvd) * dim + dim * qd + 2 * ffn * dim + dim * ffn) * e + 2 * dim * 4 +
+                       (c->qkv_bias ? (qd + 2 * kvd) * 4 : 0);
+    size_t embd = (size_t)c->n_vocab * dim * e;
+    return per_layer * (size_t)c->n_layers + embd * (tied ? 1 : 2) + dim * 4 + (size_t)c->head_dim * 2;
+}
+
+static size_t workspace_needed(const llmi_config *c, size_t T, size_t attn_floats, llmi_dtype wdt) {
+    size_t e = wdt_bytes(wdt), dim = (size_t)c->dim, qd = (size_t)c->n_heads * c->head_dim;
+    size_t qkv = qd + 2 * (size_t)c->n_kv_heads * c->head_dim, ffn = (size_t)c->ffn_dim;
+    size_t L = LOGIT_CHUNK < T ? LOGIT_CHUNK : T;
+    return T * dim * 4 + T * dim * e + T * qkv * 4 + T * qd * e + T * dim * 4 + T * 2 * ffn * 4 + T * ffn * e +
+           L * dim * e + L * (size_t)c->n_vocab * 4 + attn_floats * 4 + GEMM_WORKSPACE + 2 * STAGE_BYTES;
+}
+
+static int load_weights(llmi_backend *b, cuda_impl *im, llmi_status *st) {
+    const llmi_model *m = b->model;
+    const llmi_config *c = &m->cfg;
+    size_t e = wdt_bytes(im->wdt), dim = (size_t)c->dim, ffn = (size_t)c->ffn_dim;
+    uploader u;
+    int rc = uploader_init(&u, st);
+    double t0 = now_s();
+    bool tied = m->lm_head.data == m->tok_embd.data && m->lm_head.dtype == m->tok_embd.dtype;
+    if (!rc) rc = dalloc(im, &im->tok_embd, (size_t)c->n_vocab * dim * e, &im->weight_bytes, st);
+    if (!rc) rc = upload_tensor(im, &u, &m->tok_embd, im->tok_embd, st);
+    if (!rc && tied) im->lm_head = im->tok_embd;
+    if (!rc && !tied) rc = dalloc(im, &im->lm_head, (size_t)c->n_vocab * dim * e, &im->weight_bytes, st);
+    if (!rc && !tied) rc = upload_tensor(im, &u, &m->lm_head, im->lm_head, st);
+    if (!rc) rc = upload_floats(im, &im->out_norm, m->out_norm, dim, st);
+    if (!rc && !(im->layers = calloc((size_t)c->n_layers, sizeof *im->layers)))
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
+    for (int l = 0; !rc && l < c->n_layers; l++) {
+        const llmi_layer *L = &m->layers[l];
+        cuda_layer *D = &im->layers[l];
+        size_t qd = (size_t)im->q_dim, kvd = (size_t)im->kv_dim;
+        rc = upload_floats(im, &D->attn_norm, L->attn_norm, dim, st);
+        if (!rc) rc = upload_floats(im, &D->ffn_norm, L->ffn_norm, dim, st);
+        if (!rc) rc = dalloc(im, &D->w_qkv, (size_t)im->qkv_dim * dim * e, &im->weight_bytes, st);
+        if (!rc) rc = upload_tensor(im, &u, &L->wq, D->w_qkv, st);
+        if (!rc) rc = upload_tensor(im, &u, &L->wk, (char *)D->w_qkv + qd * dim * e, st);
+        if (!rc) rc = upload_tensor(im, &u, &L->wv, (char *)D->w_qkv + (qd + kvd) * dim * e, st);
+        if (!rc && (L->bq || L->bk || L->bv)) {
+            /* a missing part of the bias is zero */
+            float *hb = calloc((size_t)im->qkv_dim, sizeof(float));
+            if (!hb) {
+                rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
+                break;
+            }
+            if (L->bq) memcpy(hb, L->bq, qd * sizeof(float));
+            if (L->bk) memcpy(hb + qd, L->bk, kvd * sizeof(float));
+            if (L->bv) memcpy(hb + qd + kvd, L->bv, kvd * sizeof(float));
+            rc = upload_floats(im, &D->b_qkv, hb, (size_t)im->qkv_dim, st);
+            free(hb);
+        }
+        if (!rc && L->bo) rc = upload_floats(im, &D->b_o, L->bo, (size_t)dim, st);
+        if (!rc) rc = dalloc(im, &D->wo, dim * qd * e, &im->weight_bytes, st);
+        if (!rc) rc = upload_tensor(im, &u, &L->wo, D->wo, st);
+        if (!rc) rc = dalloc(im, &D->w_gu, 2 * ffn * dim * e, &im->weight_bytes, st);
+        if (!rc) rc = upload_tensor(im, &u, &L->w_gate, D->w_gu, st);
+        if (!rc) rc = upload_tensor(im, &u, &L->w_up, (char *)D->w_gu + ffn * dim * e, st);
+        if (!rc) rc = dalloc(im, &D->w_down, dim * ffn * e, &im->weight_bytes, st);
+        if (!rc) rc = upload_tensor(im, &u, &L->w_down, D->w_down, st);
+    }
+    if (!rc && cudaStreamSynchronize(im->stream) != cudaSuccess)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: weight upload failed: %s", cudaGetErrorString(cudaGetLastError()));
+    double dt = now_s() - t0;
+    if (!rc)
+        fprintf(stderr, "cuda: loaded %.2f GB of weights (%.2f GB as %s on GPU) in %.2f s, %.2f GB/s\n",
+                u.bytes_in / 1e9, im->weight_bytes / 1e9, dtype_name(im->wdt), dt, dt > 0 ? u.bytes_in / 1e9 / dt : 0.0);
+    uploader_free(&u);
+    return rc;
+}
+
+static int alloc_workspaces(cuda_impl *im, const llmi_config *c, llmi_status *st) {
+    size_t T = (size_t)im->max_tokens, e = wdt_bytes(im->wdt), dim = (size_t)c->dim, ffn = (size_t)c->ffn_dim;
+    size_t L = LOGIT_CHUNK < T ? LOGIT_CHUNK : T;
+    size_t *a = &im->act_bytes;
+    if (dalloc(im, (void **)&im->x, T * dim * 4, a, st) || dalloc(im, &im->xn, T * dim * e, a, st) ||
+        dalloc(im, (void **)&im->qkv, T * (size_t)im->qkv_dim * 4, a, st) ||
+        dalloc(im, &im->att, T * (size_t)im->q_dim * e, a, st) || dalloc(im, (void **)&im->delta, T * dim * 4, a, st) ||
+        dalloc(im, (void **)&im->gu, T * 2 * ffn * 4, a, st) || dalloc(im, &im->act, T * ffn * e, a, st) ||
+        dalloc(im, &im->lgn, L * dim * e, a, st) || dalloc(im, (void **)&im->logits, L * (size_t)c->n_vocab * 4, a, st) ||
+        dalloc(im, (void **)&im->attn_work, im->attn_work_floats * 4, a, st))
+        return st->code;
+    im->act_bytes += GEMM_WORKSPACE;
+    im->plan_dec = malloc(T * sizeof(int32_t));
+    im->plan_tiles = malloc(2 * T * sizeof(int32_t));
+    im->seq_maxpos = malloc((size_t)im->max_seqs * sizeof(int32_t));
+    if (!im->plan_dec || !im->plan_tiles || !im->seq_maxpos)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
+    float *h = malloc((size_t)c->head_dim / 2 * sizeof(float));
+    if (!h) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
+    cpu_rope_inv_freq(c, h);
+    int rc = dalloc(im, (void **)&im->inv_freq, (size_t)c->head_dim / 2 * 4, a, st);
+    if (!rc && cudaMemcpyAsync(im->inv_freq, h, (size_t)c->head_dim / 2 * 4, cudaMemcpyHostToDevice, im->stream) != cudaSuccess)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: uploading RoPE frequencies: %s", cudaGetErrorString(cudaGetLastError()));
+    free(h);
+    return rc;
+}
+
+static int bucket_of(int n) {
+    int b = 1;
+    while (b < n) b <<= 1;
+    return b;
+}
+
+/* Layout of bucket B's region (int32 offsets from its start): tok | pos | slot | seq |
+ * lr | dec (B each) | block tables (B, gmbps). */
+static size_t graph_region_ints(int B, int gmbps) { return (size_t)B * (6 + (size_t)gmbps); }
+
+/* Sizes the decode-graph buckets and their fixed index regions (graphs stay off when
+ * LLMI_CUDA_GRAPHS=0 or the regions would be unreasonably large). */
+static int graphs_init(llmi_backend *b, cuda_impl *im, llmi_status *st) {
+    const char *env = getenv("LLMI_CUDA_GRAPHS");
+    int cap = im->max_seqs < im->max_tokens ? im->max_seqs : im->max_tokens;
+    if (cap > LOGIT_CHUNK) cap = LOGIT_CHUNK;
+    int maxb = 1;
+    while (maxb * 2 <= cap && maxb * 2 <= (1 << (GRAPH_BUCKETS - 1))) maxb *= 2;
+    int ctx = b->model->cfg.max_ctx > 0 ? b->model->cfg.max_ctx : 4096;
+    im->graph_mbps = (ctx + b->opts.block_size - 1) / b->opts.block_size;
+    im->graph_max_bucket = maxb;
+    size_t total = 0;
+    for (int k = 0; k < GRAPH_BUCKETS && (1 << k) <= maxb; k++) {
+        im->graph_region_off[k] = total;
+        total += graph_region_ints(1 << k, im->graph_mbps);
+    }
+    im->graphs_on = !(env && strcmp(env, "0") == 0) && total <= ((size_t)16 << 20);
+    if (!im->graphs_on) return 0;
+    CU_CHECK(st, cudaMallocHost((void **)&im->gmeta_h, total * sizeof(int32_t)));
+    if (dalloc(im, (void **)&im->gmeta_d, total * sizeof(int32_t), &im->act_bytes, st)) return st->code;
+    return 0;
+}
+
+/* ---- forward ---- */
+
+/* Rejects anything that would index outside the workspaces, the vocab or the KV cache. */
+static int check_batch(const llmi_backend *b, const llmi_batch *bt, llmi_status *st) {
+    const cuda_impl *im = b->impl;
+    const llmi_config *c = &b->model->cfg;
+    int bs = b->opts.block_size;
+    if (b->num_blocks <= 0 || !im->kv) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: forward before kv_alloc");
+    if (bt->n_tokens <= 0 || bt->n_tokens > im->max_tokens)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: batch of %d tokens outside 1..%d (max_batch_tokens)",
+                         bt->n_tokens, im->max_tokens);
+    if (bt->n_seqs <= 0 || bt->n_seqs > im->max_seqs)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: batch of %d sequences outside 1..%d (max_seqs)", bt->n_seqs,
+                         im->max_seqs);
+    if (bt->n_logits < 0 || bt->n_logits > bt->n_tokens)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: %d logit rows for %d tokens", bt->n_logits, bt->n_tokens);
+    if (bt->max_blocks_per_seq <= 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: max_blocks_per_seq must be positive");
+    long max_pos = (long)bt->max_blocks_per_seq * bs;
+    long n_slots = (long)b->num_blocks * bs;
+    for (int s = 0; s < bt->n_seqs; s++) {
+        im->seq_maxpos[s] = -1;
+        if (bt->query_start[s] < 0 || bt->query_start[s] > bt->query_start[s + 1] ||
+            bt->query_start[s + 1] > bt->n_tokens)
+            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: query_start of sequence %d is out of order", s);
+    }
+    if (bt->query_start[0] != 0 || bt->query_start[bt->n_seqs] != bt->n_tokens)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: query_start does not cover the %d tokens", bt->n_tokens);
+    for (int s = 0; s < bt->n_seqs; s++)
+        for (int i = bt->query_start[s]; i < bt->query_start[s + 1]; i++)
+            if (bt->seq_of_token[i] != s)
+                return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: token %d is in the range of sequence %d but names %d",
+                                 i, s, bt->seq_of_token[i]);
+    for (int i = 0; i < bt->n_tokens; i++) {
+        if (bt->tokens[i] < 0 || bt->tokens[i] >= c->n_vocab)
+            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: token id %d outside vocab of %d", bt->tokens[i], c->n_vocab);
+        int s = bt->seq_of_token[i];
+        if (bt->positions[i] < 0 || bt->positions[i] >= max_pos)
+            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: position %d outside its block table (%ld)", bt->positions[i],
+                             max_pos);
+        if (bt->slot_mapping[i] < 0 || bt->slot_mapping[i] >= n_slots)
+            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: KV slot %d outside cache of %ld", bt->slot_mapping[i], n_slots);
+        if (bt->positions[i] > im->seq_maxpos[s]) im->seq_maxpos[s] = bt->positions[i];
+    }
+    for (int s = 0; s < bt->n_seqs; s++) {
+        const int32_t *tab = bt->block_tables + (size_t)s * bt->max_blocks_per_seq;
+        for (int j = 0; im->seq_maxpos[s] >= 0 && j <= im->seq_maxpos[s] / bs; j++)
+            if (tab[j] < 0 || tab[j] >= b->num_blocks)
+                return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: block table of sequence %d holds block %d of %d", s,
+                                 tab[j], b->num_blocks);
+    }
+    for (int i = 0; i < bt->n_logits; i++)
+        if (bt->logit_rows[i] < 0 || bt->logit_rows[i] >= bt->n_tokens)
+            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: logit row %d outside batch of %d", bt->logit_rows[i],
+                             bt->n_tokens);
+    return 0;
+}
+
+/* Grows the packed index buffers to hold n int32s (between forwards: the stream is idle). */
+static int meta_reserve(cuda_impl *im, size_t n, llmi_status *st) {
+    if (n <= im->meta_cap) return 0;
+    size_t cap = n + n / 2 + 1024;
+    if (im->meta_h) CU_CHECK(st, cudaFreeHost(im->meta_h));
+    im->meta_h = NULL;
+    dfree(im->meta_d);
+    im->meta_d = NULL;
+    im->meta_cap = 0;
+    CU_CHECK(st, cudaMallocHost((void **)&im->meta_h, cap * sizeof(int32_t)));
+    CU_CHECK(st, cudaMalloc((void **)&im->meta_d, cap * sizeof(int32_t)));
+    im->meta_cap = cap;
+    return 0;
+}
+
+/* Profiling marks: an event after each op; op i's time is event[i+1] - event[i]. */
+static int prof_start(llmi_backend *b, cuda_impl *im, llmi_status *st) {
+    if (!b->profiling) return 0;
+    if (!im->events) {
+        int cap = b->model->cfg.n_layers * 12 + 64 + 2 * (im->max_tokens / LOGIT_CHUNK + 1);
+        im->events = calloc((size_t)cap + 1, sizeof(cudaEvent_t));
+        im->marks = calloc((size_t)cap, sizeof(cuda_prof_mark));
+        if (!im->events || !im->marks) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
+        for (int i = 0; i <= cap; i++) {
+            CU_CHECK(st, cudaEventCreate(&im->events[i]));
+            im->prof_cap = i;   /* events[0..i] exist */
+        }
+    }
+    im->prof_n = 0;
+    CU_CHECK(st, cudaEventRecord(im->events[0], im->stream));
+    return 0;
+}
+
+static int prof_mark(llmi_backend *b, cuda_impl *im, llmi_op_class c, double bytes, double flops, llmi_status *st) {
+    if (!b->profiling || !im->events || im->prof_n >= im->prof_cap) return 0;
+    im->marks[im->prof_n] = (cuda_prof_mark){c, bytes, flops};
+    im->prof_n++;
+    CU_CHECK(st, cudaEventRecord(im->events[im->prof_n], im->stream));
+    return 0;
+}
+
+static int prof_collect(llmi_backend *b, cuda_impl *im, llmi_status *st) {
+    if (!b->profiling || !im->events) return 0;
+    for (int i = 0; i < im->prof_n; i++) {
+        float ms = 0;
+        CU_CHECK(st, cudaEventElapsedTime(&ms, im->events[i], im->events[i + 1]));
+        const cuda_prof_mark *k = &im->marks[i];
+        b->stats.seconds[k->cls] += ms * 1e-3;
+        b->stats.bytes[k->cls] += k->bytes;
+        b->stats.flops[k->cls] += k->flops;
+        b->stats.calls[k->cls]++;
+    }
+    return 0;
+}
+
+static double gemm_bytes(int64_t rows, int64_t cols, int n, size_t e) {
+    return (double)rows * cols * e + (double)n * cols * e + 4.0 * n * rows;
+}
+
+#define K_CHECK(st, call) CU_CHECK(st, call)
+#define GEMM(w, rows, cols, x, n, y)                                                     \
+    do {                                                                                 \
+        if (llmi_cuda_gemm_run(&im->gemm, (w), (rows), (cols), (x), (n), (y), im->stream, st)) \
+            return st->code;                                                             \
+    } while (0)
+#define MARK(cls, bytes, flops)                                           \
+    do {                                                                  \
+        if (prof_mark(b, im, (cls), (bytes), (flops), st)) return st->code; \
+    } while (0)
+
+/* The device-side view of one forward: where its index arrays live and how the work is
+ * split.  An eager forward points into meta_d; a graph replay into its bucket's fixed
+ * region of gmeta_d, so a captured graph's kernel arguments stay valid. */
+typedef struct fwd_plan {
+    int n, nl, n_dec, n_tiles, n_splits, max_blocks_per_seq;
+    const int32_t *tok, *pos, *slot, *seq, *bt, *lr, *dec, *tiles;   /* device */
+    double ctx_sum;           /* attended positions summed over tokens (stats) */
+    float *host_logits;       /* (nl, n_vocab) copied out per chunk; NULL: leave in im->logits */
+} fwd_plan;
+
+/* Everything between the index upload and the logits: enqueued on im->stream only, so it
+ * can be captured into a graph. */
+static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_status *st) {
+    const llmi_config *c = &b->model->cfg;
+    const int n = f->n, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim,
+              qd = im->q_dim, kvd = im->kv_dim, W = im->qkv_dim;
+    const size_t e = wdt_bytes(im->wdt), esz = kv_elem_bytes(b->opts.kv_dtype);
+    const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * (size_t)kvd * esz;   /* one of K or V */
+
+    K_CHECK(st, llmi_cuda_embed(im->tok_embd, im->wdt, c->n_vocab, dim, f->tok, n, im->x, im->stream));
+    MARK(LLMI_OP_EMBED, (double)n * dim * (e + 4), 0);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const cuda_layer *L = &im->layers[l];
+        K_CHECK(st, llmi_cuda_add_rmsnorm(im->x, l == 0 ? NULL : im->delta, L->attn_norm, NULL, n, dim, c->norm_eps,
+                                          im->xn, im->wdt, im->stream));
+        MARK(LLMI_OP_NORM, (double)n * dim * (12 + e), 4.0 * n * dim);
+
+        GEMM(L->w_qkv, W, dim, im->xn, n, im->qkv);
+        if (L->b_qkv) K_CHECK(st, llmi_cuda_add_bias(im->qkv, W, L->b_qkv, n, W, im->stream));
+        MARK(LLMI_OP_QKV, gemm_bytes(W, dim, n, e), 2.0 * n * W * dim);
+
+        char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
+        K_CHECK(st, llmi_cuda_rope_kv(im->qkv, W, im->qkv + qd, W, im->qkv + qd + kvd, W, f->pos, f->slot, n, nh, nkv,
+                                      hd, im->inv_freq, kc, vc, b->opts.kv_dtype, im->stream));
+        MARK(LLMI_OP_ROPE_KV, 4.0 * n * (qd + 2.0 * kvd) * 2 + (double)n * 2 * kvd * esz, 6.0 * n * (qd + kvd) / 2);
+
+        llmi_cuda_attn a = {
+            .q = im->qkv, .q_stride = W, .k_cache = kc, .v_cache = vc, .kv_dt = b->opts.kv_dtype,
+            .positions = f->pos, .seq_of_token = f->seq, .block_tables = f->bt,
+            .max_blocks_per_seq = f->max_blocks_per_seq, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
+            .block_size = b->opts.block_size, .scale = 1.0f / sqrtf((float)hd), .out = im->att, .out_stride = qd,
+            .out_dt = im->wdt,
+        };
+        K_CHECK(st, llmi_cuda_attn_decode(&a, f->dec, f->n_dec, f->n_splits, im->attn_work, im->stream));
+        K_CHECK(st, llmi_cuda_attn_prefill(&a, f->tiles, f->n_tiles, im->stream));
+        MARK(LLMI_OP_ATTN, f->ctx_sum * 2.0 * kvd * esz + 4.0 * n * qd + (double)e * n * qd, f->ctx_sum * 4.0 * qd);
+
+        GEMM(L->wo, dim, qd, im->att, n, im->delta);
+        if (L->b_o) K_CHECK(st, llmi_cuda_add_bias(im->delta, dim, L->b_o, n, dim, im->stream));
+        MARK(LLMI_OP_O_PROJ, gemm_bytes(dim, qd, n, e), 2.0 * n * dim * qd);
+
+        K_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, L->ffn_norm, NULL, n, dim, c->norm_eps, im->xn, im->wdt,
+                                          im->stream));
+        MARK(LLMI_OP_NORM, (double)n * dim * (16 + e), 5.0 * n * dim);
+
+        GEMM(L->w_gu, 2 * (int64_t)ffn, dim, im->xn, n, im->gu);
+        MARK(LLMI_OP_MLP_UP, gemm_bytes(2 * (int64_t)ffn, dim, n, e), 4.0 * n * ffn * dim);
+
+        K_CHECK(st, llmi_cuda_swiglu(im->gu, im->gu + ffn, 2 * ffn, n, ffn, im->act, im->wdt, im->stream));
+        MARK(LLMI_OP_ACT, (double)n * ffn * (8 + e), 6.0 * n * ffn);
+
+        GEMM(L->w_down, dim, ffn, im->act, n, im->delta);
+        MARK(LLMI_OP_MLP_DOWN, gemm_bytes(dim, ffn, n, e), 2.0 * n * dim * ffn);
+    }
+
+    /* Only the rows that need logits get the final residual add, norm and lm_head. */
+    for (int r0 = 0; r0 < f->nl; r0 += LOGIT_CHUNK) {
+        int cnt = f->nl - r0 < LOGIT_CHUNK ? f->nl - r0 : LOGIT_CHUNK;
+        K_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, im->out_norm, f->lr + r0, cnt, dim, c->norm_eps, im->lgn,
+                                          im->wdt, im->stream));
+        MARK(LLMI_OP_NORM, (double)cnt * dim * (8 + e), 4.0 * cnt * dim);
+        GEMM(im->lm_head, c->n_vocab, dim, im->lgn, cnt, im->logits);
+        if (f->host_logits)
+            CU_CHECK(st, cudaMemcpyAsync(f->host_logits + (size_t)r0 * c->n_vocab, im->logits,
+                                         (size_t)cnt * c->n_vocab * sizeof(float), cudaMemcpyDeviceToHost, im->stream));
+        MARK(LLMI_OP_LM_HEAD, gemm_bytes(c->n_vocab, dim, cnt, e), 2.0 * cnt * c->n_vocab * dim);
+    }
+    return 0;
+}
+
+static int forward_eager(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, float *logits, llmi_status *st) {
+    const llmi_config *c = &b->model->cfg;
+    const int n = bt->n_tokens, nl = bt->n_logits;
+    fwd_plan f = {.n = n, .nl = nl, .max_blocks_per_seq = bt->max_blocks_per_seq, .host_logits = logits};
+    int max_pos = 0;
+    llmi_cuda_attn_plan(bt, c->head_dim, im->plan_dec, &f.n_dec, im->plan_tiles, &f.n_tiles, &max_pos);
+    f.n_splits = llmi_cuda_attn_splits(f.n_dec, c->n_kv_heads, c->n_heads, c->head_dim, max_pos, im->n_sms,
+                                       im->attn_work_floats);
+    for (int i = 0; i < n; i++) f.ctx_sum += bt->positions[i] + 1;
+
+    /* one upload of every index array: tokens | positions | slots | seq_of_token |
+     * block_tables | logit_rows | decode list | tiles */
+    size_t nbt = (size_t)bt->n_seqs * bt->max_blocks_per_seq;
+    size_t total = 4 * (size_t)n + nbt + (size_t)nl + (size_t)f.n_dec + 2 * (size_t)f.n_tiles;
+    if (meta_reserve(im, total, st)) return st->code;
+    int32_t *h = im->meta_h;
+    size_t o_pos = n, o_slot = 2 * (size_t)n, o_seq = 3 * (size_t)n, o_bt = 4 * (size_t)n;
+    size_t o_lr = o_bt + nbt, o_dec = o_lr + nl, o_tiles = o_dec + f.n_dec;
+    memcpy(h, bt->tokens, n * sizeof(int32_t));
+    memcpy(h + o_pos, bt->positions, n * sizeof(int32_t));
+    memcpy(h + o_slot, bt->slot_mapping, n * sizeof(int32_t));
+    memcpy(h + o_seq, bt->seq_of_token, n * sizeof(int32_t));
+    memcpy(h + o_bt, bt->block_tables, nbt * sizeof(int32_t));
+    if (nl) memcpy(h + o_lr, bt->logit_rows, nl * sizeof(int32_t));
+    if (f.n_dec) memcpy(h + o_dec, im->plan_dec, f.n_dec * sizeof(int32_t));
+    if (f.n_tiles) memcpy(h + o_tiles, im->plan_tiles, 2 * (size_t)f.n_tiles * sizeof(int32_t));
+    if (prof_start(b, im, st)) return st->code;
+    CU_CHECK(st, cudaMemcpyAsync(im->meta_d, h, total * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
+    const int32_t *d = im->meta_d;
+    f.tok = d; f.pos = d + o_pos; f.slot = d + o_slot; f.seq = d + o_seq; f.bt = d + o_bt;
+    f.lr = d + o_lr; f.dec = d + o_dec; f.tiles = d + o_tiles;
+    MARK(LLMI_OP_HOST, total * 4.0, 0);
+    if (forward_body(b, im, &f, st)) return st->code;
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    return prof_collect(b, im, st);
+}
+
+/* ---- CUDA graphs for pure-decode batches ----
+ * A batch of B sequences with one token each (the steady state of serving) runs as the
+ * graph of its bucket (the next power of two >= B), padded with harmless rows: token 0 at
+ * position 0 of block 0, slot -1 (no KV write), no logits wanted.  The graph is captured
+ * the second time a bucket is seen (the first runs eager and warms the GEMM heuristics);
+ * its index arrays live at fixed addresses in gmeta_d with a fixed block-table stride, and
+ * the split count is fixed per bucket (the decode kernel splits each token's own context). */
+
+static bool graph_eligible(const llmi_backend *b, const cuda_impl *im, const llmi_batch *bt) {
+    if (!im->graphs_on || b->profiling || bt->n_tokens != bt->n_seqs || bt->n_logits != bt->n_tokens) return false;
+    if (bucket_of(bt->n_tokens) > im->graph_max_bucket) return false;
+    for (int i = 0; i < bt->n_tokens; i++) {
+        if (bt->logit_rows[i] != i || bt->positions[i] / b->opts.block_size >= im->graph_mbps) return false;
+    }
+    return true;   /* check_batch has seen that sequence i owns exactly token i */
+}
+
+static int graph_forward(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, float *logits, bool *done,
+                         llmi_status *st) {
+    const llmi_config *c = &b->model->cfg;
+    const int n = bt->n_tokens, B = bucket_of(n), k = __builtin_ctz((unsigned)B), gm = im->graph_mbps;
+    cuda_graph_slot *g = &im->graphs[k];
+    *done = false;
+    if (g->failed) return 0;
+    if (!g->exec && !g->seen) {
+        g->seen = true;   /* first sight of this bucket: run eager */
+        return 0;
+    }
+    size_t off = im->graph_region_off[k];
+    int32_t *h = im->gmeta_h + off, *d = im->gmeta_d + off;
+    int32_t *tok = h, *pos = h + B, *slot = h + 2 * B, *seq = h + 3 * B, *lr = h + 4 * B, *dec = h + 5 * B;
+    int32_t *tab = h + 6 * B;
+    for (int i = 0; i < B; i++) {
+        bool real = i < n;
+        tok[i] = real ? bt->tokens[i] : 0;
+        pos[i] = real ? bt->positions[i] : 0;
+        slot[i] = real ? bt->slot_mapping[i] : -1;
+        seq[i] = i;
+        lr[i] = i;
+        dec[i] = i;
+        int32_t *row = tab + (size_t)i * gm;
+        memset(row, 0, (size_t)gm * sizeof(int32_t));
+        if (real) {
+            int need = bt->positions[i] / b->opts.block_size + 1;
+            memcpy(row, bt->block_tables + (size_t)i * bt->max_blocks_per_seq, (size_t)need * sizeof(int32_t));
+        }
+    }
+    fwd_plan f = {.n = B, .nl = B, .n_dec = B, .n_tiles = 0, .max_blocks_per_seq = gm, .tok = d, .pos = d + B,
+                  .slot = d + 2 * B, .seq = d + 3 * B, .lr = d + 4 * B, .dec = d + 5 * B, .bt = d + 6 * B,
+                  .tiles = d, .host_logits = NULL};
+    f.n_splits = llmi_cuda_attn_splits(B, c->n_kv_heads, c->n_heads, c->head_dim, gm * b->opts.block_size - 1,
+                                       im->n_sms, im->attn_work_floats);
+    CU_CHECK(st, cudaMemcpyAsync(d, h, graph_region_ints(B, gm) * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
+    if (!g->exec) {
+        /* capture; any failure turns graphs off for this bucket and the step runs eager */
+        CU_CHECK(st, cudaStreamSynchronize(im->stream));
+        llmi_status cst = {0};
+        cudaGraph_t graph = NULL;
+        cudaError_t e = cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeRelaxed);
+        int rc = e == cudaSuccess ? forward_body(b, im, &f, &cst) : 1;
+        if (e == cudaSuccess) e = cudaStreamEndCapture(im->stream, &graph);
+        if (!rc && e == cudaSuccess) e = cudaGraphInstantiate(&g->exec, graph, 0);
+        if (graph) cudaGraphDestroy(graph);
+        if (rc || e != cudaSuccess) {
+            (void)cudaGetLastError();
+            g->exec = NULL;
+            g->failed = true;
+            fprintf(stderr, "cuda: no graph for decode batches of %d (%s); running them eagerly\n", B,
+                    rc ? cst.msg : cudaGetErrorString(e));
+            return 0;
+        }
+    }
+    CU_CHECK(st, cudaGraphLaunch(g->exec, im->stream));
+    CU_CHECK(st, cudaMemcpyAsync(logits, im->logits, (size_t)n * c->n_vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                                 im->stream));
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    *done = true;
+    return 0;
+}
+
+static int cuda_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llmi_status *st) {
+    cuda_impl *im = b->impl;
+    if (check_batch(b, bt, st)) return st->code;
+    CU_CHECK(st, cudaSetDevice(im->device));
+    /* a forward that failed midway may have left copies from the pinned buffers in flight */
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    if (graph_eligible(b, im, bt)) {
+        bool done = false;
+        if (graph_forward(b, im, bt, logits, &done, st)) return st->code;
+        if (done) return 0;
+    }
+    return forward_eager(b, im, bt, logits, st);
+}
+
+/* ---- creation ---- */
+
+static int pick_device(const llmi_backend_opts *o, int *count, llmi_status *st) {
+    int drv = 0, rt = 0;
+    cudaError_t e = cudaDriverGetVersion(&drv);
+    if (e != cudaSuccess || drv == 0)
+        return llmi_fail(st, LLMI_E_USAGE, "--device cuda: no CUDA driver found (%s)",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "libcuda not loaded");
+    cudaRuntimeGetVersion(&rt);
+    e = cudaGetDeviceCount(count);
+    /* within a major version a newer runtime runs on an older driver (minor version
+     * compatibility); across majors it does not */
+    if (e == cudaErrorInsufficientDriver || drv / 1000 < rt / 1000)
+        return llmi_fail(st, LLMI_E_USAGE, "--device cuda: driver too old: it supports CUDA %d.%d, llmi was built with CUDA %d.%d",
+                         drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && *count == 0))
+        return llmi_fail(st, LLMI_E_USAGE, "--device cuda: no CUDA device found");
+    if (e != cudaSuccess) return llmi_fail(st, LLMI_E_USAGE, "--device cuda: cannot query devices: %s", cudaGetErrorString(e));
+    if (o->gpu_index < 0 || o->gpu_index >= *count)
+        return llmi_fail(st, LLMI_E_USAGE, "--gpu %d: out of range, this machine has %d CUDA device%s (0..%d)", o->gpu_index,
+                         *count, *count == 1 ? "" : "s", *count - 1);
+    return 0;
+}
+
+bool backend_cuda_compiled(void) { return true; }
+
+int backend_cuda_device_count(void) {
+    int drv = 0, count = 0;
+    if (cudaDriverGetVersion(&drv) != cudaSuccess || drv == 0) return 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+    return count;
+}
+
+int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_backend **out, llmi_status *st) {
+    *out = NULL;
+    int count = 0;
+    if (pick_device(o, &count, st)) return st->code;
+    if (check_model(m, st)) return st->code;
+    if (o->block_size <= 0 || o->max_batch_tokens <= 0 || o->max_seqs <= 0)
+        return llmi_fail(st, LLMI_E_USAGE, "cuda backend: block_size, max_batch_tokens and max_seqs must be positive");
+    if (o->max_batch_tokens > 65535)
+        return llmi_fail(st, LLMI_E_USAGE, "cuda backend: max_batch_tokens %d is above the 65535 one launch can cover",
+                         o->max_batch_tokens);
+    if (o->kv_dtype != LLMI_KV_F32 && o->kv_dtype != LLMI_KV_F16 && o->kv_dtype != LLMI_KV_BF16)
+        return llmi_fail(st, LLMI_E_USAGE, "cuda backend: unknown KV dtype %d", (int)o->kv_dtype);
+    const llmi_config *c = &m->cfg;
+
+    CU_CHECK(st, cudaSetDevice(o->gpu_index));
+    struct cudaDeviceProp prop;
+    CU_CHECK(st, cudaGetDeviceProperties(&prop, o->gpu_index));
+    if (prop.major < 8)
+        return llmi_fail(st, LLMI_E_USAGE, "--device cuda: GPU %d (%s) has compute capability %d.%d; llmi needs 8.0 or newer",
+                         o->gpu_index, prop.name, prop.major, prop.minor);
+    cudaError_t pe = llmi_cuda_probe();
+    if (pe != cudaSuccess)
+        return llmi_fail(st, LLMI_E_USAGE, "--device cuda: this llmi's kernels do not run on %s (sm_%d%d): %s; rebuild with "
+                         "make CUDA_ARCH=%d%d", prop.name, prop.major, prop.minor, cudaGetErrorString(pe), prop.major, prop.minor);
+
+    llmi_backend *b = calloc(1, sizeof *b);
+    cuda_impl *im = calloc(1, sizeof *im);
+    if (!b || !im) {
+        free(b);
+        free(im);
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
+    }
+    b->name = "cuda";
+    snprintf(b->device_name, sizeof b->device_name, "%.127s", prop.name);
+    b->model = m;
+    b->opts = *o;
+    b->impl = im;
+    b->kv_block_bytes = cuda_kv_block_bytes;
+    b->kv_budget_bytes = cuda_kv_budget_bytes;
+    b->kv_alloc = cuda_kv_alloc;
+    b->forward = cuda_forward;
+    b->memory = cuda_memory;
+    b->destroy = cuda_destroy;
+    im->device = o->gpu_index;
+    im->n_sms = prop.multiProcessorCount;
+    im->max_tokens = o->max_batch_tokens;
+    im->max_seqs = o->max_seqs;
+    im->q_dim = c->n_heads * c->head_dim;
+    im->kv_dim = c->n_kv_heads * c->head_dim;
+    im->qkv_dim = im->q_dim + 2 * im->kv_dim;
+    im->wdt = m->layers[0].wq.dtype == LLMI_F16 ? LLMI_F16 : LLMI_BF16;
+    /* split-K partials for up to max(max_seqs, 64) decode tokens at 16 splits */
+    int dec_tokens = o->max_seqs > 64 ? o->max_seqs : 64;
+    if (dec_tokens > o->max_batch_tokens) dec_tokens = o->max_batch_tokens;
+    im->attn_work_floats = llmi_cuda_attn_work_floats(dec_tokens, c->n_heads, c->head_dim, 16);
+
+    bool tied = m->lm_head.data == m->tok_embd.data && m->lm_head.dtype == m->tok_embd.dtype;
+    size_t need_w = weights_needed(m, im->wdt, tied);
+    size_t need_ws = workspace_needed(c, (size_t)o->max_batch_tokens, im->attn_work_floats, im->wdt);
+    size_t free_b = 0, total = 0;
+    int rc = 0;
+    if (cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking) != cudaSuccess)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: cannot create a stream on GPU %d: %s", o->gpu_index,
+                       cudaGetErrorString(cudaGetLastError()));
+    if (!rc && cudaMemGetInfo(&free_b, &total) != cudaSuccess)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: cudaMemGetInfo: %s", cudaGetErrorString(cudaGetLastError()));
+    if (!rc && need_w + need_ws > free_b)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: the model does not fit on GPU %d (%s): needs %.2f GiB "
+                       "(weights %.2f GiB as %s + workspaces %.2f GiB for %d batch tokens), %.2f GiB free of %.2f GiB",
+                       o->gpu_index, prop.name, (need_w + need_ws) / 1073741824.0, need_w / 1073741824.0,
+                       dtype_name(im->wdt), need_ws / 1073741824.0, o->max_batch_tokens, free_b / 1073741824.0,
+                       total / 1073741824.0);
+    if (!rc) rc = llmi_cuda_gemm_init(&im->gemm, im->wdt, GEMM_WORKSPACE, st);
+    if (!rc) rc = load_weights(b, im, st);
+    if (!rc) rc = alloc_workspaces(im, c, st);
+    if (!rc) rc = graphs_init(b, im, st);
+    if (rc) {
+        cuda_destroy(b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
+
+#endif

@@ -1,0 +1,100 @@
+/* bench_util.c — see bench_util.h. */
+#include "cli/bench_util.h"
+#include "core/version.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <omp.h>
+
+const char *bench_weight_dtype(const llmi_model *m) {
+    if (m->cfg.n_layers > 0 && m->layers) return dtype_name(m->layers[0].wq.dtype);
+    return dtype_name(m->tok_embd.dtype);
+}
+
+const char *bench_kv_name(llmi_kv_dtype t) {
+    switch (t) {
+    case LLMI_KV_F32: return "f32";
+    case LLMI_KV_F16: return "f16";
+    case LLMI_KV_BF16: return "bf16";
+    }
+    return "?";
+}
+
+int bench_kv_parse(const char *s, llmi_kv_dtype *out) {
+    if (!strcmp(s, "f32")) *out = LLMI_KV_F32;
+    else if (!strcmp(s, "f16")) *out = LLMI_KV_F16;
+    else if (!strcmp(s, "bf16")) *out = LLMI_KV_BF16;
+    else return -1;
+    return 0;
+}
+
+void bench_meta(report *r, const llmi_model *m, const llmi_backend *b, const char *model_label, int n_threads) {
+    char date[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    report_str(r, "commit", llmi_commit());
+    report_str(r, "date", date);
+    report_str(r, "backend", b ? b->name : "");
+    report_str(r, "device", b ? b->device_name : "");
+    report_str(r, "model", model_label);
+    report_str(r, "model_format", m->format);
+    /* Parameters in millions: weights of the shapes, counted once when tied. */
+    const llmi_config *c = &m->cfg;
+    double per_layer = (double)c->dim * c->n_heads * c->head_dim * 2 + (double)c->dim * c->n_kv_heads * c->head_dim * 2 +
+                       3.0 * c->dim * c->ffn_dim;
+    double params = per_layer * c->n_layers + (double)c->n_vocab * c->dim * (c->tie_embeddings ? 1 : 2);
+    report_num(r, "params_m", params / 1e6, 1);
+    report_num(r, "weights_gib", (double)m->weight_bytes / (1 << 30), 3);
+    report_str(r, "weight_dtype", bench_weight_dtype(m));
+    /* 0 means "all cores" to the backend: report what it resolved to. */
+    if (n_threads <= 0 && b && !strcmp(b->name, "cpu")) n_threads = omp_get_max_threads();
+    report_int(r, "threads", n_threads);
+}
+
+size_t bench_peak_rss(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = strtoull(line + 6, NULL, 10);
+    fclose(f);
+    return kb * 1024;
+}
+
+bool bench_peak_reset(void) {
+    /* "5" resets the peak RSS counter (Linux >= 4.0). */
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return false;
+    bool ok = fputs("5", f) >= 0;
+    ok &= fclose(f) == 0;
+    return ok;
+}
+
+void bench_progress_init(bench_progress *p, const char *label, int total) {
+    p->on = isatty(STDERR_FILENO) && total > 0;
+    p->total = total;
+    snprintf(p->label, sizeof p->label, "%s", label);
+    bench_progress_update(p, 0);
+}
+
+void bench_progress_update(bench_progress *p, int done) {
+    if (!p->on) return;
+    const int width = 30;
+    int fill = p->total > 0 ? (int)((long)done * width / p->total) : 0;
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+    bar[width] = '\0';
+    fprintf(stderr, "\r%s [%s] %d/%d", p->label, bar, done, p->total);
+    fflush(stderr);
+}
+
+void bench_progress_end(bench_progress *p) {
+    if (!p->on) return;
+    fprintf(stderr, "\r%*s\r", 40 + (int)strlen(p->label) + 24, "");
+    fflush(stderr);
+}

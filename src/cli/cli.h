@@ -1,0 +1,61 @@
+/* cli.h — owns what the subcommands share on the command line: the model/device/engine
+ * flags (one spelling everywhere, llama.cpp's names where one exists), value parsing
+ * with one-line errors naming the flag, and opening model + backend + engine from them.
+ * Each subcommand's entry point returns a process exit code; only main.c exits. */
+#ifndef LLMI_CLI_H
+#define LLMI_CLI_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "core/status.h"
+
+typedef struct cli_model_opts {
+    const char *model_path;       /* -m; NULL = the default model (scripts/fetch-model.sh's cache path) */
+    const char *dummy;            /* --dummy PRESET|config.json: synthetic weights, no tokenizer */
+    llmi_dtype dummy_dtype;       /* --dummy-dtype: weight dtype of synthetic models (default BF16) */
+    const char *device;           /* --device cpu|cuda|auto */
+    llmi_backend_opts backend;    /* -t, --gpu, --gpu-mem-util, --kv-type, --block-size */
+    llmi_engine_opts engine;      /* --num-blocks, --kv-mem, --max-batch-tokens, --prefill-chunk, --max-seqs,
+                                     --sched, -c */
+    bool max_batch_tokens_set;    /* else the backend's default: 512 on cpu, 2048 on cuda */
+    bool kv_type_set;             /* else the backend's default: f32 on cpu, bf16 on cuda */
+} cli_model_opts;
+
+void cli_model_opts_init(cli_model_opts *o);
+/* If argv[*i] is one of the shared flags, consumes it and its value (advancing *i) and
+ * returns 1; returns 0 when it is not a shared flag; returns -1 with st set on a bad value. */
+int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_status *st);
+/* Help text of the shared flags, for each subcommand's --help. */
+const char *cli_model_flags_help(void);
+
+/* Loads the model (or builds the dummy one), creates the backend the options ask for
+ * (auto = cuda when usable, else cpu; cuda asked for and missing = error) and the engine. */
+int cli_open(const cli_model_opts *o, llmi_model *m, llmi_backend **b, llmi_engine **e, llmi_status *st);
+void cli_close(llmi_model *m, llmi_backend *b, llmi_engine *e);
+/* Just the model and backend (quantize and tests that drive the backend directly). */
+int cli_open_model(const cli_model_opts *o, llmi_model *m, llmi_status *st);
+int cli_open_backend(const cli_model_opts *o, const llmi_model *m, llmi_backend **b, llmi_status *st);
+
+/* Strict value parsers: the whole string must parse and lie in [min, max]. */
+int cli_parse_long(const char *flag, const char *val, long min, long max, long *out, llmi_status *st);
+int cli_parse_float(const char *flag, const char *val, double min, double max, double *out, llmi_status *st);
+/* "1,8,32" -> values (malloc'ed, caller frees); every value in [min, max]. */
+int cli_parse_long_list(const char *flag, const char *val, long min, long max, long **out, int *n,
+                        llmi_status *st);
+/* Returns argv[*i + 1] after checking it exists, else fails naming the flag. */
+const char *cli_flag_value(int argc, char **argv, int *i, llmi_status *st);
+
+const char *cli_default_model_path(char *buf, size_t cap);
+/* Set by main.c's SIGINT handler; subcommands poll it between engine steps. */
+extern volatile sig_atomic_t *cli_interrupted;
+
+int cmd_generate(int argc, char **argv, llmi_status *st);
+int cmd_bench(int argc, char **argv, llmi_status *st);
+int cmd_profile(int argc, char **argv, llmi_status *st);
+int cmd_quantize(int argc, char **argv, llmi_status *st);
+
+#endif

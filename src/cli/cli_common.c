@@ -1,0 +1,321 @@
+/* cli_common.c — the flags every subcommand shares and opening model, backend and
+ * engine from them (see cli.h). */
+#include "cli/cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+volatile sig_atomic_t *cli_interrupted;
+
+void cli_model_opts_init(cli_model_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->device = "auto";
+    o->dummy_dtype = LLMI_BF16;
+    o->engine = engine_opts_defaults();
+    o->backend.n_threads = 0;
+    o->backend.gpu_index = 0;
+    o->backend.gpu_mem_util = 0.9f;
+    o->backend.kv_dtype = LLMI_KV_F32;
+}
+
+const char *cli_flag_value(int argc, char **argv, int *i, llmi_status *st) {
+    if (*i + 1 >= argc) {
+        llmi_fail(st, LLMI_E_USAGE, "%s: missing value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int cli_parse_long(const char *flag, const char *val, long min, long max, long *out, llmi_status *st) {
+    char *end;
+    errno = 0;
+    long v = strtol(val, &end, 10);
+    if (errno || end == val || *end || isspace((unsigned char)*val))
+        return llmi_fail(st, LLMI_E_USAGE, "%s: '%s' is not an integer", flag, val);
+    if (v < min || v > max) return llmi_fail(st, LLMI_E_USAGE, "%s: %ld is outside %ld..%ld", flag, v, min, max);
+    *out = v;
+    return LLMI_OK;
+}
+
+int cli_parse_float(const char *flag, const char *val, double min, double max, double *out, llmi_status *st) {
+    char *end;
+    errno = 0;
+    double v = strtod(val, &end);
+    if (errno || end == val || *end || isspace((unsigned char)*val) || !isfinite(v))
+        return llmi_fail(st, LLMI_E_USAGE, "%s: '%s' is not a number", flag, val);
+    if (v < min || v > max) return llmi_fail(st, LLMI_E_USAGE, "%s: %g is outside %g..%g", flag, v, min, max);
+    *out = v;
+    return LLMI_OK;
+}
+
+int cli_parse_long_list(const char *flag, const char *val, long min, long max, long **out, int *n,
+                        llmi_status *st) {
+    *out = NULL;
+    *n = 0;
+    int cap = 1;
+    for (const char *p = val; *p; p++) cap += *p == ',';
+    long *v = malloc((size_t)cap * sizeof *v);
+    char *copy = strdup(val);
+    if (!v || !copy) {
+        free(v);
+        free(copy);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", flag);
+    }
+    int k = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (cli_parse_long(flag, tok, min, max, &v[k], st)) {
+            free(v);
+            free(copy);
+            return st->code;
+        }
+        k++;
+    }
+    free(copy);
+    if (k == 0) {
+        free(v);
+        return llmi_fail(st, LLMI_E_USAGE, "%s: empty list", flag);
+    }
+    *out = v;
+    *n = k;
+    return LLMI_OK;
+}
+
+/* "512M", "2G", "1048576" -> bytes. */
+static int parse_size(const char *flag, const char *val, size_t *out, llmi_status *st) {
+    char *end;
+    errno = 0;
+    double v = strtod(val, &end);
+    double mult = 1;
+    if (*end == 'K' || *end == 'k') mult = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mult = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mult = 1024.0 * 1024 * 1024, end++;
+    if (*end == 'i' || *end == 'B') end++;
+    if (*end == 'B') end++;
+    if (errno || end == val || *end || !(v > 0) || v * mult > 1e15)
+        return llmi_fail(st, LLMI_E_USAGE, "%s: '%s' is not a size (e.g. 512M, 2G)", flag, val);
+    *out = (size_t)(v * mult);
+    return LLMI_OK;
+}
+
+const char *cli_model_flags_help(void) {
+    return "Model and device:\n"
+           "  -m, --model PATH        GGUF file or Hugging Face directory (default: the fetched\n"
+           "                          SmolLM2-135M-Instruct Q4_1, see scripts/fetch-model.sh; $LLMI_MODEL)\n"
+           "  --dummy SPEC            synthetic weights instead of -m: a preset (smollm2-135m, llama-2-7b,\n"
+           "                          llama-3-8b, mistral-7b, qwen2.5-7b) or a config.json path\n"
+           "  --dummy-dtype T         weight dtype of --dummy: f32 f16 bf16 q8_0 q4_0 q4_1 (default bf16)\n"
+           "  --device D              cpu, cuda or auto (default auto: cuda when usable, else cpu)\n"
+           "  -t, --threads N         CPU threads (default: all cores)\n"
+           "  --gpu N                 CUDA device index (default 0)\n"
+           "  --gpu-mem-util F        fraction of GPU memory to use (default 0.9)\n"
+           "Engine:\n"
+           "  -c, --ctx-size N        context length (default: the model's)\n"
+           "  --kv-type T             KV cache dtype: f32, f16, bf16 (default f32 on cpu, bf16 on cuda)\n"
+           "  --block-size N          tokens per KV block (default 16)\n"
+           "  --num-blocks N          KV blocks (default: from --kv-mem or the device's memory)\n"
+           "  --kv-mem SIZE           KV cache budget, e.g. 512M, 4G (default: 1G on cpu, the\n"
+           "                          --gpu-mem-util share of free memory on cuda)\n"
+           "  --max-batch-tokens N    tokens per engine step (default 512 on cpu, 2048 on cuda)\n"
+           "  --prefill-chunk N       longest prompt piece of one sequence per step (default: no limit)\n"
+           "  --max-seqs N            sequences running at once (default 256)\n"
+           "  --sched P               scheduling policy: fifo or prefill-first (default fifo)\n";
+}
+
+static int parse_dtype(const char *flag, const char *v, llmi_dtype *out, llmi_status *st) {
+    static const struct { const char *name; llmi_dtype t; } names[] = {
+        {"f32", LLMI_F32}, {"f16", LLMI_F16}, {"bf16", LLMI_BF16},
+        {"q8_0", LLMI_Q8_0}, {"q4_0", LLMI_Q4_0}, {"q4_1", LLMI_Q4_1},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcasecmp(v, names[i].name)) {
+            *out = names[i].t;
+            return LLMI_OK;
+        }
+    return llmi_fail(st, LLMI_E_USAGE, "%s: unknown dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_1)", flag, v);
+}
+
+int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_status *st) {
+    const char *a = argv[*i];
+    const char *v;
+    long n;
+    double f;
+#define VALUE() do { if (!(v = cli_flag_value(argc, argv, i, st))) return -1; } while (0)
+#define IS(x) (!strcmp(a, x))
+    if (IS("-m") || IS("--model")) {
+        VALUE();
+        o->model_path = v;
+    } else if (IS("--dummy")) {
+        VALUE();
+        o->dummy = v;
+    } else if (IS("--dummy-dtype")) {
+        VALUE();
+        if (parse_dtype(a, v, &o->dummy_dtype, st)) return -1;
+    } else if (IS("--device")) {
+        VALUE();
+        if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
+            llmi_fail(st, LLMI_E_USAGE, "--device: '%s' is not cpu, cuda or auto", v);
+            return -1;
+        }
+        o->device = v;
+    } else if (IS("-t") || IS("--threads")) {
+        VALUE();
+        if (cli_parse_long(a, v, 1, 1024, &n, st)) return -1;
+        o->backend.n_threads = (int)n;
+    } else if (IS("--gpu")) {
+        VALUE();
+        if (cli_parse_long(a, v, 0, 63, &n, st)) return -1;
+        o->backend.gpu_index = (int)n;
+    } else if (IS("--gpu-mem-util")) {
+        VALUE();
+        if (cli_parse_float(a, v, 0.05, 1.0, &f, st)) return -1;
+        o->backend.gpu_mem_util = (float)f;
+    } else if (IS("-c") || IS("--ctx-size")) {
+        VALUE();
+        if (cli_parse_long(a, v, 1, 1 << 24, &n, st)) return -1;
+        o->engine.max_ctx = (int)n;
+    } else if (IS("--kv-type")) {
+        VALUE();
+        if (!strcmp(v, "f32")) o->backend.kv_dtype = LLMI_KV_F32;
+        else if (!strcmp(v, "f16")) o->backend.kv_dtype = LLMI_KV_F16;
+        else if (!strcmp(v, "bf16")) o->backend.kv_dtype = LLMI_KV_BF16;
+        else {
+            llmi_fail(st, LLMI_E_USAGE, "--kv-type: '%s' is not f32, f16 or bf16", v);
+            return -1;
+        }
+        o->kv_type_set = true;
+    } else if (IS("--block-size")) {
+        VALUE();
+        if (cli_parse_long(a, v, 1, 1024, &n, st)) return -1;
+        o->engine.block_size = (int)n;
+    } else if (IS("--num-blocks")) {
+        VALUE();
+        if (cli_parse_long(a, v, 1, 1 << 30, &n, st)) return -1;
+        o->engine.num_blocks = (int)n;
+    } else if (IS("--kv-mem")) {
+        VALUE();
+        if (parse_size(a, v, &o->engine.kv_mem_bytes, st)) return -1;
+    } else if (IS("--max-batch-tokens")) {
+        VALUE();
+        if (cli_parse_long(a, v, 1, 1 << 20, &n, st)) return -1;
+        o->engine.max_batch_tokens = (int)n;
+        o->max_batch_tokens_set = true;
+    } else if (IS("--prefill-chunk")) {
+        VALUE();
+        if (cli_parse_long(a, v, 0, 1 << 24, &n, st)) return -1;
+        o->engine.prefill_chunk = (int)n;
+    } else if (IS("--max-seqs")) {
+        VALUE();
+        if (cli_parse_long(a, v, 1, 1 << 16, &n, st)) return -1;
+        o->engine.max_seqs = (int)n;
+    } else if (IS("--sched")) {
+        VALUE();
+        if (!strcmp(v, "fifo")) o->engine.policy = SCHED_FIFO;
+        else if (!strcmp(v, "prefill-first")) o->engine.policy = SCHED_PREFILL_FIRST;
+        else {
+            llmi_fail(st, LLMI_E_USAGE, "--sched: '%s' is not fifo or prefill-first", v);
+            return -1;
+        }
+    } else {
+        return 0;
+    }
+#undef VALUE
+#undef IS
+    return 1;
+}
+
+const char *cli_default_model_path(char *buf, size_t cap) {
+    const char *env = getenv("LLMI_MODEL");
+    if (env && *env) {
+        snprintf(buf, cap, "%s", env);
+        return buf;
+    }
+    const char *cache = getenv("LLMI_CACHE");
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (cache && *cache) snprintf(buf, cap, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
+    else if (xdg && *xdg) snprintf(buf, cap, "%s/llmi/SmolLM2-135M-Instruct.Q4_1.gguf", xdg);
+    else snprintf(buf, cap, "%s/.cache/llmi/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    return buf;
+}
+
+int cli_open_model(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
+    memset(m, 0, sizeof *m);
+    if (o->dummy) {
+        if (o->model_path) return llmi_fail(st, LLMI_E_USAGE, "--dummy and -m: give one or the other");
+        return model_load_dummy(o->dummy, o->dummy_dtype, m, st);
+    }
+    char def[1024];
+    const char *path = o->model_path;
+    if (!path) {
+        path = cli_default_model_path(def, sizeof def);
+        struct stat sb;
+        if (stat(path, &sb) != 0)
+            return llmi_fail(st, LLMI_E_USAGE,
+                             "-m: no model given and the default model is not at %s (run scripts/fetch-model.sh)",
+                             path);
+    }
+    llmi_load_opts lo = {0};
+    return model_load(path, &lo, m, st);
+}
+
+int cli_open_backend(const cli_model_opts *o, const llmi_model *m, llmi_backend **b, llmi_status *st) {
+    llmi_backend_opts bo = o->backend;
+    bo.block_size = o->engine.block_size;
+    bo.max_seqs = o->engine.max_seqs;
+    bo.max_batch_tokens = o->engine.max_batch_tokens;
+    bool want_cuda = !strcmp(o->device, "cuda");
+    bool auto_dev = !strcmp(o->device, "auto");
+    /* auto picks cuda only where a GPU is visible; a GPU that is there but cannot be
+     * used is reported before the CPU takes over. */
+    if (want_cuda || (auto_dev && backend_cuda_device_count() > 0)) {
+        if (!o->max_batch_tokens_set) bo.max_batch_tokens = 2048;
+        if (!o->kv_type_set) bo.kv_dtype = LLMI_KV_BF16;
+        llmi_status cst = {0};
+        if (backend_cuda_create(m, &bo, b, &cst) == LLMI_OK) return LLMI_OK;
+        if (want_cuda) return llmi_fail(st, cst.code, "%s", cst.msg);
+        /* auto: say why the GPU was not used, then run on the CPU as asked. */
+        fprintf(stderr, "llmi: --device auto: using cpu (%s)\n", cst.msg);
+        bo.max_batch_tokens = o->engine.max_batch_tokens;
+        bo.kv_dtype = o->backend.kv_dtype;
+    }
+    if (!o->max_batch_tokens_set) bo.max_batch_tokens = 512;
+    return backend_cpu_create(m, &bo, b, st);
+}
+
+int cli_open(const cli_model_opts *o, llmi_model *m, llmi_backend **b, llmi_engine **e, llmi_status *st) {
+    *b = NULL;
+    *e = NULL;
+    if (cli_open_model(o, m, st)) return st->code;
+    if (cli_open_backend(o, m, b, st)) {
+        model_free(m);
+        return st->code;
+    }
+    llmi_engine_opts eo = o->engine;
+    eo.max_batch_tokens = (*b)->opts.max_batch_tokens;
+    /* A CPU process shares its memory with everything else on the machine: unless asked,
+     * hold 1 GiB of KV (tens of thousands of tokens for small models), not half the RAM. */
+    if (!strcmp((*b)->name, "cpu") && eo.num_blocks == 0 && eo.kv_mem_bytes == 0) {
+        size_t budget = (*b)->kv_budget_bytes(*b);
+        eo.kv_mem_bytes = budget < ((size_t)1 << 30) ? budget : ((size_t)1 << 30);
+    }
+    if (engine_create(m, *b, &eo, e, st)) {
+        (*b)->destroy(*b);
+        *b = NULL;
+        model_free(m);
+        return st->code;
+    }
+    return LLMI_OK;
+}
+
+void cli_close(llmi_model *m, llmi_backend *b, llmi_engine *e) {
+    engine_destroy(e);
+    if (b) b->destroy(b);
+    model_free(m);
+}

@@ -1,0 +1,729 @@
+/* cmd_generate.c — `llmi generate`: one prompt streamed to stdout, or many prompts
+ * (--prompts FILE) served together by continuous batching; stats on stderr, or one
+ * JSON object per request with --json. */
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/bench_util.h"
+#include "cli/cli.h"
+#include "core/jsonw.h"
+#include "tok/tokenizer.h"
+
+typedef struct gen_request {
+    int index;                       /* position in the input, the output order */
+    char *prompt;                    /* the text as given (before chat formatting) */
+    int32_t *prompt_ids;             /* (n_prompt) */
+    int n_prompt;
+    llmi_request_params params;
+    char *stops[LLMI_MAX_STOP];      /* owned copies behind params.stop */
+    int engine_id;                   /* -1 when the request was refused */
+    char *error;                     /* why it was refused */
+    /* output */
+    tok_stream stream;
+    char *text;                      /* (text_cap) decoded output */
+    size_t text_len, text_cap, printed;
+    int32_t *gen_ids;                /* (cap_gen) generated ids */
+    float *lp;                       /* (cap_gen) logprob of each generated id */
+    int32_t *top_ids;                /* (cap_gen, logprobs) */
+    float *top_lp;                   /* (cap_gen, logprobs) */
+    int n_gen, cap_gen;
+    bool done, emitted;
+    llmi_finish finish;
+    double ttft, latency, prefill_s; /* seconds */
+    int n_preempted;
+} gen_request;
+
+typedef struct gen_opts {
+    const char *prompt, *prompt_file, *prompts_file, *system;
+    bool chat, json, verbose_prompt, no_stats;
+    llmi_request_params params;
+    bool seed_given;
+} gen_opts;
+
+typedef struct gen_ctx {
+    llmi_engine *engine;
+    gen_request *reqs;               /* (n_reqs) */
+    int n_reqs;
+    const tokenizer *tok;
+    bool stream_out;                 /* single prompt, plain text: print as tokens arrive */
+    bool json;
+    int next_emit;                   /* requests are emitted in input order */
+    bool io_error;
+} gen_ctx;
+
+static const char *gen_help =
+    "usage: llmi generate [options]\n"
+    "Generates text from a prompt given with -p, -f, --prompts, or on stdin.\n"
+    "Prompt and output:\n"
+    "  -p, --prompt TEXT       the prompt\n"
+    "  -f, --file FILE         read the prompt from FILE ('-' = stdin)\n"
+    "  --prompts FILE          many prompts, one per line; a line starting with '{' is JSON with\n"
+    "                          \"prompt\" and optional max_tokens, temperature, top_k, top_p, min_p,\n"
+    "                          repeat_penalty, seed, stop, ignore_eos, logprobs; served together\n"
+    "  --chat                  format the prompt with the model's chat template\n"
+    "  --system TEXT           system message for --chat\n"
+    "  -n, --n-predict N       tokens to generate (default 128; 0 = prompt only; -1 = until EOS/context)\n"
+    "  --stop STR              stop when the output contains STR (repeatable, up to 8)\n"
+    "  --ignore-eos            keep generating past end-of-generation tokens\n"
+    "  --json                  one JSON object per request on stdout (text, token counts, finish\n"
+    "                          reason, ttft_ms, latency_ms, prompt_ids, tokens)\n"
+    "  --logprobs N            add each generated token's logprob and the top N (<= 20) to --json\n"
+    "  --verbose-prompt        print the prompt's token ids and pieces to stderr\n"
+    "  --no-stats              do not print stats to stderr\n"
+    "Sampling (llama.cpp's defaults and order: penalties, top-k, top-p, min-p, temperature):\n"
+    "  --temp T                temperature (default 0.8; 0 = greedy)\n"
+    "  --top-k N               (default 40; 0 = off)\n"
+    "  --top-p P               (default 0.95; 1 = off)\n"
+    "  --min-p P               (default 0.05; 0 = off)\n"
+    "  --repeat-penalty P      (default 1.0 = off)\n"
+    "  --repeat-last-n N       tokens the penalty looks back over (default 64; -1 = all)\n"
+    "  -s, --seed N            RNG seed (default: random, printed in the stats)\n";
+
+/* ---- output ---------------------------------------------------------------------- */
+
+static bool text_grow(gen_request *r, size_t extra) {
+    if (r->text_len + extra + 1 <= r->text_cap) return true;
+    size_t cap = r->text_cap ? r->text_cap : 256;
+    while (cap < r->text_len + extra + 1) cap *= 2;
+    char *nt = realloc(r->text, cap);
+    if (!nt) return false;
+    r->text = nt;
+    r->text_cap = cap;
+    return true;
+}
+
+/* Bytes at the end of the text that could still become a stop string: not printable yet. */
+static size_t stop_holdback(const gen_request *r) {
+    size_t hold = 0;
+    for (int i = 0; i < r->params.n_stop; i++) {
+        size_t sl = strlen(r->params.stop[i]);
+        for (size_t k = sl - 1; k > hold && k > 0; k--)
+            if (k <= r->text_len && !memcmp(r->text + r->text_len - k, r->params.stop[i], k)) {
+                hold = k;
+                break;
+            }
+    }
+    return hold;
+}
+
+/* Cuts the text at the first stop string (the stop string is not part of the output). */
+static void trim_at_stop(gen_request *r) {
+    size_t cut = r->text_len;
+    for (int i = 0; i < r->params.n_stop; i++) {
+        char *p = memmem(r->text, r->text_len, r->params.stop[i], strlen(r->params.stop[i]));
+        if (p && (size_t)(p - r->text) < cut) cut = (size_t)(p - r->text);
+    }
+    r->text_len = cut;
+    if (r->text) r->text[cut] = '\0';
+    if (r->printed > cut) r->printed = cut;
+}
+
+static void emit_json(gen_ctx *g, gen_request *r) {
+    jsonw w;
+    jw_init(&w);
+    jw_obj_begin(&w);
+    jw_key(&w, "index"); jw_int(&w, r->index);
+    if (r->error) {
+        jw_key(&w, "error"); jw_cstr(&w, r->error);
+    } else {
+        jw_key(&w, "text"); jw_str(&w, r->text ? r->text : "", r->text_len);
+        jw_key(&w, "finish_reason"); jw_cstr(&w, finish_name(r->finish));
+        jw_key(&w, "prompt_tokens"); jw_int(&w, r->n_prompt);
+        jw_key(&w, "generated_tokens"); jw_int(&w, r->n_gen);
+        jw_key(&w, "ttft_ms"); jw_num(&w, r->n_gen > 0 ? r->ttft * 1e3 : NAN);
+        jw_key(&w, "prefill_ms"); jw_num(&w, r->prefill_s * 1e3);
+        jw_key(&w, "latency_ms"); jw_num(&w, r->latency * 1e3);
+        jw_key(&w, "preempted"); jw_int(&w, r->n_preempted);
+        jw_key(&w, "decode_tok_s");
+        jw_num(&w, r->n_gen > 1 && r->latency > r->ttft ? (r->n_gen - 1) / (r->latency - r->ttft) : NAN);
+        jw_key(&w, "prompt_ids");
+        jw_arr_begin(&w);
+        for (int i = 0; i < r->n_prompt; i++) jw_int(&w, r->prompt_ids[i]);
+        jw_arr_end(&w);
+        jw_key(&w, "tokens");
+        jw_arr_begin(&w);
+        for (int i = 0; i < r->n_gen; i++) jw_int(&w, r->gen_ids[i]);
+        jw_arr_end(&w);
+        int nl = r->params.logprobs;
+        if (nl > 0 && g->tok) {
+            char piece[256];
+            jw_key(&w, "logprobs");
+            jw_arr_begin(&w);
+            for (int i = 0; i < r->n_gen; i++) {
+                jw_obj_begin(&w);
+                jw_key(&w, "id"); jw_int(&w, r->gen_ids[i]);
+                int pl = tok_piece(g->tok, r->gen_ids[i], piece, sizeof piece);
+                jw_key(&w, "piece"); jw_str(&w, piece, (size_t)(pl > 0 ? pl : 0));
+                jw_key(&w, "logprob"); jw_num(&w, r->lp[i]);
+                jw_key(&w, "top");
+                jw_arr_begin(&w);
+                for (int k = 0; k < nl; k++) {
+                    int32_t id = r->top_ids[(size_t)i * nl + k];
+                    jw_obj_begin(&w);
+                    jw_key(&w, "id"); jw_int(&w, id);
+                    pl = tok_piece(g->tok, id, piece, sizeof piece);
+                    jw_key(&w, "piece"); jw_str(&w, piece, (size_t)(pl > 0 ? pl : 0));
+                    jw_key(&w, "logprob"); jw_num(&w, r->top_lp[(size_t)i * nl + k]);
+                    jw_obj_end(&w);
+                }
+                jw_arr_end(&w);
+                jw_obj_end(&w);
+            }
+            jw_arr_end(&w);
+        }
+    }
+    jw_obj_end(&w);
+    if (jw_flush_line(&w, stdout)) g->io_error = true;
+    jw_free(&w);
+}
+
+/* Emits every finished request at the head of the input order. */
+static void emit_ready(gen_ctx *g) {
+    while (g->next_emit < g->n_reqs && g->reqs[g->next_emit].done) {
+        gen_request *r = &g->reqs[g->next_emit++];
+        if (r->emitted) continue;
+        r->emitted = true;
+        if (g->json) {
+            emit_json(g, r);
+        } else if (!g->stream_out && !r->error) {
+            fwrite(r->text ? r->text : "", 1, r->text_len, stdout);
+            fputc('\n', stdout);
+        }
+    }
+    fflush(stdout);
+}
+
+static void on_token(void *ctx, const llmi_token_event *ev) {
+    gen_ctx *g = ctx;
+    gen_request *r = ev->user;
+    if (ev->token >= 0) {
+        if (r->n_gen == r->cap_gen) {
+            int cap = r->cap_gen ? 2 * r->cap_gen : 64;
+            int nl = r->params.logprobs;
+            int32_t *ni = realloc(r->gen_ids, (size_t)cap * sizeof *ni);
+            if (ni) r->gen_ids = ni;
+            float *nlp = realloc(r->lp, (size_t)cap * sizeof *nlp);
+            if (nlp) r->lp = nlp;
+            int32_t *nti = nl ? realloc(r->top_ids, (size_t)cap * nl * sizeof *nti) : NULL;
+            if (nti) r->top_ids = nti;
+            float *ntl = nl ? realloc(r->top_lp, (size_t)cap * nl * sizeof *ntl) : NULL;
+            if (ntl) r->top_lp = ntl;
+            if (!ni || !nlp || (nl && (!nti || !ntl))) {
+                g->io_error = true;
+                return;
+            }
+            r->cap_gen = cap;
+        }
+        int nl = r->params.logprobs;
+        r->gen_ids[r->n_gen] = ev->token;
+        r->lp[r->n_gen] = ev->logprob;
+        for (int k = 0; k < nl; k++) {
+            r->top_ids[(size_t)r->n_gen * nl + k] = k < ev->n_top ? ev->top_ids[k] : -1;
+            r->top_lp[(size_t)r->n_gen * nl + k] = k < ev->n_top ? ev->top_logprobs[k] : -INFINITY;
+        }
+        r->n_gen++;
+        /* End-of-generation tokens end the text; they are not part of it. */
+        bool hide = ev->finished && ev->reason == LLMI_FINISH_EOS;
+        if (g->tok && !hide && text_grow(r, tok_stream_cap(g->tok))) {
+            int n = tok_stream_push(&r->stream, ev->token, r->text + r->text_len, tok_stream_cap(g->tok));
+            r->text_len += (size_t)(n > 0 ? n : 0);
+            r->text[r->text_len] = '\0';
+        }
+    }
+    if (ev->finished) {
+        if (g->tok && text_grow(r, tok_stream_cap(g->tok))) {
+            int n = tok_stream_flush(&r->stream, r->text + r->text_len, tok_stream_cap(g->tok));
+            r->text_len += (size_t)(n > 0 ? n : 0);
+            r->text[r->text_len] = '\0';
+        }
+        if (ev->reason == LLMI_FINISH_STOP) trim_at_stop(r);
+        const llmi_request_info *info = engine_request(g->engine, ev->request_id);
+        if (info) {
+            r->ttft = info->t_first_token - info->t_arrival;
+            r->latency = info->t_finish - info->t_arrival;
+            r->prefill_s = info->t_prefill_done - info->t_arrival;
+            r->n_preempted = info->n_preempted;
+        }
+        r->done = true;
+        r->finish = ev->reason;
+    }
+    if (g->stream_out && r->text) {
+        size_t upto = r->done ? r->text_len : r->text_len - stop_holdback(r);
+        if (upto > r->printed) {
+            if (fwrite(r->text + r->printed, 1, upto - r->printed, stdout) != upto - r->printed) g->io_error = true;
+            r->printed = upto;
+            fflush(stdout);
+        }
+        if (r->done) {
+            fputc('\n', stdout);
+            fflush(stdout);
+        }
+    }
+    if (ev->finished) emit_ready(g);
+}
+
+/* ---- input ----------------------------------------------------------------------- */
+
+static char *read_all(FILE *f, size_t *len) {
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0) {
+            if (cap > ((size_t)1 << 31)) {
+                free(buf);
+                errno = EFBIG;
+                return NULL;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (ferror(f)) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static char *read_file_text(const char *flag, const char *path, llmi_status *st) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        llmi_fail(st, LLMI_E_USAGE, "%s: cannot open '%s': %s", flag, path, strerror(errno));
+        return NULL;
+    }
+    size_t len;
+    char *s = read_all(f, &len);
+    if (!s) llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot read '%s': %s", flag, path, strerror(errno));
+    if (f != stdin) fclose(f);
+    if (s && strlen(s) != len) {
+        free(s);
+        llmi_fail(st, LLMI_E_USAGE, "%s: '%s' contains NUL bytes; prompts are text", flag, path);
+        return NULL;
+    }
+    return s;
+}
+
+static int add_stop(llmi_request_params *p, char **owned, const char *s, const char *where, llmi_status *st) {
+    if (p->n_stop >= LLMI_MAX_STOP) return llmi_fail(st, LLMI_E_USAGE, "%s: at most %d stop strings", where, LLMI_MAX_STOP);
+    if (!*s) return llmi_fail(st, LLMI_E_USAGE, "%s: empty stop string", where);
+    owned[p->n_stop] = strdup(s);
+    if (!owned[p->n_stop]) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+    p->stop[p->n_stop] = owned[p->n_stop];
+    p->n_stop++;
+    return LLMI_OK;
+}
+
+/* Reads per-request fields of one JSONL line over the defaults. */
+static int parse_json_request(const char *line, const char *file, int lineno, gen_request *r, llmi_status *st) {
+    cJSON *j = cJSON_Parse(line);
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: not a JSON object", file, lineno);
+    }
+    int rc = LLMI_OK;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
+    if (!cJSON_IsString(p)) {
+        rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"prompt\" must be a string", file, lineno);
+        goto out;
+    }
+    r->prompt = strdup(p->valuestring);
+    if (!r->prompt) {
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+        goto out;
+    }
+    struct { const char *key; double min, max; int kind; void *dst; } fields[] = {
+        {"max_tokens", -1, 1 << 24, 0, &r->params.max_tokens},
+        {"n_predict", -1, 1 << 24, 0, &r->params.max_tokens},
+        {"temperature", 0, 100, 1, &r->params.sampling.temperature},
+        {"temp", 0, 100, 1, &r->params.sampling.temperature},
+        {"top_k", 0, 1 << 24, 0, &r->params.sampling.top_k},
+        {"top_p", 0, 1, 1, &r->params.sampling.top_p},
+        {"min_p", 0, 1, 1, &r->params.sampling.min_p},
+        {"repeat_penalty", 0, 100, 1, &r->params.sampling.repeat_penalty},
+        {"logprobs", 0, LLMI_MAX_LOGPROBS, 0, &r->params.logprobs},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, fields[i].key);
+        if (!v) continue;
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= fields[i].min && v->valuedouble <= fields[i].max) ||
+            (fields[i].kind == 0 && v->valuedouble != floor(v->valuedouble))) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"%s\" must be a number in %g..%g", file, lineno,
+                           fields[i].key, fields[i].min, fields[i].max);
+            goto out;
+        }
+        if (fields[i].kind == 0) *(int *)fields[i].dst = (int)v->valuedouble;
+        else *(float *)fields[i].dst = (float)v->valuedouble;
+    }
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(j, "seed");
+    if (seed) {
+        if (!cJSON_IsNumber(seed) || seed->valuedouble < 0 || seed->valuedouble > 9007199254740992.0) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"seed\" must be a non-negative integer", file, lineno);
+            goto out;
+        }
+        r->params.sampling.seed = (uint64_t)seed->valuedouble;
+    }
+    const cJSON *ie = cJSON_GetObjectItemCaseSensitive(j, "ignore_eos");
+    if (ie) {
+        if (!cJSON_IsBool(ie)) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"ignore_eos\" must be true or false", file, lineno);
+            goto out;
+        }
+        r->params.ignore_eos = cJSON_IsTrue(ie);
+    }
+    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(j, "stop");
+    if (stop) {
+        /* Per-request stops replace the command line's. */
+        for (int i = 0; i < r->params.n_stop; i++) free(r->stops[i]);
+        r->params.n_stop = 0;
+        char where[64];
+        snprintf(where, sizeof where, "--prompts line %d", lineno);
+        if (cJSON_IsString(stop)) {
+            rc = add_stop(&r->params, r->stops, stop->valuestring, where, st);
+        } else if (cJSON_IsArray(stop)) {
+            const cJSON *s;
+            cJSON_ArrayForEach(s, stop) {
+                if (!cJSON_IsString(s)) {
+                    rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"stop\" entries must be strings", file, lineno);
+                    goto out;
+                }
+                if ((rc = add_stop(&r->params, r->stops, s->valuestring, where, st))) goto out;
+            }
+        } else {
+            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"stop\" must be a string or a list", file, lineno);
+        }
+    }
+out:
+    cJSON_Delete(j);
+    return rc;
+}
+
+static void request_free(gen_request *r) {
+    free(r->prompt);
+    free(r->prompt_ids);
+    for (int i = 0; i < r->params.n_stop; i++) free(r->stops[i]);
+    free(r->error);
+    free(r->text);
+    free(r->gen_ids);
+    free(r->lp);
+    free(r->top_ids);
+    free(r->top_lp);
+}
+
+static int copy_params(gen_request *r, const gen_opts *o, llmi_status *st) {
+    r->params = o->params;
+    r->params.n_stop = 0;
+    for (int i = 0; i < o->params.n_stop; i++)
+        if (add_stop(&r->params, r->stops, o->params.stop[i], "--stop", st)) return st->code;
+    return LLMI_OK;
+}
+
+/* Builds the request list from -p / -f / stdin / --prompts. */
+static int collect_prompts(const gen_opts *o, gen_request **out, int *n_out, llmi_status *st) {
+    *out = NULL;
+    *n_out = 0;
+    int given = (o->prompt != NULL) + (o->prompt_file != NULL) + (o->prompts_file != NULL);
+    if (given > 1) return llmi_fail(st, LLMI_E_USAGE, "-p, -f and --prompts: give only one");
+    if (given == 0 && isatty(STDIN_FILENO))
+        return llmi_fail(st, LLMI_E_USAGE, "no prompt: give -p TEXT, -f FILE, --prompts FILE or pipe text on stdin");
+    if (!o->prompts_file) {
+        gen_request *r = calloc(1, sizeof *r);
+        if (!r) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+        r->prompt = o->prompt ? strdup(o->prompt) : read_file_text(o->prompt_file ? "-f" : "stdin",
+                                                                    o->prompt_file ? o->prompt_file : "-", st);
+        if (!r->prompt || copy_params(r, o, st)) {
+            request_free(r);
+            free(r);
+            return st->code ? st->code : llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+        }
+        *out = r;
+        *n_out = 1;
+        return LLMI_OK;
+    }
+    char *all = read_file_text("--prompts", o->prompts_file, st);
+    if (!all) return st->code;
+    int cap = 16, n = 0;
+    gen_request *reqs = calloc((size_t)cap, sizeof *reqs);
+    int lineno = 0, rc = LLMI_OK;
+    char *save = NULL;
+    for (char *line = strtok_r(all, "\n", &save); line && reqs; line = strtok_r(NULL, "\n", &save)) {
+        lineno++;
+        size_t L = strlen(line);
+        if (L && line[L - 1] == '\r') line[--L] = '\0';
+        const char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p) continue;
+        if (n == cap) {
+            gen_request *nr = realloc(reqs, (size_t)cap * 2 * sizeof *nr);
+            if (!nr) break;
+            memset(nr + cap, 0, (size_t)cap * sizeof *nr);
+            reqs = nr;
+            cap *= 2;
+        }
+        gen_request *r = &reqs[n++];
+        r->index = n - 1;
+        if ((rc = copy_params(r, o, st))) break;
+        if (*p == '{') {
+            if ((rc = parse_json_request(p, o->prompts_file, lineno, r, st))) break;
+        } else if (!(r->prompt = strdup(line))) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+            break;
+        }
+    }
+    free(all);
+    if (!reqs) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+    if (!rc && n == 0) rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: '%s' holds no prompts", o->prompts_file);
+    if (rc) {
+        for (int i = 0; i < n; i++) request_free(&reqs[i]);
+        free(reqs);
+        return rc;
+    }
+    *out = reqs;
+    *n_out = n;
+    return LLMI_OK;
+}
+
+static void print_prompt_tokens(const tokenizer *tok, const gen_request *r) {
+    fprintf(stderr, "prompt: '%s'\nnumber of tokens in prompt = %d\n", r->prompt, r->n_prompt);
+    char piece[256];
+    for (int i = 0; i < r->n_prompt; i++) {
+        int n = tok_piece(tok, r->prompt_ids[i], piece, sizeof piece - 1);
+        piece[n > 0 ? n : 0] = '\0';
+        fprintf(stderr, "%6d -> '%s'\n", r->prompt_ids[i], piece);
+    }
+}
+
+static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b, double wall, uint64_t seed,
+                        bool seed_random) {
+    long prompt = 0, gen = 0;
+    double ttft_sum = 0, prefill_sum = 0, decode_time = 0;
+    long decode_tokens = 0;
+    int n_ttft = 0, preemptions = 0;
+    for (int i = 0; i < g->n_reqs; i++) {
+        const gen_request *r = &g->reqs[i];
+        if (r->error) continue;
+        prompt += r->n_prompt;
+        gen += r->n_gen;
+        preemptions += r->n_preempted;
+        prefill_sum += r->prefill_s;
+        if (r->n_gen > 0) {
+            ttft_sum += r->ttft;
+            n_ttft++;
+        }
+        if (r->n_gen > 1) {
+            decode_tokens += r->n_gen - 1;
+            decode_time += r->latency - r->ttft;
+        }
+    }
+    size_t wb = 0, kvb = 0, ab = 0;
+    if (b->memory) b->memory(b, &wb, &kvb, &ab);
+    fprintf(stderr, "\nllmi: %d request%s | prompt %ld tokens | generated %ld tokens", g->n_reqs,
+            g->n_reqs == 1 ? "" : "s", prompt, gen);
+    if (g->n_reqs == 1 && !g->reqs[0].error) fprintf(stderr, " | finish %s", finish_name(g->reqs[0].finish));
+    fprintf(stderr, "\n");
+    if (n_ttft) fprintf(stderr, "llmi: TTFT %.1f ms%s", 1e3 * ttft_sum / n_ttft, n_ttft > 1 ? " (mean)" : "");
+    else fprintf(stderr, "llmi: TTFT -");
+    if (g->n_reqs == 1) {
+        fprintf(stderr, " | prefill %.1f tok/s", prefill_sum > 0 ? prompt / prefill_sum : 0.0);
+        fprintf(stderr, " | decode %.1f tok/s", decode_time > 0 ? decode_tokens / decode_time : 0.0);
+        if (decode_tokens > 0 && decode_time > 0) fprintf(stderr, " (%.2f ms/token)", 1e3 * decode_time / decode_tokens);
+    } else {
+        fprintf(stderr, " | throughput %.1f prompt tok/s, %.1f generated tok/s over %.2f s", wall > 0 ? prompt / wall : 0,
+                wall > 0 ? gen / wall : 0, wall);
+    }
+    fprintf(stderr, "\nllmi: peak memory %.1f MiB (weights %.1f MiB, KV %.1f MiB) | KV blocks %d/%d peak | "
+            "preemptions %d | %s (%s)",
+            bench_peak_rss() / 1048576.0, (wb ? wb : b->model->weight_bytes) / 1048576.0, kvb / 1048576.0,
+            engine_kv_blocks_peak(e), engine_kv_blocks_total(e), preemptions, b->name, b->device_name);
+    if (!strcmp(b->name, "cpu"))
+        fprintf(stderr, ", %d threads", b->opts.n_threads > 0 ? b->opts.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    fprintf(stderr, " | seed %llu%s\n", (unsigned long long)seed, seed_random ? " (random)" : "");
+}
+
+static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *mo, bool *help, llmi_status *st) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long n;
+        double f;
+        int r = cli_parse_model_flag(mo, argc, argv, &i, st);
+        if (r < 0) return st->code;
+        if (r > 0) continue;
+#define VALUE() do { if (!(v = cli_flag_value(argc, argv, &i, st))) return st->code; } while (0)
+#define IS(x) (!strcmp(a, x))
+        if (IS("-h") || IS("--help")) *help = true;
+        else if (IS("-p") || IS("--prompt")) { VALUE(); o->prompt = v; }
+        else if (IS("-f") || IS("--file")) { VALUE(); o->prompt_file = v; }
+        else if (IS("--prompts")) { VALUE(); o->prompts_file = v; }
+        else if (IS("--system")) { VALUE(); o->system = v; }
+        else if (IS("--chat")) o->chat = true;
+        else if (IS("--json")) o->json = true;
+        else if (IS("--verbose-prompt")) o->verbose_prompt = true;
+        else if (IS("--no-stats")) o->no_stats = true;
+        else if (IS("--ignore-eos")) o->params.ignore_eos = true;
+        else if (IS("-n") || IS("--n-predict")) {
+            VALUE();
+            if (cli_parse_long(a, v, -1, 1 << 24, &n, st)) return st->code;
+            o->params.max_tokens = (int)n;
+        } else if (IS("--stop")) {
+            VALUE();
+            if (o->params.n_stop >= LLMI_MAX_STOP) return llmi_fail(st, LLMI_E_USAGE, "--stop: at most %d", LLMI_MAX_STOP);
+            if (!*v) return llmi_fail(st, LLMI_E_USAGE, "--stop: empty string");
+            o->params.stop[o->params.n_stop++] = v;
+        } else if (IS("--logprobs")) {
+            VALUE();
+            if (cli_parse_long(a, v, 0, LLMI_MAX_LOGPROBS, &n, st)) return st->code;
+            o->params.logprobs = (int)n;
+        } else if (IS("--temp")) {
+            VALUE();
+            if (cli_parse_float(a, v, 0, 100, &f, st)) return st->code;
+            o->params.sampling.temperature = (float)f;
+        } else if (IS("--top-k")) {
+            VALUE();
+            if (cli_parse_long(a, v, 0, 1 << 24, &n, st)) return st->code;
+            o->params.sampling.top_k = (int)n;
+        } else if (IS("--top-p")) {
+            VALUE();
+            if (cli_parse_float(a, v, 0, 1, &f, st)) return st->code;
+            o->params.sampling.top_p = (float)f;
+        } else if (IS("--min-p")) {
+            VALUE();
+            if (cli_parse_float(a, v, 0, 1, &f, st)) return st->code;
+            o->params.sampling.min_p = (float)f;
+        } else if (IS("--repeat-penalty")) {
+            VALUE();
+            if (cli_parse_float(a, v, 0.01, 100, &f, st)) return st->code;
+            o->params.sampling.repeat_penalty = (float)f;
+        } else if (IS("--repeat-last-n")) {
+            VALUE();
+            if (cli_parse_long(a, v, -1, 1 << 24, &n, st)) return st->code;
+            o->params.sampling.repeat_last_n = (int)n;
+        } else if (IS("-s") || IS("--seed")) {
+            VALUE();
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(v, &end, 10);
+            if (errno || end == v || *end || *v == '-')
+                return llmi_fail(st, LLMI_E_USAGE, "%s: '%s' is not a non-negative integer", a, v);
+            o->params.sampling.seed = s;
+            o->seed_given = true;
+        } else if (a[0] == '-') {
+            return llmi_fail(st, LLMI_E_USAGE, "generate: unknown flag '%s' (see llmi generate --help)", a);
+        } else {
+            return llmi_fail(st, LLMI_E_USAGE, "generate: unexpected argument '%s' (the prompt goes after -p)", a);
+        }
+#undef VALUE
+#undef IS
+    }
+    if (o->system && !o->chat) return llmi_fail(st, LLMI_E_USAGE, "--system: needs --chat");
+    if (o->params.logprobs > 0 && !o->json) return llmi_fail(st, LLMI_E_USAGE, "--logprobs: needs --json");
+    return LLMI_OK;
+}
+
+static uint64_t random_seed(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return ((uint64_t)t.tv_nsec * 0x9E3779B97F4A7C15ull) ^ (uint64_t)t.tv_sec ^ ((uint64_t)getpid() << 32);
+}
+
+int cmd_generate(int argc, char **argv, llmi_status *st) {
+    gen_opts o = {0};
+    o.params = request_params_defaults();
+    o.params.max_tokens = 128;
+    cli_model_opts mo;
+    cli_model_opts_init(&mo);
+    bool help = false;
+    if (parse_gen_flags(argc, argv, &o, &mo, &help, st)) return st->code;
+    if (help) {
+        printf("%s%s", gen_help, cli_model_flags_help());
+        return 0;
+    }
+    if (mo.dummy) return llmi_fail(st, LLMI_E_USAGE, "--dummy: generate needs a tokenizer; use llmi bench for synthetic weights");
+    bool seed_random = !o.seed_given;
+    if (seed_random) o.params.sampling.seed = random_seed();
+
+    gen_request *reqs = NULL;
+    int n_reqs = 0;
+    if (collect_prompts(&o, &reqs, &n_reqs, st)) return st->code;
+
+    llmi_model m;
+    llmi_backend *b = NULL;
+    llmi_engine *e = NULL;
+    int rc = cli_open(&mo, &m, &b, &e, st);
+    if (rc) goto out_reqs;
+    if (!m.tok) {
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: the model has no tokenizer", m.source_path);
+        goto out;
+    }
+
+    gen_ctx g = {.engine = e, .reqs = reqs, .n_reqs = n_reqs, .tok = m.tok, .json = o.json,
+                 .stream_out = n_reqs == 1 && !o.json && !o.prompts_file};
+    double t0 = engine_now(e);
+    int n_failed = 0;
+    for (int i = 0; i < n_reqs; i++) {
+        gen_request *r = &reqs[i];
+        r->engine_id = -1;
+        /* Requests without their own seed get distinct but reproducible ones. */
+        if (!o.seed_given || r->params.sampling.seed == o.params.sampling.seed)
+            r->params.sampling.seed += (uint64_t)i;
+        tok_stream_init(&r->stream, m.tok, true);
+        llmi_status rst = {0};
+        char *text = r->prompt;
+        char *chat = NULL;
+        if (o.chat && tok_chat_format(m.tok, o.system, r->prompt, &chat, &rst) == LLMI_OK) text = chat;
+        if (!rst.code)
+            tok_encode(m.tok, text, strlen(text), !o.chat, true, &r->prompt_ids, &r->n_prompt, &rst);
+        free(chat);
+        if (!rst.code && o.verbose_prompt) print_prompt_tokens(m.tok, r);
+        if (!rst.code) engine_add_request(e, r->prompt_ids, r->n_prompt, &r->params, r, &r->engine_id, &rst);
+        if (rst.code) {
+            if (n_reqs == 1) {
+                rc = llmi_fail(st, rst.code, "%s", rst.msg);
+                goto out;
+            }
+            fprintf(stderr, "llmi: request %d: %s\n", i, rst.msg);
+            r->error = strdup(rst.msg);
+            r->done = true;
+            n_failed++;
+        }
+    }
+    emit_ready(&g);
+
+    bool interrupted = false;
+    while (engine_has_work(e)) {
+        if (cli_interrupted && *cli_interrupted) {
+            interrupted = true;
+            engine_abort_all(e, on_token, &g);
+            break;
+        }
+        if ((rc = engine_step(e, on_token, &g, NULL, st))) goto out;
+        if (g.io_error) break;
+    }
+    double wall = engine_now(e) - t0;
+    emit_ready(&g);
+    fflush(stdout);
+    if (!o.no_stats) print_stats(&g, e, b, wall, o.params.sampling.seed, seed_random);
+    if (g.io_error) rc = llmi_fail(st, LLMI_E_RUNTIME, "generate: writing the output failed");
+    else if (interrupted) rc = llmi_fail(st, LLMI_E_INTERRUPT, "interrupted");
+    else if (n_failed) rc = llmi_fail(st, LLMI_E_RUNTIME, "%d of %d requests failed (see above)", n_failed, n_reqs);
+out:
+    cli_close(&m, b, e);
+out_reqs:
+    for (int i = 0; i < n_reqs; i++) request_free(&reqs[i]);
+    free(reqs);
+    return rc;
+}

@@ -1,0 +1,456 @@
+/* cmd_profile.c — `llmi profile`: where the time and memory of one workload go.
+ *
+ * Runs b requests of p random prompt tokens generating n each (after a short warm-up),
+ * with backend->profiling on, and reads the per-op-class counters around every
+ * engine_step.  The backend times its own op classes inside forward; the engine adds
+ * sampling (after forward) and host/scheduler time (before forward).  What the step
+ * wall time holds beyond those is reported as "untimed", so nothing is hidden.
+ * Steps that carry prompt tokens are the prefill phase, the others decode (as bench).
+ *
+ * Achieved rates compare with the device's peak: measured once here on the CPU (a
+ * STREAM-like triad for bandwidth, an fp32 FMA loop for FLOP/s), a table of known GPUs,
+ * or --peak-bw / --peak-flops.  --trace writes Chrome trace JSON (Perfetto, about:tracing):
+ * real step spans, and inside each step one slice per op class with the class's summed
+ * time laid end to end in pipeline order (the counters are totals, not timestamps). */
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cjson/cJSON.h>
+#include "cli/bench_util.h"
+#include "cli/cli.h"
+#include "cli/report.h"
+#include "metrics/stats.h"
+#include "core/version.h"
+
+typedef struct profile_args {
+    cli_model_opts mo;
+    int p, n, b, warmup;
+    double peak_bw, peak_flops;   /* bytes/s and FLOP/s; 0 = measure or look up */
+    const char *trace;
+    report_format fmt;
+    uint64_t seed;
+} profile_args;
+
+enum { PH_PREFILL = 0, PH_DECODE, PH_COUNT };
+static const char *k_phase[PH_COUNT] = {"prefill", "decode"};
+
+/* Pipeline order for the trace and the tables. */
+static const llmi_op_class k_order[LLMI_OP_COUNT] = {
+    LLMI_OP_HOST, LLMI_OP_EMBED, LLMI_OP_NORM, LLMI_OP_QKV, LLMI_OP_ROPE_KV, LLMI_OP_ATTN, LLMI_OP_O_PROJ,
+    LLMI_OP_MLP_UP, LLMI_OP_ACT, LLMI_OP_MLP_DOWN, LLMI_OP_LM_HEAD, LLMI_OP_SAMPLE};
+
+typedef struct phase_acc {
+    int steps;
+    long tokens;
+    double wall;                  /* sum of step wall times (s) */
+    llmi_op_stats ops;            /* summed per class */
+} phase_acc;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ------------------------------------------------------------------ peaks */
+
+/* STREAM triad a = b + s*c over arrays far larger than the caches; best of 5. */
+static double measure_cpu_bw(void) {
+    const size_t n = (size_t)16 << 20;   /* 16 Mi floats = 64 MiB per array */
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);
+    double best = 0;
+    if (a && b && c) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) { a[i] = 0; b[i] = 1; c[i] = 2; }
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = now_s();
+            #pragma omp parallel for schedule(static)
+            for (size_t i = 0; i < n; i++) a[i] = b[i] + 0.5f * c[i];
+            double dt = now_s() - t0;
+            if (dt > 0 && 3.0 * n * sizeof(float) / dt > best) best = 3.0 * n * sizeof(float) / dt;
+        }
+    }
+    volatile float sink = a ? a[n / 2] : 0;
+    (void)sink;
+    free(a); free(b); free(c);
+    return best;
+}
+
+/* Independent FMA chains, enough of them to cover the FMA latency on any x86 width. */
+static double measure_cpu_flops(void) {
+    const long iters = 1 << 18;   /* ~0.1 s per try on one core */
+    enum { W = 128 };
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_s();
+        float total = 0;
+        #pragma omp parallel reduction(+ : total)
+        {
+            float acc[W];
+            for (int j = 0; j < W; j++) acc[j] = (float)j * 1e-3f;
+            const float x = 0.999999f, y = 1e-6f;
+            for (long it = 0; it < iters; it++)
+                for (int j = 0; j < W; j++) acc[j] = acc[j] * x + y;
+            for (int j = 0; j < W; j++) total += acc[j];
+        }
+        double dt = now_s() - t0;
+        volatile float sink = total;
+        (void)sink;
+        double f = 2.0 * W * (double)iters * omp_get_max_threads() / dt;
+        if (f > best) best = f;
+    }
+    return best;
+}
+
+/* Published dense peaks of common GPUs (HBM bandwidth, BF16 tensor FLOP/s). */
+static bool gpu_peak(const char *name, double *bw, double *flops) {
+    static const struct { const char *key; double bw, flops; } t[] = {
+        {"H200", 4.8e12, 989e12}, {"H100 PCIe", 2.0e12, 756e12}, {"H100", 3.35e12, 989e12},
+        {"A100-SXM4-80GB", 2.039e12, 312e12}, {"A100", 1.555e12, 312e12}, {"L40S", 0.864e12, 362e12},
+        {"L4", 0.3e12, 121e12}, {"A10", 0.6e12, 125e12}, {"RTX 4090", 1.008e12, 165e12},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (strstr(name, t[i].key)) { *bw = t[i].bw; *flops = t[i].flops; return true; }
+    return false;
+}
+
+/* ------------------------------------------------------------------ trace */
+
+typedef struct trace_w {
+    FILE *f;
+    bool first;
+} trace_w;
+
+static void trace_event(trace_w *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void trace_event(trace_w *t, const char *fmt, ...) {
+    if (!t->f) return;
+    fputs(t->first ? "\n" : ",\n", t->f);
+    t->first = false;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(t->f, fmt, ap);
+    va_end(ap);
+}
+
+static void trace_step(trace_w *t, int step, double start_s, const llmi_step_info *info, const llmi_op_stats *d) {
+    if (!t->f) return;
+    const double us = 1e6;
+    int ph = info->n_prefill_tokens > 0 ? PH_PREFILL : PH_DECODE;
+    trace_event(t,
+                "{\"name\":\"step %d (%s)\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":%.3f,\"dur\":%.3f,"
+                "\"args\":{\"prefill_tokens\":%d,\"decode_tokens\":%d,\"seqs\":%d,\"kv_blocks_used\":%d,"
+                "\"forward_ms\":%.4f}}",
+                step, k_phase[ph], start_s * us, info->seconds * us, info->n_prefill_tokens, info->n_decode_tokens,
+                info->n_seqs, info->kv_blocks_used, info->forward_seconds * 1e3);
+    double at = start_s;
+    for (int k = 0; k < LLMI_OP_COUNT; k++) {
+        llmi_op_class c = k_order[k];
+        if (d->seconds[c] <= 0) continue;
+        trace_event(t,
+                    "{\"name\":\"%s\",\"cat\":\"op\",\"ph\":\"X\",\"pid\":1,\"tid\":2,\"ts\":%.3f,\"dur\":%.3f,"
+                    "\"args\":{\"calls\":%ld,\"bytes\":%.0f,\"flops\":%.0f}}",
+                    op_class_name(c), at * us, d->seconds[c] * us, d->calls[c], d->bytes[c], d->flops[c]);
+        at += d->seconds[c];
+    }
+    trace_event(t, "{\"name\":\"kv_blocks_used\",\"ph\":\"C\",\"pid\":1,\"ts\":%.3f,\"args\":{\"blocks\":%d}}",
+                start_s * us, info->kv_blocks_used);
+}
+
+/* ------------------------------------------------------------------ workload */
+
+static int run_workload(llmi_engine *e, llmi_backend *b, const llmi_model *m, int p, int n, int nb, stats_rng *rng,
+                        phase_acc *acc, trace_w *tr, int *step_no, llmi_status *st) {
+    int32_t *prompt = malloc((size_t)p * sizeof *prompt);   /* (p) */
+    int *ids = malloc((size_t)nb * sizeof *ids);            /* (nb) */
+    int rc = 0, added = 0;
+    if (!prompt || !ids) { rc = llmi_fail(st, LLMI_E_RUNTIME, "profile: out of memory"); goto done; }
+    llmi_request_params rp = request_params_defaults();
+    rp.max_tokens = n;
+    rp.ignore_eos = true;
+    rp.sampling.temperature = 0;
+    for (int i = 0; i < nb; i++) {
+        for (int j = 0; j < p; j++) prompt[j] = (int32_t)stats_rng_range(rng, 0, m->cfg.n_vocab - 1);
+        if ((rc = engine_add_request(e, prompt, p, &rp, NULL, &ids[i], st))) goto done;
+        added++;
+    }
+    while (engine_has_work(e)) {
+        if (cli_interrupted && *cli_interrupted) { rc = llmi_fail(st, LLMI_E_INTERRUPT, "profile: interrupted"); goto done; }
+        llmi_op_stats before = b->stats;
+        double t0 = engine_now(e);
+        llmi_step_info info;
+        if ((rc = engine_step(e, NULL, NULL, &info, st))) goto done;
+        if (!acc) continue;
+        llmi_op_stats d;
+        for (int c = 0; c < LLMI_OP_COUNT; c++) {
+            d.seconds[c] = b->stats.seconds[c] - before.seconds[c];
+            d.bytes[c] = b->stats.bytes[c] - before.bytes[c];
+            d.flops[c] = b->stats.flops[c] - before.flops[c];
+            d.calls[c] = b->stats.calls[c] - before.calls[c];
+        }
+        if (info.n_seqs == 0) continue;
+        int ph = info.n_prefill_tokens > 0 ? PH_PREFILL : PH_DECODE;
+        phase_acc *a = &acc[ph];
+        a->steps++;
+        a->tokens += ph == PH_PREFILL ? info.n_prefill_tokens : info.n_decode_tokens;
+        a->wall += info.seconds;
+        for (int c = 0; c < LLMI_OP_COUNT; c++) {
+            a->ops.seconds[c] += d.seconds[c];
+            a->ops.bytes[c] += d.bytes[c];
+            a->ops.flops[c] += d.flops[c];
+            a->ops.calls[c] += d.calls[c];
+        }
+        trace_step(tr, (*step_no)++, t0, &info, &d);
+    }
+done:
+    if (rc) engine_abort_all(e, NULL, NULL);
+    for (int i = 0; i < added; i++) engine_release(e, ids[i]);
+    free(prompt);
+    free(ids);
+    return rc;
+}
+
+static const char *profile_usage(void) {
+    return "usage: llmi profile [-m MODEL | --dummy PRESET] [options]\n"
+           "  -p N                    prompt tokens per request (default 128)\n"
+           "  -n N                    generated tokens per request (default 32)\n"
+           "  -b N                    concurrent requests (default 1)\n"
+           "  --warmup N              warm-up runs, not profiled (default 1)\n"
+           "  --peak-bw GB/s          device memory bandwidth (default: measured on cpu, known GPUs)\n"
+           "  --peak-flops GFLOP/s    device compute peak (default: measured fp32 FMA on cpu, known GPUs)\n"
+           "  --trace FILE            Chrome trace JSON (open in Perfetto / about:tracing)\n"
+           "  -o md|csv|json|jsonl    output format (default md)   --seed N\n";
+}
+
+static int parse_args(int argc, char **argv, profile_args *a, bool *help, llmi_status *st) {
+    cli_model_opts_init(&a->mo);
+    a->p = 128;
+    a->n = 32;
+    a->b = 1;
+    a->warmup = 1;
+    a->fmt = REPORT_MD;
+    a->seed = 42;
+    for (int i = 0; i < argc; i++) {  /* main.c passes the arguments after "profile" */
+        const char *f = argv[i], *v;
+        long n;
+        double d;
+#define VAL() do { if (!(v = cli_flag_value(argc, argv, &i, st))) return st->code; } while (0)
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { *help = true; return 0; }
+        if (!strcmp(f, "-p")) { VAL(); if (cli_parse_long(f, v, 1, 1 << 20, &n, st)) return st->code; a->p = (int)n; continue; }
+        if (!strcmp(f, "-n")) { VAL(); if (cli_parse_long(f, v, 0, 1 << 20, &n, st)) return st->code; a->n = (int)n; continue; }
+        if (!strcmp(f, "-b")) { VAL(); if (cli_parse_long(f, v, 1, 1 << 16, &n, st)) return st->code; a->b = (int)n; continue; }
+        if (!strcmp(f, "--warmup")) { VAL(); if (cli_parse_long(f, v, 0, 100, &n, st)) return st->code; a->warmup = (int)n; continue; }
+        if (!strcmp(f, "--peak-bw")) { VAL(); if (cli_parse_float(f, v, 1e-3, 1e9, &d, st)) return st->code; a->peak_bw = d * 1e9; continue; }
+        if (!strcmp(f, "--peak-flops")) { VAL(); if (cli_parse_float(f, v, 1e-3, 1e12, &d, st)) return st->code; a->peak_flops = d * 1e9; continue; }
+        if (!strcmp(f, "--trace")) { VAL(); a->trace = v; continue; }
+        if (!strcmp(f, "-o")) { VAL(); if (report_format_parse(v, &a->fmt, st)) return st->code; continue; }
+        if (!strcmp(f, "--seed")) { VAL(); if (cli_parse_long(f, v, 0, 0x7fffffffL, &n, st)) return st->code; a->seed = (uint64_t)n; continue; }
+#undef VAL
+        int rc = cli_parse_model_flag(&a->mo, argc, argv, &i, st);
+        if (rc < 0) return st->code;
+        if (rc == 0) return llmi_fail(st, LLMI_E_USAGE, "profile: unknown flag '%s' (see llmi profile --help)", f);
+    }
+    return 0;
+}
+
+/* The provenance columns live in the "run" table, once. */
+static void op_rows(report *r, int ph, const phase_acc *a, double peak_bw, double peak_flops) {
+    if (a->steps == 0) return;
+    double accounted = 0;
+    for (int c = 0; c < LLMI_OP_COUNT; c++) accounted += a->ops.seconds[c];
+    for (int k = 0; k <= LLMI_OP_COUNT; k++) {
+        bool untimed = k == LLMI_OP_COUNT;
+        llmi_op_class c = untimed ? LLMI_OP_HOST : k_order[k];
+        double s = untimed ? a->wall - accounted : a->ops.seconds[c];
+        double bytes = untimed ? NAN : a->ops.bytes[c], flops = untimed ? NAN : a->ops.flops[c];
+        report_row(r);
+        report_str(r, "phase", k_phase[ph]);
+        report_str(r, "op", untimed ? "untimed" : op_class_name(c));
+        report_num(r, "ms_per_step", s / a->steps * 1e3, 3);
+        report_num(r, "share_pct", a->wall > 0 ? 100.0 * s / a->wall : NAN, 1);
+        report_num(r, "gb_per_s", s > 0 && bytes > 0 ? bytes / s / 1e9 : NAN, 2);
+        report_num(r, "gflop_per_s", s > 0 && flops > 0 ? flops / s / 1e9 : NAN, 2);
+        report_num(r, "pct_peak_bw", s > 0 && bytes > 0 && peak_bw > 0 ? 100.0 * bytes / s / peak_bw : NAN, 1);
+        report_num(r, "pct_peak_flops", s > 0 && flops > 0 && peak_flops > 0 ? 100.0 * flops / s / peak_flops : NAN, 1);
+        report_int(r, "calls", untimed ? 0 : a->ops.calls[c]);
+        report_int(r, "steps", a->steps);
+        report_num(r, "step_ms", a->wall / a->steps * 1e3, 3);
+        report_num(r, "tokens_per_s", a->wall > 0 ? a->tokens / a->wall : NAN, 2);
+    }
+}
+
+static int write_all(report *ops, report *mem, report *peak, report_format f, FILE *out) {
+    if (f == REPORT_JSON) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "ops", report_json_array(ops));
+        cJSON_AddItemToObject(o, "memory", report_json_array(mem));
+        cJSON_AddItemToObject(o, "run", report_json_array(peak));
+        char *s = cJSON_Print(o);
+        if (s) fprintf(out, "%s\n", s);
+        free(s);
+        cJSON_Delete(o);
+        fflush(out);
+        return ferror(out) ? LLMI_E_RUNTIME : 0;
+    }
+    report *t[3] = {ops, mem, peak};
+    const char *names[3] = {"ops", "memory", "run"};
+    int rc = 0;
+    for (int i = 0; i < 3 && !rc; i++) {
+        if (f == REPORT_MD) fprintf(out, "%s## %s\n\n", i ? "\n" : "", names[i]);
+        else if (f == REPORT_CSV && i) fputc('\n', out);
+        if (f == REPORT_JSONL)
+            for (int r = 0; r < t[i]->n_rows; r++) {
+                /* jsonl: every row says which table it belongs to */
+                cJSON *arr = report_json_array(t[i]);
+                cJSON *row = cJSON_DetachItemFromArray(arr, r);
+                cJSON_AddStringToObject(row, "table", names[i]);
+                char *s = cJSON_PrintUnformatted(row);
+                if (s) fprintf(out, "%s\n", s);
+                free(s);
+                cJSON_Delete(row);
+                cJSON_Delete(arr);
+            }
+        else rc = report_write(t[i], f, out);
+    }
+    fflush(out);
+    return rc || ferror(out) ? LLMI_E_RUNTIME : 0;
+}
+
+int cmd_profile(int argc, char **argv, llmi_status *st) {
+    profile_args a;
+    memset(&a, 0, sizeof a);
+    bool help = false;
+    int rc = parse_args(argc, argv, &a, &help, st);
+    if (rc) return rc;
+    if (help) {
+        fputs(profile_usage(), stdout);
+        fputs(cli_model_flags_help(), stdout);
+        return 0;
+    }
+    llmi_model m;
+    if ((rc = cli_open_model(&a.mo, &m, st))) return rc;
+    const int ctx = a.mo.engine.max_ctx > 0 ? a.mo.engine.max_ctx : m.cfg.max_ctx;
+    const int bs = a.mo.engine.block_size;
+    const long need1 = (a.p + a.n + bs - 1) / bs;
+    cli_model_opts o = a.mo;
+    if (o.engine.max_seqs < a.b) o.engine.max_seqs = a.b;
+    if (o.engine.num_blocks == 0 && o.engine.kv_mem_bytes == 0) o.engine.num_blocks = (int)(need1 * a.b);
+    llmi_backend *b = NULL;
+    llmi_engine *e = NULL;
+    FILE *tf = NULL;
+    report ops, mem, peak;
+    report_init(&ops);
+    report_init(&mem);
+    report_init(&peak);
+    if (a.p + a.n > ctx) {
+        rc = llmi_fail(st, LLMI_E_USAGE, "-p %d -n %d: %d tokens exceed the context length %d (-c)", a.p, a.n,
+                       a.p + a.n, ctx);
+        goto done;
+    }
+    if ((rc = cli_open_backend(&o, &m, &b, st))) goto done;
+    llmi_engine_opts eo = o.engine;
+    eo.max_batch_tokens = b->opts.max_batch_tokens;
+    if (eo.max_seqs > eo.max_batch_tokens) eo.max_seqs = eo.max_batch_tokens;
+    if ((rc = engine_create(&m, b, &eo, &e, st))) goto done;
+    if (need1 > engine_kv_blocks_total(e)) {
+        rc = llmi_fail(st, LLMI_E_USAGE, "-p %d -n %d: one request needs %ld KV blocks, the cache has %d (--num-blocks/--kv-mem)",
+                       a.p, a.n, need1, engine_kv_blocks_total(e));
+        goto done;
+    }
+    if (a.trace && !(tf = fopen(a.trace, "w"))) {
+        rc = llmi_fail(st, LLMI_E_USAGE, "--trace %s: cannot write it", a.trace);
+        goto done;
+    }
+
+    /* Peaks first, while nothing else of ours runs. */
+    const bool is_cpu = !strcmp(b->name, "cpu");
+    double peak_bw = a.peak_bw, peak_flops = a.peak_flops;
+    const char *src_bw = "--peak-bw", *src_fl = "--peak-flops";
+    if (!is_cpu && (peak_bw == 0 || peak_flops == 0)) {
+        double gbw = 0, gfl = 0;
+        if (gpu_peak(b->device_name, &gbw, &gfl)) {
+            if (peak_bw == 0) { peak_bw = gbw; src_bw = "datasheet"; }
+            if (peak_flops == 0) { peak_flops = gfl; src_fl = "datasheet (bf16 dense)"; }
+        }
+    }
+    if (is_cpu && peak_bw == 0) { peak_bw = measure_cpu_bw(); src_bw = "measured (triad)"; }
+    if (is_cpu && peak_flops == 0) { peak_flops = measure_cpu_flops(); src_fl = "measured (fp32 fma)"; }
+
+    stats_rng rng;
+    stats_rng_seed(&rng, a.seed);
+    int step_no = 0;
+    for (int w = 0; w < a.warmup && !rc; w++)
+        rc = run_workload(e, b, &m, a.p < 32 ? a.p : 32, a.n < 2 ? a.n : 2, a.b, &rng, NULL, NULL, &step_no, st);
+    if (rc) goto done;
+    memset(&b->stats, 0, sizeof b->stats);
+    b->profiling = true;
+    trace_w tr = {tf, true};
+    if (tf) fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", tf);
+    trace_event(&tr, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"llmi %s (%s)\"}}", b->name,
+                llmi_commit());
+    trace_event(&tr, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"engine steps\"}}");
+    trace_event(&tr,
+                "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":2,\"args\":{\"name\":\"op classes (summed per step)\"}}");
+    phase_acc acc[PH_COUNT];
+    memset(acc, 0, sizeof acc);
+    bench_peak_reset();
+    step_no = 0;
+    rc = run_workload(e, b, &m, a.p, a.n, a.b, &rng, acc, &tr, &step_no, st);
+    b->profiling = false;
+    if (tf) {
+        fputs("\n]}\n", tf);
+        int bad = ferror(tf);
+        bad |= fclose(tf);
+        tf = NULL;
+        if (bad && !rc) rc = llmi_fail(st, LLMI_E_RUNTIME, "--trace %s: write failed", a.trace);
+    }
+    if (rc) goto done;
+
+    const char *label = a.mo.dummy ? a.mo.dummy : m.source_path;
+    const int threads = a.mo.backend.n_threads;
+    for (int ph = 0; ph < PH_COUNT; ph++) op_rows(&ops, ph, &acc[ph], peak_bw, peak_flops);
+
+    size_t w = 0, kv = 0, act = 0;
+    if (b->memory) b->memory(b, &w, &kv, &act);
+    const double MiB = 1024.0 * 1024.0;
+    size_t kv_used = (size_t)engine_kv_blocks_peak(e) * b->kv_block_bytes(b);
+    struct { const char *what; double bytes; } items[] = {
+        {"weights (model)", (double)m.weight_bytes},
+        {"weights (backend copies)", (double)w},
+        {"kv cache allocated", (double)kv},
+        {"kv cache used (peak)", (double)kv_used},
+        {"activations + workspaces", (double)act},
+        {"process peak rss", (double)bench_peak_rss()},
+    };
+    for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+        report_row(&mem);
+        report_str(&mem, "item", items[i].what);
+        report_num(&mem, "mib", items[i].bytes / MiB, 1);
+    }
+    report_row(&peak);
+    report_num(&peak, "peak_gb_per_s", peak_bw / 1e9, 1);
+    report_str(&peak, "bw_source", src_bw);
+    report_num(&peak, "peak_gflop_per_s", peak_flops / 1e9, 1);
+    report_str(&peak, "flops_source", src_fl);
+    report_int(&peak, "n_prompt", a.p);
+    report_int(&peak, "n_gen", a.n);
+    report_int(&peak, "n_batch", a.b);
+    report_str(&peak, "kv_type", bench_kv_name(o.backend.kv_dtype));
+    report_int(&peak, "block_size", bs);
+    bench_meta(&peak, &m, b, label, threads);
+    rc = write_all(&ops, &mem, &peak, a.fmt, stdout);
+    if (rc) llmi_fail(st, rc, "profile: cannot write the report to stdout");
+done:
+    if (tf) fclose(tf);
+    report_free(&ops);
+    report_free(&mem);
+    report_free(&peak);
+    engine_destroy(e);
+    if (b) b->destroy(b);
+    model_free(&m);
+    return rc;
+}

@@ -1,0 +1,316 @@
+/* cmd_quantize.c — owns `llmi quantize`: flags, calibration windows from a text file,
+ * running RTN / GPTQ / AWQ (quant_model.c), the optional perplexity check, and writing
+ * the Hugging Face directory (quant_write.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "cli/cli.h"
+#include "quant/calib_stats.h"
+#include "quant/write_hf.h"
+#include "tok/tokenizer.h"
+
+static const char *quant_help =
+    "usage: llmi quantize -m MODEL --method gptq|awq|rtn -o OUTDIR [options]\n"
+    "Quantizes the linear layers of MODEL (a GGUF file, dequantized first, or an HF directory of\n"
+    "F32/F16/BF16 weights) to 4-bit groups and writes an HF directory that transformers, vLLM and\n"
+    "llmi load: GPTQ v1 (gptq, rtn) or AWQ GEMM (awq) checkpoint, config.json with\n"
+    "quantization_config, quantize_config.json (GPTQ), tokenizer files.\n"
+    "  --method M              gptq, awq or rtn (round to nearest, no calibration)\n"
+    "  --bits N                weight bits (only 4)\n"
+    "  --group-size N          input columns per scale/zero group (default 128)\n"
+    "  -o, --output DIR        output directory (refused if it exists)\n"
+    "  --force                 replace an existing output directory\n"
+    "  --calib FILE            calibration text (gptq, awq)\n"
+    "  --nsamples N            calibration windows (default 128)\n"
+    "  --seqlen N              tokens per window (default 2048 gptq, 512 awq)\n"
+    "  --seed N                which windows of the text are used (default 0)\n"
+    "  --desc-act              GPTQ act-order (columns by descending Hessian diagonal; writes g_idx)\n"
+    "  --sym / --asym          GPTQ symmetric (default) or asymmetric groups\n"
+    "  --damp F                GPTQ dampening, fraction of mean diag(H) (default 0.01)\n"
+    "  --no-clip               AWQ: skip the clipping search\n"
+    "  --save-stats FILE       write the calibration statistics (zstd) for --load-stats\n"
+    "  --load-stats FILE       use saved statistics instead of a calibration pass\n"
+    "  --eval-ppl FILE         after quantizing, perplexity of FILE with the quantized weights\n"
+    "  --eval-only             only the perplexity of the unquantized model (no -o needed)\n"
+    "  --eval-chunks N         windows of FILE scored (default 16)\n"
+    "  --eval-ctx N            tokens per window (default 512; all but the first are scored)\n";
+
+typedef struct qc_args {
+    cli_model_opts mo;
+    quant_opts q;
+    const char *out, *calib, *save_stats, *load_stats, *eval_file;
+    bool force, eval_only;
+    long nsamples, seqlen, seed, eval_chunks, eval_ctx;
+} qc_args;
+
+static int qc_parse(int argc, char **argv, qc_args *a, llmi_status *st) {
+    memset(a, 0, sizeof *a);
+    cli_model_opts_init(&a->mo);
+    a->q.method = -1;
+    a->q.bits = 4;
+    a->q.group_size = 128;
+    a->q.sym = true;
+    a->q.damp_percent = 0.01f;
+    a->q.awq_grid = 20;
+    a->q.awq_clip = true;
+    a->q.progress = stderr;
+    a->nsamples = 128;
+    a->seqlen = 0;
+    a->eval_chunks = 16;
+    a->eval_ctx = 512;
+    for (int i = 0; i < argc; i++) {
+        int r = cli_parse_model_flag(&a->mo, argc, argv, &i, st);
+        if (r < 0) return st->code;
+        if (r > 0) continue;
+        const char *f = argv[i], *v;
+        long n;
+        double d;
+#define VAL() do { if (!(v = cli_flag_value(argc, argv, &i, st))) return st->code; } while (0)
+        if (!strcmp(f, "--method")) {
+            VAL();
+            if (!strcmp(v, "gptq")) a->q.method = QUANT_GPTQ;
+            else if (!strcmp(v, "awq")) a->q.method = QUANT_AWQ;
+            else if (!strcmp(v, "rtn")) a->q.method = QUANT_RTN;
+            else return llmi_fail(st, LLMI_E_USAGE, "--method: '%s' is not gptq, awq or rtn", v);
+        } else if (!strcmp(f, "--bits")) {
+            VAL();
+            if (cli_parse_long(f, v, 1, 64, &n, st)) return st->code;
+            if (n != 4) return llmi_fail(st, LLMI_E_USAGE, "--bits %ld: unsupported bit width (only 4)", n);
+        } else if (!strcmp(f, "--group-size")) {
+            VAL();
+            if (cli_parse_long(f, v, 8, 1 << 16, &n, st)) return st->code;
+            if (n % 8) return llmi_fail(st, LLMI_E_USAGE, "--group-size %ld: must be a multiple of 8", n);
+            a->q.group_size = (int)n;
+        } else if (!strcmp(f, "-o") || !strcmp(f, "--output")) {
+            VAL();
+            a->out = v;
+        } else if (!strcmp(f, "--force")) {
+            a->force = true;
+        } else if (!strcmp(f, "--calib")) {
+            VAL();
+            a->calib = v;
+        } else if (!strcmp(f, "--nsamples")) {
+            VAL();
+            if (cli_parse_long(f, v, 1, 1 << 16, &a->nsamples, st)) return st->code;
+        } else if (!strcmp(f, "--seqlen")) {
+            VAL();
+            if (cli_parse_long(f, v, 2, 1 << 16, &a->seqlen, st)) return st->code;
+        } else if (!strcmp(f, "--seed")) {
+            VAL();
+            if (cli_parse_long(f, v, 0, 0x7fffffffL, &a->seed, st)) return st->code;
+        } else if (!strcmp(f, "--desc-act")) {
+            a->q.desc_act = true;
+        } else if (!strcmp(f, "--sym")) {
+            a->q.sym = true;
+        } else if (!strcmp(f, "--asym")) {
+            a->q.sym = false;
+        } else if (!strcmp(f, "--damp")) {
+            VAL();
+            if (cli_parse_float(f, v, 1e-6, 10, &d, st)) return st->code;
+            a->q.damp_percent = (float)d;
+        } else if (!strcmp(f, "--no-clip")) {
+            a->q.awq_clip = false;
+        } else if (!strcmp(f, "--save-stats")) {
+            VAL();
+            a->save_stats = v;
+        } else if (!strcmp(f, "--load-stats")) {
+            VAL();
+            a->load_stats = v;
+        } else if (!strcmp(f, "--eval-ppl")) {
+            VAL();
+            a->eval_file = v;
+        } else if (!strcmp(f, "--eval-only")) {
+            a->eval_only = true;
+        } else if (!strcmp(f, "--eval-chunks")) {
+            VAL();
+            if (cli_parse_long(f, v, 1, 1 << 20, &a->eval_chunks, st)) return st->code;
+        } else if (!strcmp(f, "--eval-ctx")) {
+            VAL();
+            if (cli_parse_long(f, v, 2, 1 << 16, &a->eval_ctx, st)) return st->code;
+        } else if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            fputs(quant_help, stdout);
+            fputs(cli_model_flags_help(), stdout);
+            return -1;
+        } else {
+            return llmi_fail(st, LLMI_E_USAGE, "quantize: unknown flag '%s' (llmi quantize --help)", f);
+        }
+#undef VAL
+    }
+    if (a->eval_only) {
+        if (!a->eval_file) return llmi_fail(st, LLMI_E_USAGE, "--eval-only needs --eval-ppl FILE");
+        return 0;
+    }
+    if ((int)a->q.method < 0) return llmi_fail(st, LLMI_E_USAGE, "quantize: --method gptq|awq|rtn is required");
+    if (!a->out) return llmi_fail(st, LLMI_E_USAGE, "quantize: -o OUTDIR is required");
+    if (a->q.method == QUANT_AWQ && !a->q.sym) { /* AWQ-GEMM is asymmetric by definition */ }
+    if (a->q.method == QUANT_AWQ) a->q.sym = false;
+    if (a->q.method != QUANT_GPTQ && a->q.desc_act)
+        return llmi_fail(st, LLMI_E_USAGE, "--desc-act: only with --method gptq");
+    if (a->q.method != QUANT_RTN && !a->calib && !a->load_stats)
+        return llmi_fail(st, LLMI_E_USAGE, "--method %s needs --calib FILE (or --load-stats FILE)",
+                         a->q.method == QUANT_GPTQ ? "gptq" : "awq");
+    if (a->save_stats && a->load_stats)
+        return llmi_fail(st, LLMI_E_USAGE, "--save-stats and --load-stats: give one or the other");
+    if (!a->seqlen) a->seqlen = a->q.method == QUANT_AWQ ? 512 : 2048;
+    return 0;
+}
+
+static int qc_read_file(const char *flag, const char *path, char **buf, size_t *len, llmi_status *st) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return llmi_fail(st, LLMI_E_USAGE, "%s %s: cannot open", flag, path);
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return llmi_fail(st, LLMI_E_USAGE, "%s %s: not a regular file", flag, path);
+    }
+    long n = ftell(f);
+    rewind(f);
+    if (n < 0 || n > (1L << 30)) {
+        fclose(f);
+        return llmi_fail(st, LLMI_E_USAGE, "%s %s: unreadable or larger than 1 GiB", flag, path);
+    }
+    *buf = malloc((size_t)n + 1);
+    if (!*buf) {
+        fclose(f);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s %s: out of memory", flag, path);
+    }
+    *len = fread(*buf, 1, (size_t)n, f);
+    (*buf)[*len] = 0;
+    fclose(f);
+    return 0;
+}
+
+/* Tokenizes path and picks n_windows distinct, non-overlapping windows of seqlen tokens
+ * (random slots from seed, or the first ones when seed < 0).  *out (n_windows*seqlen). */
+static int qc_windows(const llmi_model *m, const char *flag, const char *path, int n_windows, int seqlen, long seed,
+                      int32_t **out, llmi_status *st) {
+    if (!m->tok) return llmi_fail(st, LLMI_E_USAGE, "%s: the model has no tokenizer", flag);
+    char *text = NULL;
+    size_t len = 0;
+    if (qc_read_file(flag, path, &text, &len, st)) return st->code;
+    int32_t *ids = NULL;
+    int n = 0;
+    int rc = tok_encode(m->tok, text, len, false, false, &ids, &n, st);
+    free(text);
+    if (rc) return rc;
+    long slots = n / seqlen;
+    if (slots < n_windows) {
+        free(ids);
+        return llmi_fail(st, LLMI_E_USAGE,
+                         "%s %s: %d tokens is too short for %d windows of %d tokens (need %lld; lower --nsamples or "
+                         "--seqlen)", flag, path, n, n_windows, seqlen, (long long)n_windows * seqlen);
+    }
+    int *perm = malloc((size_t)slots * sizeof(int));
+    *out = malloc((size_t)n_windows * seqlen * sizeof(int32_t));
+    if (!perm || !*out) {
+        free(perm), free(*out), free(ids);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", flag);
+    }
+    for (long i = 0; i < slots; i++) perm[i] = (int)i;
+    if (seed >= 0) {
+        uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)seed;
+        for (long i = slots - 1; i > 0; i--) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            long j = (long)(s % (uint64_t)(i + 1));
+            int t = perm[i];
+            perm[i] = perm[j], perm[j] = t;
+        }
+    }
+    for (int w = 0; w < n_windows; w++)
+        memcpy(*out + (size_t)w * seqlen, ids + (size_t)perm[w] * seqlen, (size_t)seqlen * sizeof(int32_t));
+    free(perm), free(ids);
+    return 0;
+}
+
+/* Rounds what will be stored as fp16 (norms, biases) so the ppl check sees the file's values. */
+static void qc_round_result(const llmi_config *c, quant_result *r) {
+    for (int l = 0; l < r->n_layers; l++) {
+        for (int i = 0; i < c->dim; i++) {
+            r->attn_norm[l][i] = fp16_to_f32(f32_to_fp16(r->attn_norm[l][i]));
+            r->ffn_norm[l][i] = fp16_to_f32(f32_to_fp16(r->ffn_norm[l][i]));
+        }
+        for (int b = 0; b < 3; b++) {
+            if (!r->bias[b][l]) continue;
+            int n = (b == 0 ? c->n_heads : c->n_kv_heads) * c->head_dim;
+            for (int i = 0; i < n; i++) r->bias[b][l][i] = fp16_to_f32(f32_to_fp16(r->bias[b][l][i]));
+        }
+    }
+}
+
+static double qc_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int cmd_quantize(int argc, char **argv, llmi_status *st) {
+    qc_args a;
+    int rc = qc_parse(argc, argv, &a, st);
+    if (rc < 0) return 0; /* --help */
+    if (rc) return rc;
+    if (!a.eval_only && quant_check_outdir(a.out, a.force, st)) return st->code;
+    llmi_model m;
+    /* The tokenizer is only needed to read text; RTN and --load-stats runs do without. */
+    bool need_tok = a.eval_file || (!a.eval_only && (a.q.method != QUANT_RTN || a.calib) && !a.load_stats);
+    if (a.mo.model_path && !a.mo.dummy) {
+        llmi_load_opts lo = {.no_tokenizer = !need_tok};
+        if (model_load(a.mo.model_path, &lo, &m, st)) return st->code ? st->code : LLMI_E_RUNTIME;
+    } else if (cli_open_model(&a.mo, &m, st)) {
+        return st->code ? st->code : LLMI_E_RUNTIME;
+    }
+    int32_t *calib = NULL, *evalt = NULL;
+    quant_result r = {0};
+    quant_stats sin = {0}, sout = {0};
+    const char *input = a.mo.model_path ? a.mo.model_path : m.source_path;
+    if (a.eval_file &&
+        (rc = qc_windows(&m, "--eval-ppl", a.eval_file, (int)a.eval_chunks, (int)a.eval_ctx, -1, &evalt, st)))
+        goto done;
+    if (a.eval_only) {
+        double ppl, t0 = qc_now();
+        if ((rc = quant_eval_ppl(&m, NULL, evalt, (int)a.eval_chunks, (int)a.eval_ctx, &ppl, st))) goto done;
+        printf("ppl %.4f  (%s, unquantized; %ld windows x %ld tokens, %.1fs)\n", ppl, a.eval_file, a.eval_chunks,
+               a.eval_ctx, qc_now() - t0);
+        goto done;
+    }
+    double t0 = qc_now();
+    if (a.q.method != QUANT_RTN || a.calib) {
+        if (a.load_stats) {
+            if ((rc = quant_stats_load(a.load_stats, &m.cfg, &sin, st))) goto done;
+        } else {
+            if ((rc = qc_windows(&m, "--calib", a.calib, (int)a.nsamples, (int)a.seqlen, a.seed, &calib, st))) goto done;
+        }
+        if (a.save_stats && (rc = quant_stats_init(&sout, &m.cfg, st))) goto done;
+    }
+    fprintf(stderr, "quantize: %s %s, 4-bit groups of %d%s%s, %s\n", m.cfg.name,
+            a.q.method == QUANT_GPTQ ? "gptq" : a.q.method == QUANT_AWQ ? "awq" : "rtn", a.q.group_size,
+            a.q.method == QUANT_GPTQ ? (a.q.sym ? ", sym" : ", asym") : "", a.q.desc_act ? ", act-order" : "",
+            a.q.method == QUANT_RTN && !a.calib ? "no calibration"
+            : a.load_stats                      ? "statistics from --load-stats"
+            : a.q.method == QUANT_RTN           ? "calibration text only to report errors"
+                                                : "calibrating");
+    if (a.calib && !a.load_stats)
+        fprintf(stderr, "quantize: %ld windows x %ld tokens of %s\n", a.nsamples, a.seqlen, a.calib);
+    if ((rc = quant_model_run_stats(&m, &a.q, calib, (int)a.nsamples, (int)a.seqlen, a.load_stats ? &sin : NULL,
+                                    a.save_stats ? &sout : NULL, &r, st)))
+        goto done;
+    qc_round_result(&m.cfg, &r);
+    fprintf(stderr, "quantize: %d layers in %.1fs\n", r.n_layers, qc_now() - t0);
+    if (a.save_stats && a.q.method != QUANT_RTN && (rc = quant_stats_save(a.save_stats, &sout, st))) goto done;
+    if ((rc = quant_write_hf(a.out, a.force, &m, &r, &a.q, input, st))) goto done;
+    fprintf(stderr, "quantize: wrote %s (%.1fs total)\n", a.out, qc_now() - t0);
+    if (a.eval_file) {
+        double ppl, t1 = qc_now();
+        if ((rc = quant_eval_ppl(&m, &r, evalt, (int)a.eval_chunks, (int)a.eval_ctx, &ppl, st))) goto done;
+        printf("ppl %.4f  (%s, %s; %ld windows x %ld tokens, %.1fs)\n", ppl, a.eval_file,
+               a.q.method == QUANT_GPTQ ? "gptq" : a.q.method == QUANT_AWQ ? "awq" : "rtn", a.eval_chunks,
+               a.eval_ctx, qc_now() - t1);
+    }
+done:
+    free(calib), free(evalt);
+    quant_result_free(&r);
+    quant_stats_free(&sin);
+    quant_stats_free(&sout);
+    model_free(&m);
+    return rc;
+}

@@ -1,0 +1,54 @@
+/* report.h — owns the result tables of bench and profile and their four renderings:
+ * md (llama-bench-like, a "mean ± sd" column for each X_mean/X_sd pair), csv, json (one
+ * array) and jsonl (one object per line).  Columns are declared as rows set them; every
+ * rendering carries the same columns in the same order, and csv/json the full precision. */
+#ifndef LLMI_REPORT_H
+#define LLMI_REPORT_H
+
+#include <stdio.h>
+#include "core/status.h"
+
+typedef enum { REPORT_MD = 0, REPORT_CSV, REPORT_JSON, REPORT_JSONL } report_format;
+int report_format_parse(const char *s, report_format *f, llmi_status *st);   /* -o value */
+
+typedef enum { REPORT_STR = 0, REPORT_INT, REPORT_NUM, REPORT_RAW_JSON } report_type;
+
+#define REPORT_MAX_COLS 96
+#define REPORT_KEY_LEN 48
+
+typedef struct report_col {
+    char key[REPORT_KEY_LEN];
+    report_type type;
+    int decimals;                  /* digits after the point in md */
+} report_col;
+
+typedef struct report_cell {
+    char *s;                       /* REPORT_STR / REPORT_RAW_JSON (malloc'ed); NULL = unset */
+    double v;                      /* REPORT_INT / REPORT_NUM; NaN = unset */
+} report_cell;
+
+typedef struct report {
+    int n_cols;
+    report_col cols[REPORT_MAX_COLS];
+    int n_rows, cap_rows;
+    report_cell *cells;            /* (cap_rows, REPORT_MAX_COLS) */
+} report;
+
+void report_init(report *r);
+void report_free(report *r);
+/* Starts a new row; the setters below write into the latest row. */
+int report_row(report *r);
+/* Raw JSON (an array or object text) appears in json/jsonl only. */
+void report_str(report *r, const char *key, const char *val);
+void report_int(report *r, const char *key, long long v);
+void report_num(report *r, const char *key, double v, int md_decimals);
+void report_raw_json(report *r, const char *key, const char *json);
+/* Value of a numeric cell of row i, NaN when unset or unknown. */
+double report_get(const report *r, int row, const char *key);
+
+int report_write(const report *r, report_format f, FILE *out);
+/* The rows as a cJSON array (caller deletes), to nest tables in one JSON document. */
+struct cJSON;
+struct cJSON *report_json_array(const report *r);
+
+#endif

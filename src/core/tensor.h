@@ -1,0 +1,29 @@
+/* tensor.h — owns llmi_tensor, the view of one weight matrix or vector that every
+ * backend reads.  Shapes follow Hugging Face: a linear weight is (rows=out, cols=in),
+ * row-major, each row a whole number of dtype blocks.  (GGUF's dims[0] is our cols.) */
+#ifndef LLMI_TENSOR_H
+#define LLMI_TENSOR_H
+
+#include <stdint.h>
+#include "core/dtype.h"
+
+typedef struct llmi_tensor {
+    llmi_dtype dtype;
+    int64_t rows;        /* out features (1 for a vector) */
+    int64_t cols;        /* in features; a multiple of dtype_block_elems(dtype) */
+    size_t row_bytes;    /* bytes of one row = cols / block_elems * block_bytes */
+    const void *data;    /* (rows, cols) in dtype; points into an mmap or into owned */
+    void *owned;         /* non-NULL when the loader had to copy (permuted rows, converted dtype) */
+    /* LLMI_I4G only (GPTQ/AWQ int4, see quant.h); W[r][k] = scale[g][r] * (q[r][k] - zero[g][r])
+     * with g = g_idx ? g_idx[k] : k / group_size.  All point into owned. */
+    const uint16_t *qscales; /* (n_groups, rows) fp16 */
+    const uint8_t *qzeros;   /* (n_groups, rows) zero points 0..15, already +1 for GPTQ v1 files */
+    const int32_t *g_idx;    /* (cols) group of each input column, or NULL = k / group_size */
+    int group_size;          /* input columns per group */
+    int n_groups;            /* cols / group_size */
+} llmi_tensor;
+
+/* Dequantizes row r of t into out (cols floats).  The CPU backend's reference path. */
+void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out);
+
+#endif

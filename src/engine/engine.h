@@ -1,0 +1,110 @@
+/* engine.h — owns the serving loop that every subcommand shares: requests in,
+ * continuous batching over a paged KV cache (kvcache.h, sched.h) through one backend,
+ * sampling, stop rules, per-request timings, tokens out through a callback.
+ *
+ * One engine_step() is one forward pass: it may mix prefill chunks of some sequences
+ * with decode tokens of others.  An engine holds no process-wide state, so bench and
+ * profile build and tear down as many as they like. */
+#ifndef LLMI_ENGINE_H
+#define LLMI_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "backend/backend.h"
+#include "model/model.h"
+#include "engine/sampler.h"
+#include "core/status.h"
+
+typedef enum { SCHED_FIFO = 0, SCHED_PREFILL_FIRST } sched_policy;
+
+typedef struct llmi_engine_opts {
+    int block_size;          /* tokens per KV block (--block-size, default 16) */
+    int num_blocks;          /* --num-blocks; 0 = from kv_mem_bytes */
+    size_t kv_mem_bytes;     /* KV budget when num_blocks is 0; 0 = backend's budget */
+    int max_batch_tokens;    /* token budget of one step (--max-batch-tokens) */
+    int prefill_chunk;       /* longest prefill piece of one sequence per step; 0 = unlimited */
+    int max_seqs;            /* most sequences running at once */
+    sched_policy policy;
+    int max_ctx;             /* context length (-c); 0 = the model's */
+} llmi_engine_opts;
+
+llmi_engine_opts engine_opts_defaults(void);
+
+typedef enum {
+    LLMI_FINISH_NONE = 0, LLMI_FINISH_LENGTH, LLMI_FINISH_EOS, LLMI_FINISH_STOP, LLMI_FINISH_CONTEXT,
+    LLMI_FINISH_ABORT
+} llmi_finish;
+const char *finish_name(llmi_finish f);
+
+#define LLMI_MAX_STOP 8
+#define LLMI_MAX_LOGPROBS 20
+
+typedef struct llmi_request_params {
+    int max_tokens;                 /* -n: tokens to generate; 0 = prompt only; <0 = until EOS/context */
+    llmi_sampling sampling;
+    const char *stop[LLMI_MAX_STOP];/* stop strings (borrowed until the request finishes) */
+    int n_stop;
+    bool ignore_eos;
+    int logprobs;                   /* 0..LLMI_MAX_LOGPROBS alternatives per generated token */
+} llmi_request_params;
+
+llmi_request_params request_params_defaults(void);
+
+/* Delivered for every generated token, in order, per request. */
+typedef struct llmi_token_event {
+    int request_id;
+    void *user;
+    int32_t token;
+    float logprob;                  /* only when the request asked for logprobs */
+    int n_top;
+    const int32_t *top_ids;         /* (n_top) */
+    const float *top_logprobs;      /* (n_top) */
+    bool finished;                  /* this is the request's last event */
+    llmi_finish reason;
+} llmi_token_event;
+typedef void (*engine_token_cb)(void *ctx, const llmi_token_event *ev);
+
+/* What the engine remembers of a request until engine_release(). */
+typedef struct llmi_request_info {
+    int id;
+    int n_prompt;
+    int n_generated;
+    const int32_t *tokens;          /* (n_prompt + n_generated) */
+    llmi_finish finish;
+    int n_preempted;
+    double t_arrival, t_first_token, t_finish;   /* seconds, engine clock */
+    double t_prefill_done;          /* when the last prompt token's logits were computed */
+} llmi_request_info;
+
+typedef struct llmi_step_info {
+    int n_prefill_tokens, n_decode_tokens, n_seqs;
+    int n_preempted;                /* sequences preempted during this step's planning */
+    int kv_blocks_used, kv_blocks_total;
+    double seconds;                 /* wall time of the whole step */
+    double forward_seconds;
+} llmi_step_info;
+
+typedef struct llmi_engine llmi_engine;
+
+int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *o, llmi_engine **out,
+                  llmi_status *st);
+void engine_destroy(llmi_engine *e);
+
+/* Queues a request; arrival time is now.  Fails (that request only) when the prompt
+ * alone cannot fit the context or the whole KV cache. */
+int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, const llmi_request_params *p,
+                       void *user, int *id, llmi_status *st);
+bool engine_has_work(const llmi_engine *e);
+/* Runs one scheduling step and forward pass; calls cb for each token sampled. */
+int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info *info, llmi_status *st);
+/* Stops every unfinished request (finish reason abort), e.g. on Ctrl-C. */
+void engine_abort_all(llmi_engine *e, engine_token_cb cb, void *cb_ctx);
+const llmi_request_info *engine_request(const llmi_engine *e, int id);
+void engine_release(llmi_engine *e, int id);
+double engine_now(const llmi_engine *e);
+int engine_kv_blocks_total(const llmi_engine *e);
+int engine_kv_blocks_peak(const llmi_engine *e);
+int engine_max_ctx(const llmi_engine *e);
+
+#endif

@@ -1,0 +1,94 @@
+/* model.h — owns llmi_config (the architecture hyper-parameters), llmi_model (the
+ * weights of a decoder-only transformer in one backend-neutral layout) and the loaders
+ * that fill them from a GGUF file, a Hugging Face directory, or synthetic weights.
+ *
+ * Loaders validate everything they read (FORMATS.md): a model file is untrusted input.
+ * Supported architectures: llama (Llama, Mistral, SmolLM2) and qwen2. */
+#ifndef LLMI_MODEL_H
+#define LLMI_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "core/status.h"
+#include "core/tensor.h"
+
+#define LLMI_MAX_LAYERS 512
+
+typedef enum { LLMI_ARCH_LLAMA = 0, LLMI_ARCH_QWEN2 } llmi_arch;
+typedef enum { LLMI_ROPE_SCALING_NONE = 0, LLMI_ROPE_SCALING_LLAMA3, LLMI_ROPE_SCALING_LINEAR } llmi_rope_scaling_type;
+
+typedef struct llmi_config {
+    llmi_arch arch;
+    char arch_name[32];        /* "llama", "qwen2", "mistral" (as the source named it) */
+    char name[128];            /* general.name or the directory name, for reports */
+    int n_vocab;
+    int dim;                   /* hidden size */
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;              /* usually dim / n_heads, but config.json may set it */
+    int ffn_dim;               /* intermediate size */
+    int max_ctx;               /* max_position_embeddings / context_length */
+    float norm_eps;
+    float rope_theta;
+    int rope_dim;              /* rotated dims per head (== head_dim for all supported archs) */
+    llmi_rope_scaling_type rope_scaling;
+    float rope_factor;
+    float rope_low_freq_factor;
+    float rope_high_freq_factor;
+    int rope_orig_max_pos;
+    bool tie_embeddings;
+    bool qkv_bias;
+} llmi_config;
+
+typedef struct llmi_layer {
+    float *attn_norm;                     /* (dim) */
+    llmi_tensor wq;                       /* (n_heads*head_dim, dim) rows in HF order */
+    llmi_tensor wk;                       /* (n_kv_heads*head_dim, dim) rows in HF order */
+    llmi_tensor wv;                       /* (n_kv_heads*head_dim, dim) */
+    llmi_tensor wo;                       /* (dim, n_heads*head_dim) */
+    float *bq, *bk, *bv;                  /* (n_heads*head_dim), (kv), (kv); NULL without bias */
+    float *bo;                            /* (dim) o_proj bias (HF llama attention_bias) or NULL */
+    float *ffn_norm;                      /* (dim) */
+    llmi_tensor w_gate;                   /* (ffn_dim, dim) */
+    llmi_tensor w_up;                     /* (ffn_dim, dim) */
+    llmi_tensor w_down;                   /* (dim, ffn_dim) */
+} llmi_layer;
+
+typedef struct llmi_mapping { void *addr; size_t len; } llmi_mapping;
+
+struct tokenizer;
+
+typedef struct llmi_model {
+    llmi_config cfg;
+    llmi_tensor tok_embd;                 /* (n_vocab, dim) */
+    llmi_layer *layers;                   /* (n_layers) */
+    float *out_norm;                      /* (dim) */
+    llmi_tensor lm_head;                  /* (n_vocab, dim); aliases tok_embd data when tied */
+    struct tokenizer *tok;                /* NULL for --dummy models */
+    char source_path[1024];
+    char format[16];                      /* "gguf", "safetensors", "dummy" */
+    llmi_mapping maps[64];                /* files mmap'ed by the loader, unmapped by model_free */
+    int n_maps;
+    size_t weight_bytes;                  /* bytes of all weight tensors as stored */
+} llmi_model;
+
+typedef struct llmi_load_opts {
+    bool no_tokenizer;                    /* skip the tokenizer (tests of weights only) */
+} llmi_load_opts;
+
+/* Loads a GGUF file or a Hugging Face directory (decided by what path is). */
+int model_load(const char *path, const llmi_load_opts *opts, llmi_model *m, llmi_status *st);
+int model_load_gguf(const char *path, const llmi_load_opts *opts, llmi_model *m, llmi_status *st);
+int model_load_hf(const char *dir, const llmi_load_opts *opts, llmi_model *m, llmi_status *st);
+void model_free(llmi_model *m);
+/* Synthetic weights (like vLLM's dummy load format): spec is a preset name
+ * (smollm2-135m, llama-2-7b, llama-3-8b, mistral-7b, qwen2.5-7b) or a config.json path.
+ * Deterministic random values, no tokenizer. */
+int model_load_dummy(const char *spec, llmi_dtype dtype, llmi_model *m, llmi_status *st);
+
+/* Checks the hyper-parameters for consistency and bounds (called by every loader). */
+int config_validate(const llmi_config *c, const char *what, llmi_status *st);
+
+#endif

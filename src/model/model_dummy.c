@@ -1,0 +1,401 @@
+/* model_dummy.c — synthetic weights for `--dummy` (like vLLM's dummy load format):
+ * the shapes and dtypes of a real model from a built-in preset or a config.json, values
+ * from a counter-based hash so any tensor element is reproducible without state.
+ *
+ * Every weight matrix lives in one anonymous mapping registered in m->maps, so model_free
+ * releases it like a mmap'ed file; tensors own nothing (owned == NULL).  Values are
+ * uniform in +-1/sqrt(cols) (a Kaiming-like init: each linear keeps activations O(1)),
+ * norm weights are 1 and biases small, so a forward stays finite at any depth. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdbool.h>
+#include <sys/mman.h>
+#include "model/model_dummy.h"
+
+typedef struct dummy_preset {
+    const char *name;
+    llmi_config cfg;
+} dummy_preset;
+
+/* Published hyper-parameters (the models' Hugging Face config.json files). */
+static const dummy_preset k_presets[] = {
+    {"smollm2-135m", {.arch = LLMI_ARCH_LLAMA, .arch_name = "llama", .n_vocab = 49152, .dim = 576, .n_layers = 30,
+                      .n_heads = 9, .n_kv_heads = 3, .head_dim = 64, .ffn_dim = 1536, .max_ctx = 8192,
+                      .norm_eps = 1e-5f, .rope_theta = 100000.f, .rope_dim = 64, .tie_embeddings = true}},
+    {"smollm2-360m", {.arch = LLMI_ARCH_LLAMA, .arch_name = "llama", .n_vocab = 49152, .dim = 960, .n_layers = 32,
+                      .n_heads = 15, .n_kv_heads = 5, .head_dim = 64, .ffn_dim = 2560, .max_ctx = 8192,
+                      .norm_eps = 1e-5f, .rope_theta = 100000.f, .rope_dim = 64, .tie_embeddings = true}},
+    {"tinyllama-1.1b", {.arch = LLMI_ARCH_LLAMA, .arch_name = "llama", .n_vocab = 32000, .dim = 2048, .n_layers = 22,
+                        .n_heads = 32, .n_kv_heads = 4, .head_dim = 64, .ffn_dim = 5632, .max_ctx = 2048,
+                        .norm_eps = 1e-5f, .rope_theta = 10000.f, .rope_dim = 64}},
+    {"llama-3.2-1b", {.arch = LLMI_ARCH_LLAMA, .arch_name = "llama", .n_vocab = 128256, .dim = 2048, .n_layers = 16,
+                      .n_heads = 32, .n_kv_heads = 8, .head_dim = 64, .ffn_dim = 8192, .max_ctx = 131072,
+                      .norm_eps = 1e-5f, .rope_theta = 500000.f, .rope_dim = 64,
+                      .rope_scaling = LLMI_ROPE_SCALING_LLAMA3, .rope_factor = 32.f, .rope_low_freq_factor = 1.f,
+                      .rope_high_freq_factor = 4.f, .rope_orig_max_pos = 8192, .tie_embeddings = true}},
+    {"llama-2-7b", {.arch = LLMI_ARCH_LLAMA, .arch_name = "llama", .n_vocab = 32000, .dim = 4096, .n_layers = 32,
+                    .n_heads = 32, .n_kv_heads = 32, .head_dim = 128, .ffn_dim = 11008, .max_ctx = 4096,
+                    .norm_eps = 1e-5f, .rope_theta = 10000.f, .rope_dim = 128}},
+    {"llama-3-8b", {.arch = LLMI_ARCH_LLAMA, .arch_name = "llama", .n_vocab = 128256, .dim = 4096, .n_layers = 32,
+                    .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .ffn_dim = 14336, .max_ctx = 8192,
+                    .norm_eps = 1e-5f, .rope_theta = 500000.f, .rope_dim = 128}},
+    {"mistral-7b", {.arch = LLMI_ARCH_LLAMA, .arch_name = "mistral", .n_vocab = 32000, .dim = 4096, .n_layers = 32,
+                    .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .ffn_dim = 14336, .max_ctx = 32768,
+                    .norm_eps = 1e-5f, .rope_theta = 10000.f, .rope_dim = 128}},
+    {"qwen2.5-7b", {.arch = LLMI_ARCH_QWEN2, .arch_name = "qwen2", .n_vocab = 152064, .dim = 3584, .n_layers = 28,
+                    .n_heads = 28, .n_kv_heads = 4, .head_dim = 128, .ffn_dim = 18944, .max_ctx = 131072,
+                    .norm_eps = 1e-6f, .rope_theta = 1000000.f, .rope_dim = 128, .qkv_bias = true}},
+};
+#define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
+
+const char *model_dummy_preset_names(void) {
+    return "smollm2-135m, smollm2-360m, tinyllama-1.1b, llama-3.2-1b, llama-2-7b, llama-3-8b, mistral-7b, "
+           "qwen2.5-7b";
+}
+
+/* ---------------------------------------------------------------- config.json */
+
+static int json_int(const cJSON *root, const char *key, int def, bool required, const char *path, int *out,
+                    llmi_status *st) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing \"%s\"", path, key);
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 ||
+        v->valuedouble > 1e9)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: \"%s\" must be a positive integer", path, key);
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
+static int json_float(const cJSON *root, const char *key, float def, const char *path, float *out,
+                      llmi_status *st) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) { *out = def; return 0; }
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: \"%s\" must be a positive number", path, key);
+    *out = (float)v->valuedouble;
+    return 0;
+}
+
+static int dummy_config_from_json(const char *path, llmi_config *c, llmi_status *st) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return llmi_fail(st, LLMI_E_RUNTIME, "--dummy %s: not a preset (%s) and cannot open it: %s", path,
+                             model_dummy_preset_names(), strerror(errno));
+    char *buf = malloc(1 << 20);  /* config.json files are a few KB; 1 MiB bounds a hostile one */
+    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    int too_big = buf && n == (1 << 20) - 1 && fgetc(f) != EOF;
+    fclose(f);
+    if (!buf) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path);
+    if (too_big) { free(buf); return llmi_fail(st, LLMI_E_RUNTIME, "%s: larger than 1 MiB, not a config.json", path); }
+    buf[n] = '\0';
+    cJSON *root = cJSON_Parse(buf);
+    free(buf);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: malformed config.json (not a JSON object)", path);
+    }
+    memset(c, 0, sizeof *c);
+    int rc = 0;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    const char *type = cJSON_IsString(mt) ? mt->valuestring : "llama";
+    if (!strcmp(type, "llama") || !strcmp(type, "mistral")) {
+        c->arch = LLMI_ARCH_LLAMA;
+    } else if (!strcmp(type, "qwen2")) {
+        c->arch = LLMI_ARCH_QWEN2;
+        c->qkv_bias = true;
+    } else {
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: model_type \"%s\" is not supported (llama, mistral, qwen2)", path,
+                       type);
+        goto done;
+    }
+    snprintf(c->arch_name, sizeof c->arch_name, "%s", type);
+    if ((rc = json_int(root, "vocab_size", 0, true, path, &c->n_vocab, st)) ||
+        (rc = json_int(root, "hidden_size", 0, true, path, &c->dim, st)) ||
+        (rc = json_int(root, "num_hidden_layers", 0, true, path, &c->n_layers, st)) ||
+        (rc = json_int(root, "num_attention_heads", 0, true, path, &c->n_heads, st)) ||
+        (rc = json_int(root, "num_key_value_heads", c->n_heads, false, path, &c->n_kv_heads, st)) ||
+        (rc = json_int(root, "head_dim", c->dim / c->n_heads, false, path, &c->head_dim, st)) ||
+        (rc = json_int(root, "intermediate_size", 0, true, path, &c->ffn_dim, st)) ||
+        (rc = json_int(root, "max_position_embeddings", 2048, false, path, &c->max_ctx, st)) ||
+        (rc = json_float(root, "rms_norm_eps", 1e-5f, path, &c->norm_eps, st)) ||
+        (rc = json_float(root, "rope_theta", 10000.f, path, &c->rope_theta, st)))
+        goto done;
+    c->rope_dim = c->head_dim;
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+    c->tie_embeddings = cJSON_IsTrue(tie);
+    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(root, "attention_bias");
+    if (cJSON_IsTrue(bias)) c->qkv_bias = true;
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (cJSON_IsObject(rs)) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+        if (!cJSON_IsString(t)) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
+        const char *ts = cJSON_IsString(t) ? t->valuestring : "";
+        if (!strcmp(ts, "llama3")) {
+            c->rope_scaling = LLMI_ROPE_SCALING_LLAMA3;
+            if ((rc = json_float(rs, "factor", 8.f, path, &c->rope_factor, st)) ||
+                (rc = json_float(rs, "low_freq_factor", 1.f, path, &c->rope_low_freq_factor, st)) ||
+                (rc = json_float(rs, "high_freq_factor", 4.f, path, &c->rope_high_freq_factor, st)) ||
+                (rc = json_int(rs, "original_max_position_embeddings", 8192, false, path, &c->rope_orig_max_pos,
+                               st)))
+                goto done;
+        } else if (!strcmp(ts, "linear")) {
+            c->rope_scaling = LLMI_ROPE_SCALING_LINEAR;
+            if ((rc = json_float(rs, "factor", 1.f, path, &c->rope_factor, st))) goto done;
+        } else if (ts[0] && strcmp(ts, "default")) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling type \"%s\" is not supported (llama3, linear)",
+                           path, ts);
+            goto done;
+        }
+    }
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
+    snprintf(c->name, sizeof c->name, "%s", cJSON_IsString(nm) && nm->valuestring[0] ? nm->valuestring : path);
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Bounds of its own, so a dummy model never depends on another loader being strict:
+ * the weight-size arithmetic below must not overflow. */
+static int dummy_check_config(const llmi_config *c, llmi_dtype dt, const char *spec, llmi_status *st) {
+    if (c->n_vocab < 1 || c->n_vocab > (1 << 22) || c->dim < 1 || c->dim > (1 << 16) || c->n_layers < 1 ||
+        c->n_layers > LLMI_MAX_LAYERS || c->n_heads < 1 || c->n_heads > 1024 || c->n_kv_heads < 1 ||
+        c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads || c->head_dim < 2 || c->head_dim > 1024 ||
+        c->head_dim % 2 || c->ffn_dim < 1 || c->ffn_dim > (1 << 20) || c->max_ctx < 1)
+        return llmi_fail(st, LLMI_E_RUNTIME,
+                         "--dummy %s: inconsistent shapes (vocab %d, dim %d, layers %d, heads %d/%d, head_dim %d, "
+                         "ffn %d, ctx %d)",
+                         spec, c->n_vocab, c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim,
+                         c->max_ctx);
+    int blk = dtype_block_elems(dt);
+    if (c->dim % blk || c->ffn_dim % blk || (c->n_heads * c->head_dim) % blk)
+        return llmi_fail(st, LLMI_E_RUNTIME,
+                         "--dummy %s: dim %d, ffn %d and q width %d must be multiples of %d for --dummy-dtype %s", spec,
+                         c->dim, c->ffn_dim, c->n_heads * c->head_dim, blk, dtype_name(dt));
+    return config_validate(c, spec, st);
+}
+
+/* ---------------------------------------------------------------- values */
+
+/* splitmix64's finaliser: a bijective mix, so (tensor, counter) pairs never collide. */
+static inline uint64_t dummy_hash(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Uniform in (-1, 1) from 16 random bits. */
+static inline float dummy_unit16(uint64_t bits) { return ((float)(bits & 0xffff) + 0.5f) * (2.f / 65536.f) - 1.f; }
+
+/* Fills rows x cols of dtype dt at dst with uniform +-scale values; the tensor's key
+ * selects an independent stream. */
+static void dummy_fill(void *dst, llmi_dtype dt, int64_t rows, int64_t cols, float scale, uint64_t key) {
+    const int64_t n = rows * cols;
+    const uint64_t base = dummy_hash(key) << 1;
+    switch (dt) {
+    case LLMI_F32: case LLMI_F16: case LLMI_BF16: {
+        /* one hash gives four 16-bit draws */
+        #pragma omp parallel for schedule(static)
+        for (int64_t g = 0; g < (n + 3) / 4; g++) {
+            uint64_t h = dummy_hash(base + (uint64_t)g);
+            for (int j = 0; j < 4 && g * 4 + j < n; j++, h >>= 16) {
+                float v = dummy_unit16(h) * scale;
+                int64_t i = g * 4 + j;
+                if (dt == LLMI_F32) ((float *)dst)[i] = v;
+                else if (dt == LLMI_F16) ((uint16_t *)dst)[i] = f32_to_fp16(v);
+                else ((uint16_t *)dst)[i] = f32_to_bf16(v);
+            }
+        }
+        break;
+    }
+    case LLMI_Q8_0: case LLMI_Q4_0: case LLMI_Q4_1: {
+        /* Random quants with a scale chosen so the dequantized range is +-scale: this is
+         * what quantizing the float init would give, at a fraction of the cost. */
+        const int64_t nblk = n / 32;
+        const size_t bb = dtype_block_bytes(dt);
+        const uint16_t d8 = f32_to_fp16(scale / 127.f), d40 = f32_to_fp16(scale / 8.f);
+        const uint16_t d41 = f32_to_fp16(2.f * scale / 15.f), m41 = f32_to_fp16(-scale);
+        #pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < nblk; b++) {
+            uint8_t *p = (uint8_t *)dst + (size_t)b * bb;
+            uint64_t h[4];
+            for (int j = 0; j < 4; j++) h[j] = dummy_hash(base + (uint64_t)b * 4 + (uint64_t)j);
+            if (dt == LLMI_Q8_0) {
+                memcpy(p, &d8, 2);
+                uint8_t *q = p + 2;
+                memcpy(q, h, 32);
+                for (int j = 0; j < 32; j++) if (q[j] == 0x80) q[j] = 0x81;  /* keep within +-127 */
+            } else if (dt == LLMI_Q4_0) {
+                memcpy(p, &d40, 2);
+                memcpy(p + 2, h, 16);
+            } else {
+                memcpy(p, &d41, 2);
+                memcpy(p + 2, &m41, 2);
+                memcpy(p + 4, h, 16);
+            }
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* ---------------------------------------------------------------- layout */
+
+typedef struct dummy_layout {
+    size_t off;       /* running offset into the mapping */
+} dummy_layout;
+
+static size_t dummy_take(dummy_layout *l, size_t bytes) {
+    size_t at = (l->off + 63) & ~(size_t)63;  /* 64-byte alignment: a cache line, any SIMD width */
+    l->off = at + bytes;
+    return at;
+}
+
+static void dummy_tensor(llmi_tensor *t, llmi_dtype dt, int64_t rows, int64_t cols, dummy_layout *l,
+                         uint8_t *base) {
+    t->dtype = dt;
+    t->rows = rows;
+    t->cols = cols;
+    t->row_bytes = (size_t)(cols / dtype_block_elems(dt)) * dtype_block_bytes(dt);
+    t->owned = NULL;
+    size_t at = dummy_take(l, t->row_bytes * (size_t)rows);
+    t->data = base ? base + at : NULL;
+}
+
+/* Norm weights and biases are malloc'ed on their own: model_free() frees them one by one
+ * (loaders convert them to f32 copies), while the mapping holds only the matrices. */
+static float *dummy_vec(int64_t n, dummy_layout *l, uint8_t *base) {
+    (void)l;
+    return base ? malloc((size_t)n * sizeof(float)) : NULL;
+}
+
+/* Lays out every tensor; with base == NULL it only measures the mapping's size. */
+static void dummy_place(llmi_model *m, llmi_dtype dt, dummy_layout *l, uint8_t *base) {
+    const llmi_config *c = &m->cfg;
+    const int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    l->off = 0;
+    dummy_tensor(&m->tok_embd, dt, c->n_vocab, c->dim, l, base);
+    for (int i = 0; i < c->n_layers; i++) {
+        llmi_layer *L = &m->layers[i];
+        L->attn_norm = dummy_vec(c->dim, l, base);
+        dummy_tensor(&L->wq, dt, qd, c->dim, l, base);
+        dummy_tensor(&L->wk, dt, kvd, c->dim, l, base);
+        dummy_tensor(&L->wv, dt, kvd, c->dim, l, base);
+        dummy_tensor(&L->wo, dt, c->dim, qd, l, base);
+        if (c->qkv_bias) {
+            L->bq = dummy_vec(qd, l, base);
+            L->bk = dummy_vec(kvd, l, base);
+            L->bv = dummy_vec(kvd, l, base);
+        } else {
+            L->bq = L->bk = L->bv = NULL;
+        }
+        L->ffn_norm = dummy_vec(c->dim, l, base);
+        dummy_tensor(&L->w_gate, dt, c->ffn_dim, c->dim, l, base);
+        dummy_tensor(&L->w_up, dt, c->ffn_dim, c->dim, l, base);
+        dummy_tensor(&L->w_down, dt, c->dim, c->ffn_dim, l, base);
+    }
+    m->out_norm = dummy_vec(c->dim, l, base);
+    if (c->tie_embeddings) m->lm_head = m->tok_embd;
+    else dummy_tensor(&m->lm_head, dt, c->n_vocab, c->dim, l, base);
+}
+
+static size_t tensor_bytes(const llmi_tensor *t) { return t->row_bytes * (size_t)t->rows; }
+
+int model_dummy_config(const char *spec, llmi_config *c, llmi_status *st) {
+    if (!spec || !spec[0]) return llmi_fail(st, LLMI_E_USAGE, "--dummy: empty preset name");
+    for (int i = 0; i < N_PRESETS; i++) {
+        if (!strcmp(spec, k_presets[i].name)) {
+            *c = k_presets[i].cfg;
+            snprintf(c->name, sizeof c->name, "%s", k_presets[i].name);
+            return 0;
+        }
+    }
+    /* Anything that looks like a preset name, not a path, gets the list of presets. */
+    if (!strchr(spec, '/') && !strstr(spec, ".json"))
+        return llmi_fail(st, LLMI_E_USAGE, "--dummy %s: unknown preset (known: %s; or a config.json path)", spec,
+                         model_dummy_preset_names());
+    return dummy_config_from_json(spec, c, st);
+}
+
+int model_load_dummy(const char *spec, llmi_dtype dtype, llmi_model *m, llmi_status *st) {
+    memset(m, 0, sizeof *m);
+    if (dtype != LLMI_F32 && dtype != LLMI_F16 && dtype != LLMI_BF16 && dtype != LLMI_Q8_0 && dtype != LLMI_Q4_0 &&
+        dtype != LLMI_Q4_1)
+        return llmi_fail(st, LLMI_E_USAGE, "--dummy-dtype: synthetic weights come in f32, f16, bf16, q8_0, q4_0, q4_1");
+    int rc = model_dummy_config(spec, &m->cfg, st);
+    if (rc) return rc;
+    if ((rc = dummy_check_config(&m->cfg, dtype, spec, st))) return rc;
+    const llmi_config *c = &m->cfg;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) return llmi_fail(st, LLMI_E_RUNTIME, "--dummy %s: out of memory", spec);
+
+    dummy_layout l;
+    dummy_place(m, dtype, &l, NULL);
+    size_t total = l.off;
+    void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+        free(m->layers);
+        m->layers = NULL;
+        return llmi_fail(st, LLMI_E_RUNTIME, "--dummy %s: cannot allocate %.2f GiB of weights: %s", spec,
+                         (double)total / (1 << 30), strerror(errno));
+    }
+    madvise(base, total, MADV_HUGEPAGE);  /* fewer page faults while filling 16 GB; advisory only */
+    m->maps[0] = (llmi_mapping){base, total};
+    m->n_maps = 1;
+    dummy_place(m, dtype, &l, base);
+    bool vec_ok = m->out_norm != NULL;
+    for (int i = 0; i < c->n_layers; i++) {
+        const llmi_layer *L = &m->layers[i];
+        vec_ok &= L->attn_norm && L->ffn_norm && (!c->qkv_bias || (L->bq && L->bk && L->bv));
+    }
+    if (!vec_ok) {
+        model_free(m);
+        return llmi_fail(st, LLMI_E_RUNTIME, "--dummy %s: out of memory", spec);
+    }
+
+    /* Each tensor gets its own stream: key = (layer + 1) << 8 | slot. */
+    uint64_t seed = 0x6C6C6D69ull;  /* "llmi" */
+    dummy_fill((void *)m->tok_embd.data, dtype, m->tok_embd.rows, m->tok_embd.cols,
+               1.f / sqrtf((float)c->dim), seed ^ 1);
+    size_t wbytes = tensor_bytes(&m->tok_embd);
+    for (int i = 0; i < c->n_layers; i++) {
+        llmi_layer *L = &m->layers[i];
+        uint64_t k = seed ^ ((uint64_t)(i + 1) << 8);
+        llmi_tensor *ts[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int j = 0; j < 7; j++) {
+            dummy_fill((void *)ts[j]->data, dtype, ts[j]->rows, ts[j]->cols, 1.f / sqrtf((float)ts[j]->cols),
+                       k + (uint64_t)j + 2);
+            wbytes += tensor_bytes(ts[j]);
+        }
+        for (int d = 0; d < c->dim; d++) L->attn_norm[d] = L->ffn_norm[d] = 1.f;
+        wbytes += 2 * (size_t)c->dim * sizeof(float);
+        if (c->qkv_bias) {
+            int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+            dummy_fill(L->bq, LLMI_F32, 1, qd, 0.02f, k + 10);
+            dummy_fill(L->bk, LLMI_F32, 1, kvd, 0.02f, k + 11);
+            dummy_fill(L->bv, LLMI_F32, 1, kvd, 0.02f, k + 12);
+            wbytes += (size_t)(qd + 2 * kvd) * sizeof(float);
+        }
+    }
+    for (int d = 0; d < c->dim; d++) m->out_norm[d] = 1.f;
+    wbytes += (size_t)c->dim * sizeof(float);
+    if (!c->tie_embeddings) {
+        dummy_fill((void *)m->lm_head.data, dtype, m->lm_head.rows, m->lm_head.cols, 1.f / sqrtf((float)c->dim),
+                   seed ^ 3);
+        wbytes += tensor_bytes(&m->lm_head);
+    }
+    m->weight_bytes = wbytes;
+    m->tok = NULL;
+    snprintf(m->source_path, sizeof m->source_path, "%s", spec);
+    snprintf(m->format, sizeof m->format, "dummy");
+    return 0;
+}

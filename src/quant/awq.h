@@ -1,0 +1,17 @@
+/* quant_awq.h — owns AWQ's scale search and clipping search (quant_awq.c). */
+#ifndef LLMI_QUANT_AWQ_H
+#define LLMI_QUANT_AWQ_H
+
+#include "quant/quant.h"
+
+/* Searches alpha in {0, 1/n_grid, ..} for the linears ws[i] (rows[i], cols) sharing one
+ * input with per-channel mean |x| x_mean (cols) and Gram matrix h (cols, cols).
+ * best_s (cols) receives the scales that multiply the weights' columns. */
+int quant_awq_search_scale(float *const *ws, const int *rows, int n_lin, int cols, const float *x_mean,
+                           const float *h, int group_size, int n_grid, float *best_s, double *best_loss,
+                           llmi_status *st);
+/* Clips w (rows, cols) in place per (row, group) to the max_val = amax*(1 - i/20),
+ * i < n_shrink, that minimises the output error through h (cols, cols). */
+void quant_awq_clip(float *w, int rows, int cols, const float *h, int group_size, int n_shrink);
+
+#endif

@@ -1,0 +1,569 @@
+/* quant_write.c — owns writing a quantized model as a Hugging Face directory that
+ * transformers, vLLM and llmi load: model.safetensors (GPTQ v1 or AWQ-GEMM linears,
+ * fp16 everything else), config.json with quantization_config, quantize_config.json
+ * (GPTQ), and the tokenizer files (copied from an HF input; generated from the GGUF
+ * vocabulary for a GGUF input).  Everything goes to a temporary directory beside the
+ * output that is renamed into place at the end, so a failure leaves nothing behind. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "model/gguf.h"
+#include "quant/write_hf.h"
+
+/* ---- safetensors writer ------------------------------------------------------------- */
+typedef struct qw_tensor {
+    char name[128];
+    const char *dtype;   /* "F16", "I32" */
+    int n_dims;
+    int64_t shape[2];
+    void *data;          /* (nbytes) owned */
+    size_t nbytes;
+} qw_tensor;
+
+typedef struct qw_list {
+    qw_tensor *t;        /* (n) */
+    int n, cap;
+} qw_list;
+
+static void *qw_add(qw_list *l, const char *name, const char *dtype, int64_t d0, int64_t d1, size_t es,
+                    llmi_status *st) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        qw_tensor *t = realloc(l->t, (size_t)cap * sizeof *t);
+        if (!t) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory"), NULL;
+        l->t = t, l->cap = cap;
+    }
+    qw_tensor *t = &l->t[l->n];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dtype = dtype;
+    t->n_dims = d1 < 0 ? 1 : 2;
+    t->shape[0] = d0, t->shape[1] = d1;
+    t->nbytes = (size_t)d0 * (size_t)(d1 < 0 ? 1 : d1) * es;
+    t->data = malloc(t->nbytes ? t->nbytes : 1);
+    if (!t->data) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for %s", name), NULL;
+    l->n++;
+    return t->data;
+}
+
+static void qw_list_free(qw_list *l) {
+    for (int i = 0; i < l->n; i++) free(l->t[i].data);
+    free(l->t);
+    memset(l, 0, sizeof *l);
+}
+
+static int qw_cmp(const void *a, const void *b) {
+    return strcmp(((const qw_tensor *)a)->name, ((const qw_tensor *)b)->name);
+}
+
+static int qw_write_safetensors(qw_list *l, const char *path, llmi_status *st) {
+    qsort(l->t, (size_t)l->n, sizeof *l->t, qw_cmp);
+    cJSON *h = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
+    cJSON_AddStringToObject(meta, "format", "pt");
+    size_t off = 0;
+    for (int i = 0; i < l->n; i++) {
+        cJSON *e = cJSON_AddObjectToObject(h, l->t[i].name);
+        cJSON_AddStringToObject(e, "dtype", l->t[i].dtype);
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < l->t[i].n_dims; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)l->t[i].shape[d]));
+        cJSON *of = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(off + l->t[i].nbytes)));
+        off += l->t[i].nbytes;
+    }
+    char *js = cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    if (!js) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory for the header", path);
+    size_t jl = strlen(js), padded = (jl + 7) / 8 * 8;
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(js);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot create: %s", path, strerror(errno));
+    }
+    uint64_t hl = padded;
+    uint8_t hb[8];
+    for (int i = 0; i < 8; i++) hb[i] = (uint8_t)(hl >> (8 * i));
+    int ok = fwrite(hb, 1, 8, f) == 8 && fwrite(js, 1, jl, f) == jl;
+    for (size_t i = jl; i < padded && ok; i++) ok = fputc(' ', f) != EOF;
+    for (int i = 0; i < l->n && ok; i++) ok = fwrite(l->t[i].data, 1, l->t[i].nbytes, f) == l->t[i].nbytes;
+    free(js);
+    if (fclose(f) != 0) ok = 0;
+    if (!ok) return llmi_fail(st, LLMI_E_RUNTIME, "%s: write failed: %s", path, strerror(errno));
+    return 0;
+}
+
+/* ---- tensors of the model ------------------------------------------------------------ */
+static int qw_f16_vec(qw_list *l, const char *name, const float *v, int n, llmi_status *st) {
+    uint16_t *o = qw_add(l, name, "F16", n, -1, 2, st);
+    if (!o) return st->code;
+    for (int i = 0; i < n; i++) o[i] = f32_to_fp16(v[i]);
+    return 0;
+}
+
+static int qw_f16_mat(qw_list *l, const char *name, const llmi_tensor *t, llmi_status *st) {
+    uint16_t *o = qw_add(l, name, "F16", t->rows, t->cols, 2, st);
+    if (!o) return st->code;
+    int rc = 0;
+#pragma omp parallel
+    {
+        float *row = malloc((size_t)t->cols * sizeof(float)); /* (cols) */
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < t->rows; r++) {
+            if (!row) {
+                rc = 1;
+                continue;
+            }
+            tensor_dequant_row(t, r, row);
+            for (int64_t k = 0; k < t->cols; k++) o[(size_t)r * t->cols + k] = f32_to_fp16(row[k]);
+        }
+        free(row);
+    }
+    return rc ? llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory converting %s", name) : 0;
+}
+
+static int qw_linear(qw_list *l, const char *prefix, const quant_grid *g, quant_method method, llmi_status *st) {
+    char name[256];
+    int rows = g->rows, cols = g->cols, ng = g->n_groups;
+    int32_t *qw, *qz, *gi = NULL;
+    uint16_t *sc;
+    bool awq = method == QUANT_AWQ;
+    snprintf(name, sizeof name, "%s.qweight", prefix);
+    if (!(qw = qw_add(l, name, "I32", awq ? cols : cols / 8, awq ? rows / 8 : rows, 4, st))) return st->code;
+    snprintf(name, sizeof name, "%s.qzeros", prefix);
+    if (!(qz = qw_add(l, name, "I32", ng, rows / 8, 4, st))) return st->code;
+    snprintf(name, sizeof name, "%s.scales", prefix);
+    if (!(sc = qw_add(l, name, "F16", ng, rows, 2, st))) return st->code;
+    if (!awq) {
+        snprintf(name, sizeof name, "%s.g_idx", prefix);
+        if (!(gi = qw_add(l, name, "I32", cols, -1, 4, st))) return st->code;
+        quant_pack_gptq(g, true, qw, qz, sc, gi);
+    } else {
+        quant_pack_awq(g, qw, qz, sc);
+    }
+    return 0;
+}
+
+static int qw_collect(const llmi_model *m, const quant_result *r, const quant_opts *o, qw_list *l, llmi_status *st) {
+    const llmi_config *c = &m->cfg;
+    char name[160];
+    if (qw_f16_mat(l, "model.embed_tokens.weight", &m->tok_embd, st)) return st->code;
+    if (!c->tie_embeddings && qw_f16_mat(l, "lm_head.weight", &m->lm_head, st)) return st->code;
+    if (qw_f16_vec(l, "model.norm.weight", m->out_norm, c->dim, st)) return st->code;
+    static const char *const bias_names[3] = {"q_proj", "k_proj", "v_proj"};
+    for (int i = 0; i < r->n_layers; i++) {
+        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", i);
+        if (qw_f16_vec(l, name, r->attn_norm[i], c->dim, st)) return st->code;
+        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", i);
+        if (qw_f16_vec(l, name, r->ffn_norm[i], c->dim, st)) return st->code;
+        for (int b = 0; b < 3; b++) {
+            if (!r->bias[b][i]) continue;
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.bias", i, bias_names[b]);
+            int n = (b == 0 ? c->n_heads : c->n_kv_heads) * c->head_dim;
+            if (qw_f16_vec(l, name, r->bias[b][i], n, st)) return st->code;
+        }
+        for (int q = 0; q < QL_COUNT; q++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s", i, quant_linear_names[q]);
+            if (qw_linear(l, name, &r->grids[i][q], o->method, st)) return st->code;
+        }
+    }
+    return 0;
+}
+
+/* ---- JSON files ------------------------------------------------------------------------ */
+static double qw_round6(double v) {
+    char b[32];
+    snprintf(b, sizeof b, "%.6g", v);
+    return strtod(b, NULL);
+}
+
+static cJSON *qw_quant_config(const quant_opts *o, bool for_quantize_config) {
+    cJSON *q = cJSON_CreateObject();
+    if (o->method == QUANT_AWQ) {
+        cJSON_AddStringToObject(q, "quant_method", "awq");
+        cJSON_AddNumberToObject(q, "bits", o->bits);
+        cJSON_AddNumberToObject(q, "group_size", o->group_size);
+        cJSON_AddBoolToObject(q, "zero_point", true);
+        cJSON_AddStringToObject(q, "version", "gemm");
+        cJSON_AddNullToObject(q, "modules_to_not_convert");
+        return q;
+    }
+    /* RTN is written in GPTQ's format: it is GPTQ with no error feedback. */
+    cJSON_AddNumberToObject(q, "bits", o->bits);
+    cJSON_AddNumberToObject(q, "group_size", o->group_size);
+    cJSON_AddNumberToObject(q, "damp_percent", qw_round6(o->damp_percent));
+    cJSON_AddBoolToObject(q, "desc_act", o->desc_act);
+    cJSON_AddBoolToObject(q, "static_groups", false);
+    cJSON_AddBoolToObject(q, "sym", o->sym);
+    cJSON_AddBoolToObject(q, "true_sequential", true);
+    cJSON_AddBoolToObject(q, "lm_head", false);
+    cJSON_AddStringToObject(q, "checkpoint_format", "gptq");
+    cJSON_AddStringToObject(q, "quant_method", "gptq");
+    if (for_quantize_config) {
+        cJSON_AddStringToObject(q, "model_file_base_name", "model");
+        cJSON_AddStringToObject(q, "quantizer", o->method == QUANT_RTN ? "llmi-rtn" : "llmi-gptq");
+    }
+    return q;
+}
+
+static int qw_write_json(const char *path, const cJSON *j, llmi_status *st) {
+    char *s = cJSON_Print(j);
+    if (!s) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path);
+    FILE *f = fopen(path, "w");
+    int ok = f && fputs(s, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f) != 0) ok = 0;
+    free(s);
+    return ok ? 0 : llmi_fail(st, LLMI_E_RUNTIME, "%s: write failed: %s", path, strerror(errno));
+}
+
+
+static cJSON *qw_config_from_model(const llmi_model *m) {
+    const llmi_config *c = &m->cfg;
+    cJSON *j = cJSON_CreateObject();
+    bool qwen = c->arch == LLMI_ARCH_QWEN2;
+    cJSON *a = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString(qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
+    cJSON_AddStringToObject(j, "model_type", qwen ? "qwen2" : "llama");
+    cJSON_AddNumberToObject(j, "hidden_size", c->dim);
+    cJSON_AddNumberToObject(j, "intermediate_size", c->ffn_dim);
+    cJSON_AddNumberToObject(j, "num_attention_heads", c->n_heads);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", c->n_kv_heads);
+    cJSON_AddNumberToObject(j, "num_hidden_layers", c->n_layers);
+    cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(j, "rms_norm_eps", qw_round6(c->norm_eps));
+    cJSON_AddNumberToObject(j, "rope_theta", qw_round6(c->rope_theta));
+    cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_ctx);
+    cJSON_AddNumberToObject(j, "vocab_size", c->n_vocab);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_embeddings);
+    cJSON_AddStringToObject(j, "hidden_act", "silu");
+    if (!qwen) cJSON_AddBoolToObject(j, "attention_bias", c->qkv_bias);
+    if (c->rope_scaling == LLMI_ROPE_SCALING_LLAMA3) {
+        cJSON *rs = cJSON_AddObjectToObject(j, "rope_scaling");
+        cJSON_AddStringToObject(rs, "rope_type", "llama3");
+        cJSON_AddNumberToObject(rs, "factor", qw_round6(c->rope_factor));
+        cJSON_AddNumberToObject(rs, "low_freq_factor", qw_round6(c->rope_low_freq_factor));
+        cJSON_AddNumberToObject(rs, "high_freq_factor", qw_round6(c->rope_high_freq_factor));
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_orig_max_pos);
+    } else if (c->rope_scaling == LLMI_ROPE_SCALING_LINEAR) {
+        cJSON *rs = cJSON_AddObjectToObject(j, "rope_scaling");
+        cJSON_AddStringToObject(rs, "rope_type", "linear");
+        cJSON_AddNumberToObject(rs, "factor", qw_round6(c->rope_factor));
+    } else {
+        cJSON_AddNullToObject(j, "rope_scaling");
+    }
+    if (m->tok) {
+        if (tok_bos(m->tok) >= 0) cJSON_AddNumberToObject(j, "bos_token_id", tok_bos(m->tok));
+        if (tok_eos(m->tok) >= 0) cJSON_AddNumberToObject(j, "eos_token_id", tok_eos(m->tok));
+    }
+    return j;
+}
+
+static int qw_read_json(const char *path, cJSON **out, llmi_status *st) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = malloc(1 << 24);
+    size_t n = buf ? fread(buf, 1, (1 << 24) - 1, f) : 0;
+    fclose(f);
+    if (!buf) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path);
+    *out = cJSON_ParseWithLength(buf, n);
+    free(buf);
+    if (!*out || !cJSON_IsObject(*out)) {
+        cJSON_Delete(*out);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: not a JSON object", path);
+    }
+    return 0;
+}
+
+static int qw_copy_file(const char *src, const char *dst, llmi_status *st) {
+    FILE *in = fopen(src, "rb");
+    if (!in) return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot open: %s", src, strerror(errno));
+    FILE *out = fopen(dst, "wb");
+    if (!out) {
+        fclose(in);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot create: %s", dst, strerror(errno));
+    }
+    char buf[65536];
+    size_t n;
+    int ok = 1;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+    ok &= !ferror(in);
+    fclose(in);
+    if (fclose(out) != 0) ok = 0;
+    return ok ? 0 : llmi_fail(st, LLMI_E_RUNTIME, "%s: copy failed", dst);
+}
+
+/* ---- tokenizer.json from a GGUF vocabulary (byte-level BPE) --------------------------- */
+static cJSON *qw_bytelevel(bool add_prefix, bool trim, bool regex) {
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddStringToObject(b, "type", "ByteLevel");
+    cJSON_AddBoolToObject(b, "add_prefix_space", add_prefix);
+    cJSON_AddBoolToObject(b, "trim_offsets", trim);
+    cJSON_AddBoolToObject(b, "use_regex", regex);
+    return b;
+}
+
+static cJSON *qw_split(const char *regex) {
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "type", "Split");
+    cJSON *p = cJSON_AddObjectToObject(s, "pattern");
+    cJSON_AddStringToObject(p, "Regex", regex);
+    cJSON_AddStringToObject(s, "behavior", "Isolated");
+    cJSON_AddBoolToObject(s, "invert", false);
+    return s;
+}
+
+static char *qw_strndup(const char *p, size_t n) {
+    char *s = malloc(n + 1);
+    if (s) memcpy(s, p, n), s[n] = 0;
+    return s;
+}
+
+int quant_write_gguf_tokenizer(const char *gguf_path, const char *dir, llmi_status *st) {
+    gguf_file g;
+    if (gguf_open(gguf_path, &g, st)) return st->code;
+    int rc = 0;
+    const char **toks = NULL, **merges = NULL;
+    uint32_t *tl = NULL, *ml = NULL;
+    int32_t *types = NULL;
+    uint64_t nt = 0, nm = 0, ntypes = 0;
+    gguf_str model = {0}, pre = {0}, tmpl = {0};
+    cJSON *tj = NULL, *cfg = NULL;
+    if (gguf_get_str(&g, "tokenizer.ggml.model", &model, st) != 1 || !gguf_str_eq(model, "gpt2")) {
+        rc = st->code ? st->code
+                      : llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.model is not gpt2 (byte-level BPE): "
+                                  "writing its tokenizer.json is not supported", gguf_path);
+        goto done;
+    }
+    if (gguf_get_str(&g, "tokenizer.ggml.pre", &pre, st) < 0 ||
+        gguf_get_str_array(&g, "tokenizer.ggml.tokens", 1u << 22, &toks, &tl, &nt, st) != 1 ||
+        gguf_get_str_array(&g, "tokenizer.ggml.merges", 1u << 23, &merges, &ml, &nm, st) != 1 ||
+        gguf_get_i32_array(&g, "tokenizer.ggml.token_type", 1u << 22, &types, &ntypes, st) < 0) {
+        rc = st->code ? st->code : llmi_fail(st, LLMI_E_RUNTIME, "%s: no tokenizer vocabulary or merges", gguf_path);
+        goto done;
+    }
+    tj = cJSON_CreateObject();
+    cJSON_AddStringToObject(tj, "version", "1.0");
+    cJSON_AddNullToObject(tj, "truncation");
+    cJSON_AddNullToObject(tj, "padding");
+    cJSON *added = cJSON_AddArrayToObject(tj, "added_tokens");
+    for (uint64_t i = 0; types && i < nt && i < ntypes; i++) {
+        if (types[i] != 3 && types[i] != 4) continue; /* control and user-defined tokens */
+        cJSON *a = cJSON_CreateObject();
+        cJSON_AddNumberToObject(a, "id", (double)i);
+        char *s = qw_strndup(toks[i], tl[i]);
+        cJSON_AddStringToObject(a, "content", s ? s : "");
+        free(s);
+        cJSON_AddBoolToObject(a, "single_word", false);
+        cJSON_AddBoolToObject(a, "lstrip", false);
+        cJSON_AddBoolToObject(a, "rstrip", false);
+        cJSON_AddBoolToObject(a, "normalized", types[i] == 4);
+        cJSON_AddBoolToObject(a, "special", types[i] == 3);
+        cJSON_AddItemToArray(added, a);
+    }
+    static const char *const gpt2_re =
+        "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+    static const char *const llama3_re =
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+        "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    static const char *const qwen2_re =
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+        "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    (void)gpt2_re;
+    cJSON *pt = cJSON_CreateObject(), *list;
+    cJSON_AddStringToObject(pt, "type", "Sequence");
+    list = cJSON_AddArrayToObject(pt, "pretokenizers");
+    bool is_qwen = gguf_str_eq(pre, "qwen2");
+    if (pre.p && (gguf_str_eq(pre, "smollm") || gguf_str_eq(pre, "smollm2"))) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "type", "Digits");
+        cJSON_AddBoolToObject(d, "individual_digits", true);
+        cJSON_AddItemToArray(list, d);
+        cJSON_AddItemToArray(list, qw_bytelevel(false, true, true));
+    } else if (pre.p && (gguf_str_eq(pre, "llama-bpe") || gguf_str_eq(pre, "llama3") || is_qwen)) {
+        cJSON_AddItemToArray(list, qw_split(is_qwen ? qwen2_re : llama3_re));
+        cJSON_AddItemToArray(list, qw_bytelevel(false, true, false));
+    } else if (!pre.p || gguf_str_eq(pre, "gpt-2") || gguf_str_eq(pre, "default")) {
+        cJSON_AddItemToArray(list, qw_bytelevel(false, true, true));
+    } else {
+        cJSON_Delete(pt);
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.pre %.*s: writing its tokenizer.json is not supported",
+                       gguf_path, (int)(pre.len > 40 ? 40 : pre.len), pre.p);
+        goto done;
+    }
+    if (is_qwen) {
+        cJSON *n = cJSON_CreateObject();
+        cJSON_AddStringToObject(n, "type", "NFC");
+        cJSON_AddItemToObject(tj, "normalizer", n);
+    } else {
+        cJSON_AddNullToObject(tj, "normalizer");
+    }
+    cJSON_AddItemToObject(tj, "pre_tokenizer", pt);
+    cJSON_AddItemToObject(tj, "post_processor", qw_bytelevel(true, false, true));
+    cJSON_AddItemToObject(tj, "decoder", qw_bytelevel(true, true, true));
+    cJSON *mo = cJSON_AddObjectToObject(tj, "model");
+    cJSON_AddStringToObject(mo, "type", "BPE");
+    cJSON_AddNullToObject(mo, "dropout");
+    cJSON_AddNullToObject(mo, "unk_token");
+    cJSON_AddNullToObject(mo, "continuing_subword_prefix");
+    cJSON_AddNullToObject(mo, "end_of_word_suffix");
+    cJSON_AddBoolToObject(mo, "fuse_unk", false);
+    cJSON_AddBoolToObject(mo, "byte_fallback", false);
+    cJSON_AddBoolToObject(mo, "ignore_merges", gguf_str_eq(pre, "llama-bpe") || gguf_str_eq(pre, "llama3"));
+    cJSON *vocab = cJSON_AddObjectToObject(mo, "vocab");
+    for (uint64_t i = 0; i < nt; i++) {
+        char *s = qw_strndup(toks[i], tl[i]);
+        if (!s) { rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory"); goto done; }
+        cJSON_AddItemToObject(vocab, s, cJSON_CreateNumber((double)i));
+        free(s);
+    }
+    cJSON *mg = cJSON_AddArrayToObject(mo, "merges");
+    for (uint64_t i = 0; i < nm; i++) {
+        const char *sp = memchr(merges[i], ' ', ml[i]);
+        if (!sp) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: merge %llu has no space", gguf_path, (unsigned long long)i); goto done; }
+        char *a = qw_strndup(merges[i], (size_t)(sp - merges[i]));
+        char *b = qw_strndup(sp + 1, ml[i] - (size_t)(sp - merges[i]) - 1);
+        cJSON *pair = cJSON_CreateArray();
+        cJSON_AddItemToArray(pair, cJSON_CreateString(a ? a : ""));
+        cJSON_AddItemToArray(pair, cJSON_CreateString(b ? b : ""));
+        cJSON_AddItemToArray(mg, pair);
+        free(a), free(b);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if ((rc = qw_write_json(path, tj, st))) goto done;
+    /* tokenizer_config.json: special tokens by name, chat template */
+    cfg = cJSON_CreateObject();
+    int64_t bos = -1, eos = -1;
+    if (gguf_get_int(&g, "tokenizer.ggml.bos_token_id", 0, (int64_t)nt - 1, &bos, st) < 0 ||
+        gguf_get_int(&g, "tokenizer.ggml.eos_token_id", 0, (int64_t)nt - 1, &eos, st) < 0) {
+        rc = st->code;
+        goto done;
+    }
+    bool add_bos = false;
+    if (gguf_get_bool(&g, "tokenizer.ggml.add_bos_token", &add_bos, st) < 0) { rc = st->code; goto done; }
+    cJSON_AddBoolToObject(cfg, "add_bos_token", add_bos);
+    cJSON_AddBoolToObject(cfg, "add_prefix_space", false);
+    if (bos >= 0) {
+        char *s = qw_strndup(toks[bos], tl[bos]);
+        cJSON_AddStringToObject(cfg, "bos_token", s ? s : "");
+        free(s);
+    }
+    if (eos >= 0) {
+        char *s = qw_strndup(toks[eos], tl[eos]);
+        cJSON_AddStringToObject(cfg, "eos_token", s ? s : "");
+        free(s);
+    }
+    if (gguf_get_str(&g, "tokenizer.chat_template", &tmpl, st) == 1) {
+        char *s = qw_strndup(tmpl.p, tmpl.len);
+        cJSON_AddStringToObject(cfg, "chat_template", s ? s : "");
+        free(s);
+    }
+    cJSON_AddBoolToObject(cfg, "clean_up_tokenization_spaces", false);
+    cJSON_AddStringToObject(cfg, "tokenizer_class", "GPT2Tokenizer");
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if ((rc = qw_write_json(path, cfg, st))) goto done;
+    cJSON_Delete(cfg);
+    cfg = cJSON_CreateObject();
+    if (bos >= 0) cJSON_AddNumberToObject(cfg, "bos_token_id", (double)bos);
+    if (eos >= 0) cJSON_AddNumberToObject(cfg, "eos_token_id", (double)eos);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    rc = qw_write_json(path, cfg, st);
+done:
+    cJSON_Delete(tj);
+    cJSON_Delete(cfg);
+    free(toks), free(tl), free(merges), free(ml), free(types);
+    gguf_close(&g);
+    return rc;
+}
+
+/* ---- the directory ---------------------------------------------------------------------- */
+static int qw_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int quant_rmtree(const char *dir) { return nftw(dir, qw_rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+int quant_check_outdir(const char *out, bool force, llmi_status *st) {
+    struct stat sb;
+    if (lstat(out, &sb) == 0 && !force)
+        return llmi_fail(st, LLMI_E_USAGE, "-o %s: output directory exists (use --force to replace it)", out);
+    return 0;
+}
+
+int quant_write_hf(const char *out, bool force, const llmi_model *m, const quant_result *r, const quant_opts *o,
+                   const char *input, llmi_status *st) {
+    if (quant_check_outdir(out, force, st)) return st->code;
+    size_t ol = strlen(out);
+    while (ol > 1 && out[ol - 1] == '/') ol--;
+    if (ol > 1500) return llmi_fail(st, LLMI_E_USAGE, "-o: path longer than 1500 bytes");
+    char tmp[2048], path[4096], old[2048];
+    snprintf(tmp, sizeof tmp, "%.*s.partXXXXXX", (int)ol, out);
+    if (!mkdtemp(tmp)) return llmi_fail(st, LLMI_E_RUNTIME, "-o %s: cannot create %s: %s", out, tmp, strerror(errno));
+    chmod(tmp, 0755); /* mkdtemp makes it private; the result is an ordinary model directory */
+    qw_list l = {0};
+    cJSON *cfg = NULL;
+    int rc = qw_collect(m, r, o, &l, st);
+    if (!rc) {
+        snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+        rc = qw_write_safetensors(&l, path, st);
+    }
+    qw_list_free(&l);
+    struct stat sb;
+    bool in_dir = stat(input, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (!rc) {
+        if (in_dir) {
+            snprintf(path, sizeof path, "%s/config.json", input);
+            rc = qw_read_json(path, &cfg, st);
+            if (!rc) cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
+        } else {
+            cfg = qw_config_from_model(m);
+        }
+    }
+    if (!rc) {
+        cJSON_DeleteItemFromObjectCaseSensitive(cfg, "torch_dtype");
+        cJSON_AddStringToObject(cfg, "torch_dtype", "float16");
+        cJSON_AddItemToObject(cfg, "quantization_config", qw_quant_config(o, false));
+        snprintf(path, sizeof path, "%s/config.json", tmp);
+        rc = qw_write_json(path, cfg, st);
+    }
+    cJSON_Delete(cfg);
+    if (!rc && o->method != QUANT_AWQ) {
+        cJSON *q = qw_quant_config(o, true);
+        snprintf(path, sizeof path, "%s/quantize_config.json", tmp);
+        rc = qw_write_json(path, q, st);
+        cJSON_Delete(q);
+    }
+    if (!rc && in_dir) {
+        static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                                            "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model"};
+        for (size_t i = 0; i < sizeof files / sizeof *files && !rc; i++) {
+            snprintf(path, sizeof path, "%s/%s", input, files[i]);
+            if (stat(path, &sb) != 0) continue;
+            char dst[4096];
+            snprintf(dst, sizeof dst, "%s/%s", tmp, files[i]);
+            rc = qw_copy_file(path, dst, st);
+        }
+    } else if (!rc && strcmp(m->format, "gguf") == 0) {
+        rc = quant_write_gguf_tokenizer(input, tmp, st);
+    }
+    if (!rc) {
+        bool replacing = lstat(out, &sb) == 0;
+        snprintf(old, sizeof old, "%.*s.oldXXXXXX", (int)ol, out);
+        if (replacing && (!mkdtemp(old) || rename(out, old) != 0)) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "-o %s: cannot move the old directory aside: %s", out, strerror(errno));
+        } else if (rename(tmp, out) != 0) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "-o %s: cannot rename %s into place: %s", out, tmp, strerror(errno));
+            if (replacing) rename(old, out);
+        } else if (replacing) {
+            quant_rmtree(old);
+        }
+    }
+    if (rc) quant_rmtree(tmp);
+    return rc;
+}

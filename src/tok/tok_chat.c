@@ -1,0 +1,213 @@
+/* tok_chat.c — owns chat formatting: recognises the family of a model's Jinja chat template
+ * (ChatML, Llama-3, Llama-2, Mistral) from its text and renders one system + user turn with
+ * the assistant turn opened, byte-for-byte as the template itself renders it (checked against
+ * jinja2 renderings in testdata/tokenizer/chat.jsonl).  No Jinja interpreter: the families
+ * are fixed shapes, and anything else is refused with a clear message. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <utf8proc.h>
+#include "tok/tok_internal.h"
+
+void tok_detect_chat(tokenizer *t) {
+    const char *s = t->chat_template;
+    if (!s || !*s) t->chat = TOK_CHAT_NONE;
+    else if (strstr(s, "<|im_start|>")) t->chat = TOK_CHAT_CHATML;
+    else if (strstr(s, "<|start_header_id|>")) t->chat = TOK_CHAT_LLAMA3;
+    else if (strstr(s, "[INST]")) t->chat = strstr(s, "<<SYS>>") ? TOK_CHAT_LLAMA2 : TOK_CHAT_MISTRAL;
+    else t->chat = TOK_CHAT_UNKNOWN;
+}
+
+const char *tok_chat_template_name(const tokenizer *t) {
+    switch (t->chat) {
+    case TOK_CHAT_CHATML: return "chatml";
+    case TOK_CHAT_LLAMA3: return "llama3";
+    case TOK_CHAT_LLAMA2: return "llama2";
+    case TOK_CHAT_MISTRAL: return "mistral";
+    case TOK_CHAT_UNKNOWN: return "unknown";
+    default: return "none";
+    }
+}
+
+typedef struct { char *p; size_t n, cap; bool oom; } sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap : 256;
+        while (c < b->n + n + 1) c *= 2;
+        char *q = realloc(b->p, c);
+        if (!q) { b->oom = true; return; }
+        b->p = q;
+        b->cap = c;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+/* Python str.isspace(): what Jinja's trim filter and str.strip() remove. */
+static bool py_space(int32_t c) {
+    if (c < 0) return false;
+    if (c == 0x1C || c == 0x1D || c == 0x1E || c == 0x1F) return true;
+    const utf8proc_property_t *p = utf8proc_get_property(c);
+    return p->category == UTF8PROC_CATEGORY_ZS || p->bidi_class == UTF8PROC_BIDI_CLASS_WS ||
+           p->bidi_class == UTF8PROC_BIDI_CLASS_B || p->bidi_class == UTF8PROC_BIDI_CLASS_S;
+}
+
+static void sb_strip(sbuf *b, const char *s) {
+    size_t n = strlen(s), st = 0, en = n;
+    utf8proc_int32_t cp;
+    while (st < n) {
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + st, (utf8proc_ssize_t)(n - st), &cp);
+        if (k <= 0 || !py_space(cp)) break;
+        st += (size_t)k;
+    }
+    while (en > st) {
+        size_t i = en - 1;
+        while (i > st && ((uint8_t)s[i] & 0xC0) == 0x80) i--;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(en - i), &cp);
+        if (k <= 0 || (size_t)k != en - i || !py_space(cp)) break;
+        en = i;
+    }
+    sb_put(b, s + st, en - st);
+}
+
+/* The default system prompt a ChatML template writes when the conversation has none
+ * (SmolLM2, Qwen2.5): the first string literal "<|im_start|>system\n...<|im_end|>" whose body is
+ * plain text.  Returns a malloc'ed string, or NULL when the template has no such default. */
+static char *chatml_default_system(const char *tpl) {
+    const char *key = "<|im_start|>system";
+    for (const char *p = strstr(tpl, key); p; p = strstr(p + 1, key)) {
+        const char *q = p + strlen(key);
+        if (q[0] == '\n') q += 1;
+        else if (q[0] == '\\' && q[1] == 'n') q += 2;
+        else continue;
+        const char *e = strstr(q, "<|im_end|>");
+        if (!e || e == q) continue;
+        if (memchr(q, '\'', (size_t)(e - q)) || memchr(q, '"', (size_t)(e - q)) || memchr(q, '{', (size_t)(e - q)) ||
+            memchr(q, '}', (size_t)(e - q)))
+            continue;
+        char *out = malloc((size_t)(e - q) + 1);
+        if (!out) return NULL;
+        size_t k = 0;
+        for (const char *c = q; c < e; c++) {
+            if (c[0] == '\\' && c + 1 < e) {
+                c++;
+                out[k++] = c[0] == 'n' ? '\n' : c[0] == 't' ? '\t' : c[0];
+            } else out[k++] = c[0];
+        }
+        out[k] = '\0';
+        return out;
+    }
+    return NULL;
+}
+
+static const char *token_text(const tokenizer *t, int id, size_t *n) {
+    if (id < 0 || id >= t->n_vocab) { *n = 0; return ""; }
+    *n = t->str_len[id];
+    return t->text + t->str_off[id];
+}
+
+int tok_chat_format(const tokenizer *t, const char *system, const char *user, char **out, llmi_status *st) {
+    *out = NULL;
+    if (!user) user = "";
+    if (t->chat == TOK_CHAT_NONE)
+        return llmi_fail(st, LLMI_E_USAGE, "--chat: the model has no chat template (tokenizer.chat_template)");
+    if (t->chat == TOK_CHAT_UNKNOWN)
+        return llmi_fail(st, LLMI_E_USAGE, "--chat: model's chat template is not one of chatml, llama3, llama2, mistral");
+    sbuf b = {0};
+    size_t bl;
+    const char *bos = token_text(t, t->bos_id, &bl);
+    switch (t->chat) {
+    case TOK_CHAT_CHATML: {
+        char *def = system ? NULL : chatml_default_system(t->chat_template);
+        const char *sys = system ? system : def;
+        if (sys) {
+            sb_str(&b, "<|im_start|>system\n");
+            sb_str(&b, sys);
+            sb_str(&b, "<|im_end|>\n");
+        }
+        free(def);
+        sb_str(&b, "<|im_start|>user\n");
+        sb_str(&b, user);
+        sb_str(&b, "<|im_end|>\n<|im_start|>assistant\n");
+        break;
+    }
+    case TOK_CHAT_LLAMA3:
+        sb_put(&b, bos, bl);
+        if (strstr(t->chat_template, "Cutting Knowledge Date:")) {
+            /* Llama-3.1/3.2/3.3: the system turn is always written, with the knowledge cutoff
+             * and a date: strftime_now("%d %b %Y") where the template asks for it (3.2),
+             * else the template's default date_string. */
+            char cutoff[64] = "", date[64] = "26 Jul 2024";
+            const char *c = strstr(t->chat_template, "Cutting Knowledge Date:");
+            const char *e = strstr(c, "\\n");
+            if (e && e - c < (long)sizeof cutoff) snprintf(cutoff, sizeof cutoff, "%.*s", (int)(e - c), c);
+            const char *d = strstr(t->chat_template, "set date_string = \"");
+            if (strstr(t->chat_template, "strftime_now")) {
+                time_t now = time(NULL);
+                struct tm tm;
+                localtime_r(&now, &tm);
+                strftime(date, sizeof date, "%d %b %Y", &tm);
+            } else if (d) {
+                d += strlen("set date_string = \"");
+                const char *q = strchr(d, '"');
+                if (q && q - d < (long)sizeof date) snprintf(date, sizeof date, "%.*s", (int)(q - d), d);
+            }
+            sb_str(&b, "<|start_header_id|>system<|end_header_id|>\n\n");
+            sb_str(&b, cutoff);
+            sb_str(&b, "\nToday Date: ");
+            sb_str(&b, date);
+            sb_str(&b, "\n\n");
+            if (system) sb_strip(&b, system);
+            sb_str(&b, "<|eot_id|>");
+        } else if (system) {
+            sb_str(&b, "<|start_header_id|>system<|end_header_id|>\n\n");
+            sb_strip(&b, system);
+            sb_str(&b, "<|eot_id|>");
+        }
+        sb_str(&b, "<|start_header_id|>user<|end_header_id|>\n\n");
+        sb_strip(&b, user);
+        sb_str(&b, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+    case TOK_CHAT_LLAMA2: {
+        /* content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + user, then strip()ped as a whole */
+        sbuf c = {0};
+        if (system) {
+            sb_str(&c, "<<SYS>>\n");
+            sb_str(&c, system);
+            sb_str(&c, "\n<</SYS>>\n\n");
+        }
+        sb_str(&c, user);
+        sb_put(&b, bos, bl);
+        sb_str(&b, "[INST] ");
+        if (c.oom) b.oom = true;
+        else sb_strip(&b, c.p);
+        sb_str(&b, " [/INST]");
+        free(c.p);
+        break;
+    }
+    case TOK_CHAT_MISTRAL:
+        /* The template refuses a system role; put the system text before the user's, as
+         * llama.cpp does for Mistral v1. */
+        sb_put(&b, bos, bl);
+        sb_str(&b, "[INST] ");
+        if (system && *system) {
+            sb_str(&b, system);
+            sb_str(&b, "\n\n");
+        }
+        sb_str(&b, user);
+        sb_str(&b, " [/INST]");
+        break;
+    default: break;
+    }
+    if (b.oom || !b.p) {
+        free(b.p);
+        return llmi_fail(st, LLMI_E_RUNTIME, "--chat: out of memory formatting the prompt");
+    }
+    *out = b.p;
+    return 0;
+}

@@ -1,0 +1,85 @@
+/* tokenizer.h — owns text <-> token ids: byte-level BPE (GPT-2, SmolLM2, Llama-3, Qwen2
+ * pre-tokenizers) and SentencePiece-style BPE with byte fallback, added/special tokens,
+ * BOS/EOS rules, the streaming detokenizer, and chat formatting for instruct models.
+ *
+ * Built either from GGUF metadata (the loader fills a tok_spec) or from a Hugging Face
+ * directory (tokenizer.json, tokenizer_config.json, generation_config.json).
+ * The reference is Hugging Face `tokenizers`; ids must match it exactly. */
+#ifndef LLMI_TOKENIZER_H
+#define LLMI_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "core/status.h"
+
+typedef struct tokenizer tokenizer;
+
+typedef enum { TOK_MODEL_BYTELEVEL_BPE = 0, TOK_MODEL_SPM_BPE } tok_model_kind;
+typedef enum { TOK_PRE_GPT2 = 0, TOK_PRE_SMOLLM, TOK_PRE_LLAMA3, TOK_PRE_QWEN2, TOK_PRE_NONE } tok_pre_kind;
+
+/* What a GGUF file says about its tokenizer; arrays are borrowed for the call only.
+ * Token strings are given with explicit lengths: they are untrusted bytes. */
+typedef struct tok_spec {
+    tok_model_kind model;
+    tok_pre_kind pre;
+    int n_tokens;
+    const char *const *tokens;        /* (n_tokens) */
+    const uint32_t *token_lens;       /* (n_tokens) */
+    const float *scores;              /* (n_tokens) or NULL */
+    const int32_t *token_types;       /* (n_tokens) or NULL: 1 normal 2 unk 3 control 4 user 5 unused 6 byte */
+    int n_merges;
+    const char *const *merges;        /* (n_merges) "a b", or NULL for SentencePiece scores */
+    const uint32_t *merge_lens;       /* (n_merges) */
+    int bos_id, eos_id, unk_id, pad_id;   /* -1 when absent */
+    const int32_t *eog_ids;           /* extra end-of-generation ids, e.g. <|eot_id|> */
+    int n_eog_ids;
+    bool add_bos, add_eos;
+    const char *chat_template;        /* or NULL */
+} tok_spec;
+
+int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st);
+/* dir holds tokenizer.json and optionally tokenizer_config.json, generation_config.json. */
+int tok_load_hf(const char *dir, tokenizer **out, llmi_status *st);
+void tok_free(tokenizer *t);
+
+int tok_n_vocab(const tokenizer *t);
+int tok_bos(const tokenizer *t);                     /* -1 if none */
+int tok_eos(const tokenizer *t);                     /* -1 if none */
+bool tok_add_bos(const tokenizer *t);                /* the model's default */
+bool tok_is_eog(const tokenizer *t, int32_t id);     /* eos or any end-of-generation id */
+bool tok_is_special(const tokenizer *t, int32_t id); /* control/special: hidden by skip_special */
+
+/* Encodes text.  add_special adds BOS/EOS as the model's rules say; parse_special lets
+ * special-token strings in the text become their ids.  *ids is malloc'ed (caller frees). */
+int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+               int32_t **ids, int *n_ids, llmi_status *st);
+/* One-shot decode to a malloc'ed NUL-terminated string (*len bytes, may contain NUL). */
+int tok_decode(const tokenizer *t, const int32_t *ids, int n, bool skip_special, char **out, size_t *len,
+               llmi_status *st);
+/* The raw text of one token as it appears in a decode (byte tokens as their byte,
+ * "▁" as space, byte-level symbols as bytes), for --logprobs and --verbose-prompt. */
+int tok_piece(const tokenizer *t, int32_t id, char *buf, size_t cap);   /* returns bytes written */
+
+/* Streaming detokenizer: never emits a partial UTF-8 sequence; the concatenation of all
+ * pushes plus the final flush equals tok_decode of the same ids. */
+typedef struct tok_stream {
+    const tokenizer *t;
+    bool skip_special;
+    bool first;          /* SentencePiece strips one leading space at the very start */
+    char pending[8];     /* incomplete UTF-8 bytes held back */
+    int n_pending;
+} tok_stream;
+void tok_stream_init(tok_stream *s, const tokenizer *t, bool skip_special);
+/* Writes the bytes this token completes into buf; returns count.  cap >= tok_stream_cap(t) is
+ * always enough (<= 256 for SmolLM2, Llama, Qwen2 vocabularies; a few have longer tokens). */
+int tok_stream_push(tok_stream *s, int32_t id, char *buf, size_t cap);
+size_t tok_stream_cap(const tokenizer *t);
+int tok_stream_flush(tok_stream *s, char *buf, size_t cap);
+
+/* Chat formatting (--chat/--system): recognises ChatML, Llama-3, Llama-2 and Mistral from
+ * the model's template text.  *out is malloc'ed; it ends with the assistant turn opened. */
+int tok_chat_format(const tokenizer *t, const char *system, const char *user, char **out, llmi_status *st);
+const char *tok_chat_template_name(const tokenizer *t);  /* "chatml", "llama3", ... or "none" */
+
+#endif
