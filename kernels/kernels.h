@@ -20,7 +20,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "backend/backend.h"   /* C declarations (dtype_name, ...) keep C linkage from the .cu files */
+#include "backend/batch.h"     /* C declarations keep C linkage from the .cu files */
 #include "core/dtype.h"
 
 /* ---- embed.cu ---- */

@@ -90,7 +90,7 @@ typedef struct { const int32_t *tok; int32_t table[MAXB]; } tseq;
  * every token of the batch, in batch order. */
 static int run_pieces(llmi_backend *b, tseq *seqs, const int *which, const int *start, const int *len, int np,
                       float *logits, llmi_status *st) {
-    int32_t tokens[64], pos[64], slot[64], sot[64], qs[9], ctx[8], tables[8 * MAXB], rows[64];
+    int32_t tokens[64], pos[64], slot[64], sot[64], qs[9], tables[8 * MAXB], rows[64];
     int n = 0;
     qs[0] = 0;
     for (int p = 0; p < np; p++) {
@@ -104,9 +104,8 @@ static int run_pieces(llmi_backend *b, tseq *seqs, const int *which, const int *
             rows[n] = n;
         }
         qs[p + 1] = n;
-        ctx[p] = start[p] + len[p];
     }
-    llmi_batch bt = {n, tokens, pos, slot, sot, np, qs, ctx, tables, MAXB, n, rows};
+    llmi_batch bt = {n, tokens, pos, slot, sot, np, qs, tables, MAXB, n, rows};
     return b->forward(b, &bt, logits, st);
 }
 
@@ -179,8 +178,8 @@ TEST(backend_cpu_batch_invariance) {
         /* a batch beyond the workspaces fails cleanly */
         llmi_status st2 = {0};
         int32_t bad_tok = V;
-        int32_t pos0 = 0, slot0 = 0, sot0 = 0, qs[2] = {0, 1}, ctx1 = 1, row0 = 0;
-        llmi_batch bb = {65, &bad_tok, &pos0, &slot0, &sot0, 1, qs, &ctx1, seqs[0].table, MAXB, 1, &row0};
+        int32_t pos0 = 0, slot0 = 0, sot0 = 0, qs[2] = {0, 1}, row0 = 0;
+        llmi_batch bb = {65, &bad_tok, &pos0, &slot0, &sot0, 1, qs, seqs[0].table, MAXB, 1, &row0};
         CHECK(b->forward(b, &bb, got, &st2) != 0 && strstr(st2.msg, "max_batch_tokens"));
         llmi_status_clear(&st2);
         bb.n_tokens = 1;

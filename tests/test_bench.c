@@ -331,9 +331,9 @@ TEST(bench_ppl_windows_bruteforce) {
         for (int p = 0; p < n_ctx; p++) win[p] = p == 0 ? bos : toks[c * n_ctx + p];
         for (int p = 8; p <= 14; p++) {
             for (int k = 0; k <= p; k++) { pos[k] = k; slot[k] = k; }
-            int32_t qs[2] = {0, p + 1}, cl = p + 1, row = p;
+            int32_t qs[2] = {0, p + 1}, row = p;
             llmi_batch bt = {.n_tokens = p + 1, .tokens = win, .positions = pos, .slot_mapping = slot,
-                             .seq_of_token = seq, .n_seqs = 1, .query_start = qs, .context_lens = &cl,
+                             .seq_of_token = seq, .n_seqs = 1, .query_start = qs,
                              .block_tables = table, .max_blocks_per_seq = 2, .n_logits = 1, .logit_rows = &row};
             CHECK(b->forward(b, &bt, logits, &st) == 0);
             ppl_add(&acc, ppl_nll(logits, 512, toks[c * n_ctx + p + 1]));

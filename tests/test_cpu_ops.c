@@ -237,7 +237,7 @@ TEST(cpu_rope_inv_freq_scalings) {
         c.rope_low_freq_factor = 1.0f;
         c.rope_high_freq_factor = 4.0f;
         c.rope_orig_max_pos = 8192;
-        cpu_rope_inv_freq(&c, f);
+        backend_rope_inv_freq(&c, f);
         int n_lo = 0, n_mid = 0;
         for (int i = 0; i < 64; i++) {
             double rf = ref_inv_freq(&c, i);
@@ -250,7 +250,7 @@ TEST(cpu_rope_inv_freq_scalings) {
     }
     /* Llama-3.1 published values (factor 8, low 1, high 4, 8192): the last is base / 8 */
     c.rope_scaling = LLMI_ROPE_SCALING_LLAMA3;
-    cpu_rope_inv_freq(&c, f);
+    backend_rope_inv_freq(&c, f);
     CHECK(fabs(f[63] - pow(500000.0, -126.0 / 128) / 8) < 1e-12);
     CHECK(f[0] == 1.0f);
 }
@@ -269,7 +269,7 @@ TEST(cpu_rope_kv_write) {
     c.rope_dim = hd;
     c.rope_theta = 10000.0f;
     float inv[17];
-    cpu_rope_inv_freq(&c, inv);
+    backend_rope_inv_freq(&c, inv);
     for (int kt = 0; kt < 3; kt++) {
         llmi_kv_dtype kd = (llmi_kv_dtype)kt;
         float *q = rand_vec(&r, (size_t)n * nh * hd, 1), *k = rand_vec(&r, (size_t)n * nkv * hd, 1);
@@ -318,7 +318,7 @@ TEST(cpu_paged_attention_vs_dense) {
         int hd = kt < 3 ? 40 : 64;
         size_t esz = kd == LLMI_KV_F32 ? 4 : 2, row = (size_t)nkv * hd;
         /* random block tables: a shuffled permutation of all blocks, dealt to sequences */
-        int32_t perm[48], tables[4 * 12], qs[5], ctx[4], seqlen[4];
+        int32_t perm[48], tables[4 * 12], qs[5], seqlen[4];
         for (int i = 0; i < nblocks; i++) perm[i] = i;
         for (int i = nblocks - 1; i > 0; i--) { int j = rng_int(&r, i + 1); int tmp = perm[i]; perm[i] = perm[j]; perm[j] = tmp; }
         memcpy(tables, perm, sizeof tables);
@@ -328,7 +328,7 @@ TEST(cpu_paged_attention_vs_dense) {
         seqlen[3] = 1 + rng_int(&r, 47);
         int n = 0;
         qs[0] = 0;
-        for (int s = 0; s < n_seqs; s++) { n += newtok[s]; qs[s + 1] = n; ctx[s] = seqlen[s]; }
+        for (int s = 0; s < n_seqs; s++) { n += newtok[s]; qs[s + 1] = n; }
         int32_t *pos = malloc(sizeof(int32_t) * n), *sot = malloc(sizeof(int32_t) * n), *slot = malloc(sizeof(int32_t) * n);
         for (int s = 0; s < n_seqs; s++)
             for (int i = qs[s]; i < qs[s + 1]; i++) {
@@ -348,7 +348,7 @@ TEST(cpu_paged_attention_vs_dense) {
         float *ref = malloc(sizeof(float) * n * nh * hd);
         llmi_batch b = {0};
         b.n_tokens = n; b.positions = pos; b.slot_mapping = slot; b.seq_of_token = sot; b.n_seqs = n_seqs;
-        b.query_start = qs; b.context_lens = ctx; b.block_tables = tables; b.max_blocks_per_seq = maxb;
+        b.query_start = qs; b.block_tables = tables; b.max_blocks_per_seq = maxb;
         float scale = 1.0f / sqrtf((float)hd);
         cpu_paged_attention(q, kc, vc, kd, &b, nh, nkv, hd, bs, scale, out);
         double sc[64];

@@ -162,7 +162,7 @@ TEST(cuda_rope_kv) {
     llmi_config c = {0};
     c.head_dim = hd; c.rope_dim = hd; c.rope_theta = 10000.0f;
     float inv_freq[17];
-    cpu_rope_inv_freq(&c, inv_freq);
+    backend_rope_inv_freq(&c, inv_freq);
     int32_t pos[11], slot[11];
     for (int i = 0; i < n; i++) { pos[i] = trng_int(&r, 5000); slot[i] = i * 7 % (nblocks * bs); }
     const int W = (nh + 2 * nkv) * hd, qd = nh * hd, kvd = nkv * hd;
@@ -252,7 +252,7 @@ static void attention_case(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int 
     const int qlen[4] = {1, 70, 20, 3}, ctx[4] = {300, 70, 70, 45};
     int n = 0;
     for (int s = 0; s < nseq; s++) n += qlen[s];
-    int32_t *pos = malloc(n * 4), *seq = malloc(n * 4), *slot = malloc(n * 4), qs[5], cl[4];
+    int32_t *pos = malloc(n * 4), *seq = malloc(n * 4), *slot = malloc(n * 4), qs[5];
     int32_t *tables = malloc(sizeof(int32_t) * nseq * mbps), *perm = malloc(sizeof(int32_t) * nblocks);
     for (int i = 0; i < nblocks; i++) perm[i] = i;
     for (int i = nblocks - 1; i > 0; i--) {
@@ -264,7 +264,6 @@ static void attention_case(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int 
     int k = 0;
     for (int s = 0; s < nseq; s++) {
         qs[s] = k;
-        cl[s] = ctx[s];
         for (int j = 0; j < qlen[s]; j++, k++) {
             pos[k] = ctx[s] - qlen[s] + j;
             seq[k] = s;
@@ -273,7 +272,7 @@ static void attention_case(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int 
     }
     qs[nseq] = n;
     llmi_batch b = {.n_tokens = n, .tokens = pos, .positions = pos, .slot_mapping = slot, .seq_of_token = seq,
-                    .n_seqs = nseq, .query_start = qs, .context_lens = cl, .block_tables = tables,
+                    .n_seqs = nseq, .query_start = qs, .block_tables = tables,
                     .max_blocks_per_seq = mbps, .n_logits = 0, .logit_rows = NULL};
     size_t cache_elems = (size_t)nblocks * bs * nkv * hd, es = kv_esz(dt);
     void *kc = malloc(cache_elems * es), *vc = malloc(cache_elems * es);
@@ -568,7 +567,7 @@ static int forward_steps(llmi_backend *b, const int32_t *toks, float *logits, ll
     const int len[5][3] = {{40, 5, 0}, {1, 1, 20}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}, nseq[5] = {2, 3, 3, 3, 3};
     float *out = logits;
     for (int step = 0; step < 5; step++) {
-        int32_t tokens[64], pos[64], slot[64], sot[64], qs[4], ctx[3], rows[64];
+        int32_t tokens[64], pos[64], slot[64], sot[64], qs[4], rows[64];
         int n = 0;
         qs[0] = 0;
         for (int s = 0; s < nseq[step]; s++) {
@@ -580,9 +579,8 @@ static int forward_steps(llmi_backend *b, const int32_t *toks, float *logits, ll
                 rows[n] = n;
             }
             qs[s + 1] = n;
-            ctx[s] = start[step][s] + len[step][s];
         }
-        llmi_batch bt = {n, tokens, pos, slot, sot, nseq[step], qs, ctx, tables, FB_MAXB, n, rows};
+        llmi_batch bt = {n, tokens, pos, slot, sot, nseq[step], qs, tables, FB_MAXB, n, rows};
         if (b->forward(b, &bt, out, st)) return st->code;
         out += (size_t)n * b->model->cfg.n_vocab;
     }
@@ -650,8 +648,8 @@ TEST(cuda_backend_forward) {
         CHECK(w > 0 && kv == gpu->kv_block_bytes(gpu) * 3 * FB_MAXB && act > 0);
 
         /* bad batches fail the request with a message, not the process */
-        int32_t tok = nv + 5, pos0 = 0, slot0 = 0, sot0 = 0, qs[2] = {0, 1}, ctx1 = 1, tab[FB_MAXB] = {0}, row0 = 0;
-        llmi_batch bad = {1, &tok, &pos0, &slot0, &sot0, 1, qs, &ctx1, tab, FB_MAXB, 1, &row0};
+        int32_t tok = nv + 5, pos0 = 0, slot0 = 0, sot0 = 0, qs[2] = {0, 1}, tab[FB_MAXB] = {0}, row0 = 0;
+        llmi_batch bad = {1, &tok, &pos0, &slot0, &sot0, 1, qs, tab, FB_MAXB, 1, &row0};
         llmi_status st2 = {0};
         CHECK(gpu->forward(gpu, &bad, got, &st2) != 0 && strstr(st2.msg, "vocab"));
         free(ref); free(got);

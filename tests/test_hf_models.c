@@ -127,10 +127,10 @@ static int hf_forward(llmi_backend *b, const int32_t *ids, int pos0, int n, cons
         seq[i] = 0;
         rows[i] = i;
     }
-    int32_t qs[2] = {0, n}, ctx[1] = {pos0 + n};
+    int32_t qs[2] = {0, n};
     llmi_batch bt = {
         .n_tokens = n, .tokens = ids + pos0, .positions = pos, .slot_mapping = slot, .seq_of_token = seq,
-        .n_seqs = 1, .query_start = qs, .context_lens = ctx, .block_tables = table,
+        .n_seqs = 1, .query_start = qs, .block_tables = table,
         .max_blocks_per_seq = n_blocks, .n_logits = n, .logit_rows = rows,
     };
     return b->forward(b, &bt, out, st);

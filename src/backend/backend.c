@@ -1,6 +1,7 @@
-/* backend.c — owns what all backends share beyond the interface: op class names and
- * the check that a model's tensors have the shapes its config promises. */
+/* backend.c — what all backends share beyond the interface (see backend.h). */
 #include "backend/backend.h"
+
+#include <math.h>
 
 const char *op_class_name(llmi_op_class c) {
     static const char *const names[LLMI_OP_COUNT] = {
@@ -47,4 +48,34 @@ int backend_check_model(const llmi_model *m, const char *who, llmi_status *st) {
             return llmi_fail(st, LLMI_E_RUNTIME, "%s backend: layer %d lacks a norm", who, l);
     }
     return 0;
+}
+
+size_t backend_kv_block_bytes(const llmi_config *c, int block_size, llmi_kv_dtype t) {
+    return 2 * (size_t)c->n_layers * (size_t)block_size * (size_t)c->n_kv_heads * (size_t)c->head_dim *
+           kv_dtype_bytes(t);
+}
+
+/* Mirrors transformers' _compute_default_rope_parameters and _compute_llama3_parameters
+ * (modeling_rope_utils.py); computed in double, rounded once to fp32. */
+void backend_rope_inv_freq(const llmi_config *c, float *inv_freq) {
+    int rd = c->rope_dim > 0 ? c->rope_dim : c->head_dim;
+    int half = c->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        double f = (2 * i < rd) ? pow((double)c->rope_theta, -(double)(2 * i) / (double)rd) : 0.0;
+        if (c->rope_scaling == LLMI_ROPE_SCALING_LINEAR && c->rope_factor > 0) {
+            f /= c->rope_factor;
+        } else if (c->rope_scaling == LLMI_ROPE_SCALING_LLAMA3 && f > 0) {
+            double factor = c->rope_factor, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+            double old = c->rope_orig_max_pos;
+            double lo_wavelen = old / lo, hi_wavelen = old / hi;
+            double wavelen = 2.0 * M_PI / f;
+            if (wavelen > lo_wavelen) {
+                f = f / factor;
+            } else if (!(wavelen < hi_wavelen)) {
+                double smooth = (old / wavelen - lo) / (hi - lo);
+                f = (1.0 - smooth) * f / factor + smooth * f;
+            }
+        }
+        inv_freq[i] = (float)f;
+    }
 }

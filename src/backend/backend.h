@@ -1,35 +1,18 @@
 /* backend.h — owns the interface every compute backend implements (CPU with OpenMP,
- * CUDA) and llmi_batch, the one input of a forward pass.
- *
- * A batch is a flat list of tokens from many sequences.  Each sequence contributes a
- * contiguous range [query_start[s], query_start[s+1]) of tokens: a prefill chunk or one
- * decode token.  KV for every token is written to its slot (block * block_size + offset)
- * before attention, and each token attends causally over its sequence's first
- * positions[i] + 1 cached positions, found through the sequence's block table.  The
- * scheduler never touches backend memory; backends never touch scheduling. */
+ * CUDA), the options they are created with, the per-op profiling counters, and what all
+ * backends share beyond the interface: the model-shape check, the KV block size in bytes
+ * and the RoPE frequency table.  A forward pass takes an llmi_batch (batch.h); the
+ * scheduler never touches backend memory and backends never touch scheduling. */
 #ifndef LLMI_BACKEND_H
 #define LLMI_BACKEND_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "backend/batch.h"
 #include "model/model.h"
 #include "core/status.h"
 
-typedef struct llmi_batch {
-    int n_tokens;
-    const int32_t *tokens;         /* (n_tokens) */
-    const int32_t *positions;      /* (n_tokens) position of each token in its sequence */
-    const int32_t *slot_mapping;   /* (n_tokens) KV slot each token's K/V is written to */
-    const int32_t *seq_of_token;   /* (n_tokens) index into the per-sequence arrays below */
-    int n_seqs;
-    const int32_t *query_start;    /* (n_seqs + 1) token range of each sequence */
-    const int32_t *context_lens;   /* (n_seqs) cached length after this step = last position + 1 */
-    const int32_t *block_tables;   /* (n_seqs, max_blocks_per_seq) physical block ids */
-    int max_blocks_per_seq;
-    int n_logits;
-    const int32_t *logit_rows;     /* (n_logits) flat token indices whose logits are wanted */
-} llmi_batch;
 
 /* Op classes that `llmi profile` reports; backends add time to these when profiling. */
 typedef enum {
@@ -42,6 +25,11 @@ const char *op_class_name(llmi_op_class c);
 /* Checks that every tensor has the shape the config promises and a consistent row size;
  * who ("cpu", "cuda") starts the message.  Backends add their own dtype and size limits. */
 int backend_check_model(const llmi_model *m, const char *who, llmi_status *st);
+/* Bytes one KV block takes across all layers, K and V. */
+size_t backend_kv_block_bytes(const llmi_config *c, int block_size, llmi_kv_dtype t);
+/* inv_freq (head_dim / 2): RoPE inverse frequencies with the config's scaling, as
+ * transformers computes them (modeling_rope_utils.py), in double rounded once to fp32. */
+void backend_rope_inv_freq(const llmi_config *c, float *inv_freq);
 
 typedef struct llmi_op_stats {
     double seconds[LLMI_OP_COUNT];
@@ -49,8 +37,6 @@ typedef struct llmi_op_stats {
     double flops[LLMI_OP_COUNT];
     long calls[LLMI_OP_COUNT];
 } llmi_op_stats;
-
-typedef enum { LLMI_KV_F32 = 0, LLMI_KV_F16, LLMI_KV_BF16 } llmi_kv_dtype;
 
 typedef struct llmi_backend_opts {
     int n_threads;                 /* CPU: OpenMP threads (0 = all cores) */
@@ -62,6 +48,34 @@ typedef struct llmi_backend_opts {
     int max_seqs;                  /* the most sequences one forward will be given */
 } llmi_backend_opts;
 
+/* Points inside a decoder layer where a caller may read the activations that feed each
+ * group of linears, as llama.cpp's eval callback does: `llmi quantize` collects its
+ * calibration statistics here, from the one forward that serves the model. */
+typedef enum {
+    LLMI_TAP_ATTN_IN = 0,          /* (n_tokens, dim) input of q/k/v: attn_norm(h) */
+    LLMI_TAP_O_IN,                 /* (n_tokens, n_heads*head_dim) input of o_proj: attention output */
+    LLMI_TAP_MLP_IN,               /* (n_tokens, dim) input of gate/up: ffn_norm(h + o_proj) */
+    LLMI_TAP_DOWN_IN,              /* (n_tokens, ffn_dim) input of down_proj: silu(gate) * up */
+    LLMI_TAP_COUNT
+} llmi_tap;
+
+/* Called at every tap of every layer the forward runs; x (n_tokens, width).  Returns 0
+ * to go on, LLMI_TAP_STOP to end the forward right after this tap (nothing after it is
+ * computed or written), or an LLMI_E code with st set to fail the forward. */
+#define LLMI_TAP_STOP (-1)
+typedef int (*llmi_tap_fn)(void *ctx, int layer, llmi_tap tap, const float *x, int n_tokens, int width,
+                           llmi_status *st);
+
+/* A partial forward: layers [first_layer, last_layer) over a batch, on hidden states the
+ * caller holds between calls (calibration runs a model one layer at a time). */
+typedef struct llmi_layer_run {
+    int first_layer, last_layer;
+    bool embed;                    /* hidden's input is the embedding of the batch's tokens */
+    float *hidden;                 /* (n_tokens, dim) in: the input of first_layer (unless embed);
+                                      out: the output of last_layer - 1 (unless a tap stopped it) */
+    bool stopped;                  /* out: a tap returned LLMI_TAP_STOP */
+} llmi_layer_run;
+
 typedef struct llmi_backend llmi_backend;
 struct llmi_backend {
     const char *name;              /* "cpu" or "cuda" */
@@ -71,6 +85,8 @@ struct llmi_backend {
     int num_blocks;                /* KV blocks allocated by kv_alloc */
     bool profiling;                /* when true, forward fills stats */
     llmi_op_stats stats;
+    llmi_tap_fn tap;               /* when set, forward and forward_layers call it at every tap */
+    void *tap_ctx;
     void *impl;
 
     /* Bytes of KV storage one block takes across all layers (K and V). */
@@ -80,6 +96,8 @@ struct llmi_backend {
     int (*kv_alloc)(llmi_backend *b, int num_blocks, llmi_status *st);
     /* Runs the model over the batch; writes (n_logits, n_vocab) floats to logits (host). */
     int (*forward)(llmi_backend *b, const llmi_batch *batch, float *logits, llmi_status *st);
+    /* The same layers, a range at a time (see llmi_layer_run); NULL where unsupported. */
+    int (*forward_layers)(llmi_backend *b, const llmi_batch *batch, llmi_layer_run *run, llmi_status *st);
     /* Bytes the backend holds: weights it copied or converted, KV, activations, workspaces. */
     void (*memory)(const llmi_backend *b, size_t *weights, size_t *kv, size_t *activations);
     void (*destroy)(llmi_backend *b);

@@ -12,6 +12,7 @@
 
 #include "cli/bench_util.h"
 #include "cli/cli.h"
+#include "engine/stop.h"
 #include "core/jsonw.h"
 #include "tok/tokenizer.h"
 
@@ -98,27 +99,9 @@ static bool text_grow(gen_request *r, size_t extra) {
     return true;
 }
 
-/* Bytes at the end of the text that could still become a stop string: not printable yet. */
-static size_t stop_holdback(const gen_request *r) {
-    size_t hold = 0;
-    for (int i = 0; i < r->params.n_stop; i++) {
-        size_t sl = strlen(r->params.stop[i]);
-        for (size_t k = sl - 1; k > hold && k > 0; k--)
-            if (k <= r->text_len && !memcmp(r->text + r->text_len - k, r->params.stop[i], k)) {
-                hold = k;
-                break;
-            }
-    }
-    return hold;
-}
-
 /* Cuts the text at the first stop string (the stop string is not part of the output). */
 static void trim_at_stop(gen_request *r) {
-    size_t cut = r->text_len;
-    for (int i = 0; i < r->params.n_stop; i++) {
-        char *p = memmem(r->text, r->text_len, r->params.stop[i], strlen(r->params.stop[i]));
-        if (p && (size_t)(p - r->text) < cut) cut = (size_t)(p - r->text);
-    }
+    size_t cut = stop_first(r->text, r->text_len, r->params.stop, r->params.n_stop);
     r->text_len = cut;
     if (r->text) r->text[cut] = '\0';
     if (r->printed > cut) r->printed = cut;
@@ -254,7 +237,7 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
         r->finish = ev->reason;
     }
     if (g->stream_out && r->text) {
-        size_t upto = r->done ? r->text_len : r->text_len - stop_holdback(r);
+        size_t upto = r->done ? r->text_len : r->text_len - stop_holdback(r->text, r->text_len, r->params.stop, r->params.n_stop);
         if (upto > r->printed) {
             if (fwrite(r->text + r->printed, 1, upto - r->printed, stdout) != upto - r->printed) g->io_error = true;
             r->printed = upto;

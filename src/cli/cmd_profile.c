@@ -2,8 +2,9 @@
  *
  * Runs b requests of p random prompt tokens generating n each (after a short warm-up),
  * with backend->profiling on, and reads the per-op-class counters around every
- * engine_step.  The backend times its own op classes inside forward; the engine adds
- * sampling (after forward) and host/scheduler time (before forward).  What the step
+ * engine_step.  The backend times its own op classes inside forward (backend->stats);
+ * the engine times sampling (after forward) and host/scheduler time (before forward) in
+ * its own counters (engine_host_stats).  What the step
  * wall time holds beyond those is reported as "untimed", so nothing is hidden.
  * Steps that carry prompt tokens are the prefill phase, the others decode (as bench).
  *
@@ -180,17 +181,19 @@ static int run_workload(llmi_engine *e, llmi_backend *b, const llmi_model *m, in
     }
     while (engine_has_work(e)) {
         if (cli_interrupted && *cli_interrupted) { rc = llmi_fail(st, LLMI_E_INTERRUPT, "profile: interrupted"); goto done; }
-        llmi_op_stats before = b->stats;
+        llmi_op_stats before = b->stats, before_host = *engine_host_stats(e);
         double t0 = engine_now(e);
         llmi_step_info info;
         if ((rc = engine_step(e, NULL, NULL, &info, st))) goto done;
         if (!acc) continue;
+        /* This step's counters: the backend's op classes plus the engine's own. */
+        const llmi_op_stats *host = engine_host_stats(e);
         llmi_op_stats d;
         for (int c = 0; c < LLMI_OP_COUNT; c++) {
-            d.seconds[c] = b->stats.seconds[c] - before.seconds[c];
-            d.bytes[c] = b->stats.bytes[c] - before.bytes[c];
-            d.flops[c] = b->stats.flops[c] - before.flops[c];
-            d.calls[c] = b->stats.calls[c] - before.calls[c];
+            d.seconds[c] = b->stats.seconds[c] - before.seconds[c] + host->seconds[c] - before_host.seconds[c];
+            d.bytes[c] = b->stats.bytes[c] - before.bytes[c] + host->bytes[c] - before_host.bytes[c];
+            d.flops[c] = b->stats.flops[c] - before.flops[c] + host->flops[c] - before_host.flops[c];
+            d.calls[c] = b->stats.calls[c] - before.calls[c] + host->calls[c] - before_host.calls[c];
         }
         if (info.n_seqs == 0) continue;
         int ph = info.n_prefill_tokens > 0 ? PH_PREFILL : PH_DECODE;

@@ -19,6 +19,11 @@ typedef enum llmi_dtype {
     LLMI_DTYPE_COUNT
 } llmi_dtype;
 
+/* Element types of the KV cache (--kv-type).  Backends and kernels both need it, so it
+ * lives with the other storage types. */
+typedef enum { LLMI_KV_F32 = 0, LLMI_KV_F16, LLMI_KV_BF16 } llmi_kv_dtype;
+static inline size_t kv_dtype_bytes(llmi_kv_dtype t) { return t == LLMI_KV_F32 ? 4 : 2; }
+
 /* Weights per block and bytes per block; dense types have a block of 1. */
 static inline int dtype_block_elems(llmi_dtype t) {
     if (t == LLMI_I4G) return 2;

@@ -1,6 +1,7 @@
 /* engine.h — owns the serving loop that every subcommand shares: requests in,
- * continuous batching over a paged KV cache (kvcache.h, sched.h) through one backend,
- * sampling, stop rules, per-request timings, tokens out through a callback.
+ * continuous batching over a paged KV cache (kvcache.h; the step's plan comes from the
+ * scheduler, sched.h) through one backend, sampling (sampler.h), stop rules (stop.h),
+ * per-request timings, tokens out through a callback.
  *
  * One engine_step() is one forward pass: it may mix prefill chunks of some sequences
  * with decode tokens of others.  An engine holds no process-wide state, so bench and
@@ -105,6 +106,9 @@ void engine_release(llmi_engine *e, int id);
 double engine_now(const llmi_engine *e);
 int engine_kv_blocks_total(const llmi_engine *e);
 int engine_kv_blocks_peak(const llmi_engine *e);
-int engine_max_ctx(const llmi_engine *e);
+/* Time the engine itself spent in profiled steps (backend->profiling): scheduling and
+ * batch building as LLMI_OP_HOST, sampling and stop rules as LLMI_OP_SAMPLE.  The
+ * backend's own op classes are in backend->stats. */
+const llmi_op_stats *engine_host_stats(const llmi_engine *e);
 
 #endif

@@ -82,9 +82,9 @@ int ppl_run(llmi_backend *b, const int32_t *tokens, long n, int32_t bos, const p
                 slot[k] = table[p / bs] * bs + p % bs;
                 if (p >= first && p <= n_ctx - 2) rows[nl++] = k;
             }
-            int32_t qs[2] = {0, nb}, ctxlen = j + nb;
+            int32_t qs[2] = {0, nb};
             llmi_batch batch = {.n_tokens = nb, .tokens = tok, .positions = pos, .slot_mapping = slot,
-                                .seq_of_token = seq, .n_seqs = 1, .query_start = qs, .context_lens = &ctxlen,
+                                .seq_of_token = seq, .n_seqs = 1, .query_start = qs,
                                 .block_tables = table, .max_blocks_per_seq = n_blocks, .n_logits = nl,
                                 .logit_rows = rows};
             if ((rc = b->forward(b, &batch, logits, st))) goto done;

@@ -74,7 +74,7 @@ void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cach
     int group = n_heads / n_kv_heads;
     int gmax = ATTN_ACC_FLOATS / head_dim < ATTN_CHUNK ? ATTN_ACC_FLOATS / head_dim : ATTN_CHUNK;
     size_t kv_row_elems = (size_t)n_kv_heads * head_dim;
-    size_t esz = vec_kv_elem_bytes(kv_dtype);
+    size_t esz = kv_dtype_bytes(kv_dtype);
     int n = b->n_tokens;
     /* Work in q.k products; a single decode token over a short context is cheaper than
      * waking the team (and its kv-head tasks split unevenly over 2 threads anyway). */

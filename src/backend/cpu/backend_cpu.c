@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "backend/backend.h"
+#include "backend/cost.h"
 #include "backend/cpu/ops.h"
 
 typedef struct cpu_impl {
@@ -30,12 +31,8 @@ typedef struct cpu_impl {
     size_t kv_bytes, ws_bytes;
 } cpu_impl;
 
-static size_t kv_elem_bytes(llmi_kv_dtype t) { return t == LLMI_KV_F32 ? 4 : 2; }
-
 static size_t cpu_kv_block_bytes(const llmi_backend *b) {
-    const llmi_config *c = &b->model->cfg;
-    return 2 * (size_t)c->n_layers * (size_t)b->opts.block_size * (size_t)c->n_kv_heads * (size_t)c->head_dim *
-           kv_elem_bytes(b->opts.kv_dtype);
+    return backend_kv_block_bytes(&b->model->cfg, b->opts.block_size, b->opts.kv_dtype);
 }
 
 /* Half of what the kernel calls available (page cache counts as reclaimable). */
@@ -95,65 +92,124 @@ static void cpu_destroy(llmi_backend *b) {
     free(b);
 }
 
-/* Rejects anything that would index outside the workspaces, the vocab or the KV cache. */
 static int check_batch(const llmi_backend *b, const llmi_batch *bt, llmi_status *st) {
-    const cpu_impl *im = b->impl;
-    const llmi_config *c = &b->model->cfg;
-    int bs = b->opts.block_size;
-    if (b->num_blocks <= 0 || !im->kv) return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: forward before kv_alloc");
-    if (bt->n_tokens <= 0 || bt->n_tokens > im->max_tokens)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: batch of %d tokens outside 1..%d (max_batch_tokens)",
-                         bt->n_tokens, im->max_tokens);
-    if (bt->n_seqs <= 0 || bt->n_seqs > im->max_seqs)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: batch of %d sequences outside 1..%d (max_seqs)",
-                         bt->n_seqs, im->max_seqs);
-    if (bt->n_logits < 0 || bt->n_logits > bt->n_tokens)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: %d logit rows for %d tokens", bt->n_logits, bt->n_tokens);
-    if (bt->max_blocks_per_seq <= 0) return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: max_blocks_per_seq must be positive");
-    long max_pos = (long)bt->max_blocks_per_seq * bs;
-    long n_slots = (long)b->num_blocks * bs;
-    for (int s = 0; s < bt->n_seqs; s++) im->seq_maxpos[s] = -1;
-    for (int i = 0; i < bt->n_tokens; i++) {
-        if (bt->tokens[i] < 0 || bt->tokens[i] >= c->n_vocab)
-            return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: token id %d outside vocab of %d", bt->tokens[i], c->n_vocab);
-        int s = bt->seq_of_token[i];
-        if (s < 0 || s >= bt->n_seqs) return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: token %d has sequence %d of %d", i, s, bt->n_seqs);
-        if (bt->positions[i] < 0 || bt->positions[i] >= max_pos)
-            return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: position %d outside its block table (%ld)", bt->positions[i], max_pos);
-        if (bt->slot_mapping[i] < 0 || bt->slot_mapping[i] >= n_slots)
-            return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: KV slot %d outside cache of %ld", bt->slot_mapping[i], n_slots);
-        if (bt->positions[i] > im->seq_maxpos[s]) im->seq_maxpos[s] = bt->positions[i];
-    }
-    for (int s = 0; s < bt->n_seqs; s++) {
-        const int32_t *tab = bt->block_tables + (size_t)s * bt->max_blocks_per_seq;
-        for (int j = 0; im->seq_maxpos[s] >= 0 && j <= im->seq_maxpos[s] / bs; j++)
-            if (tab[j] < 0 || tab[j] >= b->num_blocks)
-                return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: block table of sequence %d holds block %d of %d", s, tab[j], b->num_blocks);
-    }
-    for (int i = 0; i < bt->n_logits; i++)
-        if (bt->logit_rows[i] < 0 || bt->logit_rows[i] >= bt->n_tokens)
-            return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: logit row %d outside batch of %d", bt->logit_rows[i], bt->n_tokens);
-    return 0;
+    cpu_impl *im = b->impl;
+    if (!im->kv) return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: forward before kv_alloc");
+    batch_limits lim = {.who = "cpu", .max_tokens = im->max_tokens, .max_seqs = im->max_seqs,
+                        .n_vocab = b->model->cfg.n_vocab, .num_blocks = b->num_blocks,
+                        .block_size = b->opts.block_size};
+    return batch_check(bt, &lim, im->seq_maxpos, st);
 }
 
-/* Profiling: add elapsed time since *t0 (and the op's bytes / flops) to class c. */
-static void prof(llmi_backend *b, llmi_op_class c, double *t0, double bytes, double flops) {
+/* Profiling: adds the time since *t0 and the op's cost to class c. */
+static void prof(llmi_backend *b, llmi_op_class c, double *t0, llmi_op_cost cost) {
     if (!b->profiling) return;
     double now = omp_get_wtime();
-    b->stats.seconds[c] += now - *t0;
-    b->stats.bytes[c] += bytes;
-    b->stats.flops[c] += flops;
-    b->stats.calls[c]++;
+    op_stats_add(&b->stats, c, now - *t0, cost);
     *t0 = now;
 }
 
-static double mm_bytes(const llmi_tensor *w, int n) {
-    return (double)w->rows * (double)w->row_bytes + 4.0 * n * (double)(w->cols + w->rows);
+static llmi_op_cost mm_cost(const llmi_tensor *w, int n) {
+    return cost_matmul(w->rows, w->cols, (double)w->rows * (double)w->row_bytes, n, sizeof(float));
 }
-static double mm_flops(const llmi_tensor *w, int n) { return 2.0 * n * (double)w->rows * (double)w->cols; }
+static llmi_op_cost cost_sum(llmi_op_cost a, llmi_op_cost b) { return (llmi_op_cost){a.bytes + b.bytes, a.flops + b.flops}; }
 
 static void cpu_matmul_1(cpu_impl *im, const llmi_tensor *w, const float *x, int n, float *y) {
     cpu_matmul_multi(1, &w, x, n, NULL, &y, im->mm_scratch, im->mm_scratch_bytes);
+}
+
+/* Calls the tap, if any; returns 1 when the forward must stop here. */
+static int tap(llmi_backend *b, int l, llmi_tap t, const float *x, int n, int width, int *rc, llmi_status *st) {
+    if (!b->tap) return 0;
+    int r = b->tap(b->tap_ctx, l, t, x, n, width, st);
+    if (r == LLMI_TAP_STOP) return 1;
+    *rc = r;
+    return r != 0;
+}
+
+/* Decoder layers [first, last) over the batch.  The residual stream is im->x plus, when
+ * *pending, im->delta: each layer folds the previous one's output into x inside its
+ * first norm, so the stream is never written twice.  Returns 0 with *stopped set when a
+ * tap asked to stop. */
+static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last, bool *pending, bool *stopped,
+                      double *t0, llmi_status *st) {
+    cpu_impl *im = b->impl;
+    const llmi_model *m = b->model;
+    const llmi_config *c = &m->cfg;
+    const int n = bt->n_tokens, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim;
+    const int qd = nh * hd, kvd = nkv * hd;
+    const size_t esz = kv_dtype_bytes(b->opts.kv_dtype);
+    const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * (size_t)kvd * esz;   /* one of K or V */
+    double ctx_sum = 0;   /* sum over tokens of attended positions, for attention stats */
+    for (int i = 0; i < n; i++) ctx_sum += bt->positions[i] + 1;
+    int rc = 0;
+    *stopped = false;
+#define TAP(l, t, x, w)                                             \
+    do {                                                            \
+        if (tap(b, (l), (t), (x), n, (w), &rc, st)) {               \
+            *stopped = rc == 0;                                     \
+            return rc;                                              \
+        }                                                           \
+    } while (0)
+
+    for (int l = first; l < last; l++) {
+        const llmi_layer *L = &m->layers[l];
+        bool add = *pending;
+        if (add)
+            cpu_add_rmsnorm(im->x, im->delta, L->attn_norm, n, dim, c->norm_eps, im->xn);
+        else
+            cpu_rmsnorm(im->x, L->attn_norm, n, dim, c->norm_eps, im->xn);
+        *pending = false;
+        prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, add, sizeof(float)));
+        TAP(l, LLMI_TAP_ATTN_IN, im->xn, dim);
+
+        const llmi_tensor *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
+        const float *qkv_b[3] = {L->bq, L->bk, L->bv};
+        float *qkv_y[3] = {im->q, im->k, im->v};
+        cpu_matmul_multi(3, qkv_w, im->xn, n, qkv_b, qkv_y, im->mm_scratch, im->mm_scratch_bytes);
+        prof(b, LLMI_OP_QKV, t0, cost_sum(mm_cost(&L->wq, n), cost_sum(mm_cost(&L->wk, n), mm_cost(&L->wv, n))));
+
+        char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
+        cpu_rope_kv_write(im->q, im->k, im->v, bt->positions, bt->slot_mapping, n, nh, nkv, hd, im->inv_freq, kc, vc,
+                          b->opts.kv_dtype);
+        prof(b, LLMI_OP_ROPE_KV, t0, cost_rope_kv(n, qd, kvd, esz));
+
+        cpu_paged_attention(im->q, kc, vc, b->opts.kv_dtype, bt, nh, nkv, hd, b->opts.block_size,
+                            1.0f / sqrtf((float)hd), im->att);
+        prof(b, LLMI_OP_ATTN, t0, cost_attention(ctx_sum, n, qd, kvd, esz, sizeof(float)));
+        TAP(l, LLMI_TAP_O_IN, im->att, qd);
+
+        const float *bo[1] = {L->bo};
+        const llmi_tensor *wo[1] = {&L->wo};
+        cpu_matmul_multi(1, wo, im->att, n, bo, &im->delta, im->mm_scratch, im->mm_scratch_bytes);
+        prof(b, LLMI_OP_O_PROJ, t0, mm_cost(&L->wo, n));
+
+        cpu_add_rmsnorm(im->x, im->delta, L->ffn_norm, n, dim, c->norm_eps, im->xn);
+        prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, true, sizeof(float)));
+        TAP(l, LLMI_TAP_MLP_IN, im->xn, dim);
+
+        const llmi_tensor *gu_w[2] = {&L->w_gate, &L->w_up};
+        float *gu_y[2] = {im->gate, im->up};
+        cpu_matmul_multi(2, gu_w, im->xn, n, NULL, gu_y, im->mm_scratch, im->mm_scratch_bytes);
+        prof(b, LLMI_OP_MLP_UP, t0, cost_sum(mm_cost(&L->w_gate, n), mm_cost(&L->w_up, n)));
+
+        cpu_swiglu(im->gate, im->up, n, ffn, im->gate);
+        prof(b, LLMI_OP_ACT, t0, cost_swiglu(n, ffn, sizeof(float)));
+        TAP(l, LLMI_TAP_DOWN_IN, im->gate, ffn);
+
+        cpu_matmul_1(im, &L->w_down, im->gate, n, im->delta);
+        prof(b, LLMI_OP_MLP_DOWN, t0, mm_cost(&L->w_down, n));
+        *pending = true;
+    }
+#undef TAP
+    return 0;
+}
+
+/* The nthreads ICV belongs to the calling thread: set for one call, restored after. */
+static int threads_enter(const llmi_backend *b) {
+    int prev = omp_get_max_threads();
+    omp_set_num_threads(b->opts.n_threads > 0 ? b->opts.n_threads : omp_get_num_procs());
+    return prev;
 }
 
 static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llmi_status *st) {
@@ -161,79 +217,56 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
     cpu_impl *im = b->impl;
     const llmi_model *m = b->model;
     const llmi_config *c = &m->cfg;
-    int n = bt->n_tokens, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim;
-    int qd = nh * hd, kvd = nkv * hd;
-    size_t esz = kv_elem_bytes(b->opts.kv_dtype);
-    size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * (size_t)kvd * esz;   /* one of K or V */
-    /* The nthreads ICV belongs to the calling thread: set for this call, restored after. */
-    int prev_threads = omp_get_max_threads();
-    omp_set_num_threads(b->opts.n_threads > 0 ? b->opts.n_threads : omp_get_num_procs());
+    const int n = bt->n_tokens, dim = c->dim;
+    int prev_threads = threads_enter(b);
     double t0 = omp_get_wtime();
 
     cpu_embed(&m->tok_embd, bt->tokens, n, im->x);
-    prof(b, LLMI_OP_EMBED, &t0, (double)n * (double)m->tok_embd.row_bytes + 4.0 * n * dim, 0);
-    double ctx_sum = 0;   /* sum over tokens of attended positions, for attention stats */
-    for (int i = 0; i < n; i++) ctx_sum += bt->positions[i] + 1;
-
-    for (int l = 0; l < c->n_layers; l++) {
-        const llmi_layer *L = &m->layers[l];
-        if (l == 0)
-            cpu_rmsnorm(im->x, L->attn_norm, n, dim, c->norm_eps, im->xn);
-        else
-            cpu_add_rmsnorm(im->x, im->delta, L->attn_norm, n, dim, c->norm_eps, im->xn);
-        prof(b, LLMI_OP_NORM, &t0, 12.0 * n * dim, 4.0 * n * dim);
-
-        const llmi_tensor *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
-        const float *qkv_b[3] = {L->bq, L->bk, L->bv};
-        float *qkv_y[3] = {im->q, im->k, im->v};
-        cpu_matmul_multi(3, qkv_w, im->xn, n, qkv_b, qkv_y, im->mm_scratch, im->mm_scratch_bytes);
-        prof(b, LLMI_OP_QKV, &t0, mm_bytes(&L->wq, n) + mm_bytes(&L->wk, n) + mm_bytes(&L->wv, n),
-             mm_flops(&L->wq, n) + mm_flops(&L->wk, n) + mm_flops(&L->wv, n));
-
-        char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
-        cpu_rope_kv_write(im->q, im->k, im->v, bt->positions, bt->slot_mapping, n, nh, nkv, hd, im->inv_freq, kc, vc,
-                          b->opts.kv_dtype);
-        prof(b, LLMI_OP_ROPE_KV, &t0, 4.0 * n * (qd + 2.0 * kvd) + (double)n * 2 * kvd * esz, 6.0 * n * (qd + kvd) / 2);
-
-        cpu_paged_attention(im->q, kc, vc, b->opts.kv_dtype, bt, nh, nkv, hd, b->opts.block_size,
-                            1.0f / sqrtf((float)hd), im->att);
-        prof(b, LLMI_OP_ATTN, &t0, ctx_sum * 2.0 * kvd * esz + 8.0 * n * qd, ctx_sum * 4.0 * qd);
-
-        const float *bo[1] = {L->bo};
-        const llmi_tensor *wo[1] = {&L->wo};
-        cpu_matmul_multi(1, wo, im->att, n, bo, &im->delta, im->mm_scratch, im->mm_scratch_bytes);
-        prof(b, LLMI_OP_O_PROJ, &t0, mm_bytes(&L->wo, n), mm_flops(&L->wo, n));
-
-        cpu_add_rmsnorm(im->x, im->delta, L->ffn_norm, n, dim, c->norm_eps, im->xn);
-        prof(b, LLMI_OP_NORM, &t0, 16.0 * n * dim, 5.0 * n * dim);
-
-        const llmi_tensor *gu_w[2] = {&L->w_gate, &L->w_up};
-        float *gu_y[2] = {im->gate, im->up};
-        cpu_matmul_multi(2, gu_w, im->xn, n, NULL, gu_y, im->mm_scratch, im->mm_scratch_bytes);
-        prof(b, LLMI_OP_MLP_UP, &t0, mm_bytes(&L->w_gate, n) + mm_bytes(&L->w_up, n),
-             mm_flops(&L->w_gate, n) + mm_flops(&L->w_up, n));
-
-        cpu_swiglu(im->gate, im->up, n, ffn, im->gate);
-        prof(b, LLMI_OP_ACT, &t0, 12.0 * n * ffn, 6.0 * n * ffn);
-
-        cpu_matmul_1(im, &L->w_down, im->gate, n, im->delta);
-        prof(b, LLMI_OP_MLP_DOWN, &t0, mm_bytes(&L->w_down, n), mm_flops(&L->w_down, n));
-    }
+    prof(b, LLMI_OP_EMBED, &t0, cost_embed(n, dim, (double)m->tok_embd.row_bytes, sizeof(float)));
+    bool pending = false, stopped = false;
+    int rc = run_layers(b, bt, 0, c->n_layers, &pending, &stopped, &t0, st);
 
     /* Only the rows that need logits go through the final norm and lm_head. */
-    int nl = bt->n_logits;
+    int nl = rc || stopped ? 0 : bt->n_logits;
     for (int i = 0; i < nl; i++) {
         size_t r = (size_t)bt->logit_rows[i] * dim;
         for (int j = 0; j < dim; j++) im->lg[(size_t)i * dim + j] = im->x[r + j] + im->delta[r + j];
     }
     if (nl > 0) {
         cpu_rmsnorm(im->lg, m->out_norm, nl, dim, c->norm_eps, im->lg);
-        prof(b, LLMI_OP_NORM, &t0, 12.0 * nl * dim, 4.0 * nl * dim);
+        prof(b, LLMI_OP_NORM, &t0, cost_rmsnorm(nl, dim, true, sizeof(float)));
         cpu_matmul_1(im, &m->lm_head, im->lg, nl, logits);
-        prof(b, LLMI_OP_LM_HEAD, &t0, mm_bytes(&m->lm_head, nl), mm_flops(&m->lm_head, nl));
+        prof(b, LLMI_OP_LM_HEAD, &t0, mm_cost(&m->lm_head, nl));
     }
     omp_set_num_threads(prev_threads);
-    return 0;
+    return rc;
+}
+
+static int cpu_forward_layers(llmi_backend *b, const llmi_batch *bt, llmi_layer_run *run, llmi_status *st) {
+    if (check_batch(b, bt, st)) return st->code;
+    cpu_impl *im = b->impl;
+    const llmi_model *m = b->model;
+    const int n = bt->n_tokens, dim = m->cfg.dim;
+    if (run->first_layer < 0 || run->last_layer > m->cfg.n_layers || run->first_layer > run->last_layer)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: layer range %d..%d outside the model's %d layers",
+                         run->first_layer, run->last_layer, m->cfg.n_layers);
+    int prev_threads = threads_enter(b);
+    double t0 = omp_get_wtime();
+    if (run->embed) {
+        cpu_embed(&m->tok_embd, bt->tokens, n, im->x);
+        prof(b, LLMI_OP_EMBED, &t0, cost_embed(n, dim, (double)m->tok_embd.row_bytes, sizeof(float)));
+    } else {
+        memcpy(im->x, run->hidden, (size_t)n * dim * sizeof(float));
+    }
+    bool pending = false;
+    int rc = run_layers(b, bt, run->first_layer, run->last_layer, &pending, &run->stopped, &t0, st);
+    if (!rc && !run->stopped) {
+        /* The same sum the next layer's fused norm would form. */
+        size_t total = (size_t)n * dim;
+        for (size_t i = 0; i < total; i++) run->hidden[i] = pending ? im->x[i] + im->delta[i] : im->x[i];
+    }
+    omp_set_num_threads(prev_threads);
+    return rc;
 }
 
 static int check_model(const llmi_model *m, llmi_status *st) {
@@ -294,6 +327,7 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     b->kv_budget_bytes = cpu_kv_budget_bytes;
     b->kv_alloc = cpu_kv_alloc;
     b->forward = cpu_forward;
+    b->forward_layers = cpu_forward_layers;
     b->memory = cpu_memory;
     b->destroy = cpu_destroy;
     im->max_tokens = o->max_batch_tokens;
@@ -322,7 +356,7 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
         cpu_destroy(b);
         return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: cannot allocate workspaces for %d tokens", o->max_batch_tokens);
     }
-    cpu_rope_inv_freq(c, im->inv_freq);
+    backend_rope_inv_freq(c, im->inv_freq);
     *out = b;
     return 0;
 }

@@ -34,8 +34,6 @@ void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n
                       float *const *y, void *scratch, size_t scratch_bytes);
 size_t cpu_matmul_scratch_bytes(int n, int64_t cols);
 
-/* Inverse frequencies (head_dim/2) for rotate-half RoPE with the config's scaling. */
-void cpu_rope_inv_freq(const llmi_config *c, float *inv_freq);
 /* Rotates q (n, n_heads, head_dim) in place and k (n, n_kv_heads, head_dim) in place by
  * positions (n), HF rotate-half convention, then writes k and v (n, n_kv_heads, head_dim)
  * into the caches at slot_mapping (n). */

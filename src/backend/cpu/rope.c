@@ -1,34 +1,9 @@
-/* cpu/rope.c — owns rotate-half RoPE (Hugging Face convention: pairs x[i], x[i+hd/2]),
- * the inverse frequencies with llama3 / linear scaling, and the write of K/V into the
- * paged caches. */
+/* cpu/rope.c — owns rotate-half RoPE (Hugging Face convention: pairs x[i], x[i+hd/2])
+ * and the write of K/V into the paged caches.  The inverse frequencies come from
+ * backend_rope_inv_freq (backend.h), shared with the CUDA backend. */
 #include <math.h>
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec.h"
-
-/* Mirrors transformers' _compute_default_rope_parameters and _compute_llama3_parameters
- * (modeling_rope_utils.py); computed in double, rounded once to fp32. */
-void cpu_rope_inv_freq(const llmi_config *c, float *inv_freq) {
-    int rd = c->rope_dim > 0 ? c->rope_dim : c->head_dim;
-    int half = c->head_dim / 2;
-    for (int i = 0; i < half; i++) {
-        double f = (2 * i < rd) ? pow((double)c->rope_theta, -(double)(2 * i) / (double)rd) : 0.0;
-        if (c->rope_scaling == LLMI_ROPE_SCALING_LINEAR && c->rope_factor > 0) {
-            f /= c->rope_factor;
-        } else if (c->rope_scaling == LLMI_ROPE_SCALING_LLAMA3 && f > 0) {
-            double factor = c->rope_factor, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
-            double old = c->rope_orig_max_pos;
-            double lo_wavelen = old / lo, hi_wavelen = old / hi;
-            double wavelen = 2.0 * M_PI / f;
-            if (wavelen > lo_wavelen) {
-                f = f / factor;
-            } else if (!(wavelen < hi_wavelen)) {
-                double smooth = (old / wavelen - lo) / (hi - lo);
-                f = (1.0 - smooth) * f / factor + smooth * f;
-            }
-        }
-        inv_freq[i] = (float)f;
-    }
-}
 
 static void rotate(float *x, const float *cs, const float *sn, int half) {
     for (int i = 0; i < half; i++) {
@@ -43,7 +18,7 @@ void cpu_rope_kv_write(float *q, float *k, const float *v, const int32_t *positi
                        void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype) {
     int half = head_dim / 2;
     size_t kv_row = (size_t)n_kv_heads * head_dim;   /* elements of one slot */
-    size_t esz = vec_kv_elem_bytes(kv_dtype);
+    size_t esz = kv_dtype_bytes(kv_dtype);
 #pragma omp parallel for schedule(static) if (n > 4)
     for (int t = 0; t < n; t++) {
         float cs[512], sn[512];   /* (half); head_dim <= 1024 is checked by the backend */

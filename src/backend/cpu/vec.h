@@ -78,6 +78,4 @@ static inline void vec_f32_to_kv(const float *src, llmi_kv_dtype t, void *dst, i
     for (int i = 0; i < n; i++) h[i] = t == LLMI_KV_F16 ? f32_to_fp16(src[i]) : f32_to_bf16(src[i]);
 }
 
-static inline size_t vec_kv_elem_bytes(llmi_kv_dtype t) { return t == LLMI_KV_F32 ? 4 : 2; }
-
 #endif

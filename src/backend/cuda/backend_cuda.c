@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 #include "backend/backend.h"
+#include "backend/cost.h"
 
 #ifndef LLMI_CUDA
 
@@ -29,7 +30,6 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
 #else
 
 #include <cuda_runtime_api.h>
-#include "backend/cpu/ops.h"
 #include "int4_gemm.h"
 #include "kernels.h"
 
@@ -59,7 +59,7 @@ typedef struct cuda_layer {
     void *w_down;       /* (dim, ffn_dim) */
 } cuda_layer;
 
-typedef struct cuda_prof_mark { llmi_op_class cls; double bytes, flops; } cuda_prof_mark;
+typedef struct cuda_prof_mark { llmi_op_class cls; llmi_op_cost cost; } cuda_prof_mark;
 
 #define GRAPH_BUCKETS 9   /* decode batches of 1, 2, 4, ..., 256 sequences */
 typedef struct cuda_graph_slot {
@@ -120,13 +120,10 @@ typedef struct cuda_impl {
     int prof_cap, prof_n;
 } cuda_impl;
 
-static size_t kv_elem_bytes(llmi_kv_dtype t) { return t == LLMI_KV_F32 ? 4 : 2; }
 static size_t wdt_bytes(llmi_dtype t) { return t == LLMI_F32 ? 4 : 2; }
 
 static size_t cuda_kv_block_bytes(const llmi_backend *b) {
-    const llmi_config *c = &b->model->cfg;
-    return 2 * (size_t)c->n_layers * (size_t)b->opts.block_size * (size_t)c->n_kv_heads * (size_t)c->head_dim *
-           kv_elem_bytes(b->opts.kv_dtype);
+    return backend_kv_block_bytes(&b->model->cfg, b->opts.block_size, b->opts.kv_dtype);
 }
 
 /* gpu_mem_util of the whole device, less what is in use now (by us: weights and
@@ -447,7 +444,7 @@ static int alloc_workspaces(cuda_impl *im, const llmi_config *c, llmi_status *st
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
     float *h = malloc((size_t)c->head_dim / 2 * sizeof(float));
     if (!h) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
-    cpu_rope_inv_freq(c, h);
+    backend_rope_inv_freq(c, h);
     int rc = dalloc(im, (void **)&im->inv_freq, (size_t)c->head_dim / 2 * 4, a, st);
     if (!rc && cudaMemcpyAsync(im->inv_freq, h, (size_t)c->head_dim / 2 * 4, cudaMemcpyHostToDevice, im->stream) != cudaSuccess)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: uploading RoPE frequencies: %s", cudaGetErrorString(cudaGetLastError()));
@@ -490,60 +487,13 @@ static int graphs_init(llmi_backend *b, cuda_impl *im, llmi_status *st) {
 
 /* ---- forward ---- */
 
-/* Rejects anything that would index outside the workspaces, the vocab or the KV cache. */
 static int check_batch(const llmi_backend *b, const llmi_batch *bt, llmi_status *st) {
     const cuda_impl *im = b->impl;
-    const llmi_config *c = &b->model->cfg;
-    int bs = b->opts.block_size;
-    if (b->num_blocks <= 0 || !im->kv) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: forward before kv_alloc");
-    if (bt->n_tokens <= 0 || bt->n_tokens > im->max_tokens)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: batch of %d tokens outside 1..%d (max_batch_tokens)",
-                         bt->n_tokens, im->max_tokens);
-    if (bt->n_seqs <= 0 || bt->n_seqs > im->max_seqs)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: batch of %d sequences outside 1..%d (max_seqs)", bt->n_seqs,
-                         im->max_seqs);
-    if (bt->n_logits < 0 || bt->n_logits > bt->n_tokens)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: %d logit rows for %d tokens", bt->n_logits, bt->n_tokens);
-    if (bt->max_blocks_per_seq <= 0)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: max_blocks_per_seq must be positive");
-    long max_pos = (long)bt->max_blocks_per_seq * bs;
-    long n_slots = (long)b->num_blocks * bs;
-    for (int s = 0; s < bt->n_seqs; s++) {
-        im->seq_maxpos[s] = -1;
-        if (bt->query_start[s] < 0 || bt->query_start[s] > bt->query_start[s + 1] ||
-            bt->query_start[s + 1] > bt->n_tokens)
-            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: query_start of sequence %d is out of order", s);
-    }
-    if (bt->query_start[0] != 0 || bt->query_start[bt->n_seqs] != bt->n_tokens)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: query_start does not cover the %d tokens", bt->n_tokens);
-    for (int s = 0; s < bt->n_seqs; s++)
-        for (int i = bt->query_start[s]; i < bt->query_start[s + 1]; i++)
-            if (bt->seq_of_token[i] != s)
-                return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: token %d is in the range of sequence %d but names %d",
-                                 i, s, bt->seq_of_token[i]);
-    for (int i = 0; i < bt->n_tokens; i++) {
-        if (bt->tokens[i] < 0 || bt->tokens[i] >= c->n_vocab)
-            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: token id %d outside vocab of %d", bt->tokens[i], c->n_vocab);
-        int s = bt->seq_of_token[i];
-        if (bt->positions[i] < 0 || bt->positions[i] >= max_pos)
-            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: position %d outside its block table (%ld)", bt->positions[i],
-                             max_pos);
-        if (bt->slot_mapping[i] < 0 || bt->slot_mapping[i] >= n_slots)
-            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: KV slot %d outside cache of %ld", bt->slot_mapping[i], n_slots);
-        if (bt->positions[i] > im->seq_maxpos[s]) im->seq_maxpos[s] = bt->positions[i];
-    }
-    for (int s = 0; s < bt->n_seqs; s++) {
-        const int32_t *tab = bt->block_tables + (size_t)s * bt->max_blocks_per_seq;
-        for (int j = 0; im->seq_maxpos[s] >= 0 && j <= im->seq_maxpos[s] / bs; j++)
-            if (tab[j] < 0 || tab[j] >= b->num_blocks)
-                return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: block table of sequence %d holds block %d of %d", s,
-                                 tab[j], b->num_blocks);
-    }
-    for (int i = 0; i < bt->n_logits; i++)
-        if (bt->logit_rows[i] < 0 || bt->logit_rows[i] >= bt->n_tokens)
-            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: logit row %d outside batch of %d", bt->logit_rows[i],
-                             bt->n_tokens);
-    return 0;
+    if (!im->kv) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: forward before kv_alloc");
+    batch_limits lim = {.who = "cuda", .max_tokens = im->max_tokens, .max_seqs = im->max_seqs,
+                        .n_vocab = b->model->cfg.n_vocab, .num_blocks = b->num_blocks,
+                        .block_size = b->opts.block_size};
+    return batch_check(bt, &lim, im->seq_maxpos, st);
 }
 
 /* Grows the packed index buffers to hold n int32s (between forwards: the stream is idle). */
@@ -579,9 +529,9 @@ static int prof_start(llmi_backend *b, cuda_impl *im, llmi_status *st) {
     return 0;
 }
 
-static int prof_mark(llmi_backend *b, cuda_impl *im, llmi_op_class c, double bytes, double flops, llmi_status *st) {
+static int prof_mark(llmi_backend *b, cuda_impl *im, llmi_op_class c, llmi_op_cost cost, llmi_status *st) {
     if (!b->profiling || !im->events || im->prof_n >= im->prof_cap) return 0;
-    im->marks[im->prof_n] = (cuda_prof_mark){c, bytes, flops};
+    im->marks[im->prof_n] = (cuda_prof_mark){c, cost};
     im->prof_n++;
     CU_CHECK(st, cudaEventRecord(im->events[im->prof_n], im->stream));
     return 0;
@@ -592,17 +542,14 @@ static int prof_collect(llmi_backend *b, cuda_impl *im, llmi_status *st) {
     for (int i = 0; i < im->prof_n; i++) {
         float ms = 0;
         CU_CHECK(st, cudaEventElapsedTime(&ms, im->events[i], im->events[i + 1]));
-        const cuda_prof_mark *k = &im->marks[i];
-        b->stats.seconds[k->cls] += ms * 1e-3;
-        b->stats.bytes[k->cls] += k->bytes;
-        b->stats.flops[k->cls] += k->flops;
-        b->stats.calls[k->cls]++;
+        op_stats_add(&b->stats, im->marks[i].cls, ms * 1e-3, im->marks[i].cost);
     }
     return 0;
 }
 
-static double gemm_bytes(int64_t rows, int64_t cols, int n, size_t e) {
-    return (double)rows * cols * e + (double)n * cols * e + 4.0 * n * rows;
+/* GEMM weights and inputs are both in the weight dtype (e bytes), outputs fp32. */
+static llmi_op_cost gemm_cost(int64_t rows, int64_t cols, int n, size_t e) {
+    return cost_matmul(rows, cols, (double)rows * (double)cols * (double)e, n, e);
 }
 
 #define K_CHECK(st, call) CU_CHECK(st, call)
@@ -611,9 +558,9 @@ static double gemm_bytes(int64_t rows, int64_t cols, int n, size_t e) {
         if (llmi_cuda_gemm_run(&im->gemm, (w), (rows), (cols), (x), (n), (y), im->stream, st)) \
             return st->code;                                                             \
     } while (0)
-#define MARK(cls, bytes, flops)                                           \
-    do {                                                                  \
-        if (prof_mark(b, im, (cls), (bytes), (flops), st)) return st->code; \
+#define MARK(cls, cost)                                           \
+    do {                                                          \
+        if (prof_mark(b, im, (cls), (cost), st)) return st->code; \
     } while (0)
 
 /* The device-side view of one forward: where its index arrays live and how the work is
@@ -632,26 +579,26 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
     const llmi_config *c = &b->model->cfg;
     const int n = f->n, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim,
               qd = im->q_dim, kvd = im->kv_dim, W = im->qkv_dim;
-    const size_t e = wdt_bytes(im->wdt), esz = kv_elem_bytes(b->opts.kv_dtype);
+    const size_t e = wdt_bytes(im->wdt), esz = kv_dtype_bytes(b->opts.kv_dtype);
     const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * (size_t)kvd * esz;   /* one of K or V */
 
     K_CHECK(st, llmi_cuda_embed(im->tok_embd, im->wdt, c->n_vocab, dim, f->tok, n, im->x, im->stream));
-    MARK(LLMI_OP_EMBED, (double)n * dim * (e + 4), 0);
+    MARK(LLMI_OP_EMBED, cost_embed(n, dim, (double)dim * e, sizeof(float)));
 
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &im->layers[l];
         K_CHECK(st, llmi_cuda_add_rmsnorm(im->x, l == 0 ? NULL : im->delta, L->attn_norm, NULL, n, dim, c->norm_eps,
                                           im->xn, im->wdt, im->stream));
-        MARK(LLMI_OP_NORM, (double)n * dim * (12 + e), 4.0 * n * dim);
+        MARK(LLMI_OP_NORM, cost_rmsnorm(n, dim, l > 0, e));
 
         GEMM(L->w_qkv, W, dim, im->xn, n, im->qkv);
         if (L->b_qkv) K_CHECK(st, llmi_cuda_add_bias(im->qkv, W, L->b_qkv, n, W, im->stream));
-        MARK(LLMI_OP_QKV, gemm_bytes(W, dim, n, e), 2.0 * n * W * dim);
+        MARK(LLMI_OP_QKV, gemm_cost(W, dim, n, e));
 
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
         K_CHECK(st, llmi_cuda_rope_kv(im->qkv, W, im->qkv + qd, W, im->qkv + qd + kvd, W, f->pos, f->slot, n, nh, nkv,
                                       hd, im->inv_freq, kc, vc, b->opts.kv_dtype, im->stream));
-        MARK(LLMI_OP_ROPE_KV, 4.0 * n * (qd + 2.0 * kvd) * 2 + (double)n * 2 * kvd * esz, 6.0 * n * (qd + kvd) / 2);
+        MARK(LLMI_OP_ROPE_KV, cost_rope_kv(n, qd, kvd, esz));
 
         llmi_cuda_attn a = {
             .q = im->qkv, .q_stride = W, .k_cache = kc, .v_cache = vc, .kv_dt = b->opts.kv_dtype,
@@ -662,24 +609,24 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
         };
         K_CHECK(st, llmi_cuda_attn_decode(&a, f->dec, f->n_dec, f->n_splits, im->attn_work, im->stream));
         K_CHECK(st, llmi_cuda_attn_prefill(&a, f->tiles, f->n_tiles, im->stream));
-        MARK(LLMI_OP_ATTN, f->ctx_sum * 2.0 * kvd * esz + 4.0 * n * qd + (double)e * n * qd, f->ctx_sum * 4.0 * qd);
+        MARK(LLMI_OP_ATTN, cost_attention(f->ctx_sum, n, qd, kvd, esz, e));
 
         GEMM(L->wo, dim, qd, im->att, n, im->delta);
         if (L->b_o) K_CHECK(st, llmi_cuda_add_bias(im->delta, dim, L->b_o, n, dim, im->stream));
-        MARK(LLMI_OP_O_PROJ, gemm_bytes(dim, qd, n, e), 2.0 * n * dim * qd);
+        MARK(LLMI_OP_O_PROJ, gemm_cost(dim, qd, n, e));
 
         K_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, L->ffn_norm, NULL, n, dim, c->norm_eps, im->xn, im->wdt,
                                           im->stream));
-        MARK(LLMI_OP_NORM, (double)n * dim * (16 + e), 5.0 * n * dim);
+        MARK(LLMI_OP_NORM, cost_rmsnorm(n, dim, true, e));
 
         GEMM(L->w_gu, 2 * (int64_t)ffn, dim, im->xn, n, im->gu);
-        MARK(LLMI_OP_MLP_UP, gemm_bytes(2 * (int64_t)ffn, dim, n, e), 4.0 * n * ffn * dim);
+        MARK(LLMI_OP_MLP_UP, gemm_cost(2 * (int64_t)ffn, dim, n, e));
 
         K_CHECK(st, llmi_cuda_swiglu(im->gu, im->gu + ffn, 2 * ffn, n, ffn, im->act, im->wdt, im->stream));
-        MARK(LLMI_OP_ACT, (double)n * ffn * (8 + e), 6.0 * n * ffn);
+        MARK(LLMI_OP_ACT, cost_swiglu(n, ffn, e));
 
         GEMM(L->w_down, dim, ffn, im->act, n, im->delta);
-        MARK(LLMI_OP_MLP_DOWN, gemm_bytes(dim, ffn, n, e), 2.0 * n * dim * ffn);
+        MARK(LLMI_OP_MLP_DOWN, gemm_cost(dim, ffn, n, e));
     }
 
     /* Only the rows that need logits get the final residual add, norm and lm_head. */
@@ -687,12 +634,12 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
         int cnt = f->nl - r0 < LOGIT_CHUNK ? f->nl - r0 : LOGIT_CHUNK;
         K_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, im->out_norm, f->lr + r0, cnt, dim, c->norm_eps, im->lgn,
                                           im->wdt, im->stream));
-        MARK(LLMI_OP_NORM, (double)cnt * dim * (8 + e), 4.0 * cnt * dim);
+        MARK(LLMI_OP_NORM, cost_rmsnorm(cnt, dim, true, e));
         GEMM(im->lm_head, c->n_vocab, dim, im->lgn, cnt, im->logits);
         if (f->host_logits)
             CU_CHECK(st, cudaMemcpyAsync(f->host_logits + (size_t)r0 * c->n_vocab, im->logits,
                                          (size_t)cnt * c->n_vocab * sizeof(float), cudaMemcpyDeviceToHost, im->stream));
-        MARK(LLMI_OP_LM_HEAD, gemm_bytes(c->n_vocab, dim, cnt, e), 2.0 * cnt * c->n_vocab * dim);
+        MARK(LLMI_OP_LM_HEAD, gemm_cost(c->n_vocab, dim, cnt, e));
     }
     return 0;
 }
@@ -728,7 +675,7 @@ static int forward_eager(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, f
     const int32_t *d = im->meta_d;
     f.tok = d; f.pos = d + o_pos; f.slot = d + o_slot; f.seq = d + o_seq; f.bt = d + o_bt;
     f.lr = d + o_lr; f.dec = d + o_dec; f.tiles = d + o_tiles;
-    MARK(LLMI_OP_HOST, total * 4.0, 0);
+    MARK(LLMI_OP_HOST, ((llmi_op_cost){.bytes = total * 4.0}));
     if (forward_body(b, im, &f, st)) return st->code;
     CU_CHECK(st, cudaStreamSynchronize(im->stream));
     return prof_collect(b, im, st);
@@ -815,6 +762,7 @@ static int graph_forward(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, f
 }
 
 static int cuda_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llmi_status *st) {
+    if (b->tap) return llmi_fail(st, LLMI_E_USAGE, "cuda backend: activation taps are not supported (use the cpu backend)");
     cuda_impl *im = b->impl;
     if (check_batch(b, bt, st)) return st->code;
     CU_CHECK(st, cudaSetDevice(im->device));

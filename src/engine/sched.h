@@ -1,0 +1,75 @@
+/* sched.h — owns the scheduling of one engine step: the waiting and running queues,
+ * admission in arrival order, the token budget, chunked prefill, the fifo and
+ * prefill-first policies, KV block reservation, and preemption by recompute when blocks
+ * run out (the victim is the most recently admitted sequence not in this step; its
+ * blocks go back to the pool and it re-enters the waiting queue in arrival order).
+ *
+ * sched_plan picks which sequences run and how many of their pending tokens;
+ * sched_build_batch turns that plan into the llmi_batch a backend runs.  The scheduler
+ * never touches backend memory, sampling or timings. */
+#ifndef LLMI_SCHED_H
+#define LLMI_SCHED_H
+
+#include <stdint.h>
+#include "backend/batch.h"
+#include "core/status.h"
+#include "engine/engine.h"
+#include "engine/kvcache.h"
+#include "engine/sequence.h"
+
+typedef struct sched {
+    sched_policy policy;
+    int max_batch_tokens;     /* token budget of one step */
+    int prefill_chunk;        /* longest prefill piece of one sequence per step; 0 = unlimited */
+    int max_seqs;             /* most sequences in one step */
+    int *waiting;             /* (cap) sequence ids, arrival order, front first */
+    int n_waiting;
+    int *running;             /* (cap) sequence ids in admission order */
+    int n_running;
+    int cap;
+} sched;
+
+/* One step's work: sequence seq_ids[k] processes its next n_new[k] pending tokens. */
+typedef struct sched_plan {
+    int n_seqs;
+    int *seq_ids;             /* (max_seqs) */
+    int *n_new;               /* (max_seqs) */
+    int n_tokens;             /* sum of n_new */
+    int n_preempted;          /* sequences preempted while planning */
+    int *dropped;             /* (cap) running sequences that cannot fit even with the whole
+                                 cache to themselves: removed, their blocks freed; the engine
+                                 finishes them */
+    int n_dropped;
+} sched_plan;
+
+int sched_init(sched *s, const llmi_engine_opts *o, llmi_status *st);
+void sched_free(sched *s);
+/* Queues sequence id at the back of the waiting queue. */
+int sched_enqueue(sched *s, int id, llmi_status *st);
+/* Takes id out of whichever queue holds it. */
+void sched_remove(sched *s, int id);
+
+int sched_plan_alloc(sched_plan *p, const sched *s, llmi_status *st);
+void sched_plan_free(sched_plan *p);
+/* Plans the next step over seqs (indexed by id), reserving KV blocks in kv. */
+int sched_plan_step(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi_status *st);
+
+/* The step's batch arrays, sized once. */
+typedef struct sched_batch_bufs {
+    int32_t *tokens, *positions, *slots, *seq_of;   /* (max_batch_tokens) */
+    int32_t *query_start;     /* (max_seqs + 1) */
+    int32_t *block_tables;    /* (max_seqs, max_blocks_per_seq) */
+    int32_t *logit_rows;      /* (max_seqs) */
+    int max_blocks_per_seq;   /* the widest table any sequence can need: ceil(max_ctx / block_size) */
+} sched_batch_bufs;
+
+int sched_batch_bufs_alloc(sched_batch_bufs *b, const sched *s, int max_blocks_per_seq, llmi_status *st);
+void sched_batch_bufs_free(sched_batch_bufs *b);
+/* Fills out from the plan.  Logits are asked for where a token will be sampled: the last
+ * pending token of a sequence that still has tokens to generate.  The block-table stride
+ * is the widest table in this step, not the widest possible one, so a backend copies
+ * only columns in use. */
+void sched_build_batch(const sched_plan *p, llmi_seq *const *seqs, int block_size, sched_batch_bufs *b,
+                       llmi_batch *out);
+
+#endif

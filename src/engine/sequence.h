@@ -1,0 +1,41 @@
+/* sequence.h — owns llmi_seq: one request's state inside the engine.  The scheduler
+ * (sched.h) plans with it, the engine samples into it; nothing outside src/engine sees it.
+ *
+ * A sequence's tokens are its prompt followed by what it generated.  Its pending tokens
+ * are those whose K/V is not in the cache yet (n_computed <= i < n_tokens): a prompt
+ * waiting for prefill, one generated token waiting to be fed back, or everything after
+ * a preemption (recompute). */
+#ifndef LLMI_SEQUENCE_H
+#define LLMI_SEQUENCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "engine/engine.h"
+#include "engine/kvcache.h"
+#include "engine/sampler.h"
+#include "tok/tokenizer.h"
+
+typedef enum { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_FINISHED } seq_state;
+
+typedef struct llmi_seq {
+    int id;
+    seq_state state;
+    void *user;
+    llmi_request_params params;
+    int32_t *tokens;          /* (cap) prompt then generated tokens */
+    int n_prompt, n_tokens, cap;
+    int n_computed;           /* leading tokens whose K/V are in the cache */
+    int max_total;            /* n_tokens may not exceed this (context and -n) */
+    kvcache_table table;
+    sampler_rng rng;
+    llmi_request_info info;
+    tok_stream stream;        /* only with stop strings: decoded output for matching */
+    char *text;               /* (text_cap) decoded output so far */
+    size_t text_len, text_cap;
+    long order;               /* arrival order, the FIFO key */
+} llmi_seq;
+
+/* Tokens of s not yet in the KV cache. */
+static inline int seq_pending(const llmi_seq *s) { return s->n_tokens - s->n_computed; }
+
+#endif

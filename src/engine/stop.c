@@ -1,0 +1,38 @@
+/* stop.c — stop-string matching (see stop.h). */
+#include "engine/stop.h"
+
+#include <string.h>
+
+bool stop_completed(const char *text, size_t len, size_t n_new, const char *const *stops, int n_stops) {
+    for (int i = 0; i < n_stops; i++) {
+        size_t sl = strlen(stops[i]);
+        if (sl == 0 || sl > len) continue;
+        /* Older text was searched when it was new: look only where an occurrence
+         * could reach the new bytes. */
+        size_t from = len >= sl + n_new ? len - sl - n_new : 0;
+        if (memmem(text + from, len - from, stops[i], sl)) return true;
+    }
+    return false;
+}
+
+size_t stop_first(const char *text, size_t len, const char *const *stops, int n_stops) {
+    size_t cut = len;
+    for (int i = 0; i < n_stops; i++) {
+        const char *p = memmem(text, len, stops[i], strlen(stops[i]));
+        if (p && (size_t)(p - text) < cut) cut = (size_t)(p - text);
+    }
+    return cut;
+}
+
+size_t stop_holdback(const char *text, size_t len, const char *const *stops, int n_stops) {
+    size_t hold = 0;
+    for (int i = 0; i < n_stops; i++) {
+        size_t sl = strlen(stops[i]);
+        for (size_t k = sl > 0 ? sl - 1 : 0; k > hold; k--)
+            if (k <= len && !memcmp(text + len - k, stops[i], k)) {
+                hold = k;
+                break;
+            }
+    }
+    return hold;
+}
