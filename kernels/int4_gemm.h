@@ -1,5 +1,5 @@
 /* int4_gemm.h — owns the C-callable launchers of the W4A16 kernels for LLMI_I4G weights
- * (GPTQ/AWQ int4 in llmi's canonical layout, see tensor.h and quant.h):
+ * (GPTQ/AWQ int4 in llmi's canonical layout, see core/tensor.h and core/int4.h):
  *   q       u8 (rows, cols/2) nibbles, low nibble = even input column
  *   scales  fp16 (n_groups, rows), zeros u8 (n_groups, rows), g_idx int32 (cols) or NULL
  * CPU twin: cpu_matmul_i4g (src/cpu/matmul_int4.c); dequantized values are

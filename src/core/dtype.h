@@ -15,7 +15,7 @@ typedef enum llmi_dtype {
     LLMI_Q4_0,   /* GGUF: blocks of 32, fp16 d + u8 qs[16]            (18 bytes) */
     LLMI_Q4_1,   /* GGUF: blocks of 32, fp16 d, fp16 m + u8 qs[16]    (20 bytes) */
     LLMI_I4G,    /* GPTQ/AWQ int4: data u8 (rows, cols/2) nibbles, low nibble = even col;
-                    per-group fp16 scales + u8 zeros (+ optional g_idx) in llmi_tensor (quant.h) */
+                    per-group fp16 scales + u8 zeros (+ optional g_idx) in llmi_tensor (core/int4.h) */
     LLMI_DTYPE_COUNT
 } llmi_dtype;
 

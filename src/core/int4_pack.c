@@ -1,9 +1,9 @@
-/* quant_pack.c — owns quant_grid storage, the group parameter rules of GPTQ and AWQ, and
+/* int4_pack.c — owns quant_grid storage, the group parameter rules of GPTQ and AWQ, and
  * the bit layouts of GPTQ v1/v2 and AWQ-GEMM checkpoints (FORMATS.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "quant/quant.h"
+#include "core/int4.h"
 
 /* AWQ's interleave: nibble i of a word holds column 8c + kAwqOrder[i], so that its GEMM
  * kernel can unpack two fp16x2 pairs with one shift each. */

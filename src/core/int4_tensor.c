@@ -1,8 +1,8 @@
-/* quant_tensor.c — owns LLMI_I4G tensors: building them from a quantization grid and
+/* int4_tensor.c — owns LLMI_I4G tensors: building them from a quantization grid and
  * the exact dequantization of one row that every int4 matmul is checked against. */
 #include <stdlib.h>
 #include <string.h>
-#include "quant/quant.h"
+#include "core/int4.h"
 
 int quant_tensor_from_grid(const quant_grid *g, llmi_tensor *t, llmi_status *st) {
     memset(t, 0, sizeof *t);

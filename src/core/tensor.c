@@ -1,6 +1,6 @@
 /* tensor.c — owns the exact dequantization of one weight row: the reference every
  * fast path (cpu/matmul*.c, kernels/) is measured against. */
-#include "quant/quant.h"
+#include "core/int4.h"
 #include "core/tensor.h"
 
 void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out) {

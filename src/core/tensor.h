@@ -14,7 +14,7 @@ typedef struct llmi_tensor {
     size_t row_bytes;    /* bytes of one row = cols / block_elems * block_bytes */
     const void *data;    /* (rows, cols) in dtype; points into an mmap or into owned */
     void *owned;         /* non-NULL when the loader had to copy (permuted rows, converted dtype) */
-    /* LLMI_I4G only (GPTQ/AWQ int4, see quant.h); W[r][k] = scale[g][r] * (q[r][k] - zero[g][r])
+    /* LLMI_I4G only (GPTQ/AWQ int4, see core/int4.h); W[r][k] = scale[g][r] * (q[r][k] - zero[g][r])
      * with g = g_idx ? g_idx[k] : k / group_size.  All point into owned. */
     const uint16_t *qscales; /* (n_groups, rows) fp16 */
     const uint8_t *qzeros;   /* (n_groups, rows) zero points 0..15, already +1 for GPTQ v1 files */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "quant/quant.h"
+#include "model/gptq_awq.h"
 #include "model/safetensors.h"
 
 static int ql_int(const cJSON *o, const char *a, const char *b, int def) {

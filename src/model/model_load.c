@@ -2,7 +2,7 @@
  * hyper-parameters, bind every weight (checking its dtype and shape against the config),
  * undo the GGUF Q/K row permutation, and build the tokenizer last.  Everything read from
  * a file is untrusted (FORMATS.md); errors name the file and what is wrong. */
-#include "quant/quant.h"
+#include "model/gptq_awq.h"
 #include "model/model.h"
 
 #include <cjson/cJSON.h>

@@ -2,7 +2,7 @@
  * thread dequantizes a row of W into a private fp32 buffer and dots it with every
  * token, so the weight stays int4 in memory and is read once per call. */
 #include <stdlib.h>
-#include "quant/quant.h"
+#include "core/int4.h"
 #include "backend/cpu/matmul_int4.h"
 
 void cpu_matmul_i4g(const llmi_tensor *w, const float *x, int n, const float *bias, float *y) {
