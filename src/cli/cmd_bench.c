@@ -758,12 +758,9 @@ static int bench_ppl(const bench_args *a, const llmi_model *m, const char *label
         if (got == 0) break;
     }
     fclose(f);
-    /* llama.cpp's -f drops one trailing newline before tokenizing; so do we. */
-    if (len > 0 && text[len - 1] == '\n') len--;
-    text[len] = '\0';
     int32_t *ids = NULL;
     int n_ids = 0;
-    int rc = tok_encode(m->tok, text, len, true, false, &ids, &n_ids, st);
+    int rc = ppl_tokenize(m->tok, text, len, &ids, &n_ids, st);
     free(text);
     if (rc) return rc;
     const int n_ctx = a->mo.engine.max_ctx > 0 ? a->mo.engine.max_ctx : 512;

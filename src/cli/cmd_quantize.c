@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "cli/cli.h"
+#include "metrics/perplexity.h"
 #include "quant/calib_stats.h"
 #include "quant/write_hf.h"
 #include "tok/tokenizer.h"
@@ -32,10 +33,11 @@ static const char *quant_help =
     "  --no-clip               AWQ: skip the clipping search\n"
     "  --save-stats FILE       write the calibration statistics (zstd) for --load-stats\n"
     "  --load-stats FILE       use saved statistics instead of a calibration pass\n"
-    "  --eval-ppl FILE         after quantizing, perplexity of FILE with the quantized weights\n"
+    "  --eval-ppl FILE         after quantizing, perplexity of FILE with the quantized weights, by\n"
+    "                          llama.cpp's rule (as llmi bench --ppl: second half of each window scored)\n"
     "  --eval-only             only the perplexity of the unquantized model (no -o needed)\n"
     "  --eval-chunks N         windows of FILE scored (default 16)\n"
-    "  --eval-ctx N            tokens per window (default 512; all but the first are scored)\n";
+    "  --eval-ctx N            tokens per window (default 512)\n";
 
 typedef struct qc_args {
     cli_model_opts mo;
@@ -182,7 +184,7 @@ static int qc_read_file(const char *flag, const char *path, char **buf, size_t *
 }
 
 /* Tokenizes path and picks n_windows distinct, non-overlapping windows of seqlen tokens
- * (random slots from seed, or the first ones when seed < 0).  *out (n_windows*seqlen). */
+ * (random slots from seed).  *out (n_windows*seqlen). */
 static int qc_windows(const llmi_model *m, const char *flag, const char *path, int n_windows, int seqlen, long seed,
                       int32_t **out, llmi_status *st) {
     if (!m->tok) return llmi_fail(st, LLMI_E_USAGE, "%s: the model has no tokenizer", flag);
@@ -208,14 +210,12 @@ static int qc_windows(const llmi_model *m, const char *flag, const char *path, i
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", flag);
     }
     for (long i = 0; i < slots; i++) perm[i] = (int)i;
-    if (seed >= 0) {
-        uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)seed;
-        for (long i = slots - 1; i > 0; i--) {
-            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-            long j = (long)(s % (uint64_t)(i + 1));
-            int t = perm[i];
-            perm[i] = perm[j], perm[j] = t;
-        }
+    uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)seed;
+    for (long i = slots - 1; i > 0; i--) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        long j = (long)(s % (uint64_t)(i + 1));
+        int t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
     }
     for (int w = 0; w < n_windows; w++)
         memcpy(*out + (size_t)w * seqlen, ids + (size_t)perm[w] * seqlen, (size_t)seqlen * sizeof(int32_t));
@@ -236,6 +236,41 @@ static void qc_round_result(const llmi_config *c, quant_result *r) {
             for (int i = 0; i < n; i++) r->bias[b][l][i] = fp16_to_f32(f32_to_fp16(r->bias[b][l][i]));
         }
     }
+}
+
+/* The text of path tokenized as llmi bench --ppl does. */
+static int qc_eval_tokens(const llmi_model *m, const char *path, int32_t **ids, int *n, llmi_status *st) {
+    if (!m->tok) return llmi_fail(st, LLMI_E_USAGE, "--eval-ppl: the model has no tokenizer");
+    char *text = NULL;
+    size_t len = 0;
+    if (qc_read_file("--eval-ppl", path, &text, &len, st)) return st->code;
+    int rc = ppl_tokenize(m->tok, text, len, ids, n, st);
+    free(text);
+    return rc;
+}
+
+/* Perplexity of m (the source model or a view of the quantized one) by llama.cpp's rule
+ * (metrics/perplexity.h), on the CPU backend as `llmi bench --ppl` runs it. */
+static int qc_eval(const llmi_model *m, const qc_args *a, const int32_t *ids, int n, const char *label,
+                   llmi_status *st) {
+    const int ctx = (int)a->eval_ctx, bs = 16;
+    llmi_backend_opts bo = a->mo.backend;
+    bo.kv_dtype = LLMI_KV_F32;
+    bo.block_size = bs;
+    bo.max_batch_tokens = ctx;
+    bo.max_seqs = 1;
+    llmi_backend *b = NULL;
+    if (backend_cpu_create(m, &bo, &b, st)) return st->code;
+    int rc = b->kv_alloc(b, (ctx + bs - 1) / bs, st);
+    ppl_opts po = {.n_ctx = ctx, .n_chunks = (int)a->eval_chunks, .n_batch = ctx, .progress = NULL};
+    ppl_result res;
+    int bos = tok_add_bos(m->tok) ? tok_bos(m->tok) : -1;
+    if (!rc) rc = ppl_run(b, ids, n, bos, &po, &res, st);
+    if (!rc)
+        printf("ppl %.4f +/- %.4f  (%s, %s; %d windows x %d tokens, llama.cpp rule, %.1fs)\n", res.ppl,
+               res.ppl_stderr, a->eval_file, label, res.chunks, res.ctx, res.seconds);
+    b->destroy(b);
+    return rc;
 }
 
 static double qc_now(void) {
@@ -263,14 +298,10 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
     quant_result r = {0};
     quant_stats sin = {0}, sout = {0};
     const char *input = a.mo.model_path ? a.mo.model_path : m.source_path;
-    if (a.eval_file &&
-        (rc = qc_windows(&m, "--eval-ppl", a.eval_file, (int)a.eval_chunks, (int)a.eval_ctx, -1, &evalt, st)))
-        goto done;
+    int n_evalt = 0;
+    if (a.eval_file && (rc = qc_eval_tokens(&m, a.eval_file, &evalt, &n_evalt, st))) goto done;
     if (a.eval_only) {
-        double ppl, t0 = qc_now();
-        if ((rc = quant_eval_ppl(&m, NULL, evalt, (int)a.eval_chunks, (int)a.eval_ctx, &ppl, st))) goto done;
-        printf("ppl %.4f  (%s, unquantized; %ld windows x %ld tokens, %.1fs)\n", ppl, a.eval_file, a.eval_chunks,
-               a.eval_ctx, qc_now() - t0);
+        rc = qc_eval(&m, &a, evalt, n_evalt, "unquantized", st);
         goto done;
     }
     double t0 = qc_now();
@@ -300,11 +331,12 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
     if ((rc = quant_write_hf(a.out, a.force, &m, &r, &a.q, input, st))) goto done;
     fprintf(stderr, "quantize: wrote %s (%.1fs total)\n", a.out, qc_now() - t0);
     if (a.eval_file) {
-        double ppl, t1 = qc_now();
-        if ((rc = quant_eval_ppl(&m, &r, evalt, (int)a.eval_chunks, (int)a.eval_ctx, &ppl, st))) goto done;
-        printf("ppl %.4f  (%s, %s; %ld windows x %ld tokens, %.1fs)\n", ppl, a.eval_file,
-               a.q.method == QUANT_GPTQ ? "gptq" : a.q.method == QUANT_AWQ ? "awq" : "rtn", a.eval_chunks,
-               a.eval_ctx, qc_now() - t1);
+        quant_view v;
+        if ((rc = quant_result_view(&m, &r, &v, st))) goto done;
+        rc = qc_eval(&v.model, &a, evalt, n_evalt,
+                     a.q.method == QUANT_GPTQ ? "gptq" : a.q.method == QUANT_AWQ ? "awq" : "rtn", st);
+        quant_view_free(&v);
+        if (rc) goto done;
     }
 done:
     free(calib), free(evalt);

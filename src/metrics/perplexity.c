@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "tok/tokenizer.h"
 
 double ppl_nll(const float *logits, int n_vocab, int32_t tok) {
     float mx = logits[0];
@@ -27,6 +28,11 @@ double ppl_stderr(const ppl_acc *a) {
     double var = a->nll2 / (double)a->count - mean * mean;
     if (!(var > 0)) return NAN;
     return sqrt(var / (double)(a->count - 1)) * exp(mean);
+}
+
+int ppl_tokenize(const struct tokenizer *tok, const char *text, size_t len, int32_t **ids, int *n, llmi_status *st) {
+    if (len > 0 && text[len - 1] == '\n') len--;
+    return tok_encode(tok, text, len, true, false, ids, n, st);
 }
 
 static double now_s(void) {

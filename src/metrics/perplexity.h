@@ -46,6 +46,12 @@ typedef struct ppl_result {
     double seconds;
 } ppl_result;
 
+struct tokenizer;
+/* The tokens llama.cpp scores for a text file's bytes text (len): one trailing newline
+ * dropped (as its -f does), then tokenized once with the model's BOS rule.  *ids (*n)
+ * is malloc'ed. */
+int ppl_tokenize(const struct tokenizer *tok, const char *text, size_t len, int32_t **ids, int *n, llmi_status *st);
+
 /* Scores tokens (n, already tokenized, BOS first when the model adds one) with bos the
  * id that replaces each window's first token (-1: none).  The backend must have at least
  * ceil(n_ctx / block_size) KV blocks allocated. */

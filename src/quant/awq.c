@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "quant/awq.h"
-#include "quant/calib.h"
+#include "quant/block.h"
 
 /* sum over rows of d_r^T H d_r for d (rows, cols), H (cols, cols). */
 static double awq_quad(const float *d, int rows, int cols, const float *h, float *tmp) {

@@ -1,303 +1,241 @@
-/* quant_calib.c — owns the quantizers' fp32 block forward (see quant_calib.h). */
+/* calib.c — calibration through the engine's forward, and the served view of a model
+ * being quantized (see calib.h). */
+#include "quant/calib.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "quant/calib.h"
 
-const char *const quant_linear_names[QL_COUNT] = {
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj",
-};
+/* ---- quant_view ------------------------------------------------------------------ */
 
-void quant_linear_shape(const llmi_config *c, int which, int *rows, int *cols) {
-    int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
-    switch (which) {
-    case QL_Q: *rows = q, *cols = c->dim; break;
-    case QL_K: case QL_V: *rows = kv, *cols = c->dim; break;
-    case QL_O: *rows = c->dim, *cols = q; break;
-    case QL_GATE: case QL_UP: *rows = c->ffn_dim, *cols = c->dim; break;
-    default: *rows = c->dim, *cols = c->ffn_dim; break;
+int quant_view_init(quant_view *v, const llmi_model *src, llmi_status *st) {
+    memset(v, 0, sizeof *v);
+    int L = src->cfg.n_layers;
+    v->model = *src;
+    /* The view never unmaps or frees what the source owns: only its own pieces. */
+    v->model.n_maps = 0;
+    v->model.layers = malloc((size_t)L * sizeof *v->model.layers);
+    v->int4 = calloc((size_t)L, sizeof *v->int4);
+    v->norms = calloc((size_t)L * 2, sizeof *v->norms);
+    v->biases = calloc((size_t)L * 3, sizeof *v->biases);
+    if (!v->model.layers || !v->int4 || !v->norms || !v->biases) {
+        quant_view_free(v);
+        return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for a view of %d layers", L);
+    }
+    memcpy(v->model.layers, src->layers, (size_t)L * sizeof *v->model.layers);
+    return LLMI_OK;
+}
+
+void quant_view_free(quant_view *v) {
+    int L = v->model.cfg.n_layers;
+    for (int l = 0; v->int4 && l < L; l++)
+        for (int i = 0; i < QL_COUNT; i++) free(v->int4[l][i].owned);
+    for (int i = 0; v->norms && i < 2 * L; i++) free(v->norms[i]);
+    for (int i = 0; v->biases && i < 3 * L; i++) free(v->biases[i]);
+    free(v->int4);
+    free(v->norms);
+    free(v->biases);
+    free(v->model.layers);
+    memset(v, 0, sizeof *v);
+}
+
+static llmi_tensor *layer_linear(llmi_layer *L, int which) {
+    llmi_tensor *ts[QL_COUNT] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    return ts[which];
+}
+
+int quant_view_set_linear(quant_view *v, int l, int which, const quant_grid *g, llmi_status *st) {
+    llmi_tensor t;
+    if (quant_tensor_from_grid(g, &t, st)) return st->code;
+    free(v->int4[l][which].owned);
+    v->int4[l][which] = t;
+    *layer_linear(&v->model.layers[l], which) = t;
+    return LLMI_OK;
+}
+
+static int swap_copy(float **slot, float **dst, const float *src, int n, llmi_status *st) {
+    float *copy = malloc((size_t)n * sizeof *copy);
+    if (!copy) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory");
+    memcpy(copy, src, (size_t)n * sizeof *copy);
+    free(*slot);
+    *slot = copy;
+    *dst = copy;
+    return LLMI_OK;
+}
+
+int quant_view_set_norms(quant_view *v, int l, const float *attn_norm, const float *ffn_norm, llmi_status *st) {
+    llmi_layer *L = &v->model.layers[l];
+    int dim = v->model.cfg.dim;
+    if (swap_copy(&v->norms[2 * l], &L->attn_norm, attn_norm, dim, st) ||
+        swap_copy(&v->norms[2 * l + 1], &L->ffn_norm, ffn_norm, dim, st))
+        return st->code;
+    return LLMI_OK;
+}
+
+int quant_view_set_biases(quant_view *v, int l, const float *const bias[3], llmi_status *st) {
+    llmi_layer *L = &v->model.layers[l];
+    const llmi_config *c = &v->model.cfg;
+    float **dst[3] = {&L->bq, &L->bk, &L->bv};
+    int n[3] = {c->n_heads * c->head_dim, c->n_kv_heads * c->head_dim, c->n_kv_heads * c->head_dim};
+    for (int b = 0; b < 3; b++)
+        if (bias[b] && swap_copy(&v->biases[3 * l + b], dst[b], bias[b], n[b], st)) return st->code;
+    return LLMI_OK;
+}
+
+/* ---- calibration ------------------------------------------------------------------ */
+
+#define CALIB_BLOCK 16              /* KV block size of the calibration forward, tokens */
+#define CALIB_BATCH_TOKENS 2048     /* tokens per forward: whole windows, at least one */
+
+static int tap_cols(const llmi_config *c, llmi_tap t) {
+    switch (t) {
+    case LLMI_TAP_O_IN: return c->n_heads * c->head_dim;
+    case LLMI_TAP_DOWN_IN: return c->ffn_dim;
+    default: return c->dim;
     }
 }
 
-static float *qc_dequant(const llmi_tensor *t) {
-    float *out = malloc((size_t)t->rows * t->cols * sizeof(float));
-    if (!out) return NULL;
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < t->rows; r++) tensor_dequant_row(t, r, out + (size_t)r * t->cols);
-    return out;
-}
-
-static float *qc_copy(const float *v, int n) {
-    if (!v) return NULL;
-    float *o = malloc((size_t)n * sizeof(float));
-    if (o) memcpy(o, v, (size_t)n * sizeof(float));
-    return o;
-}
-
-int quant_block_load(const llmi_model *m, int l, quant_block *b, llmi_status *st) {
-    const llmi_config *c = &m->cfg;
-    const llmi_layer *L = &m->layers[l];
-    const llmi_tensor *src[QL_COUNT] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    memset(b, 0, sizeof *b);
-    int ok = 1;
-    for (int i = 0; i < QL_COUNT; i++) {
-        int rows, cols;
-        quant_linear_shape(c, i, &rows, &cols);
-        if (src[i]->rows != rows || src[i]->cols != cols) {
-            quant_block_free(b);
-            return llmi_fail(st, LLMI_E_RUNTIME, "quantize: layer %d %s is %lldx%lld, expected %dx%d", l,
-                             quant_linear_names[i], (long long)src[i]->rows, (long long)src[i]->cols, rows, cols);
-        }
-        b->w[i] = qc_dequant(src[i]);
-        ok &= b->w[i] != NULL;
+int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n_windows, int seqlen,
+                     llmi_status *st) {
+    memset(c, 0, sizeof *c);
+    const llmi_config *cfg = &v->model.cfg;
+    c->view = v;
+    c->tokens = tokens;
+    c->n_windows = n_windows;
+    c->seqlen = seqlen;
+    c->windows_per_batch = CALIB_BATCH_TOKENS / seqlen;
+    if (c->windows_per_batch < 1) c->windows_per_batch = 1;
+    if (c->windows_per_batch > n_windows) c->windows_per_batch = n_windows;
+    c->blocks_per_window = (seqlen + CALIB_BLOCK - 1) / CALIB_BLOCK;
+    const int W = c->windows_per_batch, T = seqlen, bpw = c->blocks_per_window;
+    /* The CPU backend's defaults, as `llmi generate` serves the model. */
+    llmi_backend_opts bo = {.n_threads = 0, .kv_dtype = LLMI_KV_F32, .block_size = CALIB_BLOCK,
+                            .max_batch_tokens = W * T, .max_seqs = W};
+    if (backend_cpu_create(&v->model, &bo, &c->backend, st)) return st->code;
+    if (c->backend->kv_alloc(c->backend, W * bpw, st)) goto fail;
+    size_t n_all = (size_t)n_windows * T;
+    c->hidden = malloc(n_all * (size_t)cfg->dim * sizeof(float));
+    c->pos = malloc((size_t)W * T * sizeof(int32_t));
+    c->slot = malloc((size_t)W * T * sizeof(int32_t));
+    c->seq_of = malloc((size_t)W * T * sizeof(int32_t));
+    c->query_start = malloc((size_t)(W + 1) * sizeof(int32_t));
+    c->tables = malloc((size_t)W * bpw * sizeof(int32_t));
+    if (!c->hidden || !c->pos || !c->slot || !c->seq_of || !c->query_start || !c->tables) {
+        llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for %d x %d calibration hidden states", n_windows, T);
+        goto fail;
     }
-    int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
-    b->attn_norm = qc_copy(L->attn_norm, c->dim);
-    b->ffn_norm = qc_copy(L->ffn_norm, c->dim);
-    ok &= b->attn_norm && b->ffn_norm;
-    if (L->bq) ok &= (b->bq = qc_copy(L->bq, q)) != NULL;
-    if (L->bk) ok &= (b->bk = qc_copy(L->bk, kv)) != NULL;
-    if (L->bv) ok &= (b->bv = qc_copy(L->bv, kv)) != NULL;
-    if (!ok) {
-        quant_block_free(b);
-        return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory dequantizing layer %d", l);
-    }
-    return 0;
-}
-
-void quant_block_free(quant_block *b) {
-    for (int i = 0; i < QL_COUNT; i++) free(b->w[i]);
-    free(b->attn_norm), free(b->ffn_norm), free(b->bq), free(b->bk), free(b->bv);
-    memset(b, 0, sizeof *b);
-}
-
-/* ---- sgemm: panels of 16 output columns, 4 rows of x at a time -------------------- */
-#define QC_NR 16
-#define QC_MR 4
-#define QC_NB 128
-
-void quant_sgemm_nt(const float *x, int n, int k, const float *w, int m, const float *bias, float *y) {
-    int n_panels = (m + QC_NR - 1) / QC_NR;
-    float *wt = malloc((size_t)n_panels * k * QC_NR * sizeof(float)); /* (panels, k, 16) packed W^T */
-    if (!wt) { /* no scratch: plain dot products */
-#pragma omp parallel for schedule(static)
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < m; j++) {
-                float a = bias ? bias[j] : 0.0f;
-                for (int p = 0; p < k; p++) a += x[(size_t)i * k + p] * w[(size_t)j * k + p];
-                y[(size_t)i * m + j] = a;
-            }
-        return;
-    }
-#pragma omp parallel for schedule(static)
-    for (int pn = 0; pn < n_panels; pn++)
-        for (int p = 0; p < k; p++)
-            for (int j = 0; j < QC_NR; j++) {
-                int col = pn * QC_NR + j;
-                wt[((size_t)pn * k + p) * QC_NR + j] = col < m ? w[(size_t)col * k + p] : 0.0f;
-            }
-    int n_rb = (n + QC_NB - 1) / QC_NB;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
-    for (int rb = 0; rb < n_rb; rb++)
-        for (int pn = 0; pn < n_panels; pn++) {
-            const float *wp = wt + (size_t)pn * k * QC_NR;
-            int i0 = rb * QC_NB, i1 = i0 + QC_NB < n ? i0 + QC_NB : n;
-            int c0 = pn * QC_NR, nc = m - c0 < QC_NR ? m - c0 : QC_NR;
-            for (int i = i0; i < i1; i += QC_MR) {
-                int nr = i1 - i < QC_MR ? i1 - i : QC_MR;
-                float acc[QC_MR][QC_NR] = {{0}};
-                const float *x0 = x + (size_t)i * k;
-                if (nr == QC_MR) {
-                    for (int p = 0; p < k; p++) {
-                        const float *wv = wp + (size_t)p * QC_NR;
-                        float a0 = x0[p], a1 = x0[k + p], a2 = x0[2 * (size_t)k + p], a3 = x0[3 * (size_t)k + p];
-                        for (int j = 0; j < QC_NR; j++) {
-                            acc[0][j] += a0 * wv[j];
-                            acc[1][j] += a1 * wv[j];
-                            acc[2][j] += a2 * wv[j];
-                            acc[3][j] += a3 * wv[j];
-                        }
-                    }
-                } else {
-                    for (int r = 0; r < nr; r++)
-                        for (int p = 0; p < k; p++) {
-                            float a = x0[(size_t)r * k + p];
-                            for (int j = 0; j < QC_NR; j++) acc[r][j] += a * wp[(size_t)p * QC_NR + j];
-                        }
-                }
-                for (int r = 0; r < nr; r++)
-                    for (int j = 0; j < nc; j++)
-                        y[(size_t)(i + r) * m + c0 + j] = acc[r][j] + (bias ? bias[c0 + j] : 0.0f);
-            }
-        }
-    free(wt);
-}
-
-void quant_gram_acc(const float *x, int n, int k, float scale, float *h) {
-    float *xt = malloc((size_t)n * k * sizeof(float));      /* (k, n) */
-    float *tmp = malloc((size_t)k * k * sizeof(float));     /* (k, k) */
-    if (!xt || !tmp) {
-        free(xt), free(tmp);
-#pragma omp parallel for schedule(static)
-        for (int a = 0; a < k; a++)
-            for (int i = 0; i < n; i++)
-                for (int c = 0; c < k; c++) h[(size_t)a * k + c] += scale * x[(size_t)i * k + a] * x[(size_t)i * k + c];
-        return;
-    }
-#pragma omp parallel for schedule(static)
-    for (int a = 0; a < k; a++)
-        for (int i = 0; i < n; i++) xt[(size_t)a * n + i] = x[(size_t)i * k + a];
-    quant_sgemm_nt(xt, k, n, xt, k, NULL, tmp);
-    for (size_t i = 0; i < (size_t)k * k; i++) h[i] += scale * tmp[i];
-    free(xt), free(tmp);
-}
-
-void quant_rmsnorm(const float *x, const float *w, int n, int dim, float eps, float *out) {
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * dim;
-        double ss = 0;
-        for (int j = 0; j < dim; j++) ss += (double)xi[j] * xi[j];
-        float r = 1.0f / sqrtf((float)(ss / dim) + eps);
-        for (int j = 0; j < dim; j++) out[(size_t)i * dim + j] = xi[j] * r * w[j];
-    }
-}
-
-int quant_acts_alloc(const llmi_config *c, int n_windows, int seqlen, quant_acts *a, llmi_status *st) {
-    memset(a, 0, sizeof *a);
-    a->n_windows = n_windows, a->seqlen = seqlen, a->n = n_windows * seqlen;
-    size_t n = (size_t)a->n, q = (size_t)c->n_heads * c->head_dim;
-    a->x_attn = malloc(n * c->dim * sizeof(float));
-    a->x_o = malloc(n * q * sizeof(float));
-    a->h_mid = malloc(n * c->dim * sizeof(float));
-    a->x_mlp = malloc(n * c->dim * sizeof(float));
-    a->gate = malloc(n * c->ffn_dim * sizeof(float));
-    a->up = malloc(n * c->ffn_dim * sizeof(float));
-    if (!a->x_attn || !a->x_o || !a->h_mid || !a->x_mlp || !a->gate || !a->up) {
-        quant_acts_free(a);
-        return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for %d x %d calibration activations",
-                         n_windows, seqlen);
-    }
-    return 0;
-}
-
-void quant_acts_free(quant_acts *a) {
-    free(a->x_attn), free(a->x_o), free(a->h_mid), free(a->x_mlp), free(a->gate), free(a->up);
-    memset(a, 0, sizeof *a);
-}
-
-void quant_fwd_attn_in(const llmi_config *c, const quant_block *b, const float *x, quant_acts *a) {
-    quant_rmsnorm(x, b->attn_norm, a->n, c->dim, c->norm_eps, a->x_attn);
-}
-
-/* Rotate-half RoPE on v (heads, hd) at position pos. */
-static void qc_rope(float *v, int heads, int hd, int pos, const float *inv_freq) {
-    for (int i = 0; i < hd / 2; i++) {
-        float ang = (float)pos * inv_freq[i], cs = cosf(ang), sn = sinf(ang);
-        for (int h = 0; h < heads; h++) {
-            float *p = v + (size_t)h * hd;
-            float x0 = p[i], x1 = p[i + hd / 2];
-            p[i] = x0 * cs - x1 * sn;
-            p[i + hd / 2] = x1 * cs + x0 * sn;
+    /* Window j of a batch is sequence j, with blocks [j * bpw, (j + 1) * bpw); a shorter
+     * last batch uses a prefix of the same arrays. */
+    for (int j = 0; j < W; j++) {
+        c->query_start[j] = j * T;
+        for (int i = 0; i < bpw; i++) c->tables[j * bpw + i] = j * bpw + i;
+        for (int p = 0; p < T; p++) {
+            c->pos[j * T + p] = p;
+            c->slot[j * T + p] = (j * bpw + p / CALIB_BLOCK) * CALIB_BLOCK + p % CALIB_BLOCK;
+            c->seq_of[j * T + p] = j;
         }
     }
-}
-
-void quant_fwd_attention(const llmi_config *c, const quant_block *b, quant_acts *a) {
-    int n = a->n, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, T = a->seqlen;
-    int qd = nh * hd, kvd = nkv * hd;
-    float *q = malloc((size_t)n * qd * sizeof(float));   /* (n, qd) */
-    float *k = malloc((size_t)n * kvd * sizeof(float));  /* (n, kvd) */
-    float *v = malloc((size_t)n * kvd * sizeof(float));  /* (n, kvd) */
-    float *inv = malloc((size_t)hd / 2 * sizeof(float)); /* (hd/2) */
-    if (!q || !k || !v || !inv) {
-        free(q), free(k), free(v), free(inv);
-        memset(a->x_o, 0, (size_t)n * qd * sizeof(float));
-        return;
+    c->query_start[W] = W * T;
+    /* hidden starts as the embeddings: a run of zero layers. */
+    c->next_layer = 0;
+    for (int w0 = 0; w0 < n_windows; w0 += W) {
+        int nw = n_windows - w0 < W ? n_windows - w0 : W;
+        llmi_batch bt = {.n_tokens = nw * T, .tokens = tokens + (size_t)w0 * T, .positions = c->pos,
+                         .slot_mapping = c->slot, .seq_of_token = c->seq_of, .n_seqs = nw,
+                         .query_start = c->query_start, .block_tables = c->tables, .max_blocks_per_seq = bpw};
+        llmi_layer_run run = {.first_layer = 0, .last_layer = 0, .embed = true,
+                              .hidden = c->hidden + (size_t)w0 * T * cfg->dim};
+        if (c->backend->forward_layers(c->backend, &bt, &run, st)) goto fail;
     }
-    quant_sgemm_nt(a->x_attn, n, c->dim, b->w[QL_Q], qd, b->bq, q);
-    quant_sgemm_nt(a->x_attn, n, c->dim, b->w[QL_K], kvd, b->bk, k);
-    quant_sgemm_nt(a->x_attn, n, c->dim, b->w[QL_V], kvd, b->bv, v);
-    for (int i = 0; i < hd / 2; i++) inv[i] = powf(c->rope_theta, -2.0f * (float)i / (float)hd);
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < n; t++) {
-        qc_rope(q + (size_t)t * qd, nh, hd, t % T, inv);
-        qc_rope(k + (size_t)t * kvd, nkv, hd, t % T, inv);
+    return LLMI_OK;
+fail:
+    quant_calib_free(c);
+    return st->code ? st->code : LLMI_E_RUNTIME;
+}
+
+void quant_calib_free(quant_calib *c) {
+    if (c->backend) c->backend->destroy(c->backend);
+    free(c->hidden);
+    free(c->pos);
+    free(c->slot);
+    free(c->seq_of);
+    free(c->query_start);
+    free(c->tables);
+    memset(c, 0, sizeof *c);
+}
+
+void quant_tap_stats_free(quant_tap_stats *s) {
+    free(s->gram);
+    free(s->xmean);
+    memset(s, 0, sizeof *s);
+}
+
+typedef struct tap_acc {
+    unsigned want;
+    int stop;                       /* tap after which the forward stops, -1 = none */
+    quant_tap_stats *stats;         /* (LLMI_TAP_COUNT) */
+    float inv_n;                    /* 1 / all calibration tokens */
+} tap_acc;
+
+static int tap_collect(void *ctx, int layer, llmi_tap tap, const float *x, int n, int width, llmi_status *st) {
+    tap_acc *a = ctx;
+    (void)layer;
+    if (a->want & (1u << tap)) {
+        quant_tap_stats *s = &a->stats[tap];
+        quant_gram_acc(x, n, width, a->inv_n, s->gram);
+        for (int t = 0; t < n; t++)
+            for (int k = 0; k < width; k++) s->xmean[k] += fabsf(x[(size_t)t * width + k]) * a->inv_n;
     }
-    float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel
-    {
-        float *sc = malloc((size_t)T * sizeof(float)); /* (T) scores of one query */
-#pragma omp for collapse(2) schedule(dynamic, 4)
-        for (int w = 0; w < a->n_windows; w++)
-            for (int h = 0; h < nh; h++) {
-                if (!sc) continue;
-                int kh = h / (nh / nkv);
-                for (int i = 0; i < T; i++) {
-                    const float *qi = q + ((size_t)w * T + i) * qd + (size_t)h * hd;
-                    float mx = -INFINITY;
-                    for (int j = 0; j <= i; j++) {
-                        const float *kj = k + ((size_t)w * T + j) * kvd + (size_t)kh * hd;
-                        float s = 0;
-                        for (int d = 0; d < hd; d++) s += qi[d] * kj[d];
-                        sc[j] = s * scale;
-                        mx = fmaxf(mx, sc[j]);
-                    }
-                    float sum = 0;
-                    for (int j = 0; j <= i; j++) sum += (sc[j] = expf(sc[j] - mx));
-                    float *o = a->x_o + ((size_t)w * T + i) * qd + (size_t)h * hd;
-                    for (int d = 0; d < hd; d++) o[d] = 0;
-                    for (int j = 0; j <= i; j++) {
-                        const float *vj = v + ((size_t)w * T + j) * kvd + (size_t)kh * hd;
-                        float p = sc[j] / sum;
-                        for (int d = 0; d < hd; d++) o[d] += p * vj[d];
-                    }
-                }
-            }
-        free(sc);
+    return (int)tap == a->stop ? LLMI_TAP_STOP : 0;
+}
+
+int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance, llmi_status *st) {
+    const llmi_config *cfg = &c->view->model.cfg;
+    const int l = c->next_layer, T = c->seqlen, W = c->windows_per_batch;
+    if (l >= cfg->n_layers) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: calibration is past the last layer");
+    llmi_backend *b = c->backend;
+    b->tap = tap;
+    b->tap_ctx = tap_ctx;
+    int rc = 0;
+    for (int w0 = 0; w0 < c->n_windows && !rc; w0 += W) {
+        int nw = c->n_windows - w0 < W ? c->n_windows - w0 : W;
+        llmi_batch bt = {.n_tokens = nw * T, .tokens = c->tokens + (size_t)w0 * T, .positions = c->pos,
+                         .slot_mapping = c->slot, .seq_of_token = c->seq_of, .n_seqs = nw,
+                         .query_start = c->query_start, .block_tables = c->tables,
+                         .max_blocks_per_seq = c->blocks_per_window};
+        llmi_layer_run run = {.first_layer = l, .last_layer = l + 1,
+                              .hidden = c->hidden + (size_t)w0 * T * cfg->dim};
+        c->batch_window = w0;
+        rc = b->forward_layers(b, &bt, &run, st);
+        if (!rc && advance && run.stopped)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize: a tap stopped layer %d that had to run to its end", l);
     }
-    free(q), free(k), free(v), free(inv);
+    b->tap = NULL;
+    b->tap_ctx = NULL;
+    if (!rc && advance) c->next_layer++;
+    return rc;
 }
 
-void quant_fwd_mlp_in(const llmi_config *c, const quant_block *b, const float *x, quant_acts *a) {
-    int n = a->n, qd = c->n_heads * c->head_dim;
-    quant_sgemm_nt(a->x_o, n, qd, b->w[QL_O], c->dim, NULL, a->h_mid);
-    for (size_t i = 0; i < (size_t)n * c->dim; i++) a->h_mid[i] += x[i];
-    quant_rmsnorm(a->h_mid, b->ffn_norm, n, c->dim, c->norm_eps, a->x_mlp);
-}
-
-void quant_fwd_mlp_act(const llmi_config *c, const quant_block *b, quant_acts *a) {
-    int n = a->n;
-    quant_sgemm_nt(a->x_mlp, n, c->dim, b->w[QL_GATE], c->ffn_dim, NULL, a->gate);
-    quant_sgemm_nt(a->x_mlp, n, c->dim, b->w[QL_UP], c->ffn_dim, NULL, a->up);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < (size_t)n * c->ffn_dim; i++) {
-        float g = a->gate[i];
-        a->gate[i] = g / (1.0f + expf(-g)) * a->up[i];
+int quant_calib_layer(quant_calib *c, unsigned want, bool advance, quant_tap_stats stats[LLMI_TAP_COUNT],
+                      llmi_status *st) {
+    const llmi_config *cfg = &c->view->model.cfg;
+    tap_acc acc = {.want = want, .stop = -1, .stats = stats,
+                   .inv_n = 1.0f / ((float)c->n_windows * (float)c->seqlen)};
+    for (int t = 0; t < LLMI_TAP_COUNT; t++) {
+        memset(&stats[t], 0, sizeof stats[t]);
+        if (!(want & (1u << t))) continue;
+        int cols = tap_cols(cfg, (llmi_tap)t);
+        stats[t].cols = cols;
+        stats[t].gram = calloc((size_t)cols * cols, sizeof(float));
+        stats[t].xmean = calloc((size_t)cols, sizeof(float));
+        if (!stats[t].gram || !stats[t].xmean) {
+            for (int u = 0; u <= t; u++) quant_tap_stats_free(&stats[u]);
+            return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for a %dx%d Gram matrix", cols, cols);
+        }
+        if (!advance) acc.stop = t;
     }
-}
-
-void quant_fwd_out(const llmi_config *c, const quant_block *b, float *x, quant_acts *a) {
-    int n = a->n;
-    quant_sgemm_nt(a->gate, n, c->ffn_dim, b->w[QL_DOWN], c->dim, NULL, x);
-    for (size_t i = 0; i < (size_t)n * c->dim; i++) x[i] += a->h_mid[i];
-}
-
-void quant_fwd_block(const llmi_config *c, const quant_block *b, float *x, quant_acts *a) {
-    quant_fwd_attn_in(c, b, x, a);
-    quant_fwd_attention(c, b, a);
-    quant_fwd_mlp_in(c, b, x, a);
-    quant_fwd_mlp_act(c, b, a);
-    quant_fwd_out(c, b, x, a);
-}
-
-void quant_embed(const llmi_model *m, const int32_t *tokens, int n, float *x) {
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        if (tokens[i] >= 0 && tokens[i] < m->tok_embd.rows)
-            tensor_dequant_row(&m->tok_embd, tokens[i], x + (size_t)i * m->cfg.dim);
-        else /* an id the embedding does not have: a zero row, as the backends do */
-            memset(x + (size_t)i * m->cfg.dim, 0, (size_t)m->cfg.dim * sizeof(float));
-    }
+    int rc = quant_calib_run(c, tap_collect, &acc, advance, st);
+    if (rc)
+        for (int t = 0; t < LLMI_TAP_COUNT; t++) quant_tap_stats_free(&stats[t]);
+    return rc;
 }

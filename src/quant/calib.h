@@ -1,59 +1,75 @@
-/* quant_calib.h — owns the fp32 reference forward the quantizers run over calibration
- * (and evaluation) windows: one decoder block at a time over (n_windows, seqlen)
- * tokens, so each stage can capture its linear layers' real inputs and be fed the
- * outputs of already-quantized stages.  Dense fp32 weights, OpenMP, no KV cache. */
+/* calib.h — owns how `llmi quantize` sees activations: calibration windows run through
+ * the engine's own CPU forward (backend->forward_layers), one decoder layer at a time,
+ * and the statistics of every linear's input are read at the backend's activation taps
+ * (backend.h), as llama.cpp's eval callback does.  So GPTQ and AWQ calibrate on exactly
+ * what inference computes: the same RoPE (scaling included), norms, attention and matmul
+ * kernels, with the layers quantized so far served from their int4 grids.
+ *
+ * quant_view is the model as it will be served after quantization: a shallow copy of
+ * the source model whose linears, norms and biases can be replaced one by one.  The
+ * calibration forward runs on a view; so does the perplexity check of a result. */
 #ifndef LLMI_QUANT_CALIB_H
 #define LLMI_QUANT_CALIB_H
 
+#include <stdbool.h>
 #include <stdint.h>
+#include "backend/backend.h"
+#include "core/int4.h"
 #include "model/model.h"
-#include "core/status.h"
+#include "quant/block.h"
 
-enum { QL_Q = 0, QL_K, QL_V, QL_O, QL_GATE, QL_UP, QL_DOWN, QL_COUNT };
-extern const char *const quant_linear_names[QL_COUNT]; /* "self_attn.q_proj", ... */
+typedef struct quant_view {
+    llmi_model model;              /* the served model: shares the source's tensors except below */
+    llmi_tensor (*int4)[QL_COUNT]; /* (n_layers, QL_COUNT) I4G tensors swapped in (owned), dtype 0 = none */
+    float **norms;                 /* (n_layers, 2) attn/ffn norm copies swapped in (owned) or NULL */
+    float **biases;                /* (n_layers, 3) q/k/v bias copies swapped in (owned) or NULL */
+} quant_view;
 
-/* One decoder block in fp32, the quantizers' working copy. */
-typedef struct quant_block {
-    float *attn_norm, *ffn_norm;   /* (dim) each */
-    float *w[QL_COUNT];            /* (rows, cols) of each linear, see quant_linear_shape */
-    float *bq, *bk, *bv;           /* (q rows), (kv rows), (kv rows) or NULL */
-} quant_block;
+int quant_view_init(quant_view *v, const llmi_model *src, llmi_status *st);
+void quant_view_free(quant_view *v);
+/* Serves linear `which` (QL_*) of layer l from grid g (copied) from now on. */
+int quant_view_set_linear(quant_view *v, int l, int which, const quant_grid *g, llmi_status *st);
+/* Serves layer l's norms (dim each) and q/k/v biases (NULL: keep) from copies of these. */
+int quant_view_set_norms(quant_view *v, int l, const float *attn_norm, const float *ffn_norm, llmi_status *st);
+int quant_view_set_biases(quant_view *v, int l, const float *const bias[3], llmi_status *st);
 
-void quant_linear_shape(const llmi_config *c, int which, int *rows, int *cols);
-/* Dequantizes layer l of m into b (allocated here). */
-int quant_block_load(const llmi_model *m, int l, quant_block *b, llmi_status *st);
-void quant_block_free(quant_block *b);
+/* Statistics of the inputs of one group of linears (one tap), averaged over all
+ * calibration tokens. */
+typedef struct quant_tap_stats {
+    int cols;
+    float *gram;                   /* (cols, cols) X^T X / n */
+    float *xmean;                  /* (cols) mean |x| */
+} quant_tap_stats;
 
-/* y (n, m) = x (n, k) @ w (m, k)^T (+ bias (m)). */
-void quant_sgemm_nt(const float *x, int n, int k, const float *w, int m, const float *bias, float *y);
-/* h (k, k) += scale * x^T x for x (n, k). */
-void quant_gram_acc(const float *x, int n, int k, float scale, float *h);
-void quant_rmsnorm(const float *x, const float *w, int n, int dim, float eps, float *out);
+typedef struct quant_calib {
+    quant_view *view;
+    llmi_backend *backend;         /* CPU backend over view->model */
+    const int32_t *tokens;         /* (n_windows * seqlen) borrowed */
+    int n_windows, seqlen, windows_per_batch;
+    float *hidden;                 /* (n_windows * seqlen, dim) input of the next layer */
+    int next_layer;                /* the layer hidden feeds */
+    int batch_window;              /* first window of the forward running now (for taps) */
+    int32_t *pos, *slot, *seq_of;  /* (windows_per_batch * seqlen) */
+    int32_t *query_start;          /* (windows_per_batch + 1) */
+    int32_t *tables;               /* (windows_per_batch, blocks_per_window) */
+    int blocks_per_window;
+} quant_calib;
 
-/* Calibration activations of one block, (n = n_windows * seqlen) tokens. */
-typedef struct quant_acts {
-    int n_windows, seqlen, n;
-    float *x_attn;   /* (n, dim) input of q/k/v (after attn_norm) */
-    float *x_o;      /* (n, n_heads*head_dim) input of o_proj (attention output) */
-    float *h_mid;    /* (n, dim) residual after attention */
-    float *x_mlp;    /* (n, dim) input of gate/up (after ffn_norm) */
-    float *gate;     /* (n, ffn) gate outputs, then silu(gate)*up: the input of down_proj */
-    float *up;       /* (n, ffn) */
-} quant_acts;
-int quant_acts_alloc(const llmi_config *c, int n_windows, int seqlen, quant_acts *a, llmi_status *st);
-void quant_acts_free(quant_acts *a);
-
-/* Stages of the block forward on x (n, dim); each reads what the previous wrote. */
-void quant_fwd_attn_in(const llmi_config *c, const quant_block *b, const float *x, quant_acts *a);
-void quant_fwd_attention(const llmi_config *c, const quant_block *b, quant_acts *a);
-void quant_fwd_mlp_in(const llmi_config *c, const quant_block *b, const float *x, quant_acts *a);
-void quant_fwd_mlp_act(const llmi_config *c, const quant_block *b, quant_acts *a);
-/* x (n, dim) += down(x_mlp-path): finishes the block in place. */
-void quant_fwd_out(const llmi_config *c, const quant_block *b, float *x, quant_acts *a);
-/* The whole block in place on x (n, dim). */
-void quant_fwd_block(const llmi_config *c, const quant_block *b, float *x, quant_acts *a);
-
-/* x (n, dim) = embedding rows of tokens (n). */
-void quant_embed(const llmi_model *m, const int32_t *tokens, int n, float *x);
+/* Embeds the windows (n_windows, seqlen) of tokens and gets ready to run layer 0. */
+int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n_windows, int seqlen,
+                     llmi_status *st);
+void quant_calib_free(quant_calib *c);
+/* Runs layer c->next_layer over every window, as the view serves it now, with tap
+ * installed as the backend's tap (it may stop the layer early; c->batch_window tells
+ * which windows the current forward holds).  advance: the layer must run to its end, and
+ * hidden moves to its output (next_layer + 1). */
+int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance, llmi_status *st);
+/* Runs layer c->next_layer over every window, as the view serves it now, filling
+ * stats[t] (allocated here) for each tap t whose bit is set in want.  advance: run the
+ * whole layer and move hidden to its output (next_layer + 1); otherwise stop after the
+ * last wanted tap, so the layer can be run again once more of it is quantized. */
+int quant_calib_layer(quant_calib *c, unsigned want, bool advance, quant_tap_stats stats[LLMI_TAP_COUNT],
+                      llmi_status *st);
+void quant_tap_stats_free(quant_tap_stats *s);
 
 #endif

@@ -1,9 +1,10 @@
-/* quant_model.c — owns the block-by-block quantization driver (see quant_model.h). */
+/* quantize.c — the layer-by-layer quantization driver (see quantize.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "quant/awq.h"
+#include "quant/calib.h"
 #include "quant/quantize.h"
 
 static double qm_now(void) {
@@ -25,10 +26,6 @@ void quant_result_free(quant_result *r) {
     for (int b = 0; b < 3; b++) free(r->bias[b]);
     memset(r, 0, sizeof *r);
 }
-
-/* Replaces the fp32 weights with their dequantized grid: later stages see what the
- * quantized model will compute. */
-static void qm_apply(quant_block *b, int i, const quant_grid *g) { quant_grid_dequant(g, b->w[i]); }
 
 /* Relative output error |X(W-Q)^T|^2 / |XW^T|^2 through H. */
 static double qm_rel_err(const float *w, const quant_grid *g, const float *h, llmi_status *st) {
@@ -57,24 +54,23 @@ static double qm_rel_err(const float *w, const quant_grid *g, const float *h, ll
 }
 
 /* g = X^T X / n and xm = mean |x| (cols) of input set k of layer l: from `in` when
- * given (no forward needed), else from x (n, cols); copied into `out` when given. */
-static int qm_input_stats(int l, int k, const float *x, int n, int cols, const quant_stats *in, quant_stats *out,
+ * given (no forward needed), else taken over from the calibration forward's tap
+ * statistics ts; copied into `out` when given. */
+static int qm_input_stats(int l, int k, int cols, quant_tap_stats *ts, const quant_stats *in, quant_stats *out,
                           float **g, float **xm, llmi_status *st) {
-    *g = calloc((size_t)cols * cols, sizeof(float));
-    *xm = calloc((size_t)cols, sizeof(float));
-    if (!*g || !*xm) {
-        free(*g), free(*xm);
-        *g = *xm = NULL;
-        return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for a %dx%d Hessian", cols, cols);
-    }
     if (in) {
+        *g = malloc((size_t)cols * cols * sizeof(float));
+        *xm = malloc((size_t)cols * sizeof(float));
+        if (!*g || !*xm) {
+            free(*g), free(*xm);
+            *g = *xm = NULL;
+            return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for a %dx%d Hessian", cols, cols);
+        }
         memcpy(*g, in->gram[l][k], (size_t)cols * cols * sizeof(float));
         memcpy(*xm, in->xmean[l][k], (size_t)cols * sizeof(float));
     } else {
-        quant_gram_acc(x, n, cols, 1.0f / (float)n, *g);
-        for (int t = 0; t < n; t++)
-            for (int c = 0; c < cols; c++) (*xm)[c] += fabsf(x[(size_t)t * cols + c]);
-        for (int c = 0; c < cols; c++) (*xm)[c] /= (float)n;
+        *g = ts->gram, *xm = ts->xmean;
+        ts->gram = ts->xmean = NULL;
     }
     if (out) {
         out->gram[l][k] = malloc((size_t)cols * cols * sizeof(float));
@@ -91,18 +87,20 @@ static int qm_input_stats(int l, int k, const float *x, int n, int cols, const q
 }
 
 /* GPTQ's H = 2 X^T X / n for set k. */
-static int qm_hessian(int l, int k, const float *x, int n, int cols, const quant_stats *in, quant_stats *out,
-                      float **h, llmi_status *st) {
+static int qm_hessian(int l, int k, int cols, quant_tap_stats *ts, const quant_stats *in, quant_stats *out, float **h,
+                      llmi_status *st) {
     float *xm;
-    if (qm_input_stats(l, k, x, n, cols, in, out, h, &xm, st)) return st->code;
+    if (qm_input_stats(l, k, cols, ts, in, out, h, &xm, st)) return st->code;
     free(xm);
     for (size_t i = 0; i < (size_t)cols * cols; i++) (*h)[i] *= 2.0f;
     return 0;
 }
 
-/* GPTQ (or RTN when o->method == QUANT_RTN) on linears [first, last) of b that share h. */
-static int qm_quantize_set(const llmi_config *c, quant_block *b, int first, int last, float *h, const quant_opts *o,
-                           quant_grid *grids, double *errs, llmi_status *st) {
+/* GPTQ (or RTN when o->method == QUANT_RTN) on linears [first, last) of b that share h;
+ * each result is served by v (when given) from then on, so later stages calibrate on
+ * the quantized layer. */
+static int qm_quantize_set(const llmi_config *c, int l, quant_block *b, int first, int last, float *h,
+                           const quant_opts *o, quant_view *v, quant_grid *grids, double *errs, llmi_status *st) {
     int cols = 0;
     for (int i = first; i < last; i++) {
         int rows;
@@ -124,7 +122,7 @@ static int qm_quantize_set(const llmi_config *c, quant_block *b, int first, int 
                 return st->code;
         }
         errs[i] = h ? qm_rel_err(b->w[i], &grids[i], h, st) : NAN;
-        qm_apply(b, i, &grids[i]);
+        if (v && quant_view_set_linear(v, l, i, &grids[i], st)) return st->code;
     }
     return 0;
 }
@@ -140,22 +138,23 @@ static void qm_progress(const quant_opts *o, int l, int n_layers, const double *
 }
 
 /* AWQ on one block: scales per group, folded into the previous op, clipping, then RTN. */
-static int qm_awq_block(const llmi_config *c, int l, quant_block *b, const quant_acts *a, const quant_stats *in,
+/* ts: the fp layer's tap statistics (unused when they come from `in`). */
+static int qm_awq_block(const llmi_config *c, int l, quant_block *b, quant_tap_stats *ts, const quant_stats *in,
                         quant_stats *out, const quant_opts *o, quant_grid *grids, double *errs, llmi_status *st) {
-    struct { int prev; int first, last; const float *x; int cols; } groups[4] = {
-        {-1, QL_Q, QL_V + 1, a->x_attn, c->dim},
-        {QL_V, QL_O, QL_O + 1, a->x_o, c->n_heads * c->head_dim},
-        {-2, QL_GATE, QL_UP + 1, a->x_mlp, c->dim},
-        {QL_UP, QL_DOWN, QL_DOWN + 1, a->gate, c->ffn_dim},
-    }; /* the x pointers are unused (NULL acts) when statistics come from `in` */
+    struct { int prev; int first, last; int cols; } groups[4] = {
+        {-1, QL_Q, QL_V + 1, c->dim},
+        {QL_V, QL_O, QL_O + 1, c->n_heads * c->head_dim},
+        {-2, QL_GATE, QL_UP + 1, c->dim},
+        {QL_UP, QL_DOWN, QL_DOWN + 1, c->ffn_dim},
+    };
     float *hs[4] = {0};
     int rc = 0;
     for (int gi = 0; gi < 4 && !rc; gi++) {
-        int cols = groups[gi].cols, n = a->n;
+        int cols = groups[gi].cols;
         /* v -> o only when v's rows are o's columns one to one (no GQA). */
         bool scale_it = !(gi == 1 && c->n_kv_heads != c->n_heads);
         float *xm;
-        if ((rc = qm_input_stats(l, gi, groups[gi].x, n, cols, in, out, &hs[gi], &xm, st))) break;
+        if ((rc = qm_input_stats(l, gi, cols, &ts[gi], in, out, &hs[gi], &xm, st))) break;
         if (!scale_it) {
             free(xm);
             continue;
@@ -261,20 +260,12 @@ int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_
      * report each layer's output error. */
     bool calib = (o->method != QUANT_RTN || tokens) && !in;
     if (o->method == QUANT_RTN) out = NULL;
-    float *x = NULL;
-    quant_acts a = {0};
-    if (calib) {
-        x = malloc((size_t)n_windows * seqlen * c->dim * sizeof(float)); /* (n, dim) hidden states */
-        if (!x) {
-            quant_result_free(r);
-            return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for calibration hidden states");
-        }
-        if (quant_acts_alloc(c, n_windows, seqlen, &a, st)) {
-            free(x);
-            quant_result_free(r);
-            return st->code;
-        }
-        quant_embed(m, tokens, n_windows * seqlen, x);
+    quant_view v = {0};
+    quant_calib cal = {0};
+    if (calib && (quant_view_init(&v, m, st) || quant_calib_init(&cal, &v, tokens, n_windows, seqlen, st))) {
+        quant_view_free(&v);
+        quant_result_free(r);
+        return st->code;
     }
     int rc = 0;
     for (int l = 0; l < L && !rc; l++) {
@@ -284,40 +275,32 @@ int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_
         double errs[QL_COUNT];
         for (int i = 0; i < QL_COUNT; i++) errs[i] = NAN;
         quant_grid *g = r->grids[l];
+        quant_tap_stats ts[LLMI_TAP_COUNT] = {{0}};
         if (o->method == QUANT_RTN && !calib) {
-            rc = qm_quantize_set(c, &b, 0, QL_COUNT, NULL, o, g, errs, st);
+            rc = qm_quantize_set(c, l, &b, 0, QL_COUNT, NULL, o, NULL, g, errs, st);
         } else if (o->method == QUANT_GPTQ || o->method == QUANT_RTN) {
-            /* Each stage's inputs come from the already-quantized stages before it. */
-            float *h = NULL;
-            int n = a.n, qd = c->n_heads * c->head_dim;
-            if (calib) quant_fwd_attn_in(c, &b, x, &a);
-            if (!(rc = qm_hessian(l, QS_ATTN, a.x_attn, n, c->dim, in, out, &h, st)))
-                rc = qm_quantize_set(c, &b, QL_Q, QL_V + 1, h, o, g, errs, st);
-            free(h), h = NULL;
-            if (!rc) {
-                if (calib) quant_fwd_attention(c, &b, &a);
-                if (!(rc = qm_hessian(l, QS_O, a.x_o, n, qd, in, out, &h, st)))
-                    rc = qm_quantize_set(c, &b, QL_O, QL_O + 1, h, o, g, errs, st);
-                free(h), h = NULL;
+            /* True-sequential, as the GPTQ reference: each set of linears sees inputs that
+             * come through the sets of this layer already quantized, and the next layer
+             * sees this one's quantized output. */
+            static const struct { int first, last; } sets[QS_COUNT] = {
+                {QL_Q, QL_V + 1}, {QL_O, QL_O + 1}, {QL_GATE, QL_UP + 1}, {QL_DOWN, QL_DOWN + 1}};
+            for (int k = 0; k < QS_COUNT && !rc; k++) {
+                float *h = NULL;
+                int rows, cols;
+                quant_linear_shape(c, sets[k].first, &rows, &cols);
+                if (calib) rc = quant_calib_layer(&cal, 1u << k, false, ts, st);
+                if (!rc && !(rc = qm_hessian(l, k, cols, &ts[k], in, out, &h, st)))
+                    rc = qm_quantize_set(c, l, &b, sets[k].first, sets[k].last, h, o, calib ? &v : NULL, g, errs, st);
+                free(h);
+                for (int t = 0; t < LLMI_TAP_COUNT; t++) quant_tap_stats_free(&ts[t]);
             }
-            if (!rc) {
-                if (calib) quant_fwd_mlp_in(c, &b, x, &a);
-                if (!(rc = qm_hessian(l, QS_MLP, a.x_mlp, n, c->dim, in, out, &h, st)))
-                    rc = qm_quantize_set(c, &b, QL_GATE, QL_UP + 1, h, o, g, errs, st);
-                free(h), h = NULL;
-            }
-            if (!rc) {
-                if (calib) quant_fwd_mlp_act(c, &b, &a);
-                if (!(rc = qm_hessian(l, QS_DOWN, a.gate, n, c->ffn_dim, in, out, &h, st)))
-                    rc = qm_quantize_set(c, &b, QL_DOWN, QL_DOWN + 1, h, o, g, errs, st);
-                free(h), h = NULL;
-            }
-            if (!rc && calib) quant_fwd_out(c, &b, x, &a);
+            if (!rc && calib) rc = quant_calib_layer(&cal, 0, true, ts, st);
         } else {
-            /* AWQ: every linear's input from the fp block; the next block sees fp outputs. */
-            if (calib) quant_fwd_block(c, &b, x, &a);
-            rc = qm_awq_block(c, l, &b, &a, in, out, o, g, errs, st);
+            /* AWQ: every linear's input from the fp layer, whose output the next layer sees. */
+            if (calib) rc = quant_calib_layer(&cal, (1u << LLMI_TAP_COUNT) - 1, true, ts, st);
+            if (!rc) rc = qm_awq_block(c, l, &b, ts, in, out, o, g, errs, st);
         }
+        for (int t = 0; t < LLMI_TAP_COUNT; t++) quant_tap_stats_free(&ts[t]);
         if (!rc) {
             r->attn_norm[l] = b.attn_norm, b.attn_norm = NULL;
             r->ffn_norm[l] = b.ffn_norm, b.ffn_norm = NULL;
@@ -328,8 +311,8 @@ int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_
         }
         quant_block_free(&b);
     }
-    free(x);
-    quant_acts_free(&a);
+    quant_calib_free(&cal);
+    quant_view_free(&v);
     if (rc) {
         quant_result_free(r);
         return rc;
@@ -338,67 +321,17 @@ int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_
     return 0;
 }
 
-int quant_eval_ppl(const llmi_model *m, const quant_result *r, const int32_t *tokens, int n_windows, int seqlen,
-                   double *ppl, llmi_status *st) {
-    const llmi_config *c = &m->cfg;
-    int n = n_windows * seqlen;
-    float *x = malloc((size_t)n * c->dim * sizeof(float)); /* (n, dim) */
-    quant_acts a;
-    if (!x) return llmi_fail(st, LLMI_E_RUNTIME, "ppl: out of memory");
-    if (quant_acts_alloc(c, n_windows, seqlen, &a, st)) {
-        free(x);
-        return st->code;
+int quant_result_view(const llmi_model *m, const quant_result *r, quant_view *v, llmi_status *st) {
+    if (quant_view_init(v, m, st)) return st->code;
+    for (int l = 0; l < r->n_layers; l++) {
+        const float *bias[3] = {r->bias[0][l], r->bias[1][l], r->bias[2][l]};
+        for (int i = 0; i < QL_COUNT; i++)
+            if (quant_view_set_linear(v, l, i, &r->grids[l][i], st)) goto fail;
+        if (quant_view_set_norms(v, l, r->attn_norm[l], r->ffn_norm[l], st) || quant_view_set_biases(v, l, bias, st))
+            goto fail;
     }
-    quant_embed(m, tokens, n, x);
-    int rc = 0;
-    for (int l = 0; l < c->n_layers && !rc; l++) {
-        quant_block b;
-        if ((rc = quant_block_load(m, l, &b, st))) break;
-        if (r) {
-            for (int i = 0; i < QL_COUNT; i++) quant_grid_dequant(&r->grids[l][i], b.w[i]);
-            memcpy(b.attn_norm, r->attn_norm[l], (size_t)c->dim * sizeof(float));
-            memcpy(b.ffn_norm, r->ffn_norm[l], (size_t)c->dim * sizeof(float));
-            if (b.bv && r->bias[2][l])
-                memcpy(b.bv, r->bias[2][l], (size_t)c->n_kv_heads * c->head_dim * sizeof(float));
-        }
-        quant_fwd_block(c, &b, x, &a);
-        quant_block_free(&b);
-    }
-    quant_acts_free(&a);
-    if (rc) {
-        free(x);
-        return rc;
-    }
-    quant_rmsnorm(x, m->out_norm, n, c->dim, c->norm_eps, x);
-    const llmi_tensor *head = &m->lm_head;
-    float *w = malloc((size_t)head->rows * head->cols * sizeof(float)); /* (vocab, dim) */
-    int chunk = 64;
-    float *logits = malloc((size_t)chunk * head->rows * sizeof(float)); /* (chunk, vocab) */
-    if (!w || !logits) {
-        free(x), free(w), free(logits);
-        return llmi_fail(st, LLMI_E_RUNTIME, "ppl: out of memory for the lm_head");
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t v = 0; v < head->rows; v++) tensor_dequant_row(head, v, w + (size_t)v * head->cols);
-    double nll = 0;
-    long count = 0;
-    for (int i0 = 0; i0 < n; i0 += chunk) {
-        int nc = n - i0 < chunk ? n - i0 : chunk;
-        quant_sgemm_nt(x + (size_t)i0 * c->dim, nc, c->dim, w, (int)head->rows, NULL, logits);
-        for (int i = 0; i < nc; i++) {
-            int t = i0 + i;
-            if ((t + 1) % seqlen == 0) continue; /* the window's last token predicts nothing scored */
-            if (tokens[t + 1] < 0 || tokens[t + 1] >= head->rows) continue;
-            const float *lg = logits + (size_t)i * head->rows;
-            float mx = -INFINITY;
-            for (int64_t v = 0; v < head->rows; v++) mx = fmaxf(mx, lg[v]);
-            double se = 0;
-            for (int64_t v = 0; v < head->rows; v++) se += exp((double)lg[v] - mx);
-            nll += log(se) + mx - lg[tokens[t + 1]];
-            count++;
-        }
-    }
-    free(x), free(w), free(logits);
-    *ppl = exp(nll / (double)count);
-    return 0;
+    return LLMI_OK;
+fail:
+    quant_view_free(v);
+    return st->code;
 }

@@ -1,8 +1,8 @@
-/* quant_model.h — owns quantizing a whole model (RTN, GPTQ or AWQ over the decoder
- * blocks in order) into a quant_result, and the perplexity check of a result or of
- * the unquantized model with the same fp32 forward. */
-#ifndef LLMI_QUANT_MODEL_H
-#define LLMI_QUANT_MODEL_H
+/* quantize.h — owns quantizing a whole model (RTN, GPTQ or AWQ over the decoder layers
+ * in order) into a quant_result, with calibration statistics from the engine's forward
+ * (calib.h) or from a saved statistics file, and the served view of a result. */
+#ifndef LLMI_QUANTIZE_H
+#define LLMI_QUANTIZE_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -41,9 +41,7 @@ int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_
                           const quant_stats *in, quant_stats *out, quant_result *r, llmi_status *st);
 void quant_result_free(quant_result *r);
 
-/* Perplexity of windows (n_windows, seqlen), every token after the first of a window
- * scored.  r = NULL evaluates m itself. */
-int quant_eval_ppl(const llmi_model *m, const quant_result *r, const int32_t *tokens, int n_windows, int seqlen,
-                   double *ppl, llmi_status *st);
+/* v = m served with r's int4 linears, norms and biases (quant_view_free releases it). */
+int quant_result_view(const llmi_model *m, const quant_result *r, quant_view *v, llmi_status *st);
 
 #endif
