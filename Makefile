@@ -10,9 +10,9 @@ CUDA    ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= native
 
-PKGS    := libpcre2-8 libutf8proc libcjson libzstd
+PKGS    := libpcre2-8 libutf8proc libcjson libzstd libxxhash
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lutf8proc -lcjson -lzstd)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lutf8proc -lcjson -lzstd -lxxhash)
 
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) -fopenmp -MMD -MP -Isrc -Ikernels $(PKG_CFLAGS)

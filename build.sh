@@ -15,7 +15,7 @@ for a in "$@"; do
   esac
 done
 
-PKGS=(build-essential pkg-config libpcre2-dev libutf8proc-dev libcjson-dev libzstd-dev python3 python3-pip ca-certificates)
+PKGS=(build-essential pkg-config libpcre2-dev libutf8proc-dev libcjson-dev libzstd-dev libxxhash-dev python3 python3-pip ca-certificates)
 missing=()
 if command -v dpkg-query >/dev/null; then
   for p in "${PKGS[@]}"; do
@@ -47,7 +47,7 @@ if command -v nvcc >/dev/null; then ok "nvcc $(nvcc --version | sed -n 's/.*rele
 if command -v nvidia-smi >/dev/null && arch=$(nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null | head -1) && [ -n "$arch" ]; then
   ok "GPU: $arch"; else no "GPU (none visible: --device cuda will say so)"; fi
 echo 'int main(void){return 0;}' | ${CC:-cc} -fopenmp -x c - -o /tmp/llmi-omp-check 2>/dev/null && ok "OpenMP ($(nproc) cores)" || no "OpenMP"
-for lib in libzstd libpcre2-8 libutf8proc libcjson; do
+for lib in libzstd libpcre2-8 libutf8proc libcjson libxxhash; do
   if pkg-config --exists "$lib" 2>/dev/null; then ok "$lib $(pkg-config --modversion "$lib")"; else no "$lib"; fi
 done
 if [ -n "$MODEL" ] && [ -f "$MODEL" ]; then ok "default model: $MODEL"; else no "default model (run scripts/fetch-model.sh)"; fi

@@ -29,7 +29,7 @@ for f in $(find src -name "*.c") kernels/*.cu; do
   [ -e "$f" ] || continue
   o="build/${f%.*}.o"; [ -e "$o" ] && objs="$objs $o"
 done
-pkg=$(pkg-config --libs libpcre2-8 libutf8proc libcjson libzstd 2>/dev/null || echo -lpcre2-8 -lutf8proc -lcjson -lzstd)
+pkg=$(pkg-config --libs libpcre2-8 libutf8proc libcjson libzstd libxxhash 2>/dev/null || echo -lpcre2-8 -lutf8proc -lcjson -lzstd -lxxhash)
 cuda=""
 if [[ "$objs" == *build/kernels/* ]]; then cuda="-L/usr/local/cuda/lib64 -lcublasLt -lcublas -lcusolver -lcudart -lstdc++"; fi
 gcc -std=c11 -D_GNU_SOURCE -O3 -march=native -fopenmp -Isrc -c tests/bench/bench_cpu.c -o build/bench_cpu.o

@@ -166,7 +166,7 @@ static bool same_outputs(const run_out *a, const run_out *b, int n) {
 TEST(kvcache_pool_accounting) {
     kvcache kv;
     llmi_status st = {0};
-    CHECK(kvcache_init(&kv, 10, 4, &st) == 0);
+    CHECK(kvcache_init(&kv, 10, 4, false, (kv_hash){0, 0}, &st) == 0);
     kvcache_table a = {0}, b = {0};
     CHECK(kvcache_reserve(&kv, &a, 9) == 0);  /* 3 blocks */
     CHECK(a.n_blocks == 3);

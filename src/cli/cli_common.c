@@ -125,7 +125,8 @@ const char *cli_model_flags_help(void) {
            "  --max-batch-tokens N    tokens per engine step (default 512 on cpu, 2048 on cuda)\n"
            "  --prefill-chunk N       longest prompt piece of one sequence per step (default: no limit)\n"
            "  --max-seqs N            sequences running at once (default 256)\n"
-           "  --sched P               scheduling policy: fifo or prefill-first (default fifo)\n";
+           "  --sched P               scheduling policy: fifo or prefill-first (default fifo)\n"
+           "  --no-prefix-cache       recompute every prompt (default: reuse the K/V of cached prefixes)\n";
 }
 
 static int parse_dtype(const char *flag, const char *v, llmi_dtype *out, llmi_status *st) {
@@ -214,6 +215,9 @@ int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_
         VALUE();
         if (cli_parse_long(a, v, 1, 1 << 16, &n, st)) return -1;
         o->engine.max_seqs = (int)n;
+    } else if (IS("--no-prefix-cache")) {
+        o->engine.prefix_cache = false;
+        return 1;
     } else if (IS("--sched")) {
         VALUE();
         if (!strcmp(v, "fifo")) o->engine.policy = SCHED_FIFO;

@@ -38,6 +38,7 @@ typedef struct gen_request {
     llmi_finish finish;
     double ttft, latency, prefill_s; /* seconds */
     int n_preempted;
+    int n_cached;                    /* prompt tokens served from the prefix cache */
 } gen_request;
 
 typedef struct gen_opts {
@@ -118,6 +119,7 @@ static void emit_json(gen_ctx *g, gen_request *r) {
         jw_key(&w, "text"); jw_str(&w, r->text ? r->text : "", r->text_len);
         jw_key(&w, "finish_reason"); jw_cstr(&w, finish_name(r->finish));
         jw_key(&w, "prompt_tokens"); jw_int(&w, r->n_prompt);
+        jw_key(&w, "cached_tokens"); jw_int(&w, r->n_cached);
         jw_key(&w, "generated_tokens"); jw_int(&w, r->n_gen);
         jw_key(&w, "ttft_ms"); jw_num(&w, r->n_gen > 0 ? r->ttft * 1e3 : NAN);
         jw_key(&w, "prefill_ms"); jw_num(&w, r->prefill_s * 1e3);
@@ -232,6 +234,7 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
             r->latency = info->t_finish - info->t_arrival;
             r->prefill_s = info->t_prefill_done - info->t_arrival;
             r->n_preempted = info->n_preempted;
+            r->n_cached = info->n_cached_tokens;
         }
         r->done = true;
         r->finish = ev->reason;
@@ -493,7 +496,7 @@ static void print_prompt_tokens(const tokenizer *tok, const gen_request *r) {
 
 static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b, double wall, uint64_t seed,
                         bool seed_random) {
-    long prompt = 0, gen = 0;
+    long prompt = 0, gen = 0, cached = 0;
     double ttft_sum = 0, prefill_sum = 0, decode_time = 0;
     long decode_tokens = 0;
     int n_ttft = 0, preemptions = 0;
@@ -501,6 +504,7 @@ static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b,
         const gen_request *r = &g->reqs[i];
         if (r->error) continue;
         prompt += r->n_prompt;
+        cached += r->n_cached;
         gen += r->n_gen;
         preemptions += r->n_preempted;
         prefill_sum += r->prefill_s;
@@ -515,8 +519,8 @@ static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b,
     }
     size_t wb = 0, kvb = 0, ab = 0;
     if (b->memory) b->memory(b, &wb, &kvb, &ab);
-    fprintf(stderr, "\nllmi: %d request%s | prompt %ld tokens | generated %ld tokens", g->n_reqs,
-            g->n_reqs == 1 ? "" : "s", prompt, gen);
+    fprintf(stderr, "\nllmi: %d request%s | prompt %ld tokens (%ld cached) | generated %ld tokens", g->n_reqs,
+            g->n_reqs == 1 ? "" : "s", prompt, cached, gen);
     if (g->n_reqs == 1 && !g->reqs[0].error) fprintf(stderr, " | finish %s", finish_name(g->reqs[0].finish));
     fprintf(stderr, "\n");
     if (n_ttft) fprintf(stderr, "llmi: TTFT %.1f ms%s", 1e3 * ttft_sum / n_ttft, n_ttft > 1 ? " (mean)" : "");

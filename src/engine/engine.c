@@ -9,6 +9,7 @@
  * its per-request RNG only advances on draws, so its output does not change. */
 #include "engine/engine.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -45,7 +46,8 @@ struct llmi_engine {
 
 llmi_engine_opts engine_opts_defaults(void) {
     llmi_engine_opts o = {.block_size = 16, .num_blocks = 0, .kv_mem_bytes = 0, .max_batch_tokens = 2048,
-                          .prefill_chunk = 0, .max_seqs = 256, .policy = SCHED_FIFO, .max_ctx = 0};
+                          .prefill_chunk = 0, .max_seqs = 256, .policy = SCHED_FIFO, .max_ctx = 0,
+                          .prefix_cache = true};
     return o;
 }
 
@@ -72,6 +74,15 @@ double engine_now(const llmi_engine *e) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)(t.tv_sec - e->t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - e->t0.tv_nsec);
+}
+
+/* The root of every prefix-cache hash chain: what else a block's K/V depends on. */
+static kv_hash kv_salt(const llmi_backend *b) {
+    char desc[64];
+    int n = snprintf(desc, sizeof desc, "llmi-kv/%d/%d", (int)b->opts.kv_dtype, b->opts.block_size);
+    int32_t words[16] = {0};
+    memcpy(words, desc, (size_t)n < sizeof words ? (size_t)n : sizeof words);
+    return kvcache_chain((kv_hash){0, 0}, words, 16);
 }
 
 int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *o, llmi_engine **out,
@@ -117,7 +128,8 @@ int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *
     e->max_ctx = max_ctx;
     clock_gettime(CLOCK_MONOTONIC, &e->t0);
     size_t V = (size_t)m->cfg.n_vocab;
-    if (kvcache_init(&e->kv, num_blocks, opts.block_size, st) || b->kv_alloc(b, num_blocks, st) ||
+    if (kvcache_init(&e->kv, num_blocks, opts.block_size, opts.prefix_cache, kv_salt(b), st) ||
+        b->kv_alloc(b, num_blocks, st) ||
         sched_init(&e->sched, &opts, st) || sched_plan_alloc(&e->plan, &e->sched, st) ||
         sched_batch_bufs_alloc(&e->bufs, &e->sched, max_blocks_per_seq, st))
         goto fail;
@@ -353,6 +365,7 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
         bool is_decode = n == 1 && s->n_computed == s->n_tokens - 1 && s->n_tokens > s->n_prompt;
         if (is_decode) inf.n_decode_tokens += n; else inf.n_prefill_tokens += n;
         s->n_computed += n;
+        kvcache_commit_full(&e->kv, &s->table, s->tokens, s->n_computed);
         if (s->n_computed >= s->n_prompt && s->info.t_prefill_done == 0) s->info.t_prefill_done = t_fwd_end;
         if (s->n_computed < s->n_tokens) continue;
         if (s->n_tokens >= s->max_total) {

@@ -28,6 +28,7 @@ typedef struct llmi_engine_opts {
     int max_seqs;            /* most sequences running at once */
     sched_policy policy;
     int max_ctx;             /* context length (-c); 0 = the model's */
+    bool prefix_cache;       /* reuse the K/V of cached prompt prefixes (default on; --no-prefix-cache) */
 } llmi_engine_opts;
 
 llmi_engine_opts engine_opts_defaults(void);
@@ -74,6 +75,7 @@ typedef struct llmi_request_info {
     const int32_t *tokens;          /* (n_prompt + n_generated) */
     llmi_finish finish;
     int n_preempted;
+    int n_cached_tokens;            /* prompt tokens whose K/V came from the prefix cache */
     double t_arrival, t_first_token, t_finish;   /* seconds, engine clock */
     double t_prefill_done;          /* when the last prompt token's logits were computed */
 } llmi_request_info;

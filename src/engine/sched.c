@@ -162,11 +162,20 @@ int sched_plan_step(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi_
                 if (s->running[j] == q->id) i = j;
         }
         if (pass == 0) {
-            /* Admit waiting sequences in arrival order while blocks, seats and tokens allow. */
+            /* Admit waiting sequences in arrival order while blocks, seats and tokens allow.
+             * A sequence starts after its longest cached prefix (a preempted one finds its
+             * own blocks again unless they were evicted meanwhile). */
             while (s->n_waiting > 0 && budget > 0 && p->n_seqs < s->max_seqs) {
                 llmi_seq *q = seqs[s->waiting[0]];
+                int cached = kvcache_match_prefix(kv, &q->table, q->tokens, q->n_tokens);
+                q->n_computed = cached;
                 int got = plan_take(s, seqs, kv, p, q, budget, false);
-                if (got <= 0) break;
+                if (got <= 0) {
+                    kvcache_release(kv, &q->table);
+                    q->n_computed = 0;
+                    break;
+                }
+                if (q->info.n_preempted == 0) q->info.n_cached_tokens = cached;
                 budget -= got;
                 remove_id(s->waiting, &s->n_waiting, q->id);
                 q->state = SEQ_RUNNING;
