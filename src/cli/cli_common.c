@@ -20,7 +20,7 @@ void cli_model_opts_init(cli_model_opts *o) {
     o->engine = engine_opts_defaults();
     o->backend.n_threads = 0;
     o->backend.gpu_index = 0;
-    o->backend.gpu_mem_util = 0.9f;
+    o->backend.gpu_mem_util = (float)LLMI_GPU_MEM_UTIL_DEFAULT;
     o->backend.kv_dtype = LLMI_KV_F32;
 }
 
@@ -104,6 +104,9 @@ static int parse_size(const char *flag, const char *val, size_t *out, llmi_statu
     return LLMI_OK;
 }
 
+#define CLI_STR_(x) #x
+#define CLI_STR(x) CLI_STR_(x)
+
 const char *cli_model_flags_help(void) {
     return "Model and device:\n"
            "  -m, --model PATH        GGUF file or Hugging Face directory (default: the fetched\n"
@@ -114,7 +117,7 @@ const char *cli_model_flags_help(void) {
            "  --device D              cpu, cuda or auto (default auto: cuda when usable, else cpu)\n"
            "  -t, --threads N         CPU threads (default: all cores)\n"
            "  --gpu N                 CUDA device index (default 0)\n"
-           "  --gpu-mem-util F        fraction of GPU memory to use (default 0.9)\n"
+           "  --gpu-mem-util F        fraction of GPU memory to use (default " CLI_STR(LLMI_GPU_MEM_UTIL_DEFAULT) ")\n"
            "Engine:\n"
            "  -c, --ctx-size N        context length (default: the model's)\n"
            "  --kv-type T             KV cache dtype: f32, f16, bf16 (default f32 on cpu, bf16 on cuda)\n"
