@@ -41,12 +41,17 @@ typedef struct llmi_op_stats {
 typedef struct llmi_backend_opts {
     int n_threads;                 /* CPU: OpenMP threads (0 = all cores) */
     int gpu_index;                 /* CUDA: --gpu N */
-    float gpu_mem_util;            /* CUDA: fraction of device memory to use */
+    float gpu_mem_util;            /* CUDA: fraction of device memory to use (default below) */
     llmi_kv_dtype kv_dtype;
     int block_size;                /* KV block size in tokens */
     int max_batch_tokens;          /* the most tokens one forward will be given */
     int max_seqs;                  /* the most sequences one forward will be given */
 } llmi_backend_opts;
+
+/* The share of GPU memory llmi takes unless --gpu-mem-util says otherwise (vLLM's
+ * default): the rest stays for the CUDA context, cuBLAS workspaces and other processes.
+ * A plain literal so the help text can print it (see cli_common.c). */
+#define LLMI_GPU_MEM_UTIL_DEFAULT 0.9
 
 /* Points inside a decoder layer where a caller may read the activations that feed each
  * group of linears, as llama.cpp's eval callback does: `llmi quantize` collects its

@@ -10,12 +10,9 @@
 #include "model/model.h"
 #include "cli/report.h"
 
-#ifndef LLMI_COMMIT
-#define LLMI_COMMIT "unknown"
-#endif
-
-/* Adds commit, date (UTC, ISO 8601), backend, device, model, weight_dtype, threads to the
- * current row of r.  model_label: the --dummy spec or the model path. */
+/* Adds commit, date (UTC, ISO 8601), backend, device, model, model_format, params_m,
+ * weights_gib, weight_dtype, threads to the current row of r.  model_label: the --dummy
+ * spec or the model path. */
 void bench_meta(report *r, const llmi_model *m, const llmi_backend *b, const char *model_label, int n_threads);
 /* Name of the dtype most weights are stored in (the first layer's wq). */
 const char *bench_weight_dtype(const llmi_model *m);

@@ -18,9 +18,9 @@ typedef struct cli_model_opts {
     const char *dummy;            /* --dummy PRESET|config.json: synthetic weights, no tokenizer */
     llmi_dtype dummy_dtype;       /* --dummy-dtype: weight dtype of synthetic models (default BF16) */
     const char *device;           /* --device cpu|cuda|auto */
-    llmi_backend_opts backend;    /* -t, --gpu, --gpu-mem-util, --kv-type, --block-size */
-    llmi_engine_opts engine;      /* --num-blocks, --kv-mem, --max-batch-tokens, --prefill-chunk, --max-seqs,
-                                     --sched, -c */
+    llmi_backend_opts backend;    /* -t, --gpu, --gpu-mem-util, --kv-type */
+    llmi_engine_opts engine;      /* --block-size, --num-blocks, --kv-mem, --max-batch-tokens, --prefill-chunk,
+                                     --max-seqs, --sched, -c */
     bool max_batch_tokens_set;    /* else the backend's default: 512 on cpu, 2048 on cuda */
     bool kv_type_set;             /* else the backend's default: f32 on cpu, bf16 on cuda */
 } cli_model_opts;
@@ -32,13 +32,33 @@ int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_
 /* Help text of the shared flags, for each subcommand's --help. */
 const char *cli_model_flags_help(void);
 
-/* Loads the model (or builds the dummy one), creates the backend the options ask for
- * (auto = cuda when usable, else cpu; cuda asked for and missing = error) and the engine. */
-int cli_open(const cli_model_opts *o, llmi_model *m, llmi_backend **b, llmi_engine **e, llmi_status *st);
-void cli_close(llmi_model *m, llmi_backend *b, llmi_engine *e);
-/* Just the model and backend (quantize and tests that drive the backend directly). */
+/* Loads the model (-m, or the default model) or builds the --dummy one. */
 int cli_open_model(const cli_model_opts *o, llmi_model *m, llmi_status *st);
+/* Creates the backend the options ask for (auto = cuda when usable, else cpu; cuda asked
+ * for and missing = error), with no KV cache yet (perplexity and quantize drive it directly). */
 int cli_open_backend(const cli_model_opts *o, const llmi_model *m, llmi_backend **b, llmi_status *st);
+
+/* A CPU process shares its memory with everything else on the machine: unless asked,
+ * hold 1 GiB of KV (tens of thousands of tokens for small models), not half the RAM.
+ * (The --kv-mem help text says "1G".) */
+#define CLI_CPU_KV_DEFAULT_BYTES ((size_t)1 << 30)
+
+/* What a workload asks of the engine beyond the flags (bench's sweep lists, profile's
+ * -b); NULL asks nothing. */
+typedef struct cli_engine_fit {
+    bool kv_dtype_set;             /* kv_dtype replaces --kv-type (one entry of bench's list) */
+    llmi_kv_dtype kv_dtype;
+    int block_size;                /* > 0: replaces --block-size */
+    long need_blocks;              /* > 0: KV blocks the workload needs at once */
+    int min_seqs;                  /* --max-seqs raised to at least this many sequences */
+} cli_engine_fit;
+
+/* The one way the subcommands open backend + engine over a loaded model.  The KV cache
+ * is --num-blocks or --kv-mem when given; else fit->need_blocks when the backend can hold
+ * them; else the backend's budget, capped at CLI_CPU_KV_DEFAULT_BYTES on the cpu. */
+int cli_open_engine(const cli_model_opts *o, const llmi_model *m, const cli_engine_fit *fit, llmi_backend **b,
+                    llmi_engine **e, llmi_status *st);
+void cli_close_engine(llmi_backend *b, llmi_engine *e);
 
 /* Strict value parsers: the whole string must parse and lie in [min, max]. */
 int cli_parse_long(const char *flag, const char *val, long min, long max, long *out, llmi_status *st);
@@ -52,6 +72,7 @@ const char *cli_flag_value(int argc, char **argv, int *i, llmi_status *st);
 const char *cli_default_model_path(char *buf, size_t cap);
 /* Set by main.c's SIGINT handler; subcommands poll it between engine steps. */
 extern volatile sig_atomic_t *cli_interrupted;
+bool cli_was_interrupted(void);
 
 int cmd_generate(int argc, char **argv, llmi_status *st);
 int cmd_bench(int argc, char **argv, llmi_status *st);

@@ -13,6 +13,8 @@
 
 volatile sig_atomic_t *cli_interrupted;
 
+bool cli_was_interrupted(void) { return cli_interrupted && *cli_interrupted; }
+
 void cli_model_opts_init(cli_model_opts *o) {
     memset(o, 0, sizeof *o);
     o->device = "auto";
@@ -20,7 +22,7 @@ void cli_model_opts_init(cli_model_opts *o) {
     o->engine = engine_opts_defaults();
     o->backend.n_threads = 0;
     o->backend.gpu_index = 0;
-    o->backend.gpu_mem_util = 0.9f;
+    o->backend.gpu_mem_util = (float)LLMI_GPU_MEM_UTIL_DEFAULT;
     o->backend.kv_dtype = LLMI_KV_F32;
 }
 
@@ -104,6 +106,9 @@ static int parse_size(const char *flag, const char *val, size_t *out, llmi_statu
     return LLMI_OK;
 }
 
+#define CLI_STR_(x) #x
+#define CLI_STR(x) CLI_STR_(x)
+
 const char *cli_model_flags_help(void) {
     return "Model and device:\n"
            "  -m, --model PATH        GGUF file or Hugging Face directory (default: the fetched\n"
@@ -114,7 +119,7 @@ const char *cli_model_flags_help(void) {
            "  --device D              cpu, cuda or auto (default auto: cuda when usable, else cpu)\n"
            "  -t, --threads N         CPU threads (default: all cores)\n"
            "  --gpu N                 CUDA device index (default 0)\n"
-           "  --gpu-mem-util F        fraction of GPU memory to use (default 0.9)\n"
+           "  --gpu-mem-util F        fraction of GPU memory to use (default " CLI_STR(LLMI_GPU_MEM_UTIL_DEFAULT) ")\n"
            "Engine:\n"
            "  -c, --ctx-size N        context length (default: the model's)\n"
            "  --kv-type T             KV cache dtype: f32, f16, bf16 (default f32 on cpu, bf16 on cuda)\n"
@@ -293,33 +298,50 @@ int cli_open_backend(const cli_model_opts *o, const llmi_model *m, llmi_backend 
     return backend_cpu_create(m, &bo, b, st);
 }
 
-int cli_open(const cli_model_opts *o, llmi_model *m, llmi_backend **b, llmi_engine **e, llmi_status *st) {
+/* The KV cache size: the flags' when given, else what the workload needs when the
+ * backend can hold it, else the backend's budget (capped on the cpu).  More than the
+ * backend can hold (many long requests) leaves the budget: requests queue or get
+ * preempted. */
+static void kv_size(const llmi_backend *b, const cli_engine_fit *fit, llmi_engine_opts *eo) {
+    if (eo->num_blocks != 0 || eo->kv_mem_bytes != 0) return;
+    if (fit && fit->need_blocks > 0) {
+        long need = fit->need_blocks < (1L << 30) ? fit->need_blocks : (1L << 30);
+        size_t per_block = b->kv_block_bytes(b);
+        if (!per_block || (size_t)need <= b->kv_budget_bytes(b) / per_block) {
+            eo->num_blocks = (int)need;
+            return;
+        }
+    }
+    if (!strcmp(b->name, "cpu")) {
+        size_t budget = b->kv_budget_bytes(b);
+        eo->kv_mem_bytes = budget < CLI_CPU_KV_DEFAULT_BYTES ? budget : CLI_CPU_KV_DEFAULT_BYTES;
+    }
+}
+
+int cli_open_engine(const cli_model_opts *o, const llmi_model *m, const cli_engine_fit *fit, llmi_backend **b,
+                    llmi_engine **e, llmi_status *st) {
     *b = NULL;
     *e = NULL;
-    if (cli_open_model(o, m, st)) return st->code;
-    if (cli_open_backend(o, m, b, st)) {
-        model_free(m);
-        return st->code;
+    cli_model_opts fo = *o;
+    if (fit && fit->kv_dtype_set) {
+        fo.backend.kv_dtype = fit->kv_dtype;
+        fo.kv_type_set = true;
     }
-    llmi_engine_opts eo = o->engine;
+    if (fit && fit->block_size > 0) fo.engine.block_size = fit->block_size;
+    if (fit && fo.engine.max_seqs < fit->min_seqs) fo.engine.max_seqs = fit->min_seqs;
+    if (cli_open_backend(&fo, m, b, st)) return st->code;
+    llmi_engine_opts eo = fo.engine;
     eo.max_batch_tokens = (*b)->opts.max_batch_tokens;
-    /* A CPU process shares its memory with everything else on the machine: unless asked,
-     * hold 1 GiB of KV (tens of thousands of tokens for small models), not half the RAM. */
-    if (!strcmp((*b)->name, "cpu") && eo.num_blocks == 0 && eo.kv_mem_bytes == 0) {
-        size_t budget = (*b)->kv_budget_bytes(*b);
-        eo.kv_mem_bytes = budget < ((size_t)1 << 30) ? budget : ((size_t)1 << 30);
-    }
+    kv_size(*b, fit, &eo);
     if (engine_create(m, *b, &eo, e, st)) {
         (*b)->destroy(*b);
         *b = NULL;
-        model_free(m);
         return st->code;
     }
     return LLMI_OK;
 }
 
-void cli_close(llmi_model *m, llmi_backend *b, llmi_engine *e) {
+void cli_close_engine(llmi_backend *b, llmi_engine *e) {
     engine_destroy(e);
     if (b) b->destroy(b);
-    model_free(m);
 }

@@ -1,7 +1,8 @@
-/* cmd_bench.c — `llmi bench`: three measurements over one engine.
+/* cmd_bench.c — `llmi bench`: three measurements, one table of rows.
  *
  *   sweep       (default) llama-bench-shaped: every combination of -p, -n, -b, --kv-type,
- *               --block-size, each run -r times after a warm-up; one row per combination.
+ *               --block-size, each run -r times after a warm-up; one row per combination
+ *               (the workload is workload.h's; one engine per kv type and block size).
  *   throughput  (--num-requests / --dataset) `vllm bench throughput`-shaped: N requests
  *               served by continuous batching, all at t = 0 or as Poisson arrivals
  *               (--request-rate); one row of rates and latency percentiles.
@@ -21,9 +22,9 @@
 #include <time.h>
 #include "cli/bench_util.h"
 #include "cli/cli.h"
-#include "model/model_dummy.h"
 #include "metrics/perplexity.h"
 #include "cli/report.h"
+#include "cli/workload.h"
 #include "metrics/stats.h"
 #include "tok/tokenizer.h"
 
@@ -35,6 +36,7 @@ typedef struct bench_args {
     int np, nn, nb, nbs;
     llmi_kv_dtype kv[BENCH_MAX_KV];
     int nkv;
+    bool kv_given;               /* --kv-type was given; else the backend's default */
     int reps, warmup;
     report_format fmt;
     uint64_t seed;
@@ -70,15 +72,13 @@ static int dvec_push(dvec *d, double x) {
     return 0;
 }
 
-static bool interrupted(void) { return cli_interrupted && *cli_interrupted; }
-
 static const char *bench_usage(void) {
     return "usage: llmi bench [-m MODEL | --dummy PRESET|config.json] [options]\n"
            "sweep (default; every list is comma-separated and every combination runs):\n"
            "  -p LIST                 prompt lengths (default 512)\n"
            "  -n LIST                 generated lengths (default 128; 0 = prefill only)\n"
            "  -b LIST                 concurrent sequences (default 1)\n"
-           "  --kv-type LIST          KV cache dtypes: f32, f16, bf16 (default f32)\n"
+           "  --kv-type LIST          KV cache dtypes: f32, f16, bf16 (default f32 on cpu, bf16 on cuda)\n"
            "  --block-size LIST       KV block sizes in tokens (default 16)\n"
            "  -r N                    repetitions (default 5)   --warmup N  warm-up runs (default 1)\n"
            "throughput (--num-requests or --dataset):\n"
@@ -96,15 +96,9 @@ static const char *bench_usage(void) {
 }
 
 static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_status *st) {
+    *a = (bench_args){.reps = 5, .warmup = 1, .fmt = REPORT_MD, .seed = 42, .input_len = 128, .output_len = 128,
+                      .chunks = -1};
     cli_model_opts_init(&a->mo);
-    a->reps = 5;
-    a->warmup = 1;
-    a->fmt = REPORT_MD;
-    a->seed = 42;
-    a->input_len = 128;
-    a->output_len = 128;
-    a->chunks = -1;
-    a->nkv = 0;
     bool lists_sweep = false;
     for (int i = 0; i < argc; i++) {  /* main.c passes the arguments after "bench" */
         const char *f = argv[i], *v;
@@ -128,6 +122,7 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
                 a->nkv++;
             }
             if (a->nkv == 0) return llmi_fail(st, LLMI_E_USAGE, "--kv-type: empty list");
+            a->kv_given = true;
             continue;
         }
         if (!strcmp(f, "-r")) { VAL(); if (cli_parse_long(f, v, 1, 1000, &n, st)) return st->code; a->reps = (int)n; continue; }
@@ -182,38 +177,6 @@ static int ctx_of(const bench_args *a, const llmi_model *m) {
     return a->mo.engine.max_ctx > 0 ? a->mo.engine.max_ctx : m->cfg.max_ctx;
 }
 
-/* Opens backend + engine for one (kv dtype, block size); need_blocks sizes the KV cache
- * unless --num-blocks / --kv-mem said otherwise; max_seqs at least max_b. */
-static int open_engine(const bench_args *a, const llmi_model *m, llmi_kv_dtype kv, int bs, long need_blocks,
-                       int max_b, llmi_backend **b, llmi_engine **e, llmi_status *st) {
-    cli_model_opts o = a->mo;
-    o.backend.kv_dtype = kv;
-    o.engine.block_size = bs;
-    if (o.engine.max_seqs < max_b) o.engine.max_seqs = max_b;
-    const bool sized_by_us = o.engine.num_blocks == 0 && o.engine.kv_mem_bytes == 0;
-    if (sized_by_us) o.engine.num_blocks = (int)(need_blocks < (1L << 30) ? need_blocks : (1L << 30));
-    *e = NULL;
-    if (cli_open_backend(&o, m, b, st)) return st->code;
-    llmi_engine_opts eo = o.engine;
-    /* More than the backend can hold (many long requests): let the engine size the cache
-     * from the backend's budget; requests then queue or get preempted. */
-    size_t per_block = (*b)->kv_block_bytes(*b);
-    if (sized_by_us && per_block && (size_t)eo.num_blocks > (*b)->kv_budget_bytes(*b) / per_block) eo.num_blocks = 0;
-    eo.max_batch_tokens = (*b)->opts.max_batch_tokens;
-    if (eo.max_seqs > eo.max_batch_tokens) eo.max_seqs = eo.max_batch_tokens;
-    if (engine_create(m, *b, &eo, e, st)) {
-        (*b)->destroy(*b);
-        *b = NULL;
-        return st->code;
-    }
-    return 0;
-}
-
-static void close_engine(llmi_backend *b, llmi_engine *e) {
-    engine_destroy(e);
-    if (b) b->destroy(b);
-}
-
 static void add_memory(report *r, const llmi_backend *b, const llmi_engine *e, size_t peak_rss) {
     size_t w = 0, kv = 0, act = 0;
     if (b->memory) b->memory(b, &w, &kv, &act);
@@ -229,67 +192,32 @@ static void add_memory(report *r, const llmi_backend *b, const llmi_engine *e, s
 
 /* ------------------------------------------------------------------ sweep */
 
+/* One repetition's accounting (workload.h's hooks). */
 typedef struct sweep_run {
     double prefill_tokens, prefill_s, decode_tokens, decode_s;
     int preempted;
+    dvec *ttft, *tpot;            /* per-request TTFT and TPOT (s), appended */
 } sweep_run;
 
-static void fill_random(stats_rng *rng, int32_t *t, int n, int n_vocab) {
-    for (int i = 0; i < n; i++) t[i] = (int32_t)stats_rng_range(rng, 0, n_vocab - 1);
+static void sweep_after_step(void *ctx, const llmi_step_info *info, double t0, double dt) {
+    sweep_run *r = ctx;
+    r->preempted += info->n_preempted;
+    if (info->n_prefill_tokens > 0) {
+        r->prefill_tokens += info->n_prefill_tokens;
+        r->prefill_s += dt;
+    } else {
+        r->decode_tokens += info->n_decode_tokens;
+        r->decode_s += dt;
+    }
 }
 
-/* One run of b requests of p random tokens, n generated each; appends per-request
- * TTFT and TPOT (seconds) to ttft/tpot when they are non-NULL. */
-static int sweep_once(llmi_engine *e, const llmi_model *m, int p, int n, int b, stats_rng *rng, sweep_run *out,
-                      dvec *ttft, dvec *tpot, llmi_status *st) {
-    memset(out, 0, sizeof *out);
-    int32_t *prompt = malloc((size_t)p * sizeof *prompt);   /* (p) */
-    int *ids = malloc((size_t)b * sizeof *ids);             /* (b) */
-    int rc = 0, added = 0;
-    if (!prompt || !ids) { rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory"); goto done; }
-    llmi_request_params rp = request_params_defaults();
-    rp.max_tokens = n;
-    rp.ignore_eos = true;
-    rp.sampling.temperature = 0;
-    for (int i = 0; i < b; i++) {
-        fill_random(rng, prompt, p, m->cfg.n_vocab);
-        if ((rc = engine_add_request(e, prompt, p, &rp, NULL, &ids[i], st))) goto done;
-        added++;
-    }
-    while (engine_has_work(e)) {
-        if (interrupted()) { rc = llmi_fail(st, LLMI_E_INTERRUPT, "bench: interrupted"); goto done; }
-        llmi_step_info info;
-        double t0 = engine_now(e);
-        if ((rc = engine_step(e, NULL, NULL, &info, st))) goto done;
-        double dt = engine_now(e) - t0;
-        out->preempted += info.n_preempted;
-        if (info.n_prefill_tokens > 0) {
-            out->prefill_tokens += info.n_prefill_tokens;
-            out->prefill_s += dt;
-        } else {
-            out->decode_tokens += info.n_decode_tokens;
-            out->decode_s += dt;
-        }
-    }
-    for (int i = 0; i < b; i++) {
-        const llmi_request_info *ri = engine_request(e, ids[i]);
-        if (!ri) continue;
-        if (ttft) {
-            double first = ri->n_generated > 0 ? ri->t_first_token : ri->t_prefill_done;
-            if (dvec_push(ttft, first - ri->t_arrival)) { rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory"); goto done; }
-        }
-        if (tpot && ri->n_generated > 1 &&
-            dvec_push(tpot, (ri->t_finish - ri->t_first_token) / (ri->n_generated - 1))) {
-            rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory");
-            goto done;
-        }
-    }
-done:
-    if (rc) engine_abort_all(e, NULL, NULL);
-    for (int i = 0; i < added; i++) engine_release(e, ids[i]);
-    free(prompt);
-    free(ids);
-    return rc;
+static int sweep_on_request(void *ctx, const llmi_request_info *ri, llmi_status *st) {
+    sweep_run *r = ctx;
+    double first = ri->n_generated > 0 ? ri->t_first_token : ri->t_prefill_done;
+    if (dvec_push(r->ttft, first - ri->t_arrival) ||
+        (ri->n_generated > 1 && dvec_push(r->tpot, (ri->t_finish - ri->t_first_token) / (ri->n_generated - 1))))
+        return llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory");
+    return 0;
 }
 
 static void add_mean_sd(report *r, const char *key, const double *x, int n, double scale, int dec) {
@@ -298,6 +226,99 @@ static void add_mean_sd(report *r, const char *key, const double *x, int n, doub
     snprintf(k2, sizeof k2, "%s_sd", key);
     report_num(r, k1, n > 0 ? stats_mean(x, n) * scale : NAN, dec);
     report_num(r, k2, n > 0 ? stats_sd(x, n) * scale : NAN, dec);
+}
+
+/* What every row of a sweep shares. */
+typedef struct sweep_ctx {
+    const bench_args *a;
+    const llmi_model *m;
+    const char *label;
+    report *rep;
+    stats_rng rng;                /* prompts of every run, in sweep order */
+    bench_progress prog;
+    int done_runs;
+} sweep_ctx;
+
+/* One row: the warm-up and -r runs of one (p, n, b) on an open engine. */
+static int sweep_point(sweep_ctx *s, llmi_backend *b, llmi_engine *e, workload_shape w, llmi_status *st) {
+    const bench_args *a = s->a;
+    const int n_vocab = s->m->cfg.n_vocab;
+    int rc = 0;
+    bench_peak_reset();
+    for (int i = 0; i < a->warmup && !rc; i++) {
+        rc = workload_warmup(e, n_vocab, w, &s->rng, "bench", st);
+        bench_progress_update(&s->prog, ++s->done_runs);
+    }
+    double *pre = calloc((size_t)a->reps, sizeof *pre), *dec = calloc((size_t)a->reps, sizeof *dec);   /* (reps) */
+    dvec ttft = {0}, tpot = {0};
+    int preempted = 0, n_pre = 0, n_dec = 0;
+    if (!rc && (!pre || !dec)) rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory");
+    for (int r = 0; r < a->reps && !rc; r++) {
+        sweep_run run = {.ttft = &ttft, .tpot = &tpot};
+        const workload_hooks h = {.ctx = &run, .after_step = sweep_after_step, .on_request = sweep_on_request};
+        if ((rc = workload_run(e, n_vocab, w, &s->rng, &h, "bench", st))) break;
+        if (run.prefill_s > 0) pre[n_pre++] = run.prefill_tokens / run.prefill_s;
+        if (run.decode_s > 0 && run.decode_tokens > 0) dec[n_dec++] = run.decode_tokens / run.decode_s;
+        preempted += run.preempted;
+        bench_progress_update(&s->prog, ++s->done_runs);
+    }
+    if (!rc) {
+        report *rep = s->rep;
+        report_row(rep);
+        bench_meta(rep, s->m, b, s->label, a->mo.backend.n_threads);
+        report_str(rep, "kv_type", bench_kv_name(b->opts.kv_dtype));
+        report_int(rep, "block_size", b->opts.block_size);
+        report_int(rep, "n_prompt", w.n_prompt);
+        report_int(rep, "n_gen", w.n_gen);
+        report_int(rep, "n_batch", w.n_requests);
+        report_int(rep, "reps", a->reps);
+        add_mean_sd(rep, "prefill_tps", pre, n_pre, 1, 2);
+        add_mean_sd(rep, "decode_tps", dec, n_dec, 1, 2);
+        add_mean_sd(rep, "ttft_ms", ttft.v, ttft.n, 1e3, 2);
+        add_mean_sd(rep, "tpot_ms", tpot.v, tpot.n, 1e3, 2);
+        report_int(rep, "preemptions", preempted);
+        add_memory(rep, b, e, bench_peak_rss());
+    }
+    free(pre);
+    free(dec);
+    free(ttft.v);
+    free(tpot.v);
+    return rc;
+}
+
+/* The rows of one (kv dtype, block size): one engine, sized for the largest -p + -n
+ * times -b, serves every (p, n, b). */
+static int sweep_engine(sweep_ctx *s, int ik, int bs, int max_b, llmi_status *st) {
+    const bench_args *a = s->a;
+    long need = 0;
+    for (int i = 0; i < a->np; i++)
+        for (int j = 0; j < a->nn; j++)
+            for (int k = 0; k < a->nb; k++) {
+                long nb = a->b[k] * blocks_for(a->p[i] + a->n[j], bs);
+                need = nb > need ? nb : need;
+            }
+    const cli_engine_fit fit = {.kv_dtype_set = a->kv_given, .kv_dtype = a->kv[ik], .block_size = bs,
+                                .need_blocks = need, .min_seqs = max_b};
+    llmi_backend *b;
+    llmi_engine *e;
+    int rc = cli_open_engine(&a->mo, s->m, &fit, &b, &e, st);
+    if (rc) return rc;
+    const int total = engine_kv_blocks_total(e);
+    for (int i = 0; i < a->np && !rc; i++)
+        for (int j = 0; j < a->nn && !rc; j++)
+            if (blocks_for(a->p[i] + a->n[j], bs) > total)
+                rc = llmi_fail(st, LLMI_E_USAGE,
+                               "-p %ld -n %ld: one request needs %ld KV blocks of %d tokens, the cache has %d "
+                               "(--num-blocks/--kv-mem)",
+                               a->p[i], a->n[j], blocks_for(a->p[i] + a->n[j], bs), bs, total);
+    for (int ip = 0; ip < a->np && !rc; ip++)
+        for (int in = 0; in < a->nn && !rc; in++)
+            for (int ibt = 0; ibt < a->nb && !rc; ibt++) {
+                const workload_shape w = {(int)a->p[ip], (int)a->n[in], (int)a->b[ibt]};
+                rc = sweep_point(s, b, e, w, st);
+            }
+    cli_close_engine(b, e);
+    return rc;
 }
 
 static int bench_sweep(const bench_args *a, const llmi_model *m, const char *label, report *rep, llmi_status *st) {
@@ -310,81 +331,14 @@ static int bench_sweep(const bench_args *a, const llmi_model *m, const char *lab
             if (a->p[i] + a->n[j] > ctx)
                 return llmi_fail(st, LLMI_E_USAGE, "-p %ld -n %ld: %ld tokens exceed the context length %d (-c)",
                                  a->p[i], a->n[j], a->p[i] + a->n[j], ctx);
+    sweep_ctx s = {.a = a, .m = m, .label = label, .rep = rep};
+    stats_rng_seed(&s.rng, a->seed);
     const int total_rows = a->nkv * a->nbs * a->np * a->nn * a->nb;
-    bench_progress prog;
-    bench_progress_init(&prog, "bench", total_rows * (a->reps + a->warmup));
-    int done_runs = 0, rc = 0;
-    stats_rng rng;
-    stats_rng_seed(&rng, a->seed);
-    for (int ik = 0; ik < a->nkv && !rc; ik++) {
-        for (int ib = 0; ib < a->nbs && !rc; ib++) {
-            const int bs = (int)a->bs[ib];
-            long need = 0;
-            for (int i = 0; i < a->np; i++)
-                for (int j = 0; j < a->nn; j++)
-                    for (int k = 0; k < a->nb; k++) {
-                        long nb = a->b[k] * blocks_for(a->p[i] + a->n[j], bs);
-                        need = nb > need ? nb : need;
-                    }
-            llmi_backend *b;
-            llmi_engine *e;
-            if ((rc = open_engine(a, m, a->kv[ik], bs, need, max_b, &b, &e, st))) break;
-            const int total = engine_kv_blocks_total(e);
-            for (int i = 0; i < a->np && !rc; i++)
-                for (int j = 0; j < a->nn && !rc; j++)
-                    if (blocks_for(a->p[i] + a->n[j], bs) > total)
-                        rc = llmi_fail(st, LLMI_E_USAGE,
-                                       "-p %ld -n %ld: one request needs %ld KV blocks of %d tokens, the cache has %d "
-                                       "(--num-blocks/--kv-mem)",
-                                       a->p[i], a->n[j], blocks_for(a->p[i] + a->n[j], bs), bs, total);
-            for (int ip = 0; ip < a->np && !rc; ip++)
-                for (int in = 0; in < a->nn && !rc; in++)
-                    for (int ibt = 0; ibt < a->nb && !rc; ibt++) {
-                        const int p = (int)a->p[ip], n = (int)a->n[in], nb = (int)a->b[ibt];
-                        sweep_run run;
-                        bench_peak_reset();
-                        for (int w = 0; w < a->warmup && !rc; w++) {
-                            /* Short: pages weights in and sizes workspaces, nothing more. */
-                            rc = sweep_once(e, m, p < 32 ? p : 32, n < 2 ? n : 2, nb, &rng, &run, NULL, NULL, st);
-                            bench_progress_update(&prog, ++done_runs);
-                        }
-                        double *pre = calloc((size_t)a->reps, sizeof *pre), *dec = calloc((size_t)a->reps, sizeof *dec);
-                        dvec ttft = {0}, tpot = {0};
-                        int preempted = 0, n_pre = 0, n_dec = 0;
-                        if (!pre || !dec) rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory");
-                        for (int r = 0; r < a->reps && !rc; r++) {
-                            rc = sweep_once(e, m, p, n, nb, &rng, &run, &ttft, &tpot, st);
-                            if (rc) break;
-                            if (run.prefill_s > 0) pre[n_pre++] = run.prefill_tokens / run.prefill_s;
-                            if (run.decode_s > 0 && run.decode_tokens > 0) dec[n_dec++] = run.decode_tokens / run.decode_s;
-                            preempted += run.preempted;
-                            bench_progress_update(&prog, ++done_runs);
-                        }
-                        if (!rc) {
-                            report_row(rep);
-                            bench_meta(rep, m, b, label, a->mo.backend.n_threads);
-                            report_str(rep, "kv_type", bench_kv_name(a->kv[ik]));
-                            report_int(rep, "block_size", bs);
-                            report_int(rep, "n_prompt", p);
-                            report_int(rep, "n_gen", n);
-                            report_int(rep, "n_batch", nb);
-                            report_int(rep, "reps", a->reps);
-                            add_mean_sd(rep, "prefill_tps", pre, n_pre, 1, 2);
-                            add_mean_sd(rep, "decode_tps", dec, n_dec, 1, 2);
-                            add_mean_sd(rep, "ttft_ms", ttft.v, ttft.n, 1e3, 2);
-                            add_mean_sd(rep, "tpot_ms", tpot.v, tpot.n, 1e3, 2);
-                            report_int(rep, "preemptions", preempted);
-                            add_memory(rep, b, e, bench_peak_rss());
-                        }
-                        free(pre);
-                        free(dec);
-                        free(ttft.v);
-                        free(tpot.v);
-                    }
-            close_engine(b, e);
-        }
-    }
-    bench_progress_end(&prog);
+    bench_progress_init(&s.prog, "bench", total_rows * (a->reps + a->warmup));
+    int rc = 0;
+    for (int ik = 0; ik < a->nkv && !rc; ik++)
+        for (int ib = 0; ib < a->nbs && !rc; ib++) rc = sweep_engine(&s, ik, (int)a->bs[ib], max_b, st);
+    bench_progress_end(&s.prog);
     return rc;
 }
 
@@ -394,7 +348,7 @@ typedef struct tp_req {
     int32_t *prompt;      /* (n_prompt) */
     int n_prompt;
     int max_tokens;
-    int id;               /* engine id once submitted, else -1 */
+    int id;               /* engine id once submitted; -1 before, -2 once harvested */
     double arrival;       /* scheduled arrival, seconds after the start */
     double submitted;     /* when the loop handed it to the engine (>= arrival) */
     double last_token;    /* engine clock of the latest token */
@@ -404,15 +358,23 @@ typedef struct tp_req {
     double ttft, latency, t_first, t_finish;
 } tp_req;
 
-typedef struct tp_ctx {
+/* One throughput run: its requests and what serving them measured. */
+typedef struct tp_run {
     llmi_engine *e;
-    tp_req *reqs;
+    tp_req *reqs;         /* (n) */
+    int n;
+    double *arrivals;     /* (n) scheduled arrivals, seconds after the start */
+    long prompt_tokens, requested;
+    double t_start;       /* engine clock when the first request could arrive */
+    double elapsed;       /* seconds from t_start to the end of the last step */
+    int preemptions;
     dvec itl;             /* every gap between consecutive tokens of a request (s) */
-    bool oom;
-} tp_ctx;
+    dvec kv_t, kv_u;      /* after every step: seconds since t_start, KV blocks used / total */
+    bool oom;             /* a token callback could not record its sample */
+} tp_run;
 
 static void tp_on_token(void *ctx, const llmi_token_event *ev) {
-    tp_ctx *c = ctx;
+    tp_run *c = ctx;
     tp_req *r = &c->reqs[(intptr_t)ev->user];
     if (ev->token < 0) return;
     double now = engine_now(c->e);
@@ -516,13 +478,13 @@ static int random_requests(const bench_args *a, const llmi_model *m, stats_rng *
         reqs[i].max_tokens = (int)stats_rng_range(rng, out_lo, out_hi);
         reqs[i].prompt = malloc((size_t)reqs[i].n_prompt * sizeof(int32_t));
         if (!reqs[i].prompt) { *n_out = i; return llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory"); }
-        fill_random(rng, reqs[i].prompt, reqs[i].n_prompt, m->cfg.n_vocab);
+        workload_random_tokens(rng, reqs[i].prompt, reqs[i].n_prompt, m->cfg.n_vocab);
     }
     *n_out = n;
     return 0;
 }
 
-static void add_percentiles(report *r, const char *key, dvec *d, double scale) {
+static void add_percentiles(report *r, const char *key, const dvec *d, double scale) {
     char k[REPORT_KEY_LEN];
     static const double qs[3] = {50, 90, 99};
     static const char *names[3] = {"p50", "p90", "p99"};
@@ -540,200 +502,249 @@ static void sleep_s(double s) {
     nanosleep(&ts, NULL);
 }
 
-static int bench_throughput(const bench_args *a, const llmi_model *m, const char *label, report *rep,
-                            llmi_status *st) {
-    stats_rng rng;
-    stats_rng_seed(&rng, a->seed);
-    tp_req *reqs = NULL;
-    int n = 0, rc;
+/* The requests (--dataset lines or random ones), each checked against the context, and
+ * their arrival times; *need: KV blocks of all of them at once. */
+static int tp_prepare(const bench_args *a, const llmi_model *m, stats_rng *rng, tp_run *run, long *need,
+                      llmi_status *st) {
+    int rc;
     if (a->dataset) {
         if (!m->tok) return llmi_fail(st, LLMI_E_USAGE, "--dataset: the model has no tokenizer");
-        rc = read_dataset(a, m, &reqs, &n, st);
+        rc = read_dataset(a, m, &run->reqs, &run->n, st);
     } else {
-        rc = random_requests(a, m, &rng, &reqs, &n, st);
+        rc = random_requests(a, m, rng, &run->reqs, &run->n, st);
     }
     const int ctx = ctx_of(a, m), bs = (int)a->bs[0];
-    long need = 0, requested = 0, prompt_tokens = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        reqs[i].id = -1;
-        if (reqs[i].n_prompt + reqs[i].max_tokens > ctx)
+    *need = 0;
+    for (int i = 0; i < run->n && !rc; i++) {
+        tp_req *r = &run->reqs[i];
+        r->id = -1;
+        if (r->n_prompt + r->max_tokens > ctx)
             rc = llmi_fail(st, LLMI_E_USAGE, "bench: request %d needs %d prompt + %d generated tokens, more than the context %d (-c)",
-                           i, reqs[i].n_prompt, reqs[i].max_tokens, ctx);
-        need += blocks_for(reqs[i].n_prompt + reqs[i].max_tokens, bs);
-        requested += reqs[i].max_tokens;
-        prompt_tokens += reqs[i].n_prompt;
+                           i, r->n_prompt, r->max_tokens, ctx);
+        *need += blocks_for(r->n_prompt + r->max_tokens, bs);
+        run->requested += r->max_tokens;
+        run->prompt_tokens += r->n_prompt;
     }
-    double *arrivals = rc ? NULL : malloc((size_t)n * sizeof *arrivals);
-    if (!rc && !arrivals) rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory");
-    if (!rc) stats_poisson_arrivals(&rng, a->request_rate, n, arrivals);
+    if (rc) return rc;
+    if (!(run->arrivals = malloc((size_t)run->n * sizeof *run->arrivals)))
+        return llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory");
+    stats_poisson_arrivals(rng, a->request_rate, run->n, run->arrivals);
+    return 0;
+}
 
-    llmi_backend *b = NULL;
-    llmi_engine *e = NULL;
-    if (!rc) rc = open_engine(a, m, a->kv[0], bs, need, 1, &b, &e, st);
-    if (!rc) {
-        int total = engine_kv_blocks_total(e);
-        for (int i = 0; i < n && !rc; i++)
-            if (blocks_for(reqs[i].n_prompt + reqs[i].max_tokens, bs) > total)
-                rc = llmi_fail(st, LLMI_E_USAGE,
-                               "bench: request %d (%d + %d tokens) needs %ld KV blocks alone, the cache has %d "
-                               "(--num-blocks/--kv-mem)",
-                               i, reqs[i].n_prompt, reqs[i].max_tokens,
-                               blocks_for(reqs[i].n_prompt + reqs[i].max_tokens, bs), total);
+/* Every request must fit the cache alone, or it would wait forever. */
+static int tp_check_fit(const tp_run *run, int bs, llmi_status *st) {
+    const int total = engine_kv_blocks_total(run->e);
+    for (int i = 0; i < run->n; i++) {
+        const tp_req *r = &run->reqs[i];
+        long blocks = blocks_for(r->n_prompt + r->max_tokens, bs);
+        if (blocks > total)
+            return llmi_fail(st, LLMI_E_USAGE,
+                             "bench: request %d (%d + %d tokens) needs %ld KV blocks alone, the cache has %d "
+                             "(--num-blocks/--kv-mem)",
+                             i, r->n_prompt, r->max_tokens, blocks, total);
     }
-    tp_ctx cx = {.e = e, .reqs = reqs};
-    dvec kv_t = {0}, kv_u = {0};
-    int preemptions = 0, next = 0, n_done = 0;
-    double t_start = 0, t_end = 0;
-    bench_progress prog;
-    bench_progress_init(&prog, "bench", rc ? 0 : n);
+    return 0;
+}
+
+/* Copies out and releases the finished requests among the first `next`, so the engine's
+ * memory does not grow with N; returns how many it harvested. */
+static int tp_harvest(tp_run *run, int next) {
+    int n_done = 0;
+    for (int i = 0; i < next; i++) {
+        tp_req *r = &run->reqs[i];
+        if (r->id < 0) continue;
+        const llmi_request_info *ri = engine_request(run->e, r->id);
+        if (!ri || ri->finish == LLMI_FINISH_NONE) continue;
+        r->n_generated = ri->n_generated;
+        r->n_preempted = ri->n_preempted;
+        r->finish = ri->finish;
+        r->t_first = ri->n_generated > 0 ? ri->t_first_token : ri->t_prefill_done;
+        r->t_finish = ri->t_finish;
+        /* Latencies count from the scheduled arrival: a request due while a step runs
+         * waits for it, and that wait is part of what a client would see. */
+        double due = run->t_start + run->arrivals[i];
+        r->ttft = r->t_first - due;
+        r->latency = ri->t_finish - due;
+        engine_release(run->e, r->id);
+        r->id = -2;
+        n_done++;
+    }
+    return n_done;
+}
+
+/* Serves every request, each submitted at its arrival time, by continuous batching. */
+static int tp_serve(const bench_args *a, tp_run *run, llmi_status *st) {
+    llmi_engine *e = run->e;
+    const int n = run->n;
     llmi_request_params rp = request_params_defaults();
     rp.sampling.temperature = 0;
     /* Random prompts have no meaningful EOS; dataset prompts stop as the model says. */
     rp.ignore_eos = a->dataset == NULL;
-    if (!rc) {
-        bench_peak_reset();
-        t_start = engine_now(e);
-    }
+    bench_progress prog;
+    bench_progress_init(&prog, "bench", n);
+    int rc = 0, next = 0, n_done = 0;
+    bench_peak_reset();
+    run->t_start = engine_now(e);
     while (!rc && (next < n || engine_has_work(e))) {
-        if (interrupted()) { rc = llmi_fail(st, LLMI_E_INTERRUPT, "bench: interrupted"); break; }
-        double now = engine_now(e) - t_start;
-        while (next < n && arrivals[next] <= now) {
-            rp.max_tokens = reqs[next].max_tokens;
-            if ((rc = engine_add_request(e, reqs[next].prompt, reqs[next].n_prompt, &rp, (void *)(intptr_t)next,
-                                         &reqs[next].id, st)))
-                break;
-            reqs[next].arrival = arrivals[next];
-            reqs[next].submitted = now;
+        if (cli_was_interrupted()) { rc = llmi_fail(st, LLMI_E_INTERRUPT, "bench: interrupted"); break; }
+        double now = engine_now(e) - run->t_start;
+        while (next < n && run->arrivals[next] <= now) {
+            tp_req *r = &run->reqs[next];
+            rp.max_tokens = r->max_tokens;
+            if ((rc = engine_add_request(e, r->prompt, r->n_prompt, &rp, (void *)(intptr_t)next, &r->id, st))) break;
+            r->arrival = run->arrivals[next];
+            r->submitted = now;
             next++;
         }
         if (rc) break;
         if (!engine_has_work(e)) {
-            sleep_s(arrivals[next] - (engine_now(e) - t_start));
+            sleep_s(run->arrivals[next] - (engine_now(e) - run->t_start));
             continue;
         }
         llmi_step_info info;
-        if ((rc = engine_step(e, tp_on_token, &cx, &info, st))) break;
-        if (cx.oom) { rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory"); break; }
-        preemptions += info.n_preempted;
-        double t = engine_now(e) - t_start;
+        if ((rc = engine_step(e, tp_on_token, run, &info, st))) break;
+        if (run->oom) { rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory"); break; }
+        run->preemptions += info.n_preempted;
+        double t = engine_now(e) - run->t_start;
         if (info.kv_blocks_total > 0 &&
-            (dvec_push(&kv_t, t) || dvec_push(&kv_u, (double)info.kv_blocks_used / info.kv_blocks_total))) {
+            (dvec_push(&run->kv_t, t) || dvec_push(&run->kv_u, (double)info.kv_blocks_used / info.kv_blocks_total))) {
             rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory");
             break;
         }
-        /* Harvest finished requests so the engine's memory does not grow with N. */
-        for (int i = 0; i < next; i++) {
-            if (reqs[i].id < 0) continue;
-            const llmi_request_info *ri = engine_request(e, reqs[i].id);
-            if (!ri || ri->finish == LLMI_FINISH_NONE) continue;
-            reqs[i].n_generated = ri->n_generated;
-            reqs[i].n_preempted = ri->n_preempted;
-            reqs[i].finish = ri->finish;
-            reqs[i].t_first = ri->n_generated > 0 ? ri->t_first_token : ri->t_prefill_done;
-            reqs[i].t_finish = ri->t_finish;
-            /* Latencies count from the scheduled arrival: a request due while a step runs
-             * waits for it, and that wait is part of what a client would see. */
-            double due = t_start + arrivals[i];
-            reqs[i].ttft = reqs[i].t_first - due;
-            reqs[i].latency = ri->t_finish - due;
-            engine_release(e, reqs[i].id);
-            reqs[i].id = -2;
-            n_done++;
-            bench_progress_update(&prog, n_done);
-        }
+        int got = tp_harvest(run, next);
+        if (got) bench_progress_update(&prog, n_done += got);
     }
     bench_progress_end(&prog);
-    if (e) t_end = engine_now(e) - t_start;
+    run->elapsed = engine_now(e) - run->t_start;
+    return rc;
+}
 
-    if (!rc) {
-        dvec ttft = {0}, tpot = {0}, e2e = {0};
-        long generated = 0;
-        int by_len = 0, by_eos = 0, other = 0;
-        for (int i = 0; i < n; i++) {
-            tp_req *r = &reqs[i];
-            generated += r->n_generated;
-            if (r->finish == LLMI_FINISH_LENGTH) by_len++;
-            else if (r->finish == LLMI_FINISH_EOS) by_eos++;
-            else other++;
-            if (dvec_push(&ttft, r->ttft) || dvec_push(&e2e, r->latency) ||
-                (r->n_generated > 1 && dvec_push(&tpot, (r->t_finish - r->t_first) / (r->n_generated - 1)))) {
-                rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory");
-                break;
-            }
-        }
-        if (!rc) {
-            report_row(rep);
-            bench_meta(rep, m, b, label, a->mo.backend.n_threads);
-            report_str(rep, "kv_type", bench_kv_name(a->kv[0]));
-            report_int(rep, "block_size", bs);
-            report_str(rep, "dataset", a->dataset ? a->dataset : "random");
-            report_int(rep, "num_requests", n);
-            report_int(rep, "input_len", a->dataset ? 0 : a->input_len);
-            report_int(rep, "output_len", a->output_len);
-            report_num(rep, "range_ratio", a->range_ratio, 2);
-            report_num(rep, "request_rate", a->request_rate > 0 ? a->request_rate : INFINITY, 2);
-            report_int(rep, "seed", (long long)a->seed);
-            report_num(rep, "elapsed_s", t_end, 3);
-            report_num(rep, "requests_per_s", n / t_end, 3);
-            report_num(rep, "output_tps", generated / t_end, 2);
-            report_num(rep, "total_tps", (generated + prompt_tokens) / t_end, 2);
-            report_int(rep, "prompt_tokens", prompt_tokens);
-            report_int(rep, "output_tokens", generated);
-            report_int(rep, "requested_output_tokens", requested);
-            report_int(rep, "finished_length", by_len);
-            report_int(rep, "finished_eos", by_eos);
-            report_int(rep, "finished_other", other);
-            add_percentiles(rep, "ttft_ms", &ttft, 1e3);
-            add_percentiles(rep, "tpot_ms", &tpot, 1e3);
-            add_percentiles(rep, "itl_ms", &cx.itl, 1e3);
-            add_percentiles(rep, "e2e_ms", &e2e, 1e3);
-            report_int(rep, "preemptions", preemptions);
-            double umax = 0;
-            for (int i = 0; i < kv_u.n; i++) umax = kv_u.v[i] > umax ? kv_u.v[i] : umax;
-            report_num(rep, "kv_util_mean", stats_mean(kv_u.v, kv_u.n), 3);
-            report_num(rep, "kv_util_max", umax, 3);
-            add_memory(rep, b, e, bench_peak_rss());
-            /* KV utilisation over time, at most 200 [t, util] points (json/jsonl only). */
-            size_t cap = 64 + (size_t)(kv_u.n < 200 ? kv_u.n : 200) * 40;
-            char *js = malloc(cap);
-            if (js) {
-                size_t o = (size_t)snprintf(js, cap, "[");
-                int stride = kv_u.n > 200 ? (kv_u.n + 199) / 200 : 1;
-                for (int i = 0; i < kv_u.n && o < cap - 48; i += stride)
-                    o += (size_t)snprintf(js + o, cap - o, "%s[%.4f,%.4f]", o > 1 ? "," : "", kv_t.v[i], kv_u.v[i]);
-                snprintf(js + o, cap - o, "]");
-                report_raw_json(rep, "kv_util_series", js);
-                free(js);
-            }
-        }
-        if (!rc && a->per_request) {
-            FILE *f = fopen(a->per_request, "w");
-            if (!f) rc = llmi_fail(st, LLMI_E_RUNTIME, "--per-request %s: cannot write it", a->per_request);
-            for (int i = 0; f && i < n; i++) {
-                tp_req *r = &reqs[i];
-                fprintf(f,
-                        "{\"index\":%d,\"n_prompt\":%d,\"max_tokens\":%d,\"n_generated\":%d,\"finish\":\"%s\","
-                        "\"arrival_s\":%.6f,\"submitted_s\":%.6f,\"ttft_ms\":%.6f,\"latency_ms\":%.6f,\"tpot_ms\":%.6f,"
-                        "\"preempted\":%d}\n",
-                        i, r->n_prompt, r->max_tokens, r->n_generated, finish_name(r->finish), r->arrival, r->submitted,
-                        r->ttft * 1e3, r->latency * 1e3,
-                        r->n_generated > 1 ? (r->t_finish - r->t_first) / (r->n_generated - 1) * 1e3 : 0.0,
-                        r->n_preempted);
-            }
-            if (f && fclose(f)) rc = llmi_fail(st, LLMI_E_RUNTIME, "--per-request %s: write failed", a->per_request);
-        }
-        free(ttft.v);
-        free(tpot.v);
-        free(e2e.v);
+/* What the report says of the finished requests. */
+typedef struct tp_summary {
+    long generated;
+    int by_len, by_eos, other;    /* finish reasons */
+    dvec ttft, tpot, e2e;         /* per request (s); tpot of those with 2+ tokens */
+} tp_summary;
+
+static int tp_summarise(const tp_run *run, tp_summary *sum, llmi_status *st) {
+    for (int i = 0; i < run->n; i++) {
+        const tp_req *r = &run->reqs[i];
+        sum->generated += r->n_generated;
+        if (r->finish == LLMI_FINISH_LENGTH) sum->by_len++;
+        else if (r->finish == LLMI_FINISH_EOS) sum->by_eos++;
+        else sum->other++;
+        if (dvec_push(&sum->ttft, r->ttft) || dvec_push(&sum->e2e, r->latency) ||
+            (r->n_generated > 1 && dvec_push(&sum->tpot, (r->t_finish - r->t_first) / (r->n_generated - 1))))
+            return llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory");
     }
-    if (e && rc) engine_abort_all(e, NULL, NULL);
-    close_engine(b, e);
-    for (int i = 0; i < n; i++) free(reqs[i].prompt);
-    free(reqs);
-    free(arrivals);
-    free(cx.itl.v);
-    free(kv_t.v);
-    free(kv_u.v);
+    return 0;
+}
+
+/* KV utilisation over time as at most 200 [t, util] points (json/jsonl only). */
+static void tp_kv_series(report *rep, const tp_run *run) {
+    const dvec *kv_t = &run->kv_t, *kv_u = &run->kv_u;
+    size_t cap = 64 + (size_t)(kv_u->n < 200 ? kv_u->n : 200) * 40;
+    char *js = malloc(cap);
+    if (!js) return;
+    size_t o = (size_t)snprintf(js, cap, "[");
+    int stride = kv_u->n > 200 ? (kv_u->n + 199) / 200 : 1;
+    for (int i = 0; i < kv_u->n && o < cap - 48; i += stride)
+        o += (size_t)snprintf(js + o, cap - o, "%s[%.4f,%.4f]", o > 1 ? "," : "", kv_t->v[i], kv_u->v[i]);
+    snprintf(js + o, cap - o, "]");
+    report_raw_json(rep, "kv_util_series", js);
+    free(js);
+}
+
+static void tp_report(const bench_args *a, const llmi_model *m, const char *label, const llmi_backend *b,
+                      const tp_run *run, const tp_summary *sum, report *rep) {
+    const double t_end = run->elapsed;
+    const int n = run->n;
+    const long prompt = run->prompt_tokens, generated = sum->generated;
+    report_row(rep);
+    bench_meta(rep, m, b, label, a->mo.backend.n_threads);
+    report_str(rep, "kv_type", bench_kv_name(b->opts.kv_dtype));
+    report_int(rep, "block_size", b->opts.block_size);
+    report_str(rep, "dataset", a->dataset ? a->dataset : "random");
+    report_int(rep, "num_requests", n);
+    report_int(rep, "input_len", a->dataset ? 0 : a->input_len);
+    report_int(rep, "output_len", a->output_len);
+    report_num(rep, "range_ratio", a->range_ratio, 2);
+    report_num(rep, "request_rate", a->request_rate > 0 ? a->request_rate : INFINITY, 2);
+    report_int(rep, "seed", (long long)a->seed);
+    report_num(rep, "elapsed_s", t_end, 3);
+    report_num(rep, "requests_per_s", n / t_end, 3);
+    report_num(rep, "output_tps", generated / t_end, 2);
+    report_num(rep, "total_tps", (generated + prompt) / t_end, 2);
+    report_int(rep, "prompt_tokens", prompt);
+    report_int(rep, "output_tokens", generated);
+    report_int(rep, "requested_output_tokens", run->requested);
+    report_int(rep, "finished_length", sum->by_len);
+    report_int(rep, "finished_eos", sum->by_eos);
+    report_int(rep, "finished_other", sum->other);
+    add_percentiles(rep, "ttft_ms", &sum->ttft, 1e3);
+    add_percentiles(rep, "tpot_ms", &sum->tpot, 1e3);
+    add_percentiles(rep, "itl_ms", &run->itl, 1e3);
+    add_percentiles(rep, "e2e_ms", &sum->e2e, 1e3);
+    report_int(rep, "preemptions", run->preemptions);
+    double umax = 0;
+    for (int i = 0; i < run->kv_u.n; i++) umax = run->kv_u.v[i] > umax ? run->kv_u.v[i] : umax;
+    report_num(rep, "kv_util_mean", stats_mean(run->kv_u.v, run->kv_u.n), 3);
+    report_num(rep, "kv_util_max", umax, 3);
+    add_memory(rep, b, run->e, bench_peak_rss());
+    tp_kv_series(rep, run);
+}
+
+/* --per-request: one JSON line per request, in input order. */
+static int tp_write_requests(const char *path, const tp_run *run, llmi_status *st) {
+    FILE *f = fopen(path, "w");
+    if (!f) return llmi_fail(st, LLMI_E_RUNTIME, "--per-request %s: cannot write it", path);
+    for (int i = 0; i < run->n; i++) {
+        const tp_req *r = &run->reqs[i];
+        fprintf(f,
+                "{\"index\":%d,\"n_prompt\":%d,\"max_tokens\":%d,\"n_generated\":%d,\"finish\":\"%s\","
+                "\"arrival_s\":%.6f,\"submitted_s\":%.6f,\"ttft_ms\":%.6f,\"latency_ms\":%.6f,\"tpot_ms\":%.6f,"
+                "\"preempted\":%d}\n",
+                i, r->n_prompt, r->max_tokens, r->n_generated, finish_name(r->finish), r->arrival, r->submitted,
+                r->ttft * 1e3, r->latency * 1e3,
+                r->n_generated > 1 ? (r->t_finish - r->t_first) / (r->n_generated - 1) * 1e3 : 0.0, r->n_preempted);
+    }
+    if (fclose(f)) return llmi_fail(st, LLMI_E_RUNTIME, "--per-request %s: write failed", path);
+    return 0;
+}
+
+/* Run (prepare, open, serve), summarise, report. */
+static int bench_throughput(const bench_args *a, const llmi_model *m, const char *label, report *rep,
+                            llmi_status *st) {
+    stats_rng rng;
+    stats_rng_seed(&rng, a->seed);
+    tp_run run = {0};
+    tp_summary sum = {0};
+    llmi_backend *b = NULL;
+    long need = 0;
+    const int bs = (int)a->bs[0];
+    int rc = tp_prepare(a, m, &rng, &run, &need, st);
+    if (!rc) {
+        const cli_engine_fit fit = {.kv_dtype_set = a->kv_given, .kv_dtype = a->kv[0], .block_size = bs,
+                                    .need_blocks = need, .min_seqs = 1};
+        rc = cli_open_engine(&a->mo, m, &fit, &b, &run.e, st);
+    }
+    if (!rc) rc = tp_check_fit(&run, bs, st);
+    if (!rc) rc = tp_serve(a, &run, st);
+    if (!rc) rc = tp_summarise(&run, &sum, st);
+    if (!rc) tp_report(a, m, label, b, &run, &sum, rep);
+    if (!rc && a->per_request) rc = tp_write_requests(a->per_request, &run, st);
+    if (run.e && rc) engine_abort_all(run.e, NULL, NULL);
+    cli_close_engine(b, run.e);
+    for (int i = 0; i < run.n; i++) free(run.reqs[i].prompt);
+    free(run.reqs);
+    free(run.arrivals);
+    free(run.itl.v);
+    free(run.kv_t.v);
+    free(run.kv_u.v);
+    free(sum.ttft.v);
+    free(sum.tpot.v);
+    free(sum.e2e.v);
     return rc;
 }
 
@@ -775,6 +786,7 @@ static int bench_ppl(const bench_args *a, const llmi_model *m, const char *label
     }
     cli_model_opts o = a->mo;
     o.backend.kv_dtype = a->kv[0];
+    o.kv_type_set = a->kv_given;
     o.engine.block_size = (int)a->bs[0];
     o.engine.max_seqs = 1;
     if (!o.max_batch_tokens_set || o.engine.max_batch_tokens > n_ctx) {
@@ -796,7 +808,7 @@ static int bench_ppl(const bench_args *a, const llmi_model *m, const char *label
         fprintf(stderr, "Final estimate: PPL = %.4f +/- %.5f\n", res.ppl, res.ppl_stderr);
         report_row(rep);
         bench_meta(rep, m, b, label, a->mo.backend.n_threads);
-        report_str(rep, "kv_type", bench_kv_name(o.backend.kv_dtype));
+        report_str(rep, "kv_type", bench_kv_name(b->opts.kv_dtype));
         report_str(rep, "file", a->ppl);
         report_num(rep, "ppl", res.ppl, 4);
         report_num(rep, "ppl_stderr", res.ppl_stderr, 5);

@@ -650,8 +650,9 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
     llmi_model m;
     llmi_backend *b = NULL;
     llmi_engine *e = NULL;
-    int rc = cli_open(&mo, &m, &b, &e, st);
+    int rc = cli_open_model(&mo, &m, st);
     if (rc) goto out_reqs;
+    if ((rc = cli_open_engine(&mo, &m, NULL, &b, &e, st))) goto out;
     if (!m.tok) {
         rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: the model has no tokenizer", m.source_path);
         goto out;
@@ -692,7 +693,7 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
 
     bool interrupted = false;
     while (engine_has_work(e)) {
-        if (cli_interrupted && *cli_interrupted) {
+        if (cli_was_interrupted()) {
             interrupted = true;
             engine_abort_all(e, on_token, &g);
             break;
@@ -708,7 +709,8 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
     else if (interrupted) rc = llmi_fail(st, LLMI_E_INTERRUPT, "interrupted");
     else if (n_failed) rc = llmi_fail(st, LLMI_E_RUNTIME, "%d of %d requests failed (see above)", n_failed, n_reqs);
 out:
-    cli_close(&m, b, e);
+    cli_close_engine(b, e);
+    model_free(&m);
 out_reqs:
     for (int i = 0; i < n_reqs; i++) request_free(&reqs[i]);
     free(reqs);

@@ -1,11 +1,11 @@
 /* cmd_profile.c — `llmi profile`: where the time and memory of one workload go.
  *
- * Runs b requests of p random prompt tokens generating n each (after a short warm-up),
- * with backend->profiling on, and reads the per-op-class counters around every
- * engine_step.  The backend times its own op classes inside forward (backend->stats);
- * the engine times sampling (after forward) and host/scheduler time (before forward) in
- * its own counters (engine_host_stats).  What the step
- * wall time holds beyond those is reported as "untimed", so nothing is hidden.
+ * Runs workload.h's synthetic workload (b requests of p random prompt tokens generating
+ * n each, after a short warm-up) with backend->profiling on, and reads the per-op-class
+ * counters around every engine_step.  The backend times its own op classes inside
+ * forward (backend->stats); the engine times sampling (after forward) and host/scheduler
+ * time (before forward) in its own counters (engine_host_stats).  What the step wall
+ * time holds beyond those is reported as "untimed", so nothing is hidden.
  * Steps that carry prompt tokens are the prefill phase, the others decode (as bench).
  *
  * Achieved rates compare with the device's peak: measured once here on the CPU (a
@@ -25,6 +25,7 @@
 #include "cli/bench_util.h"
 #include "cli/cli.h"
 #include "cli/report.h"
+#include "cli/workload.h"
 #include "metrics/stats.h"
 #include "core/version.h"
 
@@ -164,57 +165,48 @@ static void trace_step(trace_w *t, int step, double start_s, const llmi_step_inf
 
 /* ------------------------------------------------------------------ workload */
 
-static int run_workload(llmi_engine *e, llmi_backend *b, const llmi_model *m, int p, int n, int nb, stats_rng *rng,
-                        phase_acc *acc, trace_w *tr, int *step_no, llmi_status *st) {
-    int32_t *prompt = malloc((size_t)p * sizeof *prompt);   /* (p) */
-    int *ids = malloc((size_t)nb * sizeof *ids);            /* (nb) */
-    int rc = 0, added = 0;
-    if (!prompt || !ids) { rc = llmi_fail(st, LLMI_E_RUNTIME, "profile: out of memory"); goto done; }
-    llmi_request_params rp = request_params_defaults();
-    rp.max_tokens = n;
-    rp.ignore_eos = true;
-    rp.sampling.temperature = 0;
-    for (int i = 0; i < nb; i++) {
-        for (int j = 0; j < p; j++) prompt[j] = (int32_t)stats_rng_range(rng, 0, m->cfg.n_vocab - 1);
-        if ((rc = engine_add_request(e, prompt, p, &rp, NULL, &ids[i], st))) goto done;
-        added++;
+/* The per-step accounting of the profiled run (workload.h's hooks). */
+typedef struct profile_run {
+    const llmi_backend *b;
+    const llmi_engine *e;
+    phase_acc acc[PH_COUNT];
+    trace_w *tr;
+    int step_no;
+    llmi_op_stats before, before_host;   /* the counters when the step began */
+} profile_run;
+
+static void profile_before_step(void *ctx) {
+    profile_run *r = ctx;
+    r->before = r->b->stats;
+    r->before_host = *engine_host_stats(r->e);
+}
+
+/* A step's wall time is the engine's own measure of it (info->seconds); dt goes unused. */
+static void profile_after_step(void *ctx, const llmi_step_info *info, double t0, double dt) {
+    profile_run *r = ctx;
+    /* This step's counters: the backend's op classes plus the engine's own. */
+    const llmi_op_stats *now = &r->b->stats, *host = engine_host_stats(r->e);
+    const llmi_op_stats *before = &r->before, *before_host = &r->before_host;
+    llmi_op_stats d;
+    for (int c = 0; c < LLMI_OP_COUNT; c++) {
+        d.seconds[c] = now->seconds[c] - before->seconds[c] + host->seconds[c] - before_host->seconds[c];
+        d.bytes[c] = now->bytes[c] - before->bytes[c] + host->bytes[c] - before_host->bytes[c];
+        d.flops[c] = now->flops[c] - before->flops[c] + host->flops[c] - before_host->flops[c];
+        d.calls[c] = now->calls[c] - before->calls[c] + host->calls[c] - before_host->calls[c];
     }
-    while (engine_has_work(e)) {
-        if (cli_interrupted && *cli_interrupted) { rc = llmi_fail(st, LLMI_E_INTERRUPT, "profile: interrupted"); goto done; }
-        llmi_op_stats before = b->stats, before_host = *engine_host_stats(e);
-        double t0 = engine_now(e);
-        llmi_step_info info;
-        if ((rc = engine_step(e, NULL, NULL, &info, st))) goto done;
-        if (!acc) continue;
-        /* This step's counters: the backend's op classes plus the engine's own. */
-        const llmi_op_stats *host = engine_host_stats(e);
-        llmi_op_stats d;
-        for (int c = 0; c < LLMI_OP_COUNT; c++) {
-            d.seconds[c] = b->stats.seconds[c] - before.seconds[c] + host->seconds[c] - before_host.seconds[c];
-            d.bytes[c] = b->stats.bytes[c] - before.bytes[c] + host->bytes[c] - before_host.bytes[c];
-            d.flops[c] = b->stats.flops[c] - before.flops[c] + host->flops[c] - before_host.flops[c];
-            d.calls[c] = b->stats.calls[c] - before.calls[c] + host->calls[c] - before_host.calls[c];
-        }
-        if (info.n_seqs == 0) continue;
-        int ph = info.n_prefill_tokens > 0 ? PH_PREFILL : PH_DECODE;
-        phase_acc *a = &acc[ph];
-        a->steps++;
-        a->tokens += ph == PH_PREFILL ? info.n_prefill_tokens : info.n_decode_tokens;
-        a->wall += info.seconds;
-        for (int c = 0; c < LLMI_OP_COUNT; c++) {
-            a->ops.seconds[c] += d.seconds[c];
-            a->ops.bytes[c] += d.bytes[c];
-            a->ops.flops[c] += d.flops[c];
-            a->ops.calls[c] += d.calls[c];
-        }
-        trace_step(tr, (*step_no)++, t0, &info, &d);
+    if (info->n_seqs == 0) return;
+    int ph = info->n_prefill_tokens > 0 ? PH_PREFILL : PH_DECODE;
+    phase_acc *a = &r->acc[ph];
+    a->steps++;
+    a->tokens += ph == PH_PREFILL ? info->n_prefill_tokens : info->n_decode_tokens;
+    a->wall += info->seconds;
+    for (int c = 0; c < LLMI_OP_COUNT; c++) {
+        a->ops.seconds[c] += d.seconds[c];
+        a->ops.bytes[c] += d.bytes[c];
+        a->ops.flops[c] += d.flops[c];
+        a->ops.calls[c] += d.calls[c];
     }
-done:
-    if (rc) engine_abort_all(e, NULL, NULL);
-    for (int i = 0; i < added; i++) engine_release(e, ids[i]);
-    free(prompt);
-    free(ids);
-    return rc;
+    trace_step(r->tr, r->step_no++, t0, info, &d);
 }
 
 static const char *profile_usage(void) {
@@ -230,13 +222,8 @@ static const char *profile_usage(void) {
 }
 
 static int parse_args(int argc, char **argv, profile_args *a, bool *help, llmi_status *st) {
+    *a = (profile_args){.p = 128, .n = 32, .b = 1, .warmup = 1, .fmt = REPORT_MD, .seed = 42};
     cli_model_opts_init(&a->mo);
-    a->p = 128;
-    a->n = 32;
-    a->b = 1;
-    a->warmup = 1;
-    a->fmt = REPORT_MD;
-    a->seed = 42;
     for (int i = 0; i < argc; i++) {  /* main.c passes the arguments after "profile" */
         const char *f = argv[i], *v;
         long n;
@@ -286,41 +273,138 @@ static void op_rows(report *r, int ph, const phase_acc *a, double peak_bw, doubl
     }
 }
 
-static int write_all(report *ops, report *mem, report *peak, report_format f, FILE *out) {
+/* The three tables: md and csv one after another, json one object of three arrays, jsonl
+ * every row tagged with its table. */
+static int write_all(report *ops, report *mem, report *run, report_format f, FILE *out) {
+    report *t[3] = {ops, mem, run};
+    const char *names[3] = {"ops", "memory", "run"};
     if (f == REPORT_JSON) {
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "ops", report_json_array(ops));
-        cJSON_AddItemToObject(o, "memory", report_json_array(mem));
-        cJSON_AddItemToObject(o, "run", report_json_array(peak));
-        char *s = cJSON_Print(o);
-        if (s) fprintf(out, "%s\n", s);
-        free(s);
-        cJSON_Delete(o);
-        fflush(out);
-        return ferror(out) ? LLMI_E_RUNTIME : 0;
-    }
-    report *t[3] = {ops, mem, peak};
-    const char *names[3] = {"ops", "memory", "run"};
-    int rc = 0;
-    for (int i = 0; i < 3 && !rc; i++) {
-        if (f == REPORT_MD) fprintf(out, "%s## %s\n\n", i ? "\n" : "", names[i]);
-        else if (f == REPORT_CSV && i) fputc('\n', out);
-        if (f == REPORT_JSONL)
-            for (int r = 0; r < t[i]->n_rows; r++) {
-                /* jsonl: every row says which table it belongs to */
-                cJSON *arr = report_json_array(t[i]);
-                cJSON *row = cJSON_DetachItemFromArray(arr, r);
-                cJSON_AddStringToObject(row, "table", names[i]);
-                char *s = cJSON_PrintUnformatted(row);
-                if (s) fprintf(out, "%s\n", s);
-                free(s);
-                cJSON_Delete(row);
-                cJSON_Delete(arr);
+        for (int i = 0; i < 3; i++) cJSON_AddItemToObject(o, names[i], report_json_array(t[i]));
+        report_json_print(o, false, out);
+    } else {
+        for (int i = 0; i < 3; i++) {
+            if (f == REPORT_MD) fprintf(out, "%s## %s\n\n", i ? "\n" : "", names[i]);
+            else if (f == REPORT_CSV && i) fputc('\n', out);
+            if (f != REPORT_JSONL) {
+                report_write(t[i], f, out);
+                continue;
             }
-        else rc = report_write(t[i], f, out);
+            for (int r = 0; r < t[i]->n_rows; r++) {
+                cJSON *row = report_json_row(t[i], r);
+                cJSON_AddStringToObject(row, "table", names[i]);
+                report_json_print(row, true, out);
+            }
+        }
     }
     fflush(out);
-    return rc || ferror(out) ? LLMI_E_RUNTIME : 0;
+    return ferror(out) ? LLMI_E_RUNTIME : 0;
+}
+
+/* The device peaks the achieved rates compare with, and where each came from. */
+typedef struct profile_peaks {
+    double bw, flops;              /* bytes/s, FLOP/s */
+    const char *bw_src, *flops_src;
+} profile_peaks;
+
+/* The flags' peaks, else a GPU's datasheet or a measurement on the CPU.  Call it while
+ * nothing else of ours runs. */
+static profile_peaks find_peaks(const profile_args *a, const llmi_backend *b) {
+    profile_peaks pk = {a->peak_bw, a->peak_flops, "--peak-bw", "--peak-flops"};
+    const bool is_cpu = !strcmp(b->name, "cpu");
+    if (!is_cpu && (pk.bw == 0 || pk.flops == 0)) {
+        double gbw = 0, gfl = 0;
+        if (gpu_peak(b->device_name, &gbw, &gfl)) {
+            if (pk.bw == 0) { pk.bw = gbw; pk.bw_src = "datasheet"; }
+            if (pk.flops == 0) { pk.flops = gfl; pk.flops_src = "datasheet (bf16 dense)"; }
+        }
+    }
+    if (is_cpu && pk.bw == 0) { pk.bw = measure_cpu_bw(); pk.bw_src = "measured (triad)"; }
+    if (is_cpu && pk.flops == 0) { pk.flops = measure_cpu_flops(); pk.flops_src = "measured (fp32 fma)"; }
+    return pk;
+}
+
+static void trace_begin(trace_w *tr, const llmi_backend *b) {
+    if (tr->f) fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", tr->f);
+    trace_event(tr, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"llmi %s (%s)\"}}", b->name,
+                llmi_commit());
+    trace_event(tr, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"engine steps\"}}");
+    trace_event(tr,
+                "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":2,\"args\":{\"name\":\"op classes (summed per step)\"}}");
+}
+
+/* Closes the trace file; a write that failed fails the run unless it failed already. */
+static int trace_end(trace_w *tr, const char *path, int rc, llmi_status *st) {
+    if (!tr->f) return rc;
+    fputs("\n]}\n", tr->f);
+    int bad = ferror(tr->f);
+    bad |= fclose(tr->f);
+    tr->f = NULL;
+    if (bad && !rc) rc = llmi_fail(st, LLMI_E_RUNTIME, "--trace %s: write failed", path);
+    return rc;
+}
+
+/* Warm-up, then the profiled run with the backend's counters on and the trace written. */
+static int profile_measure(const profile_args *a, const llmi_model *m, llmi_backend *b, llmi_engine *e, FILE *tf,
+                           profile_run *run, llmi_status *st) {
+    const workload_shape w = {a->p, a->n, a->b};
+    stats_rng rng;
+    stats_rng_seed(&rng, a->seed);
+    int rc = 0;
+    for (int i = 0; i < a->warmup && !rc; i++) rc = workload_warmup(e, m->cfg.n_vocab, w, &rng, "profile", st);
+    if (rc) {
+        if (tf) fclose(tf);
+        return rc;
+    }
+    memset(&b->stats, 0, sizeof b->stats);
+    b->profiling = true;
+    trace_w tr = {tf, true};
+    trace_begin(&tr, b);
+    memset(run, 0, sizeof *run);
+    run->b = b;
+    run->e = e;
+    run->tr = &tr;
+    workload_hooks h = {.ctx = run, .before_step = profile_before_step, .after_step = profile_after_step};
+    bench_peak_reset();
+    rc = workload_run(e, m->cfg.n_vocab, w, &rng, &h, "profile", st);
+    b->profiling = false;
+    run->tr = NULL;
+    return trace_end(&tr, a->trace, rc, st);
+}
+
+static void memory_rows(report *mem, const llmi_model *m, const llmi_backend *b, const llmi_engine *e) {
+    size_t w = 0, kv = 0, act = 0;
+    if (b->memory) b->memory(b, &w, &kv, &act);
+    const double MiB = 1024.0 * 1024.0;
+    size_t kv_used = (size_t)engine_kv_blocks_peak(e) * b->kv_block_bytes(b);
+    struct { const char *what; double bytes; } items[] = {
+        {"weights (model)", (double)m->weight_bytes},
+        {"weights (backend copies)", (double)w},
+        {"kv cache allocated", (double)kv},
+        {"kv cache used (peak)", (double)kv_used},
+        {"activations + workspaces", (double)act},
+        {"process peak rss", (double)bench_peak_rss()},
+    };
+    for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+        report_row(mem);
+        report_str(mem, "item", items[i].what);
+        report_num(mem, "mib", items[i].bytes / MiB, 1);
+    }
+}
+
+static void run_row(report *r, const profile_args *a, const profile_peaks *pk, const llmi_model *m,
+                    const llmi_backend *b) {
+    report_row(r);
+    report_num(r, "peak_gb_per_s", pk->bw / 1e9, 1);
+    report_str(r, "bw_source", pk->bw_src);
+    report_num(r, "peak_gflop_per_s", pk->flops / 1e9, 1);
+    report_str(r, "flops_source", pk->flops_src);
+    report_int(r, "n_prompt", a->p);
+    report_int(r, "n_gen", a->n);
+    report_int(r, "n_batch", a->b);
+    report_str(r, "kv_type", bench_kv_name(b->opts.kv_dtype));
+    report_int(r, "block_size", b->opts.block_size);
+    bench_meta(r, m, b, a->mo.dummy ? a->mo.dummy : m->source_path, a->mo.backend.n_threads);
 }
 
 int cmd_profile(int argc, char **argv, llmi_status *st) {
@@ -338,27 +422,21 @@ int cmd_profile(int argc, char **argv, llmi_status *st) {
     if ((rc = cli_open_model(&a.mo, &m, st))) return rc;
     const int ctx = a.mo.engine.max_ctx > 0 ? a.mo.engine.max_ctx : m.cfg.max_ctx;
     const int bs = a.mo.engine.block_size;
-    const long need1 = (a.p + a.n + bs - 1) / bs;
-    cli_model_opts o = a.mo;
-    if (o.engine.max_seqs < a.b) o.engine.max_seqs = a.b;
-    if (o.engine.num_blocks == 0 && o.engine.kv_mem_bytes == 0) o.engine.num_blocks = (int)(need1 * a.b);
+    const long need1 = (a.p + a.n + bs - 1) / bs;   /* KV blocks of one request */
     llmi_backend *b = NULL;
     llmi_engine *e = NULL;
     FILE *tf = NULL;
-    report ops, mem, peak;
+    report ops, mem, run;
     report_init(&ops);
     report_init(&mem);
-    report_init(&peak);
+    report_init(&run);
     if (a.p + a.n > ctx) {
         rc = llmi_fail(st, LLMI_E_USAGE, "-p %d -n %d: %d tokens exceed the context length %d (-c)", a.p, a.n,
                        a.p + a.n, ctx);
         goto done;
     }
-    if ((rc = cli_open_backend(&o, &m, &b, st))) goto done;
-    llmi_engine_opts eo = o.engine;
-    eo.max_batch_tokens = b->opts.max_batch_tokens;
-    if (eo.max_seqs > eo.max_batch_tokens) eo.max_seqs = eo.max_batch_tokens;
-    if ((rc = engine_create(&m, b, &eo, &e, st))) goto done;
+    const cli_engine_fit fit = {.need_blocks = need1 * a.b, .min_seqs = a.b};
+    if ((rc = cli_open_engine(&a.mo, &m, &fit, &b, &e, st))) goto done;
     if (need1 > engine_kv_blocks_total(e)) {
         rc = llmi_fail(st, LLMI_E_USAGE, "-p %d -n %d: one request needs %ld KV blocks, the cache has %d (--num-blocks/--kv-mem)",
                        a.p, a.n, need1, engine_kv_blocks_total(e));
@@ -368,92 +446,22 @@ int cmd_profile(int argc, char **argv, llmi_status *st) {
         rc = llmi_fail(st, LLMI_E_USAGE, "--trace %s: cannot write it", a.trace);
         goto done;
     }
-
-    /* Peaks first, while nothing else of ours runs. */
-    const bool is_cpu = !strcmp(b->name, "cpu");
-    double peak_bw = a.peak_bw, peak_flops = a.peak_flops;
-    const char *src_bw = "--peak-bw", *src_fl = "--peak-flops";
-    if (!is_cpu && (peak_bw == 0 || peak_flops == 0)) {
-        double gbw = 0, gfl = 0;
-        if (gpu_peak(b->device_name, &gbw, &gfl)) {
-            if (peak_bw == 0) { peak_bw = gbw; src_bw = "datasheet"; }
-            if (peak_flops == 0) { peak_flops = gfl; src_fl = "datasheet (bf16 dense)"; }
-        }
-    }
-    if (is_cpu && peak_bw == 0) { peak_bw = measure_cpu_bw(); src_bw = "measured (triad)"; }
-    if (is_cpu && peak_flops == 0) { peak_flops = measure_cpu_flops(); src_fl = "measured (fp32 fma)"; }
-
-    stats_rng rng;
-    stats_rng_seed(&rng, a.seed);
-    int step_no = 0;
-    for (int w = 0; w < a.warmup && !rc; w++)
-        rc = run_workload(e, b, &m, a.p < 32 ? a.p : 32, a.n < 2 ? a.n : 2, a.b, &rng, NULL, NULL, &step_no, st);
+    const profile_peaks pk = find_peaks(&a, b);
+    profile_run pr;
+    rc = profile_measure(&a, &m, b, e, tf, &pr, st);
+    tf = NULL;   /* profile_measure closed it */
     if (rc) goto done;
-    memset(&b->stats, 0, sizeof b->stats);
-    b->profiling = true;
-    trace_w tr = {tf, true};
-    if (tf) fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", tf);
-    trace_event(&tr, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"llmi %s (%s)\"}}", b->name,
-                llmi_commit());
-    trace_event(&tr, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"engine steps\"}}");
-    trace_event(&tr,
-                "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":2,\"args\":{\"name\":\"op classes (summed per step)\"}}");
-    phase_acc acc[PH_COUNT];
-    memset(acc, 0, sizeof acc);
-    bench_peak_reset();
-    step_no = 0;
-    rc = run_workload(e, b, &m, a.p, a.n, a.b, &rng, acc, &tr, &step_no, st);
-    b->profiling = false;
-    if (tf) {
-        fputs("\n]}\n", tf);
-        int bad = ferror(tf);
-        bad |= fclose(tf);
-        tf = NULL;
-        if (bad && !rc) rc = llmi_fail(st, LLMI_E_RUNTIME, "--trace %s: write failed", a.trace);
-    }
-    if (rc) goto done;
-
-    const char *label = a.mo.dummy ? a.mo.dummy : m.source_path;
-    const int threads = a.mo.backend.n_threads;
-    for (int ph = 0; ph < PH_COUNT; ph++) op_rows(&ops, ph, &acc[ph], peak_bw, peak_flops);
-
-    size_t w = 0, kv = 0, act = 0;
-    if (b->memory) b->memory(b, &w, &kv, &act);
-    const double MiB = 1024.0 * 1024.0;
-    size_t kv_used = (size_t)engine_kv_blocks_peak(e) * b->kv_block_bytes(b);
-    struct { const char *what; double bytes; } items[] = {
-        {"weights (model)", (double)m.weight_bytes},
-        {"weights (backend copies)", (double)w},
-        {"kv cache allocated", (double)kv},
-        {"kv cache used (peak)", (double)kv_used},
-        {"activations + workspaces", (double)act},
-        {"process peak rss", (double)bench_peak_rss()},
-    };
-    for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
-        report_row(&mem);
-        report_str(&mem, "item", items[i].what);
-        report_num(&mem, "mib", items[i].bytes / MiB, 1);
-    }
-    report_row(&peak);
-    report_num(&peak, "peak_gb_per_s", peak_bw / 1e9, 1);
-    report_str(&peak, "bw_source", src_bw);
-    report_num(&peak, "peak_gflop_per_s", peak_flops / 1e9, 1);
-    report_str(&peak, "flops_source", src_fl);
-    report_int(&peak, "n_prompt", a.p);
-    report_int(&peak, "n_gen", a.n);
-    report_int(&peak, "n_batch", a.b);
-    report_str(&peak, "kv_type", bench_kv_name(o.backend.kv_dtype));
-    report_int(&peak, "block_size", bs);
-    bench_meta(&peak, &m, b, label, threads);
-    rc = write_all(&ops, &mem, &peak, a.fmt, stdout);
+    for (int ph = 0; ph < PH_COUNT; ph++) op_rows(&ops, ph, &pr.acc[ph], pk.bw, pk.flops);
+    memory_rows(&mem, &m, b, e);
+    run_row(&run, &a, &pk, &m, b);
+    rc = write_all(&ops, &mem, &run, a.fmt, stdout);
     if (rc) llmi_fail(st, rc, "profile: cannot write the report to stdout");
 done:
     if (tf) fclose(tf);
     report_free(&ops);
     report_free(&mem);
-    report_free(&peak);
-    engine_destroy(e);
-    if (b) b->destroy(b);
+    report_free(&run);
+    cli_close_engine(b, e);
     model_free(&m);
     return rc;
 }

@@ -186,7 +186,7 @@ static void write_csv(const report *r, FILE *out) {
     }
 }
 
-static cJSON *row_json(const report *r, int i) {
+cJSON *report_json_row(const report *r, int i) {
     cJSON *o = cJSON_CreateObject();
     const report_cell *row = r->cells + (size_t)i * REPORT_MAX_COLS;
     for (int c = 0; c < r->n_cols && o; c++) {
@@ -204,33 +204,23 @@ static cJSON *row_json(const report *r, int i) {
 
 struct cJSON *report_json_array(const report *r) {
     cJSON *arr = cJSON_CreateArray();
-    for (int i = 0; arr && i < r->n_rows; i++) cJSON_AddItemToArray(arr, row_json(r, i));
+    for (int i = 0; arr && i < r->n_rows; i++) cJSON_AddItemToArray(arr, report_json_row(r, i));
     return arr;
+}
+
+void report_json_print(struct cJSON *j, bool one_line, FILE *out) {
+    char *s = one_line ? cJSON_PrintUnformatted(j) : cJSON_Print(j);
+    if (s) fprintf(out, "%s\n", s);
+    free(s);
+    cJSON_Delete(j);
 }
 
 int report_write(const report *r, report_format f, FILE *out) {
     if (f == REPORT_MD) write_md(r, out);
     else if (f == REPORT_CSV) write_csv(r, out);
-    else {
-        cJSON *arr = f == REPORT_JSON ? cJSON_CreateArray() : NULL;
-        for (int i = 0; i < r->n_rows; i++) {
-            cJSON *o = row_json(r, i);
-            if (f == REPORT_JSON) {
-                cJSON_AddItemToArray(arr, o);
-            } else {
-                char *s = cJSON_PrintUnformatted(o);
-                if (s) fprintf(out, "%s\n", s);
-                free(s);
-                cJSON_Delete(o);
-            }
-        }
-        if (arr) {
-            char *s = cJSON_Print(arr);
-            if (s) fprintf(out, "%s\n", s);
-            free(s);
-            cJSON_Delete(arr);
-        }
-    }
+    else if (f == REPORT_JSONL)
+        for (int i = 0; i < r->n_rows; i++) report_json_print(report_json_row(r, i), true, out);
+    else report_json_print(report_json_array(r), false, out);
     fflush(out);
     return ferror(out) ? LLMI_E_RUNTIME : 0;
 }

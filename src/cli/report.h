@@ -5,6 +5,7 @@
 #ifndef LLMI_REPORT_H
 #define LLMI_REPORT_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include "core/status.h"
 
@@ -47,8 +48,12 @@ void report_raw_json(report *r, const char *key, const char *json);
 double report_get(const report *r, int row, const char *key);
 
 int report_write(const report *r, report_format f, FILE *out);
-/* The rows as a cJSON array (caller deletes), to nest tables in one JSON document. */
+/* Row i, or all rows as an array, as cJSON (caller deletes), to nest tables in one JSON
+ * document or tag rows (profile). */
 struct cJSON;
+struct cJSON *report_json_row(const report *r, int i);
 struct cJSON *report_json_array(const report *r);
+/* Writes j and a newline to out, on one line (jsonl) or indented (json), then deletes j. */
+void report_json_print(struct cJSON *j, bool one_line, FILE *out);
 
 #endif

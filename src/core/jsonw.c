@@ -155,11 +155,6 @@ void jw_num(jsonw *w, double v) {
     puts_(w, b);
 }
 
-void jw_bool(jsonw *w, bool v) {
-    item(w);
-    puts_(w, v ? "true" : "false");
-}
-
 void jw_null(jsonw *w) {
     item(w);
     puts_(w, "null");

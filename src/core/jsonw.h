@@ -32,7 +32,6 @@ void jw_str(jsonw *w, const char *s, size_t n);
 void jw_cstr(jsonw *w, const char *s);   /* NULL writes null */
 void jw_int(jsonw *w, long long v);
 void jw_num(jsonw *w, double v);          /* non-finite writes null */
-void jw_bool(jsonw *w, bool v);
 void jw_null(jsonw *w);
 /* Writes the buffer and a newline to f, then resets; returns 0 or -1 on error. */
 int jw_flush_line(jsonw *w, FILE *f);

@@ -132,7 +132,7 @@ static size_t cuda_kv_budget_bytes(const llmi_backend *b) {
     const cuda_impl *im = b->impl;
     size_t free_b = 0, total = 0;
     if (cudaSetDevice(im->device) != cudaSuccess || cudaMemGetInfo(&free_b, &total) != cudaSuccess) return 0;
-    double util = b->opts.gpu_mem_util > 0 && b->opts.gpu_mem_util <= 1 ? b->opts.gpu_mem_util : 0.9;
+    double util = b->opts.gpu_mem_util > 0 && b->opts.gpu_mem_util <= 1 ? b->opts.gpu_mem_util : LLMI_GPU_MEM_UTIL_DEFAULT;
     double allowed = (double)total * util - (double)(total - free_b) + (double)im->kv_bytes;
     return allowed > 0 ? (size_t)allowed : 0;
 }

@@ -1,0 +1,53 @@
+/* workload.c — see workload.h. */
+#include "cli/workload.h"
+
+#include <stdlib.h>
+#include "cli/cli.h"
+
+void workload_random_tokens(stats_rng *rng, int32_t *t, int n, int n_vocab) {
+    for (int i = 0; i < n; i++) t[i] = (int32_t)stats_rng_range(rng, 0, n_vocab - 1);
+}
+
+int workload_run(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, const workload_hooks *h,
+                 const char *who, llmi_status *st) {
+    static const workload_hooks none = {0};
+    if (!h) h = &none;
+    int32_t *prompt = malloc((size_t)w.n_prompt * sizeof *prompt);   /* (n_prompt) */
+    int *ids = malloc((size_t)w.n_requests * sizeof *ids);           /* (n_requests) */
+    int rc = 0, added = 0;
+    if (!prompt || !ids) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", who); goto done; }
+    llmi_request_params rp = request_params_defaults();
+    rp.max_tokens = w.n_gen;
+    rp.ignore_eos = true;
+    rp.sampling.temperature = 0;
+    for (int i = 0; i < w.n_requests; i++) {
+        workload_random_tokens(rng, prompt, w.n_prompt, n_vocab);
+        if ((rc = engine_add_request(e, prompt, w.n_prompt, &rp, NULL, &ids[i], st))) goto done;
+        added++;
+    }
+    while (engine_has_work(e)) {
+        if (cli_was_interrupted()) { rc = llmi_fail(st, LLMI_E_INTERRUPT, "%s: interrupted", who); goto done; }
+        if (h->before_step) h->before_step(h->ctx);
+        llmi_step_info info;
+        double t0 = engine_now(e);
+        if ((rc = engine_step(e, NULL, NULL, &info, st))) goto done;
+        double dt = engine_now(e) - t0;
+        if (h->after_step) h->after_step(h->ctx, &info, t0, dt);
+    }
+    for (int i = 0; i < added && h->on_request; i++) {
+        const llmi_request_info *ri = engine_request(e, ids[i]);
+        if (ri && (rc = h->on_request(h->ctx, ri, st))) goto done;
+    }
+done:
+    if (rc) engine_abort_all(e, NULL, NULL);
+    for (int i = 0; i < added; i++) engine_release(e, ids[i]);
+    free(prompt);
+    free(ids);
+    return rc;
+}
+
+int workload_warmup(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, const char *who, llmi_status *st) {
+    if (w.n_prompt > WORKLOAD_WARMUP_PROMPT) w.n_prompt = WORKLOAD_WARMUP_PROMPT;
+    if (w.n_gen > WORKLOAD_WARMUP_GEN) w.n_gen = WORKLOAD_WARMUP_GEN;
+    return workload_run(e, n_vocab, w, rng, NULL, who, st);
+}

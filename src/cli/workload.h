@@ -1,0 +1,47 @@
+/* workload.h — owns the synthetic workload that bench's sweep and profile measure:
+ * b requests of p random prompt tokens (uniform over the vocabulary), each generating n
+ * tokens greedily with EOS ignored, added at once and stepped until all finish.  The
+ * callers keep their own accounting through hooks: bench splits prefill from decode time
+ * and collects TTFT/TPOT, profile reads its op counters around each step and traces it. */
+#ifndef LLMI_WORKLOAD_H
+#define LLMI_WORKLOAD_H
+
+#include <stdint.h>
+#include "core/status.h"
+#include "engine/engine.h"
+#include "metrics/stats.h"
+
+typedef struct workload_shape {
+    int n_prompt;                  /* p: prompt tokens per request */
+    int n_gen;                     /* n: tokens generated per request */
+    int n_requests;                /* b: requests running together */
+} workload_shape;
+
+/* Any hook may be NULL. */
+typedef struct workload_hooks {
+    void *ctx;
+    /* Right before each engine_step. */
+    void (*before_step)(void *ctx);
+    /* Right after each engine_step; t0 is the engine clock when the step began and dt the
+     * wall time taken around it (token callbacks included). */
+    void (*after_step)(void *ctx, const llmi_step_info *info, double t0, double dt);
+    /* Once per request after all have finished, before the engine forgets it. */
+    int (*on_request)(void *ctx, const llmi_request_info *ri, llmi_status *st);
+} workload_hooks;
+
+/* t (n): token ids uniform in [0, n_vocab). */
+void workload_random_tokens(stats_rng *rng, int32_t *t, int n, int n_vocab);
+
+/* Runs the workload on e; who ("bench", "profile") starts the error messages.  On
+ * failure or Ctrl-C every request is aborted; the engine is left empty either way. */
+int workload_run(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, const workload_hooks *h,
+                 const char *who, llmi_status *st);
+
+/* The warm-up run: the same workload cut to at most WORKLOAD_WARMUP_PROMPT prompt and
+ * WORKLOAD_WARMUP_GEN generated tokens, enough to page the weights in and size the
+ * workspaces, short enough not to matter.  No hooks. */
+#define WORKLOAD_WARMUP_PROMPT 32
+#define WORKLOAD_WARMUP_GEN 2
+int workload_warmup(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, const char *who, llmi_status *st);
+
+#endif
