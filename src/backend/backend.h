@@ -99,6 +99,11 @@ struct llmi_backend {
     /* Bytes the backend could give to the KV cache now (memory budget helper). */
     size_t (*kv_budget_bytes)(const llmi_backend *b);
     int (*kv_alloc)(llmi_backend *b, int num_blocks, llmi_status *st);
+    /* One block's K and V of every layer, to or from host memory of kv_block_bytes in the
+     * layout (n_layers, 2 (K, V), block_size, n_kv_heads, head_dim) of the KV dtype, the
+     * same for every backend (the prompt cache's files).  NULL where unsupported. */
+    int (*kv_read_block)(llmi_backend *b, int block, void *dst, llmi_status *st);
+    int (*kv_write_block)(llmi_backend *b, int block, const void *src, llmi_status *st);
     /* Runs the model over the batch; writes (n_logits, n_vocab) floats to logits (host). */
     int (*forward)(llmi_backend *b, const llmi_batch *batch, float *logits, llmi_status *st);
     /* The same layers, a range at a time (see llmi_layer_run); NULL where unsupported. */

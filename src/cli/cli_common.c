@@ -131,7 +131,9 @@ const char *cli_model_flags_help(void) {
            "  --prefill-chunk N       longest prompt piece of one sequence per step (default: no limit)\n"
            "  --max-seqs N            sequences running at once (default 256)\n"
            "  --sched P               scheduling policy: fifo or prefill-first (default fifo)\n"
-           "  --no-prefix-cache       recompute every prompt (default: reuse the K/V of cached prefixes)\n";
+           "  --no-prefix-cache       recompute every prompt (default: reuse the K/V of cached prefixes)\n"
+           "  --prompt-cache DIR      also keep prefix K/V in DIR across runs (zstd files, one per block)\n"
+           "  --prompt-cache-max SIZE cap on DIR's size, least recently used entries go first (default 4G)\n";
 }
 
 static int parse_dtype(const char *flag, const char *v, llmi_dtype *out, llmi_status *st) {
@@ -223,6 +225,16 @@ int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_
     } else if (IS("--no-prefix-cache")) {
         o->engine.prefix_cache = false;
         return 1;
+    } else if (IS("--prompt-cache")) {
+        VALUE();
+        if (!*v) {
+            llmi_fail(st, LLMI_E_USAGE, "--prompt-cache: empty directory name");
+            return -1;
+        }
+        o->engine.prompt_cache_dir = v;
+    } else if (IS("--prompt-cache-max")) {
+        VALUE();
+        if (parse_size(a, v, &o->engine.prompt_cache_max, st)) return -1;
     } else if (IS("--sched")) {
         VALUE();
         if (!strcmp(v, "fifo")) o->engine.policy = SCHED_FIFO;

@@ -45,6 +45,8 @@ typedef struct bench_args {
     int num_requests;            /* 0 = every dataset line */
     int input_len, output_len;
     double range_ratio;
+    int prefix_len;              /* tokens of a prefix shared by requests (random prompts only) */
+    int num_prefixes;            /* distinct shared prefixes, dealt round robin */
     const char *dataset;
     double request_rate;         /* requests/s; 0 = all at t = 0 */
     const char *per_request;     /* jsonl of every request, or NULL */
@@ -85,6 +87,9 @@ static const char *bench_usage(void) {
            "  --num-requests N        requests to serve (default 1000 with random prompts)\n"
            "  --input-len N           prompt tokens (default 128)   --output-len N  generated (default 128)\n"
            "  --range-ratio R         lengths uniform in [L*(1-R), L*(1+R)] (default 0)\n"
+           "  --prefix-len N          every prompt starts with a shared prefix of N random tokens, then\n"
+           "                          its own --input-len tokens (vLLM's prefix-repetition workload)\n"
+           "  --num-prefixes K        distinct shared prefixes, dealt round robin (default 1)\n"
            "  --dataset FILE          prompts: text lines or JSONL {\"prompt\", \"max_tokens\"} (needs a tokenizer)\n"
            "  --request-rate R        Poisson arrivals, R requests/s (default: all at t = 0)\n"
            "  --per-request FILE      write one JSON line per request\n"
@@ -133,6 +138,8 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
         if (!strcmp(f, "--input-len")) { VAL(); if (cli_parse_long(f, v, 1, 1 << 20, &n, st)) return st->code; a->input_len = (int)n; a->throughput = true; continue; }
         if (!strcmp(f, "--output-len")) { VAL(); if (cli_parse_long(f, v, 1, 1 << 20, &n, st)) return st->code; a->output_len = (int)n; a->throughput = true; continue; }
         if (!strcmp(f, "--range-ratio")) { VAL(); if (cli_parse_float(f, v, 0, 0.999, &d, st)) return st->code; a->range_ratio = d; a->throughput = true; continue; }
+        if (!strcmp(f, "--prefix-len")) { VAL(); if (cli_parse_long(f, v, 1, 1 << 20, &n, st)) return st->code; a->prefix_len = (int)n; a->throughput = true; continue; }
+        if (!strcmp(f, "--num-prefixes")) { VAL(); if (cli_parse_long(f, v, 1, 1 << 20, &n, st)) return st->code; a->num_prefixes = (int)n; a->throughput = true; continue; }
         if (!strcmp(f, "--dataset")) { VAL(); a->dataset = v; a->throughput = true; continue; }
         if (!strcmp(f, "--request-rate")) { VAL(); if (cli_parse_float(f, v, 1e-6, 1e9, &d, st)) return st->code; a->request_rate = d; a->throughput = true; continue; }
         if (!strcmp(f, "--per-request")) { VAL(); a->per_request = v; continue; }
@@ -162,6 +169,10 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
         return llmi_fail(st, LLMI_E_USAGE, "bench: -p/-n/-b (sweep) and --num-requests/--dataset (throughput) are different modes");
     if (a->ppl && a->mo.dummy) return llmi_fail(st, LLMI_E_USAGE, "--ppl: needs a tokenizer, which --dummy models lack");
     if (a->dataset && a->mo.dummy) return llmi_fail(st, LLMI_E_USAGE, "--dataset: needs a tokenizer, which --dummy models lack");
+    if (a->dataset && a->prefix_len)
+        return llmi_fail(st, LLMI_E_USAGE, "--prefix-len: only with random prompts, not with --dataset");
+    if (a->num_prefixes && !a->prefix_len) return llmi_fail(st, LLMI_E_USAGE, "--num-prefixes: needs --prefix-len");
+    if (!a->num_prefixes) a->num_prefixes = 1;
     if (!a->p) { a->p = malloc(sizeof(long)); if (!a->p) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory"); a->p[0] = 512; a->np = 1; }
     if (!a->n) { a->n = malloc(sizeof(long)); if (!a->n) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory"); a->n[0] = 128; a->nn = 1; }
     if (!a->b) { a->b = malloc(sizeof(long)); if (!a->b) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory"); a->b[0] = 1; a->nb = 1; }
@@ -267,6 +278,7 @@ static int sweep_point(sweep_ctx *s, llmi_backend *b, llmi_engine *e, workload_s
         report_row(rep);
         bench_meta(rep, s->m, b, s->label, a->mo.backend.n_threads);
         report_str(rep, "kv_type", bench_kv_name(b->opts.kv_dtype));
+        report_str(rep, "prefix_cache", a->mo.engine.prefix_cache ? "on" : "off");
         report_int(rep, "block_size", b->opts.block_size);
         report_int(rep, "n_prompt", w.n_prompt);
         report_int(rep, "n_gen", w.n_gen);
@@ -353,7 +365,7 @@ typedef struct tp_req {
     double submitted;     /* when the loop handed it to the engine (>= arrival) */
     double last_token;    /* engine clock of the latest token */
     /* copied from the engine when the request finishes */
-    int n_generated, n_preempted;
+    int n_generated, n_preempted, n_cached;
     llmi_finish finish;
     double ttft, latency, t_first, t_finish;
 } tp_req;
@@ -465,21 +477,34 @@ static int read_dataset(const bench_args *a, const llmi_model *m, tp_req **out, 
 /* vLLM's random dataset: each length uniform in [L*(1-R), L*(1+R)], at least 1. */
 static int random_requests(const bench_args *a, const llmi_model *m, stats_rng *rng, tp_req **out, int *n_out,
                            llmi_status *st) {
-    int n = a->num_requests;
+    int n = a->num_requests, P = a->prefix_len;
     tp_req *reqs = calloc((size_t)n, sizeof *reqs);
-    if (!reqs) return llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory for %d requests", n);
+    int32_t *prefixes = P ? malloc((size_t)a->num_prefixes * P * sizeof(int32_t)) : NULL;   /* (num_prefixes, P) */
     *out = reqs;
+    *n_out = 0;
+    if (!reqs || (P && !prefixes)) {
+        free(prefixes);
+        return llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory for %d requests", n);
+    }
+    if (P) workload_random_tokens(rng, prefixes, a->num_prefixes * P, m->cfg.n_vocab);
     long in_lo = (long)floor(a->input_len * (1 - a->range_ratio)), in_hi = (long)floor(a->input_len * (1 + a->range_ratio));
     long out_lo = (long)floor(a->output_len * (1 - a->range_ratio)), out_hi = (long)floor(a->output_len * (1 + a->range_ratio));
     if (in_lo < 1) in_lo = 1;
     if (out_lo < 1) out_lo = 1;
     for (int i = 0; i < n; i++) {
-        reqs[i].n_prompt = (int)stats_rng_range(rng, in_lo, in_hi);
+        int own = (int)stats_rng_range(rng, in_lo, in_hi);
+        reqs[i].n_prompt = P + own;
         reqs[i].max_tokens = (int)stats_rng_range(rng, out_lo, out_hi);
         reqs[i].prompt = malloc((size_t)reqs[i].n_prompt * sizeof(int32_t));
-        if (!reqs[i].prompt) { *n_out = i; return llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory"); }
-        workload_random_tokens(rng, reqs[i].prompt, reqs[i].n_prompt, m->cfg.n_vocab);
+        if (!reqs[i].prompt) {
+            free(prefixes);
+            *n_out = i;
+            return llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory");
+        }
+        if (P) memcpy(reqs[i].prompt, prefixes + (size_t)(i % a->num_prefixes) * P, (size_t)P * sizeof(int32_t));
+        workload_random_tokens(rng, reqs[i].prompt + P, own, m->cfg.n_vocab);
     }
+    free(prefixes);
     *n_out = n;
     return 0;
 }
@@ -558,6 +583,7 @@ static int tp_harvest(tp_run *run, int next) {
         if (!ri || ri->finish == LLMI_FINISH_NONE) continue;
         r->n_generated = ri->n_generated;
         r->n_preempted = ri->n_preempted;
+        r->n_cached = ri->n_cached_tokens;
         r->finish = ri->finish;
         r->t_first = ri->n_generated > 0 ? ri->t_first_token : ri->t_prefill_done;
         r->t_finish = ri->t_finish;
@@ -664,12 +690,15 @@ static void tp_report(const bench_args *a, const llmi_model *m, const char *labe
     report_row(rep);
     bench_meta(rep, m, b, label, a->mo.backend.n_threads);
     report_str(rep, "kv_type", bench_kv_name(b->opts.kv_dtype));
+    report_str(rep, "prefix_cache", a->mo.engine.prefix_cache ? "on" : "off");
     report_int(rep, "block_size", b->opts.block_size);
     report_str(rep, "dataset", a->dataset ? a->dataset : "random");
     report_int(rep, "num_requests", n);
     report_int(rep, "input_len", a->dataset ? 0 : a->input_len);
     report_int(rep, "output_len", a->output_len);
     report_num(rep, "range_ratio", a->range_ratio, 2);
+    report_int(rep, "prefix_len", a->prefix_len);
+    report_int(rep, "num_prefixes", a->prefix_len ? a->num_prefixes : 0);
     report_num(rep, "request_rate", a->request_rate > 0 ? a->request_rate : INFINITY, 2);
     report_int(rep, "seed", (long long)a->seed);
     report_num(rep, "elapsed_s", t_end, 3);
@@ -679,6 +708,10 @@ static void tp_report(const bench_args *a, const llmi_model *m, const char *labe
     report_int(rep, "prompt_tokens", prompt);
     report_int(rep, "output_tokens", generated);
     report_int(rep, "requested_output_tokens", run->requested);
+    long cached = 0;
+    for (int i = 0; i < n; i++) cached += run->reqs[i].n_cached;
+    report_int(rep, "cached_prompt_tokens", cached);
+    report_num(rep, "prefix_hit_rate", prompt > 0 ? (double)cached / (double)prompt : 0.0, 4);
     report_int(rep, "finished_length", sum->by_len);
     report_int(rep, "finished_eos", sum->by_eos);
     report_int(rep, "finished_other", sum->other);

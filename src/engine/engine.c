@@ -16,6 +16,7 @@
 
 #include "backend/cost.h"
 #include "engine/kvcache.h"
+#include "engine/prompt_cache.h"
 #include "engine/sched.h"
 #include "engine/sequence.h"
 #include "engine/stop.h"
@@ -27,6 +28,7 @@ struct llmi_engine {
     llmi_engine_opts opts;
     kvcache kv;
     sched sched;
+    prompt_cache *pc;         /* --prompt-cache, or NULL */
     int max_ctx;
     struct timespec t0;
     llmi_op_stats host_stats;   /* the engine's own share of a step: LLMI_OP_HOST, LLMI_OP_SAMPLE */
@@ -47,7 +49,7 @@ struct llmi_engine {
 llmi_engine_opts engine_opts_defaults(void) {
     llmi_engine_opts o = {.block_size = 16, .num_blocks = 0, .kv_mem_bytes = 0, .max_batch_tokens = 2048,
                           .prefill_chunk = 0, .max_seqs = 256, .policy = SCHED_FIFO, .max_ctx = 0,
-                          .prefix_cache = true};
+                          .prefix_cache = true, .prompt_cache_max = (size_t)4 << 30};
     return o;
 }
 
@@ -77,12 +79,11 @@ double engine_now(const llmi_engine *e) {
 }
 
 /* The root of every prefix-cache hash chain: what else a block's K/V depends on. */
-static kv_hash kv_salt(const llmi_backend *b) {
-    char desc[64];
-    int n = snprintf(desc, sizeof desc, "llmi-kv/%d/%d", (int)b->opts.kv_dtype, b->opts.block_size);
-    int32_t words[16] = {0};
-    memcpy(words, desc, (size_t)n < sizeof words ? (size_t)n : sizeof words);
-    return kvcache_chain((kv_hash){0, 0}, words, 16);
+static kv_hash kv_salt(const llmi_model *m, const llmi_backend *b) {
+    kv_hash fp = prompt_cache_model_fingerprint(m);
+    int32_t words[8] = {(int32_t)fp.lo, (int32_t)(fp.lo >> 32), (int32_t)fp.hi, (int32_t)(fp.hi >> 32),
+                        (int32_t)b->opts.kv_dtype, b->opts.block_size, 0x6c6c6d69 /* "llmi" */, 1 /* format */};
+    return kvcache_chain((kv_hash){0, 0}, words, 8);
 }
 
 int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *o, llmi_engine **out,
@@ -128,11 +129,20 @@ int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *
     e->max_ctx = max_ctx;
     clock_gettime(CLOCK_MONOTONIC, &e->t0);
     size_t V = (size_t)m->cfg.n_vocab;
-    if (kvcache_init(&e->kv, num_blocks, opts.block_size, opts.prefix_cache, kv_salt(b), st) ||
+    kv_hash salt = kv_salt(m, b);
+    if (opts.prompt_cache_dir && !opts.prefix_cache) {
+        llmi_fail(st, LLMI_E_USAGE, "--prompt-cache: needs prefix caching (drop --no-prefix-cache)");
+        goto fail;
+    }
+    if (kvcache_init(&e->kv, num_blocks, opts.block_size, opts.prefix_cache, salt, st) ||
         b->kv_alloc(b, num_blocks, st) ||
         sched_init(&e->sched, &opts, st) || sched_plan_alloc(&e->plan, &e->sched, st) ||
         sched_batch_bufs_alloc(&e->bufs, &e->sched, max_blocks_per_seq, st))
         goto fail;
+    if (opts.prompt_cache_dir &&
+        prompt_cache_open(opts.prompt_cache_dir, opts.prompt_cache_max, b, salt, &e->pc, st))
+        goto fail;
+    e->sched.pc = e->pc;
     e->logits = malloc((size_t)opts.max_seqs * V * sizeof(float));
     e->sample_scratch = malloc(sampler_scratch_bytes((int)V));
     e->raw_logits = malloc(V * sizeof(float));
@@ -162,6 +172,7 @@ void engine_destroy(llmi_engine *e) {
     for (int i = 0; i < e->n_seq_slots; i++) seq_free(e->seqs[i]);
     free(e->seqs);
     kvcache_free(&e->kv);
+    prompt_cache_close(e->pc);
     sched_free(&e->sched);
     sched_plan_free(&e->plan);
     sched_batch_bufs_free(&e->bufs);
@@ -365,7 +376,9 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
         bool is_decode = n == 1 && s->n_computed == s->n_tokens - 1 && s->n_tokens > s->n_prompt;
         if (is_decode) inf.n_decode_tokens += n; else inf.n_prefill_tokens += n;
         s->n_computed += n;
+        int hashed = s->table.n_hashed;
         kvcache_commit_full(&e->kv, &s->table, s->tokens, s->n_computed);
+        if (e->pc) prompt_cache_store(e->pc, &s->table, hashed, s->tokens);
         if (s->n_computed >= s->n_prompt && s->info.t_prefill_done == 0) s->info.t_prefill_done = t_fwd_end;
         if (s->n_computed < s->n_tokens) continue;
         if (s->n_tokens >= s->max_total) {

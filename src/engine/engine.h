@@ -29,6 +29,8 @@ typedef struct llmi_engine_opts {
     sched_policy policy;
     int max_ctx;             /* context length (-c); 0 = the model's */
     bool prefix_cache;       /* reuse the K/V of cached prompt prefixes (default on; --no-prefix-cache) */
+    const char *prompt_cache_dir;   /* --prompt-cache DIR: prefix blocks kept across runs, or NULL */
+    size_t prompt_cache_max;        /* --prompt-cache-max: bytes DIR may hold; 0 = no cap */
 } llmi_engine_opts;
 
 llmi_engine_opts engine_opts_defaults(void);

@@ -156,18 +156,20 @@ int kvcache_reserve(kvcache *kv, kvcache_table *t, int n_tokens) {
     return 0;
 }
 
-void kvcache_release(kvcache *kv, kvcache_table *t) {
+void kvcache_shrink(kvcache *kv, kvcache_table *t, int n_blocks) {
     /* Last block first: the tail of a sequence is the least likely to be shared, so it
      * is the first evicted; a free block pushed last is the next handed out. */
-    for (int i = t->n_blocks - 1; i >= 0; i--) {
+    for (int i = t->n_blocks - 1; i >= n_blocks; i--) {
         int b = t->blocks[i];
         if (--kv->ref[b] > 0) continue;
         if (kv->prefix_cache && kv->cached[b]) lru_push_tail(kv, b);
         else kv->free_ids[kv->n_free++] = b;
     }
-    t->n_blocks = 0;
-    t->n_hashed = 0;
+    if (t->n_blocks > n_blocks) t->n_blocks = n_blocks;
+    if (t->n_hashed > n_blocks) t->n_hashed = n_blocks;
 }
+
+void kvcache_release(kvcache *kv, kvcache_table *t) { kvcache_shrink(kv, t, 0); }
 
 void kvcache_table_free(kvcache_table *t) {
     free(t->blocks);

@@ -66,6 +66,8 @@ int kvcache_reserve(kvcache *kv, kvcache_table *t, int n_tokens);
  * others to the free list. */
 void kvcache_release(kvcache *kv, kvcache_table *t);
 void kvcache_table_free(kvcache_table *t);
+/* Drops t's references to its blocks from n_blocks on (its last ones), as release does. */
+void kvcache_shrink(kvcache *kv, kvcache_table *t, int n_blocks);
 
 /* The hash of a full block of tokens (block_size) after parent (kv->salt for block 0). */
 kv_hash kvcache_chain(kv_hash parent, const int32_t *tokens, int block_size);

@@ -168,6 +168,7 @@ int sched_plan_step(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi_
             while (s->n_waiting > 0 && budget > 0 && p->n_seqs < s->max_seqs) {
                 llmi_seq *q = seqs[s->waiting[0]];
                 int cached = kvcache_match_prefix(kv, &q->table, q->tokens, q->n_tokens);
+                if (s->pc) cached = prompt_cache_extend(s->pc, kv, &q->table, q->tokens, q->n_tokens);
                 q->n_computed = cached;
                 int got = plan_take(s, seqs, kv, p, q, budget, false);
                 if (got <= 0) {

@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "engine/engine.h"
 #include "engine/kvcache.h"
+#include "engine/prompt_cache.h"
 #include "engine/sequence.h"
 
 typedef struct sched {
@@ -22,6 +23,7 @@ typedef struct sched {
     int max_batch_tokens;     /* token budget of one step */
     int prefill_chunk;        /* longest prefill piece of one sequence per step; 0 = unlimited */
     int max_seqs;             /* most sequences in one step */
+    prompt_cache *pc;         /* borrowed: prefixes found on disk past what memory holds, or NULL */
     int *waiting;             /* (cap) sequence ids, arrival order, front first */
     int n_waiting;
     int *running;             /* (cap) sequence ids in admission order */

@@ -73,6 +73,30 @@ static int cpu_kv_alloc(llmi_backend *b, int num_blocks, llmi_status *st) {
     return 0;
 }
 
+/* Layer l's K region is (num_blocks, block_size, kvd) and its V region follows: one
+ * block's part of either is contiguous. */
+static int cpu_kv_block_copy(llmi_backend *b, int block, void *host, bool to_host, llmi_status *st) {
+    cpu_impl *im = b->impl;
+    if (block < 0 || block >= b->num_blocks)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: KV block %d outside the cache of %d", block, b->num_blocks);
+    const llmi_config *c = &b->model->cfg;
+    size_t part = (size_t)b->opts.block_size * c->n_kv_heads * c->head_dim * kv_dtype_bytes(b->opts.kv_dtype);
+    size_t region = part * (size_t)b->num_blocks;
+    char *h = host;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int kv = 0; kv < 2; kv++, h += part) {
+            char *dev = (char *)im->kv + ((size_t)l * 2 + kv) * region + (size_t)block * part;
+            memcpy(to_host ? h : dev, to_host ? dev : h, part);
+        }
+    return 0;
+}
+static int cpu_kv_read_block(llmi_backend *b, int block, void *dst, llmi_status *st) {
+    return cpu_kv_block_copy(b, block, dst, true, st);
+}
+static int cpu_kv_write_block(llmi_backend *b, int block, const void *src, llmi_status *st) {
+    return cpu_kv_block_copy(b, block, (void *)src, false, st);
+}
+
 static void cpu_memory(const llmi_backend *b, size_t *weights, size_t *kv, size_t *activations) {
     const cpu_impl *im = b->impl;
     if (weights) *weights = b->model->weight_bytes;   /* read in place, not copied */
@@ -326,6 +350,8 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     b->kv_block_bytes = cpu_kv_block_bytes;
     b->kv_budget_bytes = cpu_kv_budget_bytes;
     b->kv_alloc = cpu_kv_alloc;
+    b->kv_read_block = cpu_kv_read_block;
+    b->kv_write_block = cpu_kv_write_block;
     b->forward = cpu_forward;
     b->forward_layers = cpu_forward_layers;
     b->memory = cpu_memory;

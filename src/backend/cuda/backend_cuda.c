@@ -171,6 +171,33 @@ static int cuda_kv_alloc(llmi_backend *b, int num_blocks, llmi_status *st) {
     return 0;
 }
 
+/* Same layout as the CPU backend's cache: per layer a K then a V region of
+ * (num_blocks, block_size, kvd), one block's part of either contiguous. */
+static int cuda_kv_block_copy(llmi_backend *b, int block, void *host, bool to_host, llmi_status *st) {
+    cuda_impl *im = b->impl;
+    if (block < 0 || block >= b->num_blocks)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: KV block %d outside the cache of %d", block, b->num_blocks);
+    const llmi_config *c = &b->model->cfg;
+    size_t part = (size_t)b->opts.block_size * c->n_kv_heads * c->head_dim * kv_dtype_bytes(b->opts.kv_dtype);
+    size_t region = part * (size_t)b->num_blocks;
+    CU_CHECK(st, cudaSetDevice(im->device));
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    char *h = host;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int kv = 0; kv < 2; kv++, h += part) {
+            char *dev = (char *)im->kv + ((size_t)l * 2 + kv) * region + (size_t)block * part;
+            CU_CHECK(st, cudaMemcpy(to_host ? (void *)h : (void *)dev, to_host ? (const void *)dev : (const void *)h, part,
+                                    to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice));
+        }
+    return 0;
+}
+static int cuda_kv_read_block(llmi_backend *b, int block, void *dst, llmi_status *st) {
+    return cuda_kv_block_copy(b, block, dst, true, st);
+}
+static int cuda_kv_write_block(llmi_backend *b, int block, const void *src, llmi_status *st) {
+    return cuda_kv_block_copy(b, block, (void *)src, false, st);
+}
+
 static void cuda_memory(const llmi_backend *b, size_t *weights, size_t *kv, size_t *activations) {
     const cuda_impl *im = b->impl;
     if (weights) *weights = im->weight_bytes;
@@ -849,6 +876,8 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     b->kv_block_bytes = cuda_kv_block_bytes;
     b->kv_budget_bytes = cuda_kv_budget_bytes;
     b->kv_alloc = cuda_kv_alloc;
+    b->kv_read_block = cuda_kv_read_block;
+    b->kv_write_block = cuda_kv_write_block;
     b->forward = cuda_forward;
     b->memory = cuda_memory;
     b->destroy = cuda_destroy;
