@@ -14,6 +14,7 @@
 #include <string.h>
 #include <stdbool.h>
 #include <sys/mman.h>
+#include "core/fileio.h"
 #include "model/model_dummy.h"
 
 typedef struct dummy_preset {
@@ -85,16 +86,10 @@ static int json_float(const cJSON *root, const char *key, float def, const char 
 }
 
 static int dummy_config_from_json(const char *path, llmi_config *c, llmi_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return llmi_fail(st, LLMI_E_RUNTIME, "--dummy %s: not a preset (%s) and cannot open it: %s", path,
-                             model_dummy_preset_names(), strerror(errno));
-    char *buf = malloc(1 << 20);  /* config.json files are a few KB; 1 MiB bounds a hostile one */
-    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-    int too_big = buf && n == (1 << 20) - 1 && fgetc(f) != EOF;
-    fclose(f);
-    if (!buf) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path);
-    if (too_big) { free(buf); return llmi_fail(st, LLMI_E_RUNTIME, "%s: larger than 1 MiB, not a config.json", path); }
-    buf[n] = '\0';
+    char *buf;
+    size_t len;
+    fileio_opts fo = {.flag = "--dummy", .max_bytes = 1u << 20};   /* config.json files are a few KB */
+    if (fileio_read(path, &fo, &buf, &len, st)) return st->code;
     cJSON *root = cJSON_Parse(buf);
     free(buf);
     if (!root || !cJSON_IsObject(root)) {

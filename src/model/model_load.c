@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/fileio.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
 #include "tok/tokenizer.h"
@@ -777,42 +778,6 @@ fail:
 
 /* ================================================================ Hugging Face directory */
 
-/* Reads a whole small file (config.json, the shard index) with a size cap. */
-static int read_small_file(const char *path, size_t cap, char **buf, size_t *len, llmi_status *st) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: not a regular file", path);
-    }
-    if ((uint64_t)sb.st_size > cap) {
-        close(fd);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %lld bytes is too large (limit %zu)", path, (long long)sb.st_size, cap);
-    }
-    size_t n = (size_t)sb.st_size, got = 0;
-    char *b = malloc(n + 1);
-    if (!b) {
-        close(fd);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path);
-    }
-    while (got < n) {
-        ssize_t r = read(fd, b + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    close(fd);
-    if (got != n) {
-        free(b);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: short read", path);
-    }
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
-    return 0;
-}
-
 static cJSON *json_item(const cJSON *o, const char *key) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
     return (j && !cJSON_IsNull(j)) ? (cJSON *)j : NULL;
@@ -896,7 +861,7 @@ static int hf_rope_scaling(const cJSON *rs, llmi_config *c, const char *file, ll
 static int hf_config(const char *file, llmi_config *c, quant_config *qc, bool *quantized, llmi_status *st) {
     char *buf;
     size_t len;
-    if (read_small_file(file, HF_MAX_JSON, &buf, &len, st)) return LLMI_E_RUNTIME;
+    if (fileio_read(file, &(fileio_opts){.max_bytes = HF_MAX_JSON}, &buf, &len, st)) return LLMI_E_RUNTIME;
     cJSON *j = cJSON_ParseWithLength(buf, len);
     free(buf);
     if (!j) return llmi_fail(st, LLMI_E_RUNTIME, "%s: not valid JSON", file);
@@ -1080,7 +1045,7 @@ static int hf_open_shards(const char *dir, hf_ctx *h, llmi_status *st) {
     }
     char *buf;
     size_t len;
-    if (read_small_file(ipath, HF_MAX_JSON, &buf, &len, st)) return LLMI_E_RUNTIME;
+    if (fileio_read(ipath, &(fileio_opts){.max_bytes = HF_MAX_JSON}, &buf, &len, st)) return LLMI_E_RUNTIME;
     cJSON *j = cJSON_ParseWithLength(buf, len);
     free(buf);
     if (!j) return llmi_fail(st, LLMI_E_RUNTIME, "%s: not valid JSON", ipath);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "core/fileio.h"
 #include "model/gguf.h"
 #include "quant/write_hf.h"
 
@@ -263,13 +264,12 @@ static cJSON *qw_config_from_model(const llmi_model *m) {
     return j;
 }
 
+/* The input's config.json, to be rewritten with the quantization_config. */
 static int qw_read_json(const char *path, cJSON **out, llmi_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = malloc(1 << 24);
-    size_t n = buf ? fread(buf, 1, (1 << 24) - 1, f) : 0;
-    fclose(f);
-    if (!buf) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path);
+    char *buf;
+    size_t n;
+    fileio_opts fo = {.max_bytes = 64u << 20};   /* a config.json is a few KB */
+    if (fileio_read(path, &fo, &buf, &n, st)) return st->code;
     *out = cJSON_ParseWithLength(buf, n);
     free(buf);
     if (!*out || !cJSON_IsObject(*out)) {

@@ -3,53 +3,20 @@
  * (BOS/EOS, add_bos/add_eos, chat template) and generation_config.json (end-of-generation
  * ids).  Only the constructs llmi implements exactly are accepted; anything else is refused
  * with a message naming tokenizer.json and the construct. */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
+#include "core/fileio.h"
 #include "tok/tok_internal.h"
 
-#define HF_MAX_FILE (512u << 20)
-
-static int read_file(const char *path, char **out, size_t *len, bool optional, llmi_status *st) {
-    *out = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (optional && errno == ENOENT) return 0;
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
-    }
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            cap = cap ? cap * 2 : 1 << 20;
-            if (cap > HF_MAX_FILE + 65536 + 1) {
-                free(buf); fclose(f);
-                return llmi_fail(st, LLMI_E_RUNTIME, "%s: larger than %u MiB", path, HF_MAX_FILE >> 20);
-            }
-            char *q = realloc(buf, cap);
-            if (!q) { free(buf); fclose(f); return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path); }
-            buf = q;
-        }
-        size_t k = fread(buf + n, 1, 65536, f);
-        n += k;
-        if (k < 65536) break;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (err) { free(buf); return llmi_fail(st, LLMI_E_RUNTIME, "%s: read error", path); }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return 0;
-}
+#define HF_MAX_FILE (512u << 20)   /* tokenizer.json of a 256k vocabulary is ~20 MB */
 
 static cJSON *parse_json(const char *path, bool optional, bool *missing, llmi_status *st) {
     char *txt;
     size_t n;
     *missing = false;
-    if (read_file(path, &txt, &n, optional, st)) return NULL;
+    fileio_opts fo = {.max_bytes = HF_MAX_FILE, .optional = optional};
+    if (fileio_read(path, &fo, &txt, &n, st)) return NULL;
     if (!txt) { *missing = true; return NULL; }
     cJSON *j = cJSON_ParseWithLength(txt, n);
     free(txt);
