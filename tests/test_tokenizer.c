@@ -96,53 +96,12 @@ static tokenizer *load_hf_zst(const char *dir, llmi_status *st) {
     return t;
 }
 
-/* tok_spec from a GGUF file's tokenizer.* keys, with src/gguf.h. */
+/* The tokenizer a GGUF file describes, built as the model loader builds it. */
 static tokenizer *load_gguf(const char *path, llmi_status *st) {
     gguf_file g;
     if (gguf_open(path, &g, st)) return NULL;
-    tok_spec s = {0};
-    gguf_str model = {0}, pre = {0}, tpl = {0};
-    const char **toks = NULL, **merges = NULL;
-    uint32_t *tl = NULL, *ml = NULL;
-    float *scores = NULL;
-    int32_t *types = NULL;
-    uint64_t n = 0, nm = 0, n2 = 0;
     tokenizer *t = NULL;
-    char *tplz = NULL;
-    gguf_get_str(&g, "tokenizer.ggml.model", &model, st);
-    gguf_get_str(&g, "tokenizer.ggml.pre", &pre, st);
-    if (gguf_get_str_array(&g, "tokenizer.ggml.tokens", 1 << 22, &toks, &tl, &n, st) != 1) goto done;
-    gguf_get_str_array(&g, "tokenizer.ggml.merges", 1 << 23, &merges, &ml, &nm, st);
-    gguf_get_f32_array(&g, "tokenizer.ggml.scores", 1 << 22, &scores, &n2, st);
-    gguf_get_i32_array(&g, "tokenizer.ggml.token_type", 1 << 22, &types, &n2, st);
-    s.model = gguf_str_eq(model, "llama") ? TOK_MODEL_SPM_BPE : TOK_MODEL_BYTELEVEL_BPE;
-    s.pre = gguf_str_eq(pre, "smollm") ? TOK_PRE_SMOLLM
-          : gguf_str_eq(pre, "llama-bpe") ? TOK_PRE_LLAMA3
-          : gguf_str_eq(pre, "qwen2") ? TOK_PRE_QWEN2
-          : gguf_str_eq(pre, "gpt-2") ? TOK_PRE_GPT2 : TOK_PRE_NONE;
-    s.n_tokens = (int)n;
-    s.tokens = toks;
-    s.token_lens = tl;
-    s.scores = scores;
-    s.token_types = types;
-    s.n_merges = (int)nm;
-    s.merges = merges ? merges : (const char **)toks;   /* an empty list must act as none */
-    s.merge_lens = ml;
-    int64_t v;
-    s.bos_id = gguf_get_int(&g, "tokenizer.ggml.bos_token_id", 0, (int64_t)n - 1, &v, st) == 1 ? (int)v : -1;
-    s.eos_id = gguf_get_int(&g, "tokenizer.ggml.eos_token_id", 0, (int64_t)n - 1, &v, st) == 1 ? (int)v : -1;
-    s.unk_id = gguf_get_int(&g, "tokenizer.ggml.unknown_token_id", 0, (int64_t)n - 1, &v, st) == 1 ? (int)v : -1;
-    s.pad_id = gguf_get_int(&g, "tokenizer.ggml.padding_token_id", 0, (int64_t)n - 1, &v, st) == 1 ? (int)v : -1;
-    s.add_bos = s.model == TOK_MODEL_SPM_BPE;   /* llama.cpp's default for SentencePiece */
-    gguf_get_bool(&g, "tokenizer.ggml.add_bos_token", &s.add_bos, st);
-    gguf_get_bool(&g, "tokenizer.ggml.add_eos_token", &s.add_eos, st);
-    if (gguf_get_str(&g, "tokenizer.chat_template", &tpl, st) == 1) {
-        tplz = strndup(tpl.p, tpl.len);
-        s.chat_template = tplz;
-    }
-    tok_create(&s, &t, st);
-done:
-    free(toks); free(tl); free(merges); free(ml); free(scores); free(types); free(tplz);
+    tok_load_gguf(&g, &t, st);
     gguf_close(&g);
     return t;
 }

@@ -296,9 +296,16 @@ void model_set_name(char *dst, size_t cap, const char *path) {
     snprintf(dst, cap, "%.*s", (int)(end - b), b);
 }
 
-int model_tok_error(const char *what, const llmi_status *tst, llmi_status *st) {
-    if (strstr(tst->msg, what)) return llmi_fail(st, LLMI_E_RUNTIME, "%s", tst->msg);
-    return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s", what, tst->msg[0] ? tst->msg : "tokenizer failed");
+int model_tok_check(const llmi_model *m, int rc, const llmi_status *tst, const char *what, llmi_status *st) {
+    if (rc) {
+        /* tokenizer errors come from another module; the message must name our file */
+        if (strstr(tst->msg, what)) return llmi_fail(st, LLMI_E_RUNTIME, "%s", tst->msg);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s", what, tst->msg[0] ? tst->msg : "tokenizer failed");
+    }
+    if (tok_n_vocab(m->tok) > m->cfg.n_vocab)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer has %d tokens but the embedding only %d rows", what,
+                         tok_n_vocab(m->tok), m->cfg.n_vocab);
+    return 0;
 }
 
 /* ================================================================ dispatch */

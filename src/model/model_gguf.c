@@ -1,6 +1,6 @@
 /* model_gguf.c — the GGUF loader behind model.h: the hyper-parameters from the
  * "<arch>.*" metadata keys (with llama.cpp's defaults and its rope_freqs form of Llama-3
- * scaling), the weights by their ggml names, and the tokenizer from tokenizer.ggml.*.
+ * scaling) and the weights by their ggml names; the tokenizer is tok_load_gguf's.
  * Everything read from the file is untrusted; errors name the file. */
 #include "model/model_internal.h"
 
@@ -11,9 +11,6 @@
 
 #include "model/gguf.h"
 #include "tok/tokenizer.h"
-
-#define TOK_MAX_TOKENS  (1u << 24)
-#define TOK_MAX_MERGES  (1u << 24)
 
 static const char *const gguf_names[W_COUNT] = {
     "token_embd.weight", "output_norm.weight", "output.weight", "blk.%d.attn_norm.weight",
@@ -239,168 +236,6 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     return config_validate(c, path, st);
 }
 
-/* Arrays gathered for tok_create; freed after the call (tok_spec borrows them). */
-typedef struct gguf_tok_arrays {
-    const char **tokens; uint32_t *token_lens;
-    float *scores; int32_t *types;
-    const char **merges; uint32_t *merge_lens;
-    int32_t *eog;
-    char *chat_template;
-} gguf_tok_arrays;
-
-static void gguf_tok_arrays_free(gguf_tok_arrays *a) {
-    free(a->tokens); free(a->token_lens); free(a->scores); free(a->types);
-    free(a->merges); free(a->merge_lens); free(a->eog); free(a->chat_template);
-}
-
-/* bos/eos must name real tokens (prompts and stopping depend on them).  The optional ids
- * (unk, pad, eot, eom) are dropped when out of range, as llama.cpp does: files in the wild
- * store "none" as -1 or as the vocabulary size. */
-static int gguf_special_id(const gguf_file *g, const char *key, int n_tokens, bool strict, int *id, llmi_status *st) {
-    int64_t v;
-    int rc = gguf_get_int(g, key, INT64_MIN, INT64_MAX, &v, st);
-    if (rc < 0) return LLMI_E_RUNTIME;
-    if (rc == 0) return 0;
-    if (v < 0 || v >= n_tokens) {
-        if (!strict) {
-            *id = -1;
-            return 0;
-        }
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s = %lld is outside the %d tokens", g->path, key, (long long)v,
-                         n_tokens);
-    }
-    *id = (int)v;
-    return 0;
-}
-
-static int gguf_tokenizer(const gguf_file *g, const llmi_config *c, tokenizer **out, llmi_status *st) {
-    const char *path = g->path;
-    tok_spec s;
-    memset(&s, 0, sizeof s);
-    gguf_tok_arrays a;
-    memset(&a, 0, sizeof a);
-    int ret = LLMI_E_RUNTIME;
-    gguf_str model, pre = {0};
-    int rc = gguf_get_str(g, "tokenizer.ggml.model", &model, st);
-    if (rc < 0) goto done;
-    if (rc == 0) { llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key tokenizer.ggml.model", path); goto done; }
-    if (gguf_str_eq(model, "gpt2")) s.model = TOK_MODEL_BYTELEVEL_BPE;
-    else if (gguf_str_eq(model, "llama")) s.model = TOK_MODEL_SPM_BPE;
-    else {
-        llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported tokenizer model %.*s (supported: gpt2, llama)", path,
-                  (int)(model.len > 32 ? 32 : model.len), model.p);
-        goto done;
-    }
-    rc = gguf_get_str(g, "tokenizer.ggml.pre", &pre, st);
-    if (rc < 0) goto done;
-    bool bpe = s.model == TOK_MODEL_BYTELEVEL_BPE;
-    s.pre = bpe ? TOK_PRE_GPT2 : TOK_PRE_NONE;
-    s.add_bos = !bpe;
-    if (rc > 0 && !gguf_str_eq(pre, "default")) {
-        if (gguf_str_eq(pre, "gpt-2")) s.pre = TOK_PRE_GPT2;
-        else if (gguf_str_eq(pre, "smollm")) s.pre = TOK_PRE_SMOLLM;
-        else if (gguf_str_eq(pre, "llama-bpe") || gguf_str_eq(pre, "llama3") || gguf_str_eq(pre, "llama-v3")) {
-            s.pre = TOK_PRE_LLAMA3;
-            s.add_bos = true;
-        } else if (gguf_str_eq(pre, "qwen2")) s.pre = TOK_PRE_QWEN2;
-        else {
-            llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported pre-tokenizer %.*s", path,
-                      (int)(pre.len > 32 ? 32 : pre.len), pre.p);
-            goto done;
-        }
-    }
-    uint64_t n = 0, n2 = 0;
-    rc = gguf_get_str_array(g, "tokenizer.ggml.tokens", TOK_MAX_TOKENS, &a.tokens, &a.token_lens, &n, st);
-    if (rc < 0) goto done;
-    if (rc == 0 || n == 0) { llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key tokenizer.ggml.tokens", path); goto done; }
-    if (n > (uint64_t)c->n_vocab) {
-        llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer has %llu tokens but the embedding only %d rows", path,
-                  (unsigned long long)n, c->n_vocab);
-        goto done;
-    }
-    s.n_tokens = (int)n;
-    s.tokens = a.tokens;
-    s.token_lens = a.token_lens;
-    rc = gguf_get_f32_array(g, "tokenizer.ggml.scores", TOK_MAX_TOKENS, &a.scores, &n2, st);
-    if (rc < 0) goto done;
-    if (rc > 0 && n2 != n) {
-        llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.scores has %llu entries, tokens %llu", path,
-                  (unsigned long long)n2, (unsigned long long)n);
-        goto done;
-    }
-    s.scores = a.scores;
-    rc = gguf_get_i32_array(g, "tokenizer.ggml.token_type", TOK_MAX_TOKENS, &a.types, &n2, st);
-    if (rc < 0) goto done;
-    if (rc > 0 && n2 != n) {
-        llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.token_type has %llu entries, tokens %llu", path,
-                  (unsigned long long)n2, (unsigned long long)n);
-        goto done;
-    }
-    s.token_types = a.types;
-    n2 = 0; /* stays 0 when the key is absent (SentencePiece files) */
-    rc = gguf_get_str_array(g, "tokenizer.ggml.merges", TOK_MAX_MERGES, &a.merges, &a.merge_lens, &n2, st);
-    if (rc < 0) goto done;
-    if (rc == 0 && bpe) { llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key tokenizer.ggml.merges", path); goto done; }
-    s.n_merges = (int)n2;
-    s.merges = a.merges;
-    s.merge_lens = a.merge_lens;
-
-    /* SentencePiece files default to <unk>=0 <s>=1 </s>=2 (as llama.cpp does) */
-    s.bos_id = s.eos_id = s.unk_id = s.pad_id = -1;
-    if (!bpe) {
-        s.unk_id = 0 < s.n_tokens ? 0 : -1;
-        s.bos_id = 1 < s.n_tokens ? 1 : -1;
-        s.eos_id = 2 < s.n_tokens ? 2 : -1;
-    }
-    int eot = -1, eom = -1;
-    if (gguf_special_id(g, "tokenizer.ggml.bos_token_id", s.n_tokens, true, &s.bos_id, st) ||
-        gguf_special_id(g, "tokenizer.ggml.eos_token_id", s.n_tokens, true, &s.eos_id, st) ||
-        gguf_special_id(g, "tokenizer.ggml.unknown_token_id", s.n_tokens, false, &s.unk_id, st) ||
-        gguf_special_id(g, "tokenizer.ggml.padding_token_id", s.n_tokens, false, &s.pad_id, st) ||
-        gguf_special_id(g, "tokenizer.ggml.eot_token_id", s.n_tokens, false, &eot, st) ||
-        gguf_special_id(g, "tokenizer.ggml.eom_token_id", s.n_tokens, false, &eom, st))
-        goto done;
-    if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &s.add_bos, st) < 0 ||
-        gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &s.add_eos, st) < 0)
-        goto done;
-    gguf_str tmpl;
-    rc = gguf_get_str(g, "tokenizer.chat_template", &tmpl, st);
-    if (rc < 0) goto done;
-    if (rc > 0) {
-        a.chat_template = malloc((size_t)tmpl.len + 1);
-        if (!a.chat_template) { llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path); goto done; }
-        memcpy(a.chat_template, tmpl.p, (size_t)tmpl.len);
-        a.chat_template[tmpl.len] = '\0';
-        s.chat_template = a.chat_template;
-    }
-
-    /* End-of-generation tokens beyond eos, found by text as llama.cpp does: chat models
-     * end a turn with these even when eos names another token. */
-    static const char *const eog_texts[] = {"<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end|>", "</s>",
-                                            "<|end_of_text|>", "<|eom_id|>"};
-    a.eog = malloc(sizeof(int32_t) * 16);
-    if (!a.eog) { llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path); goto done; }
-    if (eot >= 0) a.eog[s.n_eog_ids++] = eot;
-    if (eom >= 0) a.eog[s.n_eog_ids++] = eom;
-    /* llama.cpp marks these end-of-generation whatever their token type says */
-    for (int i = 0; i < s.n_tokens && s.n_eog_ids < 16; i++) {
-        for (size_t k = 0; k < sizeof eog_texts / sizeof eog_texts[0]; k++) {
-            if (a.token_lens[i] == strlen(eog_texts[k]) && memcmp(a.tokens[i], eog_texts[k], a.token_lens[i]) == 0) {
-                a.eog[s.n_eog_ids++] = i;
-                break;
-            }
-        }
-    }
-    s.eog_ids = a.eog;
-    llmi_status tst;
-    llmi_status_clear(&tst);
-    if (tok_create(&s, out, &tst)) { model_tok_error(path, &tst, st); goto done; }
-    ret = 0;
-done:
-    gguf_tok_arrays_free(&a);
-    return ret;
-}
-
 int model_load_gguf(const char *path, const llmi_load_opts *opts, llmi_model *m, llmi_status *st) {
     memset(m, 0, sizeof *m);
     gguf_file g;
@@ -416,7 +251,10 @@ int model_load_gguf(const char *path, const llmi_load_opts *opts, llmi_model *m,
     size_t len;
     gguf_take_map(&g, &addr, &len);
     if (model_add_map(m, addr, len, path, st)) goto fail;
-    if (!(opts && opts->no_tokenizer) && gguf_tokenizer(&g, &m->cfg, &m->tok, st)) goto fail;
+    if (!(opts && opts->no_tokenizer)) {
+        llmi_status tst = {0};
+        if (model_tok_check(m, tok_load_gguf(&g, &m->tok, &tst), &tst, path, st)) goto fail;
+    }
     gguf_close(&g);
     return 0;
 fail:

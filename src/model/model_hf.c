@@ -390,14 +390,8 @@ int model_load_hf(const char *dir, const llmi_load_opts *opts, llmi_model *m, ll
     free(h);
     h = NULL;
     if (!(opts && opts->no_tokenizer)) {
-        llmi_status tst;
-        llmi_status_clear(&tst);
-        if (tok_load_hf(dir, &m->tok, &tst)) { model_tok_error(dir, &tst, st); goto fail; }
-        if (tok_n_vocab(m->tok) > m->cfg.n_vocab) {
-            llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer has %d tokens but the embedding only %d rows", dir,
-                      tok_n_vocab(m->tok), m->cfg.n_vocab);
-            goto fail;
-        }
+        llmi_status tst = {0};
+        if (model_tok_check(m, tok_load_hf(dir, &m->tok, &tst), &tst, dir, st)) goto fail;
     }
     return 0;
 fail:

@@ -55,8 +55,9 @@ int model_bind_weights(const weight_src *w, llmi_model *m, bool permute_qk, llmi
 int model_add_map(llmi_model *m, void *addr, size_t len, const char *what, llmi_status *st);
 /* The last path component of path, for cfg.name. */
 void model_set_name(char *dst, size_t cap, const char *path);
-/* Tokenizer errors come from another module; the message must name our file. */
-int model_tok_error(const char *what, const llmi_status *tst, llmi_status *st);
+/* Checks the tokenizer a loader has just built into m->tok (its result rc and status tst):
+ * the error named with what, or a vocabulary larger than the embedding. */
+int model_tok_check(const llmi_model *m, int rc, const llmi_status *tst, const char *what, llmi_status *st);
 
 /* Values read as double and stored as float must not overflow the conversion. */
 static inline float model_to_f32(double d) {

@@ -1,6 +1,7 @@
 /* tok_internal.h — owns the private layout of struct tokenizer shared by tokenizer.c (core:
- * building, encoding, decoding, streaming), tok_hf.c (tokenizer.json loader) and tok_chat.c
- * (chat formatting).  Nothing outside src/tok*.c includes it. */
+ * building, encoding, decoding, streaming), the front ends tok_gguf.c (GGUF metadata) and
+ * tok_hf.c (tokenizer.json), and tok_chat.c (chat formatting).  Nothing outside src/tok
+ * includes it. */
 #ifndef LLMI_TOK_INTERNAL_H
 #define LLMI_TOK_INTERNAL_H
 

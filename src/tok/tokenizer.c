@@ -1,5 +1,5 @@
-/* tokenizer.c — the tokenizer core: building the tables from a GGUF spec (tok_create) or from
- * what tok_hf.c parsed, encoding (added-token split, normalization, pre-tokenization, BPE),
+/* tokenizer.c — the tokenizer core: building the tables from what a front end parsed
+ * (tok_gguf.c, tok_hf.c), encoding (added-token split, normalization, pre-tokenization, BPE),
  * decoding and the streaming detokenizer.  Behaviour follows Hugging Face `tokenizers`
  * (AddedVocabulary, BPE::merge_word, ByteLevel / ByteFallback decoders); see FORMATS.md. */
 #include <stdlib.h>
@@ -495,119 +495,6 @@ int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
         int id = tok_vocab_find(t, eot_names[k], strlen(eot_names[k]));
         if (id >= 0 && (t->flags[id] & TOKF_SPECIAL)) t->flags[id] |= TOKF_EOG;
     }
-    return 0;
-}
-
-/* ------------------------------------------------------------------ tok_create (GGUF) */
-
-int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st) {
-    *out = NULL;
-    const char *origin = "GGUF tokenizer";
-    if (!spec || spec->n_tokens <= 0 || spec->n_tokens > TOK_MAX_VOCAB || !spec->tokens || !spec->token_lens)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: no token list", origin);
-    if (spec->model != TOK_MODEL_BYTELEVEL_BPE && spec->model != TOK_MODEL_SPM_BPE)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unknown tokenizer model %d", origin, (int)spec->model);
-    if (spec->model == TOK_MODEL_BYTELEVEL_BPE && (!spec->merges || !spec->merge_lens || spec->n_merges <= 0))
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: byte-level BPE (gpt2) without tokenizer.ggml.merges", origin);
-    /* an empty merge list counts as none: a SentencePiece vocab then merges by scores */
-    bool have_merges = spec->merges && spec->n_merges > 0;
-    if (spec->model == TOK_MODEL_SPM_BPE && !have_merges && !spec->scores)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: SentencePiece vocabulary without scores", origin);
-    if (have_merges && (spec->n_merges > TOK_MAX_MERGES || !spec->merge_lens))
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: bad merge list (%d entries)", origin, spec->n_merges);
-    int n = spec->n_tokens;
-    for (int i = 0; i < n; i++)
-        if (!spec->tokens[i]) return llmi_fail(st, LLMI_E_RUNTIME, "%s: token %d missing", origin, i);
-    tokenizer *t = tok_alloc();
-    uint8_t *flags = calloc((size_t)n, 1);
-    tok_added *added = calloc((size_t)n, sizeof *added);
-    tok_merge_str *ms = have_merges ? calloc((size_t)spec->n_merges + 1, sizeof *ms) : NULL;
-    char *atext = NULL;
-    int rc = 0;
-    if (!t || !flags || !added || (have_merges && !ms)) {
-        rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", origin);
-        goto done;
-    }
-    t->model = spec->model;
-    t->pre = spec->pre;
-    t->bos_id = spec->bos_id >= 0 && spec->bos_id < n ? spec->bos_id : -1;
-    t->eos_id = spec->eos_id >= 0 && spec->eos_id < n ? spec->eos_id : -1;
-    t->unk_id = spec->unk_id >= 0 && spec->unk_id < n ? spec->unk_id : -1;
-    t->pad_id = spec->pad_id >= 0 && spec->pad_id < n ? spec->pad_id : -1;
-    t->add_bos = spec->add_bos && t->bos_id >= 0;
-    t->add_eos = spec->add_eos && t->eos_id >= 0;
-
-    /* Control and unknown tokens become special added tokens, user-defined ones plain added
-     * tokens: what transformers' GGUF converter and llama.cpp both do. */
-    int n_added = 0;
-    size_t tl = 0;
-    for (int i = 0; i < n; i++) {
-        int ty = spec->token_types ? spec->token_types[i] : 1;
-        if ((ty == 2 || ty == 3 || ty == 4) && spec->token_lens[i] > 0 && spec->token_lens[i] <= TOK_MAX_TOKLEN) {
-            added[n_added++] = (tok_added){.id = i, .len = spec->token_lens[i], .special = ty != 4};
-            tl += spec->token_lens[i];
-        }
-    }
-    atext = malloc(tl + 1);
-    if (!atext) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", origin); goto done; }
-    uint32_t ao = 0;
-    for (int i = 0; i < n_added; i++) {
-        memcpy(atext + ao, spec->tokens[added[i].id], added[i].len);
-        added[i].off = ao;
-        ao += added[i].len;
-    }
-    for (int m = 0; ms && m < spec->n_merges; m++) {
-        const char *s = spec->merges[m];
-        uint32_t len = spec->merge_lens[m];
-        const char *sp = s && len <= 2 * TOK_MAX_TOKLEN + 1 ? memchr(s, ' ', len) : NULL;
-        if (!sp) {
-            rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: merge %d is not \"a b\"", origin, m);
-            goto done;
-        }
-        ms[m] = (tok_merge_str){s, (uint32_t)(sp - s), sp + 1, len - (uint32_t)(sp - s) - 1};
-    }
-
-    if (spec->model == TOK_MODEL_BYTELEVEL_BPE) {
-        t->dec = TOK_DEC_BYTELEVEL;
-        switch (spec->pre) {
-        case TOK_PRE_GPT2: rc = tok_compile_regex(t, tok_re_gpt2, origin, st); break;
-        case TOK_PRE_SMOLLM: t->digits_split = true; rc = tok_compile_regex(t, tok_re_gpt2, origin, st); break;
-        case TOK_PRE_LLAMA3: t->ignore_merges = true; rc = tok_compile_regex(t, tok_re_llama3, origin, st); break;
-        case TOK_PRE_QWEN2: t->norm = TOK_NORM_NFC; rc = tok_compile_regex(t, tok_re_qwen2, origin, st); break;
-        default: break;
-        }
-    } else {
-        /* llama.cpp's SentencePiece path: a space before the text, spaces as "▁", unknown
-         * characters as <0xNN> bytes, one leading space dropped when decoding. */
-        t->dec = TOK_DEC_SPM;
-        t->dec_strip_space = true;
-        t->norm = TOK_NORM_SPM_LEGACY;
-        t->byte_fallback = true;
-        t->fuse_unk = true;
-        t->pre = TOK_PRE_NONE;
-    }
-    if (rc) goto done;
-
-    tok_build b = {.n_vocab = n, .tokens = spec->tokens, .token_lens = spec->token_lens, .flags = flags,
-                   .scores = spec->model == TOK_MODEL_SPM_BPE && !ms ? spec->scores : NULL,
-                   .n_merges = ms ? spec->n_merges : 0, .merges = ms,
-                   .n_added = n_added, .added = added, .added_text = atext, .origin = origin};
-    rc = tok_build_common(t, &b, st);
-    if (rc) goto done;
-    for (int i = 0; i < spec->n_eog_ids && spec->eog_ids; i++)
-        if (spec->eog_ids[i] >= 0 && spec->eog_ids[i] < n) t->flags[spec->eog_ids[i]] |= TOKF_EOG;
-    if (spec->chat_template) {
-        t->chat_template = strdup(spec->chat_template);
-        if (!t->chat_template) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", origin); goto done; }
-    }
-    tok_detect_chat(t);
-done:
-    free(flags);
-    free(added);
-    free(ms);
-    free(atext);
-    if (rc) { tok_free(t); return rc; }
-    *out = t;
     return 0;
 }
 

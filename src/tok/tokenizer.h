@@ -2,8 +2,8 @@
  * pre-tokenizers) and SentencePiece-style BPE with byte fallback, added/special tokens,
  * BOS/EOS rules, the streaming detokenizer, and chat formatting for instruct models.
  *
- * Built either from GGUF metadata (the loader fills a tok_spec) or from a Hugging Face
- * directory (tokenizer.json, tokenizer_config.json, generation_config.json).
+ * Built either from GGUF metadata (tok_load_gguf, through a tok_spec) or from a Hugging
+ * Face directory (tok_load_hf: tokenizer.json, tokenizer_config.json, generation_config.json).
  * The reference is Hugging Face `tokenizers`; ids must match it exactly. */
 #ifndef LLMI_TOKENIZER_H
 #define LLMI_TOKENIZER_H
@@ -39,6 +39,10 @@ typedef struct tok_spec {
 } tok_spec;
 
 int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st);
+struct gguf_file;
+/* Reads a GGUF file's tokenizer.ggml.* metadata into a tok_spec and builds it (tok_gguf.c);
+ * errors name the file. */
+int tok_load_gguf(const struct gguf_file *g, tokenizer **out, llmi_status *st);
 /* dir holds tokenizer.json and optionally tokenizer_config.json, generation_config.json. */
 int tok_load_hf(const char *dir, tokenizer **out, llmi_status *st);
 void tok_free(tokenizer *t);
