@@ -5,7 +5,6 @@
 #include "model/model_internal.h"
 
 #include <cjson/cJSON.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,10 +12,11 @@
 #include <sys/stat.h>
 
 #include "core/fileio.h"
+#include "model/config_json.h"
 #include "model/safetensors.h"
 #include "tok/tokenizer.h"
 
-#define HF_MAX_JSON     (64u << 20)   /* config.json / index.json larger than this are not real */
+#define HF_MAX_JSON     (64u << 20)   /* an index.json larger than this is not real */
 
 static const char *const hf_names[W_COUNT] = {
     "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.%d.input_layernorm.weight",
@@ -28,182 +28,16 @@ static const char *const hf_names[W_COUNT] = {
     "model.layers.%d.mlp.up_proj.weight", "model.layers.%d.mlp.down_proj.weight",
 };
 
-static cJSON *json_item(const cJSON *o, const char *key) {
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-    return (j && !cJSON_IsNull(j)) ? (cJSON *)j : NULL;
-}
-
-/* 1 set, 0 absent (null counts as absent), < 0 error naming file and field. */
-static int json_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int *out, const char *file,
-                    llmi_status *st) {
-    const cJSON *j = json_item(o, key);
-    if (!j) return 0;
-    double d = cJSON_IsNumber(j) ? j->valuedouble : NAN;
-    if (!(d >= (double)lo && d <= (double)hi) || d != floor(d)) {
-        llmi_fail(st, LLMI_E_RUNTIME, "%s: %s must be an integer in [%lld, %lld]", file, key, (long long)lo,
-                  (long long)hi);
-        return -LLMI_E_RUNTIME;
-    }
-    *out = (int)d;
-    return 1;
-}
-
-static int json_num(const cJSON *o, const char *key, float *out, const char *file, llmi_status *st) {
-    const cJSON *j = json_item(o, key);
-    if (!j) return 0;
-    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble)) {
-        llmi_fail(st, LLMI_E_RUNTIME, "%s: %s must be a finite number", file, key);
-        return -LLMI_E_RUNTIME;
-    }
-    *out = model_to_f32(j->valuedouble);
-    return 1;
-}
-
-static int json_bool(const cJSON *o, const char *key, bool *out, const char *file, llmi_status *st) {
-    const cJSON *j = json_item(o, key);
-    if (!j) return 0;
-    if (!cJSON_IsBool(j)) {
-        llmi_fail(st, LLMI_E_RUNTIME, "%s: %s must be true or false", file, key);
-        return -LLMI_E_RUNTIME;
-    }
-    *out = cJSON_IsTrue(j);
-    return 1;
-}
-
-static int json_req_int(const cJSON *o, const char *key, int *out, const char *file, llmi_status *st) {
-    int rc = json_int(o, key, 1, INT32_MAX, out, file, st);
-    if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing %s", file, key);
-    return rc < 0 ? LLMI_E_RUNTIME : 0;
-}
-
-static int hf_rope_scaling(const cJSON *rs, llmi_config *c, const char *file, llmi_status *st) {
-    if (!rs) return 0;
-    if (!cJSON_IsObject(rs)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling must be an object or null", file);
-    const cJSON *t = json_item(rs, "rope_type");
-    if (!t) t = json_item(rs, "type");
-    if (!t || !cJSON_IsString(t)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling has no rope_type", file);
-    if (strcmp(t->valuestring, "default") == 0) return 0;
-    if (strcmp(t->valuestring, "linear") == 0) {
-        c->rope_scaling = LLMI_ROPE_SCALING_LINEAR;
-        if (json_num(rs, "factor", &c->rope_factor, file, st) <= 0)
-            return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling.factor is required for linear scaling", file);
-        return 0;
-    }
-    if (strcmp(t->valuestring, "llama3") == 0) {
-        c->rope_scaling = LLMI_ROPE_SCALING_LLAMA3;
-        if (json_num(rs, "factor", &c->rope_factor, file, st) <= 0 ||
-            json_num(rs, "low_freq_factor", &c->rope_low_freq_factor, file, st) <= 0 ||
-            json_num(rs, "high_freq_factor", &c->rope_high_freq_factor, file, st) <= 0 ||
-            json_int(rs, "original_max_position_embeddings", 1, INT32_MAX, &c->rope_orig_max_pos, file, st) <= 0)
-            return llmi_fail(st, LLMI_E_RUNTIME,
-                             "%s: llama3 rope_scaling needs factor, low_freq_factor, high_freq_factor and "
-                             "original_max_position_embeddings", file);
-        return 0;
-    }
-    char b[40];
-    snprintf(b, sizeof b, "%s", t->valuestring);
-    for (char *p = b; *p; p++)
-        if ((unsigned char)*p < 0x20) *p = '?';
-    return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling type %s is not supported", file, b);
-}
-
-/* Parses a Hugging Face config.json into c (validated). */
+/* Reads config.json: the hyper-parameters (config_json_read, validated), then a GPTQ/AWQ
+ * quantization_config when the checkpoint has one. */
 static int hf_config(const char *file, llmi_config *c, quant_config *qc, bool *quantized, llmi_status *st) {
-    char *buf;
-    size_t len;
-    if (fileio_read(file, &(fileio_opts){.max_bytes = HF_MAX_JSON}, &buf, &len, st)) return LLMI_E_RUNTIME;
-    cJSON *j = cJSON_ParseWithLength(buf, len);
-    free(buf);
-    if (!j) return llmi_fail(st, LLMI_E_RUNTIME, "%s: not valid JSON", file);
-    int rc = LLMI_E_RUNTIME;
-    if (!cJSON_IsObject(j)) { llmi_fail(st, LLMI_E_RUNTIME, "%s: not a JSON object", file); goto done; }
-    const cJSON *archs = json_item(j, "architectures");
-    const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
-    if (!cJSON_IsString(a0)) { llmi_fail(st, LLMI_E_RUNTIME, "%s: missing architectures[0]", file); goto done; }
-    if (strcmp(a0->valuestring, "LlamaForCausalLM") == 0) {
-        c->arch = LLMI_ARCH_LLAMA;
-        snprintf(c->arch_name, sizeof c->arch_name, "llama");
-    } else if (strcmp(a0->valuestring, "MistralForCausalLM") == 0) {
-        c->arch = LLMI_ARCH_LLAMA;
-        snprintf(c->arch_name, sizeof c->arch_name, "mistral");
-    } else if (strcmp(a0->valuestring, "Qwen2ForCausalLM") == 0) {
-        c->arch = LLMI_ARCH_QWEN2;
-        snprintf(c->arch_name, sizeof c->arch_name, "qwen2");
-    } else {
-        char b[64];
-        snprintf(b, sizeof b, "%s", a0->valuestring);
-        for (char *p = b; *p; p++)
-            if ((unsigned char)*p < 0x20) *p = '?';
-        llmi_fail(st, LLMI_E_RUNTIME,
-                  "%s: unsupported architecture %s (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)",
-                  file, b);
-        goto done;
-    }
-    const cJSON *q = json_item(j, "quantization_config");
-    *quantized = q != NULL;
-    if (q && quant_config_parse(q, qc, file, st)) goto done;
-    if (json_req_int(j, "hidden_size", &c->dim, file, st) || json_req_int(j, "num_hidden_layers", &c->n_layers, file, st) ||
-        json_req_int(j, "num_attention_heads", &c->n_heads, file, st) ||
-        json_req_int(j, "intermediate_size", &c->ffn_dim, file, st) ||
-        json_req_int(j, "vocab_size", &c->n_vocab, file, st))
-        goto done;
-    if (c->n_layers > LLMI_MAX_LAYERS) {
-        llmi_fail(st, LLMI_E_RUNTIME, "%s: num_hidden_layers %d exceeds the limit of %d layers", file, c->n_layers,
-                  LLMI_MAX_LAYERS);
-        goto done;
-    }
-    c->n_kv_heads = c->n_heads;
-    if (json_int(j, "num_key_value_heads", 1, INT32_MAX, &c->n_kv_heads, file, st) < 0) goto done;
-    int hrc = json_int(j, "head_dim", 1, INT32_MAX, &c->head_dim, file, st);
-    if (hrc < 0) goto done;
-    if (hrc == 0) {
-        if (c->dim % c->n_heads != 0) {
-            llmi_fail(st, LLMI_E_RUNTIME, "%s: hidden_size %d is not a multiple of num_attention_heads %d", file, c->dim,
-                      c->n_heads);
-            goto done;
-        }
-        c->head_dim = c->dim / c->n_heads;
-    }
-    c->rope_dim = c->head_dim;
-    /* defaults as in transformers' LlamaConfig / Qwen2Config */
-    c->norm_eps = 1e-6f;
-    c->rope_theta = 10000.0f;
-    c->max_ctx = c->arch == LLMI_ARCH_QWEN2 ? 32768 : 2048;
-    if (json_num(j, "rms_norm_eps", &c->norm_eps, file, st) < 0 ||
-        json_num(j, "rope_theta", &c->rope_theta, file, st) < 0 ||
-        json_int(j, "max_position_embeddings", 1, INT32_MAX, &c->max_ctx, file, st) < 0 ||
-        json_bool(j, "tie_word_embeddings", &c->tie_embeddings, file, st) < 0)
-        goto done;
-    /* sliding-window attention is not implemented: stay within the window, where full
-     * attention gives the same result */
-    int window = 0;
-    bool use_window = c->arch != LLMI_ARCH_QWEN2;
-    if (json_bool(j, "use_sliding_window", &use_window, file, st) < 0 ||
-        json_int(j, "sliding_window", 1, INT32_MAX, &window, file, st) < 0)
-        goto done;
-    if (use_window && window > 0 && window < c->max_ctx) c->max_ctx = window;
-    c->qkv_bias = c->arch == LLMI_ARCH_QWEN2;
-    if (c->arch == LLMI_ARCH_LLAMA && json_bool(j, "attention_bias", &c->qkv_bias, file, st) < 0) goto done;
-    bool mlp_bias = false;
-    if (json_bool(j, "mlp_bias", &mlp_bias, file, st) < 0) goto done;
-    if (mlp_bias) { llmi_fail(st, LLMI_E_RUNTIME, "%s: mlp_bias is not supported", file); goto done; }
-    const cJSON *hact = json_item(j, "hidden_act");
-    if (hact && (!cJSON_IsString(hact) || strcmp(hact->valuestring, "silu") != 0)) {
-        llmi_fail(st, LLMI_E_RUNTIME, "%s: hidden_act must be silu", file);
-        goto done;
-    }
-    /* transformers v5 moved theta and scaling into rope_parameters */
-    const cJSON *rp = json_item(j, "rope_parameters");
-    const cJSON *rs = json_item(j, "rope_scaling");
-    if (rp && cJSON_IsObject(rp)) {
-        if (json_num(rp, "rope_theta", &c->rope_theta, file, st) < 0) goto done;
-        if (!rs) rs = rp;
-    }
-    if (hf_rope_scaling(rs, c, file, st)) goto done;
-    rc = config_validate(c, file, st);
-done:
+    cJSON *j;
+    if (config_json_read(file, NULL, c, &j, st)) return LLMI_E_RUNTIME;
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "quantization_config");
+    *quantized = q && !cJSON_IsNull(q);
+    int rc = *quantized ? quant_config_parse(q, qc, file, st) : 0;
     cJSON_Delete(j);
-    return rc;
+    return rc ? LLMI_E_RUNTIME : 0;
 }
 
 /* The shards of one checkpoint and, for a sharded one, which shard holds each tensor. */
