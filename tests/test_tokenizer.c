@@ -839,3 +839,106 @@ TEST(tok_hf_configs) {
     }
     rmdir(tmp);
 }
+
+/* ------------------------------------------------------------------ end of generation */
+
+/* A SentencePiece vocabulary of the given texts (types: 1 normal, 3 control), eos and
+ * the ids a GGUF file would name per end-of-generation role (or NULL). */
+static tokenizer *eog_tok(const char *const *texts, const int32_t *types, int n, int eos, const int32_t *named) {
+    uint32_t lens[32];
+    float scores[32];
+    for (int i = 0; i < n; i++) {
+        lens[i] = (uint32_t)strlen(texts[i]);
+        scores[i] = -(float)i;
+    }
+    tok_spec s = {.model = TOK_MODEL_SPM_BPE, .pre = TOK_PRE_NONE, .n_tokens = n, .tokens = texts, .token_lens = lens,
+                  .scores = scores, .token_types = types, .bos_id = -1, .eos_id = eos, .unk_id = 0, .pad_id = -1,
+                  .eog_ids = named};
+    tokenizer *t = NULL;
+    llmi_status st = {0};
+    if (tok_create(&s, &t, &st)) fprintf(stderr, "  tok_create: %s\n", st.msg);
+    return t;
+}
+
+/* The ids tok_is_eog says end generation must be exactly want (ascending). */
+static bool eog_is(const tokenizer *t, const int *want, int n_want) {
+    int k = 0;
+    for (int id = 0; id < tok_n_vocab(t); id++) {
+        if (!tok_is_eog(t, id)) continue;
+        if (k >= n_want || want[k] != id) {
+            fprintf(stderr, "  unexpected end-of-generation id %d\n", id);
+            return false;
+        }
+        k++;
+    }
+    if (k != n_want) fprintf(stderr, "  %d of %d end-of-generation ids found\n", k, n_want);
+    return k == n_want;
+}
+
+/* llama.cpp's rule (llama-vocab.cpp at 0c1e570): listed texts whatever their type, eos,
+ * one FIM pad/repo/file-separator token each (by text unless the file names one), the
+ * eot/eom ids the file names. */
+TEST(tok_eog_llamacpp_rule) {
+    const char *texts[] = {"<unk>", "<s>", "</s>", "<|im_end|>", "<reponame>", "<|repo_name|>", "<end_of_turn>",
+                           "<|fim_pad|>", "<|file_sep|>", "hello", "<|start|>", "\xE2\x96\x81"};
+    const int32_t types[] = {2, 3, 3, 1, 3, 3, 1, 3, 3, 1, 3, 1};
+    tokenizer *t = eog_tok(texts, types, 12, 2, NULL);
+    CHECK(t != NULL);
+    if (!t) return;
+    /* <|im_end|> and <end_of_turn> count though typed normal; of the two FIM-repo spellings
+     * only one (the lowest id) is the repo token */
+    const int want[] = {2, 3, 4, 6, 7, 8};
+    CHECK(eog_is(t, want, 6));
+    tok_free(t);
+    /* a named fim_pad replaces the text match; named eot joins */
+    const int32_t named[TOK_EOG_ROLES] = {[TOK_EOG_EOT] = 9, [TOK_EOG_EOM] = -1, [TOK_EOG_FIM_PAD] = 10,
+                                          [TOK_EOG_FIM_REP] = -1, [TOK_EOG_FIM_SEP] = -1};
+    t = eog_tok(texts, types, 12, 2, named);
+    const int want2[] = {2, 3, 4, 6, 8, 9, 10};
+    CHECK(t && eog_is(t, want2, 7));
+    tok_free(t);
+}
+
+/* llama.cpp's two exceptions: <|end|> with <|return|>+<|call|> (or <|calls|>+<|flush|>),
+ * and </s> with <|tool_response>, even when </s> is eos. */
+TEST(tok_eog_llamacpp_exceptions) {
+    const char *a[] = {"<unk>", "<|end|>", "<|return|>", "<|call|>"};
+    const int32_t ty[] = {2, 3, 3, 3, 3};
+    tokenizer *t = eog_tok(a, ty, 4, -1, NULL);
+    const int want_a[] = {2, 3};
+    CHECK(t && eog_is(t, want_a, 2));
+    tok_free(t);
+    const char *b[] = {"<unk>", "<|end|>", "<|return|>"};
+    t = eog_tok(b, ty, 3, -1, NULL);
+    const int want_b[] = {1, 2};
+    CHECK(t && eog_is(t, want_b, 2));
+    tok_free(t);
+    const char *c[] = {"<unk>", "<|end|>", "<|calls|>", "<|flush|>"};
+    t = eog_tok(c, ty, 4, -1, NULL);
+    CHECK(t && eog_is(t, want_a, 2));
+    tok_free(t);
+    const char *d[] = {"<unk>", "</s>", "<|tool_response>"};
+    t = eog_tok(d, ty, 3, 1, NULL);
+    const int want_d[] = {2};
+    CHECK(t && eog_is(t, want_d, 1));
+    tok_free(t);
+}
+
+/* SmolLM2: llama.cpp ends generation at <|endoftext|> (0), <|im_end|> (2, eos) and
+ * <reponame> (4, its FIM-repo spelling); the GGUF and tokenizer.json paths agree. */
+TEST(tok_eog_smollm2) {
+    const int want[] = {0, 2, 4};
+    char d[1024];
+    llmi_status st = {0};
+    tokenizer *tk = NULL;
+    CHECK_MSG(tok_load_hf(path_in(d, sizeof d, "smollm2"), &tk, &st) == 0, "%s", st.msg);
+    if (tk) CHECK(eog_is(tk, want, 3));
+    tok_free(tk);
+    const char *m = getenv("MODEL");
+    if (!m) m = "/root/.cache/llmi/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (access(m, R_OK) != 0) { fprintf(stderr, "  skipped the GGUF: %s not present\n", m); return; }
+    tk = load_gguf(m, &st);
+    CHECK_MSG(tk != NULL, "%s", st.msg);
+    if (tk) CHECK(eog_is(tk, want, 3));
+    tok_free(tk);
+}

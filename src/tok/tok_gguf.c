@@ -12,23 +12,90 @@
 #define TOK_GGUF_MAX_TOKENS (1u << 24)
 #define TOK_GGUF_MAX_MERGES (1u << 24)
 
-/* Arrays gathered for tok_create; freed after the call (tok_spec borrows them). */
-typedef struct gguf_tok_arrays {
-    const char **tokens; uint32_t *token_lens;
-    float *scores; int32_t *types;
-    const char **merges; uint32_t *merge_lens;
-    int32_t *eog;
+/* What tok_load_gguf gathers for tok_create; the arrays are freed after the call (the
+ * spec borrows them, and the token strings point into the file's mapping). */
+typedef struct gguf_tok {
+    tok_spec s;
+    const char **tokens; uint32_t *token_lens;   /* (n_tokens) */
+    float *scores; int32_t *types;               /* (n_tokens) or NULL */
+    const char **merges; uint32_t *merge_lens;   /* (n_merges) or NULL */
+    int32_t eog[TOK_EOG_ROLES];                  /* the ids the file names per tok_eog_role, -1 for none */
     char *chat_template;
-} gguf_tok_arrays;
+} gguf_tok;
 
-static void gguf_tok_arrays_free(gguf_tok_arrays *a) {
+static void gguf_tok_free(gguf_tok *a) {
     free(a->tokens); free(a->token_lens); free(a->scores); free(a->types);
-    free(a->merges); free(a->merge_lens); free(a->eog); free(a->chat_template);
+    free(a->merges); free(a->merge_lens); free(a->chat_template);
+}
+
+/* tokenizer.ggml.model and .pre: which model and pre-tokenizer, and llama.cpp's add_bos
+ * default that goes with them. */
+static int gguf_tok_kind(const gguf_file *g, tok_spec *s, llmi_status *st) {
+    gguf_str model, pre = {0};
+    int rc = gguf_get_str(g, "tokenizer.ggml.model", &model, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key tokenizer.ggml.model", g->path);
+    if (gguf_str_eq(model, "gpt2")) s->model = TOK_MODEL_BYTELEVEL_BPE;
+    else if (gguf_str_eq(model, "llama")) s->model = TOK_MODEL_SPM_BPE;
+    else
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported tokenizer model %.*s (supported: gpt2, llama)", g->path,
+                         (int)(model.len > 32 ? 32 : model.len), model.p);
+    rc = gguf_get_str(g, "tokenizer.ggml.pre", &pre, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    bool bpe = s->model == TOK_MODEL_BYTELEVEL_BPE;
+    s->pre = bpe ? TOK_PRE_GPT2 : TOK_PRE_NONE;
+    s->add_bos = !bpe;
+    if (rc == 0 || gguf_str_eq(pre, "default")) return 0;
+    if (gguf_str_eq(pre, "gpt-2")) s->pre = TOK_PRE_GPT2;
+    else if (gguf_str_eq(pre, "smollm")) s->pre = TOK_PRE_SMOLLM;
+    else if (gguf_str_eq(pre, "llama-bpe") || gguf_str_eq(pre, "llama3") || gguf_str_eq(pre, "llama-v3")) {
+        s->pre = TOK_PRE_LLAMA3;
+        s->add_bos = true;
+    } else if (gguf_str_eq(pre, "qwen2")) s->pre = TOK_PRE_QWEN2;
+    else
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported pre-tokenizer %.*s", g->path,
+                         (int)(pre.len > 32 ? 32 : pre.len), pre.p);
+    return 0;
+}
+
+/* The per-token arrays (tokens; scores and types, which must match them in length) and
+ * the merges, which byte-level BPE needs and SentencePiece files may lack. */
+static int gguf_tok_vocab(const gguf_file *g, gguf_tok *a, llmi_status *st) {
+    const char *path = g->path;
+    tok_spec *s = &a->s;
+    uint64_t n = 0, n2 = 0;
+    int rc = gguf_get_str_array(g, "tokenizer.ggml.tokens", TOK_GGUF_MAX_TOKENS, &a->tokens, &a->token_lens, &n, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc == 0 || n == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key tokenizer.ggml.tokens", path);
+    s->n_tokens = (int)n;
+    s->tokens = a->tokens;
+    s->token_lens = a->token_lens;
+    rc = gguf_get_f32_array(g, "tokenizer.ggml.scores", TOK_GGUF_MAX_TOKENS, &a->scores, &n2, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc > 0 && n2 != n)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.scores has %llu entries, tokens %llu", path,
+                         (unsigned long long)n2, (unsigned long long)n);
+    s->scores = a->scores;
+    rc = gguf_get_i32_array(g, "tokenizer.ggml.token_type", TOK_GGUF_MAX_TOKENS, &a->types, &n2, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc > 0 && n2 != n)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.token_type has %llu entries, tokens %llu", path,
+                         (unsigned long long)n2, (unsigned long long)n);
+    s->token_types = a->types;
+    n2 = 0; /* stays 0 when the key is absent (SentencePiece files) */
+    rc = gguf_get_str_array(g, "tokenizer.ggml.merges", TOK_GGUF_MAX_MERGES, &a->merges, &a->merge_lens, &n2, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc == 0 && s->model == TOK_MODEL_BYTELEVEL_BPE)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key tokenizer.ggml.merges", path);
+    s->n_merges = (int)n2;
+    s->merges = a->merges;
+    s->merge_lens = a->merge_lens;
+    return 0;
 }
 
 /* bos/eos must name real tokens (prompts and stopping depend on them).  The optional ids
- * (unk, pad, eot, eom) are dropped when out of range, as llama.cpp does: files in the wild
- * store "none" as -1 or as the vocabulary size. */
+ * (unk, pad, the end-of-generation roles) are dropped when out of range, as llama.cpp
+ * does: files in the wild store "none" as -1 or as the vocabulary size. */
 static int gguf_special_id(const gguf_file *g, const char *key, int n_tokens, bool strict, int *id, llmi_status *st) {
     int64_t v;
     int rc = gguf_get_int(g, key, INT64_MIN, INT64_MAX, &v, st);
@@ -46,128 +113,62 @@ static int gguf_special_id(const gguf_file *g, const char *key, int n_tokens, bo
     return 0;
 }
 
+/* The special ids and the add_bos/add_eos rules. */
+static int gguf_tok_specials(const gguf_file *g, gguf_tok *a, llmi_status *st) {
+    static const char *const eog_keys[TOK_EOG_ROLES] = {
+        "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id", "tokenizer.ggml.fim_pad_token_id",
+        "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id",
+    };
+    tok_spec *s = &a->s;
+    const int n = s->n_tokens;
+    /* SentencePiece files default to <unk>=0 <s>=1 </s>=2 (as llama.cpp does) */
+    s->bos_id = s->eos_id = s->unk_id = s->pad_id = -1;
+    if (s->model == TOK_MODEL_SPM_BPE) {
+        s->unk_id = 0 < n ? 0 : -1;
+        s->bos_id = 1 < n ? 1 : -1;
+        s->eos_id = 2 < n ? 2 : -1;
+    }
+    if (gguf_special_id(g, "tokenizer.ggml.bos_token_id", n, true, &s->bos_id, st) ||
+        gguf_special_id(g, "tokenizer.ggml.eos_token_id", n, true, &s->eos_id, st) ||
+        gguf_special_id(g, "tokenizer.ggml.unknown_token_id", n, false, &s->unk_id, st) ||
+        gguf_special_id(g, "tokenizer.ggml.padding_token_id", n, false, &s->pad_id, st))
+        return LLMI_E_RUNTIME;
+    for (int r = 0; r < TOK_EOG_ROLES; r++) {
+        a->eog[r] = -1;
+        if (gguf_special_id(g, eog_keys[r], n, false, &a->eog[r], st)) return LLMI_E_RUNTIME;
+    }
+    s->eog_ids = a->eog;
+    if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &s->add_bos, st) < 0 ||
+        gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &s->add_eos, st) < 0)
+        return LLMI_E_RUNTIME;
+    return 0;
+}
+
+static int gguf_tok_template(const gguf_file *g, gguf_tok *a, llmi_status *st) {
+    gguf_str tmpl;
+    int rc = gguf_get_str(g, "tokenizer.chat_template", &tmpl, st);
+    if (rc <= 0) return rc < 0 ? LLMI_E_RUNTIME : 0;
+    a->chat_template = malloc((size_t)tmpl.len + 1);
+    if (!a->chat_template) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", g->path);
+    memcpy(a->chat_template, tmpl.p, (size_t)tmpl.len);
+    a->chat_template[tmpl.len] = '\0';
+    a->s.chat_template = a->chat_template;
+    return 0;
+}
+
 int tok_load_gguf(const gguf_file *g, tokenizer **out, llmi_status *st) {
     *out = NULL;
-    const char *path = g->path;
-    tok_spec s;
-    memset(&s, 0, sizeof s);
-    gguf_tok_arrays a;
+    gguf_tok a;
     memset(&a, 0, sizeof a);
-    int ret = LLMI_E_RUNTIME;
-    gguf_str model, pre = {0};
-    int rc = gguf_get_str(g, "tokenizer.ggml.model", &model, st);
-    if (rc < 0) goto done;
-    if (rc == 0) { llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key tokenizer.ggml.model", path); goto done; }
-    if (gguf_str_eq(model, "gpt2")) s.model = TOK_MODEL_BYTELEVEL_BPE;
-    else if (gguf_str_eq(model, "llama")) s.model = TOK_MODEL_SPM_BPE;
-    else {
-        llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported tokenizer model %.*s (supported: gpt2, llama)", path,
-                  (int)(model.len > 32 ? 32 : model.len), model.p);
-        goto done;
+    int rc = LLMI_E_RUNTIME;
+    if (!gguf_tok_kind(g, &a.s, st) && !gguf_tok_vocab(g, &a, st) && !gguf_tok_specials(g, &a, st) &&
+        !gguf_tok_template(g, &a, st)) {
+        llmi_status tst = {0};
+        rc = tok_create(&a.s, out, &tst);
+        if (rc) llmi_fail(st, LLMI_E_RUNTIME, "%s: %s", g->path, tst.msg);
     }
-    rc = gguf_get_str(g, "tokenizer.ggml.pre", &pre, st);
-    if (rc < 0) goto done;
-    bool bpe = s.model == TOK_MODEL_BYTELEVEL_BPE;
-    s.pre = bpe ? TOK_PRE_GPT2 : TOK_PRE_NONE;
-    s.add_bos = !bpe;
-    if (rc > 0 && !gguf_str_eq(pre, "default")) {
-        if (gguf_str_eq(pre, "gpt-2")) s.pre = TOK_PRE_GPT2;
-        else if (gguf_str_eq(pre, "smollm")) s.pre = TOK_PRE_SMOLLM;
-        else if (gguf_str_eq(pre, "llama-bpe") || gguf_str_eq(pre, "llama3") || gguf_str_eq(pre, "llama-v3")) {
-            s.pre = TOK_PRE_LLAMA3;
-            s.add_bos = true;
-        } else if (gguf_str_eq(pre, "qwen2")) s.pre = TOK_PRE_QWEN2;
-        else {
-            llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported pre-tokenizer %.*s", path,
-                      (int)(pre.len > 32 ? 32 : pre.len), pre.p);
-            goto done;
-        }
-    }
-    uint64_t n = 0, n2 = 0;
-    rc = gguf_get_str_array(g, "tokenizer.ggml.tokens", TOK_GGUF_MAX_TOKENS, &a.tokens, &a.token_lens, &n, st);
-    if (rc < 0) goto done;
-    if (rc == 0 || n == 0) { llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key tokenizer.ggml.tokens", path); goto done; }
-    s.n_tokens = (int)n;
-    s.tokens = a.tokens;
-    s.token_lens = a.token_lens;
-    rc = gguf_get_f32_array(g, "tokenizer.ggml.scores", TOK_GGUF_MAX_TOKENS, &a.scores, &n2, st);
-    if (rc < 0) goto done;
-    if (rc > 0 && n2 != n) {
-        llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.scores has %llu entries, tokens %llu", path,
-                  (unsigned long long)n2, (unsigned long long)n);
-        goto done;
-    }
-    s.scores = a.scores;
-    rc = gguf_get_i32_array(g, "tokenizer.ggml.token_type", TOK_GGUF_MAX_TOKENS, &a.types, &n2, st);
-    if (rc < 0) goto done;
-    if (rc > 0 && n2 != n) {
-        llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.token_type has %llu entries, tokens %llu", path,
-                  (unsigned long long)n2, (unsigned long long)n);
-        goto done;
-    }
-    s.token_types = a.types;
-    n2 = 0; /* stays 0 when the key is absent (SentencePiece files) */
-    rc = gguf_get_str_array(g, "tokenizer.ggml.merges", TOK_GGUF_MAX_MERGES, &a.merges, &a.merge_lens, &n2, st);
-    if (rc < 0) goto done;
-    if (rc == 0 && bpe) { llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key tokenizer.ggml.merges", path); goto done; }
-    s.n_merges = (int)n2;
-    s.merges = a.merges;
-    s.merge_lens = a.merge_lens;
-
-    /* SentencePiece files default to <unk>=0 <s>=1 </s>=2 (as llama.cpp does) */
-    s.bos_id = s.eos_id = s.unk_id = s.pad_id = -1;
-    if (!bpe) {
-        s.unk_id = 0 < s.n_tokens ? 0 : -1;
-        s.bos_id = 1 < s.n_tokens ? 1 : -1;
-        s.eos_id = 2 < s.n_tokens ? 2 : -1;
-    }
-    int eot = -1, eom = -1;
-    if (gguf_special_id(g, "tokenizer.ggml.bos_token_id", s.n_tokens, true, &s.bos_id, st) ||
-        gguf_special_id(g, "tokenizer.ggml.eos_token_id", s.n_tokens, true, &s.eos_id, st) ||
-        gguf_special_id(g, "tokenizer.ggml.unknown_token_id", s.n_tokens, false, &s.unk_id, st) ||
-        gguf_special_id(g, "tokenizer.ggml.padding_token_id", s.n_tokens, false, &s.pad_id, st) ||
-        gguf_special_id(g, "tokenizer.ggml.eot_token_id", s.n_tokens, false, &eot, st) ||
-        gguf_special_id(g, "tokenizer.ggml.eom_token_id", s.n_tokens, false, &eom, st))
-        goto done;
-    if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &s.add_bos, st) < 0 ||
-        gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &s.add_eos, st) < 0)
-        goto done;
-    gguf_str tmpl;
-    rc = gguf_get_str(g, "tokenizer.chat_template", &tmpl, st);
-    if (rc < 0) goto done;
-    if (rc > 0) {
-        a.chat_template = malloc((size_t)tmpl.len + 1);
-        if (!a.chat_template) { llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path); goto done; }
-        memcpy(a.chat_template, tmpl.p, (size_t)tmpl.len);
-        a.chat_template[tmpl.len] = '\0';
-        s.chat_template = a.chat_template;
-    }
-
-    /* End-of-generation tokens beyond eos, found by text as llama.cpp does: chat models
-     * end a turn with these even when eos names another token. */
-    static const char *const eog_texts[] = {"<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end|>", "</s>",
-                                            "<|end_of_text|>", "<|eom_id|>"};
-    a.eog = malloc(sizeof(int32_t) * 16);
-    if (!a.eog) { llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path); goto done; }
-    if (eot >= 0) a.eog[s.n_eog_ids++] = eot;
-    if (eom >= 0) a.eog[s.n_eog_ids++] = eom;
-    /* llama.cpp marks these end-of-generation whatever their token type says */
-    for (int i = 0; i < s.n_tokens && s.n_eog_ids < 16; i++) {
-        for (size_t k = 0; k < sizeof eog_texts / sizeof eog_texts[0]; k++) {
-            if (a.token_lens[i] == strlen(eog_texts[k]) && memcmp(a.tokens[i], eog_texts[k], a.token_lens[i]) == 0) {
-                a.eog[s.n_eog_ids++] = i;
-                break;
-            }
-        }
-    }
-    s.eog_ids = a.eog;
-    llmi_status tst;
-    llmi_status_clear(&tst);
-    if (tok_create(&s, out, &tst)) { llmi_fail(st, LLMI_E_RUNTIME, "%s: %s", path, tst.msg); goto done; }
-    ret = 0;
-done:
-    gguf_tok_arrays_free(&a);
-    return ret;
+    gguf_tok_free(&a);
+    return rc ? LLMI_E_RUNTIME : 0;
 }
 
 int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st) {
@@ -264,8 +265,7 @@ int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st) {
                    .n_added = n_added, .added = added, .added_text = atext, .origin = origin};
     rc = tok_build_common(t, &b, st);
     if (rc) goto done;
-    for (int i = 0; i < spec->n_eog_ids && spec->eog_ids; i++)
-        if (spec->eog_ids[i] >= 0 && spec->eog_ids[i] < n) t->flags[spec->eog_ids[i]] |= TOKF_EOG;
+    tok_eog_mark(t, spec->eog_ids);
     if (spec->chat_template) {
         t->chat_template = strdup(spec->chat_template);
         if (!t->chat_template) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", origin); goto done; }

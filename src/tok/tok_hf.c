@@ -389,7 +389,6 @@ int tok_load_hf(const char *dir, tokenizer **out, llmi_status *st) {
     t->eos_id = eos;
     if (t->add_bos && bos < 0) t->add_bos = false;
     if (t->add_eos && eos < 0) t->add_eos = false;
-    if (eos >= 0) t->flags[eos] |= TOKF_EOG;
 
     gen = parse_json(gpath, true, &missing, st);
     if (!gen && !missing) { rc = st->code; goto done; }
@@ -400,6 +399,7 @@ int tok_load_hf(const char *dir, tokenizer **out, llmi_status *st) {
             cJSON_ArrayForEach(x, e)
                 if (cJSON_IsNumber(x) && x->valueint >= 0 && x->valueint < n) t->flags[x->valueint] |= TOKF_EOG;
     }
+    tok_eog_mark(t, NULL);
     tok_detect_chat(t);
 done:
     cJSON_Delete(j);

@@ -94,6 +94,10 @@ typedef struct tok_build {
 } tok_build;
 
 int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st);
+/* Flags the end-of-generation tokens by llama.cpp's rule (tok_eog.c), adding to any the
+ * front end flagged already; named: NULL or (TOK_EOG_ROLES) ids the file names, -1 for
+ * none.  Needs the vocabulary built and t->eos_id set. */
+void tok_eog_mark(tokenizer *t, const int32_t *named);
 int tok_vocab_find(const tokenizer *t, const char *s, size_t n);
 int tok_compile_regex(tokenizer *t, const char *pattern, const char *origin, llmi_status *st);
 tokenizer *tok_alloc(void);

@@ -485,16 +485,6 @@ int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
         po += t->piece_len[i];
     }
 
-    /* end of generation */
-    if (t->eos_id >= 0 && t->eos_id < n) t->flags[t->eos_id] |= TOKF_EOG;
-    /* Well-known end-of-turn tokens end generation too (as llama.cpp does), when they are
-     * control tokens of this vocabulary. */
-    static const char *const eot_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                            "<|endoftext|>", "<|end_of_text|>", "<EOT>", "<|eom_id|>"};
-    for (size_t k = 0; k < sizeof eot_names / sizeof eot_names[0]; k++) {
-        int id = tok_vocab_find(t, eot_names[k], strlen(eot_names[k]));
-        if (id >= 0 && (t->flags[id] & TOKF_SPECIAL)) t->flags[id] |= TOKF_EOG;
-    }
     return 0;
 }
 

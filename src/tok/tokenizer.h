@@ -18,6 +18,9 @@ typedef struct tokenizer tokenizer;
 typedef enum { TOK_MODEL_BYTELEVEL_BPE = 0, TOK_MODEL_SPM_BPE } tok_model_kind;
 typedef enum { TOK_PRE_GPT2 = 0, TOK_PRE_SMOLLM, TOK_PRE_LLAMA3, TOK_PRE_QWEN2, TOK_PRE_NONE } tok_pre_kind;
 
+/* The end-of-generation roles a GGUF file may name an id for (tokenizer.ggml.*_token_id). */
+typedef enum { TOK_EOG_EOT = 0, TOK_EOG_EOM, TOK_EOG_FIM_PAD, TOK_EOG_FIM_REP, TOK_EOG_FIM_SEP, TOK_EOG_ROLES } tok_eog_role;
+
 /* What a GGUF file says about its tokenizer; arrays are borrowed for the call only.
  * Token strings are given with explicit lengths: they are untrusted bytes. */
 typedef struct tok_spec {
@@ -32,8 +35,7 @@ typedef struct tok_spec {
     const char *const *merges;        /* (n_merges) "a b", or NULL for SentencePiece scores */
     const uint32_t *merge_lens;       /* (n_merges) */
     int bos_id, eos_id, unk_id, pad_id;   /* -1 when absent */
-    const int32_t *eog_ids;           /* extra end-of-generation ids, e.g. <|eot_id|> */
-    int n_eog_ids;
+    const int32_t *eog_ids;           /* NULL, or (TOK_EOG_ROLES) the id named per tok_eog_role, -1 for none */
     bool add_bos, add_eos;
     const char *chat_template;        /* or NULL */
 } tok_spec;
