@@ -338,7 +338,8 @@ static size_t piece_worst_case(const char *p, size_t n) {
     return out;
 }
 
-int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
+/* The vocabulary: every string copied into one text block, its flags, the string->id table. */
+static int build_vocab(tokenizer *t, const tok_build *b, llmi_status *st) {
     const char *origin = b->origin;
     if (b->n_vocab <= 0 || b->n_vocab > TOK_MAX_VOCAB)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: vocabulary size %d out of range", origin, b->n_vocab);
@@ -375,8 +376,13 @@ int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
     }
     for (int i = 0; i < n; i++)
         if (b->tokens[i] && t->str_len[i] > 0) vocab_insert(t, i);
+    return 0;
+}
 
-    int32_t cp_of_byte[256], byte_of_cp[324];
+/* The ids of the byte-level alphabet and of the <0xNN> byte-fallback tokens; byte_of_cp
+ * (324) maps an alphabet code point back to its byte, -1 elsewhere. */
+static void build_byte_tables(tokenizer *t, int32_t *byte_of_cp) {
+    int32_t cp_of_byte[256];
     bytelevel_alphabet(cp_of_byte);
     for (int i = 0; i < 324; i++) byte_of_cp[i] = -1;
     for (int i = 0; i < 256; i++) byte_of_cp[cp_of_byte[i]] = i;
@@ -387,35 +393,41 @@ int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
         snprintf(buf, sizeof buf, "<0x%02X>", i);
         t->byte_tok[i] = tok_vocab_find(t, buf, 6);
     }
+}
 
-    /* merges */
-    if (b->merges) {
-        if (b->n_merges < 0 || b->n_merges > TOK_MAX_MERGES || alloc_merges(t, (uint64_t)b->n_merges) != 0)
-            return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot hold %d merges", origin, b->n_merges);
-        for (int m = 0; m < b->n_merges; m++) {
-            const tok_merge_str *g = &b->merges[m];
-            int32_t l = g->a && g->alen <= TOK_MAX_TOKLEN ? tok_vocab_find(t, g->a, g->alen) : -1;
-            int32_t r = g->b && g->blen <= TOK_MAX_TOKLEN ? tok_vocab_find(t, g->b, g->blen) : -1;
-            int32_t nid = -1;
-            if (l >= 0 && r >= 0) {
-                char buf[2 * TOK_MAX_TOKLEN];
-                memcpy(buf, g->a, g->alen);
-                memcpy(buf + g->alen, g->b, g->blen);
-                nid = tok_vocab_find(t, buf, g->alen + g->blen);
-            }
-            if (nid < 0)
-                return llmi_fail(st, LLMI_E_RUNTIME, "%s: merge %d (\"%.*s %.*s\") is not two vocabulary tokens "
-                                 "making a third", origin, m, g->a ? (int)(g->alen > 40 ? 40 : g->alen) : 0,
-                                 g->a ? g->a : "", g->b ? (int)(g->blen > 40 ? 40 : g->blen) : 0, g->b ? g->b : "");
-            merge_insert(t, l, r, m, nid);
+/* The merge table: from the merge list (each "a b" must make a third token), else from
+ * SentencePiece scores. */
+static int build_merges(tokenizer *t, const tok_build *b, llmi_status *st) {
+    const char *origin = b->origin;
+    if (!b->merges) return b->scores ? spm_merges_from_scores(t, b->scores, st, origin) : 0;
+    if (b->n_merges < 0 || b->n_merges > TOK_MAX_MERGES || alloc_merges(t, (uint64_t)b->n_merges) != 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot hold %d merges", origin, b->n_merges);
+    for (int m = 0; m < b->n_merges; m++) {
+        const tok_merge_str *g = &b->merges[m];
+        int32_t l = g->a && g->alen <= TOK_MAX_TOKLEN ? tok_vocab_find(t, g->a, g->alen) : -1;
+        int32_t r = g->b && g->blen <= TOK_MAX_TOKLEN ? tok_vocab_find(t, g->b, g->blen) : -1;
+        int32_t nid = -1;
+        if (l >= 0 && r >= 0) {
+            char buf[2 * TOK_MAX_TOKLEN];
+            memcpy(buf, g->a, g->alen);
+            memcpy(buf + g->alen, g->b, g->blen);
+            nid = tok_vocab_find(t, buf, g->alen + g->blen);
         }
-        t->n_merges = b->n_merges;
-    } else if (b->scores) {
-        int rc = spm_merges_from_scores(t, b->scores, st, origin);
-        if (rc) return rc;
+        if (nid < 0)
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: merge %d (\"%.*s %.*s\") is not two vocabulary tokens "
+                             "making a third", origin, m, g->a ? (int)(g->alen > 40 ? 40 : g->alen) : 0,
+                             g->a ? g->a : "", g->b ? (int)(g->blen > 40 ? 40 : g->blen) : 0, g->b ? g->b : "");
+        merge_insert(t, l, r, m, nid);
     }
+    t->n_merges = b->n_merges;
+    return 0;
+}
 
-    /* added tokens */
+/* The added tokens, matched in the text before the model sees it: contents (normalized
+ * for the normalized ones), sorted by first byte then longest first, indexed by first byte. */
+static int build_added(tokenizer *t, const tok_build *b, llmi_status *st) {
+    const char *origin = b->origin;
+    const int n = t->n_vocab;
     if (b->n_added > 0) {
         size_t tl = 0;
         for (int i = 0; i < b->n_added; i++) tl += b->added[i].len;
@@ -470,11 +482,14 @@ int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
         while (ai < t->n_added && (uint8_t)t->added_text[t->added[ai].off] < c) ai++;
         t->added_first[c] = (uint32_t)ai;
     }
+    return 0;
+}
 
-    /* decoded pieces */
+/* The decoded bytes of every token, and the worst case one streamed token may write. */
+static void build_pieces(tokenizer *t, const int32_t *byte_of_cp) {
     uint32_t po = 0;
     t->stream_cap = 16;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < t->n_vocab; i++) {
         bool is_byte;
         t->piece_off[i] = po;
         t->piece_len[i] = (uint32_t)piece_of(t, t->text + t->str_off[i], t->str_len[i], byte_of_cp, t->pieces + po,
@@ -484,7 +499,15 @@ int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
         if (w > t->stream_cap) t->stream_cap = w;
         po += t->piece_len[i];
     }
+}
 
+int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
+    int32_t byte_of_cp[324];
+    int rc = build_vocab(t, b, st);
+    if (rc) return rc;
+    build_byte_tables(t, byte_of_cp);
+    if ((rc = build_merges(t, b, st)) || (rc = build_added(t, b, st))) return rc;
+    build_pieces(t, byte_of_cp);
     return 0;
 }
 
