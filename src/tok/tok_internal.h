@@ -103,6 +103,5 @@ int tok_compile_regex(tokenizer *t, const char *pattern, const char *origin, llm
 tokenizer *tok_alloc(void);
 void tok_detect_chat(tokenizer *t);
 
-extern const char *const tok_re_gpt2, *const tok_re_llama3, *const tok_re_qwen2;
 
 #endif

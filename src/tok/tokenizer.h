@@ -40,6 +40,10 @@ typedef struct tok_spec {
     const char *chat_template;        /* or NULL */
 } tok_spec;
 
+/* The pre-tokenizer regexes of GPT-2, Llama-3 and Qwen2, spelled exactly as their
+ * tokenizer.json files have them (a Split pattern is recognised by this text). */
+extern const char *const tok_re_gpt2, *const tok_re_llama3, *const tok_re_qwen2;
+
 int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st);
 struct gguf_file;
 /* Reads a GGUF file's tokenizer.ggml.* metadata into a tok_spec and builds it (tok_gguf.c);
