@@ -1,6 +1,6 @@
 /* cmd_quantize.c — owns `llmi quantize`: flags, calibration windows from a text file,
- * running RTN / GPTQ / AWQ (quant_model.c), the optional perplexity check, and writing
- * the Hugging Face directory (quant_write.c). */
+ * running RTN / GPTQ / AWQ (quant/quantize.c), the optional perplexity check, and writing
+ * the Hugging Face directory (quant/write_hf.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* quant_write.c — owns writing a quantized model as a Hugging Face directory that
+/* write_hf.c — owns writing a quantized model as a Hugging Face directory that
  * transformers, vLLM and llmi load: model.safetensors (GPTQ v1 or AWQ-GEMM linears,
  * fp16 everything else), config.json with quantization_config, quantize_config.json
  * (GPTQ), and the tokenizer files (copied from an HF input; generated from the GGUF

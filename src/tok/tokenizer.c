@@ -1,7 +1,8 @@
 /* tokenizer.c — the tokenizer core: building the tables from what a front end parsed
  * (tok_gguf.c, tok_hf.c), encoding (added-token split, normalization, pre-tokenization, BPE),
  * decoding and the streaming detokenizer.  Behaviour follows Hugging Face `tokenizers`
- * (AddedVocabulary, BPE::merge_word, ByteLevel / ByteFallback decoders); see FORMATS.md. */
+ * (AddedVocabulary, BPE::merge_word, ByteLevel / ByteFallback decoders); notes in
+ * ../shared/docs/FORMATS.md. */
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
