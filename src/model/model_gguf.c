@@ -47,22 +47,23 @@ static int gguf_find_src(const weight_src *w, const char *name, src_tensor *out,
 }
 
 /* gguf_get_* wrappers with the architecture prefix: 1 set, 0 absent, < 0 error. */
+/* The result rc of a gguf_get_* for key, with a missing required key an error. */
+static int arch_found(const gguf_file *g, const char *key, int rc, bool required, llmi_status *st) {
+    if (rc == 0 && required) {
+        llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key %s", g->path, key);
+        return -LLMI_E_RUNTIME;
+    }
+    return rc;
+}
+
 static int arch_int(const gguf_file *g, const char *arch, const char *suffix, bool required, int64_t lo, int64_t hi,
                     int *out, llmi_status *st) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     int64_t v;
-    int rc = gguf_get_int(g, key, lo, hi, &v, st);
-    if (rc < 0) return rc;
-    if (rc == 0) {
-        if (required) {
-            llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key %s", g->path, key);
-            return -LLMI_E_RUNTIME;
-        }
-        return 0;
-    }
-    *out = (int)v;
-    return 1;
+    int rc = arch_found(g, key, gguf_get_int(g, key, lo, hi, &v, st), required, st);
+    if (rc > 0) *out = (int)v;
+    return rc;
 }
 
 static int arch_float(const gguf_file *g, const char *arch, const char *suffix, bool required, float *out,
@@ -70,17 +71,9 @@ static int arch_float(const gguf_file *g, const char *arch, const char *suffix, 
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     double v;
-    int rc = gguf_get_float(g, key, &v, st);
-    if (rc < 0) return rc;
-    if (rc == 0) {
-        if (required) {
-            llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key %s", g->path, key);
-            return -LLMI_E_RUNTIME;
-        }
-        return 0;
-    }
-    *out = model_to_f32(v);
-    return 1;
+    int rc = arch_found(g, key, gguf_get_float(g, key, &v, st), required, st);
+    if (rc > 0) *out = model_to_f32(v);
+    return rc;
 }
 
 /* Llama-3 GGUFs carry their rope scaling as rope_freqs.weight (per-frequency divisors)

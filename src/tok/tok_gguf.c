@@ -58,6 +58,16 @@ static int gguf_tok_kind(const gguf_file *g, tok_spec *s, llmi_status *st) {
     return 0;
 }
 
+/* The result rc of reading an optional per-token array of key: absent, or one entry per token. */
+static int gguf_tok_per_token(const gguf_file *g, const char *key, int rc, uint64_t got, uint64_t n_tokens,
+                              llmi_status *st) {
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc > 0 && got != n_tokens)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s has %llu entries, tokens %llu", g->path, key,
+                         (unsigned long long)got, (unsigned long long)n_tokens);
+    return 0;
+}
+
 /* The per-token arrays (tokens; scores and types, which must match them in length) and
  * the merges, which byte-level BPE needs and SentencePiece files may lack. */
 static int gguf_tok_vocab(const gguf_file *g, gguf_tok *a, llmi_status *st) {
@@ -71,16 +81,10 @@ static int gguf_tok_vocab(const gguf_file *g, gguf_tok *a, llmi_status *st) {
     s->tokens = a->tokens;
     s->token_lens = a->token_lens;
     rc = gguf_get_f32_array(g, "tokenizer.ggml.scores", TOK_GGUF_MAX_TOKENS, &a->scores, &n2, st);
-    if (rc < 0) return LLMI_E_RUNTIME;
-    if (rc > 0 && n2 != n)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.scores has %llu entries, tokens %llu", path,
-                         (unsigned long long)n2, (unsigned long long)n);
-    s->scores = a->scores;
+    if (gguf_tok_per_token(g, "tokenizer.ggml.scores", rc, n2, n, st)) return LLMI_E_RUNTIME;
     rc = gguf_get_i32_array(g, "tokenizer.ggml.token_type", TOK_GGUF_MAX_TOKENS, &a->types, &n2, st);
-    if (rc < 0) return LLMI_E_RUNTIME;
-    if (rc > 0 && n2 != n)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.token_type has %llu entries, tokens %llu", path,
-                         (unsigned long long)n2, (unsigned long long)n);
+    if (gguf_tok_per_token(g, "tokenizer.ggml.token_type", rc, n2, n, st)) return LLMI_E_RUNTIME;
+    s->scores = a->scores;
     s->token_types = a->types;
     n2 = 0; /* stays 0 when the key is absent (SentencePiece files) */
     rc = gguf_get_str_array(g, "tokenizer.ggml.merges", TOK_GGUF_MAX_MERGES, &a->merges, &a->merge_lens, &n2, st);
