@@ -875,70 +875,65 @@ static bool eog_is(const tokenizer *t, const int *want, int n_want) {
     return k == n_want;
 }
 
-/* llama.cpp's rule (llama-vocab.cpp at 0c1e570): listed texts whatever their type, eos,
- * one FIM pad/repo/file-separator token each (by text unless the file names one), the
- * eot/eom ids the file names. */
-TEST(tok_eog_llamacpp_rule) {
-    const char *texts[] = {"<unk>", "<s>", "</s>", "<|im_end|>", "<reponame>", "<|repo_name|>", "<end_of_turn>",
-                           "<|fim_pad|>", "<|file_sep|>", "hello", "<|start|>", "\xE2\x96\x81"};
-    const int32_t types[] = {2, 3, 3, 1, 3, 3, 1, 3, 3, 1, 3, 1};
-    tokenizer *t = eog_tok(texts, types, 12, 2, NULL);
-    CHECK(t != NULL);
-    if (!t) return;
-    /* <|im_end|> and <end_of_turn> count though typed normal; of the two FIM-repo spellings
-     * only one (the lowest id) is the repo token */
-    const int want[] = {2, 3, 4, 6, 7, 8};
-    CHECK(eog_is(t, want, 6));
-    tok_free(t);
-    /* a named fim_pad replaces the text match; named eot joins */
-    const int32_t named[TOK_EOG_ROLES] = {[TOK_EOG_EOT] = 9, [TOK_EOG_EOM] = -1, [TOK_EOG_FIM_PAD] = 10,
-                                          [TOK_EOG_FIM_REP] = -1, [TOK_EOG_FIM_SEP] = -1};
-    t = eog_tok(texts, types, 12, 2, named);
-    const int want2[] = {2, 3, 4, 6, 8, 9, 10};
-    CHECK(t && eog_is(t, want2, 7));
+/* llama.cpp's own answer (testdata/tokenizer/eog/eog.json, written by
+ * scripts/ref-llamacpp-eog.py with llama.cpp 0c1e570's llama_vocab_is_eog): every vocabulary
+ * there, loaded as the model loader loads a GGUF, ends generation at exactly those ids.
+ * The cases cover listed texts of any token type, FIM spellings, ids named by keys, the
+ * <|end|> and </s> exceptions, SentencePiece defaults, and SmolLM2 itself. */
+TEST(tok_eog_vs_llamacpp) {
+    char p[1024];
+    size_t n;
+    snprintf(p, sizeof p, "%s/tokenizer/eog/eog.json", testdata());
+    char *txt = slurp(p, &n);
+    CHECK(txt != NULL);
+    if (!txt) return;
+    cJSON *ref = cJSON_Parse(txt);
+    free(txt);
+    CHECK(cJSON_GetArraySize(ref) >= 8);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, ref) {
+        const char *name = e->string;
+        if (!strcmp(name, "SmolLM2-135M-Instruct.Q4_1.gguf")) {
+            const char *m = getenv("MODEL");
+            snprintf(p, sizeof p, "%s", m ? m : "/root/.cache/llmi/SmolLM2-135M-Instruct.Q4_1.gguf");
+            if (access(p, R_OK) != 0) { fprintf(stderr, "  skipped: %s not present\n", p); continue; }
+        } else if (!strcmp(name, "ggml-vocab-llama-spm.gguf")) {
+            path_in(p, sizeof p, "llama-spm/ggml-vocab-llama-spm.gguf");
+        } else {
+            snprintf(p, sizeof p, "%s/tokenizer/eog/%s", testdata(), name);
+        }
+        int want[64], n_want = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, e) if (n_want < 64) want[n_want++] = x->valueint;
+        llmi_status st = {0};
+        tokenizer *tk = load_gguf(p, &st);
+        CHECK_MSG(tk != NULL, "%s: %s", name, st.msg);
+        if (tk) CHECK_MSG(eog_is(tk, want, n_want), "%s", name);
+        tok_free(tk);
+    }
+    cJSON_Delete(ref);
+}
+
+/* Where a vocabulary spells a FIM role twice, llama.cpp takes whichever its hash map
+ * yields first; llmi takes the lowest id, whatever the order of the texts. */
+TEST(tok_eog_fim_lowest_id) {
+    const char *texts[] = {"<unk>", "<s>", "</s>", "<|repo_name|>", "<reponame>", "<fim_pad>", "<|fim_pad|>",
+                           "\xE2\x96\x81"};
+    const int32_t types[] = {2, 3, 3, 3, 3, 3, 3, 1};
+    tokenizer *t = eog_tok(texts, types, 8, 2, NULL);
+    const int want[] = {2, 3, 5};
+    CHECK(t && eog_is(t, want, 3));
     tok_free(t);
 }
 
-/* llama.cpp's two exceptions: <|end|> with <|return|>+<|call|> (or <|calls|>+<|flush|>),
- * and </s> with <|tool_response>, even when </s> is eos. */
-TEST(tok_eog_llamacpp_exceptions) {
-    const char *a[] = {"<unk>", "<|end|>", "<|return|>", "<|call|>"};
-    const int32_t ty[] = {2, 3, 3, 3, 3};
-    tokenizer *t = eog_tok(a, ty, 4, -1, NULL);
-    const int want_a[] = {2, 3};
-    CHECK(t && eog_is(t, want_a, 2));
-    tok_free(t);
-    const char *b[] = {"<unk>", "<|end|>", "<|return|>"};
-    t = eog_tok(b, ty, 3, -1, NULL);
-    const int want_b[] = {1, 2};
-    CHECK(t && eog_is(t, want_b, 2));
-    tok_free(t);
-    const char *c[] = {"<unk>", "<|end|>", "<|calls|>", "<|flush|>"};
-    t = eog_tok(c, ty, 4, -1, NULL);
-    CHECK(t && eog_is(t, want_a, 2));
-    tok_free(t);
-    const char *d[] = {"<unk>", "</s>", "<|tool_response>"};
-    t = eog_tok(d, ty, 3, 1, NULL);
-    const int want_d[] = {2};
-    CHECK(t && eog_is(t, want_d, 1));
-    tok_free(t);
-}
-
-/* SmolLM2: llama.cpp ends generation at <|endoftext|> (0), <|im_end|> (2, eos) and
- * <reponame> (4, its FIM-repo spelling); the GGUF and tokenizer.json paths agree. */
-TEST(tok_eog_smollm2) {
+/* SmolLM2's tokenizer.json ends generation where llama.cpp ends its GGUF's: {0, 2, 4}
+ * (<|endoftext|>, <|im_end|> = eos, <reponame> = llama.cpp's FIM-repo token). */
+TEST(tok_eog_smollm2_hf) {
     const int want[] = {0, 2, 4};
     char d[1024];
     llmi_status st = {0};
     tokenizer *tk = NULL;
     CHECK_MSG(tok_load_hf(path_in(d, sizeof d, "smollm2"), &tk, &st) == 0, "%s", st.msg);
-    if (tk) CHECK(eog_is(tk, want, 3));
-    tok_free(tk);
-    const char *m = getenv("MODEL");
-    if (!m) m = "/root/.cache/llmi/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (access(m, R_OK) != 0) { fprintf(stderr, "  skipped the GGUF: %s not present\n", m); return; }
-    tk = load_gguf(m, &st);
-    CHECK_MSG(tk != NULL, "%s", st.msg);
     if (tk) CHECK(eog_is(tk, want, 3));
     tok_free(tk);
 }
