@@ -288,6 +288,14 @@ int model_add_map(llmi_model *m, void *addr, size_t len, const char *what, llmi_
     return 0;
 }
 
+int model_head_dim(llmi_config *c, const char *what, const char *dim_key, const char *heads_key, llmi_status *st) {
+    if (c->dim % c->n_heads != 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s %d is not a multiple of %s %d", what, dim_key, c->dim, heads_key,
+                         c->n_heads);
+    c->head_dim = c->dim / c->n_heads;
+    return 0;
+}
+
 void model_set_name(char *dst, size_t cap, const char *path) {
     const char *end = path + strlen(path);
     while (end > path + 1 && end[-1] == '/') end--;

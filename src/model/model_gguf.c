@@ -170,13 +170,7 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s.block_count %d exceeds the limit of %d layers", path, arch,
                          c->n_layers, LLMI_MAX_LAYERS);
     rc = arch_int(g, arch, "attention.key_length", false, 1, I, &c->head_dim, st);
-    if (rc < 0) return LLMI_E_RUNTIME;
-    if (rc == 0) {
-        if (c->dim % c->n_heads != 0)
-            return llmi_fail(st, LLMI_E_RUNTIME, "%s: embedding_length %d is not a multiple of head_count %d", path,
-                             c->dim, c->n_heads);
-        c->head_dim = c->dim / c->n_heads;
-    }
+    if (rc < 0 || (rc == 0 && model_head_dim(c, path, "embedding_length", "head_count", st))) return LLMI_E_RUNTIME;
     int vlen = c->head_dim;
     if (arch_int(g, arch, "attention.value_length", false, 1, I, &vlen, st) < 0) return LLMI_E_RUNTIME;
     if (vlen != c->head_dim)

@@ -53,6 +53,9 @@ int model_find_role(const weight_src *w, weight_role r, int layer, src_tensor *t
 int model_bind_weights(const weight_src *w, llmi_model *m, bool permute_qk, llmi_status *st);
 /* Hands a mapping to m (unmapped by model_free); unmaps it when m has no room left. */
 int model_add_map(llmi_model *m, void *addr, size_t len, const char *what, llmi_status *st);
+/* head_dim where the file gives none: dim / n_heads, which must divide (the message
+ * names the file's own keys for the two). */
+int model_head_dim(llmi_config *c, const char *what, const char *dim_key, const char *heads_key, llmi_status *st);
 /* The last path component of path, for cfg.name. */
 void model_set_name(char *dst, size_t cap, const char *path);
 /* Checks the tokenizer a loader has just built into m->tok (its result rc and status tst):
