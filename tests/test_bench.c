@@ -230,7 +230,9 @@ TEST(bench_dummy_config_json) {
     CHECK(model_dummy_config(TESTDATA_DIR "/bench/bad-shape.json", &c, &st) == LLMI_E_RUNTIME);
     CHECK_MSG(strstr(st.msg, "intermediate_size"), "%s", st.msg);
     llmi_status_clear(&st);
-    CHECK(model_dummy_config(TESTDATA_DIR "/bench/absent.json", &c, &st) == LLMI_E_RUNTIME);
+    /* a --dummy path that does not open is a bad flag value (exit 2), named with the flag */
+    CHECK(model_dummy_config(TESTDATA_DIR "/bench/absent.json", &c, &st) == LLMI_E_USAGE);
+    CHECK_MSG(strstr(st.msg, "--dummy") && strstr(st.msg, "absent.json"), "%s", st.msg);
 }
 
 TEST(bench_dummy_weights) {

@@ -1,6 +1,6 @@
 /* test_loader.c — the GGUF and Hugging Face loaders: synthetic files written here
  * (a GGUF writer and a safetensors writer), loaded back and compared value by value;
- * one case per attack in FORMATS.md, each of which must fail with a one-line message
+ * one case per attack in ../shared/docs/FORMATS.md, each of which must fail with a one-line message
  * naming the file; random corruption that must never crash; the real SmolLM2 GGUF. */
 #include <dirent.h>
 #include <stdbool.h>
@@ -463,7 +463,7 @@ static void dequant_ref(const uint8_t *row, int type, int64_t cols, float *out) 
 }
 
 /* The loaded matrix must hold exactly the HF-order bytes, and its dequantized rows
- * (tensor_dequant_row) must match the FORMATS.md formulas. */
+ * (tensor_dequant_row) must match the ../shared/docs/FORMATS.md formulas. */
 static void check_matrix(test_ctx *t_, const llmi_tensor *lt, const ttensor *x) {
     CHECK_MSG(lt->rows == x->rows && lt->cols == x->cols, "%s: shape %lldx%lld", x->gname, (long long)lt->rows,
               (long long)lt->cols);

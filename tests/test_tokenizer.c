@@ -96,53 +96,12 @@ static tokenizer *load_hf_zst(const char *dir, llmi_status *st) {
     return t;
 }
 
-/* tok_spec from a GGUF file's tokenizer.* keys, with src/gguf.h. */
+/* The tokenizer a GGUF file describes, built as the model loader builds it. */
 static tokenizer *load_gguf(const char *path, llmi_status *st) {
     gguf_file g;
     if (gguf_open(path, &g, st)) return NULL;
-    tok_spec s = {0};
-    gguf_str model = {0}, pre = {0}, tpl = {0};
-    const char **toks = NULL, **merges = NULL;
-    uint32_t *tl = NULL, *ml = NULL;
-    float *scores = NULL;
-    int32_t *types = NULL;
-    uint64_t n = 0, nm = 0, n2 = 0;
     tokenizer *t = NULL;
-    char *tplz = NULL;
-    gguf_get_str(&g, "tokenizer.ggml.model", &model, st);
-    gguf_get_str(&g, "tokenizer.ggml.pre", &pre, st);
-    if (gguf_get_str_array(&g, "tokenizer.ggml.tokens", 1 << 22, &toks, &tl, &n, st) != 1) goto done;
-    gguf_get_str_array(&g, "tokenizer.ggml.merges", 1 << 23, &merges, &ml, &nm, st);
-    gguf_get_f32_array(&g, "tokenizer.ggml.scores", 1 << 22, &scores, &n2, st);
-    gguf_get_i32_array(&g, "tokenizer.ggml.token_type", 1 << 22, &types, &n2, st);
-    s.model = gguf_str_eq(model, "llama") ? TOK_MODEL_SPM_BPE : TOK_MODEL_BYTELEVEL_BPE;
-    s.pre = gguf_str_eq(pre, "smollm") ? TOK_PRE_SMOLLM
-          : gguf_str_eq(pre, "llama-bpe") ? TOK_PRE_LLAMA3
-          : gguf_str_eq(pre, "qwen2") ? TOK_PRE_QWEN2
-          : gguf_str_eq(pre, "gpt-2") ? TOK_PRE_GPT2 : TOK_PRE_NONE;
-    s.n_tokens = (int)n;
-    s.tokens = toks;
-    s.token_lens = tl;
-    s.scores = scores;
-    s.token_types = types;
-    s.n_merges = (int)nm;
-    s.merges = merges ? merges : (const char **)toks;   /* an empty list must act as none */
-    s.merge_lens = ml;
-    int64_t v;
-    s.bos_id = gguf_get_int(&g, "tokenizer.ggml.bos_token_id", 0, (int64_t)n - 1, &v, st) == 1 ? (int)v : -1;
-    s.eos_id = gguf_get_int(&g, "tokenizer.ggml.eos_token_id", 0, (int64_t)n - 1, &v, st) == 1 ? (int)v : -1;
-    s.unk_id = gguf_get_int(&g, "tokenizer.ggml.unknown_token_id", 0, (int64_t)n - 1, &v, st) == 1 ? (int)v : -1;
-    s.pad_id = gguf_get_int(&g, "tokenizer.ggml.padding_token_id", 0, (int64_t)n - 1, &v, st) == 1 ? (int)v : -1;
-    s.add_bos = s.model == TOK_MODEL_SPM_BPE;   /* llama.cpp's default for SentencePiece */
-    gguf_get_bool(&g, "tokenizer.ggml.add_bos_token", &s.add_bos, st);
-    gguf_get_bool(&g, "tokenizer.ggml.add_eos_token", &s.add_eos, st);
-    if (gguf_get_str(&g, "tokenizer.chat_template", &tpl, st) == 1) {
-        tplz = strndup(tpl.p, tpl.len);
-        s.chat_template = tplz;
-    }
-    tok_create(&s, &t, st);
-done:
-    free(toks); free(tl); free(merges); free(ml); free(scores); free(types); free(tplz);
+    tok_load_gguf(&g, &t, st);
     gguf_close(&g);
     return t;
 }
@@ -879,4 +838,102 @@ TEST(tok_hf_configs) {
         unlink(p);
     }
     rmdir(tmp);
+}
+
+/* ------------------------------------------------------------------ end of generation */
+
+/* A SentencePiece vocabulary of the given texts (types: 1 normal, 3 control), eos and
+ * the ids a GGUF file would name per end-of-generation role (or NULL). */
+static tokenizer *eog_tok(const char *const *texts, const int32_t *types, int n, int eos, const int32_t *named) {
+    uint32_t lens[32];
+    float scores[32];
+    for (int i = 0; i < n; i++) {
+        lens[i] = (uint32_t)strlen(texts[i]);
+        scores[i] = -(float)i;
+    }
+    tok_spec s = {.model = TOK_MODEL_SPM_BPE, .pre = TOK_PRE_NONE, .n_tokens = n, .tokens = texts, .token_lens = lens,
+                  .scores = scores, .token_types = types, .bos_id = -1, .eos_id = eos, .unk_id = 0, .pad_id = -1,
+                  .eog_ids = named};
+    tokenizer *t = NULL;
+    llmi_status st = {0};
+    if (tok_create(&s, &t, &st)) fprintf(stderr, "  tok_create: %s\n", st.msg);
+    return t;
+}
+
+/* The ids tok_is_eog says end generation must be exactly want (ascending). */
+static bool eog_is(const tokenizer *t, const int *want, int n_want) {
+    int k = 0;
+    for (int id = 0; id < tok_n_vocab(t); id++) {
+        if (!tok_is_eog(t, id)) continue;
+        if (k >= n_want || want[k] != id) {
+            fprintf(stderr, "  unexpected end-of-generation id %d\n", id);
+            return false;
+        }
+        k++;
+    }
+    if (k != n_want) fprintf(stderr, "  %d of %d end-of-generation ids found\n", k, n_want);
+    return k == n_want;
+}
+
+/* llama.cpp's own answer (testdata/tokenizer/eog/eog.json, written by
+ * scripts/ref-llamacpp-eog.py with llama.cpp 0c1e570's llama_vocab_is_eog): every vocabulary
+ * there, loaded as the model loader loads a GGUF, ends generation at exactly those ids.
+ * The cases cover listed texts of any token type, FIM spellings, ids named by keys, the
+ * <|end|> and </s> exceptions, SentencePiece defaults, and SmolLM2 itself. */
+TEST(tok_eog_vs_llamacpp) {
+    char p[1024];
+    size_t n;
+    snprintf(p, sizeof p, "%s/tokenizer/eog/eog.json", testdata());
+    char *txt = slurp(p, &n);
+    CHECK(txt != NULL);
+    if (!txt) return;
+    cJSON *ref = cJSON_Parse(txt);
+    free(txt);
+    CHECK(cJSON_GetArraySize(ref) >= 8);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, ref) {
+        const char *name = e->string;
+        if (!strcmp(name, "SmolLM2-135M-Instruct.Q4_1.gguf")) {
+            const char *m = getenv("MODEL");
+            snprintf(p, sizeof p, "%s", m ? m : "/root/.cache/llmi/SmolLM2-135M-Instruct.Q4_1.gguf");
+            if (access(p, R_OK) != 0) { fprintf(stderr, "  skipped: %s not present\n", p); continue; }
+        } else if (!strcmp(name, "ggml-vocab-llama-spm.gguf")) {
+            path_in(p, sizeof p, "llama-spm/ggml-vocab-llama-spm.gguf");
+        } else {
+            snprintf(p, sizeof p, "%s/tokenizer/eog/%s", testdata(), name);
+        }
+        int want[64], n_want = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, e) if (n_want < 64) want[n_want++] = x->valueint;
+        llmi_status st = {0};
+        tokenizer *tk = load_gguf(p, &st);
+        CHECK_MSG(tk != NULL, "%s: %s", name, st.msg);
+        if (tk) CHECK_MSG(eog_is(tk, want, n_want), "%s", name);
+        tok_free(tk);
+    }
+    cJSON_Delete(ref);
+}
+
+/* Where a vocabulary spells a FIM role twice, llama.cpp takes whichever its hash map
+ * yields first; llmi takes the lowest id, whatever the order of the texts. */
+TEST(tok_eog_fim_lowest_id) {
+    const char *texts[] = {"<unk>", "<s>", "</s>", "<|repo_name|>", "<reponame>", "<fim_pad>", "<|fim_pad|>",
+                           "\xE2\x96\x81"};
+    const int32_t types[] = {2, 3, 3, 3, 3, 3, 3, 1};
+    tokenizer *t = eog_tok(texts, types, 8, 2, NULL);
+    const int want[] = {2, 3, 5};
+    CHECK(t && eog_is(t, want, 3));
+    tok_free(t);
+}
+
+/* SmolLM2's tokenizer.json ends generation where llama.cpp ends its GGUF's: {0, 2, 4}
+ * (<|endoftext|>, <|im_end|> = eos, <reponame> = llama.cpp's FIM-repo token). */
+TEST(tok_eog_smollm2_hf) {
+    const int want[] = {0, 2, 4};
+    char d[1024];
+    llmi_status st = {0};
+    tokenizer *tk = NULL;
+    CHECK_MSG(tok_load_hf(path_in(d, sizeof d, "smollm2"), &tk, &st) == 0, "%s", st.msg);
+    if (tk) CHECK(eog_is(tk, want, 3));
+    tok_free(tk);
 }

@@ -22,6 +22,7 @@
 #include <time.h>
 #include "cli/bench_util.h"
 #include "cli/cli.h"
+#include "core/fileio.h"
 #include "metrics/perplexity.h"
 #include "cli/report.h"
 #include "cli/workload.h"
@@ -394,18 +395,23 @@ static void tp_on_token(void *ctx, const llmi_token_event *ev) {
     r->last_token = now;
 }
 
+#define BENCH_MAX_TEXT ((size_t)2 << 30)   /* --dataset and --ppl text */
+
 static int read_dataset(const bench_args *a, const llmi_model *m, tp_req **out, int *n_out, llmi_status *st) {
-    FILE *f = fopen(a->dataset, "rb");
-    if (!f) return llmi_fail(st, LLMI_E_USAGE, "--dataset %s: cannot open it", a->dataset);
+    char *all;
+    size_t all_len;
+    fileio_opts fo = {.flag = "--dataset", .max_bytes = BENCH_MAX_TEXT, .allow_stream = true};
+    if (fileio_read(a->dataset, &fo, &all, &all_len, st)) return st->code;
     tp_req *reqs = NULL;
     int n = 0, cap = 0, rc = 0;
-    char *line = NULL;
-    size_t lcap = 0;
-    ssize_t len;
     long lineno = 0;
-    while ((len = getline(&line, &lcap, f)) >= 0) {
+    for (char *line = all, *next; line < all + all_len; line = next) {
+        char *nl = memchr(line, '\n', (size_t)(all + all_len - line));
+        next = nl ? nl + 1 : all + all_len;
+        size_t len = (size_t)((nl ? nl : all + all_len) - line);
         lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+        while (len > 0 && line[len - 1] == '\r') len--;
+        line[len] = '\0';
         if (len == 0) continue;
         const char *text = line;
         size_t tlen = (size_t)len;
@@ -449,8 +455,7 @@ static int read_dataset(const bench_args *a, const llmi_model *m, tp_req **out, 
         n++;
         if (a->num_requests > 0 && n >= a->num_requests) break;
     }
-    free(line);
-    fclose(f);
+    free(all);
     if (!rc && n == 0) rc = llmi_fail(st, LLMI_E_USAGE, "--dataset %s: no prompts in it", a->dataset);
     /* Fewer lines than --num-requests: cycle through them. */
     if (!rc && a->num_requests > n) {
@@ -785,23 +790,10 @@ static int bench_throughput(const bench_args *a, const llmi_model *m, const char
 
 static int bench_ppl(const bench_args *a, const llmi_model *m, const char *label, report *rep, llmi_status *st) {
     if (!m->tok) return llmi_fail(st, LLMI_E_USAGE, "--ppl: the model has no tokenizer");
-    FILE *f = fopen(a->ppl, "rb");
-    if (!f) return llmi_fail(st, LLMI_E_USAGE, "--ppl %s: cannot open it", a->ppl);
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 65536 > cap) {
-            cap = cap ? cap * 2 : 1 << 20;
-            if (cap > ((size_t)1 << 31)) { free(text); fclose(f); return llmi_fail(st, LLMI_E_USAGE, "--ppl %s: larger than 2 GiB", a->ppl); }
-            char *t = realloc(text, cap);
-            if (!t) { free(text); fclose(f); return llmi_fail(st, LLMI_E_RUNTIME, "--ppl: out of memory"); }
-            text = t;
-        }
-        size_t got = fread(text + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0) break;
-    }
-    fclose(f);
+    char *text;
+    size_t len;
+    fileio_opts fo = {.flag = "--ppl", .max_bytes = BENCH_MAX_TEXT, .allow_stream = true};
+    if (fileio_read(a->ppl, &fo, &text, &len, st)) return st->code;
     int32_t *ids = NULL;
     int n_ids = 0;
     int rc = ppl_tokenize(m->tok, text, len, &ids, &n_ids, st);

@@ -12,8 +12,9 @@
 
 #include "cli/bench_util.h"
 #include "cli/cli.h"
-#include "engine/stop.h"
+#include "core/fileio.h"
 #include "core/jsonw.h"
+#include "engine/stop.h"
 #include "tok/tokenizer.h"
 
 typedef struct gen_request {
@@ -256,50 +257,18 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
 
 /* ---- input ----------------------------------------------------------------------- */
 
-static char *read_all(FILE *f, size_t *len) {
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (cap - n - 1 == 0) {
-            if (cap > ((size_t)1 << 31)) {
-                free(buf);
-                errno = EFBIG;
-                return NULL;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (ferror(f)) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
+#define GEN_MAX_TEXT ((size_t)2 << 30)   /* a prompt file beyond this is a mistake */
 
+/* The text of a prompt file ('-' = stdin; pipes and /dev/null welcome); flag NULL: stdin. */
 static char *read_file_text(const char *flag, const char *path, llmi_status *st) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        llmi_fail(st, LLMI_E_USAGE, "%s: cannot open '%s': %s", flag, path, strerror(errno));
-        return NULL;
-    }
+    char *s;
     size_t len;
-    char *s = read_all(f, &len);
-    if (!s) llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot read '%s': %s", flag, path, strerror(errno));
-    if (f != stdin) fclose(f);
-    if (s && strlen(s) != len) {
+    fileio_opts fo = {.flag = flag, .max_bytes = GEN_MAX_TEXT, .allow_stream = true};
+    if (fileio_read(path, &fo, &s, &len, st)) return NULL;
+    if (strlen(s) != len) {
         free(s);
-        llmi_fail(st, LLMI_E_USAGE, "%s: '%s' contains NUL bytes; prompts are text", flag, path);
+        if (flag) llmi_fail(st, LLMI_E_USAGE, "%s %s: contains NUL bytes; prompts are text", flag, path);
+        else llmi_fail(st, LLMI_E_USAGE, "stdin: contains NUL bytes; prompts are text");
         return NULL;
     }
     return s;
@@ -430,7 +399,7 @@ static int collect_prompts(const gen_opts *o, gen_request **out, int *n_out, llm
     if (!o->prompts_file) {
         gen_request *r = calloc(1, sizeof *r);
         if (!r) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
-        r->prompt = o->prompt ? strdup(o->prompt) : read_file_text(o->prompt_file ? "-f" : "stdin",
+        r->prompt = o->prompt ? strdup(o->prompt) : read_file_text(o->prompt_file ? "-f" : NULL,
                                                                     o->prompt_file ? o->prompt_file : "-", st);
         if (!r->prompt || copy_params(r, o, st)) {
             request_free(r);

@@ -1,12 +1,13 @@
 /* cmd_quantize.c — owns `llmi quantize`: flags, calibration windows from a text file,
- * running RTN / GPTQ / AWQ (quant_model.c), the optional perplexity check, and writing
- * the Hugging Face directory (quant_write.c). */
+ * running RTN / GPTQ / AWQ (quant/quantize.c), the optional perplexity check, and writing
+ * the Hugging Face directory (quant/write_hf.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include "cli/cli.h"
+#include "core/fileio.h"
 #include "metrics/perplexity.h"
 #include "quant/calib_stats.h"
 #include "quant/write_hf.h"
@@ -159,29 +160,7 @@ static int qc_parse(int argc, char **argv, qc_args *a, llmi_status *st) {
     return 0;
 }
 
-static int qc_read_file(const char *flag, const char *path, char **buf, size_t *len, llmi_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return llmi_fail(st, LLMI_E_USAGE, "%s %s: cannot open", flag, path);
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return llmi_fail(st, LLMI_E_USAGE, "%s %s: not a regular file", flag, path);
-    }
-    long n = ftell(f);
-    rewind(f);
-    if (n < 0 || n > (1L << 30)) {
-        fclose(f);
-        return llmi_fail(st, LLMI_E_USAGE, "%s %s: unreadable or larger than 1 GiB", flag, path);
-    }
-    *buf = malloc((size_t)n + 1);
-    if (!*buf) {
-        fclose(f);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s %s: out of memory", flag, path);
-    }
-    *len = fread(*buf, 1, (size_t)n, f);
-    (*buf)[*len] = 0;
-    fclose(f);
-    return 0;
-}
+#define QC_MAX_TEXT (1u << 30)   /* calibration / evaluation text */
 
 /* Tokenizes path and picks n_windows distinct, non-overlapping windows of seqlen tokens
  * (random slots from seed).  *out (n_windows*seqlen). */
@@ -190,7 +169,8 @@ static int qc_windows(const llmi_model *m, const char *flag, const char *path, i
     if (!m->tok) return llmi_fail(st, LLMI_E_USAGE, "%s: the model has no tokenizer", flag);
     char *text = NULL;
     size_t len = 0;
-    if (qc_read_file(flag, path, &text, &len, st)) return st->code;
+    fileio_opts fo = {.flag = flag, .max_bytes = QC_MAX_TEXT};
+    if (fileio_read(path, &fo, &text, &len, st)) return st->code;
     int32_t *ids = NULL;
     int n = 0;
     int rc = tok_encode(m->tok, text, len, false, false, &ids, &n, st);
@@ -243,7 +223,8 @@ static int qc_eval_tokens(const llmi_model *m, const char *path, int32_t **ids, 
     if (!m->tok) return llmi_fail(st, LLMI_E_USAGE, "--eval-ppl: the model has no tokenizer");
     char *text = NULL;
     size_t len = 0;
-    if (qc_read_file("--eval-ppl", path, &text, &len, st)) return st->code;
+    fileio_opts fo = {.flag = "--eval-ppl", .max_bytes = QC_MAX_TEXT};
+    if (fileio_read(path, &fo, &text, &len, st)) return st->code;
     int rc = ppl_tokenize(m->tok, text, len, ids, n, st);
     free(text);
     return rc;

@@ -1,6 +1,7 @@
 /* gguf.h — owns the GGUF v3 reader: it maps a file, validates the header, every
- * key/value pair and every tensor info against the file's bounds (FORMATS.md "GGUF v3"),
- * and answers typed look-ups.  It knows nothing about models; model_load.c does.
+ * key/value pair and every tensor info against the file's bounds (GGUF v3 as ggml's
+ * docs/gguf.md specifies it; ../shared/docs/FORMATS.md "GGUF v3" lists the checks), and
+ * answers typed look-ups.  It knows nothing about models; model_gguf.c and tok_gguf.c do.
  *
  * All pointers it hands out point into the read-only mapping and live until gguf_close
  * (or until the caller takes the mapping over with gguf_take_map).  Strings in a GGUF

@@ -1,4 +1,4 @@
-/* quant_load.c — owns reading GPTQ (v1 "gptq", v2 "gptq_v2"; sym/asym; act-order g_idx)
+/* gptq_awq_load.c — owns reading GPTQ (v1 "gptq", v2 "gptq_v2"; sym/asym; act-order g_idx)
  * and AWQ-GEMM linear layers into LLMI_I4G tensors, after checking that config.json's
  * quantization_config agrees with every tensor's dtype and shape. */
 #include <cjson/cJSON.h>

@@ -2,8 +2,11 @@
  * weights of a decoder-only transformer in one backend-neutral layout) and the loaders
  * that fill them from a GGUF file, a Hugging Face directory, or synthetic weights.
  *
- * Loaders validate everything they read (FORMATS.md): a model file is untrusted input.
- * Supported architectures: llama (Llama, Mistral, SmolLM2) and qwen2. */
+ * One loader per format behind the one struct: model_gguf.c, model_hf.c (config.json through
+ * config_json.c), model_dummy.c; model.c holds what they share.  Loaders validate everything
+ * they read, a model file being untrusted input (the formats: ggml's docs/gguf.md and
+ * huggingface/safetensors; our notes on them and their attacks: ../shared/docs/FORMATS.md,
+ * outside this repository).  Supported architectures: llama (Llama, Mistral, SmolLM2), qwen2. */
 #ifndef LLMI_MODEL_H
 #define LLMI_MODEL_H
 

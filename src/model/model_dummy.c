@@ -14,6 +14,7 @@
 #include <string.h>
 #include <stdbool.h>
 #include <sys/mman.h>
+#include "model/config_json.h"
 #include "model/model_dummy.h"
 
 typedef struct dummy_preset {
@@ -59,106 +60,15 @@ const char *model_dummy_preset_names(void) {
 
 /* ---------------------------------------------------------------- config.json */
 
-static int json_int(const cJSON *root, const char *key, int def, bool required, const char *path, int *out,
-                    llmi_status *st) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (required) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing \"%s\"", path, key);
-        *out = def;
-        return 0;
-    }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 ||
-        v->valuedouble > 1e9)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: \"%s\" must be a positive integer", path, key);
-    *out = (int)v->valuedouble;
-    return 0;
-}
-
-static int json_float(const cJSON *root, const char *key, float def, const char *path, float *out,
-                      llmi_status *st) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!v || cJSON_IsNull(v)) { *out = def; return 0; }
-    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: \"%s\" must be a positive number", path, key);
-    *out = (float)v->valuedouble;
-    return 0;
-}
-
+/* The shapes a config.json describes, read as a model directory's would be; the name
+ * is the one the file gives itself (_name_or_path), else the path. */
 static int dummy_config_from_json(const char *path, llmi_config *c, llmi_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return llmi_fail(st, LLMI_E_RUNTIME, "--dummy %s: not a preset (%s) and cannot open it: %s", path,
-                             model_dummy_preset_names(), strerror(errno));
-    char *buf = malloc(1 << 20);  /* config.json files are a few KB; 1 MiB bounds a hostile one */
-    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-    int too_big = buf && n == (1 << 20) - 1 && fgetc(f) != EOF;
-    fclose(f);
-    if (!buf) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path);
-    if (too_big) { free(buf); return llmi_fail(st, LLMI_E_RUNTIME, "%s: larger than 1 MiB, not a config.json", path); }
-    buf[n] = '\0';
-    cJSON *root = cJSON_Parse(buf);
-    free(buf);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: malformed config.json (not a JSON object)", path);
-    }
-    memset(c, 0, sizeof *c);
-    int rc = 0;
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    const char *type = cJSON_IsString(mt) ? mt->valuestring : "llama";
-    if (!strcmp(type, "llama") || !strcmp(type, "mistral")) {
-        c->arch = LLMI_ARCH_LLAMA;
-    } else if (!strcmp(type, "qwen2")) {
-        c->arch = LLMI_ARCH_QWEN2;
-        c->qkv_bias = true;
-    } else {
-        rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: model_type \"%s\" is not supported (llama, mistral, qwen2)", path,
-                       type);
-        goto done;
-    }
-    snprintf(c->arch_name, sizeof c->arch_name, "%s", type);
-    if ((rc = json_int(root, "vocab_size", 0, true, path, &c->n_vocab, st)) ||
-        (rc = json_int(root, "hidden_size", 0, true, path, &c->dim, st)) ||
-        (rc = json_int(root, "num_hidden_layers", 0, true, path, &c->n_layers, st)) ||
-        (rc = json_int(root, "num_attention_heads", 0, true, path, &c->n_heads, st)) ||
-        (rc = json_int(root, "num_key_value_heads", c->n_heads, false, path, &c->n_kv_heads, st)) ||
-        (rc = json_int(root, "head_dim", c->dim / c->n_heads, false, path, &c->head_dim, st)) ||
-        (rc = json_int(root, "intermediate_size", 0, true, path, &c->ffn_dim, st)) ||
-        (rc = json_int(root, "max_position_embeddings", 2048, false, path, &c->max_ctx, st)) ||
-        (rc = json_float(root, "rms_norm_eps", 1e-5f, path, &c->norm_eps, st)) ||
-        (rc = json_float(root, "rope_theta", 10000.f, path, &c->rope_theta, st)))
-        goto done;
-    c->rope_dim = c->head_dim;
-    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
-    c->tie_embeddings = cJSON_IsTrue(tie);
-    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(root, "attention_bias");
-    if (cJSON_IsTrue(bias)) c->qkv_bias = true;
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (cJSON_IsObject(rs)) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
-        if (!cJSON_IsString(t)) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
-        const char *ts = cJSON_IsString(t) ? t->valuestring : "";
-        if (!strcmp(ts, "llama3")) {
-            c->rope_scaling = LLMI_ROPE_SCALING_LLAMA3;
-            if ((rc = json_float(rs, "factor", 8.f, path, &c->rope_factor, st)) ||
-                (rc = json_float(rs, "low_freq_factor", 1.f, path, &c->rope_low_freq_factor, st)) ||
-                (rc = json_float(rs, "high_freq_factor", 4.f, path, &c->rope_high_freq_factor, st)) ||
-                (rc = json_int(rs, "original_max_position_embeddings", 8192, false, path, &c->rope_orig_max_pos,
-                               st)))
-                goto done;
-        } else if (!strcmp(ts, "linear")) {
-            c->rope_scaling = LLMI_ROPE_SCALING_LINEAR;
-            if ((rc = json_float(rs, "factor", 1.f, path, &c->rope_factor, st))) goto done;
-        } else if (ts[0] && strcmp(ts, "default")) {
-            rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling type \"%s\" is not supported (llama3, linear)",
-                           path, ts);
-            goto done;
-        }
-    }
+    cJSON *root;
+    if (config_json_read(path, "--dummy", c, &root, st)) return st->code;
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
     snprintf(c->name, sizeof c->name, "%s", cJSON_IsString(nm) && nm->valuestring[0] ? nm->valuestring : path);
-done:
     cJSON_Delete(root);
-    return rc;
+    return 0;
 }
 
 /* Bounds of its own, so a dummy model never depends on another loader being strict:

@@ -1,6 +1,6 @@
-/* model_dummy.h — owns the built-in presets of `--dummy` (real published hyper-parameters)
- * and the config.json reading it shares with nothing else; model_load_dummy itself is
- * declared in model.h. */
+/* model_dummy.h — owns the built-in presets of `--dummy` (real published hyper-parameters);
+ * a config.json spec is read by config_json_read, as a model directory's is.
+ * model_load_dummy itself is declared in model.h. */
 #ifndef LLMI_MODEL_DUMMY_H
 #define LLMI_MODEL_DUMMY_H
 

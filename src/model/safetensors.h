@@ -1,6 +1,6 @@
 /* safetensors.h — owns the safetensors reader: it maps one file, validates the header
- * exactly as huggingface/safetensors does (FORMATS.md "safetensors") and finds tensors
- * by name.  Pointers it hands out live until safetensors_close (or until the caller takes
+ * exactly as huggingface/safetensors does (../shared/docs/FORMATS.md "safetensors") and
+ * finds tensors by name.  Pointers it hands out live until safetensors_close (or until the caller takes
  * the mapping over with safetensors_take_map). */
 #ifndef LLMI_SAFETENSORS_H
 #define LLMI_SAFETENSORS_H

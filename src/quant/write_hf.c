@@ -1,4 +1,4 @@
-/* quant_write.c — owns writing a quantized model as a Hugging Face directory that
+/* write_hf.c — owns writing a quantized model as a Hugging Face directory that
  * transformers, vLLM and llmi load: model.safetensors (GPTQ v1 or AWQ-GEMM linears,
  * fp16 everything else), config.json with quantization_config, quantize_config.json
  * (GPTQ), and the tokenizer files (copied from an HF input; generated from the GGUF
@@ -12,8 +12,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "core/fileio.h"
 #include "model/gguf.h"
 #include "quant/write_hf.h"
+#include "tok/tokenizer.h"
 
 /* ---- safetensors writer ------------------------------------------------------------- */
 typedef struct qw_tensor {
@@ -263,13 +265,12 @@ static cJSON *qw_config_from_model(const llmi_model *m) {
     return j;
 }
 
+/* The input's config.json, to be rewritten with the quantization_config. */
 static int qw_read_json(const char *path, cJSON **out, llmi_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = malloc(1 << 24);
-    size_t n = buf ? fread(buf, 1, (1 << 24) - 1, f) : 0;
-    fclose(f);
-    if (!buf) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path);
+    char *buf;
+    size_t n;
+    fileio_opts fo = {.max_bytes = 64u << 20};   /* a config.json is a few KB */
+    if (fileio_read(path, &fo, &buf, &n, st)) return st->code;
     *out = cJSON_ParseWithLength(buf, n);
     free(buf);
     if (!*out || !cJSON_IsObject(*out)) {
@@ -323,57 +324,55 @@ static char *qw_strndup(const char *p, size_t n) {
     return s;
 }
 
-int quant_write_gguf_tokenizer(const char *gguf_path, const char *dir, llmi_status *st) {
-    gguf_file g;
-    if (gguf_open(gguf_path, &g, st)) return st->code;
-    int rc = 0;
-    const char **toks = NULL, **merges = NULL;
-    uint32_t *tl = NULL, *ml = NULL;
-    int32_t *types = NULL;
-    uint64_t nt = 0, nm = 0, ntypes = 0;
-    gguf_str model = {0}, pre = {0}, tmpl = {0};
-    cJSON *tj = NULL, *cfg = NULL;
-    if (gguf_get_str(&g, "tokenizer.ggml.model", &model, st) != 1 || !gguf_str_eq(model, "gpt2")) {
-        rc = st->code ? st->code
-                      : llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.model is not gpt2 (byte-level BPE): "
-                                  "writing its tokenizer.json is not supported", gguf_path);
-        goto done;
-    }
-    if (gguf_get_str(&g, "tokenizer.ggml.pre", &pre, st) < 0 ||
-        gguf_get_str_array(&g, "tokenizer.ggml.tokens", 1u << 22, &toks, &tl, &nt, st) != 1 ||
-        gguf_get_str_array(&g, "tokenizer.ggml.merges", 1u << 23, &merges, &ml, &nm, st) != 1 ||
-        gguf_get_i32_array(&g, "tokenizer.ggml.token_type", 1u << 22, &types, &ntypes, st) < 0) {
-        rc = st->code ? st->code : llmi_fail(st, LLMI_E_RUNTIME, "%s: no tokenizer vocabulary or merges", gguf_path);
-        goto done;
-    }
-    tj = cJSON_CreateObject();
-    cJSON_AddStringToObject(tj, "version", "1.0");
-    cJSON_AddNullToObject(tj, "truncation");
-    cJSON_AddNullToObject(tj, "padding");
-    cJSON *added = cJSON_AddArrayToObject(tj, "added_tokens");
-    for (uint64_t i = 0; types && i < nt && i < ntypes; i++) {
-        if (types[i] != 3 && types[i] != 4) continue; /* control and user-defined tokens */
+/* The vocabulary of a byte-level BPE GGUF, as tokenizer.json needs it. */
+typedef struct qw_vocab {
+    gguf_str pre;                          /* tokenizer.ggml.pre, or {0} */
+    const char **toks; uint32_t *tl;       /* (nt) */
+    const char **merges; uint32_t *ml;     /* (nm) "a b" */
+    int32_t *types;                        /* (ntypes) or NULL */
+    uint64_t nt, nm, ntypes;
+} qw_vocab;
+
+static void qw_vocab_free(qw_vocab *v) {
+    free(v->toks), free(v->tl), free(v->merges), free(v->ml), free(v->types);
+}
+
+static int qw_vocab_read(const gguf_file *g, qw_vocab *v, llmi_status *st) {
+    gguf_str model = {0};
+    if (gguf_get_str(g, "tokenizer.ggml.model", &model, st) != 1 || !gguf_str_eq(model, "gpt2"))
+        return st->code ? st->code
+                        : llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.model is not gpt2 (byte-level BPE): "
+                                    "writing its tokenizer.json is not supported", g->path);
+    if (gguf_get_str(g, "tokenizer.ggml.pre", &v->pre, st) < 0 ||
+        gguf_get_str_array(g, "tokenizer.ggml.tokens", 1u << 22, &v->toks, &v->tl, &v->nt, st) != 1 ||
+        gguf_get_str_array(g, "tokenizer.ggml.merges", 1u << 23, &v->merges, &v->ml, &v->nm, st) != 1 ||
+        gguf_get_i32_array(g, "tokenizer.ggml.token_type", 1u << 22, &v->types, &v->ntypes, st) < 0)
+        return st->code ? st->code : llmi_fail(st, LLMI_E_RUNTIME, "%s: no tokenizer vocabulary or merges", g->path);
+    return 0;
+}
+
+/* added_tokens: the control (special) and user-defined (normalized) tokens. */
+static cJSON *qw_added_tokens(const qw_vocab *v) {
+    cJSON *added = cJSON_CreateArray();
+    for (uint64_t i = 0; v->types && i < v->nt && i < v->ntypes; i++) {
+        if (v->types[i] != 3 && v->types[i] != 4) continue; /* control and user-defined tokens */
         cJSON *a = cJSON_CreateObject();
         cJSON_AddNumberToObject(a, "id", (double)i);
-        char *s = qw_strndup(toks[i], tl[i]);
+        char *s = qw_strndup(v->toks[i], v->tl[i]);
         cJSON_AddStringToObject(a, "content", s ? s : "");
         free(s);
         cJSON_AddBoolToObject(a, "single_word", false);
         cJSON_AddBoolToObject(a, "lstrip", false);
         cJSON_AddBoolToObject(a, "rstrip", false);
-        cJSON_AddBoolToObject(a, "normalized", types[i] == 4);
-        cJSON_AddBoolToObject(a, "special", types[i] == 3);
+        cJSON_AddBoolToObject(a, "normalized", v->types[i] == 4);
+        cJSON_AddBoolToObject(a, "special", v->types[i] == 3);
         cJSON_AddItemToArray(added, a);
     }
-    static const char *const gpt2_re =
-        "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-    static const char *const llama3_re =
-        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-        "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-    static const char *const qwen2_re =
-        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-        "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-    (void)gpt2_re;
+    return added;
+}
+
+/* The pre_tokenizer llama.cpp's pre name stands for, in tokenizer.json's terms. */
+static cJSON *qw_pre_tokenizer(gguf_str pre, const char *gguf_path, llmi_status *st) {
     cJSON *pt = cJSON_CreateObject(), *list;
     cJSON_AddStringToObject(pt, "type", "Sequence");
     list = cJSON_AddArrayToObject(pt, "pretokenizers");
@@ -385,17 +384,69 @@ int quant_write_gguf_tokenizer(const char *gguf_path, const char *dir, llmi_stat
         cJSON_AddItemToArray(list, d);
         cJSON_AddItemToArray(list, qw_bytelevel(false, true, true));
     } else if (pre.p && (gguf_str_eq(pre, "llama-bpe") || gguf_str_eq(pre, "llama3") || is_qwen)) {
-        cJSON_AddItemToArray(list, qw_split(is_qwen ? qwen2_re : llama3_re));
+        cJSON_AddItemToArray(list, qw_split(is_qwen ? tok_re_qwen2 : tok_re_llama3));
         cJSON_AddItemToArray(list, qw_bytelevel(false, true, false));
     } else if (!pre.p || gguf_str_eq(pre, "gpt-2") || gguf_str_eq(pre, "default")) {
         cJSON_AddItemToArray(list, qw_bytelevel(false, true, true));
     } else {
         cJSON_Delete(pt);
-        rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.pre %.*s: writing its tokenizer.json is not supported",
-                       gguf_path, (int)(pre.len > 40 ? 40 : pre.len), pre.p);
-        goto done;
+        llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.pre %.*s: writing its tokenizer.json is not supported",
+                  gguf_path, (int)(pre.len > 40 ? 40 : pre.len), pre.p);
+        return NULL;
     }
-    if (is_qwen) {
+    return pt;
+}
+
+/* model: a BPE over the GGUF vocabulary and merges (as [a, b] pairs). */
+static cJSON *qw_bpe_model(const qw_vocab *v, const char *gguf_path, llmi_status *st) {
+    cJSON *mo = cJSON_CreateObject();
+    cJSON_AddStringToObject(mo, "type", "BPE");
+    cJSON_AddNullToObject(mo, "dropout");
+    cJSON_AddNullToObject(mo, "unk_token");
+    cJSON_AddNullToObject(mo, "continuing_subword_prefix");
+    cJSON_AddNullToObject(mo, "end_of_word_suffix");
+    cJSON_AddBoolToObject(mo, "fuse_unk", false);
+    cJSON_AddBoolToObject(mo, "byte_fallback", false);
+    cJSON_AddBoolToObject(mo, "ignore_merges", gguf_str_eq(v->pre, "llama-bpe") || gguf_str_eq(v->pre, "llama3"));
+    cJSON *vocab = cJSON_AddObjectToObject(mo, "vocab");
+    for (uint64_t i = 0; i < v->nt; i++) {
+        char *s = qw_strndup(v->toks[i], v->tl[i]);
+        if (!s) { cJSON_Delete(mo); llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory"); return NULL; }
+        cJSON_AddItemToObject(vocab, s, cJSON_CreateNumber((double)i));
+        free(s);
+    }
+    cJSON *mg = cJSON_AddArrayToObject(mo, "merges");
+    for (uint64_t i = 0; i < v->nm; i++) {
+        const char *sp = memchr(v->merges[i], ' ', v->ml[i]);
+        if (!sp) {
+            cJSON_Delete(mo);
+            llmi_fail(st, LLMI_E_RUNTIME, "%s: merge %llu has no space", gguf_path, (unsigned long long)i);
+            return NULL;
+        }
+        char *a = qw_strndup(v->merges[i], (size_t)(sp - v->merges[i]));
+        char *b = qw_strndup(sp + 1, v->ml[i] - (size_t)(sp - v->merges[i]) - 1);
+        cJSON *pair = cJSON_CreateArray();
+        cJSON_AddItemToArray(pair, cJSON_CreateString(a ? a : ""));
+        cJSON_AddItemToArray(pair, cJSON_CreateString(b ? b : ""));
+        cJSON_AddItemToArray(mg, pair);
+        free(a), free(b);
+    }
+    return mo;
+}
+
+/* tokenizer.json: the same tokenizer as the GGUF's, for byte-level BPE. */
+static cJSON *qw_tokenizer_json(const qw_vocab *v, const char *gguf_path, llmi_status *st) {
+    cJSON *pt = qw_pre_tokenizer(v->pre, gguf_path, st), *mo = NULL;
+    if (!pt || !(mo = qw_bpe_model(v, gguf_path, st))) {
+        cJSON_Delete(pt);
+        return NULL;
+    }
+    cJSON *tj = cJSON_CreateObject();
+    cJSON_AddStringToObject(tj, "version", "1.0");
+    cJSON_AddNullToObject(tj, "truncation");
+    cJSON_AddNullToObject(tj, "padding");
+    cJSON_AddItemToObject(tj, "added_tokens", qw_added_tokens(v));
+    if (gguf_str_eq(v->pre, "qwen2")) {
         cJSON *n = cJSON_CreateObject();
         cJSON_AddStringToObject(n, "type", "NFC");
         cJSON_AddItemToObject(tj, "normalizer", n);
@@ -405,78 +456,72 @@ int quant_write_gguf_tokenizer(const char *gguf_path, const char *dir, llmi_stat
     cJSON_AddItemToObject(tj, "pre_tokenizer", pt);
     cJSON_AddItemToObject(tj, "post_processor", qw_bytelevel(true, false, true));
     cJSON_AddItemToObject(tj, "decoder", qw_bytelevel(true, true, true));
-    cJSON *mo = cJSON_AddObjectToObject(tj, "model");
-    cJSON_AddStringToObject(mo, "type", "BPE");
-    cJSON_AddNullToObject(mo, "dropout");
-    cJSON_AddNullToObject(mo, "unk_token");
-    cJSON_AddNullToObject(mo, "continuing_subword_prefix");
-    cJSON_AddNullToObject(mo, "end_of_word_suffix");
-    cJSON_AddBoolToObject(mo, "fuse_unk", false);
-    cJSON_AddBoolToObject(mo, "byte_fallback", false);
-    cJSON_AddBoolToObject(mo, "ignore_merges", gguf_str_eq(pre, "llama-bpe") || gguf_str_eq(pre, "llama3"));
-    cJSON *vocab = cJSON_AddObjectToObject(mo, "vocab");
-    for (uint64_t i = 0; i < nt; i++) {
-        char *s = qw_strndup(toks[i], tl[i]);
-        if (!s) { rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory"); goto done; }
-        cJSON_AddItemToObject(vocab, s, cJSON_CreateNumber((double)i));
-        free(s);
-    }
-    cJSON *mg = cJSON_AddArrayToObject(mo, "merges");
-    for (uint64_t i = 0; i < nm; i++) {
-        const char *sp = memchr(merges[i], ' ', ml[i]);
-        if (!sp) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: merge %llu has no space", gguf_path, (unsigned long long)i); goto done; }
-        char *a = qw_strndup(merges[i], (size_t)(sp - merges[i]));
-        char *b = qw_strndup(sp + 1, ml[i] - (size_t)(sp - merges[i]) - 1);
-        cJSON *pair = cJSON_CreateArray();
-        cJSON_AddItemToArray(pair, cJSON_CreateString(a ? a : ""));
-        cJSON_AddItemToArray(pair, cJSON_CreateString(b ? b : ""));
-        cJSON_AddItemToArray(mg, pair);
-        free(a), free(b);
-    }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if ((rc = qw_write_json(path, tj, st))) goto done;
-    /* tokenizer_config.json: special tokens by name, chat template */
-    cfg = cJSON_CreateObject();
-    int64_t bos = -1, eos = -1;
-    if (gguf_get_int(&g, "tokenizer.ggml.bos_token_id", 0, (int64_t)nt - 1, &bos, st) < 0 ||
-        gguf_get_int(&g, "tokenizer.ggml.eos_token_id", 0, (int64_t)nt - 1, &eos, st) < 0) {
-        rc = st->code;
-        goto done;
-    }
-    bool add_bos = false;
-    if (gguf_get_bool(&g, "tokenizer.ggml.add_bos_token", &add_bos, st) < 0) { rc = st->code; goto done; }
+    cJSON_AddItemToObject(tj, "model", mo);
+    return tj;
+}
+
+/* tokenizer_config.json: special tokens by name, add_bos, the chat template. */
+static cJSON *qw_tokenizer_config(const gguf_file *g, const qw_vocab *v, int64_t bos, int64_t eos, bool add_bos) {
+    cJSON *cfg = cJSON_CreateObject();
     cJSON_AddBoolToObject(cfg, "add_bos_token", add_bos);
     cJSON_AddBoolToObject(cfg, "add_prefix_space", false);
     if (bos >= 0) {
-        char *s = qw_strndup(toks[bos], tl[bos]);
+        char *s = qw_strndup(v->toks[bos], v->tl[bos]);
         cJSON_AddStringToObject(cfg, "bos_token", s ? s : "");
         free(s);
     }
     if (eos >= 0) {
-        char *s = qw_strndup(toks[eos], tl[eos]);
+        char *s = qw_strndup(v->toks[eos], v->tl[eos]);
         cJSON_AddStringToObject(cfg, "eos_token", s ? s : "");
         free(s);
     }
-    if (gguf_get_str(&g, "tokenizer.chat_template", &tmpl, st) == 1) {
+    gguf_str tmpl = {0};
+    llmi_status ignore = {0};   /* a template that does not read is left out, as before */
+    if (gguf_get_str(g, "tokenizer.chat_template", &tmpl, &ignore) == 1) {
         char *s = qw_strndup(tmpl.p, tmpl.len);
         cJSON_AddStringToObject(cfg, "chat_template", s ? s : "");
         free(s);
     }
     cJSON_AddBoolToObject(cfg, "clean_up_tokenization_spaces", false);
     cJSON_AddStringToObject(cfg, "tokenizer_class", "GPT2Tokenizer");
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if ((rc = qw_write_json(path, cfg, st))) goto done;
-    cJSON_Delete(cfg);
-    cfg = cJSON_CreateObject();
-    if (bos >= 0) cJSON_AddNumberToObject(cfg, "bos_token_id", (double)bos);
-    if (eos >= 0) cJSON_AddNumberToObject(cfg, "eos_token_id", (double)eos);
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    rc = qw_write_json(path, cfg, st);
-done:
+    return cfg;
+}
+
+int quant_write_gguf_tokenizer(const char *gguf_path, const char *dir, llmi_status *st) {
+    gguf_file g;
+    if (gguf_open(gguf_path, &g, st)) return st->code;
+    qw_vocab v;
+    memset(&v, 0, sizeof v);
+    cJSON *tj = NULL, *cfg = NULL;
+    char path[4096];
+    int64_t bos = -1, eos = -1;
+    bool add_bos = false;
+    int rc = qw_vocab_read(&g, &v, st);
+    if (!rc && !(tj = qw_tokenizer_json(&v, gguf_path, st))) rc = st->code;
+    if (!rc) {
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        rc = qw_write_json(path, tj, st);
+    }
+    if (!rc && (gguf_get_int(&g, "tokenizer.ggml.bos_token_id", 0, (int64_t)v.nt - 1, &bos, st) < 0 ||
+                gguf_get_int(&g, "tokenizer.ggml.eos_token_id", 0, (int64_t)v.nt - 1, &eos, st) < 0 ||
+                gguf_get_bool(&g, "tokenizer.ggml.add_bos_token", &add_bos, st) < 0))
+        rc = st->code;
+    if (!rc) {
+        cfg = qw_tokenizer_config(&g, &v, bos, eos, add_bos);
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+        rc = qw_write_json(path, cfg, st);
+        cJSON_Delete(cfg);
+    }
+    if (!rc) {
+        cfg = cJSON_CreateObject();   /* generation_config.json */
+        if (bos >= 0) cJSON_AddNumberToObject(cfg, "bos_token_id", (double)bos);
+        if (eos >= 0) cJSON_AddNumberToObject(cfg, "eos_token_id", (double)eos);
+        snprintf(path, sizeof path, "%s/generation_config.json", dir);
+        rc = qw_write_json(path, cfg, st);
+        cJSON_Delete(cfg);
+    }
     cJSON_Delete(tj);
-    cJSON_Delete(cfg);
-    free(toks), free(tl), free(merges), free(ml), free(types);
+    qw_vocab_free(&v);
     gguf_close(&g);
     return rc;
 }

@@ -1,4 +1,4 @@
-/* quant_write.h — owns writing quantized models as Hugging Face directories (quant_write.c). */
+/* write_hf.h — owns writing quantized models as Hugging Face directories (write_hf.c). */
 #ifndef LLMI_QUANT_WRITE_H
 #define LLMI_QUANT_WRITE_H
 

@@ -3,53 +3,20 @@
  * (BOS/EOS, add_bos/add_eos, chat template) and generation_config.json (end-of-generation
  * ids).  Only the constructs llmi implements exactly are accepted; anything else is refused
  * with a message naming tokenizer.json and the construct. */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
+#include "core/fileio.h"
 #include "tok/tok_internal.h"
 
-#define HF_MAX_FILE (512u << 20)
-
-static int read_file(const char *path, char **out, size_t *len, bool optional, llmi_status *st) {
-    *out = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (optional && errno == ENOENT) return 0;
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
-    }
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            cap = cap ? cap * 2 : 1 << 20;
-            if (cap > HF_MAX_FILE + 65536 + 1) {
-                free(buf); fclose(f);
-                return llmi_fail(st, LLMI_E_RUNTIME, "%s: larger than %u MiB", path, HF_MAX_FILE >> 20);
-            }
-            char *q = realloc(buf, cap);
-            if (!q) { free(buf); fclose(f); return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path); }
-            buf = q;
-        }
-        size_t k = fread(buf + n, 1, 65536, f);
-        n += k;
-        if (k < 65536) break;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (err) { free(buf); return llmi_fail(st, LLMI_E_RUNTIME, "%s: read error", path); }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return 0;
-}
+#define HF_MAX_FILE (512u << 20)   /* tokenizer.json of a 256k vocabulary is ~20 MB */
 
 static cJSON *parse_json(const char *path, bool optional, bool *missing, llmi_status *st) {
     char *txt;
     size_t n;
     *missing = false;
-    if (read_file(path, &txt, &n, optional, st)) return NULL;
+    fileio_opts fo = {.max_bytes = HF_MAX_FILE, .optional = optional};
+    if (fileio_read(path, &fo, &txt, &n, st)) return NULL;
     if (!txt) { *missing = true; return NULL; }
     cJSON *j = cJSON_ParseWithLength(txt, n);
     free(txt);
@@ -281,6 +248,173 @@ static int token_id_of(const tokenizer *t, const char *s) {
     return s ? tok_vocab_find(t, s, strlen(s)) : -1;
 }
 
+/* The BPE model's options: only those llmi implements exactly. */
+static int hf_model_check(const cJSON *model, hf_ctx *c) {
+    if (!cJSON_IsObject(model) || !jtype_is(model, "BPE"))
+        return UNSUPPORTED(c, "%s: model.type \"%s\" is not supported (llmi knows BPE)", c->path,
+                           jstr(model, "type") ? jstr(model, "type") : "?");
+    const char *cswp = jstr(model, "continuing_subword_prefix"), *eows = jstr(model, "end_of_word_suffix");
+    const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
+    if ((cswp && *cswp) || (eows && *eows) || (cJSON_IsNumber(dropout) && dropout->valuedouble != 0))
+        return UNSUPPORTED(c, "%s: BPE continuing_subword_prefix / end_of_word_suffix / dropout are not supported",
+                           c->path);
+    const cJSON *jm = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(model, "vocab")))
+        return UNSUPPORTED(c, "%s: model.vocab is not an object", c->path);
+    if (jm && !cJSON_IsArray(jm) && !cJSON_IsNull(jm)) return UNSUPPORTED(c, "%s: model.merges is not a list", c->path);
+    return 0;
+}
+
+/* tokenizer.json's vocabulary, added tokens and merges as tok_build_common takes them;
+ * the strings are borrowed from the cJSON tree. */
+typedef struct hf_lists {
+    int n_vocab;                  /* highest id of the vocab and added tokens, plus one */
+    const char **tokens;          /* (n_vocab) NULL for holes */
+    uint32_t *lens;               /* (n_vocab) */
+    tok_added *added;             /* (n_added) offsets into atext */
+    int n_added;
+    char *atext;
+    tok_merge_str *merges;        /* (n_merges) */
+    int n_merges;
+} hf_lists;
+
+static void hf_lists_free(hf_lists *l) {
+    free(l->tokens);
+    free(l->lens);
+    free(l->added);
+    free(l->atext);
+    free(l->merges);
+}
+
+/* The vocabulary size: the highest id among vocab and added tokens, every id checked. */
+static int hf_vocab_size(const cJSON *vocab, const cJSON *jadded, int *n, hf_ctx *c) {
+    long max_id = -1;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, vocab) {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= TOK_MAX_VOCAB)
+            return UNSUPPORTED(c, "%s: vocab entry \"%.40s\" has a bad id", c->path, x->string ? x->string : "");
+        if (x->valueint > max_id) max_id = x->valueint;
+    }
+    cJSON_ArrayForEach(x, jadded) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(x, "id");
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= TOK_MAX_VOCAB || !jstr(x, "content"))
+            return UNSUPPORTED(c, "%s: added_tokens entry without a valid id and content", c->path);
+        if (id->valueint > max_id) max_id = id->valueint;
+    }
+    *n = (int)(max_id + 1);
+    if (*n <= 0) return UNSUPPORTED(c, "%s: empty vocabulary", c->path);
+    return 0;
+}
+
+static int hf_lists_read(const cJSON *j, const cJSON *model, hf_lists *l, hf_ctx *c) {
+    const char *path = c->path;
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *jm = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    const cJSON *jadded = cJSON_GetObjectItemCaseSensitive(j, "added_tokens");
+    int n = 0;
+    if (hf_vocab_size(vocab, jadded, &n, c)) return c->st->code;
+    l->n_vocab = n;
+    int n_added = cJSON_GetArraySize(jadded), n_merges = cJSON_IsArray(jm) ? cJSON_GetArraySize(jm) : 0;
+    l->tokens = calloc((size_t)n, sizeof *l->tokens);
+    l->lens = calloc((size_t)n, sizeof *l->lens);
+    l->added = calloc((size_t)n_added + 1, sizeof *l->added);
+    l->merges = calloc((size_t)n_merges + 1, sizeof *l->merges);
+    if (!l->tokens || !l->lens || !l->added || !l->merges)
+        return llmi_fail(c->st, LLMI_E_RUNTIME, "%s: out of memory", path);
+    const cJSON *x;
+    cJSON_ArrayForEach(x, vocab) {
+        l->tokens[x->valueint] = x->string;
+        l->lens[x->valueint] = (uint32_t)strlen(x->string);
+    }
+    size_t tl = 0;
+    cJSON_ArrayForEach(x, jadded) tl += strlen(jstr(x, "content"));
+    l->atext = malloc(tl + 1);
+    if (!l->atext) return llmi_fail(c->st, LLMI_E_RUNTIME, "%s: out of memory", path);
+    uint32_t ao = 0;
+    cJSON_ArrayForEach(x, jadded) {
+        const char *content = jstr(x, "content");
+        int id = cJSON_GetObjectItemCaseSensitive(x, "id")->valueint;
+        size_t len = strlen(content);
+        if (len == 0 || len > TOK_MAX_TOKLEN) continue;
+        if (!l->tokens[id]) { l->tokens[id] = content; l->lens[id] = (uint32_t)len; }
+        memcpy(l->atext + ao, content, len);
+        l->added[l->n_added++] = (tok_added){.id = id, .off = ao, .len = (uint32_t)len,
+                                             .special = jbool(x, "special", false), .lstrip = jbool(x, "lstrip", false),
+                                             .rstrip = jbool(x, "rstrip", false),
+                                             .single_word = jbool(x, "single_word", false),
+                                             .normalized = jbool(x, "normalized", true)};
+        ao += (uint32_t)len;
+    }
+    cJSON_ArrayForEach(x, jm) {
+        int nm = l->n_merges;
+        if (cJSON_IsString(x)) {
+            const char *s = x->valuestring, *sp = strchr(s, ' ');
+            if (!sp) return UNSUPPORTED(c, "%s: merge %d \"%.40s\" is not \"a b\"", path, nm, s);
+            l->merges[l->n_merges++] = (tok_merge_str){s, (uint32_t)(sp - s), sp + 1, (uint32_t)strlen(sp + 1)};
+        } else if (cJSON_IsArray(x) && cJSON_GetArraySize(x) == 2 && cJSON_IsString(cJSON_GetArrayItem(x, 0)) &&
+                   cJSON_IsString(cJSON_GetArrayItem(x, 1))) {
+            const char *a = cJSON_GetArrayItem(x, 0)->valuestring, *b = cJSON_GetArrayItem(x, 1)->valuestring;
+            l->merges[l->n_merges++] = (tok_merge_str){a, (uint32_t)strlen(a), b, (uint32_t)strlen(b)};
+        } else {
+            return UNSUPPORTED(c, "%s: merge %d is neither \"a b\" nor [a, b]", path, nm);
+        }
+    }
+    return 0;
+}
+
+/* tokenizer_config.json: bos/eos/pad by content, add_bos/add_eos, the chat template. */
+static int hf_tokenizer_config(tokenizer *t, const cJSON *cfg, int *bos, int *eos, hf_ctx *c) {
+    int id = token_id_of(t, token_content(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token")));
+    if (id >= 0) *bos = id;
+    id = token_id_of(t, token_content(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token")));
+    if (id >= 0) *eos = id;
+    t->pad_id = token_id_of(t, token_content(cJSON_GetObjectItemCaseSensitive(cfg, "pad_token")));
+    /* transformers rebuilds the post-processor from these flags when they are given */
+    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
+    const cJSON *ae = cJSON_GetObjectItemCaseSensitive(cfg, "add_eos_token");
+    if (cJSON_IsBool(ab)) t->add_bos = cJSON_IsTrue(ab);
+    if (cJSON_IsBool(ae)) t->add_eos = cJSON_IsTrue(ae);
+    return hf_chat_template(t, cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"), c);
+}
+
+/* generation_config.json: eos_token_id (one id or a list) also ends generation, as
+ * transformers' generate stops on it. */
+static void hf_generation_config(tokenizer *t, const cJSON *gen) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(gen, "eos_token_id"), *x;
+    if (cJSON_IsNumber(e) && e->valueint >= 0 && e->valueint < t->n_vocab) t->flags[e->valueint] |= TOKF_EOG;
+    if (cJSON_IsArray(e))
+        cJSON_ArrayForEach(x, e)
+            if (cJSON_IsNumber(x) && x->valueint >= 0 && x->valueint < t->n_vocab) t->flags[x->valueint] |= TOKF_EOG;
+}
+
+/* tokenizer.json: the tables, then the normalizer, pre-tokenizer and decoder that go
+ * with them, then bos/eos from the post-processor. */
+static int hf_tokenizer_json(tokenizer *t, const cJSON *j, int *bos, int *eos, hf_ctx *c) {
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    hf_lists l;
+    memset(&l, 0, sizeof l);
+    int rc;
+    if ((rc = hf_model_check(model, c)) || (rc = hf_lists_read(j, model, &l, c))) goto done;
+    t->byte_fallback = jbool(model, "byte_fallback", false);
+    t->ignore_merges = jbool(model, "ignore_merges", false);
+    t->fuse_unk = jbool(model, "fuse_unk", false);
+    if ((rc = hf_normalizer(t, cJSON_GetObjectItemCaseSensitive(j, "normalizer"), c))) goto done;
+    if ((rc = hf_pre_tokenizer(t, cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer"), c))) goto done;
+    if ((rc = hf_decoder(t, cJSON_GetObjectItemCaseSensitive(j, "decoder"), c))) goto done;
+    t->model = t->dec == TOK_DEC_BYTELEVEL ? TOK_MODEL_BYTELEVEL_BPE : TOK_MODEL_SPM_BPE;
+    tok_build b = {.n_vocab = l.n_vocab, .tokens = l.tokens, .token_lens = l.lens, .n_merges = l.n_merges,
+                   .merges = l.merges, .n_added = l.n_added, .added = l.added, .added_text = l.atext,
+                   .origin = c->path};
+    if ((rc = tok_build_common(t, &b, c->st))) goto done;
+    /* an unk_token missing from the vocab only matters when a character has no token; HF
+     * fails then, llmi drops the character */
+    t->unk_id = token_id_of(t, jstr(model, "unk_token"));
+    rc = hf_post_processor(t, cJSON_GetObjectItemCaseSensitive(j, "post_processor"), bos, eos, c);
+done:
+    hf_lists_free(&l);
+    return rc;
+}
+
 int tok_load_hf(const char *dir, tokenizer **out, llmi_status *st) {
     *out = NULL;
     char path[4096], cpath[4096], gpath[4096];
@@ -292,157 +426,26 @@ int tok_load_hf(const char *dir, tokenizer **out, llmi_status *st) {
     cJSON *j = parse_json(path, false, &missing, st), *cfg = NULL, *gen = NULL;
     if (!j) return st->code ? st->code : llmi_fail(st, LLMI_E_RUNTIME, "%s: missing", path);
     tokenizer *t = tok_alloc();
-    const char **tokens = NULL;
-    uint32_t *lens = NULL;
-    tok_added *added = NULL;
-    tok_merge_str *merges = NULL;
-    char *atext = NULL;
-    int rc = 0;
+    int rc = 0, bos = -1, eos = -1;
     if (!t) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path); goto done; }
-
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
-    if (!cJSON_IsObject(model) || !jtype_is(model, "BPE")) {
-        rc = UNSUPPORTED(&c, "%s: model.type \"%s\" is not supported (llmi knows BPE)", path,
-                         jstr(model, "type") ? jstr(model, "type") : "?");
-        goto done;
-    }
-    const char *cswp = jstr(model, "continuing_subword_prefix"), *eows = jstr(model, "end_of_word_suffix");
-    const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
-    if ((cswp && *cswp) || (eows && *eows) || (cJSON_IsNumber(dropout) && dropout->valuedouble != 0)) {
-        rc = UNSUPPORTED(&c, "%s: BPE continuing_subword_prefix / end_of_word_suffix / dropout are not supported", path);
-        goto done;
-    }
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-    const cJSON *jm = cJSON_GetObjectItemCaseSensitive(model, "merges");
-    const cJSON *jadded = cJSON_GetObjectItemCaseSensitive(j, "added_tokens");
-    if (!cJSON_IsObject(vocab)) { rc = UNSUPPORTED(&c, "%s: model.vocab is not an object", path); goto done; }
-    if (jm && !cJSON_IsArray(jm) && !cJSON_IsNull(jm)) { rc = UNSUPPORTED(&c, "%s: model.merges is not a list", path); goto done; }
-
-    /* vocabulary size: highest id of the vocab and added tokens */
-    long max_id = -1;
-    const cJSON *x;
-    cJSON_ArrayForEach(x, vocab) {
-        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= TOK_MAX_VOCAB) {
-            rc = UNSUPPORTED(&c, "%s: vocab entry \"%.40s\" has a bad id", path, x->string ? x->string : "");
-            goto done;
-        }
-        if (x->valueint > max_id) max_id = x->valueint;
-    }
-    cJSON_ArrayForEach(x, jadded) {
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(x, "id");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= TOK_MAX_VOCAB || !jstr(x, "content")) {
-            rc = UNSUPPORTED(&c, "%s: added_tokens entry without a valid id and content", path);
-            goto done;
-        }
-        if (id->valueint > max_id) max_id = id->valueint;
-    }
-    int n = (int)(max_id + 1);
-    if (n <= 0) { rc = UNSUPPORTED(&c, "%s: empty vocabulary", path); goto done; }
-    int n_added = cJSON_GetArraySize(jadded), n_merges = cJSON_IsArray(jm) ? cJSON_GetArraySize(jm) : 0;
-    tokens = calloc((size_t)n, sizeof *tokens);
-    lens = calloc((size_t)n, sizeof *lens);
-    added = calloc((size_t)n_added + 1, sizeof *added);
-    merges = calloc((size_t)n_merges + 1, sizeof *merges);
-    if (!tokens || !lens || !added || !merges) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path); goto done; }
-    cJSON_ArrayForEach(x, vocab) {
-        tokens[x->valueint] = x->string;
-        lens[x->valueint] = (uint32_t)strlen(x->string);
-    }
-    size_t tl = 0;
-    cJSON_ArrayForEach(x, jadded) tl += strlen(jstr(x, "content"));
-    atext = malloc(tl + 1);
-    if (!atext) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", path); goto done; }
-    int na = 0;
-    uint32_t ao = 0;
-    cJSON_ArrayForEach(x, jadded) {
-        const char *content = jstr(x, "content");
-        int id = cJSON_GetObjectItemCaseSensitive(x, "id")->valueint;
-        size_t len = strlen(content);
-        if (len == 0 || len > TOK_MAX_TOKLEN) continue;
-        if (!tokens[id]) { tokens[id] = content; lens[id] = (uint32_t)len; }
-        memcpy(atext + ao, content, len);
-        added[na++] = (tok_added){.id = id, .off = ao, .len = (uint32_t)len,
-                                  .special = jbool(x, "special", false), .lstrip = jbool(x, "lstrip", false),
-                                  .rstrip = jbool(x, "rstrip", false), .single_word = jbool(x, "single_word", false),
-                                  .normalized = jbool(x, "normalized", true)};
-        ao += (uint32_t)len;
-    }
-    int nm = 0;
-    cJSON_ArrayForEach(x, jm) {
-        if (cJSON_IsString(x)) {
-            const char *s = x->valuestring, *sp = strchr(s, ' ');
-            if (!sp) { rc = UNSUPPORTED(&c, "%s: merge %d \"%.40s\" is not \"a b\"", path, nm, s); goto done; }
-            merges[nm++] = (tok_merge_str){s, (uint32_t)(sp - s), sp + 1, (uint32_t)strlen(sp + 1)};
-        } else if (cJSON_IsArray(x) && cJSON_GetArraySize(x) == 2 && cJSON_IsString(cJSON_GetArrayItem(x, 0)) &&
-                   cJSON_IsString(cJSON_GetArrayItem(x, 1))) {
-            const char *a = cJSON_GetArrayItem(x, 0)->valuestring, *b = cJSON_GetArrayItem(x, 1)->valuestring;
-            merges[nm++] = (tok_merge_str){a, (uint32_t)strlen(a), b, (uint32_t)strlen(b)};
-        } else {
-            rc = UNSUPPORTED(&c, "%s: merge %d is neither \"a b\" nor [a, b]", path, nm);
-            goto done;
-        }
-    }
-
-    t->byte_fallback = jbool(model, "byte_fallback", false);
-    t->ignore_merges = jbool(model, "ignore_merges", false);
-    t->fuse_unk = jbool(model, "fuse_unk", false);
-    if ((rc = hf_normalizer(t, cJSON_GetObjectItemCaseSensitive(j, "normalizer"), &c))) goto done;
-    if ((rc = hf_pre_tokenizer(t, cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer"), &c))) goto done;
-    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(j, "decoder");
-    if ((rc = hf_decoder(t, dec, &c))) goto done;
-    t->model = t->dec == TOK_DEC_BYTELEVEL ? TOK_MODEL_BYTELEVEL_BPE : TOK_MODEL_SPM_BPE;
-
-    tok_build b = {.n_vocab = n, .tokens = tokens, .token_lens = lens, .n_merges = nm, .merges = merges,
-                   .n_added = na, .added = added, .added_text = atext, .origin = path};
-    if ((rc = tok_build_common(t, &b, st))) goto done;
-
-    /* an unk_token missing from the vocab only matters when a character has no token; HF
-     * fails then, llmi drops the character */
-    t->unk_id = token_id_of(t, jstr(model, "unk_token"));
-
-    int bos = -1, eos = -1;
-    if ((rc = hf_post_processor(t, cJSON_GetObjectItemCaseSensitive(j, "post_processor"), &bos, &eos, &c))) goto done;
-
+    if ((rc = hf_tokenizer_json(t, j, &bos, &eos, &c))) goto done;
     cfg = parse_json(cpath, true, &missing, st);
     if (!cfg && !missing) { rc = st->code; goto done; }
-    if (cfg) {
-        int id = token_id_of(t, token_content(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token")));
-        if (id >= 0) bos = id;
-        id = token_id_of(t, token_content(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token")));
-        if (id >= 0) eos = id;
-        t->pad_id = token_id_of(t, token_content(cJSON_GetObjectItemCaseSensitive(cfg, "pad_token")));
-        /* transformers rebuilds the post-processor from these flags when they are given */
-        const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
-        const cJSON *ae = cJSON_GetObjectItemCaseSensitive(cfg, "add_eos_token");
-        if (cJSON_IsBool(ab)) t->add_bos = cJSON_IsTrue(ab);
-        if (cJSON_IsBool(ae)) t->add_eos = cJSON_IsTrue(ae);
-        if ((rc = hf_chat_template(t, cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"), &c))) goto done;
-    }
+    c.path = cpath;
+    if (cfg && (rc = hf_tokenizer_config(t, cfg, &bos, &eos, &c))) goto done;
     t->bos_id = bos;
     t->eos_id = eos;
     if (t->add_bos && bos < 0) t->add_bos = false;
     if (t->add_eos && eos < 0) t->add_eos = false;
-    if (eos >= 0) t->flags[eos] |= TOKF_EOG;
-
     gen = parse_json(gpath, true, &missing, st);
     if (!gen && !missing) { rc = st->code; goto done; }
-    if (gen) {
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(gen, "eos_token_id");
-        if (cJSON_IsNumber(e) && e->valueint >= 0 && e->valueint < n) t->flags[e->valueint] |= TOKF_EOG;
-        if (cJSON_IsArray(e))
-            cJSON_ArrayForEach(x, e)
-                if (cJSON_IsNumber(x) && x->valueint >= 0 && x->valueint < n) t->flags[x->valueint] |= TOKF_EOG;
-    }
+    if (gen) hf_generation_config(t, gen);
+    tok_eog_mark(t, NULL);
     tok_detect_chat(t);
 done:
     cJSON_Delete(j);
     cJSON_Delete(cfg);
     cJSON_Delete(gen);
-    free(tokens);
-    free(lens);
-    free(added);
-    free(merges);
-    free(atext);
     if (rc) { tok_free(t); return rc; }
     *out = t;
     return 0;

@@ -1,6 +1,7 @@
 /* tok_internal.h — owns the private layout of struct tokenizer shared by tokenizer.c (core:
- * building, encoding, decoding, streaming), tok_hf.c (tokenizer.json loader) and tok_chat.c
- * (chat formatting).  Nothing outside src/tok*.c includes it. */
+ * building, encoding, decoding, streaming), the front ends tok_gguf.c (GGUF metadata) and
+ * tok_hf.c (tokenizer.json), and tok_chat.c (chat formatting).  Nothing outside src/tok
+ * includes it. */
 #ifndef LLMI_TOK_INTERNAL_H
 #define LLMI_TOK_INTERNAL_H
 
@@ -93,11 +94,14 @@ typedef struct tok_build {
 } tok_build;
 
 int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st);
+/* Flags the end-of-generation tokens by llama.cpp's rule (tok_eog.c), adding to any the
+ * front end flagged already; named: NULL or (TOK_EOG_ROLES) ids the file names, -1 for
+ * none.  Needs the vocabulary built and t->eos_id set. */
+void tok_eog_mark(tokenizer *t, const int32_t *named);
 int tok_vocab_find(const tokenizer *t, const char *s, size_t n);
 int tok_compile_regex(tokenizer *t, const char *pattern, const char *origin, llmi_status *st);
 tokenizer *tok_alloc(void);
 void tok_detect_chat(tokenizer *t);
 
-extern const char *const tok_re_gpt2, *const tok_re_llama3, *const tok_re_qwen2;
 
 #endif

@@ -1,7 +1,8 @@
-/* tokenizer.c — the tokenizer core: building the tables from a GGUF spec (tok_create) or from
- * what tok_hf.c parsed, encoding (added-token split, normalization, pre-tokenization, BPE),
+/* tokenizer.c — the tokenizer core: building the tables from what a front end parsed
+ * (tok_gguf.c, tok_hf.c), encoding (added-token split, normalization, pre-tokenization, BPE),
  * decoding and the streaming detokenizer.  Behaviour follows Hugging Face `tokenizers`
- * (AddedVocabulary, BPE::merge_word, ByteLevel / ByteFallback decoders); see FORMATS.md. */
+ * (AddedVocabulary, BPE::merge_word, ByteLevel / ByteFallback decoders); notes in
+ * ../shared/docs/FORMATS.md. */
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -338,7 +339,8 @@ static size_t piece_worst_case(const char *p, size_t n) {
     return out;
 }
 
-int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
+/* The vocabulary: every string copied into one text block, its flags, the string->id table. */
+static int build_vocab(tokenizer *t, const tok_build *b, llmi_status *st) {
     const char *origin = b->origin;
     if (b->n_vocab <= 0 || b->n_vocab > TOK_MAX_VOCAB)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: vocabulary size %d out of range", origin, b->n_vocab);
@@ -375,8 +377,13 @@ int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
     }
     for (int i = 0; i < n; i++)
         if (b->tokens[i] && t->str_len[i] > 0) vocab_insert(t, i);
+    return 0;
+}
 
-    int32_t cp_of_byte[256], byte_of_cp[324];
+/* The ids of the byte-level alphabet and of the <0xNN> byte-fallback tokens; byte_of_cp
+ * (324) maps an alphabet code point back to its byte, -1 elsewhere. */
+static void build_byte_tables(tokenizer *t, int32_t *byte_of_cp) {
+    int32_t cp_of_byte[256];
     bytelevel_alphabet(cp_of_byte);
     for (int i = 0; i < 324; i++) byte_of_cp[i] = -1;
     for (int i = 0; i < 256; i++) byte_of_cp[cp_of_byte[i]] = i;
@@ -387,35 +394,41 @@ int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
         snprintf(buf, sizeof buf, "<0x%02X>", i);
         t->byte_tok[i] = tok_vocab_find(t, buf, 6);
     }
+}
 
-    /* merges */
-    if (b->merges) {
-        if (b->n_merges < 0 || b->n_merges > TOK_MAX_MERGES || alloc_merges(t, (uint64_t)b->n_merges) != 0)
-            return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot hold %d merges", origin, b->n_merges);
-        for (int m = 0; m < b->n_merges; m++) {
-            const tok_merge_str *g = &b->merges[m];
-            int32_t l = g->a && g->alen <= TOK_MAX_TOKLEN ? tok_vocab_find(t, g->a, g->alen) : -1;
-            int32_t r = g->b && g->blen <= TOK_MAX_TOKLEN ? tok_vocab_find(t, g->b, g->blen) : -1;
-            int32_t nid = -1;
-            if (l >= 0 && r >= 0) {
-                char buf[2 * TOK_MAX_TOKLEN];
-                memcpy(buf, g->a, g->alen);
-                memcpy(buf + g->alen, g->b, g->blen);
-                nid = tok_vocab_find(t, buf, g->alen + g->blen);
-            }
-            if (nid < 0)
-                return llmi_fail(st, LLMI_E_RUNTIME, "%s: merge %d (\"%.*s %.*s\") is not two vocabulary tokens "
-                                 "making a third", origin, m, g->a ? (int)(g->alen > 40 ? 40 : g->alen) : 0,
-                                 g->a ? g->a : "", g->b ? (int)(g->blen > 40 ? 40 : g->blen) : 0, g->b ? g->b : "");
-            merge_insert(t, l, r, m, nid);
+/* The merge table: from the merge list (each "a b" must make a third token), else from
+ * SentencePiece scores. */
+static int build_merges(tokenizer *t, const tok_build *b, llmi_status *st) {
+    const char *origin = b->origin;
+    if (!b->merges) return b->scores ? spm_merges_from_scores(t, b->scores, st, origin) : 0;
+    if (b->n_merges < 0 || b->n_merges > TOK_MAX_MERGES || alloc_merges(t, (uint64_t)b->n_merges) != 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot hold %d merges", origin, b->n_merges);
+    for (int m = 0; m < b->n_merges; m++) {
+        const tok_merge_str *g = &b->merges[m];
+        int32_t l = g->a && g->alen <= TOK_MAX_TOKLEN ? tok_vocab_find(t, g->a, g->alen) : -1;
+        int32_t r = g->b && g->blen <= TOK_MAX_TOKLEN ? tok_vocab_find(t, g->b, g->blen) : -1;
+        int32_t nid = -1;
+        if (l >= 0 && r >= 0) {
+            char buf[2 * TOK_MAX_TOKLEN];
+            memcpy(buf, g->a, g->alen);
+            memcpy(buf + g->alen, g->b, g->blen);
+            nid = tok_vocab_find(t, buf, g->alen + g->blen);
         }
-        t->n_merges = b->n_merges;
-    } else if (b->scores) {
-        int rc = spm_merges_from_scores(t, b->scores, st, origin);
-        if (rc) return rc;
+        if (nid < 0)
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: merge %d (\"%.*s %.*s\") is not two vocabulary tokens "
+                             "making a third", origin, m, g->a ? (int)(g->alen > 40 ? 40 : g->alen) : 0,
+                             g->a ? g->a : "", g->b ? (int)(g->blen > 40 ? 40 : g->blen) : 0, g->b ? g->b : "");
+        merge_insert(t, l, r, m, nid);
     }
+    t->n_merges = b->n_merges;
+    return 0;
+}
 
-    /* added tokens */
+/* The added tokens, matched in the text before the model sees it: contents (normalized
+ * for the normalized ones), sorted by first byte then longest first, indexed by first byte. */
+static int build_added(tokenizer *t, const tok_build *b, llmi_status *st) {
+    const char *origin = b->origin;
+    const int n = t->n_vocab;
     if (b->n_added > 0) {
         size_t tl = 0;
         for (int i = 0; i < b->n_added; i++) tl += b->added[i].len;
@@ -470,11 +483,14 @@ int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
         while (ai < t->n_added && (uint8_t)t->added_text[t->added[ai].off] < c) ai++;
         t->added_first[c] = (uint32_t)ai;
     }
+    return 0;
+}
 
-    /* decoded pieces */
+/* The decoded bytes of every token, and the worst case one streamed token may write. */
+static void build_pieces(tokenizer *t, const int32_t *byte_of_cp) {
     uint32_t po = 0;
     t->stream_cap = 16;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < t->n_vocab; i++) {
         bool is_byte;
         t->piece_off[i] = po;
         t->piece_len[i] = (uint32_t)piece_of(t, t->text + t->str_off[i], t->str_len[i], byte_of_cp, t->pieces + po,
@@ -484,130 +500,15 @@ int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
         if (w > t->stream_cap) t->stream_cap = w;
         po += t->piece_len[i];
     }
-
-    /* end of generation */
-    if (t->eos_id >= 0 && t->eos_id < n) t->flags[t->eos_id] |= TOKF_EOG;
-    /* Well-known end-of-turn tokens end generation too (as llama.cpp does), when they are
-     * control tokens of this vocabulary. */
-    static const char *const eot_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                            "<|endoftext|>", "<|end_of_text|>", "<EOT>", "<|eom_id|>"};
-    for (size_t k = 0; k < sizeof eot_names / sizeof eot_names[0]; k++) {
-        int id = tok_vocab_find(t, eot_names[k], strlen(eot_names[k]));
-        if (id >= 0 && (t->flags[id] & TOKF_SPECIAL)) t->flags[id] |= TOKF_EOG;
-    }
-    return 0;
 }
 
-/* ------------------------------------------------------------------ tok_create (GGUF) */
-
-int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st) {
-    *out = NULL;
-    const char *origin = "GGUF tokenizer";
-    if (!spec || spec->n_tokens <= 0 || spec->n_tokens > TOK_MAX_VOCAB || !spec->tokens || !spec->token_lens)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: no token list", origin);
-    if (spec->model != TOK_MODEL_BYTELEVEL_BPE && spec->model != TOK_MODEL_SPM_BPE)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unknown tokenizer model %d", origin, (int)spec->model);
-    if (spec->model == TOK_MODEL_BYTELEVEL_BPE && (!spec->merges || !spec->merge_lens || spec->n_merges <= 0))
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: byte-level BPE (gpt2) without tokenizer.ggml.merges", origin);
-    /* an empty merge list counts as none: a SentencePiece vocab then merges by scores */
-    bool have_merges = spec->merges && spec->n_merges > 0;
-    if (spec->model == TOK_MODEL_SPM_BPE && !have_merges && !spec->scores)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: SentencePiece vocabulary without scores", origin);
-    if (have_merges && (spec->n_merges > TOK_MAX_MERGES || !spec->merge_lens))
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: bad merge list (%d entries)", origin, spec->n_merges);
-    int n = spec->n_tokens;
-    for (int i = 0; i < n; i++)
-        if (!spec->tokens[i]) return llmi_fail(st, LLMI_E_RUNTIME, "%s: token %d missing", origin, i);
-    tokenizer *t = tok_alloc();
-    uint8_t *flags = calloc((size_t)n, 1);
-    tok_added *added = calloc((size_t)n, sizeof *added);
-    tok_merge_str *ms = have_merges ? calloc((size_t)spec->n_merges + 1, sizeof *ms) : NULL;
-    char *atext = NULL;
-    int rc = 0;
-    if (!t || !flags || !added || (have_merges && !ms)) {
-        rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", origin);
-        goto done;
-    }
-    t->model = spec->model;
-    t->pre = spec->pre;
-    t->bos_id = spec->bos_id >= 0 && spec->bos_id < n ? spec->bos_id : -1;
-    t->eos_id = spec->eos_id >= 0 && spec->eos_id < n ? spec->eos_id : -1;
-    t->unk_id = spec->unk_id >= 0 && spec->unk_id < n ? spec->unk_id : -1;
-    t->pad_id = spec->pad_id >= 0 && spec->pad_id < n ? spec->pad_id : -1;
-    t->add_bos = spec->add_bos && t->bos_id >= 0;
-    t->add_eos = spec->add_eos && t->eos_id >= 0;
-
-    /* Control and unknown tokens become special added tokens, user-defined ones plain added
-     * tokens: what transformers' GGUF converter and llama.cpp both do. */
-    int n_added = 0;
-    size_t tl = 0;
-    for (int i = 0; i < n; i++) {
-        int ty = spec->token_types ? spec->token_types[i] : 1;
-        if ((ty == 2 || ty == 3 || ty == 4) && spec->token_lens[i] > 0 && spec->token_lens[i] <= TOK_MAX_TOKLEN) {
-            added[n_added++] = (tok_added){.id = i, .len = spec->token_lens[i], .special = ty != 4};
-            tl += spec->token_lens[i];
-        }
-    }
-    atext = malloc(tl + 1);
-    if (!atext) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", origin); goto done; }
-    uint32_t ao = 0;
-    for (int i = 0; i < n_added; i++) {
-        memcpy(atext + ao, spec->tokens[added[i].id], added[i].len);
-        added[i].off = ao;
-        ao += added[i].len;
-    }
-    for (int m = 0; ms && m < spec->n_merges; m++) {
-        const char *s = spec->merges[m];
-        uint32_t len = spec->merge_lens[m];
-        const char *sp = s && len <= 2 * TOK_MAX_TOKLEN + 1 ? memchr(s, ' ', len) : NULL;
-        if (!sp) {
-            rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: merge %d is not \"a b\"", origin, m);
-            goto done;
-        }
-        ms[m] = (tok_merge_str){s, (uint32_t)(sp - s), sp + 1, len - (uint32_t)(sp - s) - 1};
-    }
-
-    if (spec->model == TOK_MODEL_BYTELEVEL_BPE) {
-        t->dec = TOK_DEC_BYTELEVEL;
-        switch (spec->pre) {
-        case TOK_PRE_GPT2: rc = tok_compile_regex(t, tok_re_gpt2, origin, st); break;
-        case TOK_PRE_SMOLLM: t->digits_split = true; rc = tok_compile_regex(t, tok_re_gpt2, origin, st); break;
-        case TOK_PRE_LLAMA3: t->ignore_merges = true; rc = tok_compile_regex(t, tok_re_llama3, origin, st); break;
-        case TOK_PRE_QWEN2: t->norm = TOK_NORM_NFC; rc = tok_compile_regex(t, tok_re_qwen2, origin, st); break;
-        default: break;
-        }
-    } else {
-        /* llama.cpp's SentencePiece path: a space before the text, spaces as "▁", unknown
-         * characters as <0xNN> bytes, one leading space dropped when decoding. */
-        t->dec = TOK_DEC_SPM;
-        t->dec_strip_space = true;
-        t->norm = TOK_NORM_SPM_LEGACY;
-        t->byte_fallback = true;
-        t->fuse_unk = true;
-        t->pre = TOK_PRE_NONE;
-    }
-    if (rc) goto done;
-
-    tok_build b = {.n_vocab = n, .tokens = spec->tokens, .token_lens = spec->token_lens, .flags = flags,
-                   .scores = spec->model == TOK_MODEL_SPM_BPE && !ms ? spec->scores : NULL,
-                   .n_merges = ms ? spec->n_merges : 0, .merges = ms,
-                   .n_added = n_added, .added = added, .added_text = atext, .origin = origin};
-    rc = tok_build_common(t, &b, st);
-    if (rc) goto done;
-    for (int i = 0; i < spec->n_eog_ids && spec->eog_ids; i++)
-        if (spec->eog_ids[i] >= 0 && spec->eog_ids[i] < n) t->flags[spec->eog_ids[i]] |= TOKF_EOG;
-    if (spec->chat_template) {
-        t->chat_template = strdup(spec->chat_template);
-        if (!t->chat_template) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", origin); goto done; }
-    }
-    tok_detect_chat(t);
-done:
-    free(flags);
-    free(added);
-    free(ms);
-    free(atext);
-    if (rc) { tok_free(t); return rc; }
-    *out = t;
+int tok_build_common(tokenizer *t, const tok_build *b, llmi_status *st) {
+    int32_t byte_of_cp[324];
+    int rc = build_vocab(t, b, st);
+    if (rc) return rc;
+    build_byte_tables(t, byte_of_cp);
+    if ((rc = build_merges(t, b, st)) || (rc = build_added(t, b, st))) return rc;
+    build_pieces(t, byte_of_cp);
     return 0;
 }
 

@@ -2,8 +2,8 @@
  * pre-tokenizers) and SentencePiece-style BPE with byte fallback, added/special tokens,
  * BOS/EOS rules, the streaming detokenizer, and chat formatting for instruct models.
  *
- * Built either from GGUF metadata (the loader fills a tok_spec) or from a Hugging Face
- * directory (tokenizer.json, tokenizer_config.json, generation_config.json).
+ * Built either from GGUF metadata (tok_load_gguf, through a tok_spec) or from a Hugging
+ * Face directory (tok_load_hf: tokenizer.json, tokenizer_config.json, generation_config.json).
  * The reference is Hugging Face `tokenizers`; ids must match it exactly. */
 #ifndef LLMI_TOKENIZER_H
 #define LLMI_TOKENIZER_H
@@ -17,6 +17,9 @@ typedef struct tokenizer tokenizer;
 
 typedef enum { TOK_MODEL_BYTELEVEL_BPE = 0, TOK_MODEL_SPM_BPE } tok_model_kind;
 typedef enum { TOK_PRE_GPT2 = 0, TOK_PRE_SMOLLM, TOK_PRE_LLAMA3, TOK_PRE_QWEN2, TOK_PRE_NONE } tok_pre_kind;
+
+/* The end-of-generation roles a GGUF file may name an id for (tokenizer.ggml.*_token_id). */
+typedef enum { TOK_EOG_EOT = 0, TOK_EOG_EOM, TOK_EOG_FIM_PAD, TOK_EOG_FIM_REP, TOK_EOG_FIM_SEP, TOK_EOG_ROLES } tok_eog_role;
 
 /* What a GGUF file says about its tokenizer; arrays are borrowed for the call only.
  * Token strings are given with explicit lengths: they are untrusted bytes. */
@@ -32,13 +35,20 @@ typedef struct tok_spec {
     const char *const *merges;        /* (n_merges) "a b", or NULL for SentencePiece scores */
     const uint32_t *merge_lens;       /* (n_merges) */
     int bos_id, eos_id, unk_id, pad_id;   /* -1 when absent */
-    const int32_t *eog_ids;           /* extra end-of-generation ids, e.g. <|eot_id|> */
-    int n_eog_ids;
+    const int32_t *eog_ids;           /* NULL, or (TOK_EOG_ROLES) the id named per tok_eog_role, -1 for none */
     bool add_bos, add_eos;
     const char *chat_template;        /* or NULL */
 } tok_spec;
 
+/* The pre-tokenizer regexes of GPT-2, Llama-3 and Qwen2, spelled exactly as their
+ * tokenizer.json files have them (a Split pattern is recognised by this text). */
+extern const char *const tok_re_gpt2, *const tok_re_llama3, *const tok_re_qwen2;
+
 int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st);
+struct gguf_file;
+/* Reads a GGUF file's tokenizer.ggml.* metadata into a tok_spec and builds it (tok_gguf.c);
+ * errors name the file. */
+int tok_load_gguf(const struct gguf_file *g, tokenizer **out, llmi_status *st);
 /* dir holds tokenizer.json and optionally tokenizer_config.json, generation_config.json. */
 int tok_load_hf(const char *dir, tokenizer **out, llmi_status *st);
 void tok_free(tokenizer *t);

@@ -1,0 +1,275 @@
+/* config_json.c — Hugging Face config.json -> llmi_config (see config_json.h). */
+#include "model/config_json.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fileio.h"
+#include "model/model_internal.h"
+
+#define CONFIG_JSON_MAX_BYTES (64u << 20)   /* real config.json files are a few KB */
+
+typedef enum {
+    CJ_WINDOW_NONE = 0,    /* LlamaConfig has no sliding window: the key is ignored */
+    CJ_WINDOW_MISTRAL,     /* sliding_window on every layer, 4096 when absent, none when null */
+    CJ_WINDOW_QWEN2,       /* only with use_sliding_window, on layers >= max_window_layers */
+} cj_window;
+
+/* What transformers' config class of each family assumes for an absent key. */
+typedef struct cj_family {
+    const char *model_type;    /* config.json "model_type" (the config class) */
+    const char *arch_class;    /* architectures[0] (the model class) */
+    llmi_arch arch;
+    int max_ctx;               /* max_position_embeddings */
+    int n_kv_heads;            /* num_key_value_heads when absent; 0 = num_attention_heads */
+    cj_window window;
+} cj_family;
+
+static const cj_family k_families[] = {
+    {"llama", "LlamaForCausalLM", LLMI_ARCH_LLAMA, 2048, 0, CJ_WINDOW_NONE},
+    {"mistral", "MistralForCausalLM", LLMI_ARCH_LLAMA, 4096 * 32, 8, CJ_WINDOW_MISTRAL},
+    {"qwen2", "Qwen2ForCausalLM", LLMI_ARCH_QWEN2, 32768, 32, CJ_WINDOW_QWEN2},
+};
+#define N_FAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
+
+#define CJ_NORM_EPS      1e-6f     /* rms_norm_eps of all three config classes */
+#define CJ_ROPE_THETA    10000.0f
+#define CJ_WINDOW        4096      /* sliding_window of MistralConfig and Qwen2Config */
+#define CJ_WINDOW_LAYERS 28        /* Qwen2Config max_window_layers */
+
+/* ---------------------------------------------------------------- typed fields */
+
+static cJSON *json_item(const cJSON *o, const char *key) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    return (j && !cJSON_IsNull(j)) ? (cJSON *)j : NULL;
+}
+
+/* 1 set, 0 absent (null counts as absent), < 0 error naming file and field. */
+static int json_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int *out, const char *file,
+                    llmi_status *st) {
+    const cJSON *j = json_item(o, key);
+    if (!j) return 0;
+    double d = cJSON_IsNumber(j) ? j->valuedouble : NAN;
+    if (!(d >= (double)lo && d <= (double)hi) || d != floor(d)) {
+        llmi_fail(st, LLMI_E_RUNTIME, "%s: %s must be an integer in [%lld, %lld]", file, key, (long long)lo,
+                  (long long)hi);
+        return -LLMI_E_RUNTIME;
+    }
+    *out = (int)d;
+    return 1;
+}
+
+static int json_num(const cJSON *o, const char *key, float *out, const char *file, llmi_status *st) {
+    const cJSON *j = json_item(o, key);
+    if (!j) return 0;
+    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble)) {
+        llmi_fail(st, LLMI_E_RUNTIME, "%s: %s must be a finite number", file, key);
+        return -LLMI_E_RUNTIME;
+    }
+    *out = model_to_f32(j->valuedouble);
+    return 1;
+}
+
+static int json_bool(const cJSON *o, const char *key, bool *out, const char *file, llmi_status *st) {
+    const cJSON *j = json_item(o, key);
+    if (!j) return 0;
+    if (!cJSON_IsBool(j)) {
+        llmi_fail(st, LLMI_E_RUNTIME, "%s: %s must be true or false", file, key);
+        return -LLMI_E_RUNTIME;
+    }
+    *out = cJSON_IsTrue(j);
+    return 1;
+}
+
+static int json_req_int(const cJSON *o, const char *key, int *out, const char *file, llmi_status *st) {
+    int rc = json_int(o, key, 1, INT32_MAX, out, file, st);
+    if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing %s", file, key);
+    return rc < 0 ? LLMI_E_RUNTIME : 0;
+}
+
+/* A string from the file, shortened and with control bytes masked, for a message. */
+static void printable(char *dst, size_t cap, const char *s) {
+    snprintf(dst, cap, "%s", s);
+    for (char *p = dst; *p; p++)
+        if ((unsigned char)*p < 0x20) *p = '?';
+}
+
+/* ---------------------------------------------------------------- sections */
+
+static int cj_family_of(const cJSON *j, const char *file, const cj_family **out, llmi_status *st) {
+    const cJSON *mt = json_item(j, "model_type");
+    const cJSON *archs = json_item(j, "architectures");
+    const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
+    char b[64], b2[64];
+    if (!cJSON_IsString(a0)) a0 = NULL;
+    if (mt) {
+        if (!cJSON_IsString(mt)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: model_type must be a string", file);
+        for (int i = 0; i < N_FAMILIES; i++) {
+            if (strcmp(mt->valuestring, k_families[i].model_type) != 0) continue;
+            if (a0 && strcmp(a0->valuestring, k_families[i].arch_class) != 0) {
+                printable(b, sizeof b, a0->valuestring);
+                return llmi_fail(st, LLMI_E_RUNTIME, "%s: architectures[0] %s does not match model_type %s (%s)", file,
+                                 b, k_families[i].model_type, k_families[i].arch_class);
+            }
+            *out = &k_families[i];
+            return 0;
+        }
+        printable(b, sizeof b, mt->valuestring);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported model_type %s (supported: llama, mistral, qwen2)", file,
+                         b);
+    }
+    if (!a0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: no model_type and no architectures[0]: which model is this?", file);
+    for (int i = 0; i < N_FAMILIES; i++) {
+        if (strcmp(a0->valuestring, k_families[i].arch_class) == 0) {
+            *out = &k_families[i];
+            return 0;
+        }
+    }
+    printable(b2, sizeof b2, a0->valuestring);
+    return llmi_fail(st, LLMI_E_RUNTIME,
+                     "%s: unsupported architecture %s (supported: LlamaForCausalLM, MistralForCausalLM, "
+                     "Qwen2ForCausalLM)", file, b2);
+}
+
+/* The shapes: required sizes, then the head geometry. */
+static int cj_shapes(const cJSON *j, const cj_family *f, llmi_config *c, const char *file, llmi_status *st) {
+    if (json_req_int(j, "hidden_size", &c->dim, file, st) ||
+        json_req_int(j, "num_hidden_layers", &c->n_layers, file, st) ||
+        json_req_int(j, "num_attention_heads", &c->n_heads, file, st) ||
+        json_req_int(j, "intermediate_size", &c->ffn_dim, file, st) ||
+        json_req_int(j, "vocab_size", &c->n_vocab, file, st))
+        return LLMI_E_RUNTIME;
+    if (c->n_layers > LLMI_MAX_LAYERS)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: num_hidden_layers %d exceeds the limit of %d layers", file,
+                         c->n_layers, LLMI_MAX_LAYERS);
+    /* an explicit null means "as many as attention heads" in every family */
+    bool kv_given = cJSON_GetObjectItemCaseSensitive(j, "num_key_value_heads") != NULL;
+    c->n_kv_heads = !kv_given && f->n_kv_heads ? f->n_kv_heads : c->n_heads;
+    if (json_int(j, "num_key_value_heads", 1, INT32_MAX, &c->n_kv_heads, file, st) < 0) return LLMI_E_RUNTIME;
+    int hrc = json_int(j, "head_dim", 1, INT32_MAX, &c->head_dim, file, st);
+    if (hrc < 0 || (hrc == 0 && model_head_dim(c, file, "hidden_size", "num_attention_heads", st)))
+        return LLMI_E_RUNTIME;
+    c->rope_dim = c->head_dim;
+    return 0;
+}
+
+/* The attention window a family applies to this config, 0 for none. */
+static int cj_window_of(const cJSON *j, const cj_family *f, const llmi_config *c, const char *file, int *window,
+                        llmi_status *st) {
+    *window = 0;
+    if (f->window == CJ_WINDOW_NONE) return 0;
+    bool given = cJSON_GetObjectItemCaseSensitive(j, "sliding_window") != NULL;
+    int w = given ? 0 : CJ_WINDOW;   /* an explicit null: no window */
+    if (json_int(j, "sliding_window", 1, INT32_MAX, &w, file, st) < 0) return LLMI_E_RUNTIME;
+    if (f->window == CJ_WINDOW_QWEN2) {
+        bool use = false;
+        int full_layers = CJ_WINDOW_LAYERS;
+        if (json_bool(j, "use_sliding_window", &use, file, st) < 0 ||
+            json_int(j, "max_window_layers", 0, INT32_MAX, &full_layers, file, st) < 0)
+            return LLMI_E_RUNTIME;
+        bool any_sliding = full_layers < c->n_layers;
+        const cJSON *types = json_item(j, "layer_types"), *t;
+        if (types) {
+            if (!cJSON_IsArray(types))
+                return llmi_fail(st, LLMI_E_RUNTIME, "%s: layer_types must be a list", file);
+            any_sliding = false;
+            cJSON_ArrayForEach(t, types) {
+                if (cJSON_IsString(t) && !strcmp(t->valuestring, "sliding_attention")) any_sliding = true;
+            }
+        }
+        if (!use || !any_sliding) w = 0;
+    }
+    *window = w;
+    return 0;
+}
+
+static int cj_rope_scaling(const cJSON *rs, llmi_config *c, const char *file, llmi_status *st) {
+    if (!rs) return 0;
+    if (!cJSON_IsObject(rs)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling must be an object or null", file);
+    const cJSON *t = json_item(rs, "rope_type");
+    if (!t) t = json_item(rs, "type");
+    if (!t || !cJSON_IsString(t)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling has no rope_type", file);
+    if (strcmp(t->valuestring, "default") == 0) return 0;
+    if (strcmp(t->valuestring, "linear") == 0) {
+        c->rope_scaling = LLMI_ROPE_SCALING_LINEAR;
+        if (json_num(rs, "factor", &c->rope_factor, file, st) <= 0)
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling.factor is required for linear scaling", file);
+        return 0;
+    }
+    if (strcmp(t->valuestring, "llama3") == 0) {
+        c->rope_scaling = LLMI_ROPE_SCALING_LLAMA3;
+        if (json_num(rs, "factor", &c->rope_factor, file, st) <= 0 ||
+            json_num(rs, "low_freq_factor", &c->rope_low_freq_factor, file, st) <= 0 ||
+            json_num(rs, "high_freq_factor", &c->rope_high_freq_factor, file, st) <= 0 ||
+            json_int(rs, "original_max_position_embeddings", 1, INT32_MAX, &c->rope_orig_max_pos, file, st) <= 0)
+            return llmi_fail(st, LLMI_E_RUNTIME,
+                             "%s: llama3 rope_scaling needs factor, low_freq_factor, high_freq_factor and "
+                             "original_max_position_embeddings", file);
+        return 0;
+    }
+    char b[40];
+    printable(b, sizeof b, t->valuestring);
+    return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling type %s is not supported", file, b);
+}
+
+/* Everything after the shapes: norms, positions, biases, activation, RoPE. */
+static int cj_rest(const cJSON *j, const cj_family *f, llmi_config *c, const char *file, llmi_status *st) {
+    c->norm_eps = CJ_NORM_EPS;
+    c->rope_theta = CJ_ROPE_THETA;
+    c->max_ctx = f->max_ctx;
+    if (json_num(j, "rms_norm_eps", &c->norm_eps, file, st) < 0 ||
+        json_num(j, "rope_theta", &c->rope_theta, file, st) < 0 ||
+        json_int(j, "max_position_embeddings", 1, INT32_MAX, &c->max_ctx, file, st) < 0 ||
+        json_bool(j, "tie_word_embeddings", &c->tie_embeddings, file, st) < 0)
+        return LLMI_E_RUNTIME;
+    int window;
+    if (cj_window_of(j, f, c, file, &window, st)) return LLMI_E_RUNTIME;
+    if (window > 0 && window < c->max_ctx) c->max_ctx = window;
+    c->qkv_bias = c->arch == LLMI_ARCH_QWEN2;
+    if (c->arch == LLMI_ARCH_LLAMA && json_bool(j, "attention_bias", &c->qkv_bias, file, st) < 0) return LLMI_E_RUNTIME;
+    bool mlp_bias = false;
+    if (json_bool(j, "mlp_bias", &mlp_bias, file, st) < 0) return LLMI_E_RUNTIME;
+    if (mlp_bias) return llmi_fail(st, LLMI_E_RUNTIME, "%s: mlp_bias is not supported", file);
+    const cJSON *hact = json_item(j, "hidden_act");
+    if (hact && (!cJSON_IsString(hact) || strcmp(hact->valuestring, "silu") != 0))
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: hidden_act must be silu", file);
+    /* transformers v5 moved theta and scaling into rope_parameters */
+    const cJSON *rp = json_item(j, "rope_parameters");
+    const cJSON *rs = json_item(j, "rope_scaling");
+    if (rp && cJSON_IsObject(rp)) {
+        if (json_num(rp, "rope_theta", &c->rope_theta, file, st) < 0) return LLMI_E_RUNTIME;
+        if (!rs) rs = rp;
+    }
+    return cj_rope_scaling(rs, c, file, st);
+}
+
+/* ---------------------------------------------------------------- entry */
+
+int config_json_read(const char *path, const char *flag, llmi_config *c, cJSON **root, llmi_status *st) {
+    if (root) *root = NULL;
+    memset(c, 0, sizeof *c);
+    char *buf;
+    size_t len;
+    fileio_opts fo = {.flag = flag, .max_bytes = CONFIG_JSON_MAX_BYTES};
+    if (fileio_read(path, &fo, &buf, &len, st)) return st->code;
+    cJSON *j = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    if (!j) return llmi_fail(st, LLMI_E_RUNTIME, "%s: not valid JSON", path);
+    const cj_family *f = NULL;
+    int rc = LLMI_E_RUNTIME;
+    if (!cJSON_IsObject(j)) {
+        llmi_fail(st, LLMI_E_RUNTIME, "%s: not a JSON object", path);
+    } else if (!cj_family_of(j, path, &f, st)) {
+        c->arch = f->arch;
+        snprintf(c->arch_name, sizeof c->arch_name, "%s", f->model_type);
+        if (!cj_shapes(j, f, c, path, st) && !cj_rest(j, f, c, path, st)) rc = config_validate(c, path, st);
+    }
+    if (rc || !root) cJSON_Delete(j);
+    else *root = j;
+    return rc;
+}

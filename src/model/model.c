@@ -1,0 +1,338 @@
+/* model.c — what every loader shares behind model.h: choosing the loader for a path,
+ * checking a config (config_validate), binding each weight with its dtype and shape
+ * checked against the config (undoing the GGUF Q/K row permutation), and model_free.
+ * The formats live in model_gguf.c, model_hf.c and model_dummy.c. */
+#include "model/model_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model/gguf.h"
+#include "tok/tokenizer.h"
+
+/* ================================================================ config_validate */
+
+int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
+#define BAD(...) return llmi_fail(st, LLMI_E_RUNTIME, __VA_ARGS__)
+    if (c->n_layers < 1 || c->n_layers > LLMI_MAX_LAYERS)
+        BAD("%s: n_layers %d is outside [1, %d]", what, c->n_layers, LLMI_MAX_LAYERS);
+    if (c->dim < 1 || c->dim > CFG_MAX_DIM) BAD("%s: hidden size %d is outside [1, %d]", what, c->dim, CFG_MAX_DIM);
+    if (c->ffn_dim < 1 || c->ffn_dim > CFG_MAX_DIM)
+        BAD("%s: ffn size %d is outside [1, %d]", what, c->ffn_dim, CFG_MAX_DIM);
+    if (c->n_vocab < 1 || c->n_vocab > CFG_MAX_VOCAB)
+        BAD("%s: vocab size %d is outside [1, %d]", what, c->n_vocab, CFG_MAX_VOCAB);
+    if (c->n_heads < 1 || c->n_heads > CFG_MAX_HEADS)
+        BAD("%s: n_heads %d is outside [1, %d]", what, c->n_heads, CFG_MAX_HEADS);
+    if (c->n_kv_heads < 1 || c->n_kv_heads > c->n_heads)
+        BAD("%s: n_kv_heads %d is outside [1, n_heads=%d]", what, c->n_kv_heads, c->n_heads);
+    if (c->n_heads % c->n_kv_heads != 0)
+        BAD("%s: n_heads %d is not a multiple of n_kv_heads %d", what, c->n_heads, c->n_kv_heads);
+    if (c->head_dim < 2 || c->head_dim > 4096 || c->head_dim % 2 != 0)
+        BAD("%s: head_dim %d must be even and in [2, 4096]", what, c->head_dim);
+    if ((int64_t)c->n_heads * c->head_dim > CFG_MAX_DIM)
+        BAD("%s: n_heads*head_dim %lld exceeds %d", what, (long long)c->n_heads * c->head_dim, CFG_MAX_DIM);
+    if (c->rope_dim != c->head_dim)
+        BAD("%s: rope dimension %d differs from head_dim %d (partial rotary is not supported)", what, c->rope_dim,
+            c->head_dim);
+    if (c->max_ctx < 1 || c->max_ctx > CFG_MAX_CTX)
+        BAD("%s: context length %d is outside [1, %d]", what, c->max_ctx, CFG_MAX_CTX);
+    if (!(c->norm_eps > 0) || !isfinite(c->norm_eps) || c->norm_eps >= 1)
+        BAD("%s: rms norm epsilon %g must be finite and in (0, 1)", what, (double)c->norm_eps);
+    if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
+        BAD("%s: rope theta %g must be finite and > 0", what, (double)c->rope_theta);
+    switch (c->rope_scaling) {
+    case LLMI_ROPE_SCALING_NONE: break;
+    case LLMI_ROPE_SCALING_LINEAR:
+        if (!(c->rope_factor > 0) || !isfinite(c->rope_factor))
+            BAD("%s: rope scaling factor %g must be finite and > 0", what, (double)c->rope_factor);
+        break;
+    case LLMI_ROPE_SCALING_LLAMA3:
+        if (!(c->rope_factor > 0) || !isfinite(c->rope_factor))
+            BAD("%s: rope scaling factor %g must be finite and > 0", what, (double)c->rope_factor);
+        if (!(c->rope_low_freq_factor > 0) || !isfinite(c->rope_high_freq_factor) ||
+            !(c->rope_high_freq_factor > c->rope_low_freq_factor))
+            BAD("%s: llama3 rope scaling needs 0 < low_freq_factor (%g) < high_freq_factor (%g)", what,
+                (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor);
+        if (c->rope_orig_max_pos < 1 || c->rope_orig_max_pos > CFG_MAX_CTX)
+            BAD("%s: llama3 rope scaling original_max_position_embeddings %d is outside [1, %d]", what,
+                c->rope_orig_max_pos, CFG_MAX_CTX);
+        break;
+    default: BAD("%s: unknown rope scaling type %d", what, (int)c->rope_scaling);
+    }
+    return 0;
+#undef BAD
+}
+
+/* ================================================================ model_free */
+
+static void tensor_release(llmi_tensor *t) {
+    free(t->owned);
+    memset(t, 0, sizeof *t);
+}
+
+void model_free(llmi_model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            llmi_layer *L = &m->layers[l];
+            free(L->attn_norm);
+            free(L->ffn_norm);
+            free(L->bq);
+            free(L->bk);
+            free(L->bv);
+            free(L->bo);
+            tensor_release(&L->wq);
+            tensor_release(&L->wk);
+            tensor_release(&L->wv);
+            tensor_release(&L->wo);
+            tensor_release(&L->w_gate);
+            tensor_release(&L->w_up);
+            tensor_release(&L->w_down);
+        }
+        free(m->layers);
+    }
+    if (m->lm_head.owned == m->tok_embd.owned) m->lm_head.owned = NULL;
+    tensor_release(&m->tok_embd);
+    tensor_release(&m->lm_head);
+    free(m->out_norm);
+    if (m->tok) tok_free(m->tok);
+    for (int i = 0; i < m->n_maps; i++)
+        if (m->maps[i].addr) munmap(m->maps[i].addr, m->maps[i].len);
+    memset(m, 0, sizeof *m);
+}
+
+/* ================================================================ weight binding */
+
+static void weight_name(const weight_src *w, weight_role r, int layer, char *buf, size_t cap) {
+    snprintf(buf, cap, w->names[r], layer);
+}
+
+int model_find_role(const weight_src *w, weight_role r, int layer, src_tensor *t, char *name, size_t cap,
+                    llmi_status *st) {
+    weight_name(w, r, layer, name, cap);
+    memset(t, 0, sizeof *t);
+    return w->find(w, name, t, st);
+}
+
+static int shape_error(const src_tensor *t, const char *name, int64_t rows, int64_t cols, llmi_status *st) {
+    char got[96] = "", want[64];
+    size_t n = 0;
+    for (int d = 0; d < t->n_dims && n < sizeof got - 24; d++)
+        n += (size_t)snprintf(got + n, sizeof got - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (rows > 0) snprintf(want, sizeof want, "%lld, %lld", (long long)rows, (long long)cols);
+    else snprintf(want, sizeof want, "%lld", (long long)cols);
+    return llmi_fail(st, LLMI_E_RUNTIME, "%s: tensor %s has shape [%s], expected [%s]", t->file, name, got, want);
+}
+
+/* Binds a (rows, cols) matrix; the data stays in the mapping unless it is misaligned for
+ * its element type, in which case it is copied so backends may load it directly. */
+static int bind_matrix(const weight_src *w, weight_role r, int layer, int64_t rows, int64_t cols, llmi_tensor *out,
+                       size_t *bytes, llmi_status *st) {
+    src_tensor t;
+    char name[128];
+    if (w->qc && r >= W_Q && r <= W_DOWN && r != W_BQ && r != W_BK && r != W_BV && r != W_BO) {
+        weight_name(w, r, layer, name, sizeof name);
+        char *dot = strrchr(name, '.'); /* "....q_proj.weight" -> "....q_proj" */
+        if (dot) *dot = '\0';
+        llmi_status qst = {0};
+        if (quant_load_linear(w->qc, w->find_st, (void *)w->ctx, name, rows, cols, out, &qst))
+            return llmi_fail(st, qst.code, "%s: %s", w->what, qst.msg);
+        *bytes += (size_t)rows * cols / 2 + (size_t)out->n_groups * rows * 3;
+        return 0;
+    }
+    int rc = model_find_role(w, r, layer, &t, name, sizeof name, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing tensor %s", w->what, name);
+    if (!t.dtype_ok) return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported tensor type %s in %s", t.file, t.type_name, name);
+    if (t.n_dims != 2 || t.shape[0] != rows || t.shape[1] != cols) return shape_error(&t, name, rows, cols, st);
+    int64_t be = dtype_block_elems(t.dtype);
+    if (cols % be != 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tensor %s: %lld columns are not a multiple of the %s block", t.file,
+                         name, (long long)cols, dtype_name(t.dtype));
+    size_t row_bytes = (size_t)(cols / be) * dtype_block_bytes(t.dtype);
+    if ((uint64_t)rows * row_bytes != t.n_bytes)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tensor %s holds %llu bytes, expected %llu", t.file, name,
+                         (unsigned long long)t.n_bytes, (unsigned long long)((uint64_t)rows * row_bytes));
+    memset(out, 0, sizeof *out);
+    out->dtype = t.dtype;
+    out->rows = rows;
+    out->cols = cols;
+    out->row_bytes = row_bytes;
+    out->data = t.data;
+    if ((uintptr_t)t.data % 4 != 0) {
+        out->owned = malloc(t.n_bytes ? t.n_bytes : 1);
+        if (!out->owned) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory copying %s", t.file, name);
+        memcpy(out->owned, t.data, t.n_bytes);
+        out->data = out->owned;
+    }
+    *bytes += t.n_bytes;
+    return 0;
+}
+
+/* Binds a vector (norm weight or bias) as an owned f32 array, from any float dtype. */
+static int bind_vector(const weight_src *w, weight_role r, int layer, int64_t n, float **out, size_t *bytes,
+                       llmi_status *st) {
+    src_tensor t;
+    char name[128];
+    int rc = model_find_role(w, r, layer, &t, name, sizeof name, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing tensor %s", w->what, name);
+    if (!t.dtype_ok || (t.dtype != LLMI_F32 && t.dtype != LLMI_F16 && t.dtype != LLMI_BF16))
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported tensor type %s in %s (vectors must be F32, F16 or BF16)",
+                         t.file, t.type_name, name);
+    if (t.n_dims != 1 || t.shape[0] != n) return shape_error(&t, name, 0, n, st);
+    size_t es = dtype_block_bytes(t.dtype);
+    if (t.n_bytes != (uint64_t)n * es)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tensor %s holds %llu bytes, expected %llu", t.file, name,
+                         (unsigned long long)t.n_bytes, (unsigned long long)((uint64_t)n * es));
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory reading %s", t.file, name);
+    for (int64_t i = 0; i < n; i++) {
+        if (t.dtype == LLMI_F32) {
+            memcpy(&v[i], t.data + 4 * i, 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, t.data + 2 * i, 2);
+            v[i] = t.dtype == LLMI_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
+        }
+    }
+    *out = v;
+    *bytes += t.n_bytes;
+    return 0;
+}
+
+/* Puts a GGUF llama Q or K matrix back into HF rotate-half row order (whole rows, so any
+ * block dtype works). */
+static int unpermute_matrix(llmi_tensor *t, int n_head, int head_dim, const char *what, llmi_status *st) {
+    size_t total = (size_t)t->rows * t->row_bytes;
+    void *dst = malloc(total ? total : 1);
+    if (!dst) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory un-permuting Q/K", what);
+    gguf_unpermute_rows(t->data, dst, n_head, head_dim, t->row_bytes);
+    free(t->owned);
+    t->owned = dst;
+    t->data = dst;
+    return 0;
+}
+
+static int unpermute_vector(float **v, int n_head, int head_dim, const char *what, llmi_status *st) {
+    float *dst = malloc((size_t)n_head * head_dim * sizeof *dst);
+    if (!dst) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory un-permuting Q/K bias", what);
+    gguf_unpermute_rows(*v, dst, n_head, head_dim, sizeof(float));
+    free(*v);
+    *v = dst;
+    return 0;
+}
+
+int model_bind_weights(const weight_src *w, llmi_model *m, bool permute_qk, llmi_status *st) {
+    const llmi_config *c = &m->cfg;
+    int64_t q_rows = (int64_t)c->n_heads * c->head_dim, kv_rows = (int64_t)c->n_kv_heads * c->head_dim;
+    size_t bytes = 0;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", w->what);
+    if (bind_matrix(w, W_EMBD, -1, c->n_vocab, c->dim, &m->tok_embd, &bytes, st)) return LLMI_E_RUNTIME;
+    if (bind_vector(w, W_OUT_NORM, -1, c->dim, &m->out_norm, &bytes, st)) return LLMI_E_RUNTIME;
+    if (c->tie_embeddings) {
+        m->lm_head = m->tok_embd;
+        m->lm_head.owned = NULL; /* the data belongs to tok_embd */
+    } else if (bind_matrix(w, W_LM_HEAD, -1, c->n_vocab, c->dim, &m->lm_head, &bytes, st)) {
+        return LLMI_E_RUNTIME;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        llmi_layer *L = &m->layers[l];
+        if (bind_vector(w, W_ATTN_NORM, l, c->dim, &L->attn_norm, &bytes, st) ||
+            bind_matrix(w, W_Q, l, q_rows, c->dim, &L->wq, &bytes, st) ||
+            bind_matrix(w, W_K, l, kv_rows, c->dim, &L->wk, &bytes, st) ||
+            bind_matrix(w, W_V, l, kv_rows, c->dim, &L->wv, &bytes, st) ||
+            bind_matrix(w, W_O, l, c->dim, q_rows, &L->wo, &bytes, st) ||
+            bind_vector(w, W_FFN_NORM, l, c->dim, &L->ffn_norm, &bytes, st) ||
+            bind_matrix(w, W_GATE, l, c->ffn_dim, c->dim, &L->w_gate, &bytes, st) ||
+            bind_matrix(w, W_UP, l, c->ffn_dim, c->dim, &L->w_up, &bytes, st) ||
+            bind_matrix(w, W_DOWN, l, c->dim, c->ffn_dim, &L->w_down, &bytes, st))
+            return LLMI_E_RUNTIME;
+        if (c->qkv_bias && (bind_vector(w, W_BQ, l, q_rows, &L->bq, &bytes, st) ||
+                            bind_vector(w, W_BK, l, kv_rows, &L->bk, &bytes, st) ||
+                            bind_vector(w, W_BV, l, kv_rows, &L->bv, &bytes, st)))
+            return LLMI_E_RUNTIME;
+        src_tensor t;
+        char name[128];
+        int rc = model_find_role(w, W_BO, l, &t, name, sizeof name, st);
+        if (rc < 0) return LLMI_E_RUNTIME;
+        if (rc > 0 && bind_vector(w, W_BO, l, c->dim, &L->bo, &bytes, st)) return LLMI_E_RUNTIME;
+        if (permute_qk) {
+            if (unpermute_matrix(&L->wq, c->n_heads, c->head_dim, w->what, st) ||
+                unpermute_matrix(&L->wk, c->n_kv_heads, c->head_dim, w->what, st))
+                return LLMI_E_RUNTIME;
+            if (c->qkv_bias && (unpermute_vector(&L->bq, c->n_heads, c->head_dim, w->what, st) ||
+                                unpermute_vector(&L->bk, c->n_kv_heads, c->head_dim, w->what, st)))
+                return LLMI_E_RUNTIME;
+        }
+    }
+    m->weight_bytes = bytes;
+    return 0;
+}
+
+int model_add_map(llmi_model *m, void *addr, size_t len, const char *what, llmi_status *st) {
+    if (m->n_maps >= (int)(sizeof m->maps / sizeof m->maps[0])) {
+        munmap(addr, len);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: too many files to map (limit %zu)", what,
+                         sizeof m->maps / sizeof m->maps[0]);
+    }
+    m->maps[m->n_maps++] = (llmi_mapping){addr, len};
+    return 0;
+}
+
+int model_head_dim(llmi_config *c, const char *what, const char *dim_key, const char *heads_key, llmi_status *st) {
+    if (c->dim % c->n_heads != 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s %d is not a multiple of %s %d", what, dim_key, c->dim, heads_key,
+                         c->n_heads);
+    c->head_dim = c->dim / c->n_heads;
+    return 0;
+}
+
+void model_set_name(char *dst, size_t cap, const char *path) {
+    const char *end = path + strlen(path);
+    while (end > path + 1 && end[-1] == '/') end--;
+    const char *b = end;
+    while (b > path && b[-1] != '/') b--;
+    snprintf(dst, cap, "%.*s", (int)(end - b), b);
+}
+
+int model_tok_check(const llmi_model *m, int rc, const llmi_status *tst, const char *what, llmi_status *st) {
+    if (rc) {
+        /* tokenizer errors come from another module; the message must name our file */
+        if (strstr(tst->msg, what)) return llmi_fail(st, LLMI_E_RUNTIME, "%s", tst->msg);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s", what, tst->msg[0] ? tst->msg : "tokenizer failed");
+    }
+    if (tok_n_vocab(m->tok) > m->cfg.n_vocab)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer has %d tokens but the embedding only %d rows", what,
+                         tok_n_vocab(m->tok), m->cfg.n_vocab);
+    return 0;
+}
+
+/* ================================================================ dispatch */
+
+int model_load(const char *path, const llmi_load_opts *opts, llmi_model *m, llmi_status *st) {
+    memset(m, 0, sizeof *m);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) return model_load_hf(path, opts, m, st);
+    if (!S_ISREG(sb.st_mode)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: not a regular file or directory", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
+    char magic[4] = {0};
+    ssize_t n = read(fd, magic, 4);
+    close(fd);
+    if (n == 4 && memcmp(magic, "GGUF", 4) == 0) return model_load_gguf(path, opts, m, st);
+    size_t len = strlen(path);
+    if (len >= 12 && strcmp(path + len - 12, ".safetensors") == 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: pass the directory holding config.json and the safetensors, not the file",
+                         path);
+    return llmi_fail(st, LLMI_E_RUNTIME, "%s: not a GGUF file (no GGUF magic) and not a model directory", path);
+}

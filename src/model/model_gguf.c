@@ -1,0 +1,251 @@
+/* model_gguf.c — the GGUF loader behind model.h: the hyper-parameters from the
+ * "<arch>.*" metadata keys (with llama.cpp's defaults and its rope_freqs form of Llama-3
+ * scaling) and the weights by their ggml names; the tokenizer is tok_load_gguf's.
+ * Everything read from the file is untrusted; errors name the file. */
+#include "model/model_internal.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gguf.h"
+#include "tok/tokenizer.h"
+
+static const char *const gguf_names[W_COUNT] = {
+    "token_embd.weight", "output_norm.weight", "output.weight", "blk.%d.attn_norm.weight",
+    "blk.%d.attn_q.weight", "blk.%d.attn_k.weight", "blk.%d.attn_v.weight", "blk.%d.attn_output.weight",
+    "blk.%d.attn_q.bias", "blk.%d.attn_k.bias", "blk.%d.attn_v.bias", "blk.%d.attn_output.bias",
+    "blk.%d.ffn_norm.weight", "blk.%d.ffn_gate.weight", "blk.%d.ffn_up.weight", "blk.%d.ffn_down.weight",
+};
+
+static int gguf_find_src(const weight_src *w, const char *name, src_tensor *out, llmi_status *st) {
+    const gguf_file *g = w->ctx;
+    const gguf_tensor_info *ti = gguf_find_tensor(g, name);
+    if (!ti) return 0;
+    out->file = g->path;
+    out->type_name = gguf_type_name(ti->type);
+    out->dtype_ok = true;
+    switch (ti->type) {
+    case GGUF_TYPE_F32: out->dtype = LLMI_F32; break;
+    case GGUF_TYPE_F16: out->dtype = LLMI_F16; break;
+    case GGUF_TYPE_BF16: out->dtype = LLMI_BF16; break;
+    case GGUF_TYPE_Q8_0: out->dtype = LLMI_Q8_0; break;
+    case GGUF_TYPE_Q4_0: out->dtype = LLMI_Q4_0; break;
+    case GGUF_TYPE_Q4_1: out->dtype = LLMI_Q4_1; break;
+    default: out->dtype_ok = false; break;
+    }
+    /* trailing unit dims carry no shape; GGUF lists dims fastest first, HF slowest first */
+    int nd = (int)ti->n_dims;
+    while (nd > 1 && ti->dims[nd - 1] == 1) nd--;
+    out->n_dims = nd;
+    for (int d = 0; d < nd; d++) out->shape[d] = ti->dims[nd - 1 - d];
+    out->data = ti->data;
+    out->n_bytes = ti->n_bytes;
+    (void)st;
+    return 1;
+}
+
+/* gguf_get_* wrappers with the architecture prefix: 1 set, 0 absent, < 0 error. */
+/* The result rc of a gguf_get_* for key, with a missing required key an error. */
+static int arch_found(const gguf_file *g, const char *key, int rc, bool required, llmi_status *st) {
+    if (rc == 0 && required) {
+        llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key %s", g->path, key);
+        return -LLMI_E_RUNTIME;
+    }
+    return rc;
+}
+
+static int arch_int(const gguf_file *g, const char *arch, const char *suffix, bool required, int64_t lo, int64_t hi,
+                    int *out, llmi_status *st) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v;
+    int rc = arch_found(g, key, gguf_get_int(g, key, lo, hi, &v, st), required, st);
+    if (rc > 0) *out = (int)v;
+    return rc;
+}
+
+static int arch_float(const gguf_file *g, const char *arch, const char *suffix, bool required, float *out,
+                      llmi_status *st) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    double v;
+    int rc = arch_found(g, key, gguf_get_float(g, key, &v, st), required, st);
+    if (rc > 0) *out = model_to_f32(v);
+    return rc;
+}
+
+/* Llama-3 GGUFs carry their rope scaling as rope_freqs.weight (per-frequency divisors)
+ * instead of keys.  We recognise the llama3 pattern with the parameters every Llama 3.x
+ * release uses and reject anything else rather than run with wrong positions. */
+static int gguf_rope_freqs(const gguf_file *g, llmi_config *c, llmi_status *st) {
+    const gguf_tensor_info *ti = gguf_find_tensor(g, "rope_freqs.weight");
+    if (!ti) return 0;
+    int64_t half = c->head_dim / 2;
+    if (ti->type != GGUF_TYPE_F32 || ti->n_elements != half)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_freqs.weight must be %lld F32 values", g->path, (long long)half);
+    float mx = 0;
+    bool all_one = true;
+    for (int64_t i = 0; i < half; i++) {
+        float f;
+        memcpy(&f, ti->data + 4 * i, 4);
+        if (!(f > 0) || !isfinite(f))
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_freqs.weight[%lld] = %g is not a positive factor", g->path,
+                             (long long)i, (double)f);
+        if (f != 1.0f) all_one = false;
+        if (f > mx) mx = f;
+    }
+    if (all_one) return 0;
+    if (c->rope_scaling != LLMI_ROPE_SCALING_NONE)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_freqs.weight together with linear rope scaling is not supported",
+                         g->path);
+    llmi_config t = *c;
+    t.rope_scaling = LLMI_ROPE_SCALING_LLAMA3;
+    t.rope_factor = mx;
+    t.rope_low_freq_factor = 1.0f;
+    t.rope_high_freq_factor = 4.0f;
+    if (t.rope_orig_max_pos <= 0) t.rope_orig_max_pos = 8192;
+    double lo_wl = t.rope_orig_max_pos / t.rope_low_freq_factor, hi_wl = t.rope_orig_max_pos / t.rope_high_freq_factor;
+    for (int64_t i = 0; i < half; i++) {
+        double freq = pow(t.rope_theta, -(double)(2 * i) / c->head_dim), wl = 2 * M_PI / freq, want;
+        if (wl < hi_wl) want = 1;
+        else if (wl > lo_wl) want = t.rope_factor;
+        else {
+            double smooth = (t.rope_orig_max_pos / wl - t.rope_low_freq_factor) /
+                            (t.rope_high_freq_factor - t.rope_low_freq_factor);
+            want = 1 / ((1 - smooth) / t.rope_factor + smooth);
+        }
+        float f;
+        memcpy(&f, ti->data + 4 * i, 4);
+        if (fabs(f - want) > 1e-3 * want)
+            return llmi_fail(st, LLMI_E_RUNTIME,
+                             "%s: rope_freqs.weight does not match llama3 scaling (factor %g, low 1, high 4, original "
+                             "context %d); not supported", g->path, (double)t.rope_factor, t.rope_orig_max_pos);
+    }
+    *c = t;
+    return 0;
+}
+
+static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llmi_status *st) {
+    const char *path = g->path;
+    gguf_str a;
+    int rc = gguf_get_str(g, "general.architecture", &a, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key general.architecture", path);
+    if (gguf_str_eq(a, "llama")) c->arch = LLMI_ARCH_LLAMA;
+    else if (gguf_str_eq(a, "qwen2")) c->arch = LLMI_ARCH_QWEN2;
+    else {
+        char b[40];
+        size_t n = 0;
+        for (uint64_t i = 0; i < a.len && n < sizeof b - 1; i++)
+            b[n++] = (a.p[i] >= 0x20 && a.p[i] < 0x7f) ? a.p[i] : '?';
+        b[n] = '\0';
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, qwen2)", path, b);
+    }
+    const char *arch = c->arch == LLMI_ARCH_LLAMA ? "llama" : "qwen2";
+    snprintf(c->arch_name, sizeof c->arch_name, "%s", arch);
+    gguf_str nm;
+    rc = gguf_get_str(g, "general.name", &nm, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc > 0) {
+        size_t n = 0;
+        for (uint64_t i = 0; i < nm.len && n < sizeof c->name - 1; i++)
+            c->name[n++] = ((unsigned char)nm.p[i] >= 0x20 && nm.p[i] != 0x7f) ? nm.p[i] : '?';
+        c->name[n] = '\0';
+    } else {
+        model_set_name(c->name, sizeof c->name, path);
+    }
+    const int64_t I = INT32_MAX;
+    if (arch_int(g, arch, "embedding_length", true, 1, I, &c->dim, st) < 0 ||
+        arch_int(g, arch, "block_count", true, 1, I, &c->n_layers, st) < 0 ||
+        arch_int(g, arch, "feed_forward_length", true, 1, I, &c->ffn_dim, st) < 0 ||
+        arch_int(g, arch, "attention.head_count", true, 1, I, &c->n_heads, st) < 0 ||
+        arch_int(g, arch, "context_length", true, 1, I, &c->max_ctx, st) < 0 ||
+        arch_float(g, arch, "attention.layer_norm_rms_epsilon", true, &c->norm_eps, st) < 0)
+        return LLMI_E_RUNTIME;
+    c->n_kv_heads = c->n_heads;
+    if (arch_int(g, arch, "attention.head_count_kv", false, 1, I, &c->n_kv_heads, st) < 0) return LLMI_E_RUNTIME;
+    if (c->n_layers > LLMI_MAX_LAYERS)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s.block_count %d exceeds the limit of %d layers", path, arch,
+                         c->n_layers, LLMI_MAX_LAYERS);
+    rc = arch_int(g, arch, "attention.key_length", false, 1, I, &c->head_dim, st);
+    if (rc < 0 || (rc == 0 && model_head_dim(c, path, "embedding_length", "head_count", st))) return LLMI_E_RUNTIME;
+    int vlen = c->head_dim;
+    if (arch_int(g, arch, "attention.value_length", false, 1, I, &vlen, st) < 0) return LLMI_E_RUNTIME;
+    if (vlen != c->head_dim)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s.attention.value_length %d differs from key_length %d", path, arch,
+                         vlen, c->head_dim);
+    c->rope_dim = c->head_dim;
+    if (arch_int(g, arch, "rope.dimension_count", false, 1, I, &c->rope_dim, st) < 0) return LLMI_E_RUNTIME;
+    c->rope_theta = 10000.0f;
+    if (arch_float(g, arch, "rope.freq_base", false, &c->rope_theta, st) < 0) return LLMI_E_RUNTIME;
+
+    /* rope scaling: linear is expressible; yarn/longrope are not */
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    gguf_str stype;
+    rc = gguf_get_str(g, key, &stype, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (arch_int(g, arch, "rope.scaling.original_context_length", false, 1, I, &c->rope_orig_max_pos, st) < 0)
+        return LLMI_E_RUNTIME;
+    /* llama.cpp's reading: the type defaults to linear, which only matters with a factor */
+    if (rc > 0 && !gguf_str_eq(stype, "none") && !gguf_str_eq(stype, "linear"))
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope scaling type %.*s is not supported", path,
+                         (int)(stype.len > 32 ? 32 : stype.len), stype.p);
+    if (rc == 0 || gguf_str_eq(stype, "linear")) {
+        float f = 0;
+        int frc = arch_float(g, arch, "rope.scaling.factor", false, &f, st);
+        if (frc == 0) frc = arch_float(g, arch, "rope.scale_linear", false, &f, st);
+        if (frc < 0) return LLMI_E_RUNTIME;
+        if (frc > 0 && f != 0 && f != 1) {
+            c->rope_scaling = LLMI_ROPE_SCALING_LINEAR;
+            c->rope_factor = f;
+        }
+    }
+
+    /* vocab: the key, else the embedding's rows; checked against the tensor later */
+    const gguf_tensor_info *emb = gguf_find_tensor(g, "token_embd.weight");
+    rc = arch_int(g, arch, "vocab_size", false, 1, I, &c->n_vocab, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc == 0) {
+        if (emb && emb->n_dims == 2 && emb->dims[1] <= INT32_MAX) c->n_vocab = (int)emb->dims[1];
+        else {
+            const gguf_kv *kv = gguf_find_kv(g, "tokenizer.ggml.tokens");
+            if (kv && kv->type == GGUF_ARRAY && kv->n <= CFG_MAX_VOCAB) c->n_vocab = (int)kv->n;
+        }
+    }
+    c->qkv_bias = c->arch == LLMI_ARCH_QWEN2 || gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    *has_output = gguf_find_tensor(g, "output.weight") != NULL;
+    c->tie_embeddings = !*has_output;
+    if (config_validate(c, path, st)) return LLMI_E_RUNTIME;
+    if (gguf_rope_freqs(g, c, st)) return LLMI_E_RUNTIME;
+    return config_validate(c, path, st);
+}
+
+int model_load_gguf(const char *path, const llmi_load_opts *opts, llmi_model *m, llmi_status *st) {
+    memset(m, 0, sizeof *m);
+    gguf_file g;
+    if (gguf_open(path, &g, st)) return LLMI_E_RUNTIME;
+    bool has_output = false;
+    weight_src w = {gguf_names, path, &g, gguf_find_src, NULL, NULL};
+    if (gguf_config(&g, &m->cfg, &has_output, st) ||
+        model_bind_weights(&w, m, m->cfg.arch == LLMI_ARCH_LLAMA, st))
+        goto fail;
+    snprintf(m->source_path, sizeof m->source_path, "%s", path);
+    snprintf(m->format, sizeof m->format, "gguf");
+    void *addr;
+    size_t len;
+    gguf_take_map(&g, &addr, &len);
+    if (model_add_map(m, addr, len, path, st)) goto fail;
+    if (!(opts && opts->no_tokenizer)) {
+        llmi_status tst = {0};
+        if (model_tok_check(m, tok_load_gguf(&g, &m->tok, &tst), &tst, path, st)) goto fail;
+    }
+    gguf_close(&g);
+    return 0;
+fail:
+    model_free(m);
+    gguf_close(&g);
+    return LLMI_E_RUNTIME;
+}

@@ -1,0 +1,219 @@
+/* test_config_json.c — the one config.json reader (model/config_json.c): a model directory
+ * (-m DIR) and `--dummy config.json` read the same file to the same llmi_config, with
+ * transformers' defaults for absent keys (LlamaConfig, MistralConfig, Qwen2Config), its
+ * model_type/architectures rule, and each family's sliding-window rule.  The directories
+ * reuse the weights of the tiny testdata/hf checkpoints with an edited config.json. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model/config_json.h"
+#include "model/model.h"
+#include "model/model_dummy.h"
+#include "test.h"
+
+static const char *cj_testdata(void) {
+    const char *d = getenv("TESTDATA");
+    return d && *d ? d : "testdata";
+}
+
+static void cj_write(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) { perror(path); abort(); }
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A model directory: the weights of testdata/hf/<model> (linked) beside a new config.json. */
+static char *cj_model_dir(const char *model, const char *config) {
+    char *d = strdup("/tmp/llmi-cfgjson-XXXXXX"), src[1024], dst[1024];
+    if (!d || !mkdtemp(d)) abort();
+    const char *files[] = {"model.safetensors", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                           "model-00002-of-00002.safetensors"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(src, sizeof src, "%s/hf/%s/%s", cj_testdata(), model, files[i]);
+        if (access(src, R_OK) != 0) continue;
+        char *abs = realpath(src, NULL);
+        snprintf(dst, sizeof dst, "%s/%s", d, files[i]);
+        if (!abs || symlink(abs, dst) != 0) abort();
+        free(abs);
+    }
+    snprintf(dst, sizeof dst, "%s/config.json", d);
+    cj_write(dst, config);
+    return d;
+}
+
+static void cj_rm_dir(char *d) {
+    const char *files[] = {"config.json", "model.safetensors", "model.safetensors.index.json",
+                           "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+    char p[1024];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", d, files[i]);
+        unlink(p);
+    }
+    rmdir(d);
+    free(d);
+}
+
+/* Every field but the name (which each caller sets its own way). */
+static bool cj_same(const llmi_config *a, const llmi_config *b) {
+    return a->arch == b->arch && !strcmp(a->arch_name, b->arch_name) && a->n_vocab == b->n_vocab &&
+           a->dim == b->dim && a->n_layers == b->n_layers && a->n_heads == b->n_heads &&
+           a->n_kv_heads == b->n_kv_heads && a->head_dim == b->head_dim && a->ffn_dim == b->ffn_dim &&
+           a->max_ctx == b->max_ctx && a->norm_eps == b->norm_eps && a->rope_theta == b->rope_theta &&
+           a->rope_dim == b->rope_dim && a->rope_scaling == b->rope_scaling && a->rope_factor == b->rope_factor &&
+           a->rope_low_freq_factor == b->rope_low_freq_factor && a->rope_high_freq_factor == b->rope_high_freq_factor &&
+           a->rope_orig_max_pos == b->rope_orig_max_pos && a->tie_embeddings == b->tie_embeddings &&
+           a->qkv_bias == b->qkv_bias;
+}
+
+/* Loads dir as a model (weights, no tokenizer) and as a --dummy spec: both must succeed
+ * and agree on every field but the name; *out gets the loader's config. */
+static void cj_both(test_ctx *t_, const char *dir, llmi_config *out) {
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    llmi_status st = {0};
+    llmi_model m;
+    llmi_load_opts o = {.no_tokenizer = true};
+    memset(out, 0, sizeof *out);
+    if (model_load_hf(dir, &o, &m, &st) != 0) {
+        CHECK_MSG(false, "model_load_hf: %s", st.msg);
+        return;
+    }
+    *out = m.cfg;
+    model_free(&m);
+    llmi_config d;
+    CHECK_MSG(model_dummy_config(cfg, &d, &st) == 0, "--dummy: %s", st.msg);
+    CHECK_MSG(cj_same(out, &d), "%s: -m and --dummy read config.json differently", dir);
+}
+
+#define LLAMA_BASE \
+    "\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, " \
+    "\"head_dim\": 16, \"intermediate_size\": 96, \"vocab_size\": 320"
+
+/* No rms_norm_eps, no max_position_embeddings: LlamaConfig's 1e-6 and 2048 through both
+ * callers (--dummy used 1e-5 before there was one reader). */
+TEST(config_json_llama_defaults_agree) {
+    char *d = cj_model_dir("llama-attn-bias", "{\"model_type\": \"llama\", \"architectures\": [\"LlamaForCausalLM\"], "
+                                              LLAMA_BASE ", \"attention_bias\": true}");
+    llmi_config c;
+    cj_both(t_, d, &c);
+    CHECK(c.norm_eps == 1e-6f && c.max_ctx == 2048 && c.rope_theta == 10000.f && c.qkv_bias && !c.tie_embeddings);
+    CHECK(c.arch == LLMI_ARCH_LLAMA && !strcmp(c.arch_name, "llama"));
+    cj_rm_dir(d);
+    /* a sliding_window key means nothing to LlamaConfig: no cap */
+    d = cj_model_dir("llama-attn-bias", "{\"model_type\": \"llama\", " LLAMA_BASE
+                                        ", \"attention_bias\": true, \"sliding_window\": 64}");
+    cj_both(t_, d, &c);
+    CHECK(c.max_ctx == 2048);
+    cj_rm_dir(d);
+}
+
+/* MistralConfig: max_position_embeddings 4096*32, sliding_window 4096 when absent (so the
+ * context is capped to it), none when null, num_key_value_heads 8 when absent. */
+TEST(config_json_mistral_window) {
+    const char *base = "{\"model_type\": \"mistral\", " LLAMA_BASE;
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "%s}", base);
+    char *d = cj_model_dir("mistral-sharded", cfg);
+    llmi_config c;
+    cj_both(t_, d, &c);
+    CHECK_MSG(c.max_ctx == 4096 && c.norm_eps == 1e-6f && !strcmp(c.arch_name, "mistral"), "max_ctx %d", c.max_ctx);
+    cj_rm_dir(d);
+    snprintf(cfg, sizeof cfg, "%s, \"sliding_window\": null}", base);
+    d = cj_model_dir("mistral-sharded", cfg);
+    cj_both(t_, d, &c);
+    CHECK(c.max_ctx == 4096 * 32);
+    cj_rm_dir(d);
+    snprintf(cfg, sizeof cfg, "%s, \"sliding_window\": 100, \"max_position_embeddings\": 256}", base);
+    d = cj_model_dir("mistral-sharded", cfg);
+    cj_both(t_, d, &c);
+    CHECK(c.max_ctx == 100);
+    cj_rm_dir(d);
+    /* num_key_value_heads: 8 when absent, all heads when null */
+    llmi_status st = {0};
+    char *t = cj_model_dir("mistral-sharded", "{\"model_type\": \"mistral\", \"hidden_size\": 512, "
+                                              "\"num_hidden_layers\": 1, \"num_attention_heads\": 32, "
+                                              "\"intermediate_size\": 64, \"vocab_size\": 32}");
+    char p[1024];
+    snprintf(p, sizeof p, "%s/config.json", t);
+    CHECK(config_json_read(p, NULL, &c, NULL, &st) == 0 && c.n_kv_heads == 8 && c.head_dim == 16);
+    cj_write(p, "{\"model_type\": \"mistral\", \"hidden_size\": 512, \"num_hidden_layers\": 1, "
+                "\"num_attention_heads\": 32, \"num_key_value_heads\": null, \"intermediate_size\": 64, "
+                "\"vocab_size\": 32}");
+    CHECK(config_json_read(p, NULL, &c, NULL, &st) == 0 && c.n_kv_heads == 32);
+    cj_rm_dir(t);
+}
+
+/* Qwen2Config: a window only with use_sliding_window, and only if some layer slides
+ * (layer_types, else the layers from max_window_layers on); max_position_embeddings 32768. */
+TEST(config_json_qwen2_window) {
+    const char *base = "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 96, "
+                       "\"vocab_size\": 320, \"tie_word_embeddings\": true";
+    struct { const char *extra; int max_ctx; } cases[] = {
+        {"", 32768},
+        {", \"sliding_window\": 64", 32768},                                   /* use_sliding_window false */
+        {", \"use_sliding_window\": true, \"sliding_window\": 64", 32768},     /* max_window_layers 28 >= 2 */
+        {", \"use_sliding_window\": true, \"sliding_window\": 64, \"max_window_layers\": 1", 64},
+        {", \"use_sliding_window\": true, \"max_window_layers\": 0", 4096},    /* default window */
+        {", \"use_sliding_window\": true, \"sliding_window\": 64, \"layer_types\": [\"full_attention\", "
+         "\"sliding_attention\"]", 64},
+        {", \"use_sliding_window\": true, \"sliding_window\": 64, \"max_window_layers\": 0, \"layer_types\": "
+         "[\"full_attention\", \"full_attention\"]", 32768},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg, "%s%s}", base, cases[i].extra);
+        char *d = cj_model_dir("qwen2-bias-tied", cfg);
+        llmi_config c;
+        cj_both(t_, d, &c);
+        CHECK_MSG(c.max_ctx == cases[i].max_ctx, "case %zu: max_ctx %d, want %d", i, c.max_ctx, cases[i].max_ctx);
+        CHECK(c.arch == LLMI_ARCH_QWEN2 && c.qkv_bias && c.norm_eps == 1e-6f);
+        cj_rm_dir(d);
+    }
+}
+
+/* model_type decides (AutoConfig); architectures[0] only when model_type is absent, and
+ * never against it.  Errors name the file and what is wrong. */
+TEST(config_json_family_keys) {
+    char *d = cj_model_dir("none", "{}");
+    char p[1024];
+    snprintf(p, sizeof p, "%s/config.json", d);
+    const char *shape = "\"hidden_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 4, "
+                        "\"num_key_value_heads\": 2, \"intermediate_size\": 96, \"vocab_size\": 32";
+    struct { const char *keys; int arch; const char *name; const char *err; } cases[] = {
+        {"\"model_type\": \"qwen2\"", LLMI_ARCH_QWEN2, "qwen2", NULL},
+        {"\"architectures\": [\"MistralForCausalLM\"]", LLMI_ARCH_LLAMA, "mistral", NULL},
+        {"\"model_type\": \"llama\", \"architectures\": [\"LlamaForCausalLM\"]", LLMI_ARCH_LLAMA, "llama", NULL},
+        {"\"model_type\": \"llama\", \"architectures\": [\"Qwen2ForCausalLM\"]", 0, NULL, "does not match model_type"},
+        {"\"model_type\": \"gpt2\"", 0, NULL, "unsupported model_type gpt2"},
+        {"\"architectures\": [\"GPT2LMHeadModel\"]", 0, NULL, "unsupported architecture GPT2LMHeadModel"},
+        {"\"architectures\": []", 0, NULL, "architectures"},
+        {"\"model_type\": 7", 0, NULL, "model_type must be a string"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg, "{%s, %s}", cases[i].keys, shape);
+        cj_write(p, cfg);
+        llmi_config c;
+        llmi_status st = {0};
+        int rc = config_json_read(p, NULL, &c, NULL, &st);
+        if (cases[i].err) {
+            CHECK_MSG(rc == LLMI_E_RUNTIME && strstr(st.msg, p) && strstr(st.msg, cases[i].err), "case %zu: %s", i,
+                      st.msg);
+        } else {
+            CHECK_MSG(rc == 0 && (int)c.arch == cases[i].arch && !strcmp(c.arch_name, cases[i].name), "case %zu: %s",
+                      i, st.msg);
+        }
+    }
+    /* the flag that named the file leads an open error: a usage error */
+    unlink(p);
+    llmi_config c;
+    llmi_status st = {0};
+    CHECK(config_json_read(p, "--dummy", &c, NULL, &st) == LLMI_E_USAGE && strstr(st.msg, "--dummy "));
+    cj_rm_dir(d);
+}
