@@ -1,6 +1,6 @@
 /* int4_gemm.cu — owns the W4A16 kernels for LLMI_I4G (GPTQ/AWQ) weights: a decode GEMV,
  * a tensor-core GEMM for prefill, and dequantization to a dense matrix.  Layouts and
- * semantics: int4_gemm.h; CPU twin cpu_matmul_i4g. */
+ * semantics: int4_gemm.h; CPU twin cpu_matmul on LLMI_I4G. */
 #include <cuda_fp16.h>
 #include <mma.h>
 #include "common.cuh"

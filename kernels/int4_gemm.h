@@ -2,7 +2,7 @@
  * (GPTQ/AWQ int4 in llmi's canonical layout, see core/tensor.h and core/int4.h):
  *   q       u8 (rows, cols/2) nibbles, low nibble = even input column
  *   scales  fp16 (n_groups, rows), zeros u8 (n_groups, rows), g_idx int32 (cols) or NULL
- * CPU twin: cpu_matmul_i4g (src/cpu/matmul_int4.c); dequantized values are
+ * CPU twin: cpu_matmul on LLMI_I4G (src/backend/cpu/matmul.c); dequantized values are
  * scale * (q - zero) in fp32, as quant_dequant_row computes them. */
 #ifndef LLMI_INT4_GEMM_H
 #define LLMI_INT4_GEMM_H

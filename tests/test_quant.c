@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "quant/quant.h"
-#include "backend/cpu/matmul_int4.h"
+#include "backend/cpu/ops.h"
 #include "test.h"
 
 static float tq_randn(unsigned long long *s) {
@@ -150,7 +150,7 @@ TEST(quant_i4g_matmul_matches_dequant) {
         CHECK(mism == 0);
         for (int i = 0; i < n * cols; i++) x[i] = tq_randn(&s);
         for (int r = 0; r < rows; r++) bias[r] = tq_randn(&s);
-        cpu_matmul_i4g(&t, x, n, bias, y);
+        cpu_matmul(&t, x, n, bias, y);
         float yr[3 * 40];
         for (int i = 0; i < n; i++)
             for (int r = 0; r < rows; r++) {

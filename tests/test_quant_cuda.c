@@ -1,10 +1,10 @@
 /* test_quant_cuda.c — the W4A16 CUDA kernels (kernels/int4_gemm.cu) against their CPU twin
- * cpu_matmul_i4g on fresh random grids, with and without act-order g_idx.  Without a
+ * cpu_matmul (LLMI_I4G) on fresh random grids, with and without act-order g_idx.  Without a
  * device (or without CUDA) the test prints "skipped" and passes. */
 #include <stdlib.h>
 #include <string.h>
 #include "quant/quant.h"
-#include "backend/cpu/matmul_int4.h"
+#include "backend/cpu/ops.h"
 #include "test.h"
 
 #ifdef LLMI_CUDA
@@ -48,7 +48,7 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
             float *yr = malloc(sizeof(float) * n * rows), *bias = malloc(sizeof(float) * rows);
             for (int i = 0; i < n * cols; i++) s ^= s << 13, s ^= s >> 7, s ^= s << 17, x[i] = (float)(s % 2001) / 1000 - 1;
             for (int i = 0; i < rows; i++) bias[i] = (float)i / rows;
-            cpu_matmul_i4g(&t, x, n, bias, yr);
+            cpu_matmul(&t, x, n, bias, yr);
             llmi_i4g_dev w = {tqc_up(t.data, (size_t)rows * cols / 2), tqc_up(t.qscales, (size_t)g.n_groups * rows * 2),
                               tqc_up(t.qzeros, (size_t)g.n_groups * rows),
                               ao ? tqc_up(t.g_idx, (size_t)cols * 4) : NULL, rows, cols, gs};

@@ -327,7 +327,7 @@ static int sweep_engine(sweep_ctx *s, int ik, int bs, int max_b, llmi_status *st
     for (int ip = 0; ip < a->np && !rc; ip++)
         for (int in = 0; in < a->nn && !rc; in++)
             for (int ibt = 0; ibt < a->nb && !rc; ibt++) {
-                const workload_shape w = {(int)a->p[ip], (int)a->n[in], (int)a->b[ibt]};
+                const workload_shape w = {(int)a->p[ip], (int)a->n[in], (int)a->b[ibt], NULL, 0};
                 rc = sweep_point(s, b, e, w, st);
             }
     cli_close_engine(b, e);

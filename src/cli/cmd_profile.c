@@ -32,6 +32,7 @@
 typedef struct profile_args {
     cli_model_opts mo;
     int p, n, b, warmup;
+    int prefix_len;               /* --prefix-len: prompt tokens every request shares, cached beforehand */
     double peak_bw, peak_flops;   /* bytes/s and FLOP/s; 0 = measure or look up */
     const char *trace;
     report_format fmt;
@@ -173,6 +174,7 @@ typedef struct profile_run {
     trace_w *tr;
     int step_no;
     llmi_op_stats before, before_host;   /* the counters when the step began */
+    long cached_tokens;           /* prompt tokens the prefix cache served */
 } profile_run;
 
 static void profile_before_step(void *ctx) {
@@ -218,6 +220,10 @@ static const char *profile_usage(void) {
            "  --peak-bw GB/s          device memory bandwidth (default: measured on cpu, known GPUs)\n"
            "  --peak-flops GFLOP/s    device compute peak (default: measured fp32 FMA on cpu, known GPUs)\n"
            "  --trace FILE            Chrome trace JSON (open in Perfetto / about:tracing)\n"
+           "  --prefix-len N          every prompt starts with the same N tokens, cached by one request\n"
+           "                          before the profiled run (a system prompt in steady state): the\n"
+           "                          run table shows the prompt tokens served from the cache and\n"
+           "                          the prefill time they saved\n"
            "  -o md|csv|json|jsonl    output format (default md)   --seed N\n";
 }
 
@@ -238,12 +244,15 @@ static int parse_args(int argc, char **argv, profile_args *a, bool *help, llmi_s
         if (!strcmp(f, "--peak-flops")) { VAL(); if (cli_parse_float(f, v, 1e-3, 1e12, &d, st)) return st->code; a->peak_flops = d * 1e9; continue; }
         if (!strcmp(f, "--trace")) { VAL(); a->trace = v; continue; }
         if (!strcmp(f, "-o")) { VAL(); if (report_format_parse(v, &a->fmt, st)) return st->code; continue; }
+        if (!strcmp(f, "--prefix-len")) { VAL(); if (cli_parse_long(f, v, 1, 1 << 20, &n, st)) return st->code; a->prefix_len = (int)n; continue; }
         if (!strcmp(f, "--seed")) { VAL(); if (cli_parse_long(f, v, 0, 0x7fffffffL, &n, st)) return st->code; a->seed = (uint64_t)n; continue; }
 #undef VAL
         int rc = cli_parse_model_flag(&a->mo, argc, argv, &i, st);
         if (rc < 0) return st->code;
         if (rc == 0) return llmi_fail(st, LLMI_E_USAGE, "profile: unknown flag '%s' (see llmi profile --help)", f);
     }
+    if (a->prefix_len && a->prefix_len >= a->p)
+        return llmi_fail(st, LLMI_E_USAGE, "--prefix-len %d: must be shorter than the prompt (-p %d)", a->prefix_len, a->p);
     return 0;
 }
 
@@ -345,14 +354,46 @@ static int trace_end(trace_w *tr, const char *path, int rc, llmi_status *st) {
 }
 
 /* Warm-up, then the profiled run with the backend's counters on and the trace written. */
+static int profile_on_request(void *ctx, const llmi_request_info *ri, llmi_status *st) {
+    (void)st;
+    ((profile_run *)ctx)->cached_tokens += ri->n_cached_tokens;
+    return 0;
+}
+
+/* One request of the shared prefix and one more token, so its full blocks are cached. */
+static int prime_prefix(llmi_engine *e, const int32_t *prefix, int n_prefix, llmi_status *st) {
+    int32_t *prompt = malloc((size_t)(n_prefix + 1) * sizeof *prompt);
+    if (!prompt) return llmi_fail(st, LLMI_E_RUNTIME, "profile: out of memory");
+    memcpy(prompt, prefix, (size_t)n_prefix * sizeof *prompt);
+    prompt[n_prefix] = prefix[0];
+    llmi_request_params rp = request_params_defaults();
+    rp.max_tokens = 0;
+    int id = -1, rc = engine_add_request(e, prompt, n_prefix + 1, &rp, NULL, &id, st);
+    while (!rc && engine_has_work(e)) rc = engine_step(e, NULL, NULL, NULL, st);
+    if (id >= 0) engine_release(e, id);
+    free(prompt);
+    return rc;
+}
+
 static int profile_measure(const profile_args *a, const llmi_model *m, llmi_backend *b, llmi_engine *e, FILE *tf,
                            profile_run *run, llmi_status *st) {
-    const workload_shape w = {a->p, a->n, a->b};
+    workload_shape w = {a->p, a->n, a->b, NULL, 0};
     stats_rng rng;
     stats_rng_seed(&rng, a->seed);
     int rc = 0;
+    int32_t *prefix = NULL;   /* (prefix_len) */
+    if (a->prefix_len) {
+        if (!(prefix = malloc((size_t)a->prefix_len * sizeof *prefix))) rc = llmi_fail(st, LLMI_E_RUNTIME, "profile: out of memory");
+        else workload_random_tokens(&rng, prefix, a->prefix_len, m->cfg.n_vocab);
+    }
     for (int i = 0; i < a->warmup && !rc; i++) rc = workload_warmup(e, m->cfg.n_vocab, w, &rng, "profile", st);
+    if (!rc && prefix) {
+        rc = prime_prefix(e, prefix, a->prefix_len, st);
+        w.prefix = prefix;
+        w.n_prefix = a->prefix_len;
+    }
     if (rc) {
+        free(prefix);
         if (tf) fclose(tf);
         return rc;
     }
@@ -364,11 +405,13 @@ static int profile_measure(const profile_args *a, const llmi_model *m, llmi_back
     run->b = b;
     run->e = e;
     run->tr = &tr;
-    workload_hooks h = {.ctx = run, .before_step = profile_before_step, .after_step = profile_after_step};
+    workload_hooks h = {.ctx = run, .before_step = profile_before_step, .after_step = profile_after_step,
+                        .on_request = profile_on_request};
     bench_peak_reset();
     rc = workload_run(e, m->cfg.n_vocab, w, &rng, &h, "profile", st);
     b->profiling = false;
     run->tr = NULL;
+    free(prefix);
     return trace_end(&tr, a->trace, rc, st);
 }
 
@@ -393,7 +436,7 @@ static void memory_rows(report *mem, const llmi_model *m, const llmi_backend *b,
 }
 
 static void run_row(report *r, const profile_args *a, const profile_peaks *pk, const llmi_model *m,
-                    const llmi_backend *b) {
+                    const llmi_backend *b, const profile_run *run) {
     report_row(r);
     report_num(r, "peak_gb_per_s", pk->bw / 1e9, 1);
     report_str(r, "bw_source", pk->bw_src);
@@ -402,6 +445,13 @@ static void run_row(report *r, const profile_args *a, const profile_peaks *pk, c
     report_int(r, "n_prompt", a->p);
     report_int(r, "n_gen", a->n);
     report_int(r, "n_batch", a->b);
+    report_int(r, "prefix_len", a->prefix_len);
+    report_str(r, "prefix_cache", a->mo.engine.prefix_cache ? "on" : "off");
+    /* What the cache saved, at the rate this run's prefill steps computed tokens. */
+    const phase_acc *pre = &run->acc[PH_PREFILL];
+    report_int(r, "cached_prompt_tokens", run->cached_tokens);
+    report_num(r, "prefill_ms_saved_est",
+               pre->tokens > 0 ? 1e3 * pre->wall / (double)pre->tokens * (double)run->cached_tokens : 0.0, 1);
     report_str(r, "kv_type", bench_kv_name(b->opts.kv_dtype));
     report_int(r, "block_size", b->opts.block_size);
     bench_meta(r, m, b, a->mo.dummy ? a->mo.dummy : m->source_path, a->mo.backend.n_threads);
@@ -453,7 +503,7 @@ int cmd_profile(int argc, char **argv, llmi_status *st) {
     if (rc) goto done;
     for (int ph = 0; ph < PH_COUNT; ph++) op_rows(&ops, ph, &pr.acc[ph], pk.bw, pk.flops);
     memory_rows(&mem, &m, b, e);
-    run_row(&run, &a, &pk, &m, b);
+    run_row(&run, &a, &pk, &m, b, &pr);
     rc = write_all(&ops, &mem, &run, a.fmt, stdout);
     if (rc) llmi_fail(st, rc, "profile: cannot write the report to stdout");
 done:

@@ -2,6 +2,7 @@
 #include "cli/workload.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include "cli/cli.h"
 
 void workload_random_tokens(stats_rng *rng, int32_t *t, int n, int n_vocab) {
@@ -21,7 +22,9 @@ int workload_run(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, 
     rp.ignore_eos = true;
     rp.sampling.temperature = 0;
     for (int i = 0; i < w.n_requests; i++) {
-        workload_random_tokens(rng, prompt, w.n_prompt, n_vocab);
+        int shared = w.prefix ? w.n_prefix : 0;
+        if (shared) memcpy(prompt, w.prefix, (size_t)shared * sizeof *prompt);
+        workload_random_tokens(rng, prompt + shared, w.n_prompt - shared, n_vocab);
         if ((rc = engine_add_request(e, prompt, w.n_prompt, &rp, NULL, &ids[i], st))) goto done;
         added++;
     }

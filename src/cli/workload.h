@@ -15,6 +15,8 @@ typedef struct workload_shape {
     int n_prompt;                  /* p: prompt tokens per request */
     int n_gen;                     /* n: tokens generated per request */
     int n_requests;                /* b: requests running together */
+    const int32_t *prefix;         /* (n_prefix) the first tokens of every prompt, or NULL */
+    int n_prefix;                  /* < n_prompt */
 } workload_shape;
 
 /* Any hook may be NULL. */

@@ -134,7 +134,7 @@ static void scan_dir(prompt_cache *pc, bool evict) {
             if (!nl) break;
             list = nl, cap = nc;
         }
-        snprintf(list[n].name, sizeof list[n].name, "%s", e->d_name);
+        snprintf(list[n].name, sizeof list[n].name, "%.39s", e->d_name);   /* 36 chars: is_entry_name */
         list[n].mtime = sb.st_mtim.tv_sec, list[n].nsec = sb.st_mtim.tv_nsec, list[n].size = (size_t)sb.st_size;
         n++;
     }

@@ -10,12 +10,15 @@
  *    and Q8_0 (q, signed) are computed as (u - k) with u = q + k unsigned and the exact
  *    integer correction -k * sum(x_q) preloaded into the accumulator; Q4_1's "+ m" term
  *    is sum_b m_b * d_x,b * sum(x_q,b), one short fp32 dot per row.
+ *  - LLMI_I4G (GPTQ/AWQ int4) weights: a block of rows is dequantized exactly
+ *    (scale * (q - zero) in fp32, as quant_dequant_row) into a thread's fp32 buffer, then
+ *    the dense kernel runs over it; the int4 weights are read once per call.
  * A token's dot products never mix with another token's, and the per-token operation
  * sequence is identical whatever tile of tokens it was computed in. */
-#include "backend/cpu/matmul_int4.h"
 #include <math.h>
 #include <stdlib.h>
 #include "backend/cpu/ops.h"
+#include "core/int4.h"
 #if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
@@ -109,6 +112,40 @@ static void matmul_dense(const llmi_tensor *w, const float *x, int n, float *y) 
             int tn = n - t0 < 4 ? n - t0 : 4;
             dense_rows(w, rb * MM_ROW_BLOCK, r1, x, t0, tn, y, rows);
         }
+    }
+}
+
+/* ---------------------------------------------------------------- int4 (I4G) weights */
+
+static void matmul_i4g(const llmi_tensor *w, const float *x, int n, float *y) {
+    const int64_t rows = w->rows, cols = w->cols;
+    const int64_t nrb = (rows + MM_ROW_BLOCK - 1) / MM_ROW_BLOCK;
+#pragma omp parallel if (rows * cols * (int64_t)n > 32768)
+    {
+        float *buf = malloc((size_t)MM_ROW_BLOCK * (size_t)cols * sizeof(float)); /* (MM_ROW_BLOCK, cols) */
+#pragma omp for schedule(static)
+        for (int64_t rb = 0; rb < nrb; rb++) {
+            const int64_t r0 = rb * MM_ROW_BLOCK, r1 = r0 + MM_ROW_BLOCK < rows ? r0 + MM_ROW_BLOCK : rows;
+            if (!buf) {   /* no scratch: one row at a time through the same exact dequantization */
+                for (int64_t r = r0; r < r1; r++)
+                    for (int t = 0; t < n; t++) {
+                        float acc = 0.0f;
+                        for (int64_t k = 0; k < cols; k++) {
+                            int g = w->g_idx ? w->g_idx[k] : (int)(k / w->group_size);
+                            float sc = fp16_to_f32(w->qscales[(size_t)g * rows + r]);
+                            int q = (((const uint8_t *)w->data)[(size_t)r * w->row_bytes + k / 2] >> (4 * (k & 1))) & 15;
+                            acc += x[(size_t)t * cols + k] * (sc * (float)(q - w->qzeros[(size_t)g * rows + r]));
+                        }
+                        y[(size_t)t * rows + r] = acc;
+                    }
+                continue;
+            }
+            for (int64_t r = r0; r < r1; r++) quant_dequant_row(w, r, buf + (size_t)(r - r0) * cols);
+            const llmi_tensor block = {.dtype = LLMI_F32, .rows = r1 - r0, .cols = cols,
+                                       .row_bytes = (size_t)cols * sizeof(float), .data = buf};
+            for (int t0 = 0; t0 < n; t0 += 4) dense_rows(&block, 0, r1 - r0, x, t0, n - t0 < 4 ? n - t0 : 4, y + r0, rows);
+        }
+        free(buf);
     }
 }
 
@@ -475,8 +512,9 @@ void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n
 
 void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, float *y) {
     if (n <= 0) return;
-    if (w->dtype == LLMI_I4G) return cpu_matmul_i4g(w, x, n, bias, y); /* GPTQ/AWQ int4: cpu/matmul_int4.c */
-    if (is_q8_q4(w->dtype))
+    if (w->dtype == LLMI_I4G)
+        matmul_i4g(w, x, n, y);
+    else if (is_q8_q4(w->dtype))
         matmul_quant(1, &w, x, n, &y, NULL, 0);
     else
         matmul_dense(w, x, n, y);
