@@ -4,7 +4,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
 #include "backend/cpu/ops.h"
+#include "core/fileio.h"
 #include "test.h"
 
 typedef struct { uint64_t s; } rng;
@@ -281,7 +284,7 @@ TEST(cpu_rope_kv_write) {
         for (int i = 0; i < n; i++) { pos[i] = rng_int(&r, 5000); slot[i] = i * 7 % nslots; }
         size_t esz = kd == LLMI_KV_F32 ? 4 : 2;
         void *kc = calloc((size_t)nslots * nkv * hd, esz), *vc = calloc((size_t)nslots * nkv * hd, esz);
-        cpu_rope_kv_write(q, k, v, pos, slot, n, nh, nkv, hd, inv, kc, vc, kd);
+        cpu_rope_kv_write(q, k, v, pos, slot, n, nh, nkv, hd, inv, kc, vc, kd, NULL, NULL);
         double maxq = 0, maxk = 0, maxc = 0;
         for (int t = 0; t < n; t++) {
             for (int h = 0; h < nh + nkv; h++) {
@@ -350,7 +353,7 @@ TEST(cpu_paged_attention_vs_dense) {
         b.n_tokens = n; b.positions = pos; b.slot_mapping = slot; b.seq_of_token = sot; b.n_seqs = n_seqs;
         b.query_start = qs; b.block_tables = tables; b.max_blocks_per_seq = maxb;
         float scale = 1.0f / sqrtf((float)hd);
-        cpu_paged_attention(q, kc, vc, kd, &b, nh, nkv, hd, bs, scale, out);
+        cpu_paged_attention(q, kc, vc, kd, NULL, NULL, &b, nh, nkv, hd, bs, scale, out);
         double sc[64];
         for (int t = 0; t < n; t++)
             for (int h = 0; h < nh; h++) {
@@ -402,4 +405,114 @@ TEST(cpu_matmul_multi_matches_single) {
         }
         free(x); free(bias); free(y1);
     }
+}
+
+/* ---- quantized KV cache: formats against outside references, attention against f32 KV ---- */
+
+static cJSON *kvq_refs(test_ctx *t_) {
+    const char *td = getenv("TESTDATA");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/kvquant/refs.json", td && *td ? td : "testdata");
+    char *text = NULL;
+    size_t len = 0;
+    llmi_status st = {0};
+    fileio_opts fo = {.flag = "refs", .max_bytes = 1 << 24};
+    if (fileio_read(path, &fo, &text, &len, &st)) {
+        CHECK_MSG(0, "%s", st.msg);
+        return NULL;
+    }
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    CHECK_MSG(j != NULL, "%s: not JSON", path);
+    return j;
+}
+
+/* Every e4m3 code decodes as ml_dtypes' float8_e4m3fn does, and fp32 values (random over
+ * the whole range, every representable value, every midpoint and its neighbours,
+ * saturating ones) encode to ml_dtypes' round-to-nearest-even code. */
+TEST(kv_fp8_e4m3_matches_ml_dtypes) {
+    cJSON *j = kvq_refs(t_);
+    if (!j) return;
+    const cJSON *dec = cJSON_GetObjectItem(j, "e4m3_decode"), *enc = cJSON_GetObjectItem(j, "e4m3_encode");
+    CHECK(cJSON_GetArraySize(dec) == 256 && cJSON_GetArraySize(enc) > 3000);
+    int bad = 0;
+    for (int b = 0; b < 256; b++) {
+        const cJSON *v = cJSON_GetArrayItem(dec, b);
+        float got = e4m3_to_f32((uint8_t)b);
+        if (cJSON_IsNull(v) ? !isnan(got) : got != (float)v->valuedouble) bad++;
+    }
+    CHECK_MSG(bad == 0, "%d e4m3 codes decode differently", bad);
+    bad = 0;
+    const cJSON *pair;
+    cJSON_ArrayForEach(pair, enc) {
+        float x = (float)cJSON_GetArrayItem(pair, 0)->valuedouble;
+        int want = cJSON_GetArrayItem(pair, 1)->valueint, got = f32_to_e4m3(x);
+        if (got != want && bad++ < 5) fprintf(stderr, "  e4m3(%.9g) = 0x%02x, ml_dtypes 0x%02x\n", x, got, want);
+    }
+    CHECK_MSG(bad == 0, "%d of %d encodings differ", bad, cJSON_GetArraySize(enc));
+    cJSON_Delete(j);
+}
+
+/* q8 blocks are byte for byte what ggml's quantize_row_q8_0 (via gguf-py) writes. */
+TEST(kv_q8_matches_ggml_q8_0) {
+    cJSON *j = kvq_refs(t_);
+    if (!j) return;
+    const cJSON *blocks = cJSON_GetObjectItem(j, "q8_0"), *blk;
+    int bad = 0, n = 0;
+    cJSON_ArrayForEach(blk, blocks) {
+        float x[KV_Q8_BLOCK];
+        uint8_t got[KV_Q8_BLOCK_BYTES];
+        const cJSON *xs = cJSON_GetObjectItem(blk, "x"), *want = cJSON_GetObjectItem(blk, "bytes");
+        for (int i = 0; i < KV_Q8_BLOCK; i++) x[i] = (float)cJSON_GetArrayItem(xs, i)->valuedouble;
+        q8_block_quantize(x, got);
+        for (int i = 0; i < KV_Q8_BLOCK_BYTES; i++) bad += got[i] != cJSON_GetArrayItem(want, i)->valueint;
+        n++;
+    }
+    CHECK(n > 40);
+    CHECK_MSG(bad == 0, "%d bytes of %d blocks differ from ggml's q8_0", bad, n);
+    cJSON_Delete(j);
+}
+
+/* Attention over a q8 / fp8 cache written by the real write path, against the same
+ * attention over an f32 cache.  Bounds from the formats: q8 rounds each value to within
+ * d/2, d = amax/127 of its block of 32, i.e. ~0.6% of sigma rms for Gaussian data, a
+ * relative MSE ~3e-5 per K and V value; e4m3 keeps 3 mantissa bits, ~2^-4/sqrt(3) = 3.6%
+ * relative rms, MSE ~1.3e-3.  Attention output mixes both; the bounds are ~10x those. */
+TEST(kv_quant_attention_vs_f32_kv) {
+    rng r = rng_make("kvq");
+    const int nh = 8, nkv = 2, hd = 64, bs = 16, n = 96, nblocks = 8;
+    llmi_config c = {0};
+    c.head_dim = hd, c.rope_dim = hd, c.rope_theta = 10000.0f;
+    float inv[32];
+    backend_rope_inv_freq(&c, inv);
+    float *q0 = rand_vec(&r, (size_t)n * nh * hd, 1.0f), *k0 = rand_vec(&r, (size_t)n * nkv * hd, 3.0f);
+    float *v0 = rand_vec(&r, (size_t)n * nkv * hd, 1.0f);
+    int32_t pos[96], slot[96], sot[96], table[8], qs[2] = {0, n};
+    for (int i = 0; i < nblocks; i++) table[i] = (i * 5 + 3) % nblocks;
+    for (int i = 0; i < n; i++) pos[i] = i, sot[i] = 0, slot[i] = table[i / bs] * bs + i % bs;
+    llmi_batch b = {.n_tokens = n, .positions = pos, .slot_mapping = slot, .seq_of_token = sot, .n_seqs = 1,
+                    .query_start = qs, .block_tables = table, .max_blocks_per_seq = nblocks};
+    float *ref = malloc(sizeof(float) * n * nh * hd), *out = malloc(sizeof(float) * n * nh * hd);
+    const float k_scale[2] = {1.0f, 0.5f}, v_scale[2] = {1.0f, 2.0f};   /* per-head scales are applied */
+    const llmi_kv_dtype types[3] = {LLMI_KV_F32, LLMI_KV_Q8, LLMI_KV_FP8};
+    const double bound[3] = {0, 1e-3, 1e-2};
+    for (int ti = 0; ti < 3; ti++) {
+        llmi_kv_dtype t = types[ti];
+        size_t bytes = (size_t)nblocks * bs * kv_dtype_row_bytes(t, (size_t)nkv * hd);
+        void *kc = calloc(1, bytes), *vc = calloc(1, bytes);
+        float *q = malloc(sizeof(float) * n * nh * hd), *k = malloc(sizeof(float) * n * nkv * hd);
+        memcpy(q, q0, sizeof(float) * n * nh * hd);
+        memcpy(k, k0, sizeof(float) * n * nkv * hd);
+        const float *ks = t == LLMI_KV_FP8 ? k_scale : NULL, *vs = t == LLMI_KV_FP8 ? v_scale : NULL;
+        cpu_rope_kv_write(q, k, v0, pos, slot, n, nh, nkv, hd, inv, kc, vc, t, ks, vs);
+        cpu_paged_attention(q, kc, vc, t, ks, vs, &b, nh, nkv, hd, bs, 1.0f / sqrtf((float)hd),
+                            ti == 0 ? ref : out);
+        if (ti > 0) {
+            double e = test_nmse(out, ref, (long)n * nh * hd);
+            fprintf(stderr, "  %s KV: attention NMSE vs f32 KV %.2e (bound %.0e)\n", kv_dtype_name(t), e, bound[ti]);
+            CHECK_MSG(e < bound[ti] && e > 0, "%s KV: NMSE %g", kv_dtype_name(t), e);
+        }
+        free(kc), free(vc), free(q), free(k);
+    }
+    free(q0), free(k0), free(v0), free(ref), free(out);
 }

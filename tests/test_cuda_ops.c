@@ -179,7 +179,7 @@ TEST(cuda_rope_kv) {
         }
         void *kc = calloc(cache_elems, kv_esz(dt)), *vc = calloc(cache_elems, kv_esz(dt));
         void *kg = malloc(cache_elems * kv_esz(dt)), *vg = malloc(cache_elems * kv_esz(dt));
-        cpu_rope_kv_write(q, k, v, pos, slot, n, nh, nkv, hd, inv_freq, kc, vc, dt);
+        cpu_rope_kv_write(q, k, v, pos, slot, n, nh, nkv, hd, inv_freq, kc, vc, dt, NULL, NULL);
         float *d_qkv = dup_to_dev(qkv, sizeof(float) * n * W), *d_if = dup_to_dev(inv_freq, sizeof inv_freq);
         int32_t *d_pos = dup_to_dev(pos, sizeof pos), *d_slot = dup_to_dev(slot, sizeof slot);
         void *d_kc = dup_to_dev(NULL, cache_elems * kv_esz(dt)), *d_vc = dup_to_dev(NULL, cache_elems * kv_esz(dt));
@@ -281,7 +281,7 @@ static void attention_case(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int 
     float *q = malloc(qn * 4), *ref = malloc(qn * 4), *got = malloc(qn * 4);
     for (size_t i = 0; i < qn; i++) q[i] = trng_unif(r);
     float scale = 1.0f / sqrtf((float)hd);
-    cpu_paged_attention(q, kc, vc, dt, &b, nh, nkv, hd, bs, scale, ref);
+    cpu_paged_attention(q, kc, vc, dt, NULL, NULL, &b, nh, nkv, hd, bs, scale, ref);
 
     int32_t *dec = malloc(n * 4), *tiles = malloc(2 * n * 4);
     int nd = 0, nt = 0, mp = 0;

@@ -51,8 +51,7 @@ int backend_check_model(const llmi_model *m, const char *who, llmi_status *st) {
 }
 
 size_t backend_kv_block_bytes(const llmi_config *c, int block_size, llmi_kv_dtype t) {
-    return 2 * (size_t)c->n_layers * (size_t)block_size * (size_t)c->n_kv_heads * (size_t)c->head_dim *
-           kv_dtype_bytes(t);
+    return 2 * (size_t)c->n_layers * (size_t)block_size * kv_dtype_row_bytes(t, (size_t)c->n_kv_heads * c->head_dim);
 }
 
 /* Mirrors transformers' _compute_default_rope_parameters and _compute_llama3_parameters

@@ -15,13 +15,13 @@ llmi_op_cost cost_matmul(int64_t rows, int64_t cols, double weight_bytes, int n,
                           .flops = 2.0 * n * (double)rows * (double)cols};
 }
 
-llmi_op_cost cost_rope_kv(int n, int q_dim, int kv_dim, size_t kv_elem) {
-    double per_tok = 8.0 * (q_dim + kv_dim) + 4.0 * kv_dim + 2.0 * kv_dim * (double)kv_elem;
+llmi_op_cost cost_rope_kv(int n, int q_dim, int kv_dim, double kv_elem) {
+    double per_tok = 8.0 * (q_dim + kv_dim) + 4.0 * kv_dim + 2.0 * kv_dim * kv_elem;
     return (llmi_op_cost){.bytes = n * per_tok, .flops = 3.0 * n * (q_dim + kv_dim)};
 }
 
-llmi_op_cost cost_attention(double ctx_sum, int n, int q_dim, int kv_dim, size_t kv_elem, size_t out_elem) {
-    return (llmi_op_cost){.bytes = ctx_sum * 2.0 * kv_dim * (double)kv_elem + 4.0 * n * q_dim +
+llmi_op_cost cost_attention(double ctx_sum, int n, int q_dim, int kv_dim, double kv_elem, size_t out_elem) {
+    return (llmi_op_cost){.bytes = ctx_sum * 2.0 * kv_dim * kv_elem + 4.0 * n * q_dim +
                                    (double)out_elem * n * q_dim,
                           .flops = ctx_sum * 4.0 * q_dim};
 }

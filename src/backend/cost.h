@@ -21,10 +21,11 @@ llmi_op_cost cost_embed(int n, int dim, double row_bytes, size_t out_elem);
 llmi_op_cost cost_rmsnorm(int n, int dim, bool add_residual, size_t out_elem);
 /* y (n, rows) fp32 = x (n, cols) @ W^T, W stored in weight_bytes, x read as in_elem-byte values. */
 llmi_op_cost cost_matmul(int64_t rows, int64_t cols, double weight_bytes, int n, size_t in_elem);
-/* RoPE on q (n, q_dim) and k (n, kv_dim) in fp32, then K and V written to the cache. */
-llmi_op_cost cost_rope_kv(int n, int q_dim, int kv_dim, size_t kv_elem);
+/* RoPE on q (n, q_dim) and k (n, kv_dim) in fp32, then K and V written to the cache;
+ * kv_elem: bytes per cached value (fractional for q8). */
+llmi_op_cost cost_rope_kv(int n, int q_dim, int kv_dim, double kv_elem);
 /* Attention over ctx_sum cached positions in all (sum over tokens of position + 1). */
-llmi_op_cost cost_attention(double ctx_sum, int n, int q_dim, int kv_dim, size_t kv_elem, size_t out_elem);
+llmi_op_cost cost_attention(double ctx_sum, int n, int q_dim, int kv_dim, double kv_elem, size_t out_elem);
 /* silu(gate) * up over (n, ffn) fp32, written as out_elem-byte values. */
 llmi_op_cost cost_swiglu(int n, int ffn, size_t out_elem);
 

@@ -13,22 +13,6 @@ const char *bench_weight_dtype(const llmi_model *m) {
     return dtype_name(m->tok_embd.dtype);
 }
 
-const char *bench_kv_name(llmi_kv_dtype t) {
-    switch (t) {
-    case LLMI_KV_F32: return "f32";
-    case LLMI_KV_F16: return "f16";
-    case LLMI_KV_BF16: return "bf16";
-    }
-    return "?";
-}
-
-int bench_kv_parse(const char *s, llmi_kv_dtype *out) {
-    if (!strcmp(s, "f32")) *out = LLMI_KV_F32;
-    else if (!strcmp(s, "f16")) *out = LLMI_KV_F16;
-    else if (!strcmp(s, "bf16")) *out = LLMI_KV_BF16;
-    else return -1;
-    return 0;
-}
 
 void bench_meta(report *r, const llmi_model *m, const llmi_backend *b, const char *model_label, int n_threads) {
     char date[32];

@@ -16,9 +16,7 @@
 void bench_meta(report *r, const llmi_model *m, const llmi_backend *b, const char *model_label, int n_threads);
 /* Name of the dtype most weights are stored in (the first layer's wq). */
 const char *bench_weight_dtype(const llmi_model *m);
-const char *bench_kv_name(llmi_kv_dtype t);
 /* "f32"|"f16"|"bf16" -> kv dtype; -1 when unknown. */
-int bench_kv_parse(const char *s, llmi_kv_dtype *out);
 
 /* Process peak resident memory (VmHWM) in bytes; bench_peak_reset starts a new window
  * where the kernel allows it (returns false when it does not). */

@@ -122,7 +122,7 @@ const char *cli_model_flags_help(void) {
            "  --gpu-mem-util F        fraction of GPU memory to use (default " CLI_STR(LLMI_GPU_MEM_UTIL_DEFAULT) ")\n"
            "Engine:\n"
            "  -c, --ctx-size N        context length (default: the model's)\n"
-           "  --kv-type T             KV cache dtype: f32, f16, bf16 (default f32 on cpu, bf16 on cuda)\n"
+           "  --kv-type T             KV cache dtype: f32, f16, bf16, q8, fp8 (default f32 on cpu, bf16 on cuda)\n"
            "  --block-size N          tokens per KV block (default 16)\n"
            "  --num-blocks N          KV blocks (default: from --kv-mem or the device's memory)\n"
            "  --kv-mem SIZE           KV cache budget, e.g. 512M, 4G (default: 1G on cpu, the\n"
@@ -190,11 +190,8 @@ int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_
         o->engine.max_ctx = (int)n;
     } else if (IS("--kv-type")) {
         VALUE();
-        if (!strcmp(v, "f32")) o->backend.kv_dtype = LLMI_KV_F32;
-        else if (!strcmp(v, "f16")) o->backend.kv_dtype = LLMI_KV_F16;
-        else if (!strcmp(v, "bf16")) o->backend.kv_dtype = LLMI_KV_BF16;
-        else {
-            llmi_fail(st, LLMI_E_USAGE, "--kv-type: '%s' is not f32, f16 or bf16", v);
+        if (kv_dtype_parse(v, &o->backend.kv_dtype)) {
+            llmi_fail(st, LLMI_E_USAGE, "--kv-type: '%s' is not f32, f16, bf16, q8 or fp8", v);
             return -1;
         }
         o->kv_type_set = true;

@@ -29,7 +29,7 @@
 #include "metrics/stats.h"
 #include "tok/tokenizer.h"
 
-#define BENCH_MAX_KV 3
+#define BENCH_MAX_KV LLMI_KV_DTYPE_COUNT
 
 typedef struct bench_args {
     cli_model_opts mo;
@@ -81,7 +81,7 @@ static const char *bench_usage(void) {
            "  -p LIST                 prompt lengths (default 512)\n"
            "  -n LIST                 generated lengths (default 128; 0 = prefill only)\n"
            "  -b LIST                 concurrent sequences (default 1)\n"
-           "  --kv-type LIST          KV cache dtypes: f32, f16, bf16 (default f32 on cpu, bf16 on cuda)\n"
+           "  --kv-type LIST          KV cache dtypes: f32, f16, bf16, q8, fp8 (default f32 on cpu, bf16 on cuda)\n"
            "  --block-size LIST       KV block sizes in tokens (default 16)\n"
            "  -r N                    repetitions (default 5)   --warmup N  warm-up runs (default 1)\n"
            "throughput (--num-requests or --dataset):\n"
@@ -123,8 +123,8 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
             snprintf(buf, sizeof buf, "%s", v);
             a->nkv = 0;
             for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (a->nkv == BENCH_MAX_KV || bench_kv_parse(t, &a->kv[a->nkv]))
-                    return llmi_fail(st, LLMI_E_USAGE, "--kv-type: '%s' is not a list of f32, f16, bf16", v);
+                if (a->nkv == BENCH_MAX_KV || kv_dtype_parse(t, &a->kv[a->nkv]))
+                    return llmi_fail(st, LLMI_E_USAGE, "--kv-type: '%s' is not a list of f32, f16, bf16, q8, fp8", v);
                 a->nkv++;
             }
             if (a->nkv == 0) return llmi_fail(st, LLMI_E_USAGE, "--kv-type: empty list");
@@ -278,7 +278,7 @@ static int sweep_point(sweep_ctx *s, llmi_backend *b, llmi_engine *e, workload_s
         report *rep = s->rep;
         report_row(rep);
         bench_meta(rep, s->m, b, s->label, a->mo.backend.n_threads);
-        report_str(rep, "kv_type", bench_kv_name(b->opts.kv_dtype));
+        report_str(rep, "kv_type", kv_dtype_name(b->opts.kv_dtype));
         report_str(rep, "prefix_cache", a->mo.engine.prefix_cache ? "on" : "off");
         report_int(rep, "block_size", b->opts.block_size);
         report_int(rep, "n_prompt", w.n_prompt);
@@ -694,7 +694,7 @@ static void tp_report(const bench_args *a, const llmi_model *m, const char *labe
     const long prompt = run->prompt_tokens, generated = sum->generated;
     report_row(rep);
     bench_meta(rep, m, b, label, a->mo.backend.n_threads);
-    report_str(rep, "kv_type", bench_kv_name(b->opts.kv_dtype));
+    report_str(rep, "kv_type", kv_dtype_name(b->opts.kv_dtype));
     report_str(rep, "prefix_cache", a->mo.engine.prefix_cache ? "on" : "off");
     report_int(rep, "block_size", b->opts.block_size);
     report_str(rep, "dataset", a->dataset ? a->dataset : "random");
@@ -833,7 +833,7 @@ static int bench_ppl(const bench_args *a, const llmi_model *m, const char *label
         fprintf(stderr, "Final estimate: PPL = %.4f +/- %.5f\n", res.ppl, res.ppl_stderr);
         report_row(rep);
         bench_meta(rep, m, b, label, a->mo.backend.n_threads);
-        report_str(rep, "kv_type", bench_kv_name(b->opts.kv_dtype));
+        report_str(rep, "kv_type", kv_dtype_name(b->opts.kv_dtype));
         report_str(rep, "file", a->ppl);
         report_num(rep, "ppl", res.ppl, 4);
         report_num(rep, "ppl_stderr", res.ppl_stderr, 5);

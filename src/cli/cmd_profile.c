@@ -452,7 +452,7 @@ static void run_row(report *r, const profile_args *a, const profile_peaks *pk, c
     report_int(r, "cached_prompt_tokens", run->cached_tokens);
     report_num(r, "prefill_ms_saved_est",
                pre->tokens > 0 ? 1e3 * pre->wall / (double)pre->tokens * (double)run->cached_tokens : 0.0, 1);
-    report_str(r, "kv_type", bench_kv_name(b->opts.kv_dtype));
+    report_str(r, "kv_type", kv_dtype_name(b->opts.kv_dtype));
     report_int(r, "block_size", b->opts.block_size);
     bench_meta(r, m, b, a->mo.dummy ? a->mo.dummy : m->source_path, a->mo.backend.n_threads);
 }

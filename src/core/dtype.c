@@ -1,4 +1,5 @@
-/* dtype.c — owns the names of llmi's storage types (for reports and error messages). */
+/* dtype.c — owns the names of llmi's storage types (for reports, flags and error messages). */
+#include <string.h>
 #include "core/dtype.h"
 
 const char *dtype_name(llmi_dtype t) {
@@ -12,4 +13,17 @@ const char *dtype_name(llmi_dtype t) {
     case LLMI_I4G: return "I4G";
     default: return "unknown";
     }
+}
+
+static const char *const kv_names[LLMI_KV_DTYPE_COUNT] = {"f32", "f16", "bf16", "q8", "fp8"};
+
+const char *kv_dtype_name(llmi_kv_dtype t) { return t >= 0 && t < LLMI_KV_DTYPE_COUNT ? kv_names[t] : "?"; }
+
+int kv_dtype_parse(const char *s, llmi_kv_dtype *out) {
+    for (int i = 0; i < LLMI_KV_DTYPE_COUNT; i++)
+        if (!strcmp(s, kv_names[i])) {
+            *out = (llmi_kv_dtype)i;
+            return 0;
+        }
+    return -1;
 }

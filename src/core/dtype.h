@@ -20,9 +20,28 @@ typedef enum llmi_dtype {
 } llmi_dtype;
 
 /* Element types of the KV cache (--kv-type).  Backends and kernels both need it, so it
- * lives with the other storage types. */
-typedef enum { LLMI_KV_F32 = 0, LLMI_KV_F16, LLMI_KV_BF16 } llmi_kv_dtype;
-static inline size_t kv_dtype_bytes(llmi_kv_dtype t) { return t == LLMI_KV_F32 ? 4 : 2; }
+ * lives with the other storage types.
+ *  q8:  llama.cpp's q8_0 blocks: 32 values as one fp16 scale d = amax/127 and 32 int8
+ *       q = round(x/d), x ~ q*d; 34 bytes per 32 values (head_dim a multiple of 32).
+ *  fp8: OCP e4m3 (1 sign, 4 exponent bits of bias 7, 3 mantissa bits, no infinities,
+ *       max 448) of x / scale, with one scale per (layer, KV head) that the backend keeps;
+ *       rounded to nearest even, saturating at +-448. */
+typedef enum { LLMI_KV_F32 = 0, LLMI_KV_F16, LLMI_KV_BF16, LLMI_KV_Q8, LLMI_KV_FP8, LLMI_KV_DTYPE_COUNT } llmi_kv_dtype;
+#define KV_Q8_BLOCK 32
+#define KV_Q8_BLOCK_BYTES 34
+#define KV_FP8_MAX 448.0f
+
+/* Bytes n values take in the KV dtype (n a multiple of KV_Q8_BLOCK for q8). */
+static inline size_t kv_dtype_row_bytes(llmi_kv_dtype t, size_t n) {
+    switch (t) {
+    case LLMI_KV_F32: return 4 * n;
+    case LLMI_KV_Q8: return n / KV_Q8_BLOCK * KV_Q8_BLOCK_BYTES;
+    case LLMI_KV_FP8: return n;
+    default: return 2 * n;
+    }
+}
+const char *kv_dtype_name(llmi_kv_dtype t);     /* "f32", "f16", "bf16", "q8", "fp8" */
+int kv_dtype_parse(const char *s, llmi_kv_dtype *out);   /* 0, or -1 for an unknown name */
 
 /* Weights per block and bytes per block; dense types have a block of 1. */
 static inline int dtype_block_elems(llmi_dtype t) {
@@ -99,6 +118,62 @@ static inline uint16_t f32_to_bf16(float f) {
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
     x += 0x7fffu + ((x >> 16) & 1);
     return (uint16_t)(x >> 16);
+}
+
+/* e4m3 (OCP FP8, "fn": no infinities, one NaN pattern 0x7f/0xff) from fp32: round to nearest
+ * even, saturating to +-448 (as CUDA's __nv_cvt_float_to_fp8 with __NV_SATFINITE). */
+static inline uint8_t f32_to_e4m3(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint8_t sign = (uint8_t)((x >> 24) & 0x80);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint8_t)(sign | 0x7f);          /* NaN */
+    if (ax >= 0x43e00000u) return (uint8_t)(sign | 0x7e);         /* >= 448 (and inf): saturate */
+    int e = (int)(ax >> 23) - 127;                                 /* unbiased exponent */
+    if (e < -6) {
+        /* subnormal in e4m3: value = m * 2^-9, m in 0..7 (8 rounds up to the smallest normal) */
+        float a;
+        memcpy(&a, &ax, 4);
+        float m = a * 512.0f;                                      /* exact: power-of-two scaling */
+        float r = __builtin_nearbyintf(m);                         /* ties to even (default mode) */
+        return (uint8_t)(sign | (uint8_t)r);                       /* r = 8 is 0x08, the smallest normal */
+    }
+    uint32_t mant = ax & 0x7fffffu, keep = mant >> 20, rest = mant & 0xfffffu;
+    uint32_t v = ((uint32_t)(e + 7) << 3) | keep;
+    if (rest > 0x80000u || (rest == 0x80000u && (keep & 1))) v++;  /* may carry into the exponent */
+    if (v > 0x7e) v = 0x7e;
+    return (uint8_t)(sign | v);
+}
+
+static inline float e4m3_to_f32(uint8_t b) {
+    int e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7) v = __builtin_nanf("");
+    else if (e == 0) v = (float)m * (1.0f / 512.0f);
+    else v = (1.0f + (float)m / 8.0f) * (float)(1 << e) * (1.0f / 128.0f);
+    return (b & 0x80) ? -v : v;
+}
+
+/* One q8 block: dst (KV_Q8_BLOCK_BYTES) from x (KV_Q8_BLOCK), llama.cpp's quantize_row_q8_0. */
+static inline void q8_block_quantize(const float *x, uint8_t *dst) {
+    float amax = 0.0f;
+    for (int i = 0; i < KV_Q8_BLOCK; i++) {
+        float a = x[i] < 0 ? -x[i] : x[i];
+        amax = a > amax ? a : amax;
+    }
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint16_t h = f32_to_fp16(d);
+    memcpy(dst, &h, 2);
+    for (int i = 0; i < KV_Q8_BLOCK; i++) {
+        dst[2 + i] = (uint8_t)(int8_t)__builtin_roundf(x[i] * id);   /* half away from zero, as roundf */
+    }
+}
+
+static inline void q8_block_dequantize(const uint8_t *src, float *y) {
+    uint16_t h;
+    memcpy(&h, src, 2);
+    const float d = fp16_to_f32(h);
+    for (int i = 0; i < KV_Q8_BLOCK; i++) y[i] = (float)(int8_t)src[2 + i] * d;
 }
 
 #endif

@@ -62,19 +62,20 @@ static float attn_probs(const float *s, int cn, float mx, float *p) {
 #endif
 }
 
-static const void *kv_row(const void *cache, const int32_t *table, int block_size, int p, size_t kv_row_elems,
-                          int kvh, int head_dim, size_t esz) {
+/* Head kvh of position p's cached row: slots of slot_bytes, heads of head_bytes. */
+static const void *kv_row(const void *cache, const int32_t *table, int block_size, int p, size_t slot_bytes,
+                          int kvh, size_t head_bytes) {
     size_t slot = (size_t)table[p / block_size] * block_size + (size_t)(p % block_size);
-    return (const char *)cache + (slot * kv_row_elems + (size_t)kvh * head_dim) * esz;
+    return (const char *)cache + slot * slot_bytes + (size_t)kvh * head_bytes;
 }
 
 void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
-                         const llmi_batch *b, int n_heads, int n_kv_heads, int head_dim, int block_size,
-                         float scale, float *out) {
+                         const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
+                         int n_kv_heads, int head_dim, int block_size, float scale, float *out) {
     int group = n_heads / n_kv_heads;
     int gmax = ATTN_ACC_FLOATS / head_dim < ATTN_CHUNK ? ATTN_ACC_FLOATS / head_dim : ATTN_CHUNK;
-    size_t kv_row_elems = (size_t)n_kv_heads * head_dim;
-    size_t esz = kv_dtype_bytes(kv_dtype);
+    size_t slot_bytes = kv_dtype_row_bytes(kv_dtype, (size_t)n_kv_heads * head_dim);
+    size_t head_bytes = kv_dtype_row_bytes(kv_dtype, (size_t)head_dim);
     int n = b->n_tokens;
     /* Work in q.k products; a single decode token over a short context is cheaper than
      * waking the team (and its kv-head tasks split unevenly over 2 threads anyway). */
@@ -101,10 +102,11 @@ void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cach
                     int cn = len - p0 < ATTN_CHUNK ? len - p0 : ATTN_CHUNK;
                     const float *krows[ATTN_CHUNK];
                     for (int j = 0; j < cn; j++) {
-                        const void *kp = kv_row(k_cache, table, block_size, p0 + j, kv_row_elems, kvh, head_dim, esz);
+                        const void *kp = kv_row(k_cache, table, block_size, p0 + j, slot_bytes, kvh, head_bytes);
                         krows[j] = (const float *)kp;
                         if (kv_dtype != LLMI_KV_F32) {
-                            vec_kv_to_f32(kp, kv_dtype, kbuf + (size_t)j * head_dim, head_dim);
+                            vec_kv_to_f32(kp, kv_dtype, k_scale ? k_scale[kvh] : 1.0f, kbuf + (size_t)j * head_dim,
+                                          head_dim);
                             krows[j] = kbuf + (size_t)j * head_dim;
                         }
                     }
@@ -132,10 +134,11 @@ void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cach
                         m[g] = cm;
                     }
                     for (int j = 0; j < cn; j++) {
-                        const void *vp = kv_row(v_cache, table, block_size, p0 + j, kv_row_elems, kvh, head_dim, esz);
+                        const void *vp = kv_row(v_cache, table, block_size, p0 + j, slot_bytes, kvh, head_bytes);
                         vrows[j] = (const float *)vp;
                         if (kv_dtype != LLMI_KV_F32) {
-                            vec_kv_to_f32(vp, kv_dtype, vbuf + (size_t)j * head_dim, head_dim);
+                            vec_kv_to_f32(vp, kv_dtype, v_scale ? v_scale[kvh] : 1.0f, vbuf + (size_t)j * head_dim,
+                                          head_dim);
                             vrows[j] = vbuf + (size_t)j * head_dim;
                         }
                     }

@@ -28,6 +28,8 @@ typedef struct cpu_impl {
     void *mm_scratch;    /* quantized activations of one matmul: cpu_matmul_scratch_bytes(max_tokens, widest in) */
     size_t mm_scratch_bytes;
     void *kv;        /* (n_layers, 2, num_blocks, block_size, n_kv_heads, head_dim) in kv dtype */
+    float *kv_scale; /* (n_layers, 2, n_kv_heads) fp8 scales of K and V: fixed at 1, as vLLM without
+                        calibrated scales (a per-batch calibration would make outputs batch dependent) */
     size_t kv_bytes, ws_bytes;
 } cpu_impl;
 
@@ -80,7 +82,7 @@ static int cpu_kv_block_copy(llmi_backend *b, int block, void *host, bool to_hos
     if (block < 0 || block >= b->num_blocks)
         return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: KV block %d outside the cache of %d", block, b->num_blocks);
     const llmi_config *c = &b->model->cfg;
-    size_t part = (size_t)b->opts.block_size * c->n_kv_heads * c->head_dim * kv_dtype_bytes(b->opts.kv_dtype);
+    size_t part = (size_t)b->opts.block_size * kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)c->n_kv_heads * c->head_dim);
     size_t region = part * (size_t)b->num_blocks;
     char *h = host;
     for (int l = 0; l < c->n_layers; l++)
@@ -110,7 +112,7 @@ static void cpu_destroy(llmi_backend *b) {
     if (im) {
         free(im->x); free(im->xn); free(im->q); free(im->k); free(im->v); free(im->att);
         free(im->delta); free(im->gate); free(im->up); free(im->lg); free(im->inv_freq);
-        free(im->seq_maxpos); free(im->kv); free(im->mm_scratch);
+        free(im->seq_maxpos); free(im->kv); free(im->mm_scratch); free(im->kv_scale);
         free(im);
     }
     free(b);
@@ -162,8 +164,9 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
     const llmi_config *c = &m->cfg;
     const int n = bt->n_tokens, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim;
     const int qd = nh * hd, kvd = nkv * hd;
-    const size_t esz = kv_dtype_bytes(b->opts.kv_dtype);
-    const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * (size_t)kvd * esz;   /* one of K or V */
+    const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size *
+                            kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)kvd);   /* one of K or V */
+    const double esz = (double)kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)kvd) / kvd;   /* per value */
     double ctx_sum = 0;   /* sum over tokens of attended positions, for attention stats */
     for (int i = 0; i < n; i++) ctx_sum += bt->positions[i] + 1;
     int rc = 0;
@@ -195,10 +198,12 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
 
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
         cpu_rope_kv_write(im->q, im->k, im->v, bt->positions, bt->slot_mapping, n, nh, nkv, hd, im->inv_freq, kc, vc,
-                          b->opts.kv_dtype);
+                          b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,
+                          im->kv_scale + ((size_t)l * 2 + 1) * nkv);
         prof(b, LLMI_OP_ROPE_KV, t0, cost_rope_kv(n, qd, kvd, esz));
 
-        cpu_paged_attention(im->q, kc, vc, b->opts.kv_dtype, bt, nh, nkv, hd, b->opts.block_size,
+        cpu_paged_attention(im->q, kc, vc, b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,
+                            im->kv_scale + ((size_t)l * 2 + 1) * nkv, bt, nh, nkv, hd, b->opts.block_size,
                             1.0f / sqrtf((float)hd), im->att);
         prof(b, LLMI_OP_ATTN, t0, cost_attention(ctx_sum, n, qd, kvd, esz, sizeof(float)));
         TAP(l, LLMI_TAP_O_IN, im->att, qd);
@@ -333,8 +338,11 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     if (check_model(m, st)) return st->code;
     if (o->block_size <= 0 || o->max_batch_tokens <= 0 || o->max_seqs <= 0)
         return llmi_fail(st, LLMI_E_USAGE, "cpu backend: block_size, max_batch_tokens and max_seqs must be positive");
-    if (o->kv_dtype != LLMI_KV_F32 && o->kv_dtype != LLMI_KV_F16 && o->kv_dtype != LLMI_KV_BF16)
+    if ((int)o->kv_dtype < 0 || o->kv_dtype >= LLMI_KV_DTYPE_COUNT)
         return llmi_fail(st, LLMI_E_USAGE, "cpu backend: unknown KV dtype %d", (int)o->kv_dtype);
+    if (o->kv_dtype == LLMI_KV_Q8 && m->cfg.head_dim % KV_Q8_BLOCK)
+        return llmi_fail(st, LLMI_E_USAGE, "--kv-type q8: head_dim %d is not a multiple of %d (use f16, bf16 or fp8)",
+                         m->cfg.head_dim, KV_Q8_BLOCK);
     llmi_backend *b = calloc(1, sizeof *b);
     cpu_impl *im = calloc(1, sizeof *im);
     if (!b || !im) {
@@ -373,12 +381,15 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     im->lg = ws_alloc(im, T * c->dim, &fail);
     im->inv_freq = ws_alloc(im, (size_t)c->head_dim / 2, &fail);
     im->seq_maxpos = calloc((size_t)o->max_seqs, sizeof(int32_t));
+    size_t n_scales = (size_t)c->n_layers * 2 * c->n_kv_heads;
+    im->kv_scale = malloc(n_scales * sizeof(float));
+    for (size_t i = 0; im->kv_scale && i < n_scales; i++) im->kv_scale[i] = 1.0f;
     int64_t widest = c->dim > c->ffn_dim ? c->dim : c->ffn_dim;
     if ((int64_t)qd > widest) widest = (int64_t)qd;
     im->mm_scratch_bytes = cpu_matmul_scratch_bytes(o->max_batch_tokens, widest);
     im->mm_scratch = aligned_alloc(64, im->mm_scratch_bytes);
     im->ws_bytes += im->mm_scratch_bytes;
-    if (fail || !im->seq_maxpos || !im->mm_scratch) {
+    if (fail || !im->seq_maxpos || !im->mm_scratch || !im->kv_scale) {
         cpu_destroy(b);
         return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: cannot allocate workspaces for %d tokens", o->max_batch_tokens);
     }

@@ -36,17 +36,20 @@ size_t cpu_matmul_scratch_bytes(int n, int64_t cols);
 
 /* Rotates q (n, n_heads, head_dim) in place and k (n, n_kv_heads, head_dim) in place by
  * positions (n), HF rotate-half convention, then writes k and v (n, n_kv_heads, head_dim)
- * into the caches at slot_mapping (n). */
+ * into the caches at slot_mapping (n), each head in kv_dtype (fp8 divided by its head's
+ * k_scale / v_scale (n_kv_heads), NULL = 1). */
 void cpu_rope_kv_write(float *q, float *k, const float *v, const int32_t *positions, const int32_t *slot_mapping,
                        int n, int n_heads, int n_kv_heads, int head_dim, const float *inv_freq,
-                       void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype);
+                       void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype, const float *k_scale,
+                       const float *v_scale);
 
 /* out (n_tokens, n_heads * head_dim) = causal attention of each token's q over its
- * sequence's cached K/V positions [0, positions[i]] through the batch's block tables.
+ * sequence's cached K/V positions [0, positions[i]] through the batch's block tables,
+ * the cache dequantized to fp32 first (fp8 times k_scale / v_scale (n_kv_heads), NULL = 1).
  * GQA: head h reads kv head h / (n_heads / n_kv_heads).  scale = 1/sqrt(head_dim). */
 void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
-                         const llmi_batch *b, int n_heads, int n_kv_heads, int head_dim, int block_size,
-                         float scale, float *out);
+                         const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
+                         int n_kv_heads, int head_dim, int block_size, float scale, float *out);
 
 /* out (n, d) = silu(gate) * up;  gate, up (n, d). */
 void cpu_swiglu(const float *gate, const float *up, int n, int d, float *out);

@@ -15,10 +15,12 @@ static void rotate(float *x, const float *cs, const float *sn, int half) {
 
 void cpu_rope_kv_write(float *q, float *k, const float *v, const int32_t *positions, const int32_t *slot_mapping,
                        int n, int n_heads, int n_kv_heads, int head_dim, const float *inv_freq,
-                       void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype) {
+                       void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype, const float *k_scale,
+                       const float *v_scale) {
     int half = head_dim / 2;
-    size_t kv_row = (size_t)n_kv_heads * head_dim;   /* elements of one slot */
-    size_t esz = kv_dtype_bytes(kv_dtype);
+    size_t kv_row = (size_t)n_kv_heads * head_dim;             /* values of one slot */
+    size_t slot_bytes = kv_dtype_row_bytes(kv_dtype, kv_row);
+    size_t head_bytes = kv_dtype_row_bytes(kv_dtype, (size_t)head_dim);
 #pragma omp parallel for schedule(static) if (n > 4)
     for (int t = 0; t < n; t++) {
         float cs[512], sn[512];   /* (half); head_dim <= 1024 is checked by the backend */
@@ -33,7 +35,12 @@ void cpu_rope_kv_write(float *q, float *k, const float *v, const int32_t *positi
         float *kt = k + (size_t)t * kv_row;
         for (int h = 0; h < n_kv_heads; h++) rotate(kt + (size_t)h * head_dim, cs, sn, half);
         size_t slot = (size_t)slot_mapping[t];
-        vec_f32_to_kv(kt, kv_dtype, (char *)k_cache + slot * kv_row * esz, (int)kv_row);
-        vec_f32_to_kv(v + (size_t)t * kv_row, kv_dtype, (char *)v_cache + slot * kv_row * esz, (int)kv_row);
+        char *kd = (char *)k_cache + slot * slot_bytes, *vd = (char *)v_cache + slot * slot_bytes;
+        for (int h = 0; h < n_kv_heads; h++) {
+            vec_f32_to_kv(kt + (size_t)h * head_dim, kv_dtype, k_scale ? k_scale[h] : 1.0f, kd + h * head_bytes,
+                          head_dim);
+            vec_f32_to_kv(v + (size_t)t * kv_row + (size_t)h * head_dim, kv_dtype, v_scale ? v_scale[h] : 1.0f,
+                          vd + h * head_bytes, head_dim);
+        }
     }
 }

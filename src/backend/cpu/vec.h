@@ -47,10 +47,21 @@ static inline void vec_scale_axpy(float *y, float c, float p, const float *x, in
 #endif
 }
 
-/* dst (n) fp32 <- src (n) in the KV dtype. */
-static inline void vec_kv_to_f32(const void *src, llmi_kv_dtype t, float *dst, int n) {
+/* dst (n) fp32 <- src (n values, kv_dtype_row_bytes(t, n) bytes) in the KV dtype; scale
+ * multiplies fp8 values (the (layer, head) scale), the other dtypes ignore it. */
+static inline void vec_kv_to_f32(const void *src, llmi_kv_dtype t, float scale, float *dst, int n) {
     if (t == LLMI_KV_F32) {
         memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    if (t == LLMI_KV_Q8) {
+        for (int b = 0; b < n / KV_Q8_BLOCK; b++)
+            q8_block_dequantize((const uint8_t *)src + (size_t)b * KV_Q8_BLOCK_BYTES, dst + (size_t)b * KV_Q8_BLOCK);
+        return;
+    }
+    if (t == LLMI_KV_FP8) {
+        const uint8_t *e = (const uint8_t *)src;
+        for (int i = 0; i < n; i++) dst[i] = e4m3_to_f32(e[i]) * scale;
         return;
     }
     const uint16_t *h = (const uint16_t *)src;
@@ -68,10 +79,22 @@ static inline void vec_kv_to_f32(const void *src, llmi_kv_dtype t, float *dst, i
     for (; i < n; i++) dst[i] = t == LLMI_KV_F16 ? fp16_to_f32(h[i]) : bf16_to_f32(h[i]);
 }
 
-/* dst (n) in the KV dtype <- src (n) fp32, round to nearest even. */
-static inline void vec_f32_to_kv(const float *src, llmi_kv_dtype t, void *dst, int n) {
+/* dst (kv_dtype_row_bytes(t, n)) in the KV dtype <- src (n) fp32, round to nearest even
+ * (q8: llama.cpp's q8_0 rounding); fp8 stores src / scale. */
+static inline void vec_f32_to_kv(const float *src, llmi_kv_dtype t, float scale, void *dst, int n) {
     if (t == LLMI_KV_F32) {
         memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    if (t == LLMI_KV_Q8) {
+        for (int b = 0; b < n / KV_Q8_BLOCK; b++)
+            q8_block_quantize(src + (size_t)b * KV_Q8_BLOCK, (uint8_t *)dst + (size_t)b * KV_Q8_BLOCK_BYTES);
+        return;
+    }
+    if (t == LLMI_KV_FP8) {
+        uint8_t *e = (uint8_t *)dst;
+        const float inv = 1.0f / scale;
+        for (int i = 0; i < n; i++) e[i] = f32_to_e4m3(src[i] * inv);
         return;
     }
     uint16_t *h = (uint16_t *)dst;

@@ -178,7 +178,7 @@ static int cuda_kv_block_copy(llmi_backend *b, int block, void *host, bool to_ho
     if (block < 0 || block >= b->num_blocks)
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: KV block %d outside the cache of %d", block, b->num_blocks);
     const llmi_config *c = &b->model->cfg;
-    size_t part = (size_t)b->opts.block_size * c->n_kv_heads * c->head_dim * kv_dtype_bytes(b->opts.kv_dtype);
+    size_t part = (size_t)b->opts.block_size * kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)c->n_kv_heads * c->head_dim);
     size_t region = part * (size_t)b->num_blocks;
     CU_CHECK(st, cudaSetDevice(im->device));
     CU_CHECK(st, cudaStreamSynchronize(im->stream));
@@ -606,7 +606,7 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
     const llmi_config *c = &b->model->cfg;
     const int n = f->n, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim,
               qd = im->q_dim, kvd = im->kv_dim, W = im->qkv_dim;
-    const size_t e = wdt_bytes(im->wdt), esz = kv_dtype_bytes(b->opts.kv_dtype);
+    const size_t e = wdt_bytes(im->wdt), esz = kv_dtype_row_bytes(b->opts.kv_dtype, 1);   /* f32/f16/bf16 */
     const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * (size_t)kvd * esz;   /* one of K or V */
 
     K_CHECK(st, llmi_cuda_embed(im->tok_embd, im->wdt, c->n_vocab, dim, f->tok, n, im->x, im->stream));
@@ -847,7 +847,8 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
         return llmi_fail(st, LLMI_E_USAGE, "cuda backend: max_batch_tokens %d is above the 65535 one launch can cover",
                          o->max_batch_tokens);
     if (o->kv_dtype != LLMI_KV_F32 && o->kv_dtype != LLMI_KV_F16 && o->kv_dtype != LLMI_KV_BF16)
-        return llmi_fail(st, LLMI_E_USAGE, "cuda backend: unknown KV dtype %d", (int)o->kv_dtype);
+        return llmi_fail(st, LLMI_E_USAGE, "cuda backend: --kv-type %s is not implemented on cuda (f32, f16, bf16)",
+                         kv_dtype_name(o->kv_dtype));
     const llmi_config *c = &m->cfg;
 
     CU_CHECK(st, cudaSetDevice(o->gpu_index));
