@@ -3,7 +3,7 @@
  * Tier 2 of the three kernel tiers (STYLE.md): each launcher takes raw device pointers,
  * explicit shapes and a stream, launches its __global__ kernel(s), and returns the
  * cudaError_t of the launch (cudaGetLastError), never aborting.  Shape and dtype checks
- * belong to tier 3, src/backend_cuda.c.  Each op has a CPU twin in src/cpu/ops.h with the
+ * belong to tier 3, src/backend/cuda/backend_cuda.c.  Each op has a CPU twin in src/backend/cpu/ops.h with the
  * same semantics and layouts; tests/test_cuda_ops.c compares them.
  *
  * Activations are fp32 unless an `out_dt` says otherwise (LLMI_F32, LLMI_F16 or LLMI_BF16:
@@ -22,6 +22,7 @@ extern "C" {
 #endif
 #include "backend/batch.h"     /* C declarations keep C linkage from the .cu files */
 #include "core/dtype.h"
+#include "sample_chain.h"
 
 /* ---- embed.cu ---- */
 /* out (n, dim) f32 = rows of table (n_vocab, dim) in tdt (F32/F16/BF16) picked by tokens (n);
@@ -104,21 +105,14 @@ cudaError_t llmi_cuda_attn_prefill(const llmi_cuda_attn *a, const int32_t *tiles
 /* out (n_rows) = argmax of each logits row (n_rows, n_vocab); lowest id on ties, NaN loses. */
 cudaError_t llmi_cuda_argmax(const float *logits, int n_rows, int n_vocab, int32_t *out, cudaStream_t s);
 
-typedef struct llmi_cuda_sample_params {
-    float temperature;           /* <= 0: greedy */
-    int top_k;                   /* <= 0: off */
-    float top_p;                 /* >= 1: off */
-    float min_p;                 /* <= 0: off */
-    float repeat_penalty;        /* 1: off */
-    float uniform;               /* the request's draw in [0, 1), from its sampler_rng on the host */
-    int hist_start, hist_len;    /* the row's penalty window in the hist array */
-} llmi_cuda_sample_params;
-/* Samples one token per row: repetition penalty over the row's history window, then
- * top-k, top-p, min-p on the penalised logits, temperature, and an inverse-CDF draw in
- * descending-probability order with the given uniform (sampler.h's order and meanings).
- * params (n_rows) and hist device arrays; scratch (n_rows, n_vocab) floats. */
-cudaError_t llmi_cuda_sample(const float *logits, int n_rows, int n_vocab, const llmi_cuda_sample_params *params,
-                             const int32_t *hist, float *scratch, int32_t *out, cudaStream_t s);
+/* Samples one token per row (params, sample_chain.h): repetition penalty once per distinct
+ * token of the row's window in hist, applied to the logits in place; then top-k, top-p,
+ * min-p, temperature and the inverse-CDF draw with the row's uniform, in sampler.c's
+ * order and arithmetic (sample.cu says where rounding may still differ).  logits
+ * (n_rows, n_vocab) device, penalised on return; params (n_rows) and hist device arrays;
+ * out (n_rows) device. */
+cudaError_t llmi_cuda_sample(float *logits, int n_rows, int n_vocab, const llmi_cuda_sample_params *params,
+                             const int32_t *hist, int32_t *out, cudaStream_t s);
 
 /* ---- dequant.cu ---- */
 /* dst (n_elems) in dst_dt (F16 or BF16) <- src (n_elems) in src_dt (F32/F16/BF16/Q8_0/Q4_0/Q4_1,
