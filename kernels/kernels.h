@@ -73,6 +73,11 @@ typedef struct llmi_cuda_attn {
     llmi_dtype out_dt;
 } llmi_cuda_attn;
 
+/* Sets the attention kernels' shared-memory limits for these head shapes (cudaFuncSetAttribute
+ * where a kernel needs more than 48 KiB): once per device before any launch, at backend
+ * creation, so that no launch pays for it. */
+cudaError_t llmi_cuda_attn_init(int n_heads, int n_kv_heads, int head_dim);
+
 /* Host-side split of a batch (host arrays) into the two attention paths: tokens of
  * sequences with fewer than LLMI_ATTN_PREFILL_MIN query tokens go to the split-K
  * "decode" kernel (decode_tokens, n_tokens entries at most); longer query ranges are cut
@@ -123,16 +128,21 @@ cudaError_t llmi_cuda_dequant(const void *src, llmi_dtype src_dt, int64_t n_elem
 cudaError_t llmi_cuda_to_f32(const void *src, llmi_dtype src_dt, int64_t n, float *dst, cudaStream_t s);
 
 /* ---- gemm.cu (cuBLASLt) ---- */
-/* y (n, rows) f32 = x (n, cols) @ W^T with W (rows, cols) and x in dt (BF16 or F16), fp32
- * accumulation, all row-major and dense.  The context owns the cuBLASLt handle, its
- * workspace and the algorithm picked per shape (asked once, then cached); it belongs to
- * one backend and one stream at a time. */
-#define LLMI_GEMM_CACHE 64
+/* y (n, ldy) f32, columns [0, rows) = x (n, cols) @ W^T with W (rows, cols) and x in dt
+ * (BF16 or F16), fp32 accumulation, all row-major and dense.  The context owns the
+ * cuBLASLt handle, its workspace and a hashed cache of algorithms keyed on (rows, cols,
+ * key_n, ldy): key_n >= n is the token count the caller buckets n into (the heuristic is
+ * asked once per key for key_n tokens, and every n sharing the key reuses its answer).
+ * Should cuBLASLt refuse a bucket's algorithm for a smaller n, that n gets an exact entry
+ * of its own (counted in exact_fallbacks).  One backend and one stream at a time. */
+#define LLMI_GEMM_CACHE 512      /* entries; a power of two */
+#define LLMI_GEMM_PROBE 8        /* slots searched from a key's hash */
 typedef struct llmi_cuda_gemm_algo {
-    int64_t m, n, k;             /* m = rows of W, n = tokens, k = cols */
+    int64_t m, k, key_n, ldc;    /* m = rows of W, k = cols; 0 m: empty */
+    int64_t cur_n;               /* the token count b_desc and c_desc describe now */
     void *a_desc, *b_desc, *c_desc;   /* cublasLtMatrixLayout_t */
     unsigned char algo[64];      /* cublasLtMatmulAlgo_t (opaque, 64 bytes) */
-    int used;
+    long last_use;               /* for eviction within a probe window */
 } llmi_cuda_gemm_algo;
 typedef struct llmi_cuda_gemm {
     void *handle;                /* cublasLtHandle_t */
@@ -141,14 +151,15 @@ typedef struct llmi_cuda_gemm {
     void *workspace;             /* (workspace_bytes) device */
     size_t workspace_bytes;
     llmi_dtype dt;
-    llmi_cuda_gemm_algo cache[LLMI_GEMM_CACHE];
-    int next;                    /* round-robin eviction slot */
-    long heuristic_calls;        /* how many shapes were asked (tests check the cache) */
+    llmi_cuda_gemm_algo *cache;  /* (LLMI_GEMM_CACHE) host */
+    long clock;                  /* calls so far, the last_use stamp */
+    long heuristic_calls;        /* how many keys were asked (tests check the cache) */
+    long exact_fallbacks;        /* bucket algorithms cuBLASLt refused for a smaller n */
 } llmi_cuda_gemm;
 int llmi_cuda_gemm_init(llmi_cuda_gemm *g, llmi_dtype dt, size_t workspace_bytes, llmi_status *st);
 void llmi_cuda_gemm_free(llmi_cuda_gemm *g);
-int llmi_cuda_gemm_run(llmi_cuda_gemm *g, const void *w, int64_t rows, int64_t cols, const void *x, int n, float *y,
-                       cudaStream_t s, llmi_status *st);
+int llmi_cuda_gemm_run(llmi_cuda_gemm *g, const void *w, int64_t rows, int64_t cols, const void *x, int n, int key_n,
+                       float *y, int64_t ldy, cudaStream_t s, llmi_status *st);
 
 /* embed.cu: cudaSuccess when this build's kernels can run on the current device
  * (cudaErrorNoKernelImageForDevice or similar when built for another architecture). */
