@@ -787,6 +787,20 @@ static int single_seq_steps(llmi_backend *b, const int32_t *toks, int n0, int n1
     return 0;
 }
 
+/* CPU and CUDA backends over m (one sequence, max_tokens per forward) with 16 KV blocks
+ * each; false when either cannot be made (the failure is CHECKed). */
+static bool backend_pair(test_ctx *t_, const llmi_model *m, int max_tokens, llmi_backend **cpu, llmi_backend **gpu) {
+    llmi_backend_opts o = {.gpu_mem_util = 0.5f, .kv_dtype = LLMI_KV_F32, .block_size = FB_BS,
+                           .max_batch_tokens = max_tokens, .max_seqs = 1};
+    llmi_status st = {0};
+    *cpu = *gpu = NULL;
+    CHECK_MSG(backend_cpu_create(m, &o, cpu, &st) == 0, "%s", st.msg);
+    CHECK_MSG(backend_cuda_create(m, &o, gpu, &st) == 0, "%s", st.msg);
+    bool ok = *cpu && *gpu && (*cpu)->kv_alloc(*cpu, 16, &st) == 0 && (*gpu)->kv_alloc(*gpu, 16, &st) == 0;
+    CHECK_MSG(ok, "backend setup: %s", st.msg);
+    return ok;
+}
+
 /* ctx: a float, raised to the largest |x| seen at down_proj's input. */
 static int tap_down_in(void *ctx, int layer, llmi_tap tap, const float *x, int n_tokens, int width, llmi_status *st) {
     (void)layer; (void)st;
@@ -815,13 +829,9 @@ TEST(cuda_backend_f16_large_activations) {
     }
     int32_t toks[64];
     for (int i = 0; i < 64; i++) toks[i] = trng_int(&r, m.cfg.n_vocab);
-    llmi_backend_opts o = {.gpu_mem_util = 0.5f, .kv_dtype = LLMI_KV_F32, .block_size = FB_BS, .max_batch_tokens = 64,
-                           .max_seqs = 1};
     llmi_backend *cpu = NULL, *gpu = NULL;
     llmi_status st = {0};
-    CHECK_MSG(backend_cpu_create(&m, &o, &cpu, &st) == 0, "%s", st.msg);
-    CHECK_MSG(backend_cuda_create(&m, &o, &gpu, &st) == 0, "%s", st.msg);
-    if (cpu && gpu && cpu->kv_alloc(cpu, 16, &st) == 0 && gpu->kv_alloc(gpu, 16, &st) == 0) {
+    if (backend_pair(t_, &m, 64, &cpu, &gpu)) {
         const int n_rows = 30 + 10 + 1, nv = m.cfg.n_vocab;
         float *ref = malloc(sizeof(float) * n_rows * nv), *got = malloc(sizeof(float) * n_rows * nv);
         float tap_max_abs = 0;
@@ -839,8 +849,6 @@ TEST(cuda_backend_f16_large_activations) {
         CHECK(finite == n_rows * nv);
         CHECK_MSG(e <= 2e-3, "logits nmse %g", e);
         free(ref); free(got);
-    } else {
-        CHECK_MSG(0, "setup: %s", st.msg);
     }
     if (cpu) cpu->destroy(cpu);
     if (gpu) gpu->destroy(gpu);
@@ -887,13 +895,9 @@ TEST(cuda_backend_int4) {
     }
     int32_t toks[256];
     for (int i = 0; i < 256; i++) toks[i] = trng_int(&r, m.cfg.n_vocab);
-    llmi_backend_opts o = {.gpu_mem_util = 0.5f, .kv_dtype = LLMI_KV_F32, .block_size = FB_BS, .max_batch_tokens = 160,
-                           .max_seqs = 1};
     llmi_backend *cpu = NULL, *gpu = NULL;
     llmi_status st = {0};
-    CHECK_MSG(backend_cpu_create(&m, &o, &cpu, &st) == 0, "%s", st.msg);
-    CHECK_MSG(backend_cuda_create(&m, &o, &gpu, &st) == 0, "%s", st.msg);
-    if (cpu && gpu && cpu->kv_alloc(cpu, 16, &st) == 0 && gpu->kv_alloc(gpu, 16, &st) == 0) {
+    if (backend_pair(t_, &m, 160, &cpu, &gpu)) {
         const int n_rows = 150 + 20 + 1, nv = m.cfg.n_vocab;
         float *ref = malloc(sizeof(float) * n_rows * nv), *got = malloc(sizeof(float) * n_rows * nv);
         CHECK_MSG(single_seq_steps(cpu, toks, 150, 20, ref, &st) == 0, "cpu: %s", st.msg);
@@ -908,8 +912,6 @@ TEST(cuda_backend_int4) {
         size_t embd = 2 * (size_t)nv * m.cfg.dim * 2;
         CHECK_MSG(w < embd + bf16_linear_bytes / 3, "weights on the GPU: %zu bytes, not int4-sized", w);
         free(ref); free(got);
-    } else {
-        CHECK_MSG(0, "setup: %s", st.msg);
     }
     if (cpu) cpu->destroy(cpu);
     if (gpu) gpu->destroy(gpu);

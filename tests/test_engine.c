@@ -195,6 +195,15 @@ static int run_engine(const llmi_model *m, int32_t **prompts, const int *lens, i
     return run_engine_on(m, prompts, lens, n_req, max_new, eo, together, samp, 0, false, out);
 }
 
+/* n prompts of 1..max_len tokens below n_vocab, from rand(); free each prompts[i]. */
+static void random_prompts(int32_t **prompts, int *lens, int n, int max_len, int n_vocab) {
+    for (int i = 0; i < n; i++) {
+        lens[i] = 1 + rand() % max_len;
+        prompts[i] = malloc((size_t)lens[i] * sizeof(int32_t));
+        for (int k = 0; k < lens[i]; k++) prompts[i][k] = rand() % n_vocab;
+    }
+}
+
 static void free_out(run_out *o, int n) {
     for (int i = 0; i < n; i++) free(o->toks[i]);
 }
@@ -244,11 +253,7 @@ TEST(engine_batch_invariance_chunking_preemption) {
     enum { N = 18 };
     int32_t *prompts[N];
     int lens[N];
-    for (int i = 0; i < N; i++) {
-        lens[i] = 1 + rand() % 70;
-        prompts[i] = malloc((size_t)lens[i] * sizeof(int32_t));
-        for (int k = 0; k < lens[i]; k++) prompts[i][k] = rand() % 97;
-    }
+    random_prompts(prompts, lens, N, 70, 97);
     int max_new = 24;
     llmi_engine_opts base = engine_opts_defaults();
     base.num_blocks = 256;
@@ -467,11 +472,7 @@ TEST(engine_device_sampling_matches_host) {
     enum { N = 12 };
     int32_t *prompts[N];
     int lens[N];
-    for (int i = 0; i < N; i++) {
-        lens[i] = 1 + rand() % 50;
-        prompts[i] = malloc((size_t)lens[i] * sizeof(int32_t));
-        for (int k = 0; k < lens[i]; k++) prompts[i][k] = rand() % 211;
-    }
+    random_prompts(prompts, lens, N, 50, 211);
     llmi_engine_opts eo = engine_opts_defaults();
     eo.num_blocks = 64;
     eo.block_size = 8;
