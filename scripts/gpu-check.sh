@@ -32,9 +32,10 @@
 # stderr, kept apart) come back; without $OUT they go to ./gpu-check-out.
 # Env: MODEL (a GGUF or HF dir instead of the default SmolLM2), CUDA_ARCH, JOBS, BUDGET, MAKE
 # (MAKE=false rehearses a machine that cannot build), GPU_CHECK_DEVICE=cpu (rehearses the
-# whole script on the CPU: every "cuda" step runs with --device cpu on small shapes,
-# smollm2-135m for llama-3-8b, 4 requests, lengths / 16, so each row's parsing runs on real
-# output; its figures are CPU figures, not results).
+# whole script on the CPU: every "cuda" step runs with --device cpu on small shapes: the
+# tiny testdata/hf/llama-gqa-rope3 for SmolLM2 and (as --dummy config.json) for
+# llama-3-8b, 4 requests, lengths / 16, so each row's parsing runs on real output; its
+# figures are CPU figures, not results).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -108,7 +109,12 @@ has_phase() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
 
 DEV=${GPU_CHECK_DEVICE:-cuda}
 case "$DEV" in cuda|cpu) ;; *) echo "gpu-check: GPU_CHECK_DEVICE must be cuda or cpu"; exit 2 ;; esac
-if [ "$DEV" = cpu ]; then BIG=smollm2-135m NREQ=4 SCALE=16 GS=64 REPS=1; else BIG=llama-3-8b NREQ=1000 SCALE=1 GS=128 REPS=3; fi
+TINY=testdata/hf/llama-gqa-rope3
+if [ "$DEV" = cpu ]; then
+  BIG=$TINY/config.json BIG_NAME="tiny llama (rehearsal)" NREQ=4 SCALE=16 GS=32 REPS=1 PPL_CTX=128 MODEL=${MODEL:-$TINY}
+else
+  BIG=llama-3-8b BIG_NAME=llama-3-8b NREQ=1000 SCALE=1 GS=128 REPS=3 PPL_CTX=512
+fi
 OUTDIR=${OUT:-$ROOT/gpu-check-out}
 mkdir -p "$OUTDIR"
 WORK=$(mktemp -d /tmp/gpu-check.XXXXXX)
@@ -329,7 +335,7 @@ compare_rows() {   # compare_rows LABEL NAME REF GOT : the compare_topk rule, on
 if has_phase e2e; then
   models=()
   [ -n "$SMOL" ] && models+=("$SMOL")
-  for d in testdata/hf/*/; do [ -f "$d/config.json" ] && models+=("${d%/}"); done
+  for d in testdata/hf/*/; do [ -f "$d/config.json" ] && [ "${d%/}" != "${SMOL%/}" ] && models+=("${d%/}"); done
   # the tiny HF models hold 256 positions: their prompts are the ones that leave room for 64 tokens
   awk 'length($0) < 300' testdata/llamacpp/prompts.jsonl > "$WORK/prompts-short.jsonl"
   for mdl in "${models[@]}"; do
@@ -340,7 +346,7 @@ if has_phase e2e; then
     gpu_gate "$label" || continue
     run "gen-cuda-$name" 120 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$mdl" --device "$DEV"
     [ "$STATUS" = ok ] || { row "$label" "$STATUS" "cuda: $(why "gen-cuda-$name")"; continue; }
-    run "gen-cpu-$name" 150 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$mdl" --device cpu
+    run "gen-cpu-$name" 200 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$mdl" --device cpu
     [ "$STATUS" = ok ] || { row "$label" "$STATUS" "cpu: $(why "gen-cpu-$name")"; continue; }
     compare_rows "$label" "$name" "$WORK/gen-cpu-$name.out" "$WORK/gen-cuda-$name.out"
   done
@@ -351,14 +357,14 @@ if has_phase e2e; then
     cp testdata/llamacpp/prompts.jsonl "$WORK/prompts-b.jsonl"
   for i in 1 2 3 4; do cat "$WORK/prompts-b.jsonl"; done | head -64 > "$WORK/prompts64.jsonl"
   b_args=(generate --prompts "$WORK/prompts64.jsonl" --temp 0 -n "$NGEN" --ignore-eos --logprobs 5 --json --no-stats -m "$bm")
-  # 160 blocks of 16 hold a third of what 64 requests reach at 64 tokens (80 for the
-  # rehearsal's 4): the scheduler must preempt
-  nblk=$([ "$SCALE" = 1 ] && echo 160 || echo 80)
+  # 160 blocks of 16 hold a third of what 64 requests reach at 64 tokens (12 for the
+  # rehearsal's 4 tokens): the scheduler must preempt
+  nblk=$([ "$SCALE" = 1 ] && echo 160 || echo 12)
   label="batch 64, chunk 48, $nblk blocks: cuda vs cpu alone"
   if ! gpu_gate "$label"; then :
   elif ! run batch-cuda 150 "$LLMI" "${b_args[@]}" --device "$DEV" --max-seqs 64 --max-batch-tokens 256 --prefill-chunk 48 --num-blocks "$nblk"; then
     row "$label" "$STATUS" "cuda: $(why batch-cuda)"
-  elif ! run batch-cpu 200 "$LLMI" "${b_args[@]}" --device cpu --max-seqs 1; then
+  elif ! run batch-cpu 240 "$LLMI" "${b_args[@]}" --device cpu --max-seqs 1; then
     row "$label" "$STATUS" "cpu: $(why batch-cpu)"
   else
     pre=$(grep -oE '"preempted":[0-9]+' "$WORK/batch-cuda.out" | awk -F: '{s += $2} END {print s + 0}')
@@ -367,13 +373,13 @@ if has_phase e2e; then
       row "batch 64 forced preemption" FAIL "no request was preempted (--num-blocks $nblk)"
   fi
   chunks=$([ "$SCALE" = 1 ] && echo 20 || echo 2)
-  label="WikiText-2 ppl cuda vs cpu ($chunks x 512)"
+  label="WikiText-2 ppl cuda vs cpu ($chunks x $PPL_CTX)"
   if ! gpu_gate "$label"; then :
   elif [ -z "$SMOL" ] || [ -z "$DATA" ]; then
     row "$label" "not available" "needs SmolLM2 and wiki.test.raw (in .gpu-pack/data)"
-  elif ! run ppl-cuda 120 "$LLMI" bench -m "$SMOL" --device "$DEV" --ppl "$DATA" -c 512 --chunks "$chunks" -o csv; then
+  elif ! run ppl-cuda 120 "$LLMI" bench -m "$SMOL" --device "$DEV" --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv; then
     row "$label" "$STATUS" "cuda: $(why ppl-cuda)"
-  elif ! run ppl-cpu 150 "$LLMI" bench -m "$SMOL" --device cpu --ppl "$DATA" -c 512 --chunks "$chunks" -o csv; then
+  elif ! run ppl-cpu 200 "$LLMI" bench -m "$SMOL" --device cpu --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv; then
     row "$label" "$STATUS" "cpu: $(why ppl-cpu)"
   else
     a=$(csv_col "$WORK/ppl-cpu.out" ppl); b=$(csv_col "$WORK/ppl-cuda.out" ppl)
@@ -394,41 +400,41 @@ if has_phase bench; then
   else
     row "measured ceilings (torch)" "$([ "$STATUS" = FAIL ] && grep -q 'not installed' "$WORK/peaks.out" && echo 'not available' || echo "$STATUS")" "$([ "$STATUS" = timeout ] && why peaks || last_line peaks out 70)"
   fi
-  if ! gpu_gate "$BIG bf16 decode b1 (target 170)" "$BIG bf16 decode b32"; then :
+  if ! gpu_gate "$BIG_NAME bf16 decode b1 (target 170)" "$BIG_NAME bf16 decode b32"; then :
   elif run bench-b1 150 "$LLMI" bench "${L3[@]}" -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1,32 -r "$REPS"; then
     d1=$(csv_col "$WORK/bench-b1.out" decode_tps_mean 1); d32=$(csv_col "$WORK/bench-b1.out" decode_tps_mean 2)
     wmib=$(csv_col "$WORK/bench-b1.out" mem_backend_weights_mib 1)
     gbs=$(awk -v t="$d1" -v w="$wmib" 'BEGIN { printf "%.0f", t * w * 1048576 / 1e9 }')
-    row "$BIG bf16 decode b1 (target 170)" ok "$(num "$d1") tok/s = $gbs GB/s of weights${BW:+ of $BW measured}"
-    row "$BIG bf16 decode b32" ok "$(num "$d32") tok/s"
+    row "$BIG_NAME bf16 decode b1 (target 170)" ok "$(num "$d1") tok/s = $gbs GB/s of weights${BW:+ of $BW measured}"
+    row "$BIG_NAME bf16 decode b32" ok "$(num "$d32") tok/s"
   else
-    row "$BIG bf16 decode b1 (target 170)" "$STATUS" "$(why bench-b1)"
+    row "$BIG_NAME bf16 decode b1 (target 170)" "$STATUS" "$(why bench-b1)"
   fi
-  if ! gpu_gate "$BIG TTFT p$((2048 / SCALE)) (target 55 ms)"; then :
+  if ! gpu_gate "$BIG_NAME TTFT p$((2048 / SCALE)) (target 55 ms)"; then :
   elif run bench-ttft 120 "$LLMI" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 -r "$REPS"; then
     ttft=$(csv_col "$WORK/bench-ttft.out" ttft_ms_mean 1)
     params=$(csv_col "$WORK/bench-ttft.out" params_m 1)
     tfl=$(awk -v t="$ttft" -v p="$params" -v n=$((2048 / SCALE)) 'BEGIN { if (t > 0) printf "%.3g", 2 * p * 1e6 * n / (t / 1e3) / 1e12 }')
-    row "$BIG TTFT p$((2048 / SCALE)) (target 55 ms)" ok "$(num "$ttft") ms = ${tfl} TFLOP/s${PEAK:+ of $PEAK measured}"
+    row "$BIG_NAME TTFT p$((2048 / SCALE)) (target 55 ms)" ok "$(num "$ttft") ms = ${tfl} TFLOP/s${PEAK:+ of $PEAK measured}"
   else
-    row "$BIG TTFT p$((2048 / SCALE)) (target 55 ms)" "$STATUS" "$(why bench-ttft)"
+    row "$BIG_NAME TTFT p$((2048 / SCALE)) (target 55 ms)" "$STATUS" "$(why bench-ttft)"
   fi
-  I4=/tmp/llmi-$BIG-int4
-  if ! gpu_gate "$BIG int4 decode b1 (target 400)" "$BIG int4 decode b16"; then :
+  I4=/tmp/llmi-$(basename "$BIG_NAME" | tr -c "a-z0-9\n" -)-int4
+  if ! gpu_gate "$BIG_NAME int4 decode b1 (target 400)" "$BIG_NAME int4 decode b16"; then :
   else
     if [ ! -f "$I4/config.json" ]; then
       run quant-int4 200 "$LLMI" quantize --dummy "$BIG" --method rtn --group-size "$GS" -o "$I4" --force
-      [ "$STATUS" = ok ] || row "RTN int4 $BIG (quantize)" "$STATUS" "$(why quant-int4)"
+      [ "$STATUS" = ok ] || row "RTN int4 $BIG_NAME (quantize)" "$STATUS" "$(why quant-int4)"
       # bench's sweep draws random ids, but -m loads a tokenizer: a tiny one fits any vocabulary
       [ -f "$I4/config.json" ] && cp testdata/hf/llama-gqa-rope3/tokenizer*.json "$I4/"
     fi
     if [ -f "$I4/config.json" ] && run bench-int4 150 "$LLMI" bench -m "$I4" --device "$DEV" --kv-type bf16 -o csv -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1,16 -r "$REPS"; then
       i1=$(csv_col "$WORK/bench-int4.out" decode_tps_mean 1); i16=$(csv_col "$WORK/bench-int4.out" decode_tps_mean 2)
       wmib=$(csv_col "$WORK/bench-int4.out" mem_backend_weights_mib 1)
-      row "$BIG int4 decode b1 (target 400)" ok "$(num "$i1") tok/s; weights on the device $(num "$wmib") MiB"
-      row "$BIG int4 decode b16" ok "$(num "$i16") tok/s"
+      row "$BIG_NAME int4 decode b1 (target 400)" ok "$(num "$i1") tok/s; weights on the device $(num "$wmib") MiB"
+      row "$BIG_NAME int4 decode b16" ok "$(num "$i16") tok/s"
     elif [ -f "$I4/config.json" ]; then
-      row "$BIG int4 decode b1 (target 400)" "$STATUS" "$(why bench-int4)"
+      row "$BIG_NAME int4 decode b1 (target 400)" "$STATUS" "$(why bench-int4)"
     fi
   fi
 fi
@@ -449,13 +455,13 @@ if has_phase tput; then
 fi
 
 # ---- hf: transformers side by side ------------------------------------------------------------
-if has_phase hf && gpu_gate "transformers static cache, $BIG"; then
-  run hf-bench 400 python3 scripts/hf-bench.py $([ "$BIG" = llama-3-8b ] || echo --quick)
+if has_phase hf && gpu_gate "transformers static cache, $BIG_NAME"; then
+  run hf-bench 400 python3 scripts/hf-bench.py $([ "$DEV" = cuda ] || echo --quick)
   if [ "$STATUS" = ok ]; then
-    row "transformers static cache, $BIG" ok "$(grep -E '^hf_' "$WORK/hf-bench.out" | sed 's/^hf_//' | tr '\n' ' ')"
+    row "transformers static cache, $BIG_NAME" ok "$(grep -E '^hf_' "$WORK/hf-bench.out" | sed 's/^hf_//' | tr '\n' ' ')"
   else
     res=$STATUS; grep -qE 'No module named|not installed' "$WORK/hf-bench.out" "$WORK/hf-bench.err" && res="not available"
-    row "transformers static cache, $BIG" "$res" "$([ "$res" = timeout ] && why hf-bench || last_line hf-bench out 70)"
+    row "transformers static cache, $BIG_NAME" "$res" "$([ "$res" = timeout ] && why hf-bench || last_line hf-bench out 70)"
   fi
 fi
 
