@@ -21,7 +21,7 @@
 #   scripts/gpu-check.sh --pack    on a build machine (no GPU needed): builds for sm_90 in a
 #       scratch copy (-march=x86-64-v3: the GPU host's CPU may lack this one's AVX-512) and
 #       fills .gpu-pack/ with llmi and llmi_tests (cudart static; cuBLASLt comes from the
-#       GPU machine's CUDA), the pcre2/utf8proc/cjson/zstd/gomp libraries and WikiText-2's
+#       GPU machine's CUDA), the pcre2/utf8proc/cjson/zstd/xxhash/gomp libraries and WikiText-2's
 #       test text, and splits the default model into .gpu-model-1..3 (a call carries at
 #       most 64 MiB; all of these and gpu-check-out/ are git-ignored).  Carry ".gpu-pack"
 #       and one part per call: the script stashes parts in /tmp/llmi-gpu-model and
@@ -62,7 +62,7 @@ if [ "${1:-}" = --pack ]; then
   strip --strip-debug -o "$PACK/llmi_tests" "$tmp/build/llmi_tests"
   rm -rf "$tmp"
   for bin in "$PACK/llmi" "$PACK/llmi_tests"; do
-    ldd "$bin" | awk '/=> \//{print $3}' | grep -E 'pcre2|utf8proc|cjson|zstd|gomp' | while read -r lib; do
+    ldd "$bin" | awk '/=> \//{print $3}' | grep -E 'pcre2|utf8proc|cjson|zstd|xxhash|gomp' | while read -r lib; do
       cp -L "$lib" "$PACK/lib/"
     done
   done
