@@ -599,29 +599,38 @@ static void cuda_tiny_free(llmi_model *m) {
  * 20-token prefill of a third sequence, in one batch; (3-5) pure decode of all three
  * (the CUDA backend runs step 3 eagerly, captures its decode graph on step 4 and replays
  * it on step 5).  Logits for every token. */
+/* Step `step` (0..4) of the five as one batch over the fixed block tables. */
+typedef struct fb_step {
+    int32_t tables[3 * FB_MAXB];   /* (3, FB_MAXB) a fixed shuffle of the blocks */
+    int32_t tokens[64], pos[64], slot[64], sot[64], qs[4], rows[64];
+    llmi_batch bt;
+} fb_step;
+static void fb_step_make(fb_step *f, int step, const int32_t *toks) {
+    static const int start[5][3] = {{0, 0, 0}, {40, 5, 0}, {41, 6, 20}, {42, 7, 21}, {43, 8, 22}};
+    static const int len[5][3] = {{40, 5, 0}, {1, 1, 20}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}, nseq[5] = {2, 3, 3, 3, 3};
+    for (int i = 0; i < 3 * FB_MAXB; i++) f->tables[i] = (i * 7 + 3) % (3 * FB_MAXB);
+    int n = 0;
+    f->qs[0] = 0;
+    for (int s = 0; s < nseq[step]; s++) {
+        for (int i = 0; i < len[step][s]; i++, n++) {
+            f->pos[n] = start[step][s] + i;
+            f->tokens[n] = toks[s * 64 + f->pos[n]];
+            f->slot[n] = f->tables[s * FB_MAXB + f->pos[n] / FB_BS] * FB_BS + f->pos[n] % FB_BS;
+            f->sot[n] = s;
+            f->rows[n] = n;
+        }
+        f->qs[s + 1] = n;
+    }
+    f->bt = (llmi_batch){n, f->tokens, f->pos, f->slot, f->sot, nseq[step], f->qs, f->tables, FB_MAXB, n, f->rows};
+}
+
 static int forward_steps(llmi_backend *b, const int32_t *toks, float *logits, llmi_status *st) {
-    int32_t tables[3 * FB_MAXB];
-    for (int i = 0; i < 3 * FB_MAXB; i++) tables[i] = (i * 7 + 3) % (3 * FB_MAXB);   /* a fixed shuffle */
-    const int start[5][3] = {{0, 0, 0}, {40, 5, 0}, {41, 6, 20}, {42, 7, 21}, {43, 8, 22}};
-    const int len[5][3] = {{40, 5, 0}, {1, 1, 20}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}, nseq[5] = {2, 3, 3, 3, 3};
     float *out = logits;
     for (int step = 0; step < 5; step++) {
-        int32_t tokens[64], pos[64], slot[64], sot[64], qs[4], rows[64];
-        int n = 0;
-        qs[0] = 0;
-        for (int s = 0; s < nseq[step]; s++) {
-            for (int i = 0; i < len[step][s]; i++, n++) {
-                pos[n] = start[step][s] + i;
-                tokens[n] = toks[s * 64 + pos[n]];
-                slot[n] = tables[s * FB_MAXB + pos[n] / FB_BS] * FB_BS + pos[n] % FB_BS;
-                sot[n] = s;
-                rows[n] = n;
-            }
-            qs[s + 1] = n;
-        }
-        llmi_batch bt = {n, tokens, pos, slot, sot, nseq[step], qs, tables, FB_MAXB, n, rows};
-        if (b->forward(b, &bt, out, st)) return st->code;
-        out += (size_t)n * b->model->cfg.n_vocab;
+        fb_step f;
+        fb_step_make(&f, step, toks);
+        if (b->forward(b, &f.bt, out, st)) return st->code;
+        out += (size_t)f.bt.n_tokens * b->model->cfg.n_vocab;
     }
     return 0;
 }
@@ -633,43 +642,31 @@ static void check_forward_sample(test_ctx *t_, llmi_backend *gpu, trng *r, const
     const int nv = gpu->model->cfg.n_vocab, n_rows = 45 + 22 + 9;
     llmi_status st = {0};
     CHECK_MSG(gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0, "%s", st.msg);
-    int32_t tables[3 * FB_MAXB], win[16];
-    for (int i = 0; i < 3 * FB_MAXB; i++) tables[i] = (i * 7 + 3) % (3 * FB_MAXB);
+    int32_t win[16];
     for (int i = 0; i < 16; i++) win[i] = trng_int(r, nv);
-    const int start[5][3] = {{0, 0, 0}, {40, 5, 0}, {41, 6, 20}, {42, 7, 21}, {43, 8, 22}};
-    const int len[5][3] = {{40, 5, 0}, {1, 1, 20}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}, nseq[5] = {2, 3, 3, 3, 3};
     float *raw = malloc(sizeof(float) * n_rows * nv), *work = malloc(sizeof(float) * nv);
     void *scratch = malloc(sampler_scratch_bytes(nv));
     int checked = 0, agree = 0;
     for (int step = 0; step < 5; step++) {
-        int32_t tokens[64], pos[64], slot[64], sot[64], qs[4], rows[64], out[64];
+        fb_step f;
+        fb_step_make(&f, step, toks);
+        const int n = f.bt.n_tokens;
+        int32_t out[64];
         llmi_sample_row sr[64];
         llmi_sampling sp[64];
-        int n = 0;
-        qs[0] = 0;
-        for (int q = 0; q < nseq[step]; q++) {
-            for (int i = 0; i < len[step][q]; i++, n++) {
-                pos[n] = start[step][q] + i;
-                tokens[n] = toks[q * 64 + pos[n]];
-                slot[n] = tables[q * FB_MAXB + pos[n] / FB_BS] * FB_BS + pos[n] % FB_BS;
-                sot[n] = q;
-                rows[n] = n;
-                sp[n] = sampling_defaults();
-                if (n % 4 == 1) sp[n].temperature = 0;
-                if (n % 4 == 2) { sp[n].top_k = 0; sp[n].min_p = 0; sp[n].top_p = 0.8f; }
-                if (n % 4 == 3) { sp[n].repeat_penalty = 1.25f; sp[n].top_p = 0; }
-                sampler_rng rng;
-                sampler_rng_seed(&rng, trng_next(r));
-                sr[n] = (llmi_sample_row){.temperature = sp[n].temperature, .top_p = sp[n].top_p,
-                                          .min_p = sp[n].min_p, .repeat_penalty = sp[n].repeat_penalty,
-                                          .top_k = sp[n].top_k, .uniform = sampler_rng_uniform(&rng),
-                                          .window = win, .n_window = n % 3 ? 16 : 0,
-                                          .logits = raw + (size_t)(checked + n) * nv};
-            }
-            qs[q + 1] = n;
+        for (int i = 0; i < n; i++) {
+            sp[i] = sampling_defaults();
+            if (i % 4 == 1) sp[i].temperature = 0;
+            if (i % 4 == 2) { sp[i].top_k = 0; sp[i].min_p = 0; sp[i].top_p = 0.8f; }
+            if (i % 4 == 3) { sp[i].repeat_penalty = 1.25f; sp[i].top_p = 0; }
+            sampler_rng rng;
+            sampler_rng_seed(&rng, trng_next(r));
+            sr[i] = (llmi_sample_row){.temperature = sp[i].temperature, .top_p = sp[i].top_p, .min_p = sp[i].min_p,
+                                      .repeat_penalty = sp[i].repeat_penalty, .top_k = sp[i].top_k,
+                                      .uniform = sampler_rng_uniform(&rng), .window = win,
+                                      .n_window = i % 3 ? 16 : 0, .logits = raw + (size_t)(checked + i) * nv};
         }
-        llmi_batch bt = {n, tokens, pos, slot, sot, nseq[step], qs, tables, FB_MAXB, n, rows};
-        CHECK_MSG(gpu->forward_sample(gpu, &bt, sr, out, &st) == 0, "forward_sample step %d: %s", step, st.msg);
+        CHECK_MSG(gpu->forward_sample(gpu, &f.bt, sr, out, &st) == 0, "forward_sample step %d: %s", step, st.msg);
         for (int i = 0; i < n; i++) {
             memcpy(work, raw + (size_t)(checked + i) * nv, sizeof(float) * nv);
             int32_t want = sampler_sample_uniform(work, nv, &sp[i], win, sr[i].n_window, sr[i].uniform, scratch);
