@@ -133,11 +133,11 @@ row() {   # row CHECK RESULT FIGURE
 }
 print_table() {
   echo
-  printf '%-44s | %-16s | %s\n' check result figure
-  printf '%s-|-%s-|-%s\n' "$(printf -- '-%.0s' {1..44})" "$(printf -- '-%.0s' {1..16})" "------"
+  printf '%-52s | %-16s | %s\n' check result figure
+  printf '%s-|-%s-|-%s\n' "$(printf -- '-%.0s' {1..52})" "$(printf -- '-%.0s' {1..16})" "------"
   for r in "${ROWS[@]}"; do
     IFS='|' read -r c s f <<< "$r"
-    printf '%-44s | %-16s | %s\n' "$c" "$s" "$f"
+    printf '%-52s | %-16s | %s\n' "$c" "$s" "$f"
   done
 }
 finish() {
