@@ -329,7 +329,7 @@ NGEN=$((64 / SCALE))
 gen_args=(generate --temp 0 -n "$NGEN" --ignore-eos --logprobs 5 --json --no-stats)
 compare_rows() {   # compare_rows LABEL NAME REF GOT : the compare_topk rule, one row
   run "$2-cmp" 60 python3 scripts/gpu-compare.py "$3" "$4"
-  row "$1" "$STATUS" "$(grep -m1 '^summary' "$WORK/$2-cmp.out" | cut -c10-100)"
+  row "$1" "$STATUS" "$(grep -m1 '^summary' "$WORK/$2-cmp.out" | cut -c10-160)"
   grep '^FAIL' "$WORK/$2-cmp.out" | head -5 >> "$LOG"
 }
 if has_phase e2e; then
