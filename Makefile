@@ -1,7 +1,7 @@
 # llmi — one binary, CPU (OpenMP) backend always, CUDA backend when nvcc is found.
 #   make            optimized build -> ./llmi
 #   make SAN=1      ASan/UBSan build in build-san/ -> ./llmi-san
-#   make CUDA=0     skip CUDA even when nvcc exists
+#   make CUDA=0     skip CUDA even when nvcc exists (CUDA=1: fail when nvcc is missing)
 #   make test       build both, run the whole suite (tests/run.sh)
 CC      ?= gcc
 SAN     ?= 0
@@ -40,10 +40,15 @@ OBJS    := $(SRCS:%.c=$(BUILD)/%.o)
 CU_SRCS := $(wildcard kernels/*.cu)
 CU_OBJS :=
 ifeq ($(CUDA),1)
+  ifeq ($(NVCC),)
+    $(error CUDA=1 but nvcc is not on PATH (add /usr/local/cuda/bin, or set NVCC=/path/to/nvcc))
+  endif
   CFLAGS  += -DLLMI_CUDA -I$(CUDA_HOME)/include
   CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/%.o)
-  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcusolver -lcudart -lstdc++
-  NVFLAGS := -O3 -std=c++17 -Isrc -Ikernels -Xcompiler -Wall,-Wextra,-Werror,-fPIC -Werror all-warnings --expt-relaxed-constexpr
+  # cudart linked statically: a GPU machine then needs only the driver and cuBLASLt (only
+  # cuBLASLt is called).  -lineinfo lets compute-sanitizer name source lines.
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
+  NVFLAGS := -O3 -std=c++17 -lineinfo -Isrc -Ikernels -Xcompiler -Wall,-Wextra,-Werror,-fPIC -Werror all-warnings --expt-relaxed-constexpr
   ifeq ($(CUDA_ARCH),native)
     NV_ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
     NV_ARCH := $(if $(NV_ARCH),$(NV_ARCH),90)

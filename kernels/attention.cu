@@ -107,6 +107,7 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
             float p = lane < nt ? expf(s - m_new) : 0.0f;
             float sum = llmi_warp_sum(p);
             S[g * DEC_T + lane] = p;
+            __syncwarp();   /* every lane has read mrow[g] before lane 0 overwrites it */
             if (lane == 0) {
                 float al = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
                 alpha[g] = al;
@@ -196,12 +197,7 @@ extern "C" cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int3
     if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0 || n_splits < 1 || n > 65535) return cudaErrorInvalidValue;
     if (n_splits > 1 && !work) return cudaErrorInvalidValue;
     int G = a->n_heads / a->n_kv_heads;
-    size_t smem = decode_smem_bytes(G, a->head_dim);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(llmi_attn_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem);
-        if (e != cudaSuccess) return e;
-    }
+    size_t smem = decode_smem_bytes(G, a->head_dim);   /* above 48 KiB needs llmi_cuda_attn_init first */
     dim3 grid((unsigned)a->n_kv_heads, (unsigned)n, (unsigned)n_splits);
     llmi_attn_decode_kernel<<<grid, DEC_THREADS, smem, s>>>(*a, tokens, n_splits, work);
     LLMI_LAUNCH_CHECK();
@@ -389,15 +385,26 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
 
 template <typename T> static cudaError_t launch_prefill(const llmi_cuda_attn *a, const int32_t *tiles, int n_tiles,
                                                         cudaStream_t s) {
-    pf_layout L = pf_make_layout<T>(a->head_dim);
-    if (L.bytes > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(llmi_attn_prefill_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)L.bytes);
-        if (e != cudaSuccess) return e;
-    }
+    pf_layout L = pf_make_layout<T>(a->head_dim);   /* above 48 KiB needs llmi_cuda_attn_init first */
     llmi_attn_prefill_kernel<T><<<dim3((unsigned)n_tiles, (unsigned)a->n_heads), 32 * PF_WARPS, L.bytes, s>>>(*a, tiles);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
+}
+
+/* Raises a kernel's dynamic shared-memory limit when it needs more than the default 48 KiB. */
+template <typename K> static cudaError_t allow_smem(K kernel, size_t bytes) {
+    if (bytes <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+extern "C" cudaError_t llmi_cuda_attn_init(int n_heads, int n_kv_heads, int head_dim) {
+    if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || head_dim <= 0) return cudaErrorInvalidValue;
+    cudaError_t e = allow_smem(llmi_attn_decode_kernel, decode_smem_bytes(n_heads / n_kv_heads, head_dim));
+    if (e == cudaSuccess && head_dim % 16 == 0 && head_dim <= 256) {
+        e = allow_smem(llmi_attn_prefill_kernel<__nv_bfloat16>, pf_make_layout<__nv_bfloat16>(head_dim).bytes);
+        if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half>, pf_make_layout<__half>(head_dim).bytes);
+    }
+    return e;
 }
 
 extern "C" cudaError_t llmi_cuda_attn_prefill(const llmi_cuda_attn *a, const int32_t *tiles, int n_tiles,

@@ -3,6 +3,7 @@
  * column-major y^T = W x^T, so W is passed as A with op T and x as B without transpose. */
 #include <cublasLt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "common.cuh"
 
@@ -43,6 +44,8 @@ extern "C" int llmi_cuda_gemm_init(llmi_cuda_gemm *g, llmi_dtype dt, size_t work
     LT_CHECK(st, cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wb, sizeof wb));
     if (workspace_bytes) RT_CHECK(st, cudaMalloc(&g->workspace, workspace_bytes));
     g->workspace_bytes = workspace_bytes;
+    g->cache = (llmi_cuda_gemm_algo *)calloc(LLMI_GEMM_CACHE, sizeof *g->cache);
+    if (!g->cache) return llmi_fail(st, LLMI_E_RUNTIME, "cuda gemm: out of host memory");
     return 0;
 }
 
@@ -54,7 +57,9 @@ static void algo_release(llmi_cuda_gemm_algo *a) {
 }
 
 extern "C" void llmi_cuda_gemm_free(llmi_cuda_gemm *g) {
-    for (int i = 0; i < LLMI_GEMM_CACHE; i++) algo_release(&g->cache[i]);
+    if (g->cache)
+        for (int i = 0; i < LLMI_GEMM_CACHE; i++) algo_release(&g->cache[i]);
+    free(g->cache);
     if (g->pref) cublasLtMatmulPreferenceDestroy((cublasLtMatmulPreference_t)g->pref);
     if (g->desc) cublasLtMatmulDescDestroy((cublasLtMatmulDesc_t)g->desc);
     if (g->handle) cublasLtDestroy((cublasLtHandle_t)g->handle);
@@ -62,22 +67,48 @@ extern "C" void llmi_cuda_gemm_free(llmi_cuda_gemm *g) {
     memset(g, 0, sizeof *g);
 }
 
-/* The cached layouts and algorithm for (m, n, k), asking the heuristic on a miss. */
-static int algo_for(llmi_cuda_gemm *g, int64_t m, int64_t n, int64_t k, llmi_cuda_gemm_algo **out, llmi_status *st) {
-    for (int i = 0; i < LLMI_GEMM_CACHE; i++) {
-        llmi_cuda_gemm_algo *a = &g->cache[i];
-        if (a->used && a->m == m && a->n == n && a->k == k) { *out = a; return 0; }
+static uint64_t key_hash(int64_t m, int64_t k, int64_t key_n, int64_t ldc) {
+    uint64_t h = 1469598103934665603ull;
+    const int64_t v[4] = {m, k, key_n, ldc};
+    for (int i = 0; i < 4; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+/* Points the entry's B and C layouts at n tokens (host-side attributes, no GPU work). */
+static int algo_set_n(llmi_cuda_gemm_algo *a, int64_t n, llmi_status *st) {
+    if (a->cur_n == n) return 0;
+    uint64_t cols = (uint64_t)n;
+    LT_CHECK(st, cublasLtMatrixLayoutSetAttribute((cublasLtMatrixLayout_t)a->b_desc, CUBLASLT_MATRIX_LAYOUT_COLS, &cols,
+                                                  sizeof cols));
+    LT_CHECK(st, cublasLtMatrixLayoutSetAttribute((cublasLtMatrixLayout_t)a->c_desc, CUBLASLT_MATRIX_LAYOUT_COLS, &cols,
+                                                  sizeof cols));
+    a->cur_n = n;
+    return 0;
+}
+
+/* The cached entry for (m, k, key_n, ldc), asking the heuristic for key_n tokens on a miss. */
+static int algo_for(llmi_cuda_gemm *g, int64_t m, int64_t k, int64_t key_n, int64_t ldc, llmi_cuda_gemm_algo **out,
+                    llmi_status *st) {
+    const uint64_t h = key_hash(m, k, key_n, ldc);
+    llmi_cuda_gemm_algo *victim = NULL;
+    for (int p = 0; p < LLMI_GEMM_PROBE; p++) {
+        llmi_cuda_gemm_algo *a = &g->cache[(h + (uint64_t)p) & (LLMI_GEMM_CACHE - 1)];
+        if (a->m == m && a->k == k && a->key_n == key_n && a->ldc == ldc) {
+            a->last_use = ++g->clock;
+            *out = a;
+            return 0;
+        }
+        if (!victim || a->last_use < victim->last_use) victim = a;   /* empty slots have last_use 0 */
     }
-    llmi_cuda_gemm_algo *a = &g->cache[g->next];
-    g->next = (g->next + 1) % LLMI_GEMM_CACHE;
+    llmi_cuda_gemm_algo *a = victim;
     algo_release(a);
     cudaDataType_t t = g->dt == LLMI_F16 ? CUDA_R_16F : CUDA_R_16BF;
     cublasLtMatrixLayout_t A, B, C;
     LT_CHECK(st, cublasLtMatrixLayoutCreate(&A, t, (uint64_t)k, (uint64_t)m, k));   /* W^T view: (k, m), ld k */
     a->a_desc = A;
-    LT_CHECK(st, cublasLtMatrixLayoutCreate(&B, t, (uint64_t)k, (uint64_t)n, k));   /* x^T: (k, n), ld k */
+    LT_CHECK(st, cublasLtMatrixLayoutCreate(&B, t, (uint64_t)k, (uint64_t)key_n, k));   /* x^T: (k, n), ld k */
     a->b_desc = B;
-    LT_CHECK(st, cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, (uint64_t)m, (uint64_t)n, m));   /* y^T: (m, n) */
+    LT_CHECK(st, cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, (uint64_t)m, (uint64_t)key_n, ldc));   /* y^T: (m, n), ld ldc */
     a->c_desc = C;
     cublasLtMatmulHeuristicResult_t res;
     int n_res = 0;
@@ -87,27 +118,36 @@ static int algo_for(llmi_cuda_gemm *g, int64_t m, int64_t n, int64_t k, llmi_cud
     if (n_res < 1) {
         algo_release(a);
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda gemm: cuBLASLt has no algorithm for %s %lldx%lldx%lld",
-                         dtype_name(g->dt), (long long)m, (long long)n, (long long)k);
+                         dtype_name(g->dt), (long long)m, (long long)key_n, (long long)k);
     }
     memcpy(a->algo, &res.algo, sizeof res.algo);
-    a->m = m; a->n = n; a->k = k;
-    a->used = 1;
+    a->m = m; a->k = k; a->key_n = key_n; a->ldc = ldc;
+    a->cur_n = key_n;
+    a->last_use = ++g->clock;
     *out = a;
     return 0;
 }
 
 extern "C" int llmi_cuda_gemm_run(llmi_cuda_gemm *g, const void *w, int64_t rows, int64_t cols, const void *x, int n,
-                                  float *y, cudaStream_t s, llmi_status *st) {
+                                  int key_n, float *y, int64_t ldy, cudaStream_t s, llmi_status *st) {
     if (n <= 0) return 0;
-    if (rows <= 0 || cols <= 0) return llmi_fail(st, LLMI_E_RUNTIME, "cuda gemm: empty weight %lldx%lld", (long long)rows, (long long)cols);
+    if (rows <= 0 || cols <= 0 || ldy < rows || key_n < n)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda gemm: bad shape %lldx%lld, %d tokens (key %d), ldy %lld",
+                         (long long)rows, (long long)cols, n, key_n, (long long)ldy);
     llmi_cuda_gemm_algo *a;
-    if (algo_for(g, rows, n, cols, &a, st)) return st->code;
+    if (algo_for(g, rows, cols, key_n, ldy, &a, st) || algo_set_n(a, n, st)) return st->code;
     const float alpha = 1.0f, beta = 0.0f;
     cublasLtMatmulAlgo_t algo;
     memcpy(&algo, a->algo, sizeof algo);
-    LT_CHECK(st, cublasLtMatmul((cublasLtHandle_t)g->handle, (cublasLtMatmulDesc_t)g->desc, &alpha, w,
-                                (cublasLtMatrixLayout_t)a->a_desc, x, (cublasLtMatrixLayout_t)a->b_desc, &beta, y,
-                                (cublasLtMatrixLayout_t)a->c_desc, y, (cublasLtMatrixLayout_t)a->c_desc, &algo,
-                                g->workspace, g->workspace_bytes, s));
+    cublasStatus_t r = cublasLtMatmul((cublasLtHandle_t)g->handle, (cublasLtMatmulDesc_t)g->desc, &alpha, w,
+                                      (cublasLtMatrixLayout_t)a->a_desc, x, (cublasLtMatrixLayout_t)a->b_desc, &beta,
+                                      y, (cublasLtMatrixLayout_t)a->c_desc, y, (cublasLtMatrixLayout_t)a->c_desc, &algo,
+                                      g->workspace, g->workspace_bytes, s);
+    if ((r == CUBLAS_STATUS_NOT_SUPPORTED || r == CUBLAS_STATUS_INVALID_VALUE) && key_n != n) {
+        /* the bucket's algorithm does not take this n: an exact entry for it */
+        g->exact_fallbacks++;
+        return llmi_cuda_gemm_run(g, w, rows, cols, x, n, n, y, ldy, s, st);
+    }
+    LT_CHECK(st, r);
     return 0;
 }

@@ -6,7 +6,6 @@
 #include "common.cuh"
 #include "int4_gemm.h"
 
-#define I4_GEMV_MAX_N 8
 
 /* Scale and zero of (row, input column k). */
 __device__ __forceinline__ void i4_group(const llmi_i4g_dev &w, int row, int k, float *s, int *z) {
@@ -17,14 +16,14 @@ __device__ __forceinline__ void i4_group(const llmi_i4g_dev &w, int row, int k, 
 
 /* One warp per output row; each lane takes 8 input columns (one u32 of nibbles) per step
  * and all n tokens, so the row's weights are read from memory exactly once. */
-__global__ void __launch_bounds__(256) llmi_int4_gemv_kernel(llmi_i4g_dev w, const float *x, int n,
-                                                             const float *bias, float *y) {
+__global__ void __launch_bounds__(256) llmi_int4_gemv_kernel(llmi_i4g_dev w, const void *x, llmi_dtype x_dt, int n,
+                                                             const float *bias, float *y, int ldy) {
     int warp = (int)(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32), lane = threadIdx.x % 32;
     if (warp >= w.rows) return;
     int row = warp;
-    float acc[I4_GEMV_MAX_N];
+    float acc[LLMI_I4_GEMV_MAX_N];
 #pragma unroll
-    for (int t = 0; t < I4_GEMV_MAX_N; t++) acc[t] = 0.0f;
+    for (int t = 0; t < LLMI_I4_GEMV_MAX_N; t++) acc[t] = 0.0f;
     const uint32_t *qr = (const uint32_t *)(w.q + (size_t)row * (w.cols / 2));
     for (int c8 = lane; c8 < w.cols / 8; c8 += 32) {
         uint32_t word = qr[c8];
@@ -37,15 +36,15 @@ __global__ void __launch_bounds__(256) llmi_int4_gemv_kernel(llmi_i4g_dev w, con
             if (w.g_idx) i4_group(w, row, k0 + j, &s, &z);
             float wv = __fmul_rn(s, (float)((int)((word >> (4 * j)) & 15u) - z));
 #pragma unroll
-            for (int t = 0; t < I4_GEMV_MAX_N; t++)
-                if (t < n) acc[t] = fmaf(x[(size_t)t * w.cols + k0 + j], wv, acc[t]);
+            for (int t = 0; t < LLMI_I4_GEMV_MAX_N; t++)
+                if (t < n) acc[t] = fmaf(llmi_load(x, x_dt, (int64_t)t * w.cols + k0 + j), wv, acc[t]);
         }
     }
 #pragma unroll
-    for (int t = 0; t < I4_GEMV_MAX_N; t++) {
+    for (int t = 0; t < LLMI_I4_GEMV_MAX_N; t++) {
         if (t >= n) break;
         float v = llmi_warp_sum(acc[t]);
-        if (lane == 0) y[(size_t)t * w.rows + row] = v + (bias ? bias[row] : 0.0f);
+        if (lane == 0) y[(size_t)t * ldy + row] = v + (bias ? bias[row] : 0.0f);
     }
 }
 
@@ -55,11 +54,11 @@ __global__ void __launch_bounds__(256) llmi_int4_gemv_kernel(llmi_i4g_dev w, con
 #define I4_BN 64
 #define I4_BK 32
 
-__global__ void __launch_bounds__(256) llmi_int4_gemm_kernel(llmi_i4g_dev w, const float *x, int n,
-                                                             const float *bias, float *y) {
+__global__ void __launch_bounds__(256) llmi_int4_gemm_kernel(llmi_i4g_dev w, const void *x, llmi_dtype x_dt, int n,
+                                                             const float *bias, float *y, int ldy) {
     using namespace nvcuda;
-    __shared__ __align__(32) half xs[I4_BM][I4_BK + 8];  /* (tokens, k) activations in fp16 */
-    __shared__ __align__(32) half ws[I4_BN][I4_BK + 8];  /* (rows, k) dequantized weights */
+    __shared__ __align__(32) __nv_bfloat16 xs[I4_BM][I4_BK + 8];  /* (tokens, k) activations in bf16 */
+    __shared__ __align__(32) __nv_bfloat16 ws[I4_BN][I4_BK + 8];  /* (rows, k) dequantized weights */
     __shared__ __align__(32) float cs[I4_BM][I4_BN + 4]; /* (tokens, rows) fp32 results */
     int m0 = blockIdx.y * I4_BM, r0 = blockIdx.x * I4_BN;
     int tid = threadIdx.x, warp = tid / 32;
@@ -70,8 +69,8 @@ __global__ void __launch_bounds__(256) llmi_int4_gemm_kernel(llmi_i4g_dev w, con
     for (int k0 = 0; k0 < w.cols; k0 += I4_BK) {
         for (int i = tid; i < I4_BM * I4_BK; i += blockDim.x) {
             int m = i / I4_BK, k = i % I4_BK;
-            float v = (m0 + m < n && k0 + k < w.cols) ? x[(size_t)(m0 + m) * w.cols + k0 + k] : 0.0f;
-            xs[m][k] = __float2half(v);
+            float v = (m0 + m < n && k0 + k < w.cols) ? llmi_load(x, x_dt, (int64_t)(m0 + m) * w.cols + k0 + k) : 0.0f;
+            xs[m][k] = __float2bfloat16_rn(v);
         }
         for (int i = tid; i < I4_BN * I4_BK / 2; i += blockDim.x) {
             int r = i / (I4_BK / 2), kk = (i % (I4_BK / 2)) * 2, row = r0 + r, k = k0 + kk;
@@ -85,18 +84,18 @@ __global__ void __launch_bounds__(256) llmi_int4_gemm_kernel(llmi_i4g_dev w, con
                 if (w.g_idx) i4_group(w, row, k + 1, &s, &z);
                 v1 = __fmul_rn(s, (float)((int)(b >> 4) - z));
             }
-            ws[r][kk] = __float2half(v0);
-            ws[r][kk + 1] = __float2half(v1);
+            ws[r][kk] = __float2bfloat16_rn(v0);
+            ws[r][kk + 1] = __float2bfloat16_rn(v1);
         }
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < I4_BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a;
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
             wmma::load_matrix_sync(a, &xs[wm][kk], I4_BK + 8);
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 /* ws is (rows, k) row-major = W^T (k, rows) col-major */
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> b;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
                 wmma::load_matrix_sync(b, &ws[wn + 16 * j][kk], I4_BK + 8);
                 wmma::mma_sync(acc[j], a, b, acc[j]);
             }
@@ -108,11 +107,11 @@ __global__ void __launch_bounds__(256) llmi_int4_gemm_kernel(llmi_i4g_dev w, con
     __syncthreads();
     for (int i = tid; i < I4_BM * I4_BN; i += blockDim.x) {
         int m = i / I4_BN, r = i % I4_BN;
-        if (m0 + m < n && r0 + r < w.rows) y[(size_t)(m0 + m) * w.rows + r0 + r] = cs[m][r] + (bias ? bias[r0 + r] : 0.0f);
+        if (m0 + m < n && r0 + r < w.rows) y[(size_t)(m0 + m) * ldy + r0 + r] = cs[m][r] + (bias ? bias[r0 + r] : 0.0f);
     }
 }
 
-__global__ void llmi_int4_dequant_kernel(llmi_i4g_dev w, void *out, int out_f16) {
+__global__ void llmi_int4_dequant_kernel(llmi_i4g_dev w, void *out, llmi_dtype out_dt) {
     int64_t total = (int64_t)w.rows * w.cols;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         int row = (int)(i / w.cols), k = (int)(i % w.cols);
@@ -121,29 +120,31 @@ __global__ void llmi_int4_dequant_kernel(llmi_i4g_dev w, void *out, int out_f16)
         int z;
         i4_group(w, row, k, &s, &z);
         float v = __fmul_rn(s, (float)((int)((k & 1) ? (b >> 4) : (b & 15)) - z));
-        if (out_f16) ((half *)out)[i] = __float2half(v);
-        else ((float *)out)[i] = v;
+        llmi_store(out, out_dt, i, v);
     }
 }
 
-extern "C" cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const float *x, int n, const float *bias,
-                                             float *y, cudaStream_t s) {
+extern "C" cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *x, llmi_dtype x_dt, int n,
+                                             const float *bias, float *y, int ldy, cudaStream_t s) {
     if (n <= 0) return cudaSuccess;
-    if (w->cols % 8 != 0 || w->group_size <= 0 || w->group_size % 8 != 0) return cudaErrorInvalidValue;
-    if (n <= I4_GEMV_MAX_N) {
-        llmi_int4_gemv_kernel<<<llmi_div_up(w->rows, 8), 256, 0, s>>>(*w, x, n, bias, y);
+    if (w->cols % 8 != 0 || w->group_size <= 0 || w->group_size % 8 != 0 || ldy < w->rows ||
+        (x_dt != LLMI_F32 && x_dt != LLMI_BF16))
+        return cudaErrorInvalidValue;
+    if (n <= LLMI_I4_GEMV_MAX_N) {
+        llmi_int4_gemv_kernel<<<llmi_div_up(w->rows, 8), 256, 0, s>>>(*w, x, x_dt, n, bias, y, ldy);
     } else {
         dim3 grid(llmi_div_up(w->rows, I4_BN), llmi_div_up(n, I4_BM));
-        llmi_int4_gemm_kernel<<<grid, 256, 0, s>>>(*w, x, n, bias, y);
+        llmi_int4_gemm_kernel<<<grid, 256, 0, s>>>(*w, x, x_dt, n, bias, y, ldy);
     }
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t llmi_cuda_int4_dequant(const llmi_i4g_dev *w, void *out, int out_f16, cudaStream_t s) {
+extern "C" cudaError_t llmi_cuda_int4_dequant(const llmi_i4g_dev *w, void *out, llmi_dtype out_dt, cudaStream_t s) {
     int64_t total = (int64_t)w->rows * w->cols;
     if (total <= 0) return cudaSuccess;
+    if (out_dt != LLMI_F32 && out_dt != LLMI_F16 && out_dt != LLMI_BF16) return cudaErrorInvalidValue;
     int64_t g = (total + 255) / 256;
     if (g > 65535L * 16) g = 65535L * 16;
-    llmi_int4_dequant_kernel<<<(unsigned)g, 256, 0, s>>>(*w, out, out_f16);
+    llmi_int4_dequant_kernel<<<(unsigned)g, 256, 0, s>>>(*w, out, out_dt);
     return cudaGetLastError();
 }

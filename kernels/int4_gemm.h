@@ -13,6 +13,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "core/dtype.h"
 
 typedef struct llmi_i4g_dev {
     const uint8_t *q;        /* (rows, cols/2) */
@@ -22,13 +23,20 @@ typedef struct llmi_i4g_dev {
     int rows, cols, group_size;
 } llmi_i4g_dev;
 
-/* y (n, rows) f32 = x (n, cols) f32 @ W^T (+ bias (rows)).  n <= 8 runs the decode GEMV
- * (one warp per output row, weights read once); larger n the tensor-core GEMM that
- * dequantizes 64x32 weight tiles to fp16 in shared memory (fp32 accumulation). */
-cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const float *x, int n, const float *bias, float *y,
-                                  cudaStream_t s);
-/* out (rows, cols) in fp16 (out_f16) or fp32: the dense weight, for backends that keep one. */
-cudaError_t llmi_cuda_int4_dequant(const llmi_i4g_dev *w, void *out, int out_f16, cudaStream_t s);
+/* Batches of at most this many tokens run the GEMV. */
+#define LLMI_I4_GEMV_MAX_N 8
+
+/* y (n, ldy) f32, columns [0, rows) = x (n, cols) in x_dt (F32 or BF16) @ W^T (+ bias
+ * (rows)).  n <= LLMI_I4_GEMV_MAX_N runs the decode GEMV (one warp per output row, the
+ * weights read once, fp32 products); larger n the tensor-core GEMM that dequantizes
+ * 64x32 weight tiles to bf16 in shared memory next to bf16 activations (fp32
+ * accumulation; bf16 keeps the activations' range, which fp16 would clip at 65504).
+ * Needs cols and group_size multiples of 8. */
+cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *x, llmi_dtype x_dt, int n, const float *bias,
+                                  float *y, int ldy, cudaStream_t s);
+/* out (rows, cols) in out_dt (F32, F16 or BF16): the dense weight, each value
+ * scale * (q - zero) in fp32 rounded once. */
+cudaError_t llmi_cuda_int4_dequant(const llmi_i4g_dev *w, void *out, llmi_dtype out_dt, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,7 @@
  * Tier 2 of the three kernel tiers (STYLE.md): each launcher takes raw device pointers,
  * explicit shapes and a stream, launches its __global__ kernel(s), and returns the
  * cudaError_t of the launch (cudaGetLastError), never aborting.  Shape and dtype checks
- * belong to tier 3, src/backend_cuda.c.  Each op has a CPU twin in src/cpu/ops.h with the
+ * belong to tier 3, src/backend/cuda/backend_cuda.c.  Each op has a CPU twin in src/backend/cpu/ops.h with the
  * same semantics and layouts; tests/test_cuda_ops.c compares them.
  *
  * Activations are fp32 unless an `out_dt` says otherwise (LLMI_F32, LLMI_F16 or LLMI_BF16:
@@ -22,6 +22,7 @@ extern "C" {
 #endif
 #include "backend/batch.h"     /* C declarations keep C linkage from the .cu files */
 #include "core/dtype.h"
+#include "sample_chain.h"
 
 /* ---- embed.cu ---- */
 /* out (n, dim) f32 = rows of table (n_vocab, dim) in tdt (F32/F16/BF16) picked by tokens (n);
@@ -72,6 +73,11 @@ typedef struct llmi_cuda_attn {
     llmi_dtype out_dt;
 } llmi_cuda_attn;
 
+/* Sets the attention kernels' shared-memory limits for these head shapes (cudaFuncSetAttribute
+ * where a kernel needs more than 48 KiB): once per device before any launch, at backend
+ * creation, so that no launch pays for it. */
+cudaError_t llmi_cuda_attn_init(int n_heads, int n_kv_heads, int head_dim);
+
 /* Host-side split of a batch (host arrays) into the two attention paths: tokens of
  * sequences with fewer than LLMI_ATTN_PREFILL_MIN query tokens go to the split-K
  * "decode" kernel (decode_tokens, n_tokens entries at most); longer query ranges are cut
@@ -104,21 +110,14 @@ cudaError_t llmi_cuda_attn_prefill(const llmi_cuda_attn *a, const int32_t *tiles
 /* out (n_rows) = argmax of each logits row (n_rows, n_vocab); lowest id on ties, NaN loses. */
 cudaError_t llmi_cuda_argmax(const float *logits, int n_rows, int n_vocab, int32_t *out, cudaStream_t s);
 
-typedef struct llmi_cuda_sample_params {
-    float temperature;           /* <= 0: greedy */
-    int top_k;                   /* <= 0: off */
-    float top_p;                 /* >= 1: off */
-    float min_p;                 /* <= 0: off */
-    float repeat_penalty;        /* 1: off */
-    float uniform;               /* the request's draw in [0, 1), from its sampler_rng on the host */
-    int hist_start, hist_len;    /* the row's penalty window in the hist array */
-} llmi_cuda_sample_params;
-/* Samples one token per row: repetition penalty over the row's history window, then
- * top-k, top-p, min-p on the penalised logits, temperature, and an inverse-CDF draw in
- * descending-probability order with the given uniform (sampler.h's order and meanings).
- * params (n_rows) and hist device arrays; scratch (n_rows, n_vocab) floats. */
-cudaError_t llmi_cuda_sample(const float *logits, int n_rows, int n_vocab, const llmi_cuda_sample_params *params,
-                             const int32_t *hist, float *scratch, int32_t *out, cudaStream_t s);
+/* Samples one token per row (params, sample_chain.h): repetition penalty once per distinct
+ * token of the row's window in hist, applied to the logits in place; then top-k, top-p,
+ * min-p, temperature and the inverse-CDF draw with the row's uniform, in sampler.c's
+ * order and arithmetic (sample.cu says where rounding may still differ).  logits
+ * (n_rows, n_vocab) device, penalised on return; params (n_rows) and hist device arrays;
+ * out (n_rows) device. */
+cudaError_t llmi_cuda_sample(float *logits, int n_rows, int n_vocab, const llmi_cuda_sample_params *params,
+                             const int32_t *hist, int32_t *out, cudaStream_t s);
 
 /* ---- dequant.cu ---- */
 /* dst (n_elems) in dst_dt (F16 or BF16) <- src (n_elems) in src_dt (F32/F16/BF16/Q8_0/Q4_0/Q4_1,
@@ -129,16 +128,21 @@ cudaError_t llmi_cuda_dequant(const void *src, llmi_dtype src_dt, int64_t n_elem
 cudaError_t llmi_cuda_to_f32(const void *src, llmi_dtype src_dt, int64_t n, float *dst, cudaStream_t s);
 
 /* ---- gemm.cu (cuBLASLt) ---- */
-/* y (n, rows) f32 = x (n, cols) @ W^T with W (rows, cols) and x in dt (BF16 or F16), fp32
- * accumulation, all row-major and dense.  The context owns the cuBLASLt handle, its
- * workspace and the algorithm picked per shape (asked once, then cached); it belongs to
- * one backend and one stream at a time. */
-#define LLMI_GEMM_CACHE 64
+/* y (n, ldy) f32, columns [0, rows) = x (n, cols) @ W^T with W (rows, cols) and x in dt
+ * (BF16 or F16), fp32 accumulation, all row-major and dense.  The context owns the
+ * cuBLASLt handle, its workspace and a hashed cache of algorithms keyed on (rows, cols,
+ * key_n, ldy): key_n >= n is the token count the caller buckets n into (the heuristic is
+ * asked once per key for key_n tokens, and every n sharing the key reuses its answer).
+ * Should cuBLASLt refuse a bucket's algorithm for a smaller n, that n gets an exact entry
+ * of its own (counted in exact_fallbacks).  One backend and one stream at a time. */
+#define LLMI_GEMM_CACHE 512      /* entries; a power of two */
+#define LLMI_GEMM_PROBE 8        /* slots searched from a key's hash */
 typedef struct llmi_cuda_gemm_algo {
-    int64_t m, n, k;             /* m = rows of W, n = tokens, k = cols */
+    int64_t m, k, key_n, ldc;    /* m = rows of W, k = cols; 0 m: empty */
+    int64_t cur_n;               /* the token count b_desc and c_desc describe now */
     void *a_desc, *b_desc, *c_desc;   /* cublasLtMatrixLayout_t */
     unsigned char algo[64];      /* cublasLtMatmulAlgo_t (opaque, 64 bytes) */
-    int used;
+    long last_use;               /* for eviction within a probe window */
 } llmi_cuda_gemm_algo;
 typedef struct llmi_cuda_gemm {
     void *handle;                /* cublasLtHandle_t */
@@ -147,14 +151,15 @@ typedef struct llmi_cuda_gemm {
     void *workspace;             /* (workspace_bytes) device */
     size_t workspace_bytes;
     llmi_dtype dt;
-    llmi_cuda_gemm_algo cache[LLMI_GEMM_CACHE];
-    int next;                    /* round-robin eviction slot */
-    long heuristic_calls;        /* how many shapes were asked (tests check the cache) */
+    llmi_cuda_gemm_algo *cache;  /* (LLMI_GEMM_CACHE) host */
+    long clock;                  /* calls so far, the last_use stamp */
+    long heuristic_calls;        /* how many keys were asked (tests check the cache) */
+    long exact_fallbacks;        /* bucket algorithms cuBLASLt refused for a smaller n */
 } llmi_cuda_gemm;
 int llmi_cuda_gemm_init(llmi_cuda_gemm *g, llmi_dtype dt, size_t workspace_bytes, llmi_status *st);
 void llmi_cuda_gemm_free(llmi_cuda_gemm *g);
-int llmi_cuda_gemm_run(llmi_cuda_gemm *g, const void *w, int64_t rows, int64_t cols, const void *x, int n, float *y,
-                       cudaStream_t s, llmi_status *st);
+int llmi_cuda_gemm_run(llmi_cuda_gemm *g, const void *w, int64_t rows, int64_t cols, const void *x, int n, int key_n,
+                       float *y, int64_t ldy, cudaStream_t s, llmi_status *st);
 
 /* embed.cu: cudaSuccess when this build's kernels can run on the current device
  * (cudaErrorNoKernelImageForDevice or similar when built for another architecture). */

@@ -16,6 +16,9 @@ typedef struct mock {
     int num_blocks;
     int bad_reads;        /* context reads that found the wrong position in a slot */
     int max_tokens_seen;
+    float *rows;          /* (max rows, n_vocab) forward_sample's logits */
+    void *scratch;        /* sampler_scratch_bytes(n_vocab) */
+    int sampled_rows;     /* rows forward_sample picked a token for */
 } mock;
 
 static size_t mock_block_bytes(const llmi_backend *b) { return (size_t)b->opts.block_size * 8; }
@@ -61,8 +64,28 @@ static int mock_forward(llmi_backend *b, const llmi_batch *bt, float *logits, ll
     return LLMI_OK;
 }
 
+/* A backend that samples "on the device": the same logits, then sampler_sample_uniform
+ * with the window and uniform the engine sent, as a GPU backend must. */
+static int mock_forward_sample(llmi_backend *b, const llmi_batch *bt, const llmi_sample_row *rows, int32_t *tokens,
+                               llmi_status *st) {
+    mock *mk = b->impl;
+    int V = b->model->cfg.n_vocab;
+    if (mock_forward(b, bt, mk->rows, st)) return st->code;
+    for (int r = 0; r < bt->n_logits; r++) {
+        float *x = mk->rows + (size_t)r * V;
+        if (rows[r].logits) memcpy(rows[r].logits, x, (size_t)V * sizeof(float));
+        llmi_sampling sp = {.temperature = rows[r].temperature, .top_k = rows[r].top_k, .top_p = rows[r].top_p,
+                            .min_p = rows[r].min_p, .repeat_penalty = rows[r].repeat_penalty, .repeat_last_n = 0};
+        tokens[r] = sampler_sample_uniform(x, V, &sp, rows[r].window, rows[r].n_window, rows[r].uniform, mk->scratch);
+        mk->sampled_rows++;
+    }
+    return LLMI_OK;
+}
+
 static void mock_destroy(llmi_backend *b) {
     mock *mk = b->impl;
+    free(mk->rows);
+    free(mk->scratch);
     free(mk->slot_token);
     free(mk->slot_pos);
     free(mk);
@@ -98,20 +121,34 @@ typedef struct run_out {
     int preempted;
     int bad_reads;
     int max_step_tokens;
+    int sampled_on_device;
+    double logprob_sum;   /* of every event's logprob and top logprobs */
 } run_out;
 
 static void collect(void *ctx, const llmi_token_event *ev) {
     run_out *o = ctx;
     int i = (int)(intptr_t)ev->user;
     if (ev->token >= 0) o->toks[i][o->n[i]++] = ev->token;
+    if (ev->token >= 0 && ev->n_top > 0) {
+        o->logprob_sum += ev->logprob;
+        for (int k = 0; k < ev->n_top; k++) o->logprob_sum += ev->top_logprobs[k] + ev->top_ids[k];
+    }
     if (ev->finished) o->fin[i] = ev->reason;
 }
 
-/* Runs the prompts through a fresh engine; together = all queued at once, else one by one. */
-static int run_engine(const llmi_model *m, int32_t **prompts, const int *lens, int n_req, int max_new,
-                      llmi_engine_opts eo, bool together, const llmi_sampling *samp, run_out *out) {
+/* Runs the prompts through a fresh engine; together = all queued at once, else one by
+ * one; on_device: the backend samples (forward_sample) instead of the engine. */
+static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens, int n_req, int max_new,
+                         llmi_engine_opts eo, bool together, const llmi_sampling *samp, int logprobs, bool on_device,
+                         run_out *out) {
     memset(out, 0, sizeof *out);
     llmi_backend *b = mock_create(m, eo.block_size);
+    if (on_device) {
+        mock *mk = b->impl;
+        mk->rows = malloc((size_t)eo.max_seqs * m->cfg.n_vocab * sizeof(float));
+        mk->scratch = malloc(sampler_scratch_bytes(m->cfg.n_vocab));
+        b->forward_sample = mock_forward_sample;
+    }
     llmi_engine *e = NULL;
     llmi_status st = {0};
     if (engine_create(m, b, &eo, &e, &st)) {
@@ -123,6 +160,7 @@ static int run_engine(const llmi_model *m, int32_t **prompts, const int *lens, i
     p.max_tokens = max_new;
     p.sampling.temperature = 0;
     if (samp) p.sampling = *samp;
+    p.logprobs = logprobs;
     for (int i = 0; i < n_req; i++) out->toks[i] = calloc((size_t)max_new + 1, sizeof(int32_t));
     int rc = 0;
     for (int start = 0; start < n_req && !rc; start = together ? n_req : start + 1) {
@@ -146,9 +184,24 @@ static int run_engine(const llmi_model *m, int32_t **prompts, const int *lens, i
         }
     }
     out->bad_reads = ((mock *)b->impl)->bad_reads;
+    out->sampled_on_device = ((mock *)b->impl)->sampled_rows;
     engine_destroy(e);
     b->destroy(b);
     return rc;
+}
+
+static int run_engine(const llmi_model *m, int32_t **prompts, const int *lens, int n_req, int max_new,
+                      llmi_engine_opts eo, bool together, const llmi_sampling *samp, run_out *out) {
+    return run_engine_on(m, prompts, lens, n_req, max_new, eo, together, samp, 0, false, out);
+}
+
+/* n prompts of 1..max_len tokens below n_vocab, from rand(); free each prompts[i]. */
+static void random_prompts(int32_t **prompts, int *lens, int n, int max_len, int n_vocab) {
+    for (int i = 0; i < n; i++) {
+        lens[i] = 1 + rand() % max_len;
+        prompts[i] = malloc((size_t)lens[i] * sizeof(int32_t));
+        for (int k = 0; k < lens[i]; k++) prompts[i][k] = rand() % n_vocab;
+    }
 }
 
 static void free_out(run_out *o, int n) {
@@ -200,11 +253,7 @@ TEST(engine_batch_invariance_chunking_preemption) {
     enum { N = 18 };
     int32_t *prompts[N];
     int lens[N];
-    for (int i = 0; i < N; i++) {
-        lens[i] = 1 + rand() % 70;
-        prompts[i] = malloc((size_t)lens[i] * sizeof(int32_t));
-        for (int k = 0; k < lens[i]; k++) prompts[i][k] = rand() % 97;
-    }
+    random_prompts(prompts, lens, N, 70, 97);
     int max_new = 24;
     llmi_engine_opts base = engine_opts_defaults();
     base.num_blocks = 256;
@@ -410,4 +459,49 @@ TEST(sampler_rules) {
     CHECK(fabs(total - 1.0) < 1e-4);
     free(scratch);
     free(s3);
+}
+
+/* Device sampling (forward_sample) gives every request the tokens and logprobs host
+ * sampling gives it: the engine draws each uniform from the request's own rng exactly
+ * when sampler_sample would, hands over the penalty window, and takes logprobs from the
+ * raw logits the backend copies back for the rows that ask.  Batched, chunked and
+ * preempted runs included. */
+TEST(engine_device_sampling_matches_host) {
+    srand((unsigned)test_seed());
+    llmi_model m = mock_model(211);
+    enum { N = 12 };
+    int32_t *prompts[N];
+    int lens[N];
+    random_prompts(prompts, lens, N, 50, 211);
+    llmi_engine_opts eo = engine_opts_defaults();
+    eo.num_blocks = 64;
+    eo.block_size = 8;
+    eo.max_batch_tokens = 64;
+    eo.max_seqs = 8;
+    eo.prefill_chunk = 9;
+    llmi_sampling cfgs[4] = {sampling_defaults(), sampling_defaults(), sampling_defaults(), sampling_defaults()};
+    cfgs[0].temperature = 0;                                            /* greedy: no draws */
+    cfgs[1].repeat_penalty = 1.3f; cfgs[1].repeat_last_n = 16;          /* defaults + a penalty window */
+    cfgs[2].top_k = 0; cfgs[2].top_p = 1.0f; cfgs[2].min_p = 0; cfgs[2].temperature = 1.4f;
+    cfgs[3].top_p = 0.0f; cfgs[3].repeat_penalty = 1.1f; cfgs[3].repeat_last_n = -1;
+    for (int c = 0; c < 4; c++) {
+        cfgs[c].seed = test_seed() + (uint64_t)c;
+        for (int tight = 0; tight < 2; tight++) {
+            llmi_engine_opts o = eo;
+            if (tight) o.num_blocks = 14;   /* forces preemption */
+            run_out host, dev;
+            int lp = c == 1 ? 3 : 0;
+            CHECK(run_engine_on(&m, prompts, lens, N, 20, o, true, &cfgs[c], lp, false, &host) == 0);
+            CHECK(run_engine_on(&m, prompts, lens, N, 20, o, true, &cfgs[c], lp, true, &dev) == 0);
+            CHECK(dev.sampled_on_device >= N * 20 && host.sampled_on_device == 0);
+            CHECK_MSG(same_outputs(&host, &dev, N), "sampling config %d%s: device and host tokens differ", c,
+                      tight ? " (preempted)" : "");
+            CHECK(host.logprob_sum == dev.logprob_sum);
+            if (lp) CHECK(host.logprob_sum != 0);
+            if (tight) CHECK(dev.preempted > 0);
+            free_out(&host, N);
+            free_out(&dev, N);
+        }
+    }
+    for (int i = 0; i < N; i++) free(prompts[i]);
 }

@@ -46,12 +46,26 @@ typedef struct llmi_backend_opts {
     int block_size;                /* KV block size in tokens */
     int max_batch_tokens;          /* the most tokens one forward will be given */
     int max_seqs;                  /* the most sequences one forward will be given */
+    int max_ctx;                   /* the engine's context length (-c); 0 = the model's.  CUDA sizes
+                                      its decode graphs' block tables from it */
 } llmi_backend_opts;
 
 /* The share of GPU memory llmi takes unless --gpu-mem-util says otherwise (vLLM's
  * default): the rest stays for the CUDA context, cuBLAS workspaces and other processes.
  * A plain literal so the help text can print it (see cli_common.c). */
 #define LLMI_GPU_MEM_UTIL_DEFAULT 0.9
+
+/* One logit row's sampling request for forward_sample: sampler.h's chain, with what the
+ * engine takes from the request itself: the draw from its rng and the penalty window. */
+typedef struct llmi_sample_row {
+    float temperature, top_p, min_p, repeat_penalty;
+    int top_k;
+    double uniform;                /* in [0, 1); drawn when temperature > 0, else unused */
+    const int32_t *window;         /* (n_window) host: the tokens the repetition penalty sees */
+    int n_window;
+    float *logits;                 /* (n_vocab) host or NULL: the row's raw logits are copied here
+                                      (for --logprobs) */
+} llmi_sample_row;
 
 /* Points inside a decoder layer where a caller may read the activations that feed each
  * group of linears, as llama.cpp's eval callback does: `llmi quantize` collects its
@@ -106,6 +120,12 @@ struct llmi_backend {
     int (*kv_write_block)(llmi_backend *b, int block, const void *src, llmi_status *st);
     /* Runs the model over the batch; writes (n_logits, n_vocab) floats to logits (host). */
     int (*forward)(llmi_backend *b, const llmi_batch *batch, float *logits, llmi_status *st);
+    /* The forward, then one token per logit row picked on the device with rows (n_logits)
+     * into tokens (n_logits): what sampler_sample_uniform would pick from the same logits
+     * (kernels/sample.cu says where rounding may differ).  Only the rows that ask get their
+     * logits back.  NULL where the backend leaves sampling to the engine (CPU). */
+    int (*forward_sample)(llmi_backend *b, const llmi_batch *batch, const llmi_sample_row *rows, int32_t *tokens,
+                          llmi_status *st);
     /* The same layers, a range at a time (see llmi_layer_run); NULL where unsupported. */
     int (*forward_layers)(llmi_backend *b, const llmi_batch *batch, llmi_layer_run *run, llmi_status *st);
     /* Bytes the backend holds: weights it copied or converted, KV, activations, workspaces. */

@@ -288,6 +288,7 @@ int cli_open_backend(const cli_model_opts *o, const llmi_model *m, llmi_backend 
     bo.block_size = o->engine.block_size;
     bo.max_seqs = o->engine.max_seqs;
     bo.max_batch_tokens = o->engine.max_batch_tokens;
+    bo.max_ctx = o->engine.max_ctx;
     bool want_cuda = !strcmp(o->device, "cuda");
     bool auto_dev = !strcmp(o->device, "auto");
     /* auto picks cuda only where a GPU is visible; a GPU that is there but cannot be

@@ -40,9 +40,12 @@ struct llmi_engine {
     /* Step workspace, sized once from the options. */
     sched_plan plan;
     sched_batch_bufs bufs;
-    float *logits;            /* (max_seqs, n_vocab) */
+    float *logits;            /* (max_seqs, n_vocab): every logit row, or with device sampling
+                                 only the rows of requests that asked for logprobs */
     void *sample_scratch;     /* sampler_scratch_bytes(n_vocab) */
     float *raw_logits;        /* (n_vocab) unpenalised copy of a row, for --logprobs */
+    llmi_sample_row *rows;    /* (max_seqs) device sampling: each logit row's request */
+    int32_t *tokens;          /* (max_seqs) device sampling: the tokens picked */
     char *piece;              /* (tok_stream_cap) bytes of one decoded token, for stop matching */
 };
 
@@ -146,8 +149,10 @@ int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *
     e->logits = malloc((size_t)opts.max_seqs * V * sizeof(float));
     e->sample_scratch = malloc(sampler_scratch_bytes((int)V));
     e->raw_logits = malloc(V * sizeof(float));
+    e->rows = malloc((size_t)opts.max_seqs * sizeof *e->rows);
+    e->tokens = malloc((size_t)opts.max_seqs * sizeof *e->tokens);
     e->piece = m->tok ? malloc(tok_stream_cap(m->tok)) : NULL;
-    if (!e->logits || !e->sample_scratch || !e->raw_logits || (m->tok && !e->piece)) {
+    if (!e->logits || !e->sample_scratch || !e->raw_logits || !e->rows || !e->tokens || (m->tok && !e->piece)) {
         llmi_fail(st, LLMI_E_RUNTIME, "engine: out of memory for step buffers (%d sequences x %zu vocab)",
                   opts.max_seqs, V);
         goto fail;
@@ -179,6 +184,8 @@ void engine_destroy(llmi_engine *e) {
     free(e->logits);
     free(e->sample_scratch);
     free(e->raw_logits);
+    free(e->rows);
+    free(e->tokens);
     free(e->piece);
     free(e);
 }
@@ -294,20 +301,17 @@ static bool text_append(llmi_seq *s, const char *p, int n) {
     return true;
 }
 
-/* Samples the next token of s from its logits row and applies the stop rules. */
-static void sample_and_emit(llmi_engine *e, llmi_seq *s, float *row, engine_token_cb cb, void *cb_ctx) {
+/* Appends tok to s, reports it (with logprobs from raw, s's unpenalised logits row, when
+ * s asked for them) and applies the stop rules. */
+static void emit(llmi_engine *e, llmi_seq *s, int32_t tok, const float *raw, engine_token_cb cb, void *cb_ctx) {
     const llmi_model *m = e->model;
     int V = m->cfg.n_vocab;
     llmi_token_event ev = {.request_id = s->id, .user = s->user};
     int32_t top_ids[LLMI_MAX_LOGPROBS];
     float top_lp[LLMI_MAX_LOGPROBS];
-    /* Log-probabilities describe the model's distribution before penalties and
-     * temperature; sampling edits the row, so keep the raw logits first. */
-    if (s->params.logprobs > 0) memcpy(e->raw_logits, row, (size_t)V * sizeof(float));
-    int32_t tok = sampler_sample(row, V, &s->params.sampling, s->tokens, s->n_tokens, &s->rng, e->sample_scratch);
     if (s->params.logprobs > 0) {
         ev.n_top = s->params.logprobs;
-        ev.logprob = sampler_logprob(e->raw_logits, V, tok, ev.n_top, top_ids, top_lp);
+        ev.logprob = sampler_logprob(raw, V, tok, ev.n_top, top_ids, top_lp);
         ev.top_ids = top_ids;
         ev.top_logprobs = top_lp;
     }
@@ -333,6 +337,33 @@ static void sample_and_emit(llmi_engine *e, llmi_seq *s, float *row, engine_toke
         ev.reason = why;
     }
     if (cb) cb(cb_ctx, &ev);
+}
+
+/* Samples the next token of s on the host from its logits row, then emits it. */
+static void sample_and_emit(llmi_engine *e, llmi_seq *s, float *row, engine_token_cb cb, void *cb_ctx) {
+    int V = e->model->cfg.n_vocab;
+    /* Log-probabilities describe the model's distribution before penalties and
+     * temperature; sampling edits the row, so keep the raw logits first. */
+    if (s->params.logprobs > 0) memcpy(e->raw_logits, row, (size_t)V * sizeof(float));
+    int32_t tok = sampler_sample(row, V, &s->params.sampling, s->tokens, s->n_tokens, &s->rng, e->sample_scratch);
+    emit(e, s, tok, e->raw_logits, cb, cb_ctx);
+}
+
+/* Device sampling: each logit row's request, with the draw taken from its sequence's rng
+ * now, where sampler_sample would take it (once, when temperature > 0), so a request's
+ * tokens do not depend on where it is sampled. */
+static void fill_sample_rows(llmi_engine *e, const sched_plan *pl, const llmi_batch *batch) {
+    size_t V = (size_t)e->model->cfg.n_vocab;
+    for (int r = 0; r < batch->n_logits; r++) {
+        llmi_seq *s = e->seqs[pl->seq_ids[e->bufs.logit_seq[r]]];
+        const llmi_sampling *sp = &s->params.sampling;
+        int start = 0, n_win = sampler_penalty_window(sp, s->n_tokens, &start);
+        e->rows[r] = (llmi_sample_row){.temperature = sp->temperature, .top_p = sp->top_p, .min_p = sp->min_p,
+                                       .repeat_penalty = sp->repeat_penalty, .top_k = sp->top_k,
+                                       .uniform = sp->temperature > 0.0f ? sampler_rng_uniform(&s->rng) : 0.0,
+                                       .window = s->tokens + start, .n_window = n_win,
+                                       .logits = s->params.logprobs > 0 ? e->logits + (size_t)r * V : NULL};
+    }
 }
 
 void engine_abort_all(llmi_engine *e, engine_token_cb cb, void *cb_ctx) {
@@ -362,8 +393,11 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
 
     llmi_batch batch;
     sched_build_batch(pl, e->seqs, e->opts.block_size, &e->bufs, &batch);
+    const bool on_device = e->backend->forward_sample != NULL;
+    if (on_device) fill_sample_rows(e, pl, &batch);
     double t_fwd = engine_now(e);
-    int rc = e->backend->forward(e->backend, &batch, e->logits, st);
+    int rc = on_device ? e->backend->forward_sample(e->backend, &batch, e->rows, e->tokens, st)
+                       : e->backend->forward(e->backend, &batch, e->logits, st);
     double t_fwd_end = engine_now(e);
     if (rc) return rc;
 
@@ -386,7 +420,9 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
             finish_silently(e, s, s->params.max_tokens == 0 ? LLMI_FINISH_LENGTH : LLMI_FINISH_CONTEXT, cb, cb_ctx);
             continue;
         }
-        sample_and_emit(e, s, e->logits + (size_t)logit_i * e->model->cfg.n_vocab, cb, cb_ctx);
+        float *row = e->logits + (size_t)logit_i * e->model->cfg.n_vocab;
+        if (on_device) emit(e, s, e->tokens[logit_i], row, cb, cb_ctx);
+        else sample_and_emit(e, s, row, cb, cb_ctx);
         logit_i++;
     }
     double t_end = engine_now(e);

@@ -56,22 +56,28 @@ static int cmp_cand_desc(const void *a, const void *b) {
     return x->id < y->id ? -1 : (x->id > y->id);
 }
 
-static void apply_repeat_penalty(float *logits, int n_vocab, float penalty, const int32_t *hist, int n_hist,
-                                 int last_n) {
-    if (penalty == 1.0f || !hist || n_hist <= 0 || last_n == 0) return;
-    int start = (last_n < 0 || last_n >= n_hist) ? 0 : n_hist - last_n;
+int sampler_penalty_window(const llmi_sampling *p, int n_history, int *start) {
+    *start = 0;
+    int last_n = p->repeat_last_n;
+    if (p->repeat_penalty == 1.0f || n_history <= 0 || last_n == 0) return 0;
+    *start = (last_n < 0 || last_n >= n_history) ? 0 : n_history - last_n;
+    return n_history - *start;
+}
+
+static void apply_repeat_penalty(float *logits, int n_vocab, float penalty, const int32_t *win, int n_win) {
+    if (penalty == 1.0f || !win || n_win <= 0) return;
     /* Each distinct token is penalised once, however often it repeats (llama.cpp's rule).
      * Short windows (the default 64) scan quadratically; long ones use a visited map. */
-    unsigned char *seen_map = (n_hist - start > 128) ? calloc((size_t)n_vocab, 1) : NULL;
-    for (int i = start; i < n_hist; i++) {
-        int32_t t = hist[i];
+    unsigned char *seen_map = (n_win > 128) ? calloc((size_t)n_vocab, 1) : NULL;
+    for (int i = 0; i < n_win; i++) {
+        int32_t t = win[i];
         if (t < 0 || t >= n_vocab) continue;
         int seen = 0;
         if (seen_map) {
             seen = seen_map[t];
             seen_map[t] = 1;
         } else {
-            for (int j = start; j < i; j++) seen |= hist[j] == t;
+            for (int j = 0; j < i; j++) seen |= win[j] == t;
         }
         if (seen) continue;
         logits[t] = logits[t] > 0 ? logits[t] / penalty : logits[t] * penalty;
@@ -81,7 +87,15 @@ static void apply_repeat_penalty(float *logits, int n_vocab, float penalty, cons
 
 int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history, int n_history,
                        sampler_rng *rng, void *scratch) {
-    apply_repeat_penalty(logits, n_vocab, p->repeat_penalty, history, n_history, p->repeat_last_n);
+    int start = 0;
+    int n_win = history ? sampler_penalty_window(p, n_history, &start) : 0;
+    double u = p->temperature > 0.0f ? sampler_rng_uniform(rng) : 0.0;
+    return sampler_sample_uniform(logits, n_vocab, p, history ? history + start : NULL, n_win, u, scratch);
+}
+
+int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window,
+                               int n_window, double uniform, void *scratch) {
+    apply_repeat_penalty(logits, n_vocab, p->repeat_penalty, window, n_window);
     if (p->temperature <= 0.0f) return argmax(logits, n_vocab);
 
     cand *c = scratch;
@@ -138,7 +152,7 @@ int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const
     double sum = 0;
     double inv_t = 1.0 / p->temperature;
     for (int i = 0; i < n; i++) sum += exp(((double)c[i].logit - c[0].logit) * inv_t);
-    double r = sampler_rng_uniform(rng) * sum, acc = 0;
+    double r = uniform * sum, acc = 0;
     for (int i = 0; i < n; i++) {
         acc += exp(((double)c[i].logit - c[0].logit) * inv_t);
         if (r < acc) return c[i].id;

@@ -25,11 +25,22 @@ void sampler_rng_seed(sampler_rng *r, uint64_t seed);
 double sampler_rng_uniform(sampler_rng *r);   /* [0, 1) */
 
 /* Samples from logits (n_vocab), which it may modify (penalties).  history holds the
- * sequence's tokens so far for the repetition penalty.  scratch: (2 * n_vocab) floats
- * plus (n_vocab) ints of caller-owned workspace, see sampler_scratch_bytes. */
+ * sequence's tokens so far for the repetition penalty.  scratch: caller-owned workspace
+ * of sampler_scratch_bytes(n_vocab).  Draws one uniform from rng exactly when
+ * temperature > 0, and hands it to sampler_sample_uniform. */
 int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history, int n_history,
                        sampler_rng *rng, void *scratch);
 size_t sampler_scratch_bytes(int n_vocab);
+
+/* The tokens the repetition penalty looks at: history[*start, *start + return value).
+ * 0 when the penalty is off (repeat_penalty 1, repeat_last_n 0, no history). */
+int sampler_penalty_window(const llmi_sampling *p, int n_history, int *start);
+/* sampler_sample with the draw given instead of an rng: the penalty applies once to each
+ * distinct token of window (n_window, already cut by sampler_penalty_window; p's
+ * repeat_last_n is not read), and uniform in [0, 1) is read only when temperature > 0.
+ * A device sampler that gets the same window and uniform picks the same token. */
+int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window,
+                               int n_window, double uniform, void *scratch);
 
 /* log-softmax value of token id, and the n_top best (id, logprob), from raw logits. */
 float sampler_logprob(const float *logits, int n_vocab, int32_t id, int n_top, int32_t *top_ids, float *top_lp);

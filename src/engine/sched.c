@@ -198,8 +198,9 @@ int sched_batch_bufs_alloc(sched_batch_bufs *b, const sched *s, int max_blocks_p
     b->query_start = malloc((S + 1) * sizeof(int32_t));
     b->block_tables = malloc(S * (size_t)max_blocks_per_seq * sizeof(int32_t));
     b->logit_rows = malloc(S * sizeof(int32_t));
+    b->logit_seq = malloc(S * sizeof(int32_t));
     if (!b->tokens || !b->positions || !b->slots || !b->seq_of || !b->query_start || !b->block_tables ||
-        !b->logit_rows) {
+        !b->logit_rows || !b->logit_seq) {
         sched_batch_bufs_free(b);
         return llmi_fail(st, LLMI_E_RUNTIME, "scheduler: out of memory for step buffers (%zu tokens, %zu sequences)",
                          T, S);
@@ -215,6 +216,7 @@ void sched_batch_bufs_free(sched_batch_bufs *b) {
     free(b->query_start);
     free(b->block_tables);
     free(b->logit_rows);
+    free(b->logit_seq);
     memset(b, 0, sizeof *b);
 }
 
@@ -240,7 +242,10 @@ void sched_build_batch(const sched_plan *p, llmi_seq *const *seqs, int block_siz
         int32_t *row = b->block_tables + (size_t)k * width;
         memcpy(row, s->table.blocks, (size_t)s->table.n_blocks * sizeof(int32_t));
         for (int i = s->table.n_blocks; i < width; i++) row[i] = -1;
-        if (s->n_computed + n == s->n_tokens && s->n_tokens < s->max_total) b->logit_rows[n_logits++] = t - 1;
+        if (s->n_computed + n == s->n_tokens && s->n_tokens < s->max_total) {
+            b->logit_seq[n_logits] = k;
+            b->logit_rows[n_logits++] = t - 1;
+        }
     }
     b->query_start[p->n_seqs] = t;
     *out = (llmi_batch){.n_tokens = t, .tokens = b->tokens, .positions = b->positions, .slot_mapping = b->slots,

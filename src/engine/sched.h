@@ -62,6 +62,7 @@ typedef struct sched_batch_bufs {
     int32_t *query_start;     /* (max_seqs + 1) */
     int32_t *block_tables;    /* (max_seqs, max_blocks_per_seq) */
     int32_t *logit_rows;      /* (max_seqs) */
+    int32_t *logit_seq;       /* (max_seqs) the plan index (seq_ids[k]) each logit row belongs to */
     int max_blocks_per_seq;   /* the widest table any sequence can need: ceil(max_ctx / block_size) */
 } sched_batch_bufs;
 

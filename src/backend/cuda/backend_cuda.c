@@ -1,7 +1,9 @@
-/* backend_cuda.c — owns the CUDA backend: device selection and checks, the weights
- * converted to bf16 (fp16 for fp16 models) in device memory, the paged KV cache, the
- * activation workspaces, the stream and cuBLASLt context, and the forward pass that runs
- * the op sequence of backend_cpu.c through the launchers of kernels/kernels.h.
+/* backend_cuda.c — owns the CUDA backend: device selection and checks, the weights in
+ * device memory (bf16 for every dense dtype, fp16 models included; GPTQ/AWQ int4 linears
+ * kept packed for the W4A16 kernels), the paged KV cache, the activation workspaces, the
+ * stream and cuBLASLt context, the forward pass that runs the op sequence of
+ * backend_cpu.c through the launchers of kernels/kernels.h, decode graphs, and sampling
+ * on the device (forward_sample).  Decisions that need no GPU live in cuda_plan.c.
  *
  * Tier 3 of the kernel tiers: shapes and dtypes are checked here, once per model or per
  * batch, so the launchers can trust their arguments.  Every CUDA / cuBLAS call goes
@@ -30,6 +32,7 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
 #else
 
 #include <cuda_runtime_api.h>
+#include "backend/cuda/cuda_plan.h"
 #include "int4_gemm.h"
 #include "kernels.h"
 
@@ -41,6 +44,8 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
                              cudaGetErrorString(e_));                                                     \
     } while (0)
 
+_Static_assert(CUDA_I4_GEMV_MAX_N == LLMI_I4_GEMV_MAX_N, "cuda_plan.h and int4_gemm.h disagree on the GEMV batch");
+
 /* Staging for the weight upload: two pinned host buffers and two device buffers, so the
  * memcpy out of the mmap, the host-to-device copy and the dequant of neighbouring chunks
  * overlap. */
@@ -48,20 +53,31 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
 #define GEMM_WORKSPACE ((size_t)32 << 20)
 #define LOGIT_CHUNK 256   /* logit rows per lm_head GEMM (bounds the logits buffer) */
 
+/* One linear layer's weight: dense bf16, or int4 (GPTQ/AWQ) kept packed and served by
+ * the W4A16 kernels of int4_gemm.cu. */
+typedef struct cuda_linear {
+    void *dense;              /* (rows, cols) bf16, or NULL when int4 */
+    llmi_i4g_dev q4;          /* int4: nibbles, scales, zeros, g_idx on the device */
+    int64_t rows, cols;
+    size_t bytes;             /* on the GPU (for costs) */
+} cuda_linear;
+
 typedef struct cuda_layer {
-    float *attn_norm;   /* (dim) */
-    float *ffn_norm;    /* (dim) */
-    void *w_qkv;        /* (q_dim + 2*kv_dim, dim) in wdt: wq rows, then wk, then wv */
-    float *b_qkv;       /* (q_dim + 2*kv_dim) or NULL without bias */
-    float *b_o;         /* (dim) or NULL without o_proj bias */
-    void *wo;           /* (dim, q_dim) */
-    void *w_gu;         /* (2*ffn_dim, dim): gate rows, then up rows */
-    void *w_down;       /* (dim, ffn_dim) */
+    float *attn_norm;         /* (dim) */
+    float *ffn_norm;          /* (dim) */
+    cuda_linear qkv[3];       /* dense: [0] is (q_dim + 2*kv_dim, dim), wq rows then wk then wv;
+                                 int4: q, k, v, each writing its columns of the qkv buffer */
+    int n_qkv;                /* 1 (fused dense) or 3 (int4) */
+    float *b_qkv;             /* (q_dim + 2*kv_dim) or NULL without bias */
+    float *b_o;               /* (dim) or NULL without o_proj bias */
+    cuda_linear wo;           /* (dim, q_dim) */
+    cuda_linear gu[2];        /* dense: [0] is (2*ffn_dim, dim), gate rows then up; int4: gate, up */
+    int n_gu;
+    cuda_linear down;         /* (dim, ffn_dim) */
 } cuda_layer;
 
 typedef struct cuda_prof_mark { llmi_op_class cls; llmi_op_cost cost; } cuda_prof_mark;
 
-#define GRAPH_BUCKETS 9   /* decode batches of 1, 2, 4, ..., 256 sequences */
 typedef struct cuda_graph_slot {
     cudaGraphExec_t exec;     /* NULL until captured */
     bool seen;                /* ran eagerly once */
@@ -73,27 +89,29 @@ typedef struct cuda_impl {
     int n_sms;
     cudaStream_t stream;
     llmi_cuda_gemm gemm;
-    llmi_dtype wdt;           /* BF16, or F16 for fp16 models: weights and GEMM inputs */
     int max_tokens, max_seqs;
     int q_dim, kv_dim, qkv_dim;
 
     cuda_layer *layers;       /* (n_layers) host array of device pointers */
-    void *tok_embd;           /* (n_vocab, dim) wdt */
-    void *lm_head;            /* (n_vocab, dim) wdt; == tok_embd when tied */
+    void *tok_embd;           /* (n_vocab, dim) bf16 */
+    void *lm_head;            /* (n_vocab, dim) bf16; == tok_embd when tied */
     float *out_norm;          /* (dim) */
     float *inv_freq;          /* (head_dim/2) */
+    void *i4_scratch;         /* (i4_scratch_elems) bf16: an int4 weight dequantized for a prefill GEMM */
+    size_t i4_scratch_elems;
+    int i4_as_bf16;           /* int4 weights the W4A16 kernels cannot take, stored as bf16 */
 
     void *kv;                 /* (n_layers, 2, num_blocks, block_size, n_kv_heads, head_dim) kv dtype */
     size_t kv_bytes;
 
     float *x;                 /* (max_tokens, dim) residual stream */
-    void *xn;                 /* (max_tokens, dim) wdt: normed input of the current sub-block */
+    void *xn;                 /* (max_tokens, dim) bf16: normed input of the current sub-block */
     float *qkv;               /* (max_tokens, qkv_dim): q | k | v per token */
-    void *att;                /* (max_tokens, q_dim) wdt: attention output */
+    void *att;                /* (max_tokens, q_dim) bf16: attention output */
     float *delta;             /* (max_tokens, dim) o_proj / down_proj output */
     float *gu;                /* (max_tokens, 2*ffn_dim): gate | up per token */
-    void *act;                /* (max_tokens, ffn_dim) wdt: silu(gate) * up */
-    void *lgn;                /* (LOGIT_CHUNK, dim) wdt: final-normed logit rows */
+    void *act;                /* (max_tokens, ffn_dim) bf16: silu(gate) * up */
+    void *lgn;                /* (LOGIT_CHUNK, dim) bf16: final-normed logit rows */
     float *logits;            /* (LOGIT_CHUNK, n_vocab) */
     float *attn_work;         /* (attn_work_floats) split-K partials */
     size_t attn_work_floats;
@@ -105,13 +123,23 @@ typedef struct cuda_impl {
     int32_t *plan_tiles;      /* (max_tokens, 2) host: prefill tiles */
     int32_t *seq_maxpos;      /* (max_seqs) host: check_batch scratch */
 
+    /* device sampling: what crosses is pinned */
+    llmi_cuda_sample_params *sp_h;   /* (max_tokens) pinned: each logit row's request */
+    llmi_cuda_sample_params *sp_d;   /* (max_tokens) device */
+    int32_t *tok_h, *tok_d;          /* (max_tokens) pinned / device: the tokens picked */
+    int32_t *hist_h, *hist_d;        /* (hist_cap) pinned / device: the rows' penalty windows, packed */
+    size_t hist_cap;
+    float *lp_h;                     /* (lp_cap, n_vocab) pinned: raw logits of the rows that asked */
+    int lp_cap;
+    int32_t *lp_slot;                /* (max_tokens) host: each logit row's lp_h row, or -1 */
+
     size_t weight_bytes, act_bytes;
 
     bool graphs_on;           /* decode graphs enabled (LLMI_CUDA_GRAPHS=0 turns them off) */
     int graph_max_bucket;     /* largest bucket: min(max_seqs, LOGIT_CHUNK, max_tokens) rounded down to 2^k */
-    int graph_mbps;           /* block-table stride of graph batches: ceil(max_ctx / block_size) */
-    cuda_graph_slot graphs[GRAPH_BUCKETS];   /* bucket 2^k at [k] */
-    size_t graph_region_off[GRAPH_BUCKETS];  /* int32 offset of bucket k's region in gmeta */
+    int graph_mbps;           /* block-table stride of graph batches, from the engine's context */
+    cuda_graph_slot graphs[CUDA_GRAPH_BUCKETS];    /* bucket 2^k at [k] */
+    size_t graph_region_off[CUDA_GRAPH_BUCKETS];   /* int32 offset of bucket k's region in gmeta */
     int32_t *gmeta_h;         /* (sum of regions) pinned */
     int32_t *gmeta_d;         /* (sum of regions) device */
 
@@ -120,21 +148,18 @@ typedef struct cuda_impl {
     int prof_cap, prof_n;
 } cuda_impl;
 
-static size_t wdt_bytes(llmi_dtype t) { return t == LLMI_F32 ? 4 : 2; }
+#define WDT LLMI_BF16         /* weights and GEMM inputs: bf16 keeps fp32's range (fp16 models too) */
+#define WDT_BYTES 2
 
 static size_t cuda_kv_block_bytes(const llmi_backend *b) {
     return backend_kv_block_bytes(&b->model->cfg, b->opts.block_size, b->opts.kv_dtype);
 }
 
-/* gpu_mem_util of the whole device, less what is in use now (by us: weights and
- * workspaces; by anyone else sharing the GPU). */
 static size_t cuda_kv_budget_bytes(const llmi_backend *b) {
     const cuda_impl *im = b->impl;
     size_t free_b = 0, total = 0;
     if (cudaSetDevice(im->device) != cudaSuccess || cudaMemGetInfo(&free_b, &total) != cudaSuccess) return 0;
-    double util = b->opts.gpu_mem_util > 0 && b->opts.gpu_mem_util <= 1 ? b->opts.gpu_mem_util : LLMI_GPU_MEM_UTIL_DEFAULT;
-    double allowed = (double)total * util - (double)(total - free_b) + (double)im->kv_bytes;
-    return allowed > 0 ? (size_t)allowed : 0;
+    return cuda_kv_budget(total, free_b, b->opts.gpu_mem_util, im->kv_bytes);
 }
 
 static int cuda_kv_alloc(llmi_backend *b, int num_blocks, llmi_status *st) {
@@ -146,7 +171,7 @@ static int cuda_kv_alloc(llmi_backend *b, int num_blocks, llmi_status *st) {
     CU_CHECK(st, cudaSetDevice(im->device));
     CU_CHECK(st, cudaStreamSynchronize(im->stream));
     /* captured graphs hold the old cache's addresses and block count */
-    for (int k = 0; k < GRAPH_BUCKETS; k++) {
+    for (int k = 0; k < CUDA_GRAPH_BUCKETS; k++) {
         if (im->graphs[k].exec) CU_CHECK(st, cudaGraphExecDestroy(im->graphs[k].exec));
         im->graphs[k] = (cuda_graph_slot){0};
     }
@@ -208,6 +233,14 @@ static void cuda_memory(const llmi_backend *b, size_t *weights, size_t *kv, size
 static void dfree(void *p) {
     if (p) cudaFree(p);
 }
+static void hfree(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+static void linear_free(cuda_linear *w) {
+    dfree(w->dense);
+    dfree((void *)w->q4.q); dfree((void *)w->q4.scales); dfree((void *)w->q4.zeros); dfree((void *)w->q4.g_idx);
+}
 
 static void cuda_destroy(llmi_backend *b) {
     if (!b) return;
@@ -218,25 +251,30 @@ static void cuda_destroy(llmi_backend *b) {
         if (im->layers) {
             for (int l = 0; l < b->model->cfg.n_layers; l++) {
                 cuda_layer *L = &im->layers[l];
-                dfree(L->attn_norm); dfree(L->ffn_norm); dfree(L->w_qkv); dfree(L->b_qkv); dfree(L->b_o);
-                dfree(L->wo); dfree(L->w_gu); dfree(L->w_down);
+                dfree(L->attn_norm); dfree(L->ffn_norm); dfree(L->b_qkv); dfree(L->b_o);
+                for (int i = 0; i < 3; i++) linear_free(&L->qkv[i]);
+                for (int i = 0; i < 2; i++) linear_free(&L->gu[i]);
+                linear_free(&L->wo);
+                linear_free(&L->down);
             }
             free(im->layers);
         }
         if (im->lm_head != im->tok_embd) dfree(im->lm_head);
-        dfree(im->tok_embd); dfree(im->out_norm); dfree(im->inv_freq); dfree(im->kv);
+        dfree(im->tok_embd); dfree(im->out_norm); dfree(im->inv_freq); dfree(im->kv); dfree(im->i4_scratch);
         dfree(im->x); dfree(im->xn); dfree(im->qkv); dfree(im->att); dfree(im->delta); dfree(im->gu);
         dfree(im->act); dfree(im->lgn); dfree(im->logits); dfree(im->attn_work); dfree(im->meta_d);
-        if (im->meta_h) cudaFreeHost(im->meta_h);
-        free(im->plan_dec); free(im->plan_tiles); free(im->seq_maxpos);
+        hfree(im->meta_h);
+        free(im->plan_dec); free(im->plan_tiles); free(im->seq_maxpos); free(im->lp_slot);
+        hfree(im->sp_h); dfree(im->sp_d); hfree(im->tok_h); dfree(im->tok_d); hfree(im->hist_h); dfree(im->hist_d);
+        hfree(im->lp_h);
         if (im->events) {
             for (int i = 0; i <= im->prof_cap; i++) cudaEventDestroy(im->events[i]);
             free(im->events);
         }
         free(im->marks);
-        for (int k = 0; k < GRAPH_BUCKETS; k++)
+        for (int k = 0; k < CUDA_GRAPH_BUCKETS; k++)
             if (im->graphs[k].exec) cudaGraphExecDestroy(im->graphs[k].exec);
-        if (im->gmeta_h) cudaFreeHost(im->gmeta_h);
+        hfree(im->gmeta_h);
         dfree(im->gmeta_d);
         llmi_cuda_gemm_free(&im->gemm);
         if (im->stream) cudaStreamDestroy(im->stream);
@@ -256,6 +294,18 @@ static int check_model(const llmi_model *m, llmi_status *st) {
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: %d query heads per KV head is more than the 64 supported",
                          c->n_heads / c->n_kv_heads);
     return 0;
+}
+
+/* An int4 weight the W4A16 kernels can serve as it is (else it is converted to bf16). */
+static bool i4_servable(const llmi_tensor *t) {
+    return t->dtype == LLMI_I4G && t->cols % 8 == 0 && t->group_size > 0 && t->group_size % 8 == 0;
+}
+
+/* Linears of one fused group (q/k/v, gate/up) stay int4 only if all of them can. */
+static bool group_int4(const llmi_tensor *const *ts, int n) {
+    for (int i = 0; i < n; i++)
+        if (!i4_servable(ts[i])) return false;
+    return true;
 }
 
 typedef struct uploader {
@@ -282,34 +332,9 @@ static void uploader_free(uploader *u) {
             cudaEventSynchronize(u->done[i]);
             cudaEventDestroy(u->done[i]);
         }
-        if (u->host[i]) cudaFreeHost(u->host[i]);
+        hfree(u->host[i]);
         dfree(u->dev[i]);
     }
-}
-
-static int upload_i4g(cuda_impl *im, uploader *u, const llmi_tensor *t, void *dst, llmi_status *st);
-
-/* dst (t->rows, t->cols) in wdt <- t, streamed in whole-row chunks through the stages. */
-static int upload_tensor(cuda_impl *im, uploader *u, const llmi_tensor *t, void *dst, llmi_status *st) {
-    if (t->dtype == LLMI_I4G) return upload_i4g(im, u, t, dst, st);
-    size_t rb = t->row_bytes, out_rb = (size_t)t->cols * wdt_bytes(im->wdt);
-    if (rb > STAGE_BYTES)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: a weight row of %zu bytes exceeds the %zu-byte staging buffer",
-                         rb, (size_t)STAGE_BYTES);
-    int64_t rows_per = (int64_t)(STAGE_BYTES / rb);
-    for (int64_t r0 = 0; r0 < t->rows; r0 += rows_per) {
-        int64_t nr = t->rows - r0 < rows_per ? t->rows - r0 : rows_per;
-        int i = u->turn;
-        u->turn ^= 1;
-        CU_CHECK(st, cudaEventSynchronize(u->done[i]));
-        memcpy(u->host[i], (const char *)t->data + (size_t)r0 * rb, (size_t)nr * rb);
-        CU_CHECK(st, cudaMemcpyAsync(u->dev[i], u->host[i], (size_t)nr * rb, cudaMemcpyHostToDevice, im->stream));
-        CU_CHECK(st, llmi_cuda_dequant(u->dev[i], t->dtype, nr * t->cols, (char *)dst + (size_t)r0 * out_rb, im->wdt,
-                                       im->stream));
-        CU_CHECK(st, cudaEventRecord(u->done[i], im->stream));
-        u->bytes_in += (size_t)nr * rb;
-    }
-    return 0;
 }
 
 static int dalloc(cuda_impl *im, void **p, size_t bytes, size_t *counter, llmi_status *st) {
@@ -327,39 +352,107 @@ static int dalloc(cuda_impl *im, void **p, size_t bytes, size_t *counter, llmi_s
     return 0;
 }
 
-/* GPTQ/AWQ int4 (LLMI_I4G): nibbles, scales, zeros and g_idx go up as they are, the
- * int4_gemm.cu dequant writes the dense fp32 matrix, and that is rounded once to wdt.
- * (The forward then runs the dense GEMMs; the W4A16 kernels are not wired in yet.) */
-static int upload_i4g(cuda_impl *im, uploader *u, const llmi_tensor *t, void *dst, llmi_status *st) {
+static int check_i4g(const llmi_tensor *t, llmi_status *st) {
     if (!t->qscales || !t->qzeros || t->group_size <= 0 || t->n_groups <= 0 || t->cols % 2 ||
         (int64_t)t->n_groups * t->group_size < t->cols)
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: an int4 (I4G) weight lacks consistent scales/zeros/groups");
+    return 0;
+}
+
+/* Copies an int4 weight's parts to the device as they are: (*w) then serves it. */
+static int upload_i4g_parts(cuda_impl *im, const llmi_tensor *t, llmi_i4g_dev *w, size_t *counter, llmi_status *st) {
+    if (check_i4g(t, st)) return st->code;
     size_t qb = (size_t)t->rows * (size_t)t->cols / 2, gb = (size_t)t->n_groups * (size_t)t->rows;
-    size_t n = (size_t)t->rows * (size_t)t->cols;
-    void *q = NULL, *sc = NULL, *z = NULL, *gi = NULL, *tmp = NULL;
-    int rc = dalloc(im, &q, qb, NULL, st);
-    if (!rc) rc = dalloc(im, &sc, gb * 2, NULL, st);
-    if (!rc) rc = dalloc(im, &z, gb, NULL, st);
-    if (!rc && t->g_idx) rc = dalloc(im, &gi, (size_t)t->cols * 4, NULL, st);
-    if (!rc) rc = dalloc(im, &tmp, n * 4, NULL, st);
-    cudaError_t e = cudaSuccess;
-    if (!rc) {
-        if (e == cudaSuccess) e = cudaMemcpyAsync(q, t->data, qb, cudaMemcpyHostToDevice, im->stream);
-        if (e == cudaSuccess) e = cudaMemcpyAsync(sc, t->qscales, gb * 2, cudaMemcpyHostToDevice, im->stream);
-        if (e == cudaSuccess) e = cudaMemcpyAsync(z, t->qzeros, gb, cudaMemcpyHostToDevice, im->stream);
-        if (e == cudaSuccess && gi) e = cudaMemcpyAsync(gi, t->g_idx, (size_t)t->cols * 4, cudaMemcpyHostToDevice, im->stream);
-        llmi_i4g_dev w = {.q = q, .scales = sc, .zeros = z, .g_idx = gi, .rows = (int)t->rows, .cols = (int)t->cols,
-                          .group_size = t->group_size};
-        if (e == cudaSuccess) e = llmi_cuda_int4_dequant(&w, tmp, 0, im->stream);
-        if (e == cudaSuccess) e = llmi_cuda_dequant(tmp, LLMI_F32, (int64_t)n, dst, im->wdt, im->stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(im->stream);
-        if (e != cudaSuccess)
-            rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: uploading an int4 weight (%lldx%lld): %s",
-                           (long long)t->rows, (long long)t->cols, cudaGetErrorString(e));
+    void *q = NULL, *sc = NULL, *z = NULL, *gi = NULL;
+    *w = (llmi_i4g_dev){.rows = (int)t->rows, .cols = (int)t->cols, .group_size = t->group_size};
+    if (dalloc(im, &q, qb, counter, st)) return st->code;
+    w->q = q;
+    if (dalloc(im, &sc, gb * 2, counter, st)) return st->code;
+    w->scales = sc;
+    if (dalloc(im, &z, gb, counter, st)) return st->code;
+    w->zeros = z;
+    if (t->g_idx) {
+        if (dalloc(im, &gi, (size_t)t->cols * 4, counter, st)) return st->code;
+        w->g_idx = gi;
     }
-    u->bytes_in += qb + gb * 3;
-    dfree(q); dfree(sc); dfree(z); dfree(gi); dfree(tmp);
-    return rc;
+    /* from pageable memory: each call returns once its source is staged */
+    CU_CHECK(st, cudaMemcpyAsync(q, t->data, qb, cudaMemcpyHostToDevice, im->stream));
+    CU_CHECK(st, cudaMemcpyAsync(sc, t->qscales, gb * 2, cudaMemcpyHostToDevice, im->stream));
+    CU_CHECK(st, cudaMemcpyAsync(z, t->qzeros, gb, cudaMemcpyHostToDevice, im->stream));
+    if (gi) CU_CHECK(st, cudaMemcpyAsync(gi, t->g_idx, (size_t)t->cols * 4, cudaMemcpyHostToDevice, im->stream));
+    return 0;
+}
+
+/* dst (t->rows, t->cols) bf16 <- t: whole-row chunks through the stages and the dequant
+ * kernel; an int4 tensor (an embedding, or a linear the W4A16 kernels cannot take) through
+ * int4_gemm.cu's dequant. */
+static int upload_dense(cuda_impl *im, uploader *u, const llmi_tensor *t, void *dst, llmi_status *st) {
+    if (t->dtype == LLMI_I4G) {
+        llmi_i4g_dev w;
+        int rc = upload_i4g_parts(im, t, &w, NULL, st);
+        cudaError_t e = rc ? cudaSuccess : llmi_cuda_int4_dequant(&w, dst, WDT, im->stream);
+        if (!rc && e == cudaSuccess) e = cudaStreamSynchronize(im->stream);   /* before the parts are freed */
+        if (!rc && e != cudaSuccess)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: dequantizing an int4 weight (%lldx%lld): %s",
+                           (long long)t->rows, (long long)t->cols, cudaGetErrorString(e));
+        dfree((void *)w.q); dfree((void *)w.scales); dfree((void *)w.zeros); dfree((void *)w.g_idx);
+        u->bytes_in += cuda_weight_bytes(t, true);
+        return rc;
+    }
+    size_t rb = t->row_bytes, out_rb = (size_t)t->cols * WDT_BYTES;
+    if (rb > STAGE_BYTES)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: a weight row of %zu bytes exceeds the %zu-byte staging buffer",
+                         rb, (size_t)STAGE_BYTES);
+    int64_t rows_per = (int64_t)(STAGE_BYTES / rb);
+    for (int64_t r0 = 0; r0 < t->rows; r0 += rows_per) {
+        int64_t nr = t->rows - r0 < rows_per ? t->rows - r0 : rows_per;
+        int i = u->turn;
+        u->turn ^= 1;
+        CU_CHECK(st, cudaEventSynchronize(u->done[i]));
+        memcpy(u->host[i], (const char *)t->data + (size_t)r0 * rb, (size_t)nr * rb);
+        CU_CHECK(st, cudaMemcpyAsync(u->dev[i], u->host[i], (size_t)nr * rb, cudaMemcpyHostToDevice, im->stream));
+        CU_CHECK(st, llmi_cuda_dequant(u->dev[i], t->dtype, nr * t->cols, (char *)dst + (size_t)r0 * out_rb, WDT,
+                                       im->stream));
+        CU_CHECK(st, cudaEventRecord(u->done[i], im->stream));
+        u->bytes_in += (size_t)nr * rb;
+    }
+    return 0;
+}
+
+/* A group of linears (q/k/v or gate/up, n of them, or one alone): int4 parts each kept
+ * packed, or all of them stacked into one dense bf16 matrix in out[0]. */
+static int upload_linears(cuda_impl *im, uploader *u, const llmi_tensor *const *ts, int n, cuda_linear *out,
+                          int *n_out, llmi_status *st) {
+    if (group_int4(ts, n)) {
+        for (int i = 0; i < n; i++) {
+            out[i].rows = ts[i]->rows;
+            out[i].cols = ts[i]->cols;
+            size_t before = im->weight_bytes;
+            if (upload_i4g_parts(im, ts[i], &out[i].q4, &im->weight_bytes, st)) return st->code;
+            out[i].bytes = im->weight_bytes - before;
+            u->bytes_in += out[i].bytes;
+            size_t elems = (size_t)ts[i]->rows * (size_t)ts[i]->cols;
+            if (elems > im->i4_scratch_elems) im->i4_scratch_elems = elems;
+        }
+        *n_out = n;
+        return 0;
+    }
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        rows += ts[i]->rows;
+        im->i4_as_bf16 += ts[i]->dtype == LLMI_I4G;
+    }
+    out[0].rows = rows;
+    out[0].cols = ts[0]->cols;
+    out[0].bytes = (size_t)rows * (size_t)ts[0]->cols * WDT_BYTES;
+    if (dalloc(im, &out[0].dense, out[0].bytes, &im->weight_bytes, st)) return st->code;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (upload_dense(im, u, ts[i], (char *)out[0].dense + off, st)) return st->code;
+        off += (size_t)ts[i]->rows * (size_t)ts[i]->cols * WDT_BYTES;
+    }
+    *n_out = 1;
+    return 0;
 }
 
 static int upload_floats(cuda_impl *im, float **dst, const float *src, size_t n, llmi_status *st) {
@@ -376,37 +469,55 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static size_t weights_needed(const llmi_model *m, llmi_dtype wdt, bool tied) {
+/* Device bytes of the weights as load_weights will store them, and the largest int4
+ * linear (its dequant scratch for prefill GEMMs). */
+static size_t weights_needed(const llmi_model *m, bool tied, size_t *i4_max_elems) {
     const llmi_config *c = &m->cfg;
-    size_t e = wdt_bytes(wdt), dim = (size_t)c->dim, qd = (size_t)c->n_heads * c->head_dim;
-    size_t kvd = (size_t)c->n_kv_heads * c->head_dim, ffn = (size_t)c->ffn_dim;
-    size_t per_layer = ((qd + 2 * kvd) * dim + dim * qd + 2 * ffn * dim + dim * ffn) * e + 2 * dim * 4 +
-                       (c->qkv_bias ? (qd + 2 * kvd) * 4 : 0);
-    size_t embd = (size_t)c->n_vocab * dim * e;
-    return per_layer * (size_t)c->n_layers + embd * (tied ? 1 : 2) + dim * 4 + (size_t)c->head_dim * 2;
+    size_t dim = (size_t)c->dim, total = 0;
+    *i4_max_elems = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const llmi_layer *L = &m->layers[l];
+        const llmi_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->w_gate, &L->w_up};
+        const llmi_tensor *wo[1] = {&L->wo}, *dn[1] = {&L->w_down};
+        const llmi_tensor *const *groups[4] = {qkv, gu, wo, dn};
+        const int sizes[4] = {3, 2, 1, 1};
+        for (int g = 0; g < 4; g++) {
+            bool i4 = group_int4(groups[g], sizes[g]);
+            for (int i = 0; i < sizes[g]; i++) {
+                total += cuda_weight_bytes(groups[g][i], i4);
+                size_t elems = (size_t)groups[g][i]->rows * (size_t)groups[g][i]->cols;
+                if (i4 && elems > *i4_max_elems) *i4_max_elems = elems;
+            }
+        }
+        total += 2 * dim * 4 + (c->qkv_bias ? ((size_t)c->n_heads + 2 * (size_t)c->n_kv_heads) * c->head_dim * 4 : 0);
+    }
+    size_t embd = (size_t)c->n_vocab * dim * WDT_BYTES;
+    return total + embd * (tied ? 1 : 2) + dim * 4 + (size_t)c->head_dim * 2;
 }
 
-static size_t workspace_needed(const llmi_config *c, size_t T, size_t attn_floats, llmi_dtype wdt) {
-    size_t e = wdt_bytes(wdt), dim = (size_t)c->dim, qd = (size_t)c->n_heads * c->head_dim;
+static size_t workspace_needed(const llmi_config *c, size_t T, size_t attn_floats, size_t i4_elems) {
+    size_t e = WDT_BYTES, dim = (size_t)c->dim, qd = (size_t)c->n_heads * c->head_dim;
     size_t qkv = qd + 2 * (size_t)c->n_kv_heads * c->head_dim, ffn = (size_t)c->ffn_dim;
     size_t L = LOGIT_CHUNK < T ? LOGIT_CHUNK : T;
     return T * dim * 4 + T * dim * e + T * qkv * 4 + T * qd * e + T * dim * 4 + T * 2 * ffn * 4 + T * ffn * e +
-           L * dim * e + L * (size_t)c->n_vocab * 4 + attn_floats * 4 + GEMM_WORKSPACE + 2 * STAGE_BYTES;
+           L * dim * e + L * (size_t)c->n_vocab * 4 + attn_floats * 4 + GEMM_WORKSPACE + 2 * STAGE_BYTES +
+           i4_elems * e + T * (sizeof(llmi_cuda_sample_params) + 4);
 }
 
 static int load_weights(llmi_backend *b, cuda_impl *im, llmi_status *st) {
     const llmi_model *m = b->model;
     const llmi_config *c = &m->cfg;
-    size_t e = wdt_bytes(im->wdt), dim = (size_t)c->dim, ffn = (size_t)c->ffn_dim;
+    size_t dim = (size_t)c->dim;
     uploader u;
     int rc = uploader_init(&u, st);
     double t0 = now_s();
     bool tied = m->lm_head.data == m->tok_embd.data && m->lm_head.dtype == m->tok_embd.dtype;
-    if (!rc) rc = dalloc(im, &im->tok_embd, (size_t)c->n_vocab * dim * e, &im->weight_bytes, st);
-    if (!rc) rc = upload_tensor(im, &u, &m->tok_embd, im->tok_embd, st);
+    size_t embd_bytes = (size_t)c->n_vocab * dim * WDT_BYTES;
+    if (!rc) rc = dalloc(im, &im->tok_embd, embd_bytes, &im->weight_bytes, st);
+    if (!rc) rc = upload_dense(im, &u, &m->tok_embd, im->tok_embd, st);
     if (!rc && tied) im->lm_head = im->tok_embd;
-    if (!rc && !tied) rc = dalloc(im, &im->lm_head, (size_t)c->n_vocab * dim * e, &im->weight_bytes, st);
-    if (!rc && !tied) rc = upload_tensor(im, &u, &m->lm_head, im->lm_head, st);
+    if (!rc && !tied) rc = dalloc(im, &im->lm_head, embd_bytes, &im->weight_bytes, st);
+    if (!rc && !tied) rc = upload_dense(im, &u, &m->lm_head, im->lm_head, st);
     if (!rc) rc = upload_floats(im, &im->out_norm, m->out_norm, dim, st);
     if (!rc && !(im->layers = calloc((size_t)c->n_layers, sizeof *im->layers)))
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
@@ -414,12 +525,12 @@ static int load_weights(llmi_backend *b, cuda_impl *im, llmi_status *st) {
         const llmi_layer *L = &m->layers[l];
         cuda_layer *D = &im->layers[l];
         size_t qd = (size_t)im->q_dim, kvd = (size_t)im->kv_dim;
+        const llmi_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->w_gate, &L->w_up};
+        const llmi_tensor *wo[1] = {&L->wo}, *dn[1] = {&L->w_down};
+        int one = 0;
         rc = upload_floats(im, &D->attn_norm, L->attn_norm, dim, st);
         if (!rc) rc = upload_floats(im, &D->ffn_norm, L->ffn_norm, dim, st);
-        if (!rc) rc = dalloc(im, &D->w_qkv, (size_t)im->qkv_dim * dim * e, &im->weight_bytes, st);
-        if (!rc) rc = upload_tensor(im, &u, &L->wq, D->w_qkv, st);
-        if (!rc) rc = upload_tensor(im, &u, &L->wk, (char *)D->w_qkv + qd * dim * e, st);
-        if (!rc) rc = upload_tensor(im, &u, &L->wv, (char *)D->w_qkv + (qd + kvd) * dim * e, st);
+        if (!rc) rc = upload_linears(im, &u, qkv, 3, D->qkv, &D->n_qkv, st);
         if (!rc && (L->bq || L->bk || L->bv)) {
             /* a missing part of the bias is zero */
             float *hb = calloc((size_t)im->qkv_dim, sizeof(float));
@@ -431,29 +542,30 @@ static int load_weights(llmi_backend *b, cuda_impl *im, llmi_status *st) {
             if (L->bk) memcpy(hb + qd, L->bk, kvd * sizeof(float));
             if (L->bv) memcpy(hb + qd + kvd, L->bv, kvd * sizeof(float));
             rc = upload_floats(im, &D->b_qkv, hb, (size_t)im->qkv_dim, st);
+            /* the copy above returns once hb is staged */
             free(hb);
         }
         if (!rc && L->bo) rc = upload_floats(im, &D->b_o, L->bo, (size_t)dim, st);
-        if (!rc) rc = dalloc(im, &D->wo, dim * qd * e, &im->weight_bytes, st);
-        if (!rc) rc = upload_tensor(im, &u, &L->wo, D->wo, st);
-        if (!rc) rc = dalloc(im, &D->w_gu, 2 * ffn * dim * e, &im->weight_bytes, st);
-        if (!rc) rc = upload_tensor(im, &u, &L->w_gate, D->w_gu, st);
-        if (!rc) rc = upload_tensor(im, &u, &L->w_up, (char *)D->w_gu + ffn * dim * e, st);
-        if (!rc) rc = dalloc(im, &D->w_down, dim * ffn * e, &im->weight_bytes, st);
-        if (!rc) rc = upload_tensor(im, &u, &L->w_down, D->w_down, st);
+        if (!rc) rc = upload_linears(im, &u, wo, 1, &D->wo, &one, st);
+        if (!rc) rc = upload_linears(im, &u, gu, 2, D->gu, &D->n_gu, st);
+        if (!rc) rc = upload_linears(im, &u, dn, 1, &D->down, &one, st);
     }
     if (!rc && cudaStreamSynchronize(im->stream) != cudaSuccess)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: weight upload failed: %s", cudaGetErrorString(cudaGetLastError()));
     double dt = now_s() - t0;
+    if (!rc && im->i4_as_bf16)
+        fprintf(stderr, "cuda: %d int4 weights stored as bf16 (the W4A16 kernels need widths and group sizes that are "
+                "multiples of 8, for a whole q/k/v or gate/up group)\n", im->i4_as_bf16);
     if (!rc)
-        fprintf(stderr, "cuda: loaded %.2f GB of weights (%.2f GB as %s on GPU) in %.2f s, %.2f GB/s\n",
-                u.bytes_in / 1e9, im->weight_bytes / 1e9, dtype_name(im->wdt), dt, dt > 0 ? u.bytes_in / 1e9 / dt : 0.0);
+        fprintf(stderr, "cuda: loaded %.2f GB of weights (%.2f GB on GPU: bf16%s) in %.2f s, %.2f GB/s\n",
+                u.bytes_in / 1e9, im->weight_bytes / 1e9, im->i4_scratch_elems ? ", int4 linears kept packed" : "",
+                dt, dt > 0 ? u.bytes_in / 1e9 / dt : 0.0);
     uploader_free(&u);
     return rc;
 }
 
 static int alloc_workspaces(cuda_impl *im, const llmi_config *c, llmi_status *st) {
-    size_t T = (size_t)im->max_tokens, e = wdt_bytes(im->wdt), dim = (size_t)c->dim, ffn = (size_t)c->ffn_dim;
+    size_t T = (size_t)im->max_tokens, e = WDT_BYTES, dim = (size_t)c->dim, ffn = (size_t)c->ffn_dim;
     size_t L = LOGIT_CHUNK < T ? LOGIT_CHUNK : T;
     size_t *a = &im->act_bytes;
     if (dalloc(im, (void **)&im->x, T * dim * 4, a, st) || dalloc(im, &im->xn, T * dim * e, a, st) ||
@@ -461,13 +573,19 @@ static int alloc_workspaces(cuda_impl *im, const llmi_config *c, llmi_status *st
         dalloc(im, &im->att, T * (size_t)im->q_dim * e, a, st) || dalloc(im, (void **)&im->delta, T * dim * 4, a, st) ||
         dalloc(im, (void **)&im->gu, T * 2 * ffn * 4, a, st) || dalloc(im, &im->act, T * ffn * e, a, st) ||
         dalloc(im, &im->lgn, L * dim * e, a, st) || dalloc(im, (void **)&im->logits, L * (size_t)c->n_vocab * 4, a, st) ||
-        dalloc(im, (void **)&im->attn_work, im->attn_work_floats * 4, a, st))
+        dalloc(im, (void **)&im->attn_work, im->attn_work_floats * 4, a, st) ||
+        dalloc(im, &im->i4_scratch, im->i4_scratch_elems * e, a, st) ||
+        dalloc(im, (void **)&im->sp_d, T * sizeof(llmi_cuda_sample_params), a, st) ||
+        dalloc(im, (void **)&im->tok_d, T * sizeof(int32_t), a, st))
         return st->code;
     im->act_bytes += GEMM_WORKSPACE;
+    CU_CHECK(st, cudaMallocHost((void **)&im->sp_h, T * sizeof(llmi_cuda_sample_params)));
+    CU_CHECK(st, cudaMallocHost((void **)&im->tok_h, T * sizeof(int32_t)));
     im->plan_dec = malloc(T * sizeof(int32_t));
     im->plan_tiles = malloc(2 * T * sizeof(int32_t));
     im->seq_maxpos = malloc((size_t)im->max_seqs * sizeof(int32_t));
-    if (!im->plan_dec || !im->plan_tiles || !im->seq_maxpos)
+    im->lp_slot = malloc(T * sizeof(int32_t));
+    if (!im->plan_dec || !im->plan_tiles || !im->seq_maxpos || !im->lp_slot)
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
     float *h = malloc((size_t)c->head_dim / 2 * sizeof(float));
     if (!h) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
@@ -479,14 +597,8 @@ static int alloc_workspaces(cuda_impl *im, const llmi_config *c, llmi_status *st
     return rc;
 }
 
-static int bucket_of(int n) {
-    int b = 1;
-    while (b < n) b <<= 1;
-    return b;
-}
-
-/* Layout of bucket B's region (int32 offsets from its start): tok | pos | slot | seq |
- * lr | dec (B each) | block tables (B, gmbps). */
+/* Layout of bucket B's region (int32 offsets from its start): tok | pos | slot (written
+ * every step) | seq | lr | dec (0..B-1, written once) | block tables (B, gmbps). */
 static size_t graph_region_ints(int B, int gmbps) { return (size_t)B * (6 + (size_t)gmbps); }
 
 /* Sizes the decode-graph buckets and their fixed index regions (graphs stay off when
@@ -496,12 +608,11 @@ static int graphs_init(llmi_backend *b, cuda_impl *im, llmi_status *st) {
     int cap = im->max_seqs < im->max_tokens ? im->max_seqs : im->max_tokens;
     if (cap > LOGIT_CHUNK) cap = LOGIT_CHUNK;
     int maxb = 1;
-    while (maxb * 2 <= cap && maxb * 2 <= (1 << (GRAPH_BUCKETS - 1))) maxb *= 2;
-    int ctx = b->model->cfg.max_ctx > 0 ? b->model->cfg.max_ctx : 4096;
-    im->graph_mbps = (ctx + b->opts.block_size - 1) / b->opts.block_size;
+    while (maxb * 2 <= cap && maxb * 2 <= CUDA_GRAPH_MAX) maxb *= 2;
+    im->graph_mbps = cuda_graph_stride(b->opts.max_ctx, b->model->cfg.max_ctx, b->opts.block_size);
     im->graph_max_bucket = maxb;
     size_t total = 0;
-    for (int k = 0; k < GRAPH_BUCKETS && (1 << k) <= maxb; k++) {
+    for (int k = 0; k < CUDA_GRAPH_BUCKETS && (1 << k) <= maxb; k++) {
         im->graph_region_off[k] = total;
         total += graph_region_ints(1 << k, im->graph_mbps);
     }
@@ -523,18 +634,18 @@ static int check_batch(const llmi_backend *b, const llmi_batch *bt, llmi_status 
     return batch_check(bt, &lim, im->seq_maxpos, st);
 }
 
-/* Grows the packed index buffers to hold n int32s (between forwards: the stream is idle). */
-static int meta_reserve(cuda_impl *im, size_t n, llmi_status *st) {
-    if (n <= im->meta_cap) return 0;
-    size_t cap = n + n / 2 + 1024;
-    if (im->meta_h) CU_CHECK(st, cudaFreeHost(im->meta_h));
-    im->meta_h = NULL;
-    dfree(im->meta_d);
-    im->meta_d = NULL;
-    im->meta_cap = 0;
-    CU_CHECK(st, cudaMallocHost((void **)&im->meta_h, cap * sizeof(int32_t)));
-    CU_CHECK(st, cudaMalloc((void **)&im->meta_d, cap * sizeof(int32_t)));
-    im->meta_cap = cap;
+/* Grows a pinned host buffer and its device twin to hold n elements of esz bytes (between
+ * forwards: the stream is idle). */
+static int pair_reserve(cuda_impl *im, void **h, void **d, size_t *cap, size_t n, size_t esz, llmi_status *st) {
+    if (n <= *cap) return 0;
+    size_t c = n + n / 2 + 1024;
+    hfree(*h);
+    dfree(*d);
+    *h = *d = NULL;
+    *cap = 0;
+    CU_CHECK(st, cudaMallocHost(h, c * esz));
+    if (dalloc(im, d, c * esz, NULL, st)) return st->code;
+    *cap = c;
     return 0;
 }
 
@@ -542,7 +653,7 @@ static int meta_reserve(cuda_impl *im, size_t n, llmi_status *st) {
 static int prof_start(llmi_backend *b, cuda_impl *im, llmi_status *st) {
     if (!b->profiling) return 0;
     if (!im->events) {
-        int cap = b->model->cfg.n_layers * 12 + 64 + 2 * (im->max_tokens / LOGIT_CHUNK + 1);
+        int cap = b->model->cfg.n_layers * 16 + 64 + 3 * (im->max_tokens / LOGIT_CHUNK + 1);
         im->events = calloc((size_t)cap + 1, sizeof(cudaEvent_t));
         im->marks = calloc((size_t)cap, sizeof(cuda_prof_mark));
         if (!im->events || !im->marks) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
@@ -574,57 +685,105 @@ static int prof_collect(llmi_backend *b, cuda_impl *im, llmi_status *st) {
     return 0;
 }
 
-/* GEMM weights and inputs are both in the weight dtype (e bytes), outputs fp32. */
-static llmi_op_cost gemm_cost(int64_t rows, int64_t cols, int n, size_t e) {
-    return cost_matmul(rows, cols, (double)rows * (double)cols * (double)e, n, e);
-}
-
-#define K_CHECK(st, call) CU_CHECK(st, call)
-#define GEMM(w, rows, cols, x, n, y)                                                     \
-    do {                                                                                 \
-        if (llmi_cuda_gemm_run(&im->gemm, (w), (rows), (cols), (x), (n), (y), im->stream, st)) \
-            return st->code;                                                             \
-    } while (0)
 #define MARK(cls, cost)                                           \
     do {                                                          \
         if (prof_mark(b, im, (cls), (cost), st)) return st->code; \
     } while (0)
 
+/* y (n, ldy), columns [0, w->rows) = x (n, w->cols) bf16 @ W^T, by the kernel that suits
+ * the weight and the batch. */
+static int linear_run(cuda_impl *im, const cuda_linear *w, const void *x, int n, float *y, int ldy, llmi_status *st) {
+    const void *dense = w->dense;
+    if (!dense) {
+        cuda_i4_path path = cuda_i4_choose(n);
+        if (path != CUDA_I4_DEQUANT_GEMM) {
+            CU_CHECK(st, llmi_cuda_int4_matmul(&w->q4, x, WDT, n, NULL, y, ldy, im->stream));
+            return 0;
+        }
+        CU_CHECK(st, llmi_cuda_int4_dequant(&w->q4, im->i4_scratch, WDT, im->stream));
+        dense = im->i4_scratch;
+    }
+    return llmi_cuda_gemm_run(&im->gemm, dense, w->rows, w->cols, x, n, cuda_gemm_bucket(n), y, ldy, im->stream, st);
+}
+
+/* A group's linears into one output buffer: dense groups are one fused matrix; int4 parts
+ * each write their own columns of y (n, ldy). */
+static int linears_run(cuda_impl *im, const cuda_linear *ws, int n_ws, const void *x, int n, float *y, int ldy,
+                       llmi_status *st) {
+    int64_t col = 0;
+    for (int i = 0; i < n_ws; i++) {
+        if (linear_run(im, &ws[i], x, n, y + col, ldy, st)) return st->code;
+        col += ws[i].rows;
+    }
+    return 0;
+}
+
+/* Weights as stored (bf16, or int4 packed), inputs bf16, outputs fp32. */
+static llmi_op_cost linears_cost(const cuda_linear *ws, int n_ws, int n) {
+    llmi_op_cost c = {0};
+    for (int i = 0; i < n_ws; i++) {
+        llmi_op_cost k = cost_matmul(ws[i].rows, ws[i].cols, (double)ws[i].bytes, n, WDT_BYTES);
+        c.bytes += k.bytes;
+        c.flops += k.flops;
+    }
+    return c;
+}
+
 /* The device-side view of one forward: where its index arrays live and how the work is
- * split.  An eager forward points into meta_d; a graph replay into its bucket's fixed
- * region of gmeta_d, so a captured graph's kernel arguments stay valid. */
+ * split, and what happens to the logit rows.  An eager forward points into meta_d; a
+ * graph replay into its bucket's fixed region of gmeta_d, so a captured graph's kernel
+ * arguments stay valid. */
 typedef struct fwd_plan {
     int n, nl, n_dec, n_tiles, n_splits, max_blocks_per_seq;
     const int32_t *tok, *pos, *slot, *seq, *bt, *lr, *dec, *tiles;   /* device */
     double ctx_sum;           /* attended positions summed over tokens (stats) */
-    float *host_logits;       /* (nl, n_vocab) copied out per chunk; NULL: leave in im->logits */
+    float *host_logits;       /* (nl, n_vocab) host: every logit row copied here, or NULL */
+    const llmi_sample_row *rows;   /* (nl) host: sample every logit row on the device, or NULL */
 } fwd_plan;
 
+/* After lm_head wrote logit rows [r0, r0 + cnt) into im->logits: the copies the host
+ * asked for (all rows, or the raw rows of requests that want logprobs, before the sampler
+ * penalises them in place), then the device sampler on those rows. */
+static int logits_out(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int r0, int cnt, llmi_status *st) {
+    const size_t V = (size_t)b->model->cfg.n_vocab;
+    if (f->host_logits)
+        CU_CHECK(st, cudaMemcpyAsync(f->host_logits + (size_t)r0 * V, im->logits, (size_t)cnt * V * sizeof(float),
+                                     cudaMemcpyDeviceToHost, im->stream));
+    if (!f->rows) return 0;
+    for (int i = 0; i < cnt; i++)
+        if (im->lp_slot[r0 + i] >= 0)
+            CU_CHECK(st, cudaMemcpyAsync(im->lp_h + (size_t)im->lp_slot[r0 + i] * V, im->logits + (size_t)i * V,
+                                         V * sizeof(float), cudaMemcpyDeviceToHost, im->stream));
+    CU_CHECK(st, llmi_cuda_sample(im->logits, cnt, (int)V, im->sp_d + r0, im->hist_d, im->tok_d + r0, im->stream));
+    MARK(LLMI_OP_SAMPLE, ((llmi_op_cost){.bytes = (double)cnt * V * 4.0}));
+    return 0;
+}
+
 /* Everything between the index upload and the logits: enqueued on im->stream only, so it
- * can be captured into a graph. */
+ * can be captured into a graph (then with neither host_logits nor rows). */
 static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_status *st) {
     const llmi_config *c = &b->model->cfg;
     const int n = f->n, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim,
               qd = im->q_dim, kvd = im->kv_dim, W = im->qkv_dim;
-    const size_t e = wdt_bytes(im->wdt), esz = kv_dtype_row_bytes(b->opts.kv_dtype, 1);   /* f32/f16/bf16 */
+    const size_t e = WDT_BYTES, esz = kv_dtype_row_bytes(b->opts.kv_dtype, 1);   /* f32/f16/bf16 */
     const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * (size_t)kvd * esz;   /* one of K or V */
 
-    K_CHECK(st, llmi_cuda_embed(im->tok_embd, im->wdt, c->n_vocab, dim, f->tok, n, im->x, im->stream));
+    CU_CHECK(st, llmi_cuda_embed(im->tok_embd, WDT, c->n_vocab, dim, f->tok, n, im->x, im->stream));
     MARK(LLMI_OP_EMBED, cost_embed(n, dim, (double)dim * e, sizeof(float)));
 
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &im->layers[l];
-        K_CHECK(st, llmi_cuda_add_rmsnorm(im->x, l == 0 ? NULL : im->delta, L->attn_norm, NULL, n, dim, c->norm_eps,
-                                          im->xn, im->wdt, im->stream));
+        CU_CHECK(st, llmi_cuda_add_rmsnorm(im->x, l == 0 ? NULL : im->delta, L->attn_norm, NULL, n, dim, c->norm_eps,
+                                           im->xn, WDT, im->stream));
         MARK(LLMI_OP_NORM, cost_rmsnorm(n, dim, l > 0, e));
 
-        GEMM(L->w_qkv, W, dim, im->xn, n, im->qkv);
-        if (L->b_qkv) K_CHECK(st, llmi_cuda_add_bias(im->qkv, W, L->b_qkv, n, W, im->stream));
-        MARK(LLMI_OP_QKV, gemm_cost(W, dim, n, e));
+        if (linears_run(im, L->qkv, L->n_qkv, im->xn, n, im->qkv, W, st)) return st->code;
+        if (L->b_qkv) CU_CHECK(st, llmi_cuda_add_bias(im->qkv, W, L->b_qkv, n, W, im->stream));
+        MARK(LLMI_OP_QKV, linears_cost(L->qkv, L->n_qkv, n));
 
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
-        K_CHECK(st, llmi_cuda_rope_kv(im->qkv, W, im->qkv + qd, W, im->qkv + qd + kvd, W, f->pos, f->slot, n, nh, nkv,
-                                      hd, im->inv_freq, kc, vc, b->opts.kv_dtype, im->stream));
+        CU_CHECK(st, llmi_cuda_rope_kv(im->qkv, W, im->qkv + qd, W, im->qkv + qd + kvd, W, f->pos, f->slot, n, nh, nkv,
+                                       hd, im->inv_freq, kc, vc, b->opts.kv_dtype, im->stream));
         MARK(LLMI_OP_ROPE_KV, cost_rope_kv(n, qd, kvd, esz));
 
         llmi_cuda_attn a = {
@@ -632,49 +791,51 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
             .positions = f->pos, .seq_of_token = f->seq, .block_tables = f->bt,
             .max_blocks_per_seq = f->max_blocks_per_seq, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
             .block_size = b->opts.block_size, .scale = 1.0f / sqrtf((float)hd), .out = im->att, .out_stride = qd,
-            .out_dt = im->wdt,
+            .out_dt = WDT,
         };
-        K_CHECK(st, llmi_cuda_attn_decode(&a, f->dec, f->n_dec, f->n_splits, im->attn_work, im->stream));
-        K_CHECK(st, llmi_cuda_attn_prefill(&a, f->tiles, f->n_tiles, im->stream));
+        CU_CHECK(st, llmi_cuda_attn_decode(&a, f->dec, f->n_dec, f->n_splits, im->attn_work, im->stream));
+        CU_CHECK(st, llmi_cuda_attn_prefill(&a, f->tiles, f->n_tiles, im->stream));
         MARK(LLMI_OP_ATTN, cost_attention(f->ctx_sum, n, qd, kvd, esz, e));
 
-        GEMM(L->wo, dim, qd, im->att, n, im->delta);
-        if (L->b_o) K_CHECK(st, llmi_cuda_add_bias(im->delta, dim, L->b_o, n, dim, im->stream));
-        MARK(LLMI_OP_O_PROJ, gemm_cost(dim, qd, n, e));
+        if (linear_run(im, &L->wo, im->att, n, im->delta, dim, st)) return st->code;
+        if (L->b_o) CU_CHECK(st, llmi_cuda_add_bias(im->delta, dim, L->b_o, n, dim, im->stream));
+        MARK(LLMI_OP_O_PROJ, linears_cost(&L->wo, 1, n));
 
-        K_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, L->ffn_norm, NULL, n, dim, c->norm_eps, im->xn, im->wdt,
-                                          im->stream));
+        CU_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, L->ffn_norm, NULL, n, dim, c->norm_eps, im->xn, WDT,
+                                           im->stream));
         MARK(LLMI_OP_NORM, cost_rmsnorm(n, dim, true, e));
 
-        GEMM(L->w_gu, 2 * (int64_t)ffn, dim, im->xn, n, im->gu);
-        MARK(LLMI_OP_MLP_UP, gemm_cost(2 * (int64_t)ffn, dim, n, e));
+        if (linears_run(im, L->gu, L->n_gu, im->xn, n, im->gu, 2 * ffn, st)) return st->code;
+        MARK(LLMI_OP_MLP_UP, linears_cost(L->gu, L->n_gu, n));
 
-        K_CHECK(st, llmi_cuda_swiglu(im->gu, im->gu + ffn, 2 * ffn, n, ffn, im->act, im->wdt, im->stream));
+        CU_CHECK(st, llmi_cuda_swiglu(im->gu, im->gu + ffn, 2 * ffn, n, ffn, im->act, WDT, im->stream));
         MARK(LLMI_OP_ACT, cost_swiglu(n, ffn, e));
 
-        GEMM(L->w_down, dim, ffn, im->act, n, im->delta);
-        MARK(LLMI_OP_MLP_DOWN, gemm_cost(dim, ffn, n, e));
+        if (linear_run(im, &L->down, im->act, n, im->delta, dim, st)) return st->code;
+        MARK(LLMI_OP_MLP_DOWN, linears_cost(&L->down, 1, n));
     }
 
     /* Only the rows that need logits get the final residual add, norm and lm_head. */
     for (int r0 = 0; r0 < f->nl; r0 += LOGIT_CHUNK) {
         int cnt = f->nl - r0 < LOGIT_CHUNK ? f->nl - r0 : LOGIT_CHUNK;
-        K_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, im->out_norm, f->lr + r0, cnt, dim, c->norm_eps, im->lgn,
-                                          im->wdt, im->stream));
+        CU_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, im->out_norm, f->lr + r0, cnt, dim, c->norm_eps, im->lgn,
+                                           WDT, im->stream));
         MARK(LLMI_OP_NORM, cost_rmsnorm(cnt, dim, true, e));
-        GEMM(im->lm_head, c->n_vocab, dim, im->lgn, cnt, im->logits);
-        if (f->host_logits)
-            CU_CHECK(st, cudaMemcpyAsync(f->host_logits + (size_t)r0 * c->n_vocab, im->logits,
-                                         (size_t)cnt * c->n_vocab * sizeof(float), cudaMemcpyDeviceToHost, im->stream));
-        MARK(LLMI_OP_LM_HEAD, gemm_cost(c->n_vocab, dim, cnt, e));
+        if (llmi_cuda_gemm_run(&im->gemm, im->lm_head, c->n_vocab, dim, im->lgn, cnt, cuda_gemm_bucket(cnt), im->logits,
+                               c->n_vocab, im->stream, st))
+            return st->code;
+        MARK(LLMI_OP_LM_HEAD, cost_matmul(c->n_vocab, dim, (double)c->n_vocab * dim * e, cnt, e));
+        if ((f->host_logits || f->rows) && logits_out(b, im, f, r0, cnt, st)) return st->code;
     }
     return 0;
 }
 
-static int forward_eager(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, float *logits, llmi_status *st) {
+static int forward_eager(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, fwd_plan f, llmi_status *st) {
     const llmi_config *c = &b->model->cfg;
     const int n = bt->n_tokens, nl = bt->n_logits;
-    fwd_plan f = {.n = n, .nl = nl, .max_blocks_per_seq = bt->max_blocks_per_seq, .host_logits = logits};
+    f.n = n;
+    f.nl = nl;
+    f.max_blocks_per_seq = bt->max_blocks_per_seq;
     int max_pos = 0;
     llmi_cuda_attn_plan(bt, c->head_dim, im->plan_dec, &f.n_dec, im->plan_tiles, &f.n_tiles, &max_pos);
     f.n_splits = llmi_cuda_attn_splits(f.n_dec, c->n_kv_heads, c->n_heads, c->head_dim, max_pos, im->n_sms,
@@ -682,10 +843,12 @@ static int forward_eager(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, f
     for (int i = 0; i < n; i++) f.ctx_sum += bt->positions[i] + 1;
 
     /* one upload of every index array: tokens | positions | slots | seq_of_token |
-     * block_tables | logit_rows | decode list | tiles */
+     * block_tables (the step's widest table: only columns in use) | logit_rows | decode
+     * list | tiles */
     size_t nbt = (size_t)bt->n_seqs * bt->max_blocks_per_seq;
     size_t total = 4 * (size_t)n + nbt + (size_t)nl + (size_t)f.n_dec + 2 * (size_t)f.n_tiles;
-    if (meta_reserve(im, total, st)) return st->code;
+    if (pair_reserve(im, (void **)&im->meta_h, (void **)&im->meta_d, &im->meta_cap, total, sizeof(int32_t), st))
+        return st->code;
     int32_t *h = im->meta_h;
     size_t o_pos = n, o_slot = 2 * (size_t)n, o_seq = 3 * (size_t)n, o_bt = 4 * (size_t)n;
     size_t o_lr = o_bt + nbt, o_dec = o_lr + nl, o_tiles = o_dec + f.n_dec;
@@ -703,32 +866,25 @@ static int forward_eager(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, f
     f.tok = d; f.pos = d + o_pos; f.slot = d + o_slot; f.seq = d + o_seq; f.bt = d + o_bt;
     f.lr = d + o_lr; f.dec = d + o_dec; f.tiles = d + o_tiles;
     MARK(LLMI_OP_HOST, ((llmi_op_cost){.bytes = total * 4.0}));
-    if (forward_body(b, im, &f, st)) return st->code;
-    CU_CHECK(st, cudaStreamSynchronize(im->stream));
-    return prof_collect(b, im, st);
+    return forward_body(b, im, &f, st);
 }
 
 /* ---- CUDA graphs for pure-decode batches ----
  * A batch of B sequences with one token each (the steady state of serving) runs as the
  * graph of its bucket (the next power of two >= B), padded with harmless rows: token 0 at
- * position 0 of block 0, slot -1 (no KV write), no logits wanted.  The graph is captured
- * the second time a bucket is seen (the first runs eager and warms the GEMM heuristics);
- * its index arrays live at fixed addresses in gmeta_d with a fixed block-table stride, and
- * the split count is fixed per bucket (the decode kernel splits each token's own context). */
+ * position 0 of block 0, slot -1 (no KV write).  The first batch of a bucket runs eagerly:
+ * its GEMMs key the algorithm cache by the same bucket (cuda_gemm_bucket), so that run
+ * asks cuBLASLt for exactly the algorithms the graph then captures.  The second is
+ * captured.  Index arrays live at fixed addresses in gmeta_d with a fixed block-table
+ * stride (the engine's context); each step uploads tokens, positions, slots and only the
+ * table columns in use (a 2D copy into the strided table).  The decode attention splits
+ * each token's own context by a per-bucket split count.  Sampling and the logit copies run
+ * after the replay, outside the graph. */
 
-static bool graph_eligible(const llmi_backend *b, const cuda_impl *im, const llmi_batch *bt) {
-    if (!im->graphs_on || b->profiling || bt->n_tokens != bt->n_seqs || bt->n_logits != bt->n_tokens) return false;
-    if (bucket_of(bt->n_tokens) > im->graph_max_bucket) return false;
-    for (int i = 0; i < bt->n_tokens; i++) {
-        if (bt->logit_rows[i] != i || bt->positions[i] / b->opts.block_size >= im->graph_mbps) return false;
-    }
-    return true;   /* check_batch has seen that sequence i owns exactly token i */
-}
-
-static int graph_forward(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, float *logits, bool *done,
+static int graph_forward(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, const fwd_plan *outer, bool *done,
                          llmi_status *st) {
     const llmi_config *c = &b->model->cfg;
-    const int n = bt->n_tokens, B = bucket_of(n), k = __builtin_ctz((unsigned)B), gm = im->graph_mbps;
+    const int n = bt->n_tokens, B = cuda_graph_bucket(n), k = __builtin_ctz((unsigned)B), gm = im->graph_mbps;
     cuda_graph_slot *g = &im->graphs[k];
     *done = false;
     if (g->failed) return 0;
@@ -738,30 +894,33 @@ static int graph_forward(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, f
     }
     size_t off = im->graph_region_off[k];
     int32_t *h = im->gmeta_h + off, *d = im->gmeta_d + off;
-    int32_t *tok = h, *pos = h + B, *slot = h + 2 * B, *seq = h + 3 * B, *lr = h + 4 * B, *dec = h + 5 * B;
-    int32_t *tab = h + 6 * B;
+    int32_t *tok = h, *pos = h + B, *slot = h + 2 * B, *tab = h + 6 * B;
     for (int i = 0; i < B; i++) {
         bool real = i < n;
         tok[i] = real ? bt->tokens[i] : 0;
         pos[i] = real ? bt->positions[i] : 0;
         slot[i] = real ? bt->slot_mapping[i] : -1;
-        seq[i] = i;
-        lr[i] = i;
-        dec[i] = i;
-        int32_t *row = tab + (size_t)i * gm;
-        memset(row, 0, (size_t)gm * sizeof(int32_t));
-        if (real) {
-            int need = bt->positions[i] / b->opts.block_size + 1;
-            memcpy(row, bt->block_tables + (size_t)i * bt->max_blocks_per_seq, (size_t)need * sizeof(int32_t));
-        }
+    }
+    /* columns in use: every real row's table reaches its position (batch_check), and
+     * eligibility keeps positions inside the stride; padding rows need column 0 only */
+    const int W = bt->max_blocks_per_seq < gm ? bt->max_blocks_per_seq : gm;
+    for (int i = 0; i < B; i++) {
+        if (i < n) memcpy(tab + (size_t)i * W, bt->block_tables + (size_t)i * bt->max_blocks_per_seq, (size_t)W * 4);
+        else memset(tab + (size_t)i * W, 0, (size_t)W * 4);
     }
     fwd_plan f = {.n = B, .nl = B, .n_dec = B, .n_tiles = 0, .max_blocks_per_seq = gm, .tok = d, .pos = d + B,
                   .slot = d + 2 * B, .seq = d + 3 * B, .lr = d + 4 * B, .dec = d + 5 * B, .bt = d + 6 * B,
-                  .tiles = d, .host_logits = NULL};
+                  .tiles = d};
     f.n_splits = llmi_cuda_attn_splits(B, c->n_kv_heads, c->n_heads, c->head_dim, gm * b->opts.block_size - 1,
                                        im->n_sms, im->attn_work_floats);
-    CU_CHECK(st, cudaMemcpyAsync(d, h, graph_region_ints(B, gm) * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
+    CU_CHECK(st, cudaMemcpyAsync(d, h, 3 * (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
+    CU_CHECK(st, cudaMemcpy2DAsync(d + 6 * B, (size_t)gm * 4, tab, (size_t)W * 4, (size_t)W * 4, (size_t)B,
+                                   cudaMemcpyHostToDevice, im->stream));
     if (!g->exec) {
+        /* the constant part of the region: every row its own sequence, logit row, decode token */
+        for (int i = 0; i < B; i++) h[3 * B + i] = h[4 * B + i] = h[5 * B + i] = i;
+        CU_CHECK(st, cudaMemcpyAsync(d + 3 * B, h + 3 * B, 3 * (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                     im->stream));
         /* capture; any failure turns graphs off for this bucket and the step runs eager */
         CU_CHECK(st, cudaStreamSynchronize(im->stream));
         llmi_status cst = {0};
@@ -781,26 +940,93 @@ static int graph_forward(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, f
         }
     }
     CU_CHECK(st, cudaGraphLaunch(g->exec, im->stream));
-    CU_CHECK(st, cudaMemcpyAsync(logits, im->logits, (size_t)n * c->n_vocab * sizeof(float), cudaMemcpyDeviceToHost,
-                                 im->stream));
-    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    fwd_plan out = *outer;
+    out.nl = n;
+    if ((out.host_logits || out.rows) && logits_out(b, im, &out, 0, n, st)) return st->code;
     *done = true;
     return 0;
 }
 
-static int cuda_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llmi_status *st) {
+/* Packs each logit row's sampling request, penalty window and logprob slot into the
+ * pinned buffers and sends them ahead of the forward. */
+static int sample_prepare(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, const llmi_sample_row *rows,
+                          llmi_status *st) {
+    const int nl = bt->n_logits, V = b->model->cfg.n_vocab;
+    size_t hist_total = 0;
+    int n_lp = 0;
+    for (int r = 0; r < nl; r++) {
+        if (rows[r].n_window < 0 || (rows[r].n_window > 0 && !rows[r].window))
+            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: sampling row %d has a bad penalty window", r);
+        hist_total += (size_t)rows[r].n_window;
+        n_lp += rows[r].logits != NULL;
+    }
+    if (hist_total > INT32_MAX)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: %zu penalty-window tokens in one step", hist_total);
+    if (pair_reserve(im, (void **)&im->hist_h, (void **)&im->hist_d, &im->hist_cap, hist_total, sizeof(int32_t), st))
+        return st->code;
+    if (n_lp > im->lp_cap) {
+        hfree(im->lp_h);
+        im->lp_h = NULL;
+        im->lp_cap = 0;
+        CU_CHECK(st, cudaMallocHost((void **)&im->lp_h, (size_t)n_lp * V * sizeof(float)));
+        im->lp_cap = n_lp;
+    }
+    size_t at = 0;
+    n_lp = 0;
+    for (int r = 0; r < nl; r++) {
+        const llmi_sample_row *q = &rows[r];
+        im->sp_h[r] = (llmi_cuda_sample_params){
+            .uniform = q->uniform, .temperature = q->temperature, .top_p = q->top_p, .min_p = q->min_p,
+            .log_min_p = q->min_p > 0.0f ? logf(q->min_p) : 0.0f, .repeat_penalty = q->repeat_penalty,
+            .top_k = q->top_k, .hist_start = (int)at, .hist_len = q->n_window};
+        if (q->n_window) memcpy(im->hist_h + at, q->window, (size_t)q->n_window * sizeof(int32_t));
+        at += (size_t)q->n_window;
+        im->lp_slot[r] = q->logits ? n_lp++ : -1;
+    }
+    if (nl) CU_CHECK(st, cudaMemcpyAsync(im->sp_d, im->sp_h, (size_t)nl * sizeof *im->sp_h, cudaMemcpyHostToDevice, im->stream));
+    if (at) CU_CHECK(st, cudaMemcpyAsync(im->hist_d, im->hist_h, at * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
+    return 0;
+}
+
+/* forward (rows NULL: every logit row to logits) or forward_sample (rows: tokens out, and
+ * the raw logits of the rows that ask). */
+static int cuda_run(llmi_backend *b, const llmi_batch *bt, float *logits, const llmi_sample_row *rows, int32_t *tokens,
+                    llmi_status *st) {
     if (b->tap) return llmi_fail(st, LLMI_E_USAGE, "cuda backend: activation taps are not supported (use the cpu backend)");
     cuda_impl *im = b->impl;
     if (check_batch(b, bt, st)) return st->code;
     CU_CHECK(st, cudaSetDevice(im->device));
     /* a forward that failed midway may have left copies from the pinned buffers in flight */
     CU_CHECK(st, cudaStreamSynchronize(im->stream));
-    if (graph_eligible(b, im, bt)) {
-        bool done = false;
-        if (graph_forward(b, im, bt, logits, &done, st)) return st->code;
-        if (done) return 0;
+    const int nl = bt->n_logits;
+    if (rows && sample_prepare(b, im, bt, rows, st)) return st->code;
+    fwd_plan outer = {.host_logits = rows ? NULL : logits, .rows = rows};
+    bool done = false;
+    if (im->graphs_on && !b->profiling &&
+        cuda_graph_eligible(bt, b->opts.block_size, im->graph_mbps, im->graph_max_bucket) &&
+        graph_forward(b, im, bt, &outer, &done, st))
+        return st->code;
+    if (!done && forward_eager(b, im, bt, outer, st)) return st->code;
+    if (rows && nl) CU_CHECK(st, cudaMemcpyAsync(im->tok_h, im->tok_d, (size_t)nl * sizeof(int32_t),
+                                                 cudaMemcpyDeviceToHost, im->stream));
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    if (!done && prof_collect(b, im, st)) return st->code;
+    if (rows) {
+        const size_t V = (size_t)b->model->cfg.n_vocab;
+        memcpy(tokens, im->tok_h, (size_t)nl * sizeof(int32_t));
+        for (int r = 0; r < nl; r++)
+            if (im->lp_slot[r] >= 0) memcpy(rows[r].logits, im->lp_h + (size_t)im->lp_slot[r] * V, V * sizeof(float));
     }
-    return forward_eager(b, im, bt, logits, st);
+    return 0;
+}
+
+static int cuda_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llmi_status *st) {
+    return cuda_run(b, bt, logits, NULL, NULL, st);
+}
+
+static int cuda_forward_sample(llmi_backend *b, const llmi_batch *bt, const llmi_sample_row *rows, int32_t *tokens,
+                               llmi_status *st) {
+    return cuda_run(b, bt, NULL, rows, tokens, st);
 }
 
 /* ---- creation ---- */
@@ -861,6 +1087,11 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     if (pe != cudaSuccess)
         return llmi_fail(st, LLMI_E_USAGE, "--device cuda: this llmi's kernels do not run on %s (sm_%d%d): %s; rebuild with "
                          "make CUDA_ARCH=%d%d", prop.name, prop.major, prop.minor, cudaGetErrorString(pe), prop.major, prop.minor);
+    /* kernel attributes once here, never per launch */
+    cudaError_t ae = llmi_cuda_attn_init(c->n_heads, c->n_kv_heads, c->head_dim);
+    if (ae != cudaSuccess)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: attention kernels cannot get their shared memory for head_dim %d: %s",
+                         c->head_dim, cudaGetErrorString(ae));
 
     llmi_backend *b = calloc(1, sizeof *b);
     cuda_impl *im = calloc(1, sizeof *im);
@@ -880,6 +1111,7 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     b->kv_read_block = cuda_kv_read_block;
     b->kv_write_block = cuda_kv_write_block;
     b->forward = cuda_forward;
+    b->forward_sample = cuda_forward_sample;
     b->memory = cuda_memory;
     b->destroy = cuda_destroy;
     im->device = o->gpu_index;
@@ -889,15 +1121,15 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     im->q_dim = c->n_heads * c->head_dim;
     im->kv_dim = c->n_kv_heads * c->head_dim;
     im->qkv_dim = im->q_dim + 2 * im->kv_dim;
-    im->wdt = m->layers[0].wq.dtype == LLMI_F16 ? LLMI_F16 : LLMI_BF16;
     /* split-K partials for up to max(max_seqs, 64) decode tokens at 16 splits */
     int dec_tokens = o->max_seqs > 64 ? o->max_seqs : 64;
     if (dec_tokens > o->max_batch_tokens) dec_tokens = o->max_batch_tokens;
     im->attn_work_floats = llmi_cuda_attn_work_floats(dec_tokens, c->n_heads, c->head_dim, 16);
 
     bool tied = m->lm_head.data == m->tok_embd.data && m->lm_head.dtype == m->tok_embd.dtype;
-    size_t need_w = weights_needed(m, im->wdt, tied);
-    size_t need_ws = workspace_needed(c, (size_t)o->max_batch_tokens, im->attn_work_floats, im->wdt);
+    size_t i4_elems = 0;
+    size_t need_w = weights_needed(m, tied, &i4_elems);
+    size_t need_ws = workspace_needed(c, (size_t)o->max_batch_tokens, im->attn_work_floats, i4_elems);
     size_t free_b = 0, total = 0;
     int rc = 0;
     if (cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking) != cudaSuccess)
@@ -907,11 +1139,10 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: cudaMemGetInfo: %s", cudaGetErrorString(cudaGetLastError()));
     if (!rc && need_w + need_ws > free_b)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: the model does not fit on GPU %d (%s): needs %.2f GiB "
-                       "(weights %.2f GiB as %s + workspaces %.2f GiB for %d batch tokens), %.2f GiB free of %.2f GiB",
+                       "(weights %.2f GiB + workspaces %.2f GiB for %d batch tokens), %.2f GiB free of %.2f GiB",
                        o->gpu_index, prop.name, (need_w + need_ws) / 1073741824.0, need_w / 1073741824.0,
-                       dtype_name(im->wdt), need_ws / 1073741824.0, o->max_batch_tokens, free_b / 1073741824.0,
-                       total / 1073741824.0);
-    if (!rc) rc = llmi_cuda_gemm_init(&im->gemm, im->wdt, GEMM_WORKSPACE, st);
+                       need_ws / 1073741824.0, o->max_batch_tokens, free_b / 1073741824.0, total / 1073741824.0);
+    if (!rc) rc = llmi_cuda_gemm_init(&im->gemm, WDT, GEMM_WORKSPACE, st);
     if (!rc) rc = load_weights(b, im, st);
     if (!rc) rc = alloc_workspaces(im, c, st);
     if (!rc) rc = graphs_init(b, im, st);

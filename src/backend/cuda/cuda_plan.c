@@ -1,0 +1,56 @@
+/* cuda_plan.c — the CUDA backend's host-only decisions (see cuda_plan.h). */
+#include "backend/cuda/cuda_plan.h"
+#include "backend/backend.h"
+
+int cuda_graph_bucket(int n) {
+    int b = 1;
+    while (b < n) b <<= 1;
+    return b;
+}
+
+int cuda_graph_stride(int max_ctx, int model_max_ctx, int block_size) {
+    int ctx = max_ctx > 0 ? max_ctx : (model_max_ctx > 0 ? model_max_ctx : 4096);
+    return (ctx + block_size - 1) / block_size;
+}
+
+bool cuda_graph_eligible(const llmi_batch *bt, int block_size, int graph_stride, int max_bucket) {
+    if (bt->n_tokens != bt->n_seqs || bt->n_logits != bt->n_tokens) return false;
+    if (cuda_graph_bucket(bt->n_tokens) > max_bucket) return false;
+    /* n_tokens == n_seqs alone allows one sequence two tokens and another none */
+    for (int i = 0; i < bt->n_seqs; i++)
+        if (bt->query_start[i] != i) return false;
+    for (int i = 0; i < bt->n_tokens; i++)
+        if (bt->logit_rows[i] != i || bt->positions[i] / block_size >= graph_stride) return false;
+    return true;
+}
+
+int cuda_gemm_bucket(int n) {
+    if (n <= CUDA_GRAPH_MAX) return cuda_graph_bucket(n);
+    return (n + CUDA_GRAPH_MAX - 1) / CUDA_GRAPH_MAX * CUDA_GRAPH_MAX;
+}
+
+cuda_i4_path cuda_i4_choose(int n) {
+    if (n <= CUDA_I4_GEMV_MAX_N) return CUDA_I4_GEMV;
+    if (n < CUDA_I4_DEQUANT_MIN_N) return CUDA_I4_MMA;
+    return CUDA_I4_DEQUANT_GEMM;
+}
+
+size_t cuda_weight_bytes(const llmi_tensor *t, bool keep_int4) {
+    size_t rows = (size_t)t->rows, cols = (size_t)t->cols;
+    if (t->dtype == LLMI_I4G && keep_int4) {
+        size_t groups = (size_t)t->n_groups * rows;
+        return rows * cols / 2 + groups * 2 + groups + (t->g_idx ? cols * 4 : 0);
+    }
+    return rows * cols * 2;
+}
+
+size_t cuda_kv_headroom(size_t total) {
+    size_t h = (size_t)512 << 20;
+    return total / 20 < h ? total / 20 : h;
+}
+
+size_t cuda_kv_budget(size_t total, size_t free_b, double util, size_t kv_held) {
+    if (!(util > 0 && util <= 1)) util = LLMI_GPU_MEM_UTIL_DEFAULT;
+    double allowed = (double)total * util - (double)(total - free_b) + (double)kv_held - (double)cuda_kv_headroom(total);
+    return allowed > 0 ? (size_t)allowed : 0;
+}

@@ -1,0 +1,56 @@
+/* cuda_plan.h — owns the CUDA backend's decisions that need no GPU, kept apart from
+ * backend_cuda.c so that they build in every configuration (CUDA or not, ASan) and are
+ * tested on any machine (tests/test_cuda_plan.c): which batches a decode graph may run
+ * and with what block-table stride, the token buckets of the GEMM algorithm cache, which
+ * int4 kernel serves a batch, the bytes a weight takes on the GPU, and the KV budget with
+ * the headroom left for what is allocated after the cache. */
+#ifndef LLMI_CUDA_PLAN_H
+#define LLMI_CUDA_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "backend/batch.h"
+#include "core/tensor.h"
+
+/* Decode graphs exist for batches of 1, 2, 4, ..., CUDA_GRAPH_MAX sequences. */
+#define CUDA_GRAPH_BUCKETS 9
+#define CUDA_GRAPH_MAX (1 << (CUDA_GRAPH_BUCKETS - 1))
+
+/* The graph bucket of a decode batch of n sequences: the next power of two >= n. */
+int cuda_graph_bucket(int n);
+/* Block-table columns a graph batch carries: ceil(ctx / block_size), ctx the engine's
+ * context (-c) when given, else the model's (4096 when it has none). */
+int cuda_graph_stride(int max_ctx, int model_max_ctx, int block_size);
+/* A batch a decode graph can run: every sequence exactly one token (query_start[i] == i),
+ * logits for every token in order, bucket <= max_bucket, every position inside the
+ * graph's table stride.  The caller has run batch_check on it. */
+bool cuda_graph_eligible(const llmi_batch *bt, int block_size, int graph_stride, int max_bucket);
+
+/* The token count the GEMM algorithm cache keys n on: the next power of two up to
+ * CUDA_GRAPH_MAX, so a graph bucket and every batch it pads share one entry; beyond that
+ * n rounded up to a multiple of CUDA_GRAPH_MAX.  Never less than n. */
+int cuda_gemm_bucket(int n);
+
+/* Which kernel an int4 (LLMI_I4G) linear runs for a batch of n tokens: the GEMV (weights
+ * read once, n <= CUDA_I4_GEMV_MAX_N), the tensor-core kernel that dequantizes weight
+ * tiles in shared memory (n < CUDA_I4_DEQUANT_MIN_N), or a dequantization into a bf16
+ * scratch matrix followed by the cuBLASLt GEMM (prefill-sized batches, where the GEMM's
+ * speed outweighs writing the dense matrix once). */
+#define CUDA_I4_GEMV_MAX_N 8
+#define CUDA_I4_DEQUANT_MIN_N 128
+typedef enum { CUDA_I4_GEMV = 0, CUDA_I4_MMA, CUDA_I4_DEQUANT_GEMM } cuda_i4_path;
+cuda_i4_path cuda_i4_choose(int n);
+
+/* Bytes the CUDA backend keeps on the GPU for weight t: int4 tensors it serves with the
+ * W4A16 kernels (keep_int4) as packed nibbles + fp16 scales + u8 zeros (+ int32 g_idx),
+ * everything else converted to bf16. */
+size_t cuda_weight_bytes(const llmi_tensor *t, bool keep_int4);
+
+/* Device memory kept free beyond the KV cache for what is allocated after it: graph
+ * instantiation, growth of the index and sampling buffers, the driver's own. */
+size_t cuda_kv_headroom(size_t total);
+/* Bytes the KV cache may take: util of total, less what is in use now (by this backend
+ * and anyone sharing the GPU), plus the cache already held, less the headroom. */
+size_t cuda_kv_budget(size_t total, size_t free_b, double util, size_t kv_held);
+
+#endif
