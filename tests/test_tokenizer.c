@@ -668,6 +668,51 @@ TEST(tok_chat_templates) {
     tok_free(tk);
 }
 
+/* A conversation going on (bench --turns): format(system, user1) + answer + next_turn(user2)
+ * is jinja2's rendering of [system?, user1, assistant(answer), user2] + generation prompt
+ * (testdata/bench/chat-turns.jsonl, scripts/make-chat-turn-refs.py). */
+TEST(tok_chat_next_turn_jinja) {
+    size_t n;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/bench/chat-turns.jsonl", testdata());
+    char *txt = slurp(p, &n);
+    CHECK(txt != NULL);
+    if (!txt) return;
+    int cases = 0;
+    for (char *line = txt, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        cJSON *r = cJSON_Parse(line);
+        if (!r) continue;
+        const cJSON *js = cJSON_GetObjectItem(r, "system");
+        tokenizer *tk = chat_tok(cJSON_GetObjectItem(r, "template")->valuestring,
+                                 cJSON_GetObjectItem(r, "bos")->valuestring, cJSON_GetObjectItem(r, "eos")->valuestring);
+        char *one = NULL, *two = NULL;
+        llmi_status st = {0};
+        CHECK(tk && tok_chat_format(tk, cJSON_IsString(js) ? js->valuestring : NULL,
+                                    cJSON_GetObjectItem(r, "user1")->valuestring, &one, &st) == 0);
+        CHECK(tk && tok_chat_next_turn(tk, cJSON_GetObjectItem(r, "user2")->valuestring, &two, &st) == 0);
+        if (one && two) {
+            char got[4096];
+            snprintf(got, sizeof got, "%s%s%s", one, cJSON_GetObjectItem(r, "answer")->valuestring, two);
+            const char *want = cJSON_GetObjectItem(r, "out")->valuestring;
+            CHECK_MSG(!strcmp(got, want), "%s: got\n%s\nwant\n%s", cJSON_GetObjectItem(r, "name")->valuestring, got, want);
+        }
+        free(one);
+        free(two);
+        tok_free(tk);
+        cJSON_Delete(r);
+        cases++;
+    }
+    free(txt);
+    CHECK(cases >= 10);
+    tokenizer *tk = chat_tok("", "<s>", "</s>");
+    char *out = NULL;
+    llmi_status st = {0};
+    CHECK(tk && tok_chat_next_turn(tk, "hi", &out, &st) == LLMI_E_USAGE && strstr(st.msg, "--turns") && !out);
+    tok_free(tk);
+}
+
 /* Added tokens with lstrip / rstrip / single_word / normalized flags and overlapping contents
  * (Qwen2 vocab + NFC normalizer), against HF. */
 TEST(tok_ref_added_flags) { trimmed(t_, "added-flags", TOK_PRE_QWEN2); }

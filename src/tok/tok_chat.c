@@ -1,7 +1,8 @@
 /* tok_chat.c — owns chat formatting: recognises the family of a model's Jinja chat template
  * (ChatML, Llama-3, Llama-2, Mistral) from its text and renders one system + user turn with
  * the assistant turn opened, byte-for-byte as the template itself renders it (checked against
- * jinja2 renderings in testdata/tokenizer/chat.jsonl).  No Jinja interpreter: the families
+ * jinja2 renderings in testdata/tokenizer/chat.jsonl), and the text that follows an assistant
+ * answer to go on with one more user turn (testdata/bench/chat-turns.jsonl).  No Jinja interpreter: the families
  * are fixed shapes, and anything else is refused with a clear message. */
 #include <stdlib.h>
 #include <string.h>
@@ -207,6 +208,52 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
     if (b.oom || !b.p) {
         free(b.p);
         return llmi_fail(st, LLMI_E_RUNTIME, "--chat: out of memory formatting the prompt");
+    }
+    *out = b.p;
+    return 0;
+}
+
+int tok_chat_next_turn(const tokenizer *t, const char *user, char **out, llmi_status *st) {
+    *out = NULL;
+    if (!user) user = "";
+    if (t->chat == TOK_CHAT_NONE)
+        return llmi_fail(st, LLMI_E_USAGE, "--turns: the model has no chat template (tokenizer.chat_template)");
+    if (t->chat == TOK_CHAT_UNKNOWN)
+        return llmi_fail(st, LLMI_E_USAGE, "--turns: model's chat template is not one of chatml, llama3, llama2, mistral");
+    sbuf b = {0};
+    size_t bl, el;
+    const char *bos = token_text(t, t->bos_id, &bl), *eos = token_text(t, t->eos_id, &el);
+    switch (t->chat) {
+    case TOK_CHAT_CHATML:
+        sb_str(&b, "<|im_end|>\n<|im_start|>user\n");
+        sb_str(&b, user);
+        sb_str(&b, "<|im_end|>\n<|im_start|>assistant\n");
+        break;
+    case TOK_CHAT_LLAMA3:
+        sb_str(&b, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n");
+        sb_strip(&b, user);
+        sb_str(&b, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+    case TOK_CHAT_LLAMA2:
+        /* assistant: ' ' + content.strip() + ' ' + eos; the answer brings its own ' ' */
+        sb_str(&b, " ");
+        sb_put(&b, eos, el);
+        sb_put(&b, bos, bl);
+        sb_str(&b, "[INST] ");
+        sb_strip(&b, user);
+        sb_str(&b, " [/INST]");
+        break;
+    case TOK_CHAT_MISTRAL:
+        sb_put(&b, eos, el);
+        sb_str(&b, "[INST] ");
+        sb_str(&b, user);
+        sb_str(&b, " [/INST]");
+        break;
+    default: break;
+    }
+    if (b.oom || !b.p) {
+        free(b.p);
+        return llmi_fail(st, LLMI_E_RUNTIME, "--turns: out of memory formatting the prompt");
     }
     *out = b.p;
     return 0;
