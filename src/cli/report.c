@@ -161,7 +161,7 @@ static void md_cell(const report *r, const report_cell *row, int c, char *buf, s
         sdcol.decimals = r->cols[c].decimals;
         fmt_num(sd, sizeof sd, &sdcol, &row[c + 1], true);
         size_t n = strlen(buf);
-        if (n || sd[0]) snprintf(buf + n, cap - n, " ± %s", sd);
+        if (sd[0]) snprintf(buf + n, cap - n, " ± %s", sd);   /* no sd measured: the mean alone */
         return;
     }
     /* a '|' inside a cell would split the table */
