@@ -95,7 +95,10 @@ int bench_plot_sweep(const report *rep, const char *path, llmi_status *st) {
             snprintf(lines[n_lines++].label, sizeof lines[0].label, "%s", label);
         }
         sweep_line *ln = &lines[l];
-        if (ln->n == 64) continue;
+        if (ln->n == 64) {
+            free(lines);
+            return llmi_fail(st, LLMI_E_USAGE, "--plot: more than 64 points on one line; plot fewer values");
+        }
         double x = report_get(rep, i, dims[x_dim].key);
         int k = ln->n++;
         while (k > 0 && ln->x[k - 1] > x) {   /* insertion keeps x sorted */

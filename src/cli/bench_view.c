@@ -121,7 +121,8 @@ void bench_view_header(const report *r, const char *lead, FILE *out) {
     }
     if (constant(r, "device") && constant(r, "backend"))
         hdr_part(out, &first, "%s: %s", report_get_str(r, 0, "backend"), report_get_str(r, 0, "device"));
-    if (constant(r, "threads")) hdr_part(out, &first, "%.0f threads", report_get(r, 0, "threads"));
+    if (constant(r, "threads") && report_get(r, 0, "threads") > 0)   /* 0: a GPU backend's */
+        hdr_part(out, &first, "%.0f threads", report_get(r, 0, "threads"));
     fprintf(out, "\n%*s", (int)strlen(lead), "");
     first = true;
     if (constant(r, "kv_type")) hdr_part(out, &first, "KV %s", report_get_str(r, 0, "kv_type"));
