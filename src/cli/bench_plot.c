@@ -206,7 +206,7 @@ int bench_plot_throughput(const report *rep, const bench_plot_samples *ttft, int
             {"Time to first token (CDF)", "TTFT (ms)", "requests with TTFT <= x (%)", false, 0, 100, a, n_ttft},
             {"Inter-token latency (CDF)", "gap between two tokens of a request (ms)", "gaps <= x (%)", false, 0, 100, b,
              n_itl},
-            {"KV cache use", "time since the first arrival (s)", "KV blocks in use (%)", false, 0, 100, c, n_kv},
+            {"KV cache use", "time since the run started (s)", "KV blocks in use (%)", false, 0, 100, c, n_kv},
         };
         char title[256], test[160];
         bench_view_test(rep, rep->n_rows > 0 ? rep->n_rows - 1 : 0, test, sizeof test);
