@@ -308,24 +308,33 @@ TEST(bench_ppl_arithmetic) {
     CHECK(isnan(ppl_stderr(&one)));
 }
 
+/* tiny-llama.json in f32 on a CPU backend with options bo (and kv_blocks KV blocks when > 0),
+ * or NULL after a failed check, with nothing left open. */
+static llmi_backend *tiny_cpu(test_ctx *t_, llmi_model *m, const llmi_backend_opts *bo, int kv_blocks) {
+    llmi_status st = {0};
+    if (model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", LLMI_F32, m, &st)) {
+        CHECK_MSG(false, "%s", st.msg);
+        return NULL;
+    }
+    llmi_backend *b = NULL;
+    if (backend_cpu_create(m, bo, &b, &st) || (kv_blocks > 0 && b->kv_alloc(b, kv_blocks, &st))) {
+        CHECK_MSG(false, "%s", st.msg);
+        if (b) b->destroy(b);
+        model_free(m);
+        return NULL;
+    }
+    return b;
+}
+
 /* ppl_run against re-running every scored prefix on its own: checks the window
  * boundaries, the BOS substitution, which positions are scored and the targets. */
 TEST(bench_ppl_windows_bruteforce) {
     llmi_status st = {0};
     llmi_model m;
-    if (model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", LLMI_F32, &m, &st)) {
-        CHECK_MSG(false, "%s", st.msg);
-        return;
-    }
     const int n_ctx = 16, bos = 1;
     llmi_backend_opts bo = {.n_threads = 1, .kv_dtype = LLMI_KV_F32, .block_size = 8, .max_batch_tokens = n_ctx, .max_seqs = 1};
-    llmi_backend *b = NULL;
-    if (backend_cpu_create(&m, &bo, &b, &st) || b->kv_alloc(b, 2, &st)) {
-        CHECK_MSG(false, "%s", st.msg);
-        if (b) b->destroy(b);
-        model_free(&m);
-        return;
-    }
+    llmi_backend *b = tiny_cpu(t_, &m, &bo, 2);
+    if (!b) return;
     stats_rng r;
     stats_rng_seed(&r, test_seed());
     int32_t toks[53];
@@ -584,21 +593,18 @@ static int depth_on_request(void *ctx, const llmi_request_info *ri, llmi_status 
 TEST(bench_depth_kv_holds_context) {
     llmi_status st = {0};
     llmi_model m;
-    if (model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", LLMI_F32, &m, &st)) {
-        CHECK_MSG(false, "%s", st.msg);
-        return;
-    }
     llmi_backend_opts bo = {.n_threads = 1, .kv_dtype = LLMI_KV_F32, .block_size = 16, .max_batch_tokens = 256, .max_seqs = 4};
     llmi_engine_opts eo = engine_opts_defaults();
     eo.block_size = 16;
     eo.max_batch_tokens = 256;
     eo.max_seqs = 4;
     eo.num_blocks = 2 * 4;    /* b x ceil((d + p + n) / block) = 2 x 3, and room to spare */
-    llmi_backend *b = NULL;
+    llmi_backend *b = tiny_cpu(t_, &m, &bo, 0);
     llmi_engine *e = NULL;
-    if (backend_cpu_create(&m, &bo, &b, &st) || engine_create(&m, b, &eo, &e, &st)) {
+    if (!b) return;
+    if (engine_create(&m, b, &eo, &e, &st)) {
         CHECK_MSG(false, "%s", st.msg);
-        if (b) b->destroy(b);
+        b->destroy(b);
         model_free(&m);
         return;
     }
@@ -637,15 +643,9 @@ static int stop_after_first(void *ctx, int done, int total, double ppl) { return
 TEST(bench_ppl_interrupt_keeps_windows_done) {
     llmi_status st = {0};
     llmi_model m;
-    if (model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", LLMI_F32, &m, &st)) return;
     llmi_backend_opts bo = {.n_threads = 1, .kv_dtype = LLMI_KV_F32, .block_size = 8, .max_batch_tokens = 16, .max_seqs = 1};
-    llmi_backend *b = NULL;
-    if (backend_cpu_create(&m, &bo, &b, &st) || b->kv_alloc(b, 2, &st)) {
-        CHECK_MSG(false, "%s", st.msg);
-        if (b) b->destroy(b);
-        model_free(&m);
-        return;
-    }
+    llmi_backend *b = tiny_cpu(t_, &m, &bo, 2);
+    if (!b) return;
     int32_t toks[64];
     for (int i = 0; i < 64; i++) toks[i] = 2 + i * 7 % 500;
     ppl_opts po = {.n_ctx = 16, .n_chunks = -1, .n_batch = 16, .on_chunk = stop_after_first};

@@ -154,7 +154,7 @@ static int cdf_of(const bench_plot_samples *s, double **x, double **y) {
     *x = malloc((size_t)(m > 0 ? m : 1) * sizeof **x);
     *y = malloc((size_t)(m > 0 ? m : 1) * sizeof **y);
     if (!sorted || !*x || !*y) { free(sorted); return -1; }
-    memcpy(sorted, s->y, (size_t)n * sizeof *sorted);
+    if (n > 0) memcpy(sorted, s->y, (size_t)n * sizeof *sorted);
     qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
     for (int k = 0; k < m; k++) {
         int i = m > 1 ? (int)((long)k * (n - 1) / (m - 1)) : n - 1;
@@ -165,29 +165,28 @@ static int cdf_of(const bench_plot_samples *s, double **x, double **y) {
     return m;
 }
 
+/* CDF lines of n sets of samples into out, their arrays appended to own[*n_own]. */
+static int cdf_lines(const bench_plot_samples *s, int n, plot_series *out, double **own, int *n_own, llmi_status *st) {
+    for (int i = 0; i < n; i++) {
+        double *x, *y;
+        int m = cdf_of(&s[i], &x, &y);
+        own[(*n_own)++] = x;
+        own[(*n_own)++] = y;
+        if (m < 0) return llmi_fail(st, LLMI_E_RUNTIME, "--plot: out of memory");
+        out[i] = (plot_series){s[i].label, x, y, NULL, m, false, true};
+    }
+    return 0;
+}
+
 int bench_plot_throughput(const report *rep, const bench_plot_samples *ttft, int n_ttft, const bench_plot_samples *itl,
                           int n_itl, const bench_plot_samples *kv, int n_kv, const char *path, llmi_status *st) {
     if (n_ttft > BENCH_PLOT_MAX_LINES || n_itl > BENCH_PLOT_MAX_LINES || n_kv > BENCH_PLOT_MAX_LINES)
         return llmi_fail(st, LLMI_E_USAGE, "--plot: more than %d lines", BENCH_PLOT_MAX_LINES);
     plot_series a[BENCH_PLOT_MAX_LINES], b[BENCH_PLOT_MAX_LINES], c[BENCH_PLOT_MAX_LINES];
-    double *own[4 * BENCH_PLOT_MAX_LINES];   /* arrays made here, freed at the end */
-    int n_own = 0, rc = 0;
-    for (int i = 0; i < n_ttft && !rc; i++) {
-        double *x, *y;
-        int m = cdf_of(&ttft[i], &x, &y);
-        own[n_own++] = x;
-        own[n_own++] = y;
-        if (m < 0) rc = llmi_fail(st, LLMI_E_RUNTIME, "--plot: out of memory");
-        a[i] = (plot_series){ttft[i].label, x, y, NULL, m, false, true};
-    }
-    for (int i = 0; i < n_itl && !rc; i++) {
-        double *x, *y;
-        int m = cdf_of(&itl[i], &x, &y);
-        own[n_own++] = x;
-        own[n_own++] = y;
-        if (m < 0) rc = llmi_fail(st, LLMI_E_RUNTIME, "--plot: out of memory");
-        b[i] = (plot_series){itl[i].label, x, y, NULL, m, false, true};
-    }
+    double *own[6 * BENCH_PLOT_MAX_LINES];   /* (x, y) of every line, made here, freed at the end */
+    int n_own = 0;
+    int rc = cdf_lines(ttft, n_ttft, a, own, &n_own, st);
+    if (!rc) rc = cdf_lines(itl, n_itl, b, own, &n_own, st);
     for (int i = 0; i < n_kv && !rc; i++) {
         /* every k-th step, in percent */
         int n = kv[i].n, stride = n > CURVE_POINTS ? (n + CURVE_POINTS - 1) / CURVE_POINTS : 1, m = 0;
