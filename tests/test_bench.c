@@ -1,6 +1,8 @@
 /* test_bench.c — bench/profile arithmetic and building blocks: statistics against
- * numpy's definitions, Poisson arrivals, the four report formats, synthetic weights,
- * and perplexity's window/scoring rule against a brute-force re-evaluation. */
+ * numpy's definitions, Poisson arrivals, the four report formats and reading them back,
+ * the compact md view, --compare's ratios and noise flags, SLO accounting, depth (the
+ * KV holds the context before the timed part), synthetic weights, and perplexity's
+ * window/scoring rule against a brute-force re-evaluation. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdint.h>
@@ -8,6 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/backend.h"
+#include "cli/bench_compare.h"
+#include "cli/bench_view.h"
+#include "cli/workload.h"
+#include "engine/engine.h"
+#include "metrics/slo.h"
 #include "model/model.h"
 #include "model/model_dummy.h"
 #include "metrics/perplexity.h"
@@ -166,9 +173,11 @@ TEST(bench_report_formats) {
     free(csv);
 
     char *md = render(&r, REPORT_MD);
-    CHECK_MSG(strstr(md, "| model | n_prompt | tps | missing |") != NULL, "%s", md);
-    CHECK_MSG(strstr(md, "| 1234.57 ± 0.50 |") != NULL, "%s", md);
-    CHECK(strstr(md, "| 0.00 ± 0.00 |") != NULL);
+    /* padded to the widest cell, numbers right-aligned */
+    CHECK_MSG(strstr(md, "| model   | n_prompt |            tps | missing |") != NULL, "%s", md);
+    CHECK_MSG(strstr(md, "| ------- | -------: | -------------: | ------: |") != NULL, "%s", md);
+    CHECK_MSG(strstr(md, "| a,b \"q\" |      512 | 1234.57 ± 0.50 |         |") != NULL, "%s", md);
+    CHECK_MSG(strstr(md, "| m2      |        7 |    0.00 ± 0.00 |         |") != NULL, "%s", md);
     /* every line has the same number of cells */
     int pipes = -1;
     bool same = true;
@@ -299,24 +308,33 @@ TEST(bench_ppl_arithmetic) {
     CHECK(isnan(ppl_stderr(&one)));
 }
 
+/* tiny-llama.json in f32 on a CPU backend with options bo (and kv_blocks KV blocks when > 0),
+ * or NULL after a failed check, with nothing left open. */
+static llmi_backend *tiny_cpu(test_ctx *t_, llmi_model *m, const llmi_backend_opts *bo, int kv_blocks) {
+    llmi_status st = {0};
+    if (model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", LLMI_F32, m, &st)) {
+        CHECK_MSG(false, "%s", st.msg);
+        return NULL;
+    }
+    llmi_backend *b = NULL;
+    if (backend_cpu_create(m, bo, &b, &st) || (kv_blocks > 0 && b->kv_alloc(b, kv_blocks, &st))) {
+        CHECK_MSG(false, "%s", st.msg);
+        if (b) b->destroy(b);
+        model_free(m);
+        return NULL;
+    }
+    return b;
+}
+
 /* ppl_run against re-running every scored prefix on its own: checks the window
  * boundaries, the BOS substitution, which positions are scored and the targets. */
 TEST(bench_ppl_windows_bruteforce) {
     llmi_status st = {0};
     llmi_model m;
-    if (model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", LLMI_F32, &m, &st)) {
-        CHECK_MSG(false, "%s", st.msg);
-        return;
-    }
     const int n_ctx = 16, bos = 1;
     llmi_backend_opts bo = {.n_threads = 1, .kv_dtype = LLMI_KV_F32, .block_size = 8, .max_batch_tokens = n_ctx, .max_seqs = 1};
-    llmi_backend *b = NULL;
-    if (backend_cpu_create(&m, &bo, &b, &st) || b->kv_alloc(b, 2, &st)) {
-        CHECK_MSG(false, "%s", st.msg);
-        if (b) b->destroy(b);
-        model_free(&m);
-        return;
-    }
+    llmi_backend *b = tiny_cpu(t_, &m, &bo, 2);
+    if (!b) return;
     stats_rng r;
     stats_rng_seed(&r, test_seed());
     int32_t toks[53];
@@ -349,6 +367,291 @@ TEST(bench_ppl_windows_bruteforce) {
     CHECK(ppl_run(b, toks, 53, bos, &po, &res, &st) == 0 && res.chunks == 2 && res.scored == 14);
     CHECK(ppl_run(b, toks, 31, bos, &po, &res, &st) == LLMI_E_USAGE && strstr(st.msg, "at least 32"));
     free(logits);
+    b->destroy(b);
+    model_free(&m);
+}
+
+/* ------------------------------------------------------------------ views, compare, SLOs */
+
+/* A sweep row as bench writes it (the fields the views read). */
+static void sweep_row(report *r, const char *kv, int batch, double pre, double pre_sd, double dec, double dec_sd) {
+    report_row(r);
+    report_str(r, "commit", "abc1234");
+    report_str(r, "date", "2026-01-02T03:04:05Z");
+    report_str(r, "backend", "cpu");
+    report_str(r, "device", "Some CPU");
+    report_str(r, "model", "/models/x/m.gguf");
+    report_num(r, "params_m", 134.5, 1);
+    report_num(r, "weights_gib", 0.09, 3);
+    report_str(r, "weight_dtype", "Q4_1");
+    report_int(r, "threads", 4);
+    report_str(r, "kv_type", kv);
+    report_str(r, "prefix_cache", "on");
+    report_int(r, "block_size", 16);
+    report_int(r, "n_prompt", 512);
+    report_int(r, "n_gen", 128);
+    report_int(r, "n_batch", batch);
+    report_int(r, "reps", 5);
+    report_num(r, "prefill_tps_mean", pre, 2);
+    report_num(r, "prefill_tps_sd", pre_sd, 2);
+    report_num(r, "decode_tps_mean", dec, 2);
+    report_num(r, "decode_tps_sd", dec_sd, 2);
+}
+
+/* The cells of an md table line, trimmed. */
+static int md_cells(const char *line, char cells[][64], int max) {
+    int n = 0;
+    const char *end = strchr(line, '\n'), *p = strchr(line, '|');
+    if (!end) end = line + strlen(line);
+    while (p && p < end && n < max) {
+        const char *q = strchr(p + 1, '|');
+        if (!q || q > end) break;
+        const char *a = p + 1, *b = q;
+        while (a < b && *a == ' ') a++;
+        while (b > a && b[-1] == ' ') b--;
+        snprintf(cells[n++], 64, "%.*s", (int)(b - a), a);
+        p = q;
+    }
+    return n;
+}
+
+TEST(bench_view_compact_2x2) {
+    report r;
+    report_init(&r);
+    const char *kv[2] = {"f32", "f16"};
+    const int bt[2] = {1, 4};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) sweep_row(&r, kv[i], bt[j], 1000 + 10 * i + j, 5, 50 + i, 0.25);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&out, &len);
+    CHECK(bench_view_write(&r, m) == 0);
+    fclose(m);
+    /* two header lines: what every row shares, nothing that varies */
+    CHECK_MSG(strstr(out, "m.gguf (134.5 M params, Q4_1, 0.090 GiB)") && strstr(out, "cpu: Some CPU") &&
+                  strstr(out, "4 threads") && strstr(out, "commit abc1234") && strstr(out, "mean ± sd of 5 runs") &&
+                  strstr(out, "block 16") && strstr(out, "2026-01-02 03:04 UTC"),
+              "%s", out);
+    char cells[16][64];
+    const char *table = strstr(out, "\n|");
+    CHECK_MSG(table && !memmem(out, (size_t)(table - out), "KV f", 4) && !memmem(out, (size_t)(table - out), "batch", 5),
+              "%s", out);
+    CHECK(table != NULL);
+    if (table) {
+        const char *want[7] = {"model", "backend", "kv_type", "n_batch", "test", "pp t/s", "tg t/s"};
+        int n = md_cells(table + 1, cells, 16);
+        CHECK_MSG(n == 7, "%d columns:\n%s", n, out);
+        for (int k = 0; k < 7 && k < n; k++) CHECK_MSG(!strcmp(cells[k], want[k]), "column %d: %s", k, cells[k]);
+        const char *row = strchr(strchr(table + 1, '\n') + 1, '\n') + 1;   /* after the separator */
+        n = md_cells(row, cells, 16);
+        CHECK_MSG(n == 7 && !strcmp(cells[0], "m.gguf") && !strcmp(cells[1], "cpu") && !strcmp(cells[2], "f32") &&
+                      !strcmp(cells[3], "1") && !strcmp(cells[4], "pp512+tg128") && !strcmp(cells[5], "1000.00 ± 5.00") &&
+                      !strcmp(cells[6], "50.00 ± 0.25"),
+                  "%s", row);
+        int lines = 0;
+        for (const char *p = table + 1; *p; p++) lines += *p == '\n';
+        CHECK_MSG(lines == 6, "%d table lines", lines);   /* header, separator, 4 rows */
+    }
+    free(out);
+    /* a depth and a prefill-only test name */
+    report_num_at(&r, 3, "depth", 4096, 0);
+    char test[64];
+    bench_view_test(&r, 3, test, sizeof test);
+    CHECK_MSG(!strcmp(test, "pp512+tg128 @ d4096"), "%s", test);
+    report_free(&r);
+}
+
+TEST(bench_report_read_back) {
+    report r, back;
+    report_init(&r);
+    report_init(&back);
+    sweep_row(&r, "f32", 1, 1000.125, 5, 50, 0.25);
+    report_raw_json(&r, "series", "[[0,1]]");
+    sweep_row(&r, "f16", 8, 999, 4, 51, 0.5);
+    char *jl = render(&r, REPORT_JSONL), *js = render(&r, REPORT_JSON);
+    llmi_status st = {0};
+    CHECK(report_read_json(&back, jl, "a.jsonl", &st) == 0 && back.n_rows == 2);
+    CHECK(report_get(&back, 0, "prefill_tps_mean") == 1000.125 && report_get(&back, 1, "n_batch") == 8);
+    CHECK(!strcmp(report_get_str(&back, 1, "kv_type"), "f16") && report_varies(&back, "kv_type"));
+    CHECK(!report_varies(&back, "threads") && report_has(&back, "series"));
+    report_free(&back);
+    report_init(&back);
+    CHECK(report_read_json(&back, js, "a.json", &st) == 0 && back.n_rows == 2);
+    CHECK(report_get(&back, 1, "decode_tps_sd") == 0.5);
+    report_free(&back);
+    report_init(&back);
+    CHECK(report_read_json(&back, "{\"a\":1}\nnot json\n", "b.jsonl", &st) == LLMI_E_USAGE && strstr(st.msg, "b.jsonl:2"));
+    llmi_status st2 = {0};
+    report_free(&back);
+    report_init(&back);
+    CHECK(report_read_json(&back, "  \n", "c.jsonl", &st2) == LLMI_E_USAGE && strstr(st2.msg, "no rows"));
+    free(jl);
+    free(js);
+    report_free(&back);
+    report_free(&r);
+}
+
+/* Ratios and noise flags computed by hand: new/base for rates, base/new for latencies;
+ * flagged when |new - base| > sqrt(sd_base^2 + sd_new^2). */
+TEST(bench_compare_hand) {
+    report base, cur, out;
+    report_init(&base);
+    report_init(&cur);
+    report_init(&out);
+    sweep_row(&base, "f32", 1, 100, 2, 50, 1);
+    sweep_row(&cur, "f32", 1, 110, 3, 49.5, 1);      /* +10 > 3.61: better; -0.5 < 1.41: noise */
+    sweep_row(&base, "f32", 4, 400, 1, 80, 1);       /* no match in cur (b = 4) */
+    report_int(&cur, "depth", 0);                    /* a field base lacks is ignored */
+    llmi_status st = {0};
+    CHECK(bench_compare_rows(&base, &cur, &out, &st) == 0);
+    CHECK_MSG(out.n_rows == 2, "%d rows", out.n_rows);
+    CHECK(!strcmp(report_get_str(&out, 0, "metric"), "prefill t/s") && !strcmp(report_get_str(&out, 0, "flag"), "better"));
+    CHECK(near(report_get(&out, 0, "ratio"), 1.1, 1e-12) && report_get(&out, 0, "base_sd") == 2);
+    CHECK(!strcmp(report_get_str(&out, 1, "metric"), "decode t/s") && !strcmp(report_get_str(&out, 1, "flag"), "~"));
+    CHECK(near(report_get(&out, 1, "ratio"), 0.99, 1e-12));
+    CHECK(!strcmp(report_get_str(&out, 0, "test"), "pp512+tg128"));
+    report_free(&base);
+    report_free(&cur);
+    report_free(&out);
+    /* throughput rows have no sd: the flag says so; a latency ratio is base/new */
+    report_init(&base);
+    report_init(&cur);
+    report_init(&out);
+    report *both[2] = {&base, &cur};
+    const double tps[2] = {200, 150}, ttft[2] = {100, 80};
+    for (int k = 0; k < 2; k++) {
+        report_row(both[k]);
+        report_str(both[k], "model", k ? "/b/m.gguf" : "/a/m.gguf");   /* same file name, other directory */
+        report_int(both[k], "num_requests", 100);
+        report_num(both[k], "output_tps", tps[k], 2);
+        report_num(both[k], "ttft_ms_p50", ttft[k], 2);
+    }
+    CHECK(bench_compare_rows(&base, &cur, &out, &st) == 0 && out.n_rows == 2);
+    CHECK(near(report_get(&out, 0, "ratio"), 0.75, 1e-12) && !strcmp(report_get_str(&out, 0, "flag"), "no sd"));
+    CHECK(near(report_get(&out, 1, "ratio"), 1.25, 1e-12) && !strcmp(report_get_str(&out, 1, "metric"), "TTFT p50 ms"));
+    /* nothing in common: an error, not an empty table */
+    report_str(&cur, "model", "other.gguf");
+    report_free(&out);
+    report_init(&out);
+    llmi_status st2 = {0};
+    CHECK(bench_compare_rows(&base, &cur, &out, &st2) == LLMI_E_RUNTIME && strstr(st2.msg, "no configuration"));
+    report_free(&base);
+    report_free(&cur);
+    report_free(&out);
+}
+
+TEST(bench_slo_accounting) {
+    const double ttft[5] = {100, 250, 50, 300, 120}, tpot[5] = {20, NAN, 60, 10, 45},
+                 e2e[5] = {1000, 400, 2000, 900, 1500};
+    slo_spec s = {.ttft_ms = 200, .tpot_ms = 50, .e2e_ms = 1500};
+    slo_result r;
+    slo_account(&s, ttft, tpot, e2e, 5, 4.0, &r);
+    /* by hand: ttft 1,3,5 met; tpot all but the 60 (one token: no TPOT, met); e2e all but 2000
+     * (1500 <= 1500); every limit: requests 1 and 5 */
+    CHECK(r.n == 5 && r.ttft_met == 0.6 && r.tpot_met == 0.8 && r.e2e_met == 0.8);
+    CHECK(r.all_met == 0.4 && r.goodput_rps == 0.5);
+    slo_spec only = {.ttft_ms = 200};
+    slo_account(&only, ttft, tpot, e2e, 5, 2.0, &r);
+    CHECK(r.all_met == 0.6 && isnan(r.tpot_met) && isnan(r.e2e_met) && r.goodput_rps == 1.5);
+    const double rates[4] = {1, 2, 4, 8}, met[4] = {1.0, 0.95, 0.9, 0.5}, low[4] = {0.5, 0.2, 0.1, 0};
+    CHECK(slo_max_rate(rates, met, 4, SLO_TARGET) == 4);
+    CHECK(isnan(slo_max_rate(rates, low, 4, SLO_TARGET)));
+    const double r2[3] = {8, 1, 4}, m2[3] = {0.95, 1, 0.2};
+    CHECK(slo_max_rate(r2, m2, 3, SLO_TARGET) == 8);
+    llmi_status st = {0};
+    slo_spec p;
+    CHECK(slo_parse("ttft=200,tpot=50", &p, &st) == 0 && p.ttft_ms == 200 && p.tpot_ms == 50 && p.e2e_ms == 0);
+    CHECK(slo_parse("e2e=2.5", &p, &st) == 0 && p.e2e_ms == 2.5 && !p.ttft_ms);
+    const char *bad[] = {"", "ttft=200,ttft=3", "foo=1", "ttft=-1", "ttft=", "ttft=1x", "tpot"};
+    for (int i = 0; i < 7; i++) {
+        llmi_status e = {0};
+        CHECK_MSG(slo_parse(bad[i], &p, &e) == LLMI_E_USAGE && strstr(e.msg, "--slo"), "'%s' accepted", bad[i]);
+    }
+}
+
+/* -d: the context is prefilled untimed and the engine's own accounting shows it in the
+ * KV cache when the timed part starts: the timed steps prefill only b x p tokens, the
+ * first of them finds 2 context blocks per sequence in use, and every request reports its
+ * d context tokens as cached. */
+typedef struct depth_probe { int steps, prefill, first_used; int cached[4], n_prompt[4], n_req; } depth_probe;
+
+static void depth_after_step(void *ctx, const llmi_step_info *info, double t0, double dt) {
+    depth_probe *p = ctx;
+    if (p->steps++ == 0) p->first_used = info->kv_blocks_used;
+    p->prefill += info->n_prefill_tokens;
+}
+
+static int depth_on_request(void *ctx, const llmi_request_info *ri, llmi_status *st) {
+    depth_probe *p = ctx;
+    if (p->n_req < 4) {
+        p->cached[p->n_req] = ri->n_cached_tokens;
+        p->n_prompt[p->n_req++] = ri->n_prompt;
+    }
+    return 0;
+}
+
+TEST(bench_depth_kv_holds_context) {
+    llmi_status st = {0};
+    llmi_model m;
+    llmi_backend_opts bo = {.n_threads = 1, .kv_dtype = LLMI_KV_F32, .block_size = 16, .max_batch_tokens = 256, .max_seqs = 4};
+    llmi_engine_opts eo = engine_opts_defaults();
+    eo.block_size = 16;
+    eo.max_batch_tokens = 256;
+    eo.max_seqs = 4;
+    eo.num_blocks = 2 * 4;    /* b x ceil((d + p + n) / block) = 2 x 3, and room to spare */
+    llmi_backend *b = tiny_cpu(t_, &m, &bo, 0);
+    llmi_engine *e = NULL;
+    if (!b) return;
+    if (engine_create(&m, b, &eo, &e, &st)) {
+        CHECK_MSG(false, "%s", st.msg);
+        b->destroy(b);
+        model_free(&m);
+        return;
+    }
+    stats_rng rng;
+    stats_rng_seed(&rng, test_seed());
+    depth_probe p = {0};
+    const workload_hooks h = {.ctx = &p, .after_step = depth_after_step, .on_request = depth_on_request};
+    workload_shape w = {.n_prompt = 8, .n_gen = 3, .n_requests = 2, .n_depth = 32};
+    CHECK_MSG(workload_run(e, m.cfg.n_vocab, w, &rng, &h, "test", &st) == 0, "%s", st.msg);
+    CHECK_MSG(p.prefill == 2 * 8, "timed prefill tokens %d (want b x p = 16)", p.prefill);
+    CHECK_MSG(p.first_used == 2 * 3, "blocks in use at the first timed step: %d (want 2 x (2 context + 1))", p.first_used);
+    CHECK(p.n_req == 2);
+    for (int i = 0; i < p.n_req; i++) CHECK_MSG(p.cached[i] == 32 && p.n_prompt[i] == 40, "%d %d", p.cached[i], p.n_prompt[i]);
+    /* without depth the same shape computes and holds no context */
+    depth_probe q = {0};
+    const workload_hooks hq = {.ctx = &q, .after_step = depth_after_step, .on_request = depth_on_request};
+    w.n_depth = 0;
+    CHECK(workload_run(e, m.cfg.n_vocab, w, &rng, &hq, "test", &st) == 0);
+    CHECK(q.prefill == 16 && q.first_used == 2 && q.cached[0] == 0 && q.n_prompt[0] == 8);
+    engine_destroy(e);
+    /* a pool too small to keep the context: an error naming -d, not a silent re-prefill */
+    eo.num_blocks = 3;
+    eo.max_seqs = 1;
+    llmi_status st2 = {0};
+    if (engine_create(&m, b, &eo, &e, &st2) == 0) {
+        w = (workload_shape){.n_prompt = 8, .n_gen = 3, .n_requests = 2, .n_depth = 32};
+        CHECK(workload_run(e, m.cfg.n_vocab, w, &rng, NULL, "test", &st2) == LLMI_E_RUNTIME && strstr(st2.msg, "-d 32"));
+        engine_destroy(e);
+    }
+    b->destroy(b);
+    model_free(&m);
+}
+
+static int stop_after_first(void *ctx, int done, int total, double ppl) { return 1; }
+
+TEST(bench_ppl_interrupt_keeps_windows_done) {
+    llmi_status st = {0};
+    llmi_model m;
+    llmi_backend_opts bo = {.n_threads = 1, .kv_dtype = LLMI_KV_F32, .block_size = 8, .max_batch_tokens = 16, .max_seqs = 1};
+    llmi_backend *b = tiny_cpu(t_, &m, &bo, 2);
+    if (!b) return;
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++) toks[i] = 2 + i * 7 % 500;
+    ppl_opts po = {.n_ctx = 16, .n_chunks = -1, .n_batch = 16, .on_chunk = stop_after_first};
+    ppl_result res;
+    CHECK(ppl_run(b, toks, 64, 1, &po, &res, &st) == LLMI_E_INTERRUPT);
+    CHECK(res.chunks == 1 && res.scored == 7 && isfinite(res.ppl));
     b->destroy(b);
     model_free(&m);
 }

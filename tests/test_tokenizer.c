@@ -78,6 +78,18 @@ static char *slurp_zst(const char *path, size_t *n) {
     return out;
 }
 
+/* The next JSON object of a JSONL text (cut in place at each newline), NULL at the end. */
+static cJSON *next_json_line(char **cur) {
+    while (*cur && **cur) {
+        char *line = *cur, *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        *cur = nl ? nl + 1 : NULL;
+        cJSON *r = cJSON_Parse(line);
+        if (r) return r;
+    }
+    return NULL;
+}
+
 /* tokenizer.json.zst -> a temporary HF directory -> tok_load_hf */
 static tokenizer *load_hf_zst(const char *dir, llmi_status *st) {
     char p[1024], tmp[] = "/tmp/llmi-tok-XXXXXX", jp[1100];
@@ -144,11 +156,8 @@ static void check_refs_min(test_ctx *t_, const tokenizer *tk, const char *refs_p
     if (!txt) return;
     ref_stats rs = {0};
     int shown = 0;
-    for (char *line = txt, *nl; line && *line; line = nl ? nl + 1 : NULL) {
-        nl = strchr(line, '\n');
-        if (nl) *nl = 0;
-        cJSON *r = cJSON_Parse(line);
-        if (!r) continue;
+    cJSON *r;
+    for (char *cur = txt; (r = next_json_line(&cur)) != NULL;) {
         rs.records++;
         const cJSON *jt = cJSON_GetObjectItem(r, "t");
         const char *text = jt->valuestring;
@@ -607,6 +616,12 @@ static tokenizer *chat_tok(const char *tpl, const char *bos, const char *eos) {
     return t;
 }
 
+/* The tokenizer of a rendering record: its template, bos and eos. */
+static tokenizer *chat_tok_of(const cJSON *r) {
+    return chat_tok(cJSON_GetObjectItem(r, "template")->valuestring, cJSON_GetObjectItem(r, "bos")->valuestring,
+                    cJSON_GetObjectItem(r, "eos")->valuestring);
+}
+
 TEST(tok_chat_templates) {
     char p[1024];
     size_t n;
@@ -614,15 +629,11 @@ TEST(tok_chat_templates) {
     CHECK(txt != NULL);
     if (!txt) return;
     int cases = 0;
-    for (char *line = txt, *nl; line && *line; line = nl ? nl + 1 : NULL) {
-        nl = strchr(line, '\n');
-        if (nl) *nl = 0;
-        cJSON *r = cJSON_Parse(line);
-        if (!r) continue;
+    cJSON *r;
+    for (char *cur = txt; (r = next_json_line(&cur)) != NULL;) {
         const char *kind = cJSON_GetObjectItem(r, "kind")->valuestring;
         const cJSON *js = cJSON_GetObjectItem(r, "system");
-        tokenizer *tk = chat_tok(cJSON_GetObjectItem(r, "template")->valuestring,
-                                 cJSON_GetObjectItem(r, "bos")->valuestring, cJSON_GetObjectItem(r, "eos")->valuestring);
+        tokenizer *tk = chat_tok_of(r);
         CHECK(tk != NULL);
         if (tk) {
             CHECK_MSG(strcmp(tok_chat_template_name(tk), kind) == 0, "%s detected as %s",
@@ -665,6 +676,47 @@ TEST(tok_chat_templates) {
     llmi_status st = {0};
     CHECK(tk && tok_chat_format(tk, NULL, "hi", &out, &st) != 0);
     CHECK(strstr(st.msg, "not one of chatml, llama3, llama2, mistral") != NULL);
+    tok_free(tk);
+}
+
+/* A conversation going on (bench --turns): format(system, user1) + answer + next_turn(user2)
+ * is jinja2's rendering of [system?, user1, assistant(answer), user2] + generation prompt
+ * (testdata/bench/chat-turns.jsonl, scripts/make-chat-turn-refs.py). */
+TEST(tok_chat_next_turn_jinja) {
+    size_t n;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/bench/chat-turns.jsonl", testdata());
+    char *txt = slurp(p, &n);
+    CHECK(txt != NULL);
+    if (!txt) return;
+    int cases = 0;
+    cJSON *r;
+    for (char *cur = txt; (r = next_json_line(&cur)) != NULL;) {
+        const cJSON *js = cJSON_GetObjectItem(r, "system");
+        tokenizer *tk = chat_tok_of(r);
+        char *one = NULL, *two = NULL;
+        llmi_status st = {0};
+        CHECK(tk && tok_chat_format(tk, cJSON_IsString(js) ? js->valuestring : NULL,
+                                    cJSON_GetObjectItem(r, "user1")->valuestring, &one, &st) == 0);
+        CHECK(tk && tok_chat_next_turn(tk, cJSON_GetObjectItem(r, "user2")->valuestring, &two, &st) == 0);
+        if (one && two) {
+            char got[4096];
+            snprintf(got, sizeof got, "%s%s%s", one, cJSON_GetObjectItem(r, "answer")->valuestring, two);
+            const char *want = cJSON_GetObjectItem(r, "out")->valuestring;
+            CHECK_MSG(!strcmp(got, want), "%s: got\n%s\nwant\n%s", cJSON_GetObjectItem(r, "name")->valuestring, got, want);
+        }
+        free(one);
+        free(two);
+        tok_free(tk);
+        cJSON_Delete(r);
+        cases++;
+    }
+    free(txt);
+    CHECK(cases >= 10);
+    tokenizer *tk = chat_tok("", "<s>", "</s>");
+    char *out = NULL;
+    llmi_status st = {0};
+    CHECK(tk && tok_chat_next_turn(tk, "hi", &out, &st) == LLMI_E_USAGE && strstr(st.msg, "--turns") && !out);
     tok_free(tk);
 }
 

@@ -62,23 +62,29 @@ bool bench_peak_reset(void) {
 void bench_progress_init(bench_progress *p, const char *label, int total) {
     p->on = isatty(STDERR_FILENO) && total > 0;
     p->total = total;
+    p->shown = 0;
     snprintf(p->label, sizeof p->label, "%s", label);
     bench_progress_update(p, 0);
 }
 
-void bench_progress_update(bench_progress *p, int done) {
+void bench_progress_update(bench_progress *p, int done) { bench_progress_note(p, done, NULL); }
+
+void bench_progress_note(bench_progress *p, int done, const char *note) {
     if (!p->on) return;
     const int width = 30;
     int fill = p->total > 0 ? (int)((long)done * width / p->total) : 0;
     char bar[64];
     for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
     bar[width] = '\0';
-    fprintf(stderr, "\r%s [%s] %d/%d", p->label, bar, done, p->total);
+    int n = fprintf(stderr, "\r%s [%s] %d/%d%s%s", p->label, bar, done, p->total, note ? "  " : "", note ? note : "");
+    /* a shorter line than the last one leaves its tail: blank it */
+    if (n > 0 && n < p->shown) fprintf(stderr, "%*s", p->shown - n, "");
+    if (n > p->shown) p->shown = n;
     fflush(stderr);
 }
 
 void bench_progress_end(bench_progress *p) {
     if (!p->on) return;
-    fprintf(stderr, "\r%*s\r", 40 + (int)strlen(p->label) + 24, "");
+    fprintf(stderr, "\r%*s\r", p->shown, "");
     fflush(stderr);
 }

@@ -23,14 +23,17 @@ const char *bench_weight_dtype(const llmi_model *m);
 size_t bench_peak_rss(void);
 bool bench_peak_reset(void);
 
-/* Progress on stderr as "label [=====>    ] done/total"; a no-op unless stderr is a tty. */
+/* Progress on stderr as "label [=====>    ] done/total [note]", redrawn in place; a no-op
+ * unless stderr is a tty (logs and pipes get nothing). */
 typedef struct bench_progress {
     bool on;
     int total;
+    int shown;                 /* widest line drawn, to blank it at the end */
     char label[64];
 } bench_progress;
 void bench_progress_init(bench_progress *p, const char *label, int total);
 void bench_progress_update(bench_progress *p, int done);
+void bench_progress_note(bench_progress *p, int done, const char *note);
 void bench_progress_end(bench_progress *p);
 
 #endif

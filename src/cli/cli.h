@@ -66,6 +66,8 @@ int cli_parse_float(const char *flag, const char *val, double min, double max, d
 /* "1,8,32" -> values (malloc'ed, caller frees); every value in [min, max]. */
 int cli_parse_long_list(const char *flag, const char *val, long min, long max, long **out, int *n,
                         llmi_status *st);
+int cli_parse_float_list(const char *flag, const char *val, double min, double max, double **out, int *n,
+                         llmi_status *st);
 /* Returns argv[*i + 1] after checking it exists, else fails naming the flag. */
 const char *cli_flag_value(int argc, char **argv, int *i, llmi_status *st);
 

@@ -56,13 +56,16 @@ int cli_parse_float(const char *flag, const char *val, double min, double max, d
     return LLMI_OK;
 }
 
-int cli_parse_long_list(const char *flag, const char *val, long min, long max, long **out, int *n,
-                        llmi_status *st) {
+/* The one comma-list splitter: each item parsed by one() into the next elem_size bytes. */
+typedef int (*list_item_fn)(const char *flag, const char *item, const double lim[2], void *dst, llmi_status *st);
+
+static int parse_list(const char *flag, const char *val, const double lim[2], size_t elem_size, list_item_fn one,
+                      void **out, int *n, llmi_status *st) {
     *out = NULL;
     *n = 0;
     int cap = 1;
     for (const char *p = val; *p; p++) cap += *p == ',';
-    long *v = malloc((size_t)cap * sizeof *v);
+    char *v = malloc((size_t)cap * elem_size);
     char *copy = strdup(val);
     if (!v || !copy) {
         free(v);
@@ -72,7 +75,7 @@ int cli_parse_long_list(const char *flag, const char *val, long min, long max, l
     int k = 0;
     char *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (cli_parse_long(flag, tok, min, max, &v[k], st)) {
+        if (one(flag, tok, lim, v + (size_t)k * elem_size, st)) {
             free(v);
             free(copy);
             return st->code;
@@ -87,6 +90,32 @@ int cli_parse_long_list(const char *flag, const char *val, long min, long max, l
     *out = v;
     *n = k;
     return LLMI_OK;
+}
+
+static int long_item(const char *flag, const char *item, const double lim[2], void *dst, llmi_status *st) {
+    return cli_parse_long(flag, item, (long)lim[0], (long)lim[1], dst, st);
+}
+
+static int float_item(const char *flag, const char *item, const double lim[2], void *dst, llmi_status *st) {
+    return cli_parse_float(flag, item, lim[0], lim[1], dst, st);
+}
+
+int cli_parse_long_list(const char *flag, const char *val, long min, long max, long **out, int *n,
+                        llmi_status *st) {
+    const double lim[2] = {(double)min, (double)max};
+    void *v = NULL;
+    int rc = parse_list(flag, val, lim, sizeof **out, long_item, &v, n, st);
+    *out = v;
+    return rc;
+}
+
+int cli_parse_float_list(const char *flag, const char *val, double min, double max, double **out, int *n,
+                         llmi_status *st) {
+    const double lim[2] = {min, max};
+    void *v = NULL;
+    int rc = parse_list(flag, val, lim, sizeof **out, float_item, &v, n, st);
+    *out = v;
+    return rc;
 }
 
 /* "512M", "2G", "1048576" -> bytes. */

@@ -377,7 +377,7 @@ static int prime_prefix(llmi_engine *e, const int32_t *prefix, int n_prefix, llm
 
 static int profile_measure(const profile_args *a, const llmi_model *m, llmi_backend *b, llmi_engine *e, FILE *tf,
                            profile_run *run, llmi_status *st) {
-    workload_shape w = {a->p, a->n, a->b, NULL, 0};
+    workload_shape w = {.n_prompt = a->p, .n_gen = a->n, .n_requests = a->b};
     stats_rng rng;
     stats_rng_seed(&rng, a->seed);
     int rc = 0;

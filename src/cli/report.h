@@ -1,6 +1,7 @@
 /* report.h — owns the result tables of bench and profile and their four renderings:
- * md (llama-bench-like, a "mean ± sd" column for each X_mean/X_sd pair), csv, json (one
- * array) and jsonl (one object per line).  Columns are declared as rows set them; every
+ * md (llama-bench-like: columns padded to their widest cell, numbers right-aligned, a
+ * "mean ± sd" column for each X_mean/X_sd pair), csv, json (one array) and jsonl (one
+ * object per line).  Columns are declared as rows set them; every
  * rendering carries the same columns in the same order, and csv/json the full precision. */
 #ifndef LLMI_REPORT_H
 #define LLMI_REPORT_H
@@ -14,8 +15,9 @@ int report_format_parse(const char *s, report_format *f, llmi_status *st);   /* 
 
 typedef enum { REPORT_STR = 0, REPORT_INT, REPORT_NUM, REPORT_RAW_JSON } report_type;
 
-#define REPORT_MAX_COLS 96
+#define REPORT_MAX_COLS 192
 #define REPORT_KEY_LEN 48
+#define REPORT_MAX_READ_ROWS 100000    /* rows report_read_json accepts from one file */
 
 typedef struct report_col {
     char key[REPORT_KEY_LEN];
@@ -44,8 +46,19 @@ void report_str(report *r, const char *key, const char *val);
 void report_int(report *r, const char *key, long long v);
 void report_num(report *r, const char *key, double v, int md_decimals);
 void report_raw_json(report *r, const char *key, const char *json);
+/* Sets a numeric cell of an earlier row (a summary of all rows, e.g. bench's slo_max_rate). */
+void report_num_at(report *r, int row, const char *key, double v, int md_decimals);
+/* Appends the rows of a json (array of objects, or one object) or jsonl text, as this module
+ * writes them; name (the file) starts the error messages.  A row is bounded by
+ * REPORT_MAX_COLS fields of keys shorter than REPORT_KEY_LEN. */
+int report_read_json(report *r, const char *text, const char *name, llmi_status *st);
 /* Value of a numeric cell of row i, NaN when unset or unknown. */
 double report_get(const report *r, int row, const char *key);
+/* Text of a string cell of row i, NULL when unset or not a string column. */
+const char *report_get_str(const report *r, int row, const char *key);
+bool report_has(const report *r, const char *key);
+/* The column exists and its rows do not all hold the same value. */
+bool report_varies(const report *r, const char *key);
 
 int report_write(const report *r, report_format f, FILE *out);
 /* Row i, or all rows as an array, as cJSON (caller deletes), to nest tables in one JSON

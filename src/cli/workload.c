@@ -9,23 +9,52 @@ void workload_random_tokens(stats_rng *rng, int32_t *t, int n, int n_vocab) {
     for (int i = 0; i < n; i++) t[i] = (int32_t)stats_rng_range(rng, 0, n_vocab - 1);
 }
 
+/* Prefills ctx (n_requests, n_depth) untimed, as prompt-only requests, and releases them:
+ * their full blocks stay in the prefix cache for the timed requests to find. */
+static int prefill_context(llmi_engine *e, workload_shape w, const int32_t *ctx, const char *who, llmi_status *st) {
+    llmi_request_params rp = request_params_defaults();
+    rp.max_tokens = 0;
+    int *ids = malloc((size_t)w.n_requests * sizeof *ids);   /* (n_requests) */
+    int rc = 0, added = 0;
+    if (!ids) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", who);
+    for (int i = 0; i < w.n_requests && !rc; i++) {
+        rc = engine_add_request(e, ctx + (size_t)i * w.n_depth, w.n_depth, &rp, NULL, &ids[i], st);
+        added += rc == 0;
+    }
+    while (!rc && engine_has_work(e)) {
+        if (cli_was_interrupted()) rc = llmi_fail(st, LLMI_E_INTERRUPT, "%s: interrupted", who);
+        else rc = engine_step(e, NULL, NULL, NULL, st);
+    }
+    if (rc) engine_abort_all(e, NULL, NULL);
+    for (int i = 0; i < added; i++) engine_release(e, ids[i]);
+    free(ids);
+    return rc;
+}
+
 int workload_run(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, const workload_hooks *h,
                  const char *who, llmi_status *st) {
     static const workload_hooks none = {0};
     if (!h) h = &none;
-    int32_t *prompt = malloc((size_t)w.n_prompt * sizeof *prompt);   /* (n_prompt) */
+    const int n_total = w.n_depth + w.n_prompt;
+    int32_t *prompt = malloc((size_t)n_total * sizeof *prompt);     /* (n_depth + n_prompt) */
     int *ids = malloc((size_t)w.n_requests * sizeof *ids);           /* (n_requests) */
+    int32_t *ctx = w.n_depth ? malloc((size_t)w.n_requests * w.n_depth * sizeof *ctx) : NULL;   /* (n_requests, n_depth) */
     int rc = 0, added = 0;
-    if (!prompt || !ids) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", who); goto done; }
+    if (!prompt || !ids || (w.n_depth && !ctx)) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", who); goto done; }
+    if (w.n_depth) {
+        workload_random_tokens(rng, ctx, w.n_requests * w.n_depth, n_vocab);
+        if ((rc = prefill_context(e, w, ctx, who, st))) goto done;
+    }
     llmi_request_params rp = request_params_defaults();
     rp.max_tokens = w.n_gen;
     rp.ignore_eos = true;
     rp.sampling.temperature = 0;
     for (int i = 0; i < w.n_requests; i++) {
         int shared = w.prefix ? w.n_prefix : 0;
-        if (shared) memcpy(prompt, w.prefix, (size_t)shared * sizeof *prompt);
-        workload_random_tokens(rng, prompt + shared, w.n_prompt - shared, n_vocab);
-        if ((rc = engine_add_request(e, prompt, w.n_prompt, &rp, NULL, &ids[i], st))) goto done;
+        if (w.n_depth) memcpy(prompt, ctx + (size_t)i * w.n_depth, (size_t)w.n_depth * sizeof *prompt);
+        if (shared) memcpy(prompt + w.n_depth, w.prefix, (size_t)shared * sizeof *prompt);
+        workload_random_tokens(rng, prompt + w.n_depth + shared, w.n_prompt - shared, n_vocab);
+        if ((rc = engine_add_request(e, prompt, n_total, &rp, NULL, &ids[i], st))) goto done;
         added++;
     }
     while (engine_has_work(e)) {
@@ -37,20 +66,30 @@ int workload_run(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, 
         double dt = engine_now(e) - t0;
         if (h->after_step) h->after_step(h->ctx, &info, t0, dt);
     }
-    for (int i = 0; i < added && h->on_request; i++) {
+    for (int i = 0; i < added; i++) {
         const llmi_request_info *ri = engine_request(e, ids[i]);
-        if (ri && (rc = h->on_request(h->ctx, ri, st))) goto done;
+        if (!ri) continue;
+        if (ri->n_cached_tokens < w.n_depth) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME,
+                           "%s: -d %d: only %d context tokens of a request were still in the KV cache when its timed "
+                           "part began (too few blocks: --num-blocks/--kv-mem)",
+                           who, w.n_depth, ri->n_cached_tokens);
+            goto done;
+        }
+        if (h->on_request && (rc = h->on_request(h->ctx, ri, st))) goto done;
     }
 done:
     if (rc) engine_abort_all(e, NULL, NULL);
     for (int i = 0; i < added; i++) engine_release(e, ids[i]);
     free(prompt);
     free(ids);
+    free(ctx);
     return rc;
 }
 
 int workload_warmup(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, const char *who, llmi_status *st) {
     if (w.n_prompt > WORKLOAD_WARMUP_PROMPT) w.n_prompt = WORKLOAD_WARMUP_PROMPT;
     if (w.n_gen > WORKLOAD_WARMUP_GEN) w.n_gen = WORKLOAD_WARMUP_GEN;
+    w.n_depth = 0;
     return workload_run(e, n_vocab, w, rng, NULL, who, st);
 }

@@ -1,6 +1,7 @@
 /* workload.h — owns the synthetic workload that bench's sweep and profile measure:
  * b requests of p random prompt tokens (uniform over the vocabulary), each generating n
- * tokens greedily with EOS ignored, added at once and stepped until all finish.  The
+ * tokens greedily with EOS ignored, added at once and stepped until all finish, optionally
+ * after a context of d tokens already in the KV cache (depth).  The
  * callers keep their own accounting through hooks: bench splits prefill from decode time
  * and collects TTFT/TPOT, profile reads its op counters around each step and traces it. */
 #ifndef LLMI_WORKLOAD_H
@@ -17,6 +18,7 @@ typedef struct workload_shape {
     int n_requests;                /* b: requests running together */
     const int32_t *prefix;         /* (n_prefix) the first tokens of every prompt, or NULL */
     int n_prefix;                  /* < n_prompt */
+    int n_depth;                   /* d: context tokens already in the KV cache (see workload_run) */
 } workload_shape;
 
 /* Any hook may be NULL. */
@@ -35,7 +37,14 @@ typedef struct workload_hooks {
 void workload_random_tokens(stats_rng *rng, int32_t *t, int n, int n_vocab);
 
 /* Runs the workload on e; who ("bench", "profile") starts the error messages.  On
- * failure or Ctrl-C every request is aborted; the engine is left empty either way. */
+ * failure or Ctrl-C every request is aborted; the engine is left empty either way.
+ *
+ * Depth (llama-bench -d): with n_depth > 0 each request first gets a context of n_depth
+ * random tokens, prefilled untimed (no hooks) by a prompt-only request whose full blocks
+ * stay in the prefix cache; the timed requests' prompts are that context + n_prompt new
+ * tokens, so their prefill computes only the new ones while attending to all.  Needs
+ * prefix caching and n_depth a multiple of the block size; fails if any timed request
+ * found fewer than n_depth of its tokens cached (the pool was too small). */
 int workload_run(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, const workload_hooks *h,
                  const char *who, llmi_status *st);
 

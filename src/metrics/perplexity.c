@@ -104,6 +104,11 @@ int ppl_run(llmi_backend *b, const int32_t *tokens, long n, int32_t bos, const p
             fprintf(o->progress, "[%d]%.4f,", c + 1, ppl_value(&acc));
             fflush(o->progress);
         }
+        if (o->on_chunk && o->on_chunk(o->ctx, c + 1, n_chunk, ppl_value(&acc)) && c + 1 < n_chunk) {
+            rc = llmi_fail(st, LLMI_E_INTERRUPT, "--ppl: interrupted after %d of %d windows", c + 1, n_chunk);
+            n_chunk = c + 1;
+            break;
+        }
     }
     if (o->progress) fputc('\n', o->progress);
     res->ppl = ppl_value(&acc);

@@ -36,6 +36,11 @@ typedef struct ppl_opts {
     int n_chunks;         /* --chunks; <= 0 = all */
     int n_batch;          /* tokens per forward (<= backend max_batch_tokens) */
     FILE *progress;       /* running estimate "[i]ppl," lines, or NULL */
+    /* Called after each window with the estimate so far, or NULL; a non-zero return stops
+     * the run there (Ctrl-C): ppl_run then fills res with the windows done and returns
+     * LLMI_E_INTERRUPT. */
+    int (*on_chunk)(void *ctx, int done, int total, double ppl);
+    void *ctx;
 } ppl_opts;
 
 typedef struct ppl_result {

@@ -1,7 +1,8 @@
 /* tok_chat.c — owns chat formatting: recognises the family of a model's Jinja chat template
  * (ChatML, Llama-3, Llama-2, Mistral) from its text and renders one system + user turn with
  * the assistant turn opened, byte-for-byte as the template itself renders it (checked against
- * jinja2 renderings in testdata/tokenizer/chat.jsonl).  No Jinja interpreter: the families
+ * jinja2 renderings in testdata/tokenizer/chat.jsonl), and the text that follows an assistant
+ * answer to go on with one more user turn (testdata/bench/chat-turns.jsonl).  No Jinja interpreter: the families
  * are fixed shapes, and anything else is refused with a clear message. */
 #include <stdlib.h>
 #include <string.h>
@@ -111,13 +112,74 @@ static const char *token_text(const tokenizer *t, int id, size_t *n) {
     return t->text + t->str_off[id];
 }
 
-int tok_chat_format(const tokenizer *t, const char *system, const char *user, char **out, llmi_status *st) {
+/* Starts a rendering: no output yet, a NULL user message is empty, and the model's template
+ * must be one llmi renders; flag (--chat, --turns) starts the message. */
+static int chat_begin(const tokenizer *t, const char *flag, const char **user, char **out, llmi_status *st) {
     *out = NULL;
-    if (!user) user = "";
+    if (!*user) *user = "";
     if (t->chat == TOK_CHAT_NONE)
-        return llmi_fail(st, LLMI_E_USAGE, "--chat: the model has no chat template (tokenizer.chat_template)");
+        return llmi_fail(st, LLMI_E_USAGE, "%s: the model has no chat template (tokenizer.chat_template)", flag);
     if (t->chat == TOK_CHAT_UNKNOWN)
-        return llmi_fail(st, LLMI_E_USAGE, "--chat: model's chat template is not one of chatml, llama3, llama2, mistral");
+        return llmi_fail(st, LLMI_E_USAGE, "%s: model's chat template is not one of chatml, llama3, llama2, mistral", flag);
+    return 0;
+}
+
+/* Hands the rendered text over as *out, or fails when building it ran out of memory. */
+static int chat_done(sbuf *b, char **out, const char *flag, llmi_status *st) {
+    if (b->oom || !b->p) {
+        free(b->p);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory formatting the prompt", flag);
+    }
+    *out = b->p;
+    return 0;
+}
+
+/* One user turn of each family, the assistant turn opened after it: Llama-2 starts every
+ * user turn with BOS (Mistral writes BOS once, before the first); Llama-3 and Llama-2 strip
+ * the content. */
+static const struct user_turn_shape {
+    const char *open, *close;
+    bool strip, bos;
+} user_turns[] = {
+    [TOK_CHAT_CHATML] = {"<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n", false, false},
+    [TOK_CHAT_LLAMA3] = {"<|start_header_id|>user<|end_header_id|>\n\n",
+                         "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", true, false},
+    [TOK_CHAT_LLAMA2] = {"[INST] ", " [/INST]", true, true},
+    [TOK_CHAT_MISTRAL] = {"[INST] ", " [/INST]", false, false},
+};
+
+static void user_turn(sbuf *b, const tokenizer *t, const char *content) {
+    const struct user_turn_shape *u = &user_turns[t->chat];
+    if (!u->open) return;   /* no family: chat_begin refused it */
+    size_t bl;
+    const char *bos = token_text(t, t->bos_id, &bl);
+    if (u->bos) sb_put(b, bos, bl);
+    sb_str(b, u->open);
+    if (u->strip) sb_strip(b, content);
+    else sb_str(b, content);
+    sb_str(b, u->close);
+}
+
+/* user_turn of pre + system + post + user (of user alone when system is NULL): a system
+ * prompt folded into the first user message, for templates without a system turn. */
+static void user_turn_folded(sbuf *b, const tokenizer *t, const char *pre, const char *system, const char *post,
+                             const char *user) {
+    if (!system) {
+        user_turn(b, t, user);
+        return;
+    }
+    sbuf c = {0};
+    sb_str(&c, pre);
+    sb_str(&c, system);
+    sb_str(&c, post);
+    sb_str(&c, user);
+    if (c.oom) b->oom = true;
+    else user_turn(b, t, c.p);
+    free(c.p);
+}
+
+int tok_chat_format(const tokenizer *t, const char *system, const char *user, char **out, llmi_status *st) {
+    if (chat_begin(t, "--chat", &user, out, st)) return st->code;
     sbuf b = {0};
     size_t bl;
     const char *bos = token_text(t, t->bos_id, &bl);
@@ -131,9 +193,7 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
             sb_str(&b, "<|im_end|>\n");
         }
         free(def);
-        sb_str(&b, "<|im_start|>user\n");
-        sb_str(&b, user);
-        sb_str(&b, "<|im_end|>\n<|im_start|>assistant\n");
+        user_turn(&b, t, user);
         break;
     }
     case TOK_CHAT_LLAMA3:
@@ -169,45 +229,39 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
             sb_strip(&b, system);
             sb_str(&b, "<|eot_id|>");
         }
-        sb_str(&b, "<|start_header_id|>user<|end_header_id|>\n\n");
-        sb_strip(&b, user);
-        sb_str(&b, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+        user_turn(&b, t, user);
         break;
-    case TOK_CHAT_LLAMA2: {
+    case TOK_CHAT_LLAMA2:
         /* content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + user, then strip()ped as a whole */
-        sbuf c = {0};
-        if (system) {
-            sb_str(&c, "<<SYS>>\n");
-            sb_str(&c, system);
-            sb_str(&c, "\n<</SYS>>\n\n");
-        }
-        sb_str(&c, user);
-        sb_put(&b, bos, bl);
-        sb_str(&b, "[INST] ");
-        if (c.oom) b.oom = true;
-        else sb_strip(&b, c.p);
-        sb_str(&b, " [/INST]");
-        free(c.p);
+        user_turn_folded(&b, t, "<<SYS>>\n", system, "\n<</SYS>>\n\n", user);
         break;
-    }
     case TOK_CHAT_MISTRAL:
         /* The template refuses a system role; put the system text before the user's, as
          * llama.cpp does for Mistral v1. */
         sb_put(&b, bos, bl);
-        sb_str(&b, "[INST] ");
-        if (system && *system) {
-            sb_str(&b, system);
-            sb_str(&b, "\n\n");
-        }
-        sb_str(&b, user);
-        sb_str(&b, " [/INST]");
+        user_turn_folded(&b, t, "", system && *system ? system : NULL, "\n\n", user);
         break;
     default: break;
     }
-    if (b.oom || !b.p) {
-        free(b.p);
-        return llmi_fail(st, LLMI_E_RUNTIME, "--chat: out of memory formatting the prompt");
+    return chat_done(&b, out, "--chat", st);
+}
+
+int tok_chat_next_turn(const tokenizer *t, const char *user, char **out, llmi_status *st) {
+    if (chat_begin(t, "--turns", &user, out, st)) return st->code;
+    sbuf b = {0};
+    size_t el;
+    const char *eos = token_text(t, t->eos_id, &el);
+    /* what closes the assistant turn after its content */
+    switch (t->chat) {
+    case TOK_CHAT_CHATML: sb_str(&b, "<|im_end|>\n"); break;
+    case TOK_CHAT_LLAMA3: sb_str(&b, "<|eot_id|>"); break;
+    case TOK_CHAT_LLAMA2:   /* ' ' + content.strip() + ' ' + eos: the answer brings its own ' ' */
+        sb_str(&b, " ");
+        sb_put(&b, eos, el);
+        break;
+    case TOK_CHAT_MISTRAL: sb_put(&b, eos, el); break;
+    default: break;
     }
-    *out = b.p;
-    return 0;
+    user_turn(&b, t, user);
+    return chat_done(&b, out, "--turns", st);
 }

@@ -91,5 +91,9 @@ int tok_stream_flush(tok_stream *s, char *buf, size_t cap);
  * the model's template text.  *out is malloc'ed; it ends with the assistant turn opened. */
 int tok_chat_format(const tokenizer *t, const char *system, const char *user, char **out, llmi_status *st);
 const char *tok_chat_template_name(const tokenizer *t);  /* "chatml", "llama3", ... or "none" */
+/* What follows an assistant answer's content to go on with one more user turn: the
+ * assistant turn closed, the user turn, the assistant turn opened, as the template renders
+ * [..., assistant(answer), user(user)] after the answer.  *out is malloc'ed. */
+int tok_chat_next_turn(const tokenizer *t, const char *user, char **out, llmi_status *st);
 
 #endif

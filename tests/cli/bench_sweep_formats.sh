@@ -4,7 +4,7 @@
 # from the same run (--out) carry the same numbers.
 . "$(dirname "$0")/../lib/common.sh"
 CFG="$TESTDATA/bench/tiny-llama.json"
-"$LLMI" bench --dummy "$CFG" --dummy-dtype q8_0 -p 16,48 -n 4 -b 1,3 -r 2 --kv-type f32,f16 -t 1 -o json \
+"$LLMI" bench --dummy "$CFG" --dummy-dtype q8_0 -p 16,48 -n 4 -b 1,3 -r 2 --kv-type f32,f16 -t 1 -o json --columns all \
   --out csv:"$TMP/b.csv" --out md:"$TMP/b.md" --out jsonl:"$TMP/b.jsonl" >"$TMP/b.json" 2>"$TMP/err" \
   || fail "bench failed: $(cat "$TMP/err")"
 [ ! -s "$TMP/err" ] || fail "stderr not silent when it is not a terminal: $(head -c 500 "$TMP/err")"
