@@ -162,7 +162,7 @@ PY
 fails=0; n=0
 while IFS= read -r f; do
   n=$((n + 1))
-  "$BIN" generate -m "$f" -p hi -n 1 >"$work/out" 2>"$work/err"
+  "$BIN" generate --device cpu -m "$f" -p hi -n 1 >"$work/out" 2>"$work/err"
   rc=$?
   name=$(basename "$f")
   lines=$(wc -l <"$work/err")
