@@ -69,7 +69,7 @@ static float kv_get(const void *base, llmi_kv_dtype t, size_t i) {
 static const char *kv_name(llmi_kv_dtype t) { return t == LLMI_KV_F32 ? "f32" : t == LLMI_KV_F16 ? "f16" : "bf16"; }
 
 TEST(cuda_embed) {
-    if (!cuda_ready()) SKIP("no usable CUDA device");
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_embed");
     const int n_vocab = 37, dim = 77, n = 13;
     llmi_dtype dts[3] = {LLMI_F32, LLMI_F16, LLMI_BF16};
@@ -102,7 +102,7 @@ TEST(cuda_embed) {
 }
 
 TEST(cuda_add_rmsnorm) {
-    if (!cuda_ready()) SKIP("no usable CUDA device");
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_add_rmsnorm");
     const int n = 9, dim = 333;
     const float eps = 1e-5f;
@@ -156,7 +156,7 @@ TEST(cuda_add_rmsnorm) {
 }
 
 TEST(cuda_rope_kv) {
-    if (!cuda_ready()) SKIP("no usable CUDA device");
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_rope_kv");
     const int n = 11, nh = 6, nkv = 2, hd = 34, bs = 16, nblocks = 5;
     llmi_config c = {0};
@@ -211,7 +211,7 @@ TEST(cuda_rope_kv) {
 }
 
 TEST(cuda_swiglu) {
-    if (!cuda_ready()) SKIP("no usable CUDA device");
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_swiglu");
     const int n = 7, d = 333;
     float *gu = malloc(sizeof(float) * n * 2 * d), *g = malloc(sizeof(float) * n * d), *u = malloc(sizeof(float) * n * d);
@@ -323,7 +323,7 @@ static void attention_case(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int 
 }
 
 TEST(cuda_attention) {
-    if (!cuda_ready()) SKIP("no usable CUDA device");
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_attention");
     for (int kt = 0; kt < 3; kt++) {
         attention_case(t_, &r, 64, (llmi_kv_dtype)kt, 0);
@@ -338,7 +338,7 @@ TEST(cuda_attention) {
 }
 
 TEST(cuda_gemm) {
-    if (!cuda_ready()) SKIP("no usable CUDA device");
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_gemm");
     llmi_dtype dts[2] = {LLMI_BF16, LLMI_F16};
     for (int di = 0; di < 2; di++) {
@@ -372,7 +372,7 @@ TEST(cuda_gemm) {
 }
 
 TEST(cuda_dequant) {
-    if (!cuda_ready()) SKIP("no usable CUDA device");
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_dequant");
     llmi_dtype src[6] = {LLMI_Q4_0, LLMI_Q4_1, LLMI_Q8_0, LLMI_F16, LLMI_F32, LLMI_BF16};
     const int rows = 5, cols = 96;
@@ -426,7 +426,7 @@ TEST(cuda_dequant) {
 }
 
 TEST(cuda_argmax) {
-    if (!cuda_ready()) SKIP("no usable CUDA device");
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_argmax");
     const int rows = 6, nv = 50001;
     float *lg = malloc(sizeof(float) * rows * nv);
@@ -454,7 +454,7 @@ TEST(cuda_argmax) {
 }
 
 TEST(cuda_sample) {
-    if (!cuda_ready()) SKIP("no usable CUDA device");
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_sample");
     const int rows = 48, nv = 3001, hist_n = 40;
     float *lg = malloc(sizeof(float) * rows * nv), *work = malloc(sizeof(float) * nv);
@@ -588,7 +588,7 @@ static int forward_steps(llmi_backend *b, const int32_t *toks, float *logits, ll
 }
 
 TEST(cuda_backend_forward) {
-    if (!cuda_ready()) SKIP("no usable CUDA device");
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_backend_forward");
     for (int variant = 0; variant < 2; variant++) {
         llmi_model m;
