@@ -49,4 +49,7 @@ expect 1 "disagrees with quantization_config" -- "$BIN" generate --device cpu -m
 cp -r "$TESTDATA/quant/awq" "$T/bad2"
 sed -i 's/"bits":\t4/"bits":\t3/' "$T/bad2/config.json"
 expect 1 "bits 3 is not supported" -- "$BIN" generate --device cpu -m "$T/bad2" -p hi -n 1
-exit $fail
+[ $fail -eq 0 ] || exit 1
+# Part of this test did not run without the model: that is a skip, not a pass.
+[ -f "${MODEL:-}" ] || { echo "calibration-text case not run: default model missing (${MODEL:-})"; exit 77; }
+exit 0
