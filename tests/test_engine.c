@@ -497,6 +497,8 @@ static int run_observed(const llmi_model *m, int n_req, const int *lens, int max
         if (!rc && id != i) rc = -1;
     }
     int computed[OBS_MAX_REQ] = {0}, n_pre[OBS_MAX_REQ] = {0};
+    int resume_cap[OBS_MAX_REQ];               /* a victim resumes at most here (its cached blocks) */
+    bool resuming[OBS_MAX_REQ] = {false};
     int running[OBS_MAX_REQ], n_running = 0;   /* (re)admission order */
     bool is_running[OBS_MAX_REQ] = {false};
     while (!rc && engine_has_work(e)) {
@@ -530,7 +532,8 @@ static int run_observed(const llmi_model *m, int n_req, const int *lens, int max
             in_step[rg[k].req] = true;
         }
         if (rc) break;
-        /* Preemptions of this step's planning: victims restart from position 0. */
+        /* Preemptions of this step's planning: a victim resumes from position 0, or with the
+         * prefix cache from a block boundary no later than where it stood. */
         bool victim[OBS_MAX_REQ] = {false};
         for (int i = 0; i < n_req; i++) {
             const llmi_request_info *inf = engine_request(e, i);
@@ -543,7 +546,8 @@ static int run_observed(const llmi_model *m, int n_req, const int *lens, int max
         for (int j = 0; j < n_run0; j++) {
             int v = run0[j];
             if (!victim[v]) continue;
-            computed[v] = 0;
+            resume_cap[v] = eo.prefix_cache ? computed[v] : 0;
+            resuming[v] = true;
             for (int l = j + 1; l < n_run0; l++)
                 if (!victim[run0[l]] && !in_step[run0[l]])
                     OBS_FAIL(r, "request %d preempted while %d, admitted after it, sat out the step", v, run0[l]);
@@ -552,15 +556,20 @@ static int run_observed(const llmi_model *m, int n_req, const int *lens, int max
         n_running = 0;
         for (int j = 0; j < n_run0; j++)
             if (is_running[run0[j]]) running[n_running++] = run0[j];
-        for (int i = 0; i < n_req; i++)
-            if (victim[i] && !is_running[i] && computed[i] != 0) OBS_FAIL(r, "victim %d not reset", i);
 
         /* Limits, contiguity, what each sequence wanted, decode accounting. */
         int tokens = 0, decode = 0, last_admitted = -1;
         bool seen_decode = false;
         for (int k = 0; k < n_rg; k++) {
             const obs_range *g = &rg[k];
-            int q = g->req, n_tok = lens[q] + gen0[q], pending = n_tok - computed[q];
+            int q = g->req;
+            if (resuming[q]) {
+                if (g->pos0 % eo.block_size || g->pos0 > resume_cap[q])
+                    OBS_FAIL(r, "request %d resumes at %d after preemption (cached up to %d)", q, g->pos0, resume_cap[q]);
+                computed[q] = g->pos0;
+                resuming[q] = false;
+            }
+            int n_tok = lens[q] + gen0[q], pending = n_tok - computed[q];
             bool is_decode = pending == 1 && n_tok > lens[q];
             int want = pending > 1 && eo.prefill_chunk > 0 && pending > eo.prefill_chunk ? eo.prefill_chunk : pending;
             tokens += g->n;
@@ -643,70 +652,64 @@ static int run_observed(const llmi_model *m, int n_req, const int *lens, int max
 static const int obs_lens[] = {1, 2, 5, 11, 16, 23, 3, 40, 7, 1, 12, 6, 30, 9, 21, 4};
 enum { OBS_N = (int)(sizeof obs_lens / sizeof obs_lens[0]) };
 
-TEST(engine_schedule_limits_and_policies) {
-    llmi_model m = mock_model(97);
+/* Engine options of the observed runs: blocks of 4 tokens and the given limits. */
+static llmi_engine_opts obs_opts(int num_blocks, int max_batch_tokens, int prefill_chunk, int max_seqs,
+                                 sched_policy policy) {
     llmi_engine_opts eo = engine_opts_defaults();
     eo.block_size = 4;
-    eo.num_blocks = 512;            /* every request at once: nothing is preempted */
-    eo.max_batch_tokens = 9;
-    eo.prefill_chunk = 5;
-    eo.max_seqs = 3;
-    sched_report fifo, pf, wide;
-    CHECK(run_observed(&m, OBS_N, obs_lens, 6, eo, true, &fifo) == 0);
-    eo.policy = SCHED_PREFILL_FIRST;
-    CHECK(run_observed(&m, OBS_N, obs_lens, 6, eo, true, &pf) == 0);
-    llmi_engine_opts w = eo;
-    w.policy = SCHED_FIFO;
-    w.max_batch_tokens = 40;
-    w.prefill_chunk = 0;
-    w.max_seqs = 6;
-    CHECK(run_observed(&m, OBS_N, obs_lens, 6, w, true, &wide) == 0);
-    sched_report *all[] = {&fifo, &pf, &wide};
-    const char *names[] = {"fifo", "prefill-first", "fifo unchunked"};
-    for (int k = 0; k < 3; k++) {
+    eo.num_blocks = num_blocks;
+    eo.max_batch_tokens = max_batch_tokens;
+    eo.prefill_chunk = prefill_chunk;
+    eo.max_seqs = max_seqs;
+    eo.policy = policy;
+    return eo;
+}
+
+/* Runs each configuration (expect_no_preemption per entry), checks it against the rules and
+ * its outputs against the first's, and prints what it saw. */
+static void observe_all(test_ctx *t_, const llmi_engine_opts *eo, const bool *ample, const char *const *names, int n,
+                        sched_report *rep) {
+    llmi_model m = mock_model(97);
+    for (int k = 0; k < n; k++) {
+        CHECK(run_observed(&m, OBS_N, obs_lens, 6, eo[k], ample[k], &rep[k]) == 0);
         fprintf(stderr, "  %s: %d steps, at most %d sequences, %d tokens, prompt piece %d; %d steps decoded beside "
-                "waiting prompt work\n", names[k], all[k]->steps, all[k]->max_seqs_seen, all[k]->max_tokens_seen,
-                all[k]->max_chunk_seen, all[k]->decode_beside_waiting_prefill);
-        CHECK_MSG(all[k]->violations == 0, "%s: %d schedule violations", names[k], all[k]->violations);
-        CHECK(all[k]->out.bad_reads == 0);
-        CHECK(same_outputs(&fifo.out, &all[k]->out, OBS_N));
+                "waiting prompt work; %d preemptions\n", names[k], rep[k].steps, rep[k].max_seqs_seen,
+                rep[k].max_tokens_seen, rep[k].max_chunk_seen, rep[k].decode_beside_waiting_prefill, rep[k].preemptions);
+        CHECK_MSG(rep[k].violations == 0, "%s: %d schedule violations", names[k], rep[k].violations);
+        CHECK(rep[k].out.bad_reads == 0);
+        CHECK_MSG(same_outputs(&rep[0].out, &rep[k].out, OBS_N), "%s: outputs differ from %s", names[k], names[0]);
     }
+}
+
+TEST(engine_schedule_limits_and_policies) {
+    /* 512 blocks hold every request at once: nothing is preempted. */
+    const llmi_engine_opts eo[] = {obs_opts(512, 9, 5, 3, SCHED_FIFO), obs_opts(512, 9, 5, 3, SCHED_PREFILL_FIRST),
+                                   obs_opts(512, 40, 0, 6, SCHED_FIFO)};
+    const bool ample[] = {true, true, true};
+    const char *names[] = {"fifo", "prefill-first", "fifo unchunked"};
+    sched_report r[3];
+    observe_all(t_, eo, ample, names, 3, r);
     /* The limits are reached, so the checks above bite. */
-    CHECK(fifo.max_seqs_seen == 3 && fifo.max_tokens_seen == 9 && fifo.max_chunk_seen == 5);
-    CHECK(pf.max_seqs_seen == 3 && pf.max_tokens_seen == 9 && pf.max_chunk_seen == 5);
-    CHECK(wide.max_seqs_seen == 6 && wide.max_tokens_seen == 40 && wide.max_chunk_seen >= 30);
+    CHECK(r[0].max_seqs_seen == 3 && r[0].max_tokens_seen == 9 && r[0].max_chunk_seen == 5);
+    CHECK(r[1].max_seqs_seen == 3 && r[1].max_tokens_seen == 9 && r[1].max_chunk_seen == 5);
+    CHECK(r[2].max_seqs_seen == 6 && r[2].max_tokens_seen == 40 && r[2].max_chunk_seen >= 30);
     /* The workload tells the policies apart: fifo decodes while prompts wait, prefill-first never. */
-    CHECK(fifo.decode_beside_waiting_prefill > 0);
-    CHECK(pf.decode_beside_waiting_prefill == 0);
-    free_out(&fifo.out, OBS_N);
-    free_out(&pf.out, OBS_N);
-    free_out(&wide.out, OBS_N);
+    CHECK(r[0].decode_beside_waiting_prefill > 0);
+    CHECK(r[1].decode_beside_waiting_prefill == 0);
+    for (int k = 0; k < 3; k++) free_out(&r[k].out, OBS_N);
 }
 
 TEST(engine_schedule_preemption_order) {
-    llmi_model m = mock_model(97);
-    llmi_engine_opts eo = engine_opts_defaults();
-    eo.block_size = 4;
-    eo.num_blocks = 16;             /* 64 slots; the longest request needs 46 */
-    eo.max_batch_tokens = 24;
-    eo.prefill_chunk = 8;
-    eo.max_seqs = 8;
-    sched_report fifo, pf, ample;
-    CHECK(run_observed(&m, OBS_N, obs_lens, 6, eo, false, &fifo) == 0);
-    eo.policy = SCHED_PREFILL_FIRST;
-    CHECK(run_observed(&m, OBS_N, obs_lens, 6, eo, false, &pf) == 0);
-    eo.num_blocks = 512;
-    CHECK(run_observed(&m, OBS_N, obs_lens, 6, eo, true, &ample) == 0);
-    fprintf(stderr, "  fifo %d preemptions in %d steps, prefill-first %d in %d\n", fifo.preemptions, fifo.steps,
-            pf.preemptions, pf.steps);
-    CHECK_MSG(fifo.violations == 0 && pf.violations == 0 && ample.violations == 0, "%d + %d + %d schedule violations",
-              fifo.violations, pf.violations, ample.violations);
-    CHECK(fifo.preemptions > 0 && pf.preemptions > 0);
-    CHECK(fifo.out.bad_reads == 0 && pf.out.bad_reads == 0);
-    CHECK(same_outputs(&ample.out, &fifo.out, OBS_N) && same_outputs(&ample.out, &pf.out, OBS_N));
-    free_out(&fifo.out, OBS_N);
-    free_out(&pf.out, OBS_N);
-    free_out(&ample.out, OBS_N);
+    /* 16 blocks are 64 slots; the longest request needs 46. */
+    llmi_engine_opts eo[] = {obs_opts(512, 24, 8, 8, SCHED_FIFO), obs_opts(16, 24, 8, 8, SCHED_FIFO),
+                             obs_opts(16, 24, 8, 8, SCHED_PREFILL_FIRST), obs_opts(16, 24, 8, 8, SCHED_FIFO)};
+    eo[3].prefix_cache = false;   /* victims then start again from position 0 */
+    const bool ample[] = {true, false, false, false};
+    const char *names[] = {"ample", "fifo", "prefill-first", "fifo, no prefix cache"};
+    sched_report r[4];
+    observe_all(t_, eo, ample, names, 4, r);
+    CHECK(r[1].preemptions > 0 && r[2].preemptions > 0 && r[3].preemptions > 0);
+    for (int k = 0; k < 4; k++) free_out(&r[k].out, OBS_N);
 }
 
 /* ---- stop strings (engine/stop.h) ----------------------------------------------------- */
