@@ -947,13 +947,19 @@ TEST(tok_eog_vs_llamacpp) {
     cJSON *ref = cJSON_Parse(txt);
     free(txt);
     CHECK(cJSON_GetArraySize(ref) >= 8);
+    bool model_missing = false;
+    char model_path[1024] = "";
     const cJSON *e;
     cJSON_ArrayForEach(e, ref) {
         const char *name = e->string;
         if (!strcmp(name, "SmolLM2-135M-Instruct.Q4_1.gguf")) {
             const char *m = getenv("MODEL");
             snprintf(p, sizeof p, "%s", m ? m : "/root/.cache/llmi/SmolLM2-135M-Instruct.Q4_1.gguf");
-            if (access(p, R_OK) != 0) { fprintf(stderr, "  skipped: %s not present\n", p); continue; }
+            if (access(p, R_OK) != 0) {
+                model_missing = true;
+                snprintf(model_path, sizeof model_path, "%s", p);
+                continue;
+            }
         } else if (!strcmp(name, "ggml-vocab-llama-spm.gguf")) {
             path_in(p, sizeof p, "llama-spm/ggml-vocab-llama-spm.gguf");
         } else {
@@ -969,6 +975,8 @@ TEST(tok_eog_vs_llamacpp) {
         tok_free(tk);
     }
     cJSON_Delete(ref);
+    /* The other vocabularies ran; the model's case did not, so the test did not pass. */
+    if (model_missing) SKIP("%s not present (scripts/fetch-model.sh): its case not run", model_path);
 }
 
 /* Where a vocabulary spells a FIM role twice, llama.cpp takes whichever its hash map
