@@ -29,8 +29,9 @@ The defaults come from the spread measured on 2026-11-23 (SmolLM2 Q4_1, x86-64 A
 -t 2): 687/1536 tokens matched and 6/24 prompts in full; chosen-token |logprob diff| at
 most 0.357; top-5 entries differ by 0.033 (rank 0) and 0.107 (ranks 1-4) on average, at
 most 0.82, mean signed difference per rank at most 0.021; an id in one top-5 only was at
-most 0.55 above the other side's 5th.  The spread is llama.cpp's Q8_1-quantized
-activations against llmi's float ones, so it does not shrink with a better llmi.
+most 0.55 above the other side's 5th.  Both sides quantize activations to 8-bit blocks but
+round differently, and each is about as far from exact fp32 math as the other
+(docs/REFERENCES.md), so the spread does not shrink with a better llmi.
 """
 import copy
 import json

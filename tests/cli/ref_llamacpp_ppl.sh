@@ -5,9 +5,9 @@
 # perplexity (derived from the running values both print) within 1.5%.
 #
 # Measured on 2026-11-23: overall 23.7258 vs 23.7232 (0.011%); per window at most 0.97%
-# apart (+0.20 -0.33 +0.87 -0.80 +0.97 +0.23 -0.22 -0.81 %): llama.cpp multiplies Q4_1
-# weights with Q8_1-quantized activations, llmi with float ones, and that noise averages out
-# over windows but not within one.  The per-window limit is therefore 1.5%, not tighter.
+# apart (+0.20 -0.33 +0.87 -0.80 +0.97 +0.23 -0.22 -0.81 %): both quantize activations to
+# 8-bit blocks but round differently, and that noise averages out over windows but not
+# within one.  The per-window limit is therefore 1.5%, not tighter.
 . "$(dirname "$0")/../lib/common.sh"
 need_model
 REF="$TESTDATA/llamacpp/ppl.json"
