@@ -1,5 +1,7 @@
 /* test.h — owns the unit-test registry: TEST(name) defines a test that registers
- * itself at start-up; CHECK(...) records a failure with file and line and goes on. */
+ * itself at start-up; CHECK(...) records a failure with file and line and goes on;
+ * SKIP(...) ends a test that cannot run here (a missing device or file) and counts it as
+ * skipped, never as passed: tests/run.sh fails the suite on a skip unless LLMI_ALLOW_SKIP=1. */
 #ifndef LLMI_TEST_H
 #define LLMI_TEST_H
 
@@ -7,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef struct test_ctx { int failures; const char *name; } test_ctx;
+typedef struct test_ctx { int failures; int skipped; const char *name; } test_ctx;
 typedef void (*test_fn)(test_ctx *);
 void test_register(const char *name, test_fn fn);
 
@@ -36,9 +38,20 @@ void test_register(const char *name, test_fn fn);
         }                                                                     \
     } while (0)
 
+/* Ends the test as skipped, with the reason on stderr. */
+#define SKIP(...)                                                             \
+    do {                                                                      \
+        fprintf(stderr, "  skipped: ");                                       \
+        fprintf(stderr, __VA_ARGS__);                                         \
+        fputc('\n', stderr);                                                  \
+        t_->skipped = 1;                                                      \
+        return;                                                               \
+    } while (0)
+
 /* Normalised mean squared error sum((a-b)^2) / sum(b^2), the kernel-twin metric. */
 double test_nmse(const float *a, const float *ref, long n);
-/* Fresh seed per run (printed so a failure can be replayed with LLMI_TEST_SEED). */
+/* This run's seed: LLMI_TEST_SEED when set, else fresh from the clock.  The runner
+ * prints it once at the start so a failure can be replayed with LLMI_TEST_SEED=N. */
 unsigned long long test_seed(void);
 
 #endif

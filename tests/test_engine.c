@@ -8,7 +8,16 @@
 #include "engine/engine.h"
 #include "engine/kvcache.h"
 #include "engine/sampler.h"
+#include "engine/stop.h"
 #include "test.h"
+
+/* One sequence's part of one recorded batch.  Tests that observe the schedule give
+ * request i a prompt starting with token i, so the token at position 0 names the request. */
+typedef struct obs_range {
+    int req;              /* token at position 0 of the sequence */
+    int pos0, n;          /* positions [pos0, pos0 + n) */
+    bool logits;          /* a logit row was asked for its last token */
+} obs_range;
 
 typedef struct mock {
     int32_t *slot_token;  /* (num_blocks * block_size) token id stored in each slot */
@@ -19,6 +28,10 @@ typedef struct mock {
     float *rows;          /* (max rows, n_vocab) forward_sample's logits */
     void *scratch;        /* sampler_scratch_bytes(n_vocab) */
     int sampled_rows;     /* rows forward_sample picked a token for */
+    obs_range *ranges;    /* (cap_ranges) every batch's sequences, batch after batch */
+    int n_ranges, cap_ranges;
+    int forwards;         /* batches run; the latest one's ranges start at last_first */
+    int last_first;
 } mock;
 
 static size_t mock_block_bytes(const llmi_backend *b) { return (size_t)b->opts.block_size * 8; }
@@ -48,6 +61,22 @@ static int mock_forward(llmi_backend *b, const llmi_batch *bt, float *logits, ll
     for (int t = 0; t < bt->n_tokens; t++) {
         mk->slot_token[bt->slot_mapping[t]] = bt->tokens[t];
         mk->slot_pos[bt->slot_mapping[t]] = bt->positions[t];
+    }
+    mk->forwards++;
+    mk->last_first = mk->n_ranges;
+    for (int q = 0; q < bt->n_seqs; q++) {
+        if (mk->n_ranges == mk->cap_ranges) {
+            int cap = mk->cap_ranges ? 2 * mk->cap_ranges : 256;
+            obs_range *nr = realloc(mk->ranges, (size_t)cap * sizeof *nr);
+            if (!nr) return llmi_fail(st, LLMI_E_RUNTIME, "mock: out of memory");
+            mk->ranges = nr;
+            mk->cap_ranges = cap;
+        }
+        int t0 = bt->query_start[q], t1 = bt->query_start[q + 1];
+        int slot0 = bt->block_tables[(size_t)q * bt->max_blocks_per_seq] * bs;
+        bool lg = false;
+        for (int r = 0; r < bt->n_logits; r++) lg |= bt->logit_rows[r] == t1 - 1;
+        mk->ranges[mk->n_ranges++] = (obs_range){mk->slot_token[slot0], bt->positions[t0], t1 - t0, lg};
     }
     for (int r = 0; r < bt->n_logits; r++) {
         int t = bt->logit_rows[r];
@@ -88,6 +117,7 @@ static void mock_destroy(llmi_backend *b) {
     free(mk->scratch);
     free(mk->slot_token);
     free(mk->slot_pos);
+    free(mk->ranges);
     free(mk);
     free(b);
 }
@@ -504,4 +534,348 @@ TEST(engine_device_sampling_matches_host) {
         }
     }
     for (int i = 0; i < N; i++) free(prompts[i]);
+}
+
+/* ---- the schedule, observed ----------------------------------------------------------
+ * run_observed serves requests whose prompt starts with their index through the recording
+ * mock and checks every step against the scheduler's documented rules (sched.h, README):
+ * the step's sequences, tokens and prefill pieces stay within --max-seqs,
+ * --max-batch-tokens and --prefill-chunk; only the step's last sequence may get less than
+ * it wants (budget or seats ran out); waiting requests are admitted in arrival order;
+ * a preemption victim is the most recently admitted running sequence not in the step.
+ * With a cache large enough that nothing is preempted, also: fifo serves the oldest
+ * unfinished requests first; prefill-first puts every sequence with prompt work before any
+ * decode, and carries no decode token while such a sequence waits. */
+
+enum { OBS_MAX_REQ = 64 };
+
+typedef struct sched_report {
+    int steps, preemptions;
+    int max_seqs_seen, max_tokens_seen, max_chunk_seen;
+    int decode_beside_waiting_prefill;  /* steps with a decode token while prompt work waited */
+    int violations;
+    run_out out;
+} sched_report;
+
+#define OBS_FAIL(r, ...)                                                                   \
+    do {                                                                                   \
+        if ((r)->violations++ < 6) {                                                       \
+            fprintf(stderr, "  step %d: ", (r)->steps);                                    \
+            fprintf(stderr, __VA_ARGS__);                                                  \
+            fputc('\n', stderr);                                                           \
+        }                                                                                  \
+    } while (0)
+
+static int run_observed(const llmi_model *m, int n_req, const int *lens, int max_new, llmi_engine_opts eo,
+                        bool expect_no_preemption, sched_report *r) {
+    memset(r, 0, sizeof *r);
+    int32_t *prompts[OBS_MAX_REQ];
+    for (int i = 0; i < n_req; i++) {
+        prompts[i] = malloc((size_t)lens[i] * sizeof(int32_t));
+        prompts[i][0] = i;
+        for (int k = 1; k < lens[i]; k++) prompts[i][k] = (int32_t)((i * 31 + k * 17) % m->cfg.n_vocab);
+    }
+    llmi_backend *b = mock_create(m, eo.block_size);
+    mock *mk = b->impl;
+    llmi_engine *e = NULL;
+    llmi_status st = {0};
+    int rc = engine_create(m, b, &eo, &e, &st);
+    if (rc) fprintf(stderr, "  engine_create: %s\n", st.msg);
+    llmi_request_params p = request_params_defaults();
+    p.max_tokens = max_new;
+    p.sampling.temperature = 0;
+    for (int i = 0; i < n_req && !rc; i++) {
+        r->out.toks[i] = calloc((size_t)max_new + 1, sizeof(int32_t));
+        int id = -1;
+        rc = engine_add_request(e, prompts[i], lens[i], &p, (void *)(intptr_t)i, &id, &st);
+        if (!rc && id != i) rc = -1;
+    }
+    int computed[OBS_MAX_REQ] = {0}, n_pre[OBS_MAX_REQ] = {0};
+    int resume_cap[OBS_MAX_REQ];               /* a victim resumes at most here (its cached blocks) */
+    bool resuming[OBS_MAX_REQ] = {false};
+    int running[OBS_MAX_REQ], n_running = 0;   /* (re)admission order */
+    bool is_running[OBS_MAX_REQ] = {false};
+    while (!rc && engine_has_work(e)) {
+        int gen0[OBS_MAX_REQ], run0[OBS_MAX_REQ], n_run0 = n_running;
+        bool fin0[OBS_MAX_REQ];
+        for (int i = 0; i < n_req; i++) {
+            gen0[i] = r->out.n[i];
+            fin0[i] = r->out.fin[i] != LLMI_FINISH_NONE;
+        }
+        memcpy(run0, running, sizeof running);
+        bool run_before[OBS_MAX_REQ], admitted_now[OBS_MAX_REQ] = {false};
+        memcpy(run_before, is_running, sizeof is_running);
+        int fw0 = mk->forwards;
+        llmi_step_info info;
+        if (engine_step(e, collect, &r->out, &info, &st)) {
+            fprintf(stderr, "  step: %s\n", st.msg);
+            rc = -1;
+            break;
+        }
+        if (mk->forwards == fw0) continue;   /* nothing to run this step */
+        r->steps++;
+        const obs_range *rg = mk->ranges + mk->last_first;
+        int n_rg = mk->n_ranges - mk->last_first;
+        bool in_step[OBS_MAX_REQ] = {false};
+        for (int k = 0; k < n_rg; k++) {
+            if (rg[k].req < 0 || rg[k].req >= n_req || in_step[rg[k].req]) {
+                OBS_FAIL(r, "range %d names request %d (twice, or unknown)", k, rg[k].req);
+                rc = -1;
+                break;
+            }
+            in_step[rg[k].req] = true;
+        }
+        if (rc) break;
+        /* Preemptions of this step's planning: a victim resumes from position 0, or with the
+         * prefix cache from a block boundary no later than where it stood. */
+        bool victim[OBS_MAX_REQ] = {false};
+        for (int i = 0; i < n_req; i++) {
+            const llmi_request_info *inf = engine_request(e, i);
+            if (inf && inf->n_preempted > n_pre[i]) {
+                victim[i] = true;
+                n_pre[i] = inf->n_preempted;
+                r->preemptions++;
+            }
+        }
+        for (int j = 0; j < n_run0; j++) {
+            int v = run0[j];
+            if (!victim[v]) continue;
+            resume_cap[v] = eo.prefix_cache ? computed[v] : 0;
+            resuming[v] = true;
+            for (int l = j + 1; l < n_run0; l++)
+                if (!victim[run0[l]] && !in_step[run0[l]])
+                    OBS_FAIL(r, "request %d preempted while %d, admitted after it, sat out the step", v, run0[l]);
+            is_running[v] = false;
+        }
+        n_running = 0;
+        for (int j = 0; j < n_run0; j++)
+            if (is_running[run0[j]]) running[n_running++] = run0[j];
+
+        /* Limits, contiguity, what each sequence wanted, decode accounting. */
+        int tokens = 0, decode = 0, last_admitted = -1;
+        bool seen_decode = false;
+        for (int k = 0; k < n_rg; k++) {
+            const obs_range *g = &rg[k];
+            int q = g->req;
+            if (resuming[q]) {
+                if (g->pos0 % eo.block_size || g->pos0 > resume_cap[q])
+                    OBS_FAIL(r, "request %d resumes at %d after preemption (cached up to %d)", q, g->pos0, resume_cap[q]);
+                computed[q] = g->pos0;
+                resuming[q] = false;
+            }
+            int n_tok = lens[q] + gen0[q], pending = n_tok - computed[q];
+            bool is_decode = pending == 1 && n_tok > lens[q];
+            int want = pending > 1 && eo.prefill_chunk > 0 && pending > eo.prefill_chunk ? eo.prefill_chunk : pending;
+            tokens += g->n;
+            if (g->pos0 != computed[q]) OBS_FAIL(r, "request %d resumes at %d, computed %d", q, g->pos0, computed[q]);
+            if (g->n < 1 || g->n > want) OBS_FAIL(r, "request %d runs %d tokens, wants %d", q, g->n, want);
+            if (k < n_rg - 1 && g->n != want)
+                OBS_FAIL(r, "request %d cut to %d of %d tokens though sequences follow it", q, g->n, want);
+            if (!is_decode && g->n > r->max_chunk_seen) r->max_chunk_seen = g->n;
+            if (is_decode) {
+                decode++;
+                seen_decode = true;
+            } else if (seen_decode && eo.policy == SCHED_PREFILL_FIRST) {
+                OBS_FAIL(r, "prefill-first: request %d's prompt work after a decode", q);
+            }
+            if (!is_running[q]) {
+                /* Admitted now: no older request may still wait from before this step.  (One
+                 * preempted in this step may have been running when q was admitted.) */
+                for (int j = 0; j < q; j++)
+                    if (!fin0[j] && !run_before[j] && !admitted_now[j])
+                        OBS_FAIL(r, "request %d admitted while older %d waits", q, j);
+                admitted_now[q] = true;
+                if (q < last_admitted) OBS_FAIL(r, "request %d admitted after %d", q, last_admitted);
+                last_admitted = q;
+                is_running[q] = true;
+                running[n_running++] = q;
+            }
+            if (g->logits != (g->pos0 + g->n == n_tok)) OBS_FAIL(r, "request %d: logits asked wrongly", q);
+        }
+        if (n_rg > eo.max_seqs) OBS_FAIL(r, "%d sequences > --max-seqs %d", n_rg, eo.max_seqs);
+        if (tokens > eo.max_batch_tokens) OBS_FAIL(r, "%d tokens > --max-batch-tokens %d", tokens, eo.max_batch_tokens);
+        if (decode != info.n_decode_tokens || tokens - decode != info.n_prefill_tokens || n_rg != info.n_seqs)
+            OBS_FAIL(r, "step info says %d prefill + %d decode tokens in %d sequences, batch has %d + %d in %d",
+                     info.n_prefill_tokens, info.n_decode_tokens, info.n_seqs, tokens - decode, decode, n_rg);
+        if (n_rg > r->max_seqs_seen) r->max_seqs_seen = n_rg;
+        if (tokens > r->max_tokens_seen) r->max_tokens_seen = tokens;
+
+        /* Age order and the policies, where no preemption reorders the queues. */
+        bool prefill_sat_out = false;
+        for (int i = 0; i < n_req; i++) {
+            bool has_prompt_work = !fin0[i] && !(lens[i] + gen0[i] - computed[i] == 1 && gen0[i] > 0);
+            prefill_sat_out |= has_prompt_work && !in_step[i];
+        }
+        if (decode > 0 && prefill_sat_out) r->decode_beside_waiting_prefill++;
+        if (expect_no_preemption) {
+            if (eo.policy == SCHED_FIFO) {
+                int k = 0;
+                for (int i = 0; i < n_req && k < n_rg; i++)
+                    if (!fin0[i]) {
+                        if (rg[k].req != i) OBS_FAIL(r, "fifo: request %d served before older %d", rg[k].req, i);
+                        k++;
+                    }
+            } else if (decode > 0 && prefill_sat_out) {
+                OBS_FAIL(r, "prefill-first: %d decode tokens while prompt work waited", decode);
+            }
+            int alive = 0;
+            for (int i = 0; i < n_req; i++) alive += !fin0[i];
+            if (n_rg < alive && tokens < eo.max_batch_tokens && n_rg < eo.max_seqs)
+                OBS_FAIL(r, "%d of %d requests served with %d tokens and seats to spare", n_rg, alive, tokens);
+        }
+        for (int k = 0; k < n_rg; k++) computed[rg[k].req] = rg[k].pos0 + rg[k].n;
+        for (int i = 0; i < n_req; i++)
+            if (r->out.fin[i] != LLMI_FINISH_NONE && is_running[i]) {
+                is_running[i] = false;
+                int w = 0;
+                for (int j = 0; j < n_running; j++)
+                    if (running[j] != i) running[w++] = running[j];
+                n_running = w;
+            }
+    }
+    if (expect_no_preemption && r->preemptions) OBS_FAIL(r, "%d preemptions with a cache meant to be ample", r->preemptions);
+    for (int i = 0; i < n_req && !rc; i++)
+        if (r->out.n[i] != max_new) OBS_FAIL(r, "request %d generated %d of %d", i, r->out.n[i], max_new);
+    r->out.bad_reads = mk->bad_reads;
+    if (e) engine_destroy(e);
+    b->destroy(b);
+    for (int i = 0; i < n_req; i++) free(prompts[i]);
+    return rc;
+}
+
+static const int obs_lens[] = {1, 2, 5, 11, 16, 23, 3, 40, 7, 1, 12, 6, 30, 9, 21, 4};
+enum { OBS_N = (int)(sizeof obs_lens / sizeof obs_lens[0]) };
+
+/* Engine options of the observed runs: blocks of 4 tokens and the given limits. */
+static llmi_engine_opts obs_opts(int num_blocks, int max_batch_tokens, int prefill_chunk, int max_seqs,
+                                 sched_policy policy) {
+    llmi_engine_opts eo = engine_opts_defaults();
+    eo.block_size = 4;
+    eo.num_blocks = num_blocks;
+    eo.max_batch_tokens = max_batch_tokens;
+    eo.prefill_chunk = prefill_chunk;
+    eo.max_seqs = max_seqs;
+    eo.policy = policy;
+    return eo;
+}
+
+/* Runs each configuration (expect_no_preemption per entry), checks it against the rules and
+ * its outputs against the first's, and prints what it saw. */
+static void observe_all(test_ctx *t_, const llmi_engine_opts *eo, const bool *ample, const char *const *names, int n,
+                        sched_report *rep) {
+    llmi_model m = mock_model(97);
+    for (int k = 0; k < n; k++) {
+        CHECK(run_observed(&m, OBS_N, obs_lens, 6, eo[k], ample[k], &rep[k]) == 0);
+        fprintf(stderr, "  %s: %d steps, at most %d sequences, %d tokens, prompt piece %d; %d steps decoded beside "
+                "waiting prompt work; %d preemptions\n", names[k], rep[k].steps, rep[k].max_seqs_seen,
+                rep[k].max_tokens_seen, rep[k].max_chunk_seen, rep[k].decode_beside_waiting_prefill, rep[k].preemptions);
+        CHECK_MSG(rep[k].violations == 0, "%s: %d schedule violations", names[k], rep[k].violations);
+        CHECK(rep[k].out.bad_reads == 0);
+        CHECK_MSG(same_outputs(&rep[0].out, &rep[k].out, OBS_N), "%s: outputs differ from %s", names[k], names[0]);
+    }
+}
+
+TEST(engine_schedule_limits_and_policies) {
+    /* 512 blocks hold every request at once: nothing is preempted. */
+    const llmi_engine_opts eo[] = {obs_opts(512, 9, 5, 3, SCHED_FIFO), obs_opts(512, 9, 5, 3, SCHED_PREFILL_FIRST),
+                                   obs_opts(512, 40, 0, 6, SCHED_FIFO)};
+    const bool ample[] = {true, true, true};
+    const char *names[] = {"fifo", "prefill-first", "fifo unchunked"};
+    sched_report r[3];
+    observe_all(t_, eo, ample, names, 3, r);
+    /* The limits are reached, so the checks above bite. */
+    CHECK(r[0].max_seqs_seen == 3 && r[0].max_tokens_seen == 9 && r[0].max_chunk_seen == 5);
+    CHECK(r[1].max_seqs_seen == 3 && r[1].max_tokens_seen == 9 && r[1].max_chunk_seen == 5);
+    CHECK(r[2].max_seqs_seen == 6 && r[2].max_tokens_seen == 40 && r[2].max_chunk_seen >= 30);
+    /* The workload tells the policies apart: fifo decodes while prompts wait, prefill-first never. */
+    CHECK(r[0].decode_beside_waiting_prefill > 0);
+    CHECK(r[1].decode_beside_waiting_prefill == 0);
+    for (int k = 0; k < 3; k++) free_out(&r[k].out, OBS_N);
+}
+
+TEST(engine_schedule_preemption_order) {
+    /* 16 blocks are 64 slots; the longest request needs 46. */
+    llmi_engine_opts eo[] = {obs_opts(512, 24, 8, 8, SCHED_FIFO), obs_opts(16, 24, 8, 8, SCHED_FIFO),
+                             obs_opts(16, 24, 8, 8, SCHED_PREFILL_FIRST), obs_opts(16, 24, 8, 8, SCHED_FIFO)};
+    eo[3].prefix_cache = false;   /* victims then start again from position 0 */
+    const bool ample[] = {true, false, false, false};
+    const char *names[] = {"ample", "fifo", "prefill-first", "fifo, no prefix cache"};
+    sched_report r[4];
+    observe_all(t_, eo, ample, names, 4, r);
+    CHECK(r[1].preemptions > 0 && r[2].preemptions > 0 && r[3].preemptions > 0);
+    for (int k = 0; k < 4; k++) free_out(&r[k].out, OBS_N);
+}
+
+/* ---- stop strings (engine/stop.h) ----------------------------------------------------- */
+
+TEST(stop_matcher) {
+    const char *one[] = {"lo w"};
+    const char *t = "hello world";
+    size_t n = strlen(t);
+    /* Completed across old and new bytes; not when the occurrence ends before the new ones. */
+    CHECK(stop_completed(t, n, 5, one, 1));                 /* new "world": "lo w" spans it */
+    CHECK(stop_completed(t, 7, 1, one, 1));                 /* "hello w": the 'w' completes it */
+    CHECK(!stop_completed(t, 6, 1, one, 1));                /* "hello ": not yet */
+    const char *xyz[] = {"XYZ"};
+    CHECK(!stop_completed("abcXYZdef", 9, 3, xyz, 1));      /* found earlier, not in new bytes */
+    CHECK(stop_completed("abcXYZdef", 9, 4, xyz, 1));       /* the 'Z' is among the new bytes */
+    CHECK(stop_completed("XYZ", 3, 3, xyz, 1));
+    CHECK(!stop_completed("XY", 2, 2, xyz, 1));             /* shorter than the stop string */
+    const char *several[] = {"", "END", "q"};
+    CHECK(stop_completed("a quiet end", 11, 9, several, 3));   /* the second stop string */
+    CHECK(!stop_completed("a quiet END", 11, 1, several + 2, 1));
+    CHECK(stop_completed("a quiet END", 11, 1, several, 3));
+
+    /* The earliest occurrence of any stop string; len when none. */
+    const char *two[] = {"END", "STOP"};
+    CHECK(stop_first("a STOP b END", 12, two, 2) == 2);
+    CHECK(stop_first("a END b STOP", 12, two, 2) == 2);
+    CHECK(stop_first("nothing here", 12, two, 2) == 12);
+    CHECK(stop_first("xENDENDx", 8, two, 2) == 1);
+    CHECK(stop_first("STO", 3, two, 2) == 3);
+
+    /* Hold back the longest proper prefix of a stop string that the text ends with. */
+    const char *nine[] = {" 9,"};
+    CHECK(stop_holdback("1, 2, 8, 9", 10, nine, 1) == 2);   /* " 9" */
+    CHECK(stop_holdback("1, 2, 8, 9,x", 12, nine, 1) == 0);
+    CHECK(stop_holdback("8, 9", 3, nine, 1) == 1);           /* only the first len bytes count */
+    CHECK(stop_holdback("8,", 2, nine, 1) == 0);
+    CHECK(stop_holdback("8, ", 3, nine, 1) == 1);            /* " " */
+    CHECK(stop_holdback("8, 9,", 5, nine, 1) == 0);          /* complete: not a proper prefix */
+    const char *mix[] = {"ab", "xaba", "aab"};
+    CHECK(stop_holdback("..xab", 5, mix, 3) == 3);           /* "xab" beats "a"... */
+    CHECK(stop_holdback("..xaa", 5, mix, 3) == 2);           /* "aa" of "aab" */
+    CHECK(stop_holdback("..a", 3, mix, 3) == 1);
+    CHECK(stop_holdback("xab", 2, mix, 3) == 2);             /* "xa" of "xaba" */
+    CHECK(stop_holdback("", 0, mix, 3) == 0);
+}
+
+/* ---- log-probabilities (sampler_logprob) on a fixed vector ---------------------------- */
+
+TEST(sampler_logprob_fixed) {
+    /* logits ln(1..4) + c: softmax = k/10 whatever c is (large c checks the max shift). */
+    const float cs[] = {0.0f, -7.5f, 1000.0f};
+    for (int ci = 0; ci < 3; ci++) {
+        float lg[4];
+        for (int k = 0; k < 4; k++) lg[k] = logf((float)(k + 1)) + cs[ci];
+        int32_t ids[4];
+        float lps[4];
+        float lp = sampler_logprob(lg, 4, 1, 4, ids, lps);
+        CHECK_MSG(fabsf(lp - logf(0.2f)) < 1e-4f, "c %g: logprob of id 1 %g, want %g", cs[ci], lp, logf(0.2f));
+        for (int r = 0; r < 4; r++) {
+            CHECK_MSG(ids[r] == 3 - r, "c %g: rank %d is id %d, want %d", cs[ci], r, ids[r], 3 - r);
+            float want = logf((float)(4 - r) / 10.0f);
+            CHECK_MSG(fabsf(lps[r] - want) < 1e-4f, "c %g: rank %d logprob %g, want %g", cs[ci], r, lps[r], want);
+        }
+    }
+    /* Fewer alternatives than the vocabulary; ties keep the lower id first. */
+    float tie[5] = {0.5f, 2.0f, -1.0f, 2.0f, 0.5f};
+    int32_t ids[3];
+    float lps[3];
+    double z = 0;
+    for (int k = 0; k < 5; k++) z += exp(tie[k]);
+    float lp = sampler_logprob(tie, 5, 2, 3, ids, lps);
+    CHECK(fabs(lp - (-1.0 - log(z))) < 1e-5);
+    CHECK(ids[0] == 1 && ids[1] == 3 && ids[2] == 0);
+    CHECK(fabs(lps[0] - (2.0 - log(z))) < 1e-5 && fabs(lps[1] - lps[0]) < 1e-7 && fabs(lps[2] - (0.5 - log(z))) < 1e-5);
 }

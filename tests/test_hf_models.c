@@ -280,6 +280,7 @@ TEST(hf_models_tokenizer_vs_hf_tokenizers) {
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(j, "text");
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "ids");
     CHECK(cJSON_IsString(text) && cJSON_IsArray(ids));
+    CHECK_MSG(cJSON_IsString(text) && cJSON_IsArray(ids), "%s: no \"text\" string and \"ids\" list", path);
     if (!cJSON_IsString(text) || !cJSON_IsArray(ids)) { cJSON_Delete(j); return; }
     for (size_t k = 0; k < sizeof hf_models / sizeof hf_models[0]; k++) {
         char dir[1024];

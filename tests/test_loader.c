@@ -1071,10 +1071,8 @@ TEST(loader_hf_with_tokenizer) {
     const char *td = getenv("TESTDATA") ? getenv("TESTDATA") : "testdata";
     char src[600], dst[700];
     snprintf(src, sizeof src, "%s/tokenizer/smollm2/tokenizer.json", td);
-    if (access(src, R_OK) != 0) {
-        printf("skip: %s not present\n", src);
-        return;
-    }
+    CHECK_MSG(access(src, R_OK) == 0, "%s: committed test data missing", src);
+    if (access(src, R_OK) != 0) return;
     rng r = {test_seed() + 12};
     const int vocabs[2] = {49152, 40};
     for (int k = 0; k < 2; k++) {
@@ -1434,10 +1432,7 @@ TEST(loader_config_validate) {
 TEST(loader_real_smollm2_gguf) {
     const char *path = getenv("MODEL");
     if (!path) path = "/root/.cache/llmi/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (access(path, R_OK) != 0) {
-        printf("skip: %s not present\n", path);
-        return;
-    }
+    if (access(path, R_OK) != 0) SKIP("%s not present (scripts/fetch-model.sh)", path);
     /* expected values come from the file's own metadata, read with the bare reader */
     gguf_file g;
     llmi_status st;

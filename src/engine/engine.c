@@ -407,8 +407,7 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
         int n = pl->n_new[k];
         /* A decode is one generated token fed back; everything else (prompt chunks,
          * recompute after preemption) is prefill work. */
-        bool is_decode = n == 1 && s->n_computed == s->n_tokens - 1 && s->n_tokens > s->n_prompt;
-        if (is_decode) inf.n_decode_tokens += n; else inf.n_prefill_tokens += n;
+        if (seq_in_decode(s)) inf.n_decode_tokens += n; else inf.n_prefill_tokens += n;
         s->n_computed += n;
         int hashed = s->table.n_hashed;
         kvcache_commit_full(&e->kv, &s->table, s->tokens, s->n_computed);

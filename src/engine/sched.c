@@ -146,7 +146,7 @@ int sched_plan_step(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi_
         if (s->policy == SCHED_FIFO && pass == 1) break;
         for (int i = 0; i < s->n_running && budget > 0; i++) {
             llmi_seq *q = seqs[s->running[i]];
-            bool in_prefill = seq_pending(q) > 1;
+            bool in_prefill = !seq_in_decode(q);
             if (s->policy == SCHED_PREFILL_FIRST && in_prefill != want_prefill) continue;
             if (in_plan(p, q->id)) continue;
             int got = plan_take(s, seqs, kv, p, q, budget, true);

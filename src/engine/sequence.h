@@ -8,6 +8,7 @@
 #ifndef LLMI_SEQUENCE_H
 #define LLMI_SEQUENCE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "engine/engine.h"
@@ -37,5 +38,9 @@ typedef struct llmi_seq {
 
 /* Tokens of s not yet in the KV cache. */
 static inline int seq_pending(const llmi_seq *s) { return s->n_tokens - s->n_computed; }
+/* Whether s's only pending token is one it generated, fed back: a decode.  Anything
+ * else pending (prompt tokens, even a single one left by chunking, or a recompute after
+ * preemption) is prefill work. */
+static inline bool seq_in_decode(const llmi_seq *s) { return seq_pending(s) == 1 && s->n_tokens > s->n_prompt; }
 
 #endif

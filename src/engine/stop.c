@@ -6,10 +6,10 @@
 bool stop_completed(const char *text, size_t len, size_t n_new, const char *const *stops, int n_stops) {
     for (int i = 0; i < n_stops; i++) {
         size_t sl = strlen(stops[i]);
-        if (sl == 0 || sl > len) continue;
+        if (sl == 0 || sl > len || n_new == 0) continue;
         /* Older text was searched when it was new: look only where an occurrence
-         * could reach the new bytes. */
-        size_t from = len >= sl + n_new ? len - sl - n_new : 0;
+         * reaches the new bytes, i.e. ends after byte len - n_new. */
+        size_t from = len + 1 >= sl + n_new ? len + 1 - sl - n_new : 0;
         if (memmem(text + from, len - from, stops[i], sl)) return true;
     }
     return false;

@@ -518,6 +518,7 @@ int tok_n_vocab(const tokenizer *t) { return t->n_vocab; }
 int tok_bos(const tokenizer *t) { return t->bos_id; }
 int tok_eos(const tokenizer *t) { return t->eos_id; }
 bool tok_add_bos(const tokenizer *t) { return t->add_bos; }
+tok_pre_kind tok_pre(const tokenizer *t) { return t->pre; }
 bool tok_is_eog(const tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_vocab && (t->flags[id] & TOKF_EOG);
 }

@@ -57,6 +57,7 @@ int tok_n_vocab(const tokenizer *t);
 int tok_bos(const tokenizer *t);                     /* -1 if none */
 int tok_eos(const tokenizer *t);                     /* -1 if none */
 bool tok_add_bos(const tokenizer *t);                /* the model's default */
+tok_pre_kind tok_pre(const tokenizer *t);           /* the pre-tokenizer recognised (TOK_PRE_NONE: none or SentencePiece) */
 bool tok_is_eog(const tokenizer *t, int32_t id);     /* eos or any end-of-generation id */
 bool tok_is_special(const tokenizer *t, int32_t id); /* control/special: hidden by skip_special */
 

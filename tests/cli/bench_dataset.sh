@@ -9,7 +9,7 @@ cat >"$TMP/d.jsonl" <<'J'
 Once upon a time
 {"prompt": "List three colors:", "max_tokens": 3}
 J
-"$LLMI" bench -m "$MODEL" --dataset "$TMP/d.jsonl" --num-requests 5 --output-len 4 --per-request "$TMP/r.jsonl" \
+"$LLMI" bench --device cpu -m "$MODEL" --dataset "$TMP/d.jsonl" --num-requests 5 --output-len 4 --per-request "$TMP/r.jsonl" \
   -o json >"$TMP/o.json" 2>"$TMP/err" || fail "bench --dataset failed: $(cat "$TMP/err")"
 python3 - "$TMP" <<'PY' || exit 1
 import json, sys
@@ -28,7 +28,7 @@ for r in reqs:
 print("dataset ok")
 PY
 printf '{"prompt": 3}\n' >"$TMP/bad.jsonl"
-expect_error "bad.jsonl:1" "$LLMI" bench -m "$MODEL" --dataset "$TMP/bad.jsonl"
+expect_error "bad.jsonl:1" "$LLMI" bench --device cpu -m "$MODEL" --dataset "$TMP/bad.jsonl"
 printf '{"prompt": "x", "max_tokens": 0}\n' >"$TMP/bad2.jsonl"
-expect_error "max_tokens" "$LLMI" bench -m "$MODEL" --dataset "$TMP/bad2.jsonl"
-expect_error "no prompts" "$LLMI" bench -m "$MODEL" --dataset /dev/null
+expect_error "max_tokens" "$LLMI" bench --device cpu -m "$MODEL" --dataset "$TMP/bad2.jsonl"
+expect_error "no prompts" "$LLMI" bench --device cpu -m "$MODEL" --dataset /dev/null

@@ -5,7 +5,7 @@
 . "$(dirname "$0")/../lib/common.sh"
 need_model
 F="$TESTDATA/bench/ppl-sample.txt"
-"$LLMI" bench -m "$MODEL" --ppl "$F" -c 64 --chunks 3 -o json >"$TMP/p.json" 2>"$TMP/err" \
+"$LLMI" bench --device cpu -m "$MODEL" --ppl "$F" -c 64 --chunks 3 -o json >"$TMP/p.json" 2>"$TMP/err" \
   || fail "ppl failed: $(cat "$TMP/err")"
 grep -q '^\[1\][0-9.]*,\[2\][0-9.]*,\[3\][0-9.]*,$' "$TMP/err" || fail "no running estimate: $(cat "$TMP/err")"
 grep -q 'Final estimate: PPL = ' "$TMP/err" || fail "no final estimate"
@@ -23,5 +23,5 @@ assert abs(float(last) - r["ppl"]) < 1e-3, (last, r["ppl"])
 print("ppl ok:", r["ppl"], "+/-", r["ppl_stderr"])
 PY
 head -c 300 "$F" >"$TMP/short.txt"
-expect_error "at least 128" "$LLMI" bench -m "$MODEL" --ppl "$TMP/short.txt" -c 64
-expect_error "missing.txt" "$LLMI" bench -m "$MODEL" --ppl "$TMP/missing.txt"
+expect_error "at least 128" "$LLMI" bench --device cpu -m "$MODEL" --ppl "$TMP/short.txt" -c 64
+expect_error "missing.txt" "$LLMI" bench --device cpu -m "$MODEL" --ppl "$TMP/missing.txt"

@@ -4,7 +4,7 @@
 # from the same run (--out) carry the same numbers.
 . "$(dirname "$0")/../lib/common.sh"
 CFG="$TESTDATA/bench/tiny-llama.json"
-"$LLMI" bench --dummy "$CFG" --dummy-dtype q8_0 -p 16,48 -n 4 -b 1,3 -r 2 --kv-type f32,f16 -t 1 -o json --columns all \
+"$LLMI" bench --device cpu --dummy "$CFG" --dummy-dtype q8_0 -p 16,48 -n 4 -b 1,3 -r 2 --kv-type f32,f16 -t 1 -o json --columns all \
   --out csv:"$TMP/b.csv" --out md:"$TMP/b.md" --out jsonl:"$TMP/b.jsonl" >"$TMP/b.json" 2>"$TMP/err" \
   || fail "bench failed: $(cat "$TMP/err")"
 [ ! -s "$TMP/err" ] || fail "stderr not silent when it is not a terminal: $(head -c 500 "$TMP/err")"
@@ -55,7 +55,7 @@ PY
 # One sequence, one repetition: bench's decode rate (decode tokens / decode-step time) and
 # generate's measure (tokens after the first / time after the first token, i.e. 1000 / tpot)
 # cover the same interval of the same run, so they agree closely.
-"$LLMI" bench --dummy "$CFG" -p 8 -n 40 -b 1 -r 1 -t 1 -o json >"$TMP/one.json" 2>"$TMP/err" || fail "$(cat "$TMP/err")"
+"$LLMI" bench --device cpu --dummy "$CFG" -p 8 -n 40 -b 1 -r 1 -t 1 -o json >"$TMP/one.json" 2>"$TMP/err" || fail "$(cat "$TMP/err")"
 python3 - "$TMP/one.json" <<'PY' || exit 1
 import json, sys
 r = json.load(open(sys.argv[1]))[0]

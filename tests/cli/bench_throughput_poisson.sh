@@ -4,7 +4,7 @@
 # percentiles of the per-request records (numpy's linear rule, recomputed here).
 . "$(dirname "$0")/../lib/common.sh"
 CFG="$TESTDATA/bench/tiny-llama.json"
-"$LLMI_SAN" bench --dummy "$CFG" --dummy-dtype f32 --num-requests 120 --input-len 12 --output-len 6 --range-ratio 0.5 \
+"$LLMI_SAN" bench --device cpu --dummy "$CFG" --dummy-dtype f32 --num-requests 120 --input-len 12 --output-len 6 --range-ratio 0.5 \
   --request-rate 400 --seed 7 --per-request "$TMP/req.jsonl" -o json >"$TMP/t.json" 2>"$TMP/err" \
   || fail "bench failed: $(cat "$TMP/err")"
 python3 - "$TMP" <<'PY' || exit 1

@@ -4,7 +4,7 @@
 # requests asked for (random prompts ignore EOS, as vllm bench throughput does).
 . "$(dirname "$0")/../lib/common.sh"
 need_model
-"$LLMI" bench -m "$MODEL" --num-requests 200 --input-len 12 --output-len 4 --range-ratio 0.5 --max-seqs 200 \
+"$LLMI" bench --device cpu -m "$MODEL" --num-requests 200 --input-len 12 --output-len 4 --range-ratio 0.5 --max-seqs 200 \
   --per-request "$TMP/req.jsonl" -o json >"$TMP/t.json" 2>"$TMP/err" || fail "bench failed: $(cat "$TMP/err")"
 python3 - "$TMP" <<'PY' || exit 1
 import json, math, sys

@@ -5,7 +5,7 @@
 . "$(dirname "$0")/../lib/common.sh"
 CFG="$TESTDATA/bench/tiny-llama.json"
 for f in json jsonl csv md; do
-  "$LLMI_SAN" profile --dummy "$CFG" -p 12 -n 4 -b 2 -t 1 --peak-bw 10 --peak-flops 50 --trace "$TMP/t.$f.json" \
+  "$LLMI_SAN" profile --device cpu --dummy "$CFG" -p 12 -n 4 -b 2 -t 1 --peak-bw 10 --peak-flops 50 --trace "$TMP/t.$f.json" \
     -o $f >"$TMP/p.$f" 2>"$TMP/err" || fail "profile -o $f failed: $(cat "$TMP/err")"
   [ ! -s "$TMP/err" ] || fail "profile -o $f wrote to stderr: $(head -c 300 "$TMP/err")"
 done

@@ -4,9 +4,9 @@
 # consistent with times, and --trace is valid Chrome trace JSON with one span per step.
 . "$(dirname "$0")/../lib/common.sh"
 need_model
-"$LLMI" profile -m "$MODEL" -p 16 -n 6 -b 2 --peak-bw 20 --peak-flops 100 --trace "$TMP/trace.json" -o json \
+"$LLMI" profile --device cpu -m "$MODEL" -p 16 -n 6 -b 2 --peak-bw 20 --peak-flops 100 --trace "$TMP/trace.json" -o json \
   >"$TMP/p.json" 2>"$TMP/err" || fail "profile failed: $(cat "$TMP/err")"
-"$LLMI" profile -m "$MODEL" -p 8 -n 2 --warmup 0 -o md >"$TMP/p.md" 2>>"$TMP/err" || fail "profile md failed: $(cat "$TMP/err")"
+"$LLMI" profile --device cpu -m "$MODEL" -p 8 -n 2 --warmup 0 -o md >"$TMP/p.md" 2>>"$TMP/err" || fail "profile md failed: $(cat "$TMP/err")"
 grep -q '^## ops' "$TMP/p.md" && grep -q '^## memory' "$TMP/p.md" && grep -q 'untimed' "$TMP/p.md" \
   || fail "md output lacks its tables: $(head -c 800 "$TMP/p.md")"
 python3 - "$TMP" <<'PY' || exit 1

@@ -45,8 +45,11 @@ fi
 # a checkpoint whose quantization_config disagrees with its tensors
 cp -r "$TESTDATA/quant/gptq" "$T/bad"
 sed -i 's/"group_size":\t32/"group_size":\t64/' "$T/bad/config.json"
-expect 1 "disagrees with quantization_config" -- "$BIN" generate -m "$T/bad" -p hi -n 1
+expect 1 "disagrees with quantization_config" -- "$BIN" generate --device cpu -m "$T/bad" -p hi -n 1
 cp -r "$TESTDATA/quant/awq" "$T/bad2"
 sed -i 's/"bits":\t4/"bits":\t3/' "$T/bad2/config.json"
-expect 1 "bits 3 is not supported" -- "$BIN" generate -m "$T/bad2" -p hi -n 1
-exit $fail
+expect 1 "bits 3 is not supported" -- "$BIN" generate --device cpu -m "$T/bad2" -p hi -n 1
+[ $fail -eq 0 ] || exit 1
+# Part of this test did not run without the model: that is a skip, not a pass.
+[ -f "${MODEL:-}" ] || { echo "calibration-text case not run: default model missing (${MODEL:-})"; exit 77; }
+exit 0

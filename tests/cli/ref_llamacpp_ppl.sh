@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# llmi's perplexity on wikitext-2 test (first N 512-token windows, llama.cpp's scoring rule)
-# against llama-perplexity's on the same model: within 1% (testdata/llamacpp/ppl.json, made
-# by the command in docs/REFERENCES.md).
+# llmi's perplexity on wikitext-2 test (the first 8 windows of 512 tokens, llama.cpp's
+# scoring rule) against llama-perplexity's on the same model (testdata/llamacpp/ppl.json,
+# made by the command in docs/REFERENCES.md): overall within 0.1%, and each window's own
+# perplexity (derived from the running values both print) within 1.5%.
+#
+# Measured on 2026-11-23: overall 23.7258 vs 23.7232 (0.011%); per window at most 0.97%
+# apart (+0.20 -0.33 +0.87 -0.80 +0.97 +0.23 -0.22 -0.81 %): both quantize activations to
+# 8-bit blocks but round differently, and that noise averages out over windows but not
+# within one.  The per-window limit is therefore 1.5%, not tighter.
 . "$(dirname "$0")/../lib/common.sh"
 need_model
 REF="$TESTDATA/llamacpp/ppl.json"
@@ -9,10 +15,10 @@ DATA="$SHARED/data/wikitext-2-raw/wiki.test.raw"
 [ -f "$DATA" ] || { echo "wikitext-2 missing ($DATA)"; exit 77; }
 read -r CTX CHUNKS < <(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["ctx"], r["chunks"])' "$REF") \
   || fail "cannot read $REF"
-"$LLMI" bench --ppl "$DATA" -m "$MODEL" -c "$CTX" --chunks "$CHUNKS" -t 2 -o json >"$TMP/p.json" 2>"$TMP/err" \
+"$LLMI" bench --device cpu --ppl "$DATA" -m "$MODEL" -c "$CTX" --chunks "$CHUNKS" -t 2 -o json >"$TMP/p.json" 2>"$TMP/err" \
   || fail "llmi bench --ppl failed: $(tail -c 2000 "$TMP/err")"
 python3 - "$REF" "$TMP/p.json" "$TMP/err" <<'PY' || fail "perplexity differs from llama.cpp"
-import json, re, sys
+import json, math, re, sys
 ref = json.load(open(sys.argv[1]))
 got = json.load(open(sys.argv[2]))
 got = got[0] if isinstance(got, list) else got
@@ -20,11 +26,28 @@ ppl, want = float(got["ppl"]), float(ref["ppl"])
 rel = abs(ppl - want) / want
 print(f"llmi ppl {ppl:.4f} +/- {float(got['ppl_stderr']):.4f}, llama.cpp {want:.4f} +/- {ref['ppl_stderr']:.4f} "
       f"({ref['chunks']} chunks of {ref['ctx']}): relative difference {rel:.4%}")
-# Per-chunk running values, when llmi prints llama.cpp's "[i]ppl," line, show where a
-# difference starts.
 run = [float(x) for x in re.findall(r"\[\d+\]([0-9.]+),", open(sys.argv[3]).read())]
-for i, (a, b) in enumerate(zip(run, ref["running_ppl"]), 1):
-    print(f"  chunk {i}: llmi {a:.4f} llama.cpp {b:.4f} ({abs(a - b) / b:.3%})")
-if rel >= 0.01:
-    sys.exit(f"relative difference {rel:.4%} >= 1%")
+if len(run) != ref["chunks"] or len(ref["running_ppl"]) != ref["chunks"]:
+    sys.exit(f"llmi printed {len(run)} running values, want {ref['chunks']}")
+
+def windows(running):
+    """Each window's own perplexity: the running value after window i is exp of the mean
+    nll over windows 1..i, every window scoring the same number of tokens."""
+    out, prev = [], 0.0
+    for i, r in enumerate(running, 1):
+        total = i * math.log(r)
+        out.append(math.exp(total - prev))
+        prev = total
+    return out
+
+bad = []
+for i, (a, b) in enumerate(zip(windows(run), windows(ref["running_ppl"])), 1):
+    d = (a - b) / b
+    print(f"  window {i}: llmi {a:.4f} llama.cpp {b:.4f} ({d:+.3%})")
+    if abs(d) > 0.015:
+        bad.append(f"window {i} differs by {d:+.3%} (> 1.5%)")
+if rel >= 0.001:
+    bad.append(f"overall relative difference {rel:.4%} >= 0.1%")
+if bad:
+    sys.exit("; ".join(bad))
 PY

@@ -1,6 +1,17 @@
 # Helpers for tests/cli/*.sh (sourced).  Each test exits 0 pass, 77 skip, else fail.
 set -u
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# The run's seed (tests/run.sh exports one per run); randomized tests draw from it and print it.
+SEED="${LLMI_TEST_SEED:-$RANDOM}"
+# Files a failing test keeps: fail copies them out of $TMP and says where, with the seed.
+KEEP=()
+fail() {
+  echo "FAIL: $*" >&2
+  if [ ${#KEEP[@]} -gt 0 ]; then
+    local d; d=$(mktemp -d /tmp/llmi-kept-XXXXXX) && cp -r "${KEEP[@]}" "$d/" \
+      && echo "kept for replay in $d (seed $SEED): $(cd "$d" && ls | tr '\n' ' ')" >&2
+  fi
+  exit 1
+}
 need_model() { [ -f "$MODEL" ] || { echo "default model missing ($MODEL): run scripts/fetch-model.sh"; exit 77; }; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
