@@ -7,14 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include "quant/awq.h"
-#include "quant/block.h"
+#include "quant/linalg.h"
 
-/* sum over rows of d_r^T H d_r for d (rows, cols), H (cols, cols). */
+/* sum over rows of d_r^T H d_r for d (rows, cols), H (cols, cols); NAN when out of memory. */
 static double awq_quad(const float *d, int rows, int cols, const float *h, float *tmp) {
-    quant_sgemm_nt(d, rows, cols, h, cols, NULL, tmp);
+    memset(tmp, 0, (size_t)rows * cols * sizeof(float));
+    if (quant_gemm_sub_f(rows, cols, cols, d, cols, h, cols, false, false, tmp, cols)) return NAN;   /* tmp = -d H */
     double s = 0;
 #pragma omp parallel for reduction(+ : s) schedule(static)
-    for (size_t i = 0; i < (size_t)rows * cols; i++) s += (double)d[i] * tmp[i];
+    for (size_t i = 0; i < (size_t)rows * cols; i++) s -= (double)d[i] * tmp[i];
     return s;
 }
 
@@ -67,6 +68,10 @@ int quant_awq_search_scale(float *const *ws, const int *rows, int n_lin, int col
             off += (size_t)rows[i] * cols;
         }
         double loss = awq_quad(d, total, cols, h, tmp);
+        if (isnan(loss)) {
+            free(d), free(tmp), free(sw), free(s);
+            return llmi_fail(st, LLMI_E_RUNTIME, "awq: out of memory in the scale search");
+        }
         if (loss < best) {
             best = loss;
             memcpy(best_s, s, (size_t)cols * sizeof(float));
