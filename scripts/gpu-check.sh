@@ -7,6 +7,8 @@
 # feature prints "not available" and the script goes on.  Device time: well under 10 min.
 #
 #   scripts/gpu-check.sh           on the GPU machine, from anywhere in the repo
+#   scripts/gpu-check.sh --quant   only device, build and the quantizer phase (llmi quantize
+#                                  --device cuda against --device cpu), within the same budget
 #   scripts/gpu-check.sh --pack    on a build machine (no GPU needed): builds for sm_90 and
 #                                  puts llmi, llmi_tests and the non-CUDA shared libraries
 #                                  they link into .gpu-pack/ (git-ignored through
@@ -43,6 +45,8 @@ if [ "${1:-}" = --pack ]; then
   exit 0
 fi
 
+QUANT_ONLY=0
+[ "${1:-}" = --quant ] && QUANT_ONLY=1
 OUTDIR=${OUT:-$(mktemp -d)}
 LOG=$OUTDIR/gpu-check.log
 : > "$LOG"
@@ -108,6 +112,7 @@ else
   print_table; exit 1
 fi
 
+if [ "$QUANT_ONLY" = 0 ]; then
 # ---- CUDA op tests vs CPU twins ----
 if run tests 300 "$TESTS" cuda; then
   row "cuda op tests" ok "$(tail -n 1 "$OUTDIR/tests.out")"
@@ -202,6 +207,51 @@ if "$LLMI" profile --help > /dev/null 2>&1; then
   fi
 else
   row "profile" "not available" "llmi profile missing"
+fi
+
+fi   # QUANT_ONLY
+
+# ---- quantizer on the GPU: llmi quantize --device cuda against --device cpu ----
+# SmolLM2 (MODEL or the default GGUF): GPTQ and AWQ, g64, 8 x 512 calibration tokens, both
+# devices, wall time of each and how close the files are (scripts/quant-compare.py: share of
+# identical packed words, largest fp16 scale difference).  A synthetic Llama-3-8B (SYNTH8B, or
+# made here by scripts/make-synthetic-hf.py when numpy is present): GPTQ 4 x 512 on the GPU
+# only (the CPU run of an 8B is hours), its wall time and per-layer times.
+qcalib=${CALIB:-../shared/data/tinyshakespeare/input.txt}
+if [ ! -s "$qcalib" ]; then qcalib=$OUTDIR/calib.txt; cat README docs/*.md > "$qcalib"; fi
+qmodel=${MODEL:-$(scripts/fetch-model.sh --path 2>/dev/null)}
+if [ -n "$qmodel" ] && [ -e "$qmodel" ]; then
+  for meth in gptq awq; do
+    for dev in cpu cuda; do
+      t0=$(date +%s.%N)
+      if run "quant-$meth-$dev" 240 "$LLMI" quantize -m "$qmodel" --method "$meth" --group-size 64 --calib "$qcalib" \
+          --nsamples 8 --seqlen 512 --device "$dev" --force -o "$OUTDIR/q-$meth-$dev"; then
+        row "quantize smollm2 $meth $dev" ok "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f s wall", b-a}')"
+      else
+        row "quantize smollm2 $meth $dev" FAIL "$(tail -n 1 "$OUTDIR/quant-$meth-$dev.out" | cut -c1-70)"
+      fi
+    done
+    if [ -d "$OUTDIR/q-$meth-cpu" ] && [ -d "$OUTDIR/q-$meth-cuda" ]; then
+      row "quantize $meth cuda vs cpu files" ok "$(python3 scripts/quant-compare.py "$OUTDIR/q-$meth-cpu" "$OUTDIR/q-$meth-cuda" 2>&1 | cut -c1-110)"
+    fi
+  done
+else
+  row "quantize smollm2 cuda vs cpu" "not available" "no SmolLM2 model here (set MODEL=)"
+fi
+synth=${SYNTH8B:-$OUTDIR/synth-8b}
+if [ ! -f "$synth/model.safetensors" ] && python3 -c 'import numpy' 2>/dev/null; then
+  run synth8b 180 python3 scripts/make-synthetic-hf.py "$synth" --tokenizer testdata/tokenizer/smollm2 || true
+fi
+if [ -f "$synth/model.safetensors" ]; then
+  t0=$(date +%s.%N)
+  if run quant-8b-gptq-cuda 400 "$LLMI" quantize -m "$synth" --method gptq --group-size 128 --calib "$qcalib" \
+      --nsamples 4 --seqlen 512 --device cuda --force -o "$OUTDIR/q-8b-gptq"; then
+    row "quantize 8b gptq 4x512 cuda" ok "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.0f s wall", b-a}'); $(grep -m1 'peak RSS' "$OUTDIR/quant-8b-gptq-cuda.out" | cut -c1-60)"
+  else
+    row "quantize 8b gptq 4x512 cuda" FAIL "$(grep -E '^quantize: layer' "$OUTDIR/quant-8b-gptq-cuda.out" | tail -n 1 | cut -c1-40) $(tail -n 1 "$OUTDIR/quant-8b-gptq-cuda.out" | cut -c1-60)"
+  fi
+else
+  row "quantize 8b on the GPU" "not available" "no synthetic 8B (SYNTH8B=, or numpy for make-synthetic-hf.py)"
 fi
 
 print_table

@@ -63,7 +63,7 @@ TEST(quant_linalg_gemm_sub_matches_loops) {
 
 TEST(quant_linalg_cholesky_and_inverse) {
     unsigned long long s = test_seed() | 1;
-    const int n = 300;   /* 128-wide blocks: two full, one partial */
+    const int n = 700;   /* 128-wide blocks: five full, one partial; K panels beyond one */
     double *g = malloc(sizeof(double) * n * n), *a = malloc(sizeof(double) * n * n), *l = malloc(sizeof(double) * n * n);
     for (int i = 0; i < n * n; i++) g[i] = tl_rand(&s);
     for (int i = 0; i < n; i++)   /* a = g g^T / n + I: SPD */

@@ -12,6 +12,7 @@
 #include "core/fileio.h"
 #include "metrics/perplexity.h"
 #include "quant/calib_stats.h"
+#include "quant/quant_cuda.h"
 #include "quant/write_hf.h"
 #include "tok/tokenizer.h"
 
@@ -355,6 +356,22 @@ static int qc_memory(const llmi_model *m, const qc_args *a, bool calib, llmi_sta
     return 0;
 }
 
+/* --device: cuda (or auto with a GPU visible) puts the Gram matrices, GPTQ's
+ * factorisation and column walk and AWQ's scale search on the GPU; the calibration
+ * forward runs on the CPU backend either way. */
+static int qc_device(const qc_args *a, quant_cuda **cuda, llmi_status *st) {
+    const char *d = a->mo.device;
+    *cuda = NULL;
+    if (!strcmp(d, "cpu") || (!strcmp(d, "auto") && backend_cuda_device_count() == 0)) {
+        fprintf(stderr, "quantize: device cpu\n");
+        return 0;
+    }
+    if (quant_cuda_create(cuda, a->mo.backend.gpu_index, st)) return st->code;
+    fprintf(stderr, "quantize: device cuda (%s): Gram matrices, GPTQ and AWQ's scale search on the GPU, calibration "
+            "forward on the CPU backend\n", quant_cuda_device_name(*cuda));
+    return 0;
+}
+
 int cmd_quantize(int argc, char **argv, llmi_status *st) {
     qc_args a;
     int rc = qc_parse(argc, argv, &a, st);
@@ -374,6 +391,7 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
     int32_t *calib = NULL, *evalt = NULL;
     quant_stats sin = {0}, sout = {0};
     quant_writer *w = NULL;
+    quant_cuda *cuda = NULL;
     const char *input = a.mo.model_path ? a.mo.model_path : m.source_path;
     const char *method = a.q.method == QUANT_GPTQ ? "gptq" : a.q.method == QUANT_AWQ ? "awq" : "rtn";
     int n_evalt = 0;
@@ -404,10 +422,12 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
         }
         if (a.save_stats && (rc = quant_stats_init(&sout, &m.cfg, st))) goto done;
     }
+    if ((rc = qc_device(&a, &cuda, st))) goto done;
+    a.q.cuda = cuda;
+    if ((rc = quant_writer_open(&w, a.out, a.force, &m, &a.q, input, st))) goto done;
     qc_prog prog = {.tty = isatty(STDERR_FILENO), .t0 = qc_now()};
     quant_progress qp = {.fn = qc_progress, .ctx = &prog};
     a.q.progress = &qp;
-    if ((rc = quant_writer_open(&w, a.out, a.force, &m, &a.q, input, st))) goto done;
     if ((rc = quant_model_stream(&m, &a.q, calib, (int)a.nsamples, (int)a.seqlen, a.load_stats ? &sin : NULL,
                                  a.save_stats ? &sout : NULL, quant_writer_layer, w, st)))
         goto done;
@@ -428,6 +448,7 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
     }
 done:
     if (w) quant_writer_abort(w);
+    quant_cuda_destroy(cuda);
     free(calib), free(evalt);
     quant_stats_free(&sin);
     quant_stats_free(&sout);

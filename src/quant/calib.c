@@ -2,6 +2,7 @@
  * being quantized (see calib.h). */
 #include "quant/calib.h"
 #include "quant/linalg.h"
+#include "quant/quant_cuda.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -235,6 +236,7 @@ void quant_tap_stats_free(quant_tap_stats *s) {
 }
 
 typedef struct tap_acc {
+    quant_cuda *cuda;               /* Gram matrices on this GPU (slot = tap), or NULL */
     unsigned want;
     int stop;                       /* tap after which the forward stops, -1 = none */
     quant_tap_stats *stats;         /* (LLMI_TAP_COUNT) */
@@ -245,8 +247,11 @@ static int tap_collect(void *ctx, int layer, llmi_tap tap, const float *x, int n
     tap_acc *a = ctx;
     if (a->want & (1u << tap)) {
         quant_tap_stats *s = &a->stats[tap];
-        if (quant_gram_acc(x, n, width, a->inv_n, s->gram))
+        if (a->cuda) {
+            if (quant_cuda_gram_acc(a->cuda, (int)tap, x, n, a->inv_n, st)) return st->code;
+        } else if (quant_gram_acc(x, n, width, a->inv_n, s->gram)) {
             return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory accumulating layer %d's Gram matrix", layer);
+        }
         float *xm = s->xmean;
 #pragma omp parallel for schedule(static)
         for (int k = 0; k < width; k++) {
@@ -288,7 +293,7 @@ int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance
 int quant_calib_layer(quant_calib *c, unsigned want, bool advance, quant_tap_stats stats[LLMI_TAP_COUNT],
                       llmi_status *st) {
     const llmi_config *cfg = &c->view->model.cfg;
-    tap_acc acc = {.want = want, .stop = -1, .stats = stats,
+    tap_acc acc = {.cuda = c->cuda, .want = want, .stop = -1, .stats = stats,
                    .inv_n = 1.0f / ((float)c->n_windows * (float)c->seqlen)};
     for (int t = 0; t < LLMI_TAP_COUNT; t++) {
         memset(&stats[t], 0, sizeof stats[t]);
@@ -303,11 +308,16 @@ int quant_calib_layer(quant_calib *c, unsigned want, bool advance, quant_tap_sta
         }
         if (!advance) acc.stop = t;
     }
-    int rc = quant_calib_run(c, tap_collect, &acc, advance, st);
+    int rc = 0;
+    for (int t = 0; t < LLMI_TAP_COUNT && c->cuda && !rc; t++)
+        if (stats[t].gram) rc = quant_cuda_gram_begin(c->cuda, t, stats[t].cols, st);
+    if (!rc) rc = quant_calib_run(c, tap_collect, &acc, advance, st);
+    for (int t = 0; t < LLMI_TAP_COUNT && !rc; t++) {
+        if (!stats[t].gram) continue;
+        if (c->cuda) rc = quant_cuda_gram_end(c->cuda, t, stats[t].gram, st);
+        else quant_gram_mirror(stats[t].gram, stats[t].cols);
+    }
     if (rc)
         for (int t = 0; t < LLMI_TAP_COUNT; t++) quant_tap_stats_free(&stats[t]);
-    else
-        for (int t = 0; t < LLMI_TAP_COUNT; t++)
-            if (stats[t].gram) quant_gram_mirror(stats[t].gram, stats[t].cols);
     return rc;
 }

@@ -59,6 +59,7 @@ typedef struct quant_calib {
     int32_t *query_start;          /* (windows_per_batch + 1) */
     int32_t *tables;               /* (windows_per_batch, blocks_per_window) */
     int blocks_per_window;
+    struct quant_cuda *cuda;       /* when set, the Gram matrices accumulate on this GPU */
 } quant_calib;
 
 /* Embeds the windows (n_windows, seqlen) of tokens and gets ready to run layer 0.  The

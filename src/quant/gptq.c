@@ -46,15 +46,15 @@ static float *gptq_hinv_upper(double *a, int n, int *rc) {
     return shrunk ? shrunk : u;
 }
 
-int quant_gptq_prepare(const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv, llmi_status *st) {
+int quant_gptq_order(const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv, double *mean_diag,
+                     llmi_status *st) {
     memset(hv, 0, sizeof *hv);
     hv->cols = cols;
     hv->perm = malloc((size_t)cols * sizeof(int));
     hv->dead = calloc((size_t)cols, sizeof(bool));
-    float *diag = malloc((size_t)cols * sizeof(float));        /* (cols) */
-    double *a = malloc((size_t)cols * cols * sizeof(double)); /* (cols, cols) J P^T H P J, then U */
-    if (!hv->perm || !hv->dead || !diag || !a) {
-        free(diag), free(a);
+    float *diag = malloc((size_t)cols * sizeof(float)); /* (cols) */
+    if (!hv->perm || !hv->dead || !diag) {
+        free(diag);
         quant_gptq_hinv_free(hv);
         return llmi_fail(st, LLMI_E_RUNTIME, "gptq: out of memory for a %dx%d Hessian", cols, cols);
     }
@@ -67,7 +67,19 @@ int quant_gptq_prepare(const float *h, int cols, const quant_gptq_opts *o, quant
     if (o->desc_act) qsort_r(hv->perm, (size_t)cols, sizeof(int), gptq_cmp_desc, diag);
     double mean = 0.0;
     for (int k = 0; k < cols; k++) mean += diag[k];
-    mean /= cols;
+    *mean_diag = mean / cols;
+    free(diag);
+    return 0;
+}
+
+int quant_gptq_prepare(const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv, llmi_status *st) {
+    double mean;
+    if (quant_gptq_order(h, cols, o, hv, &mean, st)) return st->code;
+    double *a = malloc((size_t)cols * cols * sizeof(double)); /* (cols, cols) J P^T H P J, then U */
+    if (!a) {
+        quant_gptq_hinv_free(hv);
+        return llmi_fail(st, LLMI_E_RUNTIME, "gptq: out of memory for a %dx%d Hessian", cols, cols);
+    }
     double damp = o->damp_percent > 0 ? o->damp_percent : 0.01;
     int rc = 1;
     const int *perm = hv->perm;
@@ -81,7 +93,6 @@ int quant_gptq_prepare(const float *h, int cols, const quant_gptq_opts *o, quant
         }
         hv->u = gptq_hinv_upper(a, cols, &rc);
     }
-    free(diag);
     if (rc) {
         free(a);
         quant_gptq_hinv_free(hv);

@@ -33,6 +33,10 @@ typedef struct quant_gptq_hinv {
     float *u;                /* (cols, cols) upper Cholesky factor of (P^T H P + damp)^-1 */
     float damp;              /* the dampening that made H positive definite (x mean diag) */
 } quant_gptq_hinv;
+/* The column order (act-order or identity), dead inputs and mean of diag H (dead ones
+ * counted as 1) of h (cols, cols): allocates hv->perm and hv->dead. */
+int quant_gptq_order(const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv, double *mean_diag,
+                     llmi_status *st);
 /* h (cols, cols) = (2/n) sum x x^T of the layer's inputs (not modified).  Peak memory:
  * one fp64 (cols, cols) buffer, which ends as hv->u in fp32. */
 int quant_gptq_prepare(const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv, llmi_status *st);

@@ -7,6 +7,7 @@
 #include "quant/awq.h"
 #include "quant/calib.h"
 #include "quant/linalg.h"
+#include "quant/quant_cuda.h"
 #include "quant/quantize.h"
 #include "quant/write_hf.h"
 
@@ -216,7 +217,8 @@ static int qm_quantize_set(qm_run *q, int k, quant_block *b, float *h, quant_gri
     bool gptq = o->method == QUANT_GPTQ && h;
     if (gptq) {
         for (size_t i = 0; i < (size_t)cols * cols; i++) h[i] *= 2.0f;   /* GPTQ's H = 2 X^T X / n */
-        if (quant_gptq_prepare(h, cols, &go, &hv, st)) return st->code;
+        if (o->cuda ? quant_cuda_gptq_prepare(o->cuda, h, cols, &go, &hv, st) : quant_gptq_prepare(h, cols, &go, &hv, st))
+            return st->code;
     }
     int rc = 0;
     for (int i = qm_sets[k].first; i < qm_sets[k].last && !rc; i++) {
@@ -224,7 +226,8 @@ static int qm_quantize_set(qm_run *q, int k, quant_block *b, float *h, quant_gri
         if ((rc = quant_block_load_linears(q->m, q->layer, i, i + 1, b, st))) break;
         if (gptq) {
             double loss;
-            rc = quant_gptq_apply(b->w[i], rows, &hv, &go, &grids[i], &loss, st);
+            rc = o->cuda ? quant_cuda_gptq_apply(o->cuda, b->w[i], rows, &hv, &go, &grids[i], &loss, st)
+                         : quant_gptq_apply(b->w[i], rows, &hv, &go, &grids[i], &loss, st);
         } else {
             rc = quant_rtn(b->w[i], rows, cols, o->group_size, o->sym, QUANT_STYLE_GPTQ, &grids[i], st);
         }
@@ -299,7 +302,9 @@ static int qm_awq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *er
             ws[nl++] = b->w[i];
         }
         double loss;
-        rc = quant_awq_search_scale(ws, rows, nl, cols, xm, hs[gi], o->group_size, o->awq_grid, s, &loss, st);
+        rc = o->cuda ? quant_cuda_awq_search_scale(o->cuda, ws, rows, nl, cols, xm, hs[gi], o->group_size, o->awq_grid, s,
+                                                   &loss, st)
+                     : quant_awq_search_scale(ws, rows, nl, cols, xm, hs[gi], o->group_size, o->awq_grid, s, &loss, st);
         if (!rc) {
             for (int j = 0; j < nl; j++)
                 for (int r = 0; r < rows[j]; r++)
@@ -361,6 +366,7 @@ int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *
         quant_view_free(&v);
         return st->code;
     }
+    cal.cuda = o->cuda;
     /* the embedding rows the windows touched are not needed again */
     if (calib) quant_source_release(m, m->tok_embd.data, m->tok_embd.row_bytes * (size_t)m->tok_embd.rows);
     qm_run q = {.m = m, .o = o, .v = calib ? &v : NULL, .cal = calib ? &cal : NULL, .in = in, .out = out,

@@ -24,6 +24,7 @@ typedef struct quant_opts {
     bool awq_clip;             /* AWQ clipping search */
     llmi_dtype hidden_dtype;   /* calibration hidden states between layers: LLMI_BF16 (default), F16, F32 */
     struct quant_progress *progress; /* told of every step, or NULL */
+    struct quant_cuda *cuda;   /* --device cuda: Gram matrices, GPTQ and AWQ's search on this GPU; NULL: CPU */
 } quant_opts;
 
 /* Progress: after each step of a layer (step < n_steps), and when the layer is done
