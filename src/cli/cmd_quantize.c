@@ -171,6 +171,8 @@ static int qc_parse(int argc, char **argv, qc_args *a, llmi_status *st) {
                          a->q.method == QUANT_GPTQ ? "gptq" : "awq");
     if (a->save_stats && a->load_stats)
         return llmi_fail(st, LLMI_E_USAGE, "--save-stats and --load-stats: give one or the other");
+    if (a->save_stats && !a->calib)
+        return llmi_fail(st, LLMI_E_USAGE, "--save-stats: needs a calibration run (--calib FILE)");
     if (!a->seqlen) a->seqlen = a->q.method == QUANT_AWQ ? 512 : 2048;
     return 0;
 }
@@ -345,9 +347,10 @@ static int qc_memory(const llmi_model *m, const qc_args *a, bool calib, llmi_sta
     quant_mem e;
     quant_memory_estimate(m, &a->q, (int)a->nsamples, (int)a->seqlen, calib, a->save_stats != NULL, &e);
     fprintf(stderr, "quantize: needs ~%.2f GiB: source weights %.2f (%s), calibration %.2f, layer %.2f, largest step "
-            "%.2f, writer %.2f\n", qc_gib(e.total), qc_gib(e.source),
+            "%.2f, writer %.2f%s\n", qc_gib(e.total), qc_gib(e.source),
             quant_source_is_mapped(m) ? "one mapped layer at a time" : "all in memory", qc_gib(e.calib),
-            qc_gib(e.layer), qc_gib(e.step), qc_gib(e.writer));
+            qc_gib(e.layer), qc_gib(e.step), qc_gib(e.writer), e.stats ? ", --save-stats" : "");
+    if (e.stats) fprintf(stderr, "quantize: --save-stats keeps every layer's Gram matrices: %.2f GiB\n", qc_gib(e.stats));
     size_t avail = qc_mem_available(), held = bench_peak_rss();
     if (avail && e.total > avail + held)
         return llmi_fail(st, LLMI_E_USAGE, "quantize: needs ~%.2f GiB but only %.2f GiB is available (%.2f free + "
@@ -433,7 +436,7 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
         goto done;
     fprintf(stderr, "quantize: %d layers in %.1fs; peak RSS %.2f GiB\n", m.cfg.n_layers, qc_now() - t0,
             qc_gib(bench_peak_rss()));
-    if (a.save_stats && a.q.method != QUANT_RTN && (rc = quant_stats_save(a.save_stats, &sout, st))) goto done;
+    if (a.save_stats && (rc = quant_stats_save(a.save_stats, &sout, st))) goto done;
     rc = quant_writer_finish(w, st);
     w = NULL;
     if (rc) goto done;

@@ -117,8 +117,10 @@ size_t quant_calib_bytes(const llmi_config *c, int n_windows, int seqlen, llmi_d
     size_t esz = hidden_dtype == LLMI_F32 ? 4 : 2;
     size_t bytes = (size_t)n_windows * seqlen * c->dim * esz;                     /* hidden */
     if (hidden_dtype != LLMI_F32) bytes += (size_t)W * seqlen * c->dim * sizeof(float); /* stage */
+    llmi_config one = *c;   /* the backend sees a one-layer window (quant_calib.window) */
+    one.n_layers = 1;
     bytes += backend_cpu_workspace_bytes(c, W * seqlen);
-    bytes += (size_t)W * bpw * backend_kv_block_bytes(c, CALIB_BLOCK, LLMI_KV_F32);
+    bytes += (size_t)W * bpw * backend_kv_block_bytes(&one, CALIB_BLOCK, LLMI_KV_F32);
     bytes += (size_t)W * seqlen * 4 * sizeof(int32_t);                            /* batch index arrays */
     return bytes;
 }
@@ -169,10 +171,14 @@ int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n
     c->windows_per_batch = calib_windows_per_batch(n_windows, seqlen);
     c->blocks_per_window = (seqlen + CALIB_BLOCK - 1) / CALIB_BLOCK;
     const int W = c->windows_per_batch, T = seqlen, bpw = c->blocks_per_window;
-    /* The CPU backend's defaults, as `llmi generate` serves the model. */
+    /* The CPU backend's defaults, as `llmi generate` serves the model, over a window of one
+     * layer that moves down the model: each layer runs exactly as in the whole model (the
+     * KV cache is per layer), and the cache holds one layer's instead of every layer's. */
+    c->window = v->model;
+    c->window.cfg.n_layers = 1;
     llmi_backend_opts bo = {.n_threads = 0, .kv_dtype = LLMI_KV_F32, .block_size = CALIB_BLOCK,
                             .max_batch_tokens = W * T, .max_seqs = W};
-    if (backend_cpu_create(&v->model, &bo, &c->backend, st)) return st->code;
+    if (backend_cpu_create(&c->window, &bo, &c->backend, st)) return st->code;
     if (c->backend->kv_alloc(c->backend, W * bpw, st)) goto fail;
     size_t n_all = (size_t)n_windows * T;
     c->hidden = malloc(n_all * (size_t)cfg->dim * (hidden_dtype == LLMI_F32 ? 4 : 2));
@@ -263,13 +269,23 @@ static int tap_collect(void *ctx, int layer, llmi_tap tap, const float *x, int n
     return (int)tap == a->stop ? LLMI_TAP_STOP : 0;
 }
 
+/* The backend runs layer 0 of the window: its taps are told the model's layer. */
+static int calib_tap(void *ctx, int layer, llmi_tap tap, const float *x, int n, int width, llmi_status *st) {
+    quant_calib *c = ctx;
+    (void)layer;
+    return c->user_tap(c->user_ctx, c->next_layer, tap, x, n, width, st);
+}
+
 int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance, llmi_status *st) {
     const llmi_config *cfg = &c->view->model.cfg;
     const int l = c->next_layer, T = c->seqlen, W = c->windows_per_batch;
     if (l >= cfg->n_layers) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: calibration is past the last layer");
     llmi_backend *b = c->backend;
-    b->tap = tap;
-    b->tap_ctx = tap_ctx;
+    c->window.layers = c->view->model.layers + l;
+    c->user_tap = tap;
+    c->user_ctx = tap_ctx;
+    b->tap = tap ? calib_tap : NULL;
+    b->tap_ctx = c;
     int rc = 0;
     for (int w0 = 0; w0 < c->n_windows && !rc; w0 += W) {
         int nw = c->n_windows - w0 < W ? c->n_windows - w0 : W;
@@ -277,7 +293,7 @@ int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance
                          .slot_mapping = c->slot, .seq_of_token = c->seq_of, .n_seqs = nw,
                          .query_start = c->query_start, .block_tables = c->tables,
                          .max_blocks_per_seq = c->blocks_per_window};
-        llmi_layer_run run = {.first_layer = l, .last_layer = l + 1, .hidden = calib_batch_in(c, w0, nw)};
+        llmi_layer_run run = {.first_layer = 0, .last_layer = 1, .hidden = calib_batch_in(c, w0, nw)};
         c->batch_window = w0;
         rc = b->forward_layers(b, &bt, &run, st);
         if (!rc && advance && run.stopped)

@@ -46,7 +46,11 @@ typedef struct quant_tap_stats {
 
 typedef struct quant_calib {
     quant_view *view;
-    llmi_backend *backend;         /* CPU backend over view->model */
+    llmi_model window;             /* one-layer window onto view->model: layers points at the layer
+                                      being run, so the backend's KV cache holds one layer, not all */
+    llmi_backend *backend;         /* CPU backend over window */
+    llmi_tap_fn user_tap;          /* quant_calib_run's tap, told the real layer index */
+    void *user_ctx;
     const int32_t *tokens;         /* (n_windows * seqlen) borrowed */
     int n_windows, seqlen, windows_per_batch;
     llmi_dtype hidden_dtype;       /* LLMI_F32, LLMI_BF16 or LLMI_F16: how hidden is stored */

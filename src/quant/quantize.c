@@ -108,7 +108,13 @@ void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windo
     }
     e->step = step;
     e->writer = quant_writer_bytes(c, o);
-    e->total = e->source + e->calib + e->layer + e->step + e->writer + QM_RUNTIME;
+    if (save_stats && calib)
+        for (int k = 0; k < QS_COUNT; k++) {
+            int rows, cols;
+            quant_linear_shape(c, qm_sets[k].first, &rows, &cols);
+            e->stats += (size_t)c->n_layers * ((size_t)cols * cols + cols) * 4;
+        }
+    e->total = e->source + e->calib + e->layer + e->step + e->writer + e->stats + QM_RUNTIME;
 }
 
 /* ---- one layer ----------------------------------------------------------------------- */
@@ -358,7 +364,7 @@ int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *
     /* RTN needs no calibration; given tokens it runs the GPTQ pipeline's forward only to
      * report each layer's output error. */
     bool calib = (o->method != QUANT_RTN || tokens) && !in;
-    if (o->method == QUANT_RTN) out = NULL;
+    if (!calib) out = NULL;   /* RTN with calibration text records what its forward saw */
     quant_view v = {0};
     quant_calib cal = {0};
     if (calib && (quant_view_init(&v, m, st) ||

@@ -49,6 +49,7 @@ typedef struct quant_mem {
     size_t layer;              /* one layer's int4 grids and their served copies */
     size_t step;               /* the largest step: Hessian + its factorisation + fp32 weights + walk */
     size_t writer;             /* streaming writer buffers */
+    size_t stats;              /* --save-stats: every layer's Gram matrices, kept until the end */
     size_t total;
 } quant_mem;
 void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windows, int seqlen, bool calib,
