@@ -1,9 +1,9 @@
-/* quant_gptq.cu — the offline quantizer's device kernels (launchers in quant.h): the
+/* quant_gptq.cu — the offline quantizer's device kernels (launchers in quant_kernels.h): the
  * Hessian's mirror and factorisation setup, GPTQ's in-block column walk and AWQ's
  * fake-quantized error.  The GEMMs (X^T X, the lazy update, d H) are cuBLAS and the
  * Cholesky / triangular inverse cuSOLVER, called from src/quant/quant_cuda.c. */
 #include "common.cuh"
-#include "quant.h"
+#include "quant_kernels.h"
 
 #define QK_MAXQ 15
 

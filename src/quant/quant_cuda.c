@@ -46,7 +46,7 @@ int quant_cuda_awq_search_scale(quant_cuda *q, float *const *ws, const int *rows
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cusolverDn.h>
-#include "quant.h"
+#include "quant_kernels.h"
 
 #define QC_CUDA(st, call)                                                                                        \
     do {                                                                                                         \

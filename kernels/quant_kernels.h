@@ -1,4 +1,4 @@
-/* quant.h — owns the C-callable launchers of the offline quantizer's device kernels
+/* quant_kernels.h — owns the C-callable launchers of the offline quantizer's device kernels
  * (kernels/quant_gptq.cu), tier 2: raw device pointers, shapes, a stream; the cuBLAS and
  * cuSOLVER calls around them and the checks are tier 3, src/quant/quant_cuda.c.  CPU
  * twins: quant_gram_mirror (src/quant/linalg.c), quant_gptq_prepare's matrix setup and
@@ -6,8 +6,8 @@
  * the group parameters are quant_range_params' (src/core/int4_pack.c), bit for bit.
  * Layouts: h, u (n, n) row-major fp32; the GPTQ working weights are transposed, wt (cols,
  * rows), so the threads of a block (one per row) read consecutive addresses. */
-#ifndef LLMI_KERNELS_QUANT_H
-#define LLMI_KERNELS_QUANT_H
+#ifndef LLMI_KERNELS_QUANT_KERNELS_H
+#define LLMI_KERNELS_QUANT_KERNELS_H
 
 #include <stddef.h>
 #include <stdint.h>
