@@ -22,7 +22,8 @@ shuffle (cli/cmd_quantize.c qc_windows, reproduced below).
       per linear, tr(D H D^T) / tr(W H W^T) with D = W - Q under the fp model's input Gram
       matrices of held-out text (64 x 512 tokens from byte 200000 of the file), and the
       perplexity of each checkpoint's weights in transformers by llama.cpp's rule
-      (512-token windows, BOS first if the GGUF adds one, second half scored, 40 windows).
+      (512-token windows, BOS first if the GGUF adds one, second half scored, 40 windows;
+      --windows and --chunks make it smaller for a smoke test).
 """
 import argparse, json, math, os, shutil, struct, sys, time
 import numpy as np
@@ -335,7 +336,7 @@ def cmd_compare(a):
     tmp = "/tmp/gptq-reference-heldout.txt"
     open(tmp, "w", encoding="utf-8").write(raw)
     ho = tokenize(a.tokenizer, tmp)
-    n = min(64, len(ho) // 512)
+    n = min(a.windows, len(ho) // 512)
     grams = heldout_grams(model, torch.tensor([ho[j * 512:(j + 1) * 512] for j in range(n)]))
     cks = [st_read(os.path.join(c, "model.safetensors")) for c in a.ckpt]
     print(f"held-out: {n} x 512 tokens of {a.heldout} from byte 200000; relative output error per linear")
@@ -371,14 +372,14 @@ def cmd_compare(a):
     add_bos = bool(fld.parts[fld.data[0]][0]) if fld else False
     bos = int(r.fields["tokenizer.ggml.bos_token_id"].parts[-1][0]) if add_bos else -1
     ids = tokenize(a.tokenizer, a.heldout, strip_last_newline=True)
-    p, cnt = ppl_llamacpp(model, ids, bos)
-    print(f"transformers ppl (llama.cpp rule, 40 x 512, {cnt} predictions): fp {p:.4f}")
+    p, cnt = ppl_llamacpp(model, ids, bos, chunks=a.chunks)
+    print(f"transformers ppl (llama.cpp rule, {a.chunks} x 512, {cnt} predictions): fp {p:.4f}")
     for c, t in zip(a.ckpt, cks):
         for i, layer in enumerate(model.model.layers):
             for nme in LINEARS:
                 layer.get_submodule(nme).weight.data = torch.from_numpy(
                     unpack_gptq_v1(t, f"model.layers.{i}.{nme}")).float()
-        p, _ = ppl_llamacpp(model, ids, bos)
+        p, _ = ppl_llamacpp(model, ids, bos, chunks=a.chunks)
         print(f"transformers ppl: {c} {p:.4f}", flush=True)
 
 
@@ -402,6 +403,8 @@ def main():
     c.add_argument("--gguf", required=True)
     c.add_argument("--tokenizer", required=True)
     c.add_argument("--heldout", required=True)
+    c.add_argument("--windows", type=int, default=64, help="held-out windows of 512 tokens")
+    c.add_argument("--chunks", type=int, default=40, help="perplexity windows of 512 tokens")
     c.add_argument("ckpt", nargs="+")
     a = ap.parse_args()
     cmd_quantize(a) if a.cmd == "quantize" else cmd_compare(a)

@@ -33,6 +33,16 @@ static void awq_fake_quant(const float *w, int rows, int cols, int gs, float *wq
         }
 }
 
+void quant_awq_scales(const float *x_mean, int cols, float alpha, float *s) {
+    float mx = 0, mn = INFINITY;
+    for (int k = 0; k < cols; k++) {
+        s[k] = fmaxf(powf(x_mean[k], alpha), 1e-4f);
+        mx = fmaxf(mx, s[k]), mn = fminf(mn, s[k]);
+    }
+    float norm = sqrtf(mx * mn);
+    for (int k = 0; k < cols; k++) s[k] /= norm;
+}
+
 int quant_awq_search_scale(float *const *ws, const int *rows, int n_lin, int cols, const float *x_mean,
                            const float *h, int group_size, int n_grid, float *best_s, double *best_loss,
                            llmi_status *st) {
@@ -48,13 +58,7 @@ int quant_awq_search_scale(float *const *ws, const int *rows, int n_lin, int col
     }
     double best = INFINITY;
     for (int a = 0; a < n_grid; a++) {
-        float alpha = (float)a / (float)n_grid, mx = 0, mn = INFINITY;
-        for (int k = 0; k < cols; k++) {
-            s[k] = fmaxf(powf(x_mean[k], alpha), 1e-4f);
-            mx = fmaxf(mx, s[k]), mn = fminf(mn, s[k]);
-        }
-        float norm = sqrtf(mx * mn);
-        for (int k = 0; k < cols; k++) s[k] /= norm;
+        quant_awq_scales(x_mean, cols, (float)a / (float)n_grid, s);
         size_t off = 0;
         for (int i = 0; i < n_lin; i++) {
             for (int r = 0; r < rows[i]; r++)

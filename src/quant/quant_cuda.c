@@ -4,6 +4,7 @@
  * llmi_status naming file, line and call. */
 #include <stdlib.h>
 #include <string.h>
+#include "quant/awq.h"
 #include "quant/quant_cuda.h"
 
 #ifndef LLMI_CUDA
@@ -331,14 +332,7 @@ int quant_cuda_awq_search_scale(quant_cuda *q, float *const *ws, const int *rows
     double best = INFINITY;
     const float one = 1.0f, zero = 0.0f;
     for (int a = 0; a < n_grid && !rc; a++) {
-        /* the same scales as quant_awq_search_scale */
-        float alpha = (float)a / (float)n_grid, mx = 0, mn = INFINITY;
-        for (int k = 0; k < cols; k++) {
-            s[k] = fmaxf(powf(x_mean[k], alpha), 1e-4f);
-            mx = fmaxf(mx, s[k]), mn = fminf(mn, s[k]);
-        }
-        float norm = sqrtf(mx * mn);
-        for (int k = 0; k < cols; k++) s[k] /= norm;
+        quant_awq_scales(x_mean, cols, (float)a / (float)n_grid, s);
         double loss = 0;
         if (cudaMemcpyAsync(sd, s, (size_t)cols * sizeof(float), cudaMemcpyHostToDevice, q->stream) ||
             llmi_cuda_awq_fake_quant_err(wd, sd, total, cols, group_size, d, q->stream) ||
