@@ -92,7 +92,7 @@ void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windo
             }
             size_t cc = (size_t)cols * cols, s;
             size_t h = cc * 4 * (save_stats ? 2 : 1);
-            size_t err = (size_t)QM_ERR_ROWS * cols * 8 + (size_t)cols * 256 * 4;
+            size_t err = (size_t)QM_ERR_ROWS * cols * 16 + (size_t)cols * 1024;   /* 2 x (2 nr, cols) + packing */
             if (!calib && o->method == QUANT_RTN) {
                 s = (size_t)maxr * cols * 4;                              /* one fp32 linear */
             } else if (o->method == QUANT_GPTQ) {
