@@ -45,9 +45,10 @@ ifeq ($(CUDA),1)
   endif
   CFLAGS  += -DLLMI_CUDA -I$(CUDA_HOME)/include
   CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/%.o)
-  # cudart linked statically: a GPU machine then needs only the driver and cuBLASLt (only
-  # cuBLASLt is called).  -lineinfo lets compute-sanitizer name source lines.
-  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
+  # cudart linked statically: a GPU machine then needs only the driver, cuBLASLt (the
+  # forward's GEMMs), cuBLAS and cuSOLVER (the quantizer's Gram matrices and Cholesky).
+  # -lineinfo lets compute-sanitizer name source lines.
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcusolver -lcudart_static -ldl -lrt -lstdc++
   NVFLAGS := -O3 -std=c++17 -lineinfo -Isrc -Ikernels -Xcompiler -Wall,-Wextra,-Werror,-fPIC -Werror all-warnings --expt-relaxed-constexpr
   ifeq ($(CUDA_ARCH),native)
     NV_ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)

@@ -13,6 +13,9 @@
 #          decode (tok/s, GB/s), TTFT at 2048, batch 32; RTN int4 at batch 1 and 16
 #   tput   offline throughput, 1000 requests at 128/128, 1000/1000, 2048/128
 #   hf     transformers (static cache) on the same shapes, when torch is there
+#   quant  llmi quantize --device cuda against --device cpu on SmolLM2 (GPTQ and AWQ, g64,
+#          8 x 512 calibration tokens: wall time of each, how close the files are by
+#          scripts/quant-compare.py), and GPTQ 4 x 512 of a synthetic Llama-3-8B on the GPU
 # It ends with a table  check | result | figure  where a result is ok, FAIL, timeout, no GPU
 # (the step needs a GPU this machine does not have), not available (a tool or file is
 # missing) or not run (time); exit 0 only when every row is ok or not available.
@@ -35,14 +38,14 @@
 # whole script on the CPU: every "cuda" step runs with --device cpu on small shapes: the
 # tiny testdata/hf/llama-gqa-rope3 for SmolLM2 and (as --dummy config.json) for
 # llama-3-8b, 4 requests, lengths / 16, so each row's parsing runs on real output; its
-# figures are CPU figures, not results).
+# figures are CPU figures, not results); CALIB (calibration text for the quant phase), SYNTH8B.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PACK=$ROOT/.gpu-pack
 STASH=/tmp/llmi-gpu-model
 MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-ALL_PHASES=unit,sanitize,e2e,bench,tput,hf
+ALL_PHASES=unit,sanitize,e2e,bench,tput,hf,quant
 
 # ---- --pack ----------------------------------------------------------------------------
 if [ "${1:-}" = --pack ]; then
@@ -68,6 +71,8 @@ if [ "${1:-}" = --pack ]; then
   done
   wiki=$ROOT/../shared/data/wikitext-2-raw/wiki.test.raw
   [ -f "$wiki" ] && cp "$wiki" "$PACK/data/"
+  shakes=$ROOT/../shared/data/tinyshakespeare/input.txt
+  [ -f "$shakes" ] && cp "$shakes" "$PACK/data/calib.txt"
   echo "$commit" > "$PACK/commit"
   echo "sm_$arch" > "$PACK/arch"
   model=$(scripts/fetch-model.sh --path 2> /dev/null)
@@ -97,7 +102,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --phase) PHASES=${2:-}; shift 2 ;;
     --phase=*) PHASES=${1#--phase=}; shift ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)"; exit 2 ;;
   esac
 done
@@ -208,9 +213,12 @@ csv_col() {
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
-# cuBLASLt from the pip wheel torch brings, where the toolkit lacks it
-pip_cublas=$(python3 -c 'import nvidia.cublas as c; print(list(c.__path__)[0] + "/lib")' 2> /dev/null)
-[ -n "$pip_cublas" ] && [ -d "$pip_cublas" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$pip_cublas"
+# cuBLAS(Lt) and cuSOLVER (and what cuSOLVER loads) from the pip wheels torch brings, where
+# the toolkit lacks them
+for pkg in cublas cusolver cusparse nvjitlink; do
+  d=$(python3 -c "import nvidia.$pkg as c; print(list(c.__path__)[0] + '/lib')" 2> /dev/null)
+  [ -n "$d" ] && [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+done
 echo "gpu-check: phases $PHASES, budget ${BUDGET}s, device $DEV$([ "$DEV" = cpu ] && echo ' (rehearsal: CPU figures)'), commit $(git rev-parse --short HEAD 2> /dev/null || echo '?')" | tee -a "$LOG"
 HAVE_GPU=0
 if ! command -v nvidia-smi > /dev/null; then
@@ -462,6 +470,58 @@ if has_phase hf && gpu_gate "transformers static cache, $BIG_NAME"; then
   else
     res=$STATUS; grep -qE 'No module named|not installed' "$WORK/hf-bench.out" "$WORK/hf-bench.err" && res="not available"
     row "transformers static cache, $BIG_NAME" "$res" "$([ "$res" = timeout ] && why hf-bench || last_line hf-bench out 70)"
+  fi
+fi
+
+
+# ---- quant: the quantizer on the GPU against the CPU -------------------------------------------
+if has_phase quant; then
+  qcalib=
+  for f in "${CALIB:-}" "$PACK/data/calib.txt" "$ROOT/../shared/data/tinyshakespeare/input.txt"; do
+    [ -n "$f" ] && [ -s "$f" ] && qcalib=$f && break
+  done
+  if [ -z "$qcalib" ]; then
+    row "quantize cuda vs cpu" "not available" "no calibration text (CALIB=, or .gpu-pack/data/calib.txt)"
+  elif [ -z "$SMOL" ]; then
+    row "quantize smollm2 cuda vs cpu" "not available" "no SmolLM2 here (carry .gpu-model-N or set MODEL=)"
+  else
+    for meth in gptq awq; do
+      for qd in cpu "$DEV"; do
+        [ "$qd" = cpu ] || gpu_gate "quantize smollm2 $meth $qd" || continue
+        t0=$(date +%s.%N)
+        if run "quant-$meth-$qd" 200 "$LLMI" quantize -m "$SMOL" --method "$meth" --group-size 64 --calib "$qcalib" \
+            --nsamples 8 --seqlen 512 --device "$qd" --force -o "$WORK/q-$meth-$qd"; then
+          row "quantize smollm2 $meth $qd" ok "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f s wall", b - a }')"
+        else
+          row "quantize smollm2 $meth $qd" "$STATUS" "$(why "quant-$meth-$qd")"
+        fi
+        [ "$qd" = cpu ] && [ "$DEV" = cpu ] && break
+      done
+      if [ "$DEV" = cuda ] && [ -d "$WORK/q-$meth-cpu" ] && [ -d "$WORK/q-$meth-cuda" ]; then
+        run "quant-cmp-$meth" 60 python3 scripts/quant-compare.py "$WORK/q-$meth-cpu" "$WORK/q-$meth-cuda"
+        row "quantize $meth cuda vs cpu files" "$STATUS" "$(last_line "quant-cmp-$meth" out 100)"
+      fi
+    done
+  fi
+  synth=${SYNTH8B:-/tmp/llmi-synth-8b}
+  if [ "$DEV" != cuda ]; then
+    row "quantize 8b gptq 4x512 cuda" "not available" "rehearsal: an 8B on the CPU takes hours"
+  elif gpu_gate "quantize 8b gptq 4x512 cuda"; then
+    if [ ! -f "$synth/model.safetensors" ] && python3 -c 'import numpy' 2> /dev/null; then
+      run synth8b 180 python3 scripts/make-synthetic-hf.py "$synth" --tokenizer testdata/tokenizer/smollm2 || true
+    fi
+    if [ ! -f "$synth/model.safetensors" ]; then
+      row "quantize 8b gptq 4x512 cuda" "not available" "no synthetic 8B (SYNTH8B=, or numpy for make-synthetic-hf.py)"
+    else
+      t0=$(date +%s.%N)
+      if run quant-8b 400 "$LLMI" quantize -m "$synth" --method gptq --group-size 128 --calib "${qcalib:-README}" \
+          --nsamples 4 --seqlen 512 --device cuda --force -o "$WORK/q-8b-gptq"; then
+        row "quantize 8b gptq 4x512 cuda" ok "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f s wall", b - a }'); $(first_match quant-8b 'peak RSS[^;]*')"
+      else
+        row "quantize 8b gptq 4x512 cuda" "$STATUS" "$(why quant-8b)"
+      fi
+      rm -rf "$WORK/q-8b-gptq"
+    fi
   fi
 fi
 

@@ -6,10 +6,13 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <math.h>
+#include "cli/bench_util.h"
 #include "cli/cli.h"
 #include "core/fileio.h"
 #include "metrics/perplexity.h"
 #include "quant/calib_stats.h"
+#include "quant/quant_cuda.h"
 #include "quant/write_hf.h"
 #include "tok/tokenizer.h"
 
@@ -18,7 +21,8 @@ static const char *quant_help =
     "Quantizes the linear layers of MODEL (a GGUF file, dequantized first, or an HF directory of\n"
     "F32/F16/BF16 weights) to 4-bit groups and writes an HF directory that transformers, vLLM and\n"
     "llmi load: GPTQ v1 (gptq, rtn) or AWQ GEMM (awq) checkpoint, config.json with\n"
-    "quantization_config, quantize_config.json (GPTQ), tokenizer files.\n"
+    "quantization_config, quantize_config.json (GPTQ), tokenizer files.  Layer by layer in bounded\n"
+    "memory: the estimate is printed first, and a run that cannot fit is refused before any work.\n"
     "  --method M              gptq, awq or rtn (round to nearest, no calibration)\n"
     "  --bits N                weight bits (only 4)\n"
     "  --group-size N          input columns per scale/zero group (default 128)\n"
@@ -32,6 +36,9 @@ static const char *quant_help =
     "  --sym / --asym          GPTQ symmetric (default) or asymmetric groups\n"
     "  --damp F                GPTQ dampening, fraction of mean diag(H) (default 0.01)\n"
     "  --no-clip               AWQ: skip the clipping search\n"
+    "  --calib-dtype T         calibration hidden states between layers: bf16 (default), f16 or f32\n"
+    "                          (f32: exactly the inference forward's; bf16/f16: half the memory)\n"
+    "  --dry-run               print the plan and the memory estimate, quantize nothing\n"
     "  --save-stats FILE       write the calibration statistics (zstd) for --load-stats\n"
     "  --load-stats FILE       use saved statistics instead of a calibration pass\n"
     "  --eval-ppl FILE         after quantizing, perplexity of FILE with the quantized weights, by\n"
@@ -44,7 +51,7 @@ typedef struct qc_args {
     cli_model_opts mo;
     quant_opts q;
     const char *out, *calib, *save_stats, *load_stats, *eval_file;
-    bool force, eval_only;
+    bool force, eval_only, dry_run;
     long nsamples, seqlen, seed, eval_chunks, eval_ctx;
 } qc_args;
 
@@ -58,7 +65,7 @@ static int qc_parse(int argc, char **argv, qc_args *a, llmi_status *st) {
     a->q.damp_percent = 0.01f;
     a->q.awq_grid = 20;
     a->q.awq_clip = true;
-    a->q.progress = stderr;
+    a->q.hidden_dtype = LLMI_BF16;
     a->nsamples = 128;
     a->seqlen = 0;
     a->eval_chunks = 16;
@@ -115,6 +122,14 @@ static int qc_parse(int argc, char **argv, qc_args *a, llmi_status *st) {
             a->q.damp_percent = (float)d;
         } else if (!strcmp(f, "--no-clip")) {
             a->q.awq_clip = false;
+        } else if (!strcmp(f, "--calib-dtype")) {
+            VAL();
+            if (!strcmp(v, "bf16")) a->q.hidden_dtype = LLMI_BF16;
+            else if (!strcmp(v, "f16")) a->q.hidden_dtype = LLMI_F16;
+            else if (!strcmp(v, "f32")) a->q.hidden_dtype = LLMI_F32;
+            else return llmi_fail(st, LLMI_E_USAGE, "--calib-dtype: '%s' is not bf16, f16 or f32", v);
+        } else if (!strcmp(f, "--dry-run")) {
+            a->dry_run = true;
         } else if (!strcmp(f, "--save-stats")) {
             VAL();
             a->save_stats = v;
@@ -156,11 +171,32 @@ static int qc_parse(int argc, char **argv, qc_args *a, llmi_status *st) {
                          a->q.method == QUANT_GPTQ ? "gptq" : "awq");
     if (a->save_stats && a->load_stats)
         return llmi_fail(st, LLMI_E_USAGE, "--save-stats and --load-stats: give one or the other");
+    if (a->save_stats && !a->calib)
+        return llmi_fail(st, LLMI_E_USAGE, "--save-stats: needs a calibration run (--calib FILE)");
     if (!a->seqlen) a->seqlen = a->q.method == QUANT_AWQ ? 512 : 2048;
     return 0;
 }
 
 #define QC_MAX_TEXT (1u << 30)   /* calibration / evaluation text */
+
+/* Calibration text must be text: not empty or blank, no NUL byte, valid UTF-8 (a binary
+ * file would tokenize into byte soup and calibrate on nothing real). */
+static int qc_check_text(const char *flag, const char *path, const char *text, size_t len, llmi_status *st) {
+    size_t blank = 0;
+    while (blank < len && (text[blank] == ' ' || text[blank] == '\n' || text[blank] == '\r' || text[blank] == '\t'))
+        blank++;
+    if (blank == len) return llmi_fail(st, LLMI_E_USAGE, "%s %s: the file is empty (%zu bytes, no text)", flag, path, len);
+    const unsigned char *u = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        if (u[i] == 0) return llmi_fail(st, LLMI_E_USAGE, "%s %s: not text (a NUL byte at offset %zu)", flag, path, i);
+        int need = u[i] < 0x80 ? 0 : (u[i] & 0xE0) == 0xC0 ? 1 : (u[i] & 0xF0) == 0xE0 ? 2 : (u[i] & 0xF8) == 0xF0 ? 3 : -1;
+        bool ok = need >= 0 && i + (size_t)need < len && !(need == 1 && u[i] < 0xC2);
+        for (int k = 1; ok && k <= need; k++) ok = (u[i + k] & 0xC0) == 0x80;
+        if (!ok) return llmi_fail(st, LLMI_E_USAGE, "%s %s: not text (invalid UTF-8 at offset %zu)", flag, path, i);
+        i += (size_t)need + 1;
+    }
+    return 0;
+}
 
 /* Tokenizes path and picks n_windows distinct, non-overlapping windows of seqlen tokens
  * (random slots from seed).  *out (n_windows*seqlen). */
@@ -171,6 +207,10 @@ static int qc_windows(const llmi_model *m, const char *flag, const char *path, i
     size_t len = 0;
     fileio_opts fo = {.flag = flag, .max_bytes = QC_MAX_TEXT};
     if (fileio_read(path, &fo, &text, &len, st)) return st->code;
+    if (qc_check_text(flag, path, text, len, st)) {
+        free(text);
+        return st->code;
+    }
     int32_t *ids = NULL;
     int n = 0;
     int rc = tok_encode(m->tok, text, len, false, false, &ids, &n, st);
@@ -201,21 +241,6 @@ static int qc_windows(const llmi_model *m, const char *flag, const char *path, i
         memcpy(*out + (size_t)w * seqlen, ids + (size_t)perm[w] * seqlen, (size_t)seqlen * sizeof(int32_t));
     free(perm), free(ids);
     return 0;
-}
-
-/* Rounds what will be stored as fp16 (norms, biases) so the ppl check sees the file's values. */
-static void qc_round_result(const llmi_config *c, quant_result *r) {
-    for (int l = 0; l < r->n_layers; l++) {
-        for (int i = 0; i < c->dim; i++) {
-            r->attn_norm[l][i] = fp16_to_f32(f32_to_fp16(r->attn_norm[l][i]));
-            r->ffn_norm[l][i] = fp16_to_f32(f32_to_fp16(r->ffn_norm[l][i]));
-        }
-        for (int b = 0; b < 3; b++) {
-            if (!r->bias[b][l]) continue;
-            int n = (b == 0 ? c->n_heads : c->n_kv_heads) * c->head_dim;
-            for (int i = 0; i < n; i++) r->bias[b][l][i] = fp16_to_f32(f32_to_fp16(r->bias[b][l][i]));
-        }
-    }
 }
 
 /* The text of path tokenized as llmi bench --ppl does. */
@@ -260,15 +285,106 @@ static double qc_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- progress: a bar per layer with ETA on a terminal, else one line per layer ---- */
+typedef struct qc_prog {
+    bool tty;
+    double t0;
+} qc_prog;
+
+static void qc_eta(double s, char *buf, size_t n) {
+    if (s >= 3600) snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    else if (s >= 60) snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(buf, n, "%ds", (int)s);
+}
+
+static void qc_progress(quant_progress *p, int layer, int n_layers, int step, int n_steps, const char *what,
+                        const double *errs, double layer_seconds) {
+    qc_prog *q = p->ctx;
+    double done = layer + (double)step / n_steps, el = qc_now() - q->t0;
+    char eta[32];
+    qc_eta(done > 0 ? el / done * (n_layers - done) : 0, eta, sizeof eta);
+    if (step < n_steps) {
+        if (!q->tty) return;
+        enum { W = 24 };
+        char bar[W + 1];
+        for (int i = 0; i < W; i++) bar[i] = i < W * step / n_steps ? '#' : '.';
+        bar[W] = '\0';
+        fprintf(stderr, "\r\033[Kquantize: layer %2d/%d [%s] %-9s ETA %s", layer + 1, n_layers, bar, what, eta);
+        fflush(stderr);
+        return;
+    }
+    static const char *const short_names[QL_COUNT] = {"q", "k", "v", "o", "gate", "up", "down"};
+    if (q->tty) fputs("\r\033[K", stderr);
+    fprintf(stderr, "quantize: layer %2d/%d", layer + 1, n_layers);
+    for (int i = 0; i < QL_COUNT; i++)
+        if (!isnan(errs[i])) fprintf(stderr, " %s %.2e", short_names[i], errs[i]);
+    fprintf(stderr, "  (rel. output error; %.1fs, ETA %s)\n", layer_seconds, layer + 1 < n_layers ? eta : "0s");
+    fflush(stderr);
+}
+
+/* ---- memory ---- */
+static double qc_gib(size_t b) { return (double)b / 1073741824.0; }
+
+/* MemAvailable from /proc/meminfo (page cache counts as reclaimable); 0 when unknown. */
+static size_t qc_mem_available(void) {
+    size_t avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            avail = (size_t)kb * 1024;
+            break;
+        }
+    fclose(f);
+    return avail;
+}
+
+/* Prints the estimate; fails when it does not fit in what this process holds plus what
+ * the machine has available. */
+static int qc_memory(const llmi_model *m, const qc_args *a, bool calib, llmi_status *st) {
+    quant_mem e;
+    quant_memory_estimate(m, &a->q, (int)a->nsamples, (int)a->seqlen, calib, a->save_stats != NULL, &e);
+    fprintf(stderr, "quantize: needs ~%.2f GiB: source weights %.2f (%s), calibration %.2f, layer %.2f, largest step "
+            "%.2f, writer %.2f%s\n", qc_gib(e.total), qc_gib(e.source),
+            quant_source_is_mapped(m) ? "one mapped layer at a time" : "all in memory", qc_gib(e.calib),
+            qc_gib(e.layer), qc_gib(e.step), qc_gib(e.writer), e.stats ? ", --save-stats" : "");
+    if (e.stats) fprintf(stderr, "quantize: --save-stats keeps every layer's Gram matrices: %.2f GiB\n", qc_gib(e.stats));
+    size_t avail = qc_mem_available(), held = bench_peak_rss();
+    if (avail && e.total > avail + held)
+        return llmi_fail(st, LLMI_E_USAGE, "quantize: needs ~%.2f GiB but only %.2f GiB is available (%.2f free + "
+                         "%.2f held); lower --nsamples or --seqlen, or use --calib-dtype bf16", qc_gib(e.total),
+                         qc_gib(avail + held), qc_gib(avail), qc_gib(held));
+    return 0;
+}
+
+/* --device: cuda (or auto with a GPU visible) puts the Gram matrices, GPTQ's
+ * factorisation and column walk and AWQ's scale search on the GPU; the calibration
+ * forward runs on the CPU backend either way. */
+static int qc_device(const qc_args *a, quant_cuda **cuda, llmi_status *st) {
+    const char *d = a->mo.device;
+    *cuda = NULL;
+    if (!strcmp(d, "cpu") || (!strcmp(d, "auto") && backend_cuda_device_count() == 0)) {
+        fprintf(stderr, "quantize: device cpu\n");
+        return 0;
+    }
+    if (quant_cuda_create(cuda, a->mo.backend.gpu_index, st)) return st->code;
+    fprintf(stderr, "quantize: device cuda (%s): Gram matrices, GPTQ and AWQ's scale search on the GPU, calibration "
+            "forward on the CPU backend\n", quant_cuda_device_name(*cuda));
+    return 0;
+}
+
 int cmd_quantize(int argc, char **argv, llmi_status *st) {
     qc_args a;
     int rc = qc_parse(argc, argv, &a, st);
     if (rc < 0) return 0; /* --help */
     if (rc) return rc;
-    if (!a.eval_only && quant_check_outdir(a.out, a.force, st)) return st->code;
+    if (!a.eval_only && !a.dry_run && quant_check_outdir(a.out, a.force, st)) return st->code;
     llmi_model m;
     /* The tokenizer is only needed to read text; RTN and --load-stats runs do without. */
-    bool need_tok = a.eval_file || (!a.eval_only && (a.q.method != QUANT_RTN || a.calib) && !a.load_stats);
+    bool calib_text = !a.eval_only && (a.q.method != QUANT_RTN || a.calib) && !a.load_stats;
+    bool need_tok = a.eval_file || (calib_text && !a.dry_run);
     if (a.mo.model_path && !a.mo.dummy) {
         llmi_load_opts lo = {.no_tokenizer = !need_tok};
         if (model_load(a.mo.model_path, &lo, &m, st)) return st->code ? st->code : LLMI_E_RUNTIME;
@@ -276,16 +392,31 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
         return st->code ? st->code : LLMI_E_RUNTIME;
     }
     int32_t *calib = NULL, *evalt = NULL;
-    quant_result r = {0};
     quant_stats sin = {0}, sout = {0};
+    quant_writer *w = NULL;
+    quant_cuda *cuda = NULL;
     const char *input = a.mo.model_path ? a.mo.model_path : m.source_path;
+    const char *method = a.q.method == QUANT_GPTQ ? "gptq" : a.q.method == QUANT_AWQ ? "awq" : "rtn";
     int n_evalt = 0;
     if (a.eval_file && (rc = qc_eval_tokens(&m, a.eval_file, &evalt, &n_evalt, st))) goto done;
     if (a.eval_only) {
         rc = qc_eval(&m, &a, evalt, n_evalt, "unquantized", st);
         goto done;
     }
+    /* Everything that can be wrong with the input is found before any work. */
+    if ((rc = quant_check_shapes(&m.cfg, &a.q, st))) goto done;
     double t0 = qc_now();
+    bool calib_run = (a.q.method != QUANT_RTN || a.calib) && !a.load_stats;
+    fprintf(stderr, "quantize: %s %s, 4-bit groups of %d%s%s, %s\n", m.cfg.name, method, a.q.group_size,
+            a.q.method == QUANT_GPTQ ? (a.q.sym ? ", sym" : ", asym") : "", a.q.desc_act ? ", act-order" : "",
+            a.q.method == QUANT_RTN && !a.calib ? "no calibration"
+            : a.load_stats                      ? "statistics from --load-stats"
+            : a.q.method == QUANT_RTN           ? "calibration text only to report errors"
+                                                : "calibrating");
+    if (calib_run)
+        fprintf(stderr, "quantize: %ld windows x %ld tokens of %s, hidden states in %s\n", a.nsamples, a.seqlen,
+                a.calib, dtype_name(a.q.hidden_dtype));
+    if ((rc = qc_memory(&m, &a, calib_run, st)) || a.dry_run) goto done;
     if (a.q.method != QUANT_RTN || a.calib) {
         if (a.load_stats) {
             if ((rc = quant_stats_load(a.load_stats, &m.cfg, &sin, st))) goto done;
@@ -294,34 +425,34 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
         }
         if (a.save_stats && (rc = quant_stats_init(&sout, &m.cfg, st))) goto done;
     }
-    fprintf(stderr, "quantize: %s %s, 4-bit groups of %d%s%s, %s\n", m.cfg.name,
-            a.q.method == QUANT_GPTQ ? "gptq" : a.q.method == QUANT_AWQ ? "awq" : "rtn", a.q.group_size,
-            a.q.method == QUANT_GPTQ ? (a.q.sym ? ", sym" : ", asym") : "", a.q.desc_act ? ", act-order" : "",
-            a.q.method == QUANT_RTN && !a.calib ? "no calibration"
-            : a.load_stats                      ? "statistics from --load-stats"
-            : a.q.method == QUANT_RTN           ? "calibration text only to report errors"
-                                                : "calibrating");
-    if (a.calib && !a.load_stats)
-        fprintf(stderr, "quantize: %ld windows x %ld tokens of %s\n", a.nsamples, a.seqlen, a.calib);
-    if ((rc = quant_model_run_stats(&m, &a.q, calib, (int)a.nsamples, (int)a.seqlen, a.load_stats ? &sin : NULL,
-                                    a.save_stats ? &sout : NULL, &r, st)))
+    if ((rc = qc_device(&a, &cuda, st))) goto done;
+    a.q.cuda = cuda;
+    if ((rc = quant_writer_open(&w, a.out, a.force, &m, &a.q, input, st))) goto done;
+    qc_prog prog = {.tty = isatty(STDERR_FILENO), .t0 = qc_now()};
+    quant_progress qp = {.fn = qc_progress, .ctx = &prog};
+    a.q.progress = &qp;
+    if ((rc = quant_model_stream(&m, &a.q, calib, (int)a.nsamples, (int)a.seqlen, a.load_stats ? &sin : NULL,
+                                 a.save_stats ? &sout : NULL, quant_writer_layer, w, st)))
         goto done;
-    qc_round_result(&m.cfg, &r);
-    fprintf(stderr, "quantize: %d layers in %.1fs\n", r.n_layers, qc_now() - t0);
-    if (a.save_stats && a.q.method != QUANT_RTN && (rc = quant_stats_save(a.save_stats, &sout, st))) goto done;
-    if ((rc = quant_write_hf(a.out, a.force, &m, &r, &a.q, input, st))) goto done;
+    fprintf(stderr, "quantize: %d layers in %.1fs; peak RSS %.2f GiB\n", m.cfg.n_layers, qc_now() - t0,
+            qc_gib(bench_peak_rss()));
+    if (a.save_stats && (rc = quant_stats_save(a.save_stats, &sout, st))) goto done;
+    rc = quant_writer_finish(w, st);
+    w = NULL;
+    if (rc) goto done;
     fprintf(stderr, "quantize: wrote %s (%.1fs total)\n", a.out, qc_now() - t0);
     if (a.eval_file) {
-        quant_view v;
-        if ((rc = quant_result_view(&m, &r, &v, st))) goto done;
-        rc = qc_eval(&v.model, &a, evalt, n_evalt,
-                     a.q.method == QUANT_GPTQ ? "gptq" : a.q.method == QUANT_AWQ ? "awq" : "rtn", st);
-        quant_view_free(&v);
-        if (rc) goto done;
+        /* the checkpoint as written, read back as `llmi bench -m OUTDIR --ppl` would */
+        llmi_model qm;
+        llmi_load_opts lo = {.no_tokenizer = true};
+        if ((rc = model_load(a.out, &lo, &qm, st))) goto done;
+        rc = qc_eval(&qm, &a, evalt, n_evalt, method, st);
+        model_free(&qm);
     }
 done:
+    if (w) quant_writer_abort(w);
+    quant_cuda_destroy(cuda);
     free(calib), free(evalt);
-    quant_result_free(&r);
     quant_stats_free(&sin);
     quant_stats_free(&sout);
     model_free(&m);

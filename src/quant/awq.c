@@ -7,14 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include "quant/awq.h"
-#include "quant/block.h"
+#include "quant/linalg.h"
 
-/* sum over rows of d_r^T H d_r for d (rows, cols), H (cols, cols). */
+/* sum over rows of d_r^T H d_r for d (rows, cols), H (cols, cols); NAN when out of memory. */
 static double awq_quad(const float *d, int rows, int cols, const float *h, float *tmp) {
-    quant_sgemm_nt(d, rows, cols, h, cols, NULL, tmp);
+    memset(tmp, 0, (size_t)rows * cols * sizeof(float));
+    if (quant_gemm_sub_f(rows, cols, cols, d, cols, h, cols, false, false, tmp, cols)) return NAN;   /* tmp = -d H */
     double s = 0;
 #pragma omp parallel for reduction(+ : s) schedule(static)
-    for (size_t i = 0; i < (size_t)rows * cols; i++) s += (double)d[i] * tmp[i];
+    for (size_t i = 0; i < (size_t)rows * cols; i++) s -= (double)d[i] * tmp[i];
     return s;
 }
 
@@ -32,6 +33,16 @@ static void awq_fake_quant(const float *w, int rows, int cols, int gs, float *wq
         }
 }
 
+void quant_awq_scales(const float *x_mean, int cols, float alpha, float *s) {
+    float mx = 0, mn = INFINITY;
+    for (int k = 0; k < cols; k++) {
+        s[k] = fmaxf(powf(x_mean[k], alpha), 1e-4f);
+        mx = fmaxf(mx, s[k]), mn = fminf(mn, s[k]);
+    }
+    float norm = sqrtf(mx * mn);
+    for (int k = 0; k < cols; k++) s[k] /= norm;
+}
+
 int quant_awq_search_scale(float *const *ws, const int *rows, int n_lin, int cols, const float *x_mean,
                            const float *h, int group_size, int n_grid, float *best_s, double *best_loss,
                            llmi_status *st) {
@@ -47,13 +58,7 @@ int quant_awq_search_scale(float *const *ws, const int *rows, int n_lin, int col
     }
     double best = INFINITY;
     for (int a = 0; a < n_grid; a++) {
-        float alpha = (float)a / (float)n_grid, mx = 0, mn = INFINITY;
-        for (int k = 0; k < cols; k++) {
-            s[k] = fmaxf(powf(x_mean[k], alpha), 1e-4f);
-            mx = fmaxf(mx, s[k]), mn = fminf(mn, s[k]);
-        }
-        float norm = sqrtf(mx * mn);
-        for (int k = 0; k < cols; k++) s[k] /= norm;
+        quant_awq_scales(x_mean, cols, (float)a / (float)n_grid, s);
         size_t off = 0;
         for (int i = 0; i < n_lin; i++) {
             for (int r = 0; r < rows[i]; r++)
@@ -67,6 +72,10 @@ int quant_awq_search_scale(float *const *ws, const int *rows, int n_lin, int col
             off += (size_t)rows[i] * cols;
         }
         double loss = awq_quad(d, total, cols, h, tmp);
+        if (isnan(loss)) {
+            free(d), free(tmp), free(sw), free(s);
+            return llmi_fail(st, LLMI_E_RUNTIME, "awq: out of memory in the scale search");
+        }
         if (loss < best) {
             best = loss;
             memcpy(best_s, s, (size_t)cols * sizeof(float));

@@ -4,6 +4,8 @@
 
 #include "quant/quant.h"
 
+/* s (cols) = max(x_mean^alpha, 1e-4) normalised by sqrt(max s * min s): one grid point. */
+void quant_awq_scales(const float *x_mean, int cols, float alpha, float *s);
 /* Searches alpha in {0, 1/n_grid, ..} for the linears ws[i] (rows[i], cols) sharing one
  * input with per-channel mean |x| x_mean (cols) and Gram matrix h (cols, cols).
  * best_s (cols) receives the scales that multiply the weights' columns. */

@@ -1,11 +1,14 @@
 /* block.h — owns quant_block, the fp32 working copy of one decoder layer's linears,
  * norms and biases that the quantization algorithms edit (AWQ folds scales into the
- * norms; GPTQ reads the weights column by column), the QL_* names of the seven
- * linears, and the small dense linear algebra the algorithms share.  Activations never
- * pass through here: they come from the engine's forward (calib.h). */
+ * norms; GPTQ reads the weights column by column) and the QL_* names of the seven
+ * linears.  Linears are dequantized one at a time when a step needs them and dropped
+ * when it is done, so a layer never holds more fp32 weights than its widest step.
+ * Activations never pass through here: they come from the engine's forward (calib.h). */
 #ifndef LLMI_QUANT_BLOCK_H
 #define LLMI_QUANT_BLOCK_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "model/model.h"
 #include "core/status.h"
@@ -16,18 +19,25 @@ extern const char *const quant_linear_names[QL_COUNT]; /* "self_attn.q_proj", ..
 /* One decoder block in fp32, the quantizers' working copy. */
 typedef struct quant_block {
     float *attn_norm, *ffn_norm;   /* (dim) each */
-    float *w[QL_COUNT];            /* (rows, cols) of each linear, see quant_linear_shape */
+    float *w[QL_COUNT];            /* (rows, cols) of each linear (quant_linear_shape), or NULL when not loaded */
     float *bq, *bk, *bv;           /* (q rows), (kv rows), (kv rows) or NULL */
 } quant_block;
 
 void quant_linear_shape(const llmi_config *c, int which, int *rows, int *cols);
-/* Dequantizes layer l of m into b (allocated here). */
-int quant_block_load(const llmi_model *m, int l, quant_block *b, llmi_status *st);
+/* Copies layer l's norms and biases of m into b (allocated here); linears [first, last)
+ * are dequantized too (quant_block_load_linears adds more later). */
+int quant_block_load(const llmi_model *m, int l, int first, int last, quant_block *b, llmi_status *st);
+int quant_block_load_linears(const llmi_model *m, int l, int first, int last, quant_block *b, llmi_status *st);
+void quant_block_drop_linear(quant_block *b, int which);
 void quant_block_free(quant_block *b);
 
-/* y (n, m) = x (n, k) @ w (m, k)^T (+ bias (m)). */
-void quant_sgemm_nt(const float *x, int n, int k, const float *w, int m, const float *bias, float *y);
-/* h (k, k) += scale * x^T x for x (n, k). */
-void quant_gram_acc(const float *x, int n, int k, float scale, float *h);
+/* The source model's weights: a file mapped read-only (GGUF, safetensors), whose pages
+ * can be dropped from this process once read, or memory that holds the only copy
+ * (--dummy).  quant_source_release drops the pages of [p, p + len) when they are a mapped
+ * file's (they stay in the page cache and fault back in if read again); it does nothing
+ * otherwise.  So a run holds one layer of a mapped model at a time, not all of it. */
+bool quant_source_is_mapped(const llmi_model *m);
+void quant_source_release(const llmi_model *m, const void *p, size_t len);
+void quant_source_release_layer(const llmi_model *m, int l);
 
 #endif

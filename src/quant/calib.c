@@ -1,6 +1,8 @@
 /* calib.c — calibration through the engine's forward, and the served view of a model
  * being quantized (see calib.h). */
 #include "quant/calib.h"
+#include "quant/linalg.h"
+#include "quant/quant_cuda.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -53,6 +55,15 @@ int quant_view_set_linear(quant_view *v, int l, int which, const quant_grid *g, 
     return LLMI_OK;
 }
 
+void quant_view_release_layer(quant_view *v, int l, const llmi_model *src) {
+    for (int i = 0; i < QL_COUNT; i++) {
+        if (!v->int4[l][i].dtype) continue;
+        free(v->int4[l][i].owned);
+        memset(&v->int4[l][i], 0, sizeof v->int4[l][i]);
+        *layer_linear(&v->model.layers[l], i) = *layer_linear(&src->layers[l], i);
+    }
+}
+
 static int swap_copy(float **slot, float **dst, const float *src, int n, llmi_status *st) {
     float *copy = malloc((size_t)n * sizeof *copy);
     if (!copy) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory");
@@ -95,32 +106,90 @@ static int tap_cols(const llmi_config *c, llmi_tap t) {
     }
 }
 
+static int calib_windows_per_batch(int n_windows, int seqlen) {
+    int w = CALIB_BATCH_TOKENS / seqlen;
+    if (w < 1) w = 1;
+    return w > n_windows ? n_windows : w;
+}
+
+size_t quant_calib_bytes(const llmi_config *c, int n_windows, int seqlen, llmi_dtype hidden_dtype) {
+    const int W = calib_windows_per_batch(n_windows, seqlen), bpw = (seqlen + CALIB_BLOCK - 1) / CALIB_BLOCK;
+    size_t esz = hidden_dtype == LLMI_F32 ? 4 : 2;
+    size_t bytes = (size_t)n_windows * seqlen * c->dim * esz;                     /* hidden */
+    if (hidden_dtype != LLMI_F32) bytes += (size_t)W * seqlen * c->dim * sizeof(float); /* stage */
+    llmi_config one = *c;   /* the backend sees a one-layer window (quant_calib.window) */
+    one.n_layers = 1;
+    bytes += backend_cpu_workspace_bytes(c, W * seqlen);
+    bytes += (size_t)W * bpw * backend_kv_block_bytes(&one, CALIB_BLOCK, LLMI_KV_F32);
+    bytes += (size_t)W * seqlen * 4 * sizeof(int32_t);                            /* batch index arrays */
+    return bytes;
+}
+
+/* Windows [w0, w0 + nw) of hidden as fp32 for the forward: hidden itself when it is
+ * fp32, else converted into the stage. */
+static float *calib_batch_in(quant_calib *c, int w0, int nw) {
+    const size_t off = (size_t)w0 * c->seqlen * c->view->model.cfg.dim;
+    const size_t n = (size_t)nw * c->seqlen * c->view->model.cfg.dim;
+    if (c->hidden_dtype == LLMI_F32) return (float *)c->hidden + off;
+    const uint16_t *h = (const uint16_t *)c->hidden + off;
+    const bool bf = c->hidden_dtype == LLMI_BF16;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) c->stage[i] = bf ? bf16_to_f32(h[i]) : fp16_to_f32(h[i]);
+    return c->stage;
+}
+
+/* The stage back into hidden (a layer's output); fp16 refuses what it cannot hold. */
+static int calib_batch_out(quant_calib *c, int w0, int nw, int layer, llmi_status *st) {
+    if (c->hidden_dtype == LLMI_F32) return 0;
+    const size_t off = (size_t)w0 * c->seqlen * c->view->model.cfg.dim;
+    const size_t n = (size_t)nw * c->seqlen * c->view->model.cfg.dim;
+    uint16_t *h = (uint16_t *)c->hidden + off;
+    const bool bf = c->hidden_dtype == LLMI_BF16;
+    long bad = 0;
+#pragma omp parallel for schedule(static) reduction(+ : bad)
+    for (size_t i = 0; i < n; i++) {
+        h[i] = bf ? f32_to_bf16(c->stage[i]) : f32_to_fp16(c->stage[i]);
+        bad += !bf && isfinite(c->stage[i]) && !isfinite(fp16_to_f32(h[i]));
+    }
+    if (bad)
+        return llmi_fail(st, LLMI_E_RUNTIME, "quantize: %ld hidden values after layer %d are beyond fp16's range "
+                         "(use --calib-dtype bf16 or f32)", bad, layer);
+    return 0;
+}
+
 int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n_windows, int seqlen,
-                     llmi_status *st) {
+                     llmi_dtype hidden_dtype, llmi_status *st) {
     memset(c, 0, sizeof *c);
     const llmi_config *cfg = &v->model.cfg;
+    if (hidden_dtype != LLMI_F32 && hidden_dtype != LLMI_BF16 && hidden_dtype != LLMI_F16)
+        return llmi_fail(st, LLMI_E_USAGE, "quantize: calibration hidden states must be f32, bf16 or f16");
     c->view = v;
     c->tokens = tokens;
     c->n_windows = n_windows;
     c->seqlen = seqlen;
-    c->windows_per_batch = CALIB_BATCH_TOKENS / seqlen;
-    if (c->windows_per_batch < 1) c->windows_per_batch = 1;
-    if (c->windows_per_batch > n_windows) c->windows_per_batch = n_windows;
+    c->hidden_dtype = hidden_dtype;
+    c->windows_per_batch = calib_windows_per_batch(n_windows, seqlen);
     c->blocks_per_window = (seqlen + CALIB_BLOCK - 1) / CALIB_BLOCK;
     const int W = c->windows_per_batch, T = seqlen, bpw = c->blocks_per_window;
-    /* The CPU backend's defaults, as `llmi generate` serves the model. */
+    /* The CPU backend's defaults, as `llmi generate` serves the model, over a window of one
+     * layer that moves down the model: each layer runs exactly as in the whole model (the
+     * KV cache is per layer), and the cache holds one layer's instead of every layer's. */
+    c->window = v->model;
+    c->window.cfg.n_layers = 1;
     llmi_backend_opts bo = {.n_threads = 0, .kv_dtype = LLMI_KV_F32, .block_size = CALIB_BLOCK,
                             .max_batch_tokens = W * T, .max_seqs = W};
-    if (backend_cpu_create(&v->model, &bo, &c->backend, st)) return st->code;
+    if (backend_cpu_create(&c->window, &bo, &c->backend, st)) return st->code;
     if (c->backend->kv_alloc(c->backend, W * bpw, st)) goto fail;
     size_t n_all = (size_t)n_windows * T;
-    c->hidden = malloc(n_all * (size_t)cfg->dim * sizeof(float));
+    c->hidden = malloc(n_all * (size_t)cfg->dim * (hidden_dtype == LLMI_F32 ? 4 : 2));
+    if (hidden_dtype != LLMI_F32) c->stage = malloc((size_t)W * T * cfg->dim * sizeof(float));
     c->pos = malloc((size_t)W * T * sizeof(int32_t));
     c->slot = malloc((size_t)W * T * sizeof(int32_t));
     c->seq_of = malloc((size_t)W * T * sizeof(int32_t));
     c->query_start = malloc((size_t)(W + 1) * sizeof(int32_t));
     c->tables = malloc((size_t)W * bpw * sizeof(int32_t));
-    if (!c->hidden || !c->pos || !c->slot || !c->seq_of || !c->query_start || !c->tables) {
+    if (!c->hidden || (hidden_dtype != LLMI_F32 && !c->stage) || !c->pos || !c->slot || !c->seq_of ||
+        !c->query_start || !c->tables) {
         llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for %d x %d calibration hidden states", n_windows, T);
         goto fail;
     }
@@ -144,8 +213,9 @@ int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n
                          .slot_mapping = c->slot, .seq_of_token = c->seq_of, .n_seqs = nw,
                          .query_start = c->query_start, .block_tables = c->tables, .max_blocks_per_seq = bpw};
         llmi_layer_run run = {.first_layer = 0, .last_layer = 0, .embed = true,
-                              .hidden = c->hidden + (size_t)w0 * T * cfg->dim};
-        if (c->backend->forward_layers(c->backend, &bt, &run, st)) goto fail;
+                              .hidden = hidden_dtype == LLMI_F32 ? (float *)c->hidden + (size_t)w0 * T * cfg->dim
+                                                                 : c->stage};
+        if (c->backend->forward_layers(c->backend, &bt, &run, st) || calib_batch_out(c, w0, nw, -1, st)) goto fail;
     }
     return LLMI_OK;
 fail:
@@ -156,6 +226,7 @@ fail:
 void quant_calib_free(quant_calib *c) {
     if (c->backend) c->backend->destroy(c->backend);
     free(c->hidden);
+    free(c->stage);
     free(c->pos);
     free(c->slot);
     free(c->seq_of);
@@ -171,6 +242,7 @@ void quant_tap_stats_free(quant_tap_stats *s) {
 }
 
 typedef struct tap_acc {
+    quant_cuda *cuda;               /* Gram matrices on this GPU (slot = tap), or NULL */
     unsigned want;
     int stop;                       /* tap after which the forward stops, -1 = none */
     quant_tap_stats *stats;         /* (LLMI_TAP_COUNT) */
@@ -179,14 +251,29 @@ typedef struct tap_acc {
 
 static int tap_collect(void *ctx, int layer, llmi_tap tap, const float *x, int n, int width, llmi_status *st) {
     tap_acc *a = ctx;
-    (void)layer;
     if (a->want & (1u << tap)) {
         quant_tap_stats *s = &a->stats[tap];
-        quant_gram_acc(x, n, width, a->inv_n, s->gram);
-        for (int t = 0; t < n; t++)
-            for (int k = 0; k < width; k++) s->xmean[k] += fabsf(x[(size_t)t * width + k]) * a->inv_n;
+        if (a->cuda) {
+            if (quant_cuda_gram_acc(a->cuda, (int)tap, x, n, a->inv_n, st)) return st->code;
+        } else if (quant_gram_acc(x, n, width, a->inv_n, s->gram)) {
+            return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory accumulating layer %d's Gram matrix", layer);
+        }
+        float *xm = s->xmean;
+#pragma omp parallel for schedule(static)
+        for (int k = 0; k < width; k++) {
+            float acc = 0.0f;
+            for (int t = 0; t < n; t++) acc += fabsf(x[(size_t)t * width + k]);
+            xm[k] += acc * a->inv_n;
+        }
     }
     return (int)tap == a->stop ? LLMI_TAP_STOP : 0;
+}
+
+/* The backend runs layer 0 of the window: its taps are told the model's layer. */
+static int calib_tap(void *ctx, int layer, llmi_tap tap, const float *x, int n, int width, llmi_status *st) {
+    quant_calib *c = ctx;
+    (void)layer;
+    return c->user_tap(c->user_ctx, c->next_layer, tap, x, n, width, st);
 }
 
 int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance, llmi_status *st) {
@@ -194,8 +281,11 @@ int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance
     const int l = c->next_layer, T = c->seqlen, W = c->windows_per_batch;
     if (l >= cfg->n_layers) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: calibration is past the last layer");
     llmi_backend *b = c->backend;
-    b->tap = tap;
-    b->tap_ctx = tap_ctx;
+    c->window.layers = c->view->model.layers + l;
+    c->user_tap = tap;
+    c->user_ctx = tap_ctx;
+    b->tap = tap ? calib_tap : NULL;
+    b->tap_ctx = c;
     int rc = 0;
     for (int w0 = 0; w0 < c->n_windows && !rc; w0 += W) {
         int nw = c->n_windows - w0 < W ? c->n_windows - w0 : W;
@@ -203,12 +293,12 @@ int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance
                          .slot_mapping = c->slot, .seq_of_token = c->seq_of, .n_seqs = nw,
                          .query_start = c->query_start, .block_tables = c->tables,
                          .max_blocks_per_seq = c->blocks_per_window};
-        llmi_layer_run run = {.first_layer = l, .last_layer = l + 1,
-                              .hidden = c->hidden + (size_t)w0 * T * cfg->dim};
+        llmi_layer_run run = {.first_layer = 0, .last_layer = 1, .hidden = calib_batch_in(c, w0, nw)};
         c->batch_window = w0;
         rc = b->forward_layers(b, &bt, &run, st);
         if (!rc && advance && run.stopped)
             rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize: a tap stopped layer %d that had to run to its end", l);
+        if (!rc && advance) rc = calib_batch_out(c, w0, nw, l, st);
     }
     b->tap = NULL;
     b->tap_ctx = NULL;
@@ -219,7 +309,7 @@ int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance
 int quant_calib_layer(quant_calib *c, unsigned want, bool advance, quant_tap_stats stats[LLMI_TAP_COUNT],
                       llmi_status *st) {
     const llmi_config *cfg = &c->view->model.cfg;
-    tap_acc acc = {.want = want, .stop = -1, .stats = stats,
+    tap_acc acc = {.cuda = c->cuda, .want = want, .stop = -1, .stats = stats,
                    .inv_n = 1.0f / ((float)c->n_windows * (float)c->seqlen)};
     for (int t = 0; t < LLMI_TAP_COUNT; t++) {
         memset(&stats[t], 0, sizeof stats[t]);
@@ -234,7 +324,15 @@ int quant_calib_layer(quant_calib *c, unsigned want, bool advance, quant_tap_sta
         }
         if (!advance) acc.stop = t;
     }
-    int rc = quant_calib_run(c, tap_collect, &acc, advance, st);
+    int rc = 0;
+    for (int t = 0; t < LLMI_TAP_COUNT && c->cuda && !rc; t++)
+        if (stats[t].gram) rc = quant_cuda_gram_begin(c->cuda, t, stats[t].cols, st);
+    if (!rc) rc = quant_calib_run(c, tap_collect, &acc, advance, st);
+    for (int t = 0; t < LLMI_TAP_COUNT && !rc; t++) {
+        if (!stats[t].gram) continue;
+        if (c->cuda) rc = quant_cuda_gram_end(c->cuda, t, stats[t].gram, st);
+        else quant_gram_mirror(stats[t].gram, stats[t].cols);
+    }
     if (rc)
         for (int t = 0; t < LLMI_TAP_COUNT; t++) quant_tap_stats_free(&stats[t]);
     return rc;

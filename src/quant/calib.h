@@ -29,6 +29,9 @@ int quant_view_init(quant_view *v, const llmi_model *src, llmi_status *st);
 void quant_view_free(quant_view *v);
 /* Serves linear `which` (QL_*) of layer l from grid g (copied) from now on. */
 int quant_view_set_linear(quant_view *v, int l, int which, const quant_grid *g, llmi_status *st);
+/* Frees layer l's int4 copies and serves the source's linears again: calibration is past
+ * it, so a run keeps one layer's int4 weights, not the model's. */
+void quant_view_release_layer(quant_view *v, int l, const llmi_model *src);
 /* Serves layer l's norms (dim each) and q/k/v biases (NULL: keep) from copies of these. */
 int quant_view_set_norms(quant_view *v, int l, const float *attn_norm, const float *ffn_norm, llmi_status *st);
 int quant_view_set_biases(quant_view *v, int l, const float *const bias[3], llmi_status *st);
@@ -43,21 +46,34 @@ typedef struct quant_tap_stats {
 
 typedef struct quant_calib {
     quant_view *view;
-    llmi_backend *backend;         /* CPU backend over view->model */
+    llmi_model window;             /* one-layer window onto view->model: layers points at the layer
+                                      being run, so the backend's KV cache holds one layer, not all */
+    llmi_backend *backend;         /* CPU backend over window */
+    llmi_tap_fn user_tap;          /* quant_calib_run's tap, told the real layer index */
+    void *user_ctx;
     const int32_t *tokens;         /* (n_windows * seqlen) borrowed */
     int n_windows, seqlen, windows_per_batch;
-    float *hidden;                 /* (n_windows * seqlen, dim) input of the next layer */
+    llmi_dtype hidden_dtype;       /* LLMI_F32, LLMI_BF16 or LLMI_F16: how hidden is stored */
+    void *hidden;                  /* (n_windows * seqlen, dim) input of the next layer, in hidden_dtype */
+    float *stage;                  /* (windows_per_batch * seqlen, dim) one batch in fp32, or NULL when
+                                      hidden is fp32 and the forward runs on it in place */
     int next_layer;                /* the layer hidden feeds */
     int batch_window;              /* first window of the forward running now (for taps) */
     int32_t *pos, *slot, *seq_of;  /* (windows_per_batch * seqlen) */
     int32_t *query_start;          /* (windows_per_batch + 1) */
     int32_t *tables;               /* (windows_per_batch, blocks_per_window) */
     int blocks_per_window;
+    struct quant_cuda *cuda;       /* when set, the Gram matrices accumulate on this GPU */
 } quant_calib;
 
-/* Embeds the windows (n_windows, seqlen) of tokens and gets ready to run layer 0. */
+/* Embeds the windows (n_windows, seqlen) of tokens and gets ready to run layer 0.  The
+ * hidden states between layers are kept in hidden_dtype: fp32 (exactly what inference
+ * computes), bf16 or fp16 (half the memory; every layer's input rounded once). */
 int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n_windows, int seqlen,
-                     llmi_status *st);
+                     llmi_dtype hidden_dtype, llmi_status *st);
+/* Bytes quant_calib_init allocates for these shapes (hidden states, staging, the CPU
+ * backend's workspaces and KV cache): the memory estimate's calibration term. */
+size_t quant_calib_bytes(const llmi_config *c, int n_windows, int seqlen, llmi_dtype hidden_dtype);
 void quant_calib_free(quant_calib *c);
 /* Runs layer c->next_layer over every window, as the view serves it now, with tap
  * installed as the backend's tap (it may stop the layer early; c->batch_window tells

@@ -1,11 +1,15 @@
-/* quantize.c — the layer-by-layer quantization driver (see quantize.h). */
+/* quantize.c — the layer-by-layer quantization driver and its memory estimate (see
+ * quantize.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "quant/awq.h"
 #include "quant/calib.h"
+#include "quant/linalg.h"
+#include "quant/quant_cuda.h"
 #include "quant/quantize.h"
+#include "quant/write_hf.h"
 
 static double qm_now(void) {
     struct timespec ts;
@@ -13,43 +17,146 @@ static double qm_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void quant_result_free(quant_result *r) {
-    for (int l = 0; l < r->n_layers; l++) {
-        if (r->grids)
-            for (int i = 0; i < QL_COUNT; i++) quant_grid_free(&r->grids[l][i]);
-        if (r->attn_norm) free(r->attn_norm[l]);
-        if (r->ffn_norm) free(r->ffn_norm[l]);
-        for (int b = 0; b < 3; b++)
-            if (r->bias[b]) free(r->bias[b][l]);
+/* The GPTQ / AWQ input sets: linears [first, last) share the input of tap `set`. */
+static const struct { int first, last; } qm_sets[QS_COUNT] = {
+    {QL_Q, QL_V + 1}, {QL_O, QL_O + 1}, {QL_GATE, QL_UP + 1}, {QL_DOWN, QL_DOWN + 1}};
+static const char *const qm_set_names[QS_COUNT] = {"q/k/v", "o", "gate/up", "down"};
+
+int quant_check_shapes(const llmi_config *c, const quant_opts *o, llmi_status *st) {
+    for (int i = 0; i < QL_COUNT; i++) {
+        int rows, cols;
+        quant_linear_shape(c, i, &rows, &cols);
+        if (cols % o->group_size != 0) {
+            int hint = 0; /* the largest group size the common kernels (Marlin, exllama) take */
+            for (int gs = 128; gs >= 32 && !hint; gs /= 2)
+                if (c->dim % gs == 0 && c->ffn_dim % gs == 0 && (c->n_heads * c->head_dim) % gs == 0) hint = gs;
+            if (hint)
+                return llmi_fail(st, LLMI_E_USAGE, "--group-size %d does not divide the input dim %d of %s (try "
+                                 "--group-size %d)", o->group_size, cols, quant_linear_names[i], hint);
+            return llmi_fail(st, LLMI_E_USAGE, "--group-size %d does not divide the input dim %d of %s",
+                             o->group_size, cols, quant_linear_names[i]);
+        }
+        if (rows % 8 != 0)
+            return llmi_fail(st, LLMI_E_RUNTIME, "quantize: %s has %d outputs, not a multiple of 8 (int4 packing)",
+                             quant_linear_names[i], rows);
     }
-    free(r->grids), free(r->attn_norm), free(r->ffn_norm);
-    for (int b = 0; b < 3; b++) free(r->bias[b]);
-    memset(r, 0, sizeof *r);
+    return 0;
 }
 
-/* Relative output error |X(W-Q)^T|^2 / |XW^T|^2 through H. */
-static double qm_rel_err(const float *w, const quant_grid *g, const float *h, llmi_status *st) {
-    size_t n = (size_t)g->rows * g->cols;
-    float *d = malloc(n * sizeof(float)), *t = malloc(n * sizeof(float));
-    if (!d || !t) {
-        free(d), free(t);
-        return NAN;
+/* ---- memory ------------------------------------------------------------------------ */
+
+#define QM_ERR_ROWS 256          /* rows per chunk of the output-error measurement */
+#define QM_RUNTIME (128u << 20)  /* the binary, libraries, thread stacks, allocator slack */
+
+static size_t qm_grid_bytes(size_t rows, size_t cols, int gs) { return rows * cols + rows * (cols / gs) * 3 + cols * 4; }
+
+void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windows, int seqlen, bool calib,
+                           bool save_stats, quant_mem *e) {
+    const llmi_config *c = &m->cfg;
+    const llmi_layer *L0 = &m->layers[0];
+    const llmi_tensor *src[QL_COUNT] = {&L0->wq, &L0->wk, &L0->wv, &L0->wo, &L0->w_gate, &L0->w_up, &L0->w_down};
+    memset(e, 0, sizeof *e);
+    size_t layer_src = 0, params = 0, grids = 0, view = 0;
+    for (int i = 0; i < QL_COUNT; i++) {
+        int rows, cols;
+        quant_linear_shape(c, i, &rows, &cols);
+        layer_src += src[i]->row_bytes * (size_t)src[i]->rows;
+        params += (size_t)rows * cols;
+        grids += qm_grid_bytes((size_t)rows, (size_t)cols, o->group_size);
+        view += (size_t)rows * cols / 2 + (size_t)rows * (cols / o->group_size) * 3;
     }
-    quant_grid_dequant(g, d);
+    e->source = quant_source_is_mapped(m) ? layer_src : m->weight_bytes;
+    e->calib = calib ? quant_calib_bytes(c, n_windows, seqlen, o->hidden_dtype) : 0;
+    e->layer = grids + (calib ? view : 0);
+    size_t step = 0;
+    if (o->method == QUANT_AWQ) {
+        /* every set's Gram matrix and every fp32 linear at once, then one group's search */
+        size_t grams = 0, search = 0;
+        for (int k = 0; k < QS_COUNT; k++) {
+            int rows, cols, total = 0, maxr = 0;
+            for (int i = qm_sets[k].first; i < qm_sets[k].last; i++) {
+                quant_linear_shape(c, i, &rows, &cols);
+                total += rows, maxr = rows > maxr ? rows : maxr;
+            }
+            grams += (size_t)cols * cols * 4 * (save_stats ? 2 : 1) + (size_t)cols * 1024;
+            size_t s = (size_t)cols * ((size_t)total * 8 + (size_t)maxr * 8 + 256 * 4);
+            if (s > search) search = s;
+        }
+        step = grams + params * 4 + search;
+    } else {
+        for (int k = 0; k < QS_COUNT; k++) {
+            int rows, cols, maxr = 0;
+            for (int i = qm_sets[k].first; i < qm_sets[k].last; i++) {
+                quant_linear_shape(c, i, &rows, &cols);
+                maxr = rows > maxr ? rows : maxr;
+            }
+            size_t cc = (size_t)cols * cols, s;
+            size_t h = cc * 4 * (save_stats ? 2 : 1);
+            size_t err = (size_t)QM_ERR_ROWS * cols * 16 + (size_t)cols * 1024;   /* 2 x (2 nr, cols) + packing */
+            if (!calib && o->method == QUANT_RTN) {
+                s = (size_t)maxr * cols * 4;                              /* one fp32 linear */
+            } else if (o->method == QUANT_GPTQ) {
+                size_t prep = h + cc * 8 + (size_t)cols * 256 * 8 * 2;   /* + fp64 factorisation */
+                size_t walk = h + cc * 4 + (size_t)maxr * cols * 8 + (size_t)maxr * 128 * 4 + err;
+                s = prep > walk ? prep : walk;
+            } else {
+                s = h + (size_t)maxr * cols * 4 + err;                    /* RTN with error report */
+            }
+            if (calib) s = s > h + (size_t)cols * 1024 ? s : h + (size_t)cols * 1024;
+            if (s > step) step = s;
+        }
+    }
+    e->step = step;
+    e->writer = quant_writer_bytes(c, o);
+    if (save_stats && calib)
+        for (int k = 0; k < QS_COUNT; k++) {
+            int rows, cols;
+            quant_linear_shape(c, qm_sets[k].first, &rows, &cols);
+            e->stats += (size_t)c->n_layers * ((size_t)cols * cols + cols) * 4;
+        }
+    e->total = e->source + e->calib + e->layer + e->step + e->writer + e->stats + QM_RUNTIME;
+}
+
+/* ---- one layer ----------------------------------------------------------------------- */
+
+/* Relative output error |X(W-Q)^T|^2 / |XW^T|^2 = tr(D H D^T) / tr(W H W^T), D = W - Q.
+ * Exact over all rows when that costs at most 2^34 multiply-adds; otherwise over every
+ * s-th row (an estimate; an 8B down_proj would cost 1.7e12). */
+static double qm_rel_err(const float *w, const quant_grid *g, const float *h, llmi_status *st) {
+    const int rows = g->rows, cols = g->cols;
+    const double cost = 2.0 * rows * (double)cols * cols, budget = 17179869184.0;
+    const int stride = cost > budget ? (int)ceil(cost / budget) : 1;
+    float *d = malloc((size_t)QM_ERR_ROWS * cols * 2 * sizeof(float)); /* (2 nr, cols): nr rows of D, then of W */
+    float *t = malloc((size_t)QM_ERR_ROWS * cols * 2 * sizeof(float)); /* (2 nr, cols): -(those rows) H */
     double num = 0, den = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        const float *v = d;
-        if (pass == 0)
-            for (size_t i = 0; i < n; i++) d[i] = w[i] - d[i];
-        else
-            v = w;
-        quant_sgemm_nt(v, g->rows, g->cols, h, g->cols, NULL, t);
-        double s = 0;
-        for (size_t i = 0; i < n; i++) s += (double)v[i] * t[i];
-        if (pass == 0) num = s; else den = s;
+    bool ok = d && t;
+    for (int r0 = 0; r0 < rows && ok; r0 += QM_ERR_ROWS * stride) {
+        int nr = 0;
+        for (int r = r0; r < rows && nr < QM_ERR_ROWS; r += stride) nr++;
+        for (int i = 0; i < nr; i++) {
+            const int r = r0 + i * stride;
+            float *dr = d + (size_t)i * cols, *wr = d + (size_t)(nr + i) * cols;
+            for (int k = 0; k < cols; k++) {
+                int gi = quant_grid_group(g, k);
+                float s = fp16_to_f32(g->scales[(size_t)gi * rows + r]);
+                float q = s * (float)((int)g->q[(size_t)r * cols + k] - (int)g->zeros[(size_t)gi * rows + r]);
+                wr[k] = w[(size_t)r * cols + k];
+                dr[k] = wr[k] - q;
+            }
+        }
+        memset(t, 0, (size_t)2 * nr * cols * sizeof(float));
+        ok = quant_gemm_sub_f(2 * nr, cols, cols, d, cols, h, cols, false, false, t, cols) == 0;
+        for (int i = 0; i < nr && ok; i++)
+            for (int k = 0; k < cols; k++) {
+                num -= (double)d[(size_t)i * cols + k] * t[(size_t)i * cols + k];
+                den -= (double)d[(size_t)(nr + i) * cols + k] * t[(size_t)(nr + i) * cols + k];
+            }
     }
     free(d), free(t);
-    (void)st;
+    if (!ok) {
+        llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory measuring a %dx%d layer's error", rows, cols);
+        return NAN;
+    }
     return den > 0 ? num / den : 0.0;
 }
 
@@ -86,75 +193,103 @@ static int qm_input_stats(int l, int k, int cols, quant_tap_stats *ts, const qua
     return 0;
 }
 
-/* GPTQ's H = 2 X^T X / n for set k. */
-static int qm_hessian(int l, int k, int cols, quant_tap_stats *ts, const quant_stats *in, quant_stats *out, float **h,
-                      llmi_status *st) {
-    float *xm;
-    if (qm_input_stats(l, k, cols, ts, in, out, h, &xm, st)) return st->code;
-    free(xm);
-    for (size_t i = 0; i < (size_t)cols * cols; i++) (*h)[i] *= 2.0f;
-    return 0;
+typedef struct qm_run {
+    const llmi_model *m;
+    const quant_opts *o;
+    quant_view *v;                 /* the served model (calibration), or NULL */
+    quant_calib *cal;              /* NULL without a calibration forward */
+    const quant_stats *in;
+    quant_stats *out;
+    int layer, step, n_steps;
+} qm_run;
+
+static void qm_step(qm_run *q, const char *what) {
+    quant_progress *p = q->o->progress;
+    if (p && ++q->step < q->n_steps) p->fn(p, q->layer, q->m->cfg.n_layers, q->step, q->n_steps, what, NULL, 0);
 }
 
-/* GPTQ (or RTN when o->method == QUANT_RTN) on linears [first, last) of b that share h;
- * each result is served by v (when given) from then on, so later stages calibrate on
- * the quantized layer. */
-static int qm_quantize_set(const llmi_config *c, int l, quant_block *b, int first, int last, float *h,
-                           const quant_opts *o, quant_view *v, quant_grid *grids, double *errs, llmi_status *st) {
-    int cols = 0;
-    for (int i = first; i < last; i++) {
-        int rows;
-        quant_linear_shape(c, i, &rows, &cols);
-        if (o->method == QUANT_GPTQ && h) {
-            float *hc = malloc((size_t)cols * cols * sizeof(float));
-            if (!hc) return llmi_fail(st, LLMI_E_RUNTIME, "gptq: out of memory");
-            memcpy(hc, h, (size_t)cols * cols * sizeof(float));
-            quant_gptq_opts go = {.group_size = o->group_size, .sym = o->sym, .desc_act = o->desc_act,
-                                  .damp_percent = o->damp_percent, .block_size = 128};
-            double loss;
-            int rc = quant_gptq(b->w[i], rows, cols, hc, &go, &grids[i], &loss, st);
-            free(hc);
-            if (rc) return rc;
-        } else {
-            quant_style style = o->method == QUANT_AWQ ? QUANT_STYLE_AWQ : QUANT_STYLE_GPTQ;
-            if (quant_rtn(b->w[i], rows, cols, o->group_size, o->method == QUANT_AWQ ? false : o->sym, style,
-                          &grids[i], st))
-                return st->code;
-        }
-        errs[i] = h ? qm_rel_err(b->w[i], &grids[i], h, st) : NAN;
-        if (v && quant_view_set_linear(v, l, i, &grids[i], st)) return st->code;
+/* GPTQ (or RTN with error reporting) of set k of layer l on the statistics h = X^T X / n:
+ * one factorisation for the set, then each linear loaded, walked and dropped; each
+ * result is served by the view from then on, so later sets calibrate on it. */
+static int qm_quantize_set(qm_run *q, int k, quant_block *b, float *h, quant_grid *grids, double *errs,
+                           llmi_status *st) {
+    const llmi_config *c = &q->m->cfg;
+    const quant_opts *o = q->o;
+    int rows, cols;
+    quant_linear_shape(c, qm_sets[k].first, &rows, &cols);
+    quant_gptq_opts go = {.group_size = o->group_size, .sym = o->sym, .desc_act = o->desc_act,
+                          .damp_percent = o->damp_percent, .block_size = 128};
+    quant_gptq_hinv hv = {0};
+    bool gptq = o->method == QUANT_GPTQ && h;
+    if (gptq) {
+        for (size_t i = 0; i < (size_t)cols * cols; i++) h[i] *= 2.0f;   /* GPTQ's H = 2 X^T X / n */
+        if (o->cuda ? quant_cuda_gptq_prepare(o->cuda, h, cols, &go, &hv, st) : quant_gptq_prepare(h, cols, &go, &hv, st))
+            return st->code;
     }
-    return 0;
-}
-
-static void qm_progress(const quant_opts *o, int l, int n_layers, const double *errs, double secs) {
-    if (!o->progress) return;
-    fprintf(o->progress, "quantize: layer %2d/%d", l + 1, n_layers);
-    static const char *const short_names[QL_COUNT] = {"q", "k", "v", "o", "gate", "up", "down"};
-    for (int i = 0; i < QL_COUNT; i++)
-        if (!isnan(errs[i])) fprintf(o->progress, " %s %.2e", short_names[i], errs[i]);
-    fprintf(o->progress, "  (rel. output error; %.1fs)\n", secs);
-    fflush(o->progress);
-}
-
-/* AWQ on one block: scales per group, folded into the previous op, clipping, then RTN. */
-/* ts: the fp layer's tap statistics (unused when they come from `in`). */
-static int qm_awq_block(const llmi_config *c, int l, quant_block *b, quant_tap_stats *ts, const quant_stats *in,
-                        quant_stats *out, const quant_opts *o, quant_grid *grids, double *errs, llmi_status *st) {
-    struct { int prev; int first, last; int cols; } groups[4] = {
-        {-1, QL_Q, QL_V + 1, c->dim},
-        {QL_V, QL_O, QL_O + 1, c->n_heads * c->head_dim},
-        {-2, QL_GATE, QL_UP + 1, c->dim},
-        {QL_UP, QL_DOWN, QL_DOWN + 1, c->ffn_dim},
-    };
-    float *hs[4] = {0};
     int rc = 0;
-    for (int gi = 0; gi < 4 && !rc; gi++) {
+    for (int i = qm_sets[k].first; i < qm_sets[k].last && !rc; i++) {
+        quant_linear_shape(c, i, &rows, &cols);
+        if ((rc = quant_block_load_linears(q->m, q->layer, i, i + 1, b, st))) break;
+        if (gptq) {
+            double loss;
+            rc = o->cuda ? quant_cuda_gptq_apply(o->cuda, b->w[i], rows, &hv, &go, &grids[i], &loss, st)
+                         : quant_gptq_apply(b->w[i], rows, &hv, &go, &grids[i], &loss, st);
+        } else {
+            rc = quant_rtn(b->w[i], rows, cols, o->group_size, o->sym, QUANT_STYLE_GPTQ, &grids[i], st);
+        }
+        if (!rc && h && isnan(errs[i] = qm_rel_err(b->w[i], &grids[i], h, st))) rc = st->code;
+        if (!rc && q->v) rc = quant_view_set_linear(q->v, q->layer, i, &grids[i], st);
+        quant_block_drop_linear(b, i);
+    }
+    quant_gptq_hinv_free(&hv);
+    return rc;
+}
+
+static int qm_gptq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *errs, llmi_status *st) {
+    const llmi_config *c = &q->m->cfg;
+    const int l = q->layer;
+    int rc = 0;
+    for (int k = 0; k < QS_COUNT && !rc; k++) {
+        quant_tap_stats ts[LLMI_TAP_COUNT] = {{0}};
+        float *h = NULL, *xm = NULL;
+        int rows, cols;
+        quant_linear_shape(c, qm_sets[k].first, &rows, &cols);
+        if (q->cal && (rc = quant_calib_layer(q->cal, 1u << k, false, ts, st))) break;
+        qm_step(q, "calibrate");
+        if (q->cal || q->in) rc = qm_input_stats(l, k, cols, &ts[k], q->in, q->out, &h, &xm, st);
+        free(xm);
+        if (!rc) rc = qm_quantize_set(q, k, b, h, grids, errs, st);
+        qm_step(q, qm_set_names[k]);
+        free(h);
+        for (int t = 0; t < LLMI_TAP_COUNT; t++) quant_tap_stats_free(&ts[t]);
+    }
+    if (!rc && q->cal) {
+        quant_tap_stats ts[LLMI_TAP_COUNT] = {{0}};
+        rc = quant_calib_layer(q->cal, 0, true, ts, st);
+    }
+    return rc;
+}
+
+/* AWQ on one block: scales per group, folded into the previous op, clipping, then RTN.
+ * ts: the fp layer's tap statistics (unused when they come from `in`). */
+static int qm_awq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *errs, llmi_status *st) {
+    const llmi_config *c = &q->m->cfg;
+    const quant_opts *o = q->o;
+    const int l = q->layer;
+    quant_tap_stats ts[LLMI_TAP_COUNT] = {{0}};
+    int rc = 0;
+    if (q->cal) rc = quant_calib_layer(q->cal, (1u << LLMI_TAP_COUNT) - 1, true, ts, st);
+    qm_step(q, "calibrate");
+    if (!rc) rc = quant_block_load_linears(q->m, l, 0, QL_COUNT, b, st);
+    struct { int prev; int cols; } groups[QS_COUNT] = {
+        {-1, c->dim}, {QL_V, c->n_heads * c->head_dim}, {-2, c->dim}, {QL_UP, c->ffn_dim}};
+    float *hs[QS_COUNT] = {0};
+    for (int gi = 0; gi < QS_COUNT && !rc; gi++) {
         int cols = groups[gi].cols;
         /* v -> o only when v's rows are o's columns one to one (no GQA). */
-        bool scale_it = !(gi == 1 && c->n_kv_heads != c->n_heads);
+        bool scale_it = !(gi == QS_O && c->n_kv_heads != c->n_heads);
         float *xm;
-        if ((rc = qm_input_stats(l, gi, cols, &ts[gi], in, out, &hs[gi], &xm, st))) break;
+        if ((rc = qm_input_stats(l, gi, cols, &ts[gi], q->in, q->out, &hs[gi], &xm, st))) break;
         if (!scale_it) {
             free(xm);
             continue;
@@ -167,13 +302,15 @@ static int qm_awq_block(const llmi_config *c, int l, quant_block *b, quant_tap_s
         }
         float *ws[3];
         int rows[3], nl = 0;
-        for (int i = groups[gi].first; i < groups[gi].last; i++) {
+        for (int i = qm_sets[gi].first; i < qm_sets[gi].last; i++) {
             int cc;
             quant_linear_shape(c, i, &rows[nl], &cc);
             ws[nl++] = b->w[i];
         }
         double loss;
-        rc = quant_awq_search_scale(ws, rows, nl, cols, xm, hs[gi], o->group_size, o->awq_grid, s, &loss, st);
+        rc = o->cuda ? quant_cuda_awq_search_scale(o->cuda, ws, rows, nl, cols, xm, hs[gi], o->group_size, o->awq_grid, s,
+                                                   &loss, st)
+                     : quant_awq_search_scale(ws, rows, nl, cols, xm, hs[gi], o->group_size, o->awq_grid, s, &loss, st);
         if (!rc) {
             for (int j = 0; j < nl; j++)
                 for (int r = 0; r < rows[j]; r++)
@@ -196,9 +333,10 @@ static int qm_awq_block(const llmi_config *c, int l, quant_block *b, quant_tap_s
                 for (int j = 0; j < cols; j++) hs[gi][(size_t)i * cols + j] /= s[i] * s[j];
         }
         free(xm), free(s);
+        qm_step(q, qm_set_names[gi]);
     }
-    for (int gi = 0; gi < 4 && !rc; gi++)
-        for (int i = groups[gi].first; i < groups[gi].last && !rc; i++) {
+    for (int gi = 0; gi < QS_COUNT && !rc; gi++)
+        for (int i = qm_sets[gi].first; i < qm_sets[gi].last && !rc; i++) {
             int rows, cols;
             quant_linear_shape(c, i, &rows, &cols);
             float *orig = malloc((size_t)rows * cols * sizeof(float));
@@ -209,11 +347,101 @@ static int qm_awq_block(const llmi_config *c, int l, quant_block *b, quant_tap_s
             memcpy(orig, b->w[i], (size_t)rows * cols * sizeof(float));
             if (o->awq_clip && i != QL_Q && i != QL_K) quant_awq_clip(b->w[i], rows, cols, hs[gi], o->group_size, 10);
             rc = quant_rtn(b->w[i], rows, cols, o->group_size, false, QUANT_STYLE_AWQ, &grids[i], st);
-            if (!rc) errs[i] = qm_rel_err(orig, &grids[i], hs[gi], st);
+            if (!rc && isnan(errs[i] = qm_rel_err(orig, &grids[i], hs[gi], st))) rc = st->code;
             free(orig);
         }
-    for (int gi = 0; gi < 4; gi++) free(hs[gi]);
+    for (int gi = 0; gi < QS_COUNT; gi++) free(hs[gi]);
+    for (int t = 0; t < LLMI_TAP_COUNT; t++) quant_tap_stats_free(&ts[t]);
+    for (int i = 0; i < QL_COUNT; i++) quant_block_drop_linear(b, i);
     return rc;
+}
+
+int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *tokens, int n_windows, int seqlen,
+                       const quant_stats *in, quant_stats *out, quant_layer_sink sink, void *sink_ctx,
+                       llmi_status *st) {
+    const llmi_config *c = &m->cfg;
+    if (quant_check_shapes(c, o, st)) return st->code;
+    /* RTN needs no calibration; given tokens it runs the GPTQ pipeline's forward only to
+     * report each layer's output error. */
+    bool calib = (o->method != QUANT_RTN || tokens) && !in;
+    if (!calib) out = NULL;   /* RTN with calibration text records what its forward saw */
+    quant_view v = {0};
+    quant_calib cal = {0};
+    if (calib && (quant_view_init(&v, m, st) ||
+                  quant_calib_init(&cal, &v, tokens, n_windows, seqlen, o->hidden_dtype, st))) {
+        quant_view_free(&v);
+        return st->code;
+    }
+    cal.cuda = o->cuda;
+    /* the embedding rows the windows touched are not needed again */
+    if (calib) quant_source_release(m, m->tok_embd.data, m->tok_embd.row_bytes * (size_t)m->tok_embd.rows);
+    qm_run q = {.m = m, .o = o, .v = calib ? &v : NULL, .cal = calib ? &cal : NULL, .in = in, .out = out,
+                .n_steps = o->method == QUANT_AWQ ? 1 + QS_COUNT + 1 : 2 * QS_COUNT + 1};
+    int rc = 0;
+    for (int l = 0; l < c->n_layers && !rc; l++) {
+        double tl = qm_now();
+        q.layer = l, q.step = 0;
+        quant_block b;
+        if ((rc = quant_block_load(m, l, 0, 0, &b, st))) break;
+        double errs[QL_COUNT];
+        quant_grid grids[QL_COUNT];
+        memset(grids, 0, sizeof grids);
+        for (int i = 0; i < QL_COUNT; i++) errs[i] = NAN;
+        if (o->method == QUANT_RTN && !calib) {
+            for (int i = 0; i < QL_COUNT && !rc; i++) {
+                int rows, cols;
+                quant_linear_shape(c, i, &rows, &cols);
+                if (!(rc = quant_block_load_linears(m, l, i, i + 1, &b, st)))
+                    rc = quant_rtn(b.w[i], rows, cols, o->group_size, o->sym, QUANT_STYLE_GPTQ, &grids[i], st);
+                quant_block_drop_linear(&b, i);
+            }
+        } else if (o->method == QUANT_AWQ) {
+            rc = qm_awq_layer(&q, &b, grids, errs, st);
+        } else {
+            rc = qm_gptq_layer(&q, &b, grids, errs, st);
+        }
+        if (!rc) rc = sink(sink_ctx, l, grids, &b, st);
+        for (int i = 0; i < QL_COUNT; i++) quant_grid_free(&grids[i]);
+        quant_block_free(&b);
+        if (calib) quant_view_release_layer(&v, l, m);
+        quant_source_release_layer(m, l);
+        if (!rc && o->progress)
+            o->progress->fn(o->progress, l, c->n_layers, q.n_steps, q.n_steps, "done", errs, qm_now() - tl);
+    }
+    quant_calib_free(&cal);
+    quant_view_free(&v);
+    return rc;
+}
+
+/* ---- every layer in memory ----------------------------------------------------------- */
+
+static int qm_collect(void *ctx, int l, quant_grid grids[QL_COUNT], quant_block *b, llmi_status *st) {
+    quant_result *r = ctx;
+    (void)st;
+    for (int i = 0; i < QL_COUNT; i++) {
+        r->grids[l][i] = grids[i];
+        memset(&grids[i], 0, sizeof grids[i]);
+    }
+    r->attn_norm[l] = b->attn_norm, b->attn_norm = NULL;
+    r->ffn_norm[l] = b->ffn_norm, b->ffn_norm = NULL;
+    r->bias[0][l] = b->bq, b->bq = NULL;
+    r->bias[1][l] = b->bk, b->bk = NULL;
+    r->bias[2][l] = b->bv, b->bv = NULL;
+    return 0;
+}
+
+void quant_result_free(quant_result *r) {
+    for (int l = 0; l < r->n_layers; l++) {
+        if (r->grids)
+            for (int i = 0; i < QL_COUNT; i++) quant_grid_free(&r->grids[l][i]);
+        if (r->attn_norm) free(r->attn_norm[l]);
+        if (r->ffn_norm) free(r->ffn_norm[l]);
+        for (int b = 0; b < 3; b++)
+            if (r->bias[b]) free(r->bias[b][l]);
+    }
+    free(r->grids), free(r->attn_norm), free(r->ffn_norm);
+    for (int b = 0; b < 3; b++) free(r->bias[b]);
+    memset(r, 0, sizeof *r);
 }
 
 int quant_model_run(const llmi_model *m, const quant_opts *o, const int32_t *tokens, int n_windows, int seqlen,
@@ -223,10 +451,9 @@ int quant_model_run(const llmi_model *m, const quant_opts *o, const int32_t *tok
 
 int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_t *tokens, int n_windows, int seqlen,
                           const quant_stats *in, quant_stats *out, quant_result *r, llmi_status *st) {
-    const llmi_config *c = &m->cfg;
     memset(r, 0, sizeof *r);
     double t0 = qm_now();
-    int L = c->n_layers;
+    int L = m->cfg.n_layers;
     r->n_layers = L;
     r->grids = calloc((size_t)L, sizeof *r->grids);
     r->attn_norm = calloc((size_t)L, sizeof(float *));
@@ -236,86 +463,9 @@ int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_
         quant_result_free(r);
         return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory");
     }
-    for (int i = 0; i < QL_COUNT; i++) {
-        int rows, cols;
-        quant_linear_shape(c, i, &rows, &cols);
-        if (cols % o->group_size != 0) {
-            quant_result_free(r);
-            int hint = 0; /* the largest group size the common kernels (Marlin, exllama) take */
-            for (int gs = 128; gs >= 32 && !hint; gs /= 2)
-                if (c->dim % gs == 0 && c->ffn_dim % gs == 0 && (c->n_heads * c->head_dim) % gs == 0) hint = gs;
-            if (hint)
-                return llmi_fail(st, LLMI_E_USAGE, "--group-size %d does not divide the input dim %d of %s (try "
-                                 "--group-size %d)", o->group_size, cols, quant_linear_names[i], hint);
-            return llmi_fail(st, LLMI_E_USAGE, "--group-size %d does not divide the input dim %d of %s",
-                             o->group_size, cols, quant_linear_names[i]);
-        }
-        if (rows % 8 != 0) {
-            quant_result_free(r);
-            return llmi_fail(st, LLMI_E_RUNTIME, "quantize: %s has %d outputs, not a multiple of 8 (int4 packing)",
-                             quant_linear_names[i], rows);
-        }
-    }
-    /* RTN needs no calibration; given tokens it runs the GPTQ pipeline's forward only to
-     * report each layer's output error. */
-    bool calib = (o->method != QUANT_RTN || tokens) && !in;
-    if (o->method == QUANT_RTN) out = NULL;
-    quant_view v = {0};
-    quant_calib cal = {0};
-    if (calib && (quant_view_init(&v, m, st) || quant_calib_init(&cal, &v, tokens, n_windows, seqlen, st))) {
-        quant_view_free(&v);
+    if (quant_model_stream(m, o, tokens, n_windows, seqlen, in, out, qm_collect, r, st)) {
         quant_result_free(r);
         return st->code;
-    }
-    int rc = 0;
-    for (int l = 0; l < L && !rc; l++) {
-        double tl = qm_now();
-        quant_block b;
-        if ((rc = quant_block_load(m, l, &b, st))) break;
-        double errs[QL_COUNT];
-        for (int i = 0; i < QL_COUNT; i++) errs[i] = NAN;
-        quant_grid *g = r->grids[l];
-        quant_tap_stats ts[LLMI_TAP_COUNT] = {{0}};
-        if (o->method == QUANT_RTN && !calib) {
-            rc = qm_quantize_set(c, l, &b, 0, QL_COUNT, NULL, o, NULL, g, errs, st);
-        } else if (o->method == QUANT_GPTQ || o->method == QUANT_RTN) {
-            /* True-sequential, as the GPTQ reference: each set of linears sees inputs that
-             * come through the sets of this layer already quantized, and the next layer
-             * sees this one's quantized output. */
-            static const struct { int first, last; } sets[QS_COUNT] = {
-                {QL_Q, QL_V + 1}, {QL_O, QL_O + 1}, {QL_GATE, QL_UP + 1}, {QL_DOWN, QL_DOWN + 1}};
-            for (int k = 0; k < QS_COUNT && !rc; k++) {
-                float *h = NULL;
-                int rows, cols;
-                quant_linear_shape(c, sets[k].first, &rows, &cols);
-                if (calib) rc = quant_calib_layer(&cal, 1u << k, false, ts, st);
-                if (!rc && !(rc = qm_hessian(l, k, cols, &ts[k], in, out, &h, st)))
-                    rc = qm_quantize_set(c, l, &b, sets[k].first, sets[k].last, h, o, calib ? &v : NULL, g, errs, st);
-                free(h);
-                for (int t = 0; t < LLMI_TAP_COUNT; t++) quant_tap_stats_free(&ts[t]);
-            }
-            if (!rc && calib) rc = quant_calib_layer(&cal, 0, true, ts, st);
-        } else {
-            /* AWQ: every linear's input from the fp layer, whose output the next layer sees. */
-            if (calib) rc = quant_calib_layer(&cal, (1u << LLMI_TAP_COUNT) - 1, true, ts, st);
-            if (!rc) rc = qm_awq_block(c, l, &b, ts, in, out, o, g, errs, st);
-        }
-        for (int t = 0; t < LLMI_TAP_COUNT; t++) quant_tap_stats_free(&ts[t]);
-        if (!rc) {
-            r->attn_norm[l] = b.attn_norm, b.attn_norm = NULL;
-            r->ffn_norm[l] = b.ffn_norm, b.ffn_norm = NULL;
-            r->bias[0][l] = b.bq, b.bq = NULL;
-            r->bias[1][l] = b.bk, b.bk = NULL;
-            r->bias[2][l] = b.bv, b.bv = NULL;
-            qm_progress(o, l, L, errs, qm_now() - tl);
-        }
-        quant_block_free(&b);
-    }
-    quant_calib_free(&cal);
-    quant_view_free(&v);
-    if (rc) {
-        quant_result_free(r);
-        return rc;
     }
     r->seconds = qm_now() - t0;
     return 0;

@@ -1,12 +1,14 @@
 /* quantize.h — owns quantizing a whole model (RTN, GPTQ or AWQ over the decoder layers
- * in order) into a quant_result, with calibration statistics from the engine's forward
- * (calib.h) or from a saved statistics file, and the served view of a result. */
+ * in order), layer by layer in bounded memory: each finished layer is handed to a sink
+ * (the streaming checkpoint writer, or a quant_result that collects every layer), with
+ * calibration statistics from the engine's forward (calib.h) or from a saved statistics
+ * file; the memory a run needs, worked out before it starts; and the served view of a
+ * result. */
 #ifndef LLMI_QUANTIZE_H
 #define LLMI_QUANTIZE_H
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 #include "quant/quant.h"
 #include "quant/calib.h"
 #include "quant/calib_stats.h"
@@ -20,9 +22,51 @@ typedef struct quant_opts {
     float damp_percent;        /* GPTQ 0.01 */
     int awq_grid;              /* AWQ alpha grid points, 20 */
     bool awq_clip;             /* AWQ clipping search */
-    FILE *progress;            /* per-layer lines (stderr), or NULL */
+    llmi_dtype hidden_dtype;   /* calibration hidden states between layers: LLMI_BF16 (default), F16, F32 */
+    struct quant_progress *progress; /* told of every step, or NULL */
+    struct quant_cuda *cuda;   /* --device cuda: Gram matrices, GPTQ and AWQ's search on this GPU; NULL: CPU */
 } quant_opts;
 
+/* Progress: after each step of a layer (step < n_steps), and when the layer is done
+ * (step == n_steps, with each linear's relative output error |X(W-Q)^T|^2 / |XW^T|^2). */
+typedef struct quant_progress {
+    void (*fn)(struct quant_progress *p, int layer, int n_layers, int step, int n_steps, const char *what,
+               const double *errs, double layer_seconds);
+    void *ctx;
+} quant_progress;
+
+/* Checks, before any work, that every linear of c can be quantized with o (the group
+ * size divides every input dim, int4 packing fits the outputs). */
+int quant_check_shapes(const llmi_config *c, const quant_opts *o, llmi_status *st);
+
+/* Bytes a run needs at its peak, by part (quant_memory_estimate).  The formula is in
+ * docs/QUANT.md ("Memory"). */
+typedef struct quant_mem {
+    size_t source;             /* source weights resident: the whole model when it lives in memory
+                                  (--dummy), else one layer of the mapped file at a time */
+    size_t calib;              /* hidden states (n_windows * seqlen * dim), fp32 batch stage, CPU backend
+                                  workspaces and KV of one batch of windows */
+    size_t layer;              /* one layer's int4 grids and their served copies */
+    size_t step;               /* the largest step: Hessian + its factorisation + fp32 weights + walk */
+    size_t writer;             /* streaming writer buffers */
+    size_t stats;              /* --save-stats: every layer's Gram matrices, kept until the end */
+    size_t total;
+} quant_mem;
+void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windows, int seqlen, bool calib,
+                           bool save_stats, quant_mem *e);
+
+/* A finished layer: its seven grids (QL_*) and the block holding its (possibly AWQ-scaled)
+ * norms and biases.  The sink may take any of them over (zeroing what it took). */
+typedef int (*quant_layer_sink)(void *ctx, int layer, quant_grid grids[QL_COUNT], quant_block *b, llmi_status *st);
+
+/* Quantizes m layer by layer; tokens (n_windows * seqlen) calibration windows (RTN
+ * ignores them; NULL with in).  in: statistics instead of a calibration forward; out
+ * (initialised by quant_stats_init): the statistics the run saw. */
+int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *tokens, int n_windows, int seqlen,
+                       const quant_stats *in, quant_stats *out, quant_layer_sink sink, void *sink_ctx,
+                       llmi_status *st);
+
+/* Every layer kept in memory: for tests and small models (the CLI streams instead). */
 typedef struct quant_result {
     int n_layers;
     quant_grid (*grids)[QL_COUNT];  /* (n_layers, QL_COUNT) */
@@ -32,11 +76,8 @@ typedef struct quant_result {
     double seconds;
 } quant_result;
 
-/* tokens (n_windows * seqlen) calibration windows; RTN ignores them (may be NULL). */
 int quant_model_run(const llmi_model *m, const quant_opts *o, const int32_t *tokens, int n_windows, int seqlen,
                     quant_result *r, llmi_status *st);
-/* Same with statistics: from `in` instead of a calibration forward (tokens unused), and/or
- * recorded into `out` (initialised by quant_stats_init). */
 int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_t *tokens, int n_windows, int seqlen,
                           const quant_stats *in, quant_stats *out, quant_result *r, llmi_status *st);
 void quant_result_free(quant_result *r);

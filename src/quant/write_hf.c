@@ -6,6 +6,7 @@
  * output that is renamed into place at the end, so a failure leaves nothing behind. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,164 +18,250 @@
 #include "quant/write_hf.h"
 #include "tok/tokenizer.h"
 
-/* ---- safetensors writer ------------------------------------------------------------- */
-typedef struct qw_tensor {
+/* ---- the streaming safetensors writer ---------------------------------------------------
+ * Every tensor's name, dtype, shape and offset follow from the config and the options, so
+ * the header is written first and each layer's tensors go to their place as soon as the
+ * layer is quantized: the writer holds one linear's packing, never the model. */
+#define QW_CHUNK (8u << 20)      /* bytes of fp16 rows converted per write */
+
+typedef struct qw_entry {
     char name[128];
-    const char *dtype;   /* "F16", "I32" */
+    const char *dtype;           /* "F16", "I32" */
     int n_dims;
     int64_t shape[2];
-    void *data;          /* (nbytes) owned */
     size_t nbytes;
-} qw_tensor;
+    size_t offset;               /* from the start of the data section */
+} qw_entry;
 
-typedef struct qw_list {
-    qw_tensor *t;        /* (n) */
+struct quant_writer {
+    const llmi_model *m;
+    quant_method method;
+    int group_size;
+    char out[2048], tmp[2048];   /* the output directory and the temporary one beside it */
+    int fd;                      /* tmp/model.safetensors */
+    size_t data_start;           /* 8 + the padded header */
+    qw_entry *e;                 /* (n) in data order */
     int n, cap;
-} qw_list;
+    int *layer_first;            /* (n_layers + 1) first entry of each layer; [n_layers] = n */
+};
 
-static void *qw_add(qw_list *l, const char *name, const char *dtype, int64_t d0, int64_t d1, size_t es,
-                    llmi_status *st) {
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 64;
-        qw_tensor *t = realloc(l->t, (size_t)cap * sizeof *t);
-        if (!t) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory"), NULL;
-        l->t = t, l->cap = cap;
+static int qw_add(quant_writer *w, const char *name, const char *dtype, int64_t d0, int64_t d1, size_t es,
+                  llmi_status *st) {
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 256;
+        qw_entry *e = realloc(w->e, (size_t)cap * sizeof *e);
+        if (!e) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory");
+        w->e = e, w->cap = cap;
     }
-    qw_tensor *t = &l->t[l->n];
+    qw_entry *t = &w->e[w->n];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
     t->dtype = dtype;
     t->n_dims = d1 < 0 ? 1 : 2;
     t->shape[0] = d0, t->shape[1] = d1;
     t->nbytes = (size_t)d0 * (size_t)(d1 < 0 ? 1 : d1) * es;
-    t->data = malloc(t->nbytes ? t->nbytes : 1);
-    if (!t->data) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for %s", name), NULL;
-    l->n++;
-    return t->data;
+    t->offset = w->n ? w->e[w->n - 1].offset + w->e[w->n - 1].nbytes : 0;
+    w->n++;
+    return 0;
 }
 
-static void qw_list_free(qw_list *l) {
-    for (int i = 0; i < l->n; i++) free(l->t[i].data);
-    free(l->t);
-    memset(l, 0, sizeof *l);
+static const char *const qw_bias_names[3] = {"q_proj", "k_proj", "v_proj"};
+
+/* Every tensor of the output in data order: embeddings, lm_head, final norm, then per
+ * layer its norms, q/k/v biases and the seven linears. */
+static int qw_plan(quant_writer *w, llmi_status *st) {
+    const llmi_model *m = w->m;
+    const llmi_config *c = &m->cfg;
+    char name[192];
+    w->layer_first = malloc((size_t)(c->n_layers + 1) * sizeof(int));
+    if (!w->layer_first) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory");
+    if (qw_add(w, "model.embed_tokens.weight", "F16", m->tok_embd.rows, m->tok_embd.cols, 2, st)) return st->code;
+    if (!c->tie_embeddings && qw_add(w, "lm_head.weight", "F16", m->lm_head.rows, m->lm_head.cols, 2, st))
+        return st->code;
+    if (qw_add(w, "model.norm.weight", "F16", c->dim, -1, 2, st)) return st->code;
+    const bool awq = w->method == QUANT_AWQ;
+    for (int l = 0; l < c->n_layers; l++) {
+        const llmi_layer *L = &m->layers[l];
+        const float *bias[3] = {L->bq, L->bk, L->bv};
+        w->layer_first[l] = w->n;
+        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+        if (qw_add(w, name, "F16", c->dim, -1, 2, st)) return st->code;
+        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+        if (qw_add(w, name, "F16", c->dim, -1, 2, st)) return st->code;
+        for (int b = 0; b < 3; b++) {
+            if (!bias[b]) continue;
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.bias", l, qw_bias_names[b]);
+            if (qw_add(w, name, "F16", (b == 0 ? c->n_heads : c->n_kv_heads) * c->head_dim, -1, 2, st))
+                return st->code;
+        }
+        for (int q = 0; q < QL_COUNT; q++) {
+            int rows, cols, ng;
+            quant_linear_shape(c, q, &rows, &cols);
+            ng = cols / w->group_size;
+            const char *ln = quant_linear_names[q];
+            snprintf(name, sizeof name, "model.layers.%d.%s.qweight", l, ln);
+            if (qw_add(w, name, "I32", awq ? cols : cols / 8, awq ? rows / 8 : rows, 4, st)) return st->code;
+            snprintf(name, sizeof name, "model.layers.%d.%s.qzeros", l, ln);
+            if (qw_add(w, name, "I32", ng, rows / 8, 4, st)) return st->code;
+            snprintf(name, sizeof name, "model.layers.%d.%s.scales", l, ln);
+            if (qw_add(w, name, "F16", ng, rows, 2, st)) return st->code;
+            snprintf(name, sizeof name, "model.layers.%d.%s.g_idx", l, ln);
+            if (!awq && qw_add(w, name, "I32", cols, -1, 4, st)) return st->code;
+        }
+    }
+    w->layer_first[c->n_layers] = w->n;
+    return 0;
 }
 
-static int qw_cmp(const void *a, const void *b) {
-    return strcmp(((const qw_tensor *)a)->name, ((const qw_tensor *)b)->name);
+static int qw_cmp_name(const void *a, const void *b) {
+    return strcmp((*(const qw_entry *const *)a)->name, (*(const qw_entry *const *)b)->name);
 }
 
-static int qw_write_safetensors(qw_list *l, const char *path, llmi_status *st) {
-    qsort(l->t, (size_t)l->n, sizeof *l->t, qw_cmp);
+/* The header (keys sorted by name, as the safetensors library writes them). */
+static int qw_write_header(quant_writer *w, const char *path, llmi_status *st) {
+    const qw_entry **sorted = malloc((size_t)w->n * sizeof *sorted);
+    if (!sorted) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory");
+    for (int i = 0; i < w->n; i++) sorted[i] = &w->e[i];
+    qsort(sorted, (size_t)w->n, sizeof *sorted, qw_cmp_name);
     cJSON *h = cJSON_CreateObject();
     cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
     cJSON_AddStringToObject(meta, "format", "pt");
-    size_t off = 0;
-    for (int i = 0; i < l->n; i++) {
-        cJSON *e = cJSON_AddObjectToObject(h, l->t[i].name);
-        cJSON_AddStringToObject(e, "dtype", l->t[i].dtype);
+    for (int i = 0; i < w->n; i++) {
+        const qw_entry *t = sorted[i];
+        cJSON *e = cJSON_AddObjectToObject(h, t->name);
+        cJSON_AddStringToObject(e, "dtype", t->dtype);
         cJSON *sh = cJSON_AddArrayToObject(e, "shape");
-        for (int d = 0; d < l->t[i].n_dims; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)l->t[i].shape[d]));
+        for (int d = 0; d < t->n_dims; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
         cJSON *of = cJSON_AddArrayToObject(e, "data_offsets");
-        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
-        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(off + l->t[i].nbytes)));
-        off += l->t[i].nbytes;
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)t->offset));
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(t->offset + t->nbytes)));
     }
+    free(sorted);
     char *js = cJSON_PrintUnformatted(h);
     cJSON_Delete(h);
     if (!js) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory for the header", path);
     size_t jl = strlen(js), padded = (jl + 7) / 8 * 8;
-    FILE *f = fopen(path, "wb");
-    if (!f) {
+    uint8_t *buf = malloc(8 + padded);
+    if (!buf) {
         free(js);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot create: %s", path, strerror(errno));
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory for the header", path);
     }
-    uint64_t hl = padded;
-    uint8_t hb[8];
-    for (int i = 0; i < 8; i++) hb[i] = (uint8_t)(hl >> (8 * i));
-    int ok = fwrite(hb, 1, 8, f) == 8 && fwrite(js, 1, jl, f) == jl;
-    for (size_t i = jl; i < padded && ok; i++) ok = fputc(' ', f) != EOF;
-    for (int i = 0; i < l->n && ok; i++) ok = fwrite(l->t[i].data, 1, l->t[i].nbytes, f) == l->t[i].nbytes;
+    for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    memcpy(buf + 8, js, jl);
+    memset(buf + 8 + jl, ' ', padded - jl);
     free(js);
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) return llmi_fail(st, LLMI_E_RUNTIME, "%s: write failed: %s", path, strerror(errno));
-    return 0;
-}
-
-/* ---- tensors of the model ------------------------------------------------------------ */
-static int qw_f16_vec(qw_list *l, const char *name, const float *v, int n, llmi_status *st) {
-    uint16_t *o = qw_add(l, name, "F16", n, -1, 2, st);
-    if (!o) return st->code;
-    for (int i = 0; i < n; i++) o[i] = f32_to_fp16(v[i]);
-    return 0;
-}
-
-static int qw_f16_mat(qw_list *l, const char *name, const llmi_tensor *t, llmi_status *st) {
-    uint16_t *o = qw_add(l, name, "F16", t->rows, t->cols, 2, st);
-    if (!o) return st->code;
+    w->data_start = 8 + padded;
+    size_t total = w->n ? w->e[w->n - 1].offset + w->e[w->n - 1].nbytes : 0;
     int rc = 0;
-#pragma omp parallel
-    {
-        float *row = malloc((size_t)t->cols * sizeof(float)); /* (cols) */
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < t->rows; r++) {
-            if (!row) {
-                rc = 1;
-                continue;
-            }
-            tensor_dequant_row(t, r, row);
+    if (pwrite(w->fd, buf, 8 + padded, 0) != (ssize_t)(8 + padded) || ftruncate(w->fd, (off_t)(w->data_start + total)))
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: write failed: %s", path, strerror(errno));
+    free(buf);
+    return rc;
+}
+
+/* bytes of entry i at byte `at` inside it. */
+static int qw_put(quant_writer *w, int i, size_t at, const void *p, size_t n, llmi_status *st) {
+    const uint8_t *b = p;
+    off_t off = (off_t)(w->data_start + w->e[i].offset + at);
+    while (n > 0) {
+        ssize_t k = pwrite(w->fd, b, n, off);
+        if (k <= 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: writing %s failed: %s", w->tmp, w->e[i].name, strerror(errno));
+        b += k, n -= (size_t)k, off += k;
+    }
+    return 0;
+}
+
+static int qw_find(const quant_writer *w, int from, const char *name) {
+    for (int i = from; i < w->n; i++)
+        if (!strcmp(w->e[i].name, name)) return i;
+    return -1;
+}
+
+static int qw_f16_vec(quant_writer *w, int i, const float *v, llmi_status *st) {
+    size_t n = w->e[i].nbytes / 2;
+    uint16_t *o = malloc(n * sizeof *o);
+    if (!o) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for %s", w->e[i].name);
+    for (size_t k = 0; k < n; k++) o[k] = f32_to_fp16(v[k]);
+    int rc = qw_put(w, i, 0, o, n * 2, st);
+    free(o);
+    return rc;
+}
+
+/* A matrix as fp16, QW_CHUNK bytes of rows at a time; the source rows' pages are dropped
+ * once converted (quant_source_release). */
+static int qw_f16_mat(quant_writer *w, int i, const llmi_tensor *t, llmi_status *st) {
+    int64_t chunk = (int64_t)(QW_CHUNK / ((size_t)t->cols * 2));
+    if (chunk < 1) chunk = 1;
+    if (chunk > t->rows) chunk = t->rows;
+    uint16_t *o = malloc((size_t)chunk * t->cols * sizeof *o);   /* (chunk, cols) */
+    float *rows = malloc((size_t)chunk * t->cols * sizeof(float));
+    int rc = 0;
+    if (!o || !rows) rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory converting %s", w->e[i].name);
+    for (int64_t r0 = 0; r0 < t->rows && !rc; r0 += chunk) {
+        int64_t nr = t->rows - r0 < chunk ? t->rows - r0 : chunk;
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < nr; r++) {
+            float *row = rows + (size_t)r * t->cols;
+            tensor_dequant_row(t, r0 + r, row);
             for (int64_t k = 0; k < t->cols; k++) o[(size_t)r * t->cols + k] = f32_to_fp16(row[k]);
         }
-        free(row);
+        rc = qw_put(w, i, (size_t)r0 * t->cols * 2, o, (size_t)nr * t->cols * 2, st);
+        quant_source_release(w->m, (const uint8_t *)t->data + (size_t)r0 * t->row_bytes, (size_t)nr * t->row_bytes);
     }
-    return rc ? llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory converting %s", name) : 0;
+    free(o), free(rows);
+    return rc;
 }
 
-static int qw_linear(qw_list *l, const char *prefix, const quant_grid *g, quant_method method, llmi_status *st) {
-    char name[256];
-    int rows = g->rows, cols = g->cols, ng = g->n_groups;
-    int32_t *qw, *qz, *gi = NULL;
-    uint16_t *sc;
-    bool awq = method == QUANT_AWQ;
-    snprintf(name, sizeof name, "%s.qweight", prefix);
-    if (!(qw = qw_add(l, name, "I32", awq ? cols : cols / 8, awq ? rows / 8 : rows, 4, st))) return st->code;
-    snprintf(name, sizeof name, "%s.qzeros", prefix);
-    if (!(qz = qw_add(l, name, "I32", ng, rows / 8, 4, st))) return st->code;
-    snprintf(name, sizeof name, "%s.scales", prefix);
-    if (!(sc = qw_add(l, name, "F16", ng, rows, 2, st))) return st->code;
-    if (!awq) {
-        snprintf(name, sizeof name, "%s.g_idx", prefix);
-        if (!(gi = qw_add(l, name, "I32", cols, -1, 4, st))) return st->code;
-        quant_pack_gptq(g, true, qw, qz, sc, gi);
-    } else {
-        quant_pack_awq(g, qw, qz, sc);
+/* qweight, qzeros, scales (and g_idx for GPTQ) of one linear from entry i on. */
+static int qw_linear(quant_writer *w, int i, const quant_grid *g, llmi_status *st) {
+    const bool awq = w->method == QUANT_AWQ;
+    void *buf[4];
+    for (int k = 0; k < 4; k++) buf[k] = (awq && k == 3) ? NULL : malloc(w->e[i + k].nbytes ? w->e[i + k].nbytes : 1);
+    int rc = 0;
+    if (!buf[0] || !buf[1] || !buf[2] || (!awq && !buf[3]))
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory packing %s", w->e[i].name);
+    if (!rc && g->rows * (size_t)g->cols / 2 != w->e[i].nbytes)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize: %s: the grid is %dx%d, not the planned shape", w->e[i].name,
+                       g->rows, g->cols);
+    if (!rc) {
+        if (awq) quant_pack_awq(g, buf[0], buf[1], buf[2]);
+        else quant_pack_gptq(g, true, buf[0], buf[1], buf[2], buf[3]);
+        for (int k = 0; k < (awq ? 3 : 4) && !rc; k++) rc = qw_put(w, i + k, 0, buf[k], w->e[i + k].nbytes, st);
     }
+    for (int k = 0; k < 4; k++) free(buf[k]);
+    return rc;
+}
+
+int quant_writer_layer(void *ctx, int l, quant_grid grids[QL_COUNT], quant_block *b, llmi_status *st) {
+    quant_writer *w = ctx;
+    int i = w->layer_first[l], end = w->layer_first[l + 1];
+    if (qw_f16_vec(w, i++, b->attn_norm, st) || qw_f16_vec(w, i++, b->ffn_norm, st)) return st->code;
+    const float *bias[3] = {b->bq, b->bk, b->bv};
+    for (int k = 0; k < 3; k++) {
+        char name[192];
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.bias", l, qw_bias_names[k]);
+        if ((bias[k] != NULL) != (qw_find(w, i, name) == i))
+            return llmi_fail(st, LLMI_E_RUNTIME, "quantize: layer %d: %s disagrees with the plan", l, name);
+        if (bias[k] && qw_f16_vec(w, i++, bias[k], st)) return st->code;
+    }
+    for (int q = 0; q < QL_COUNT; q++, i += w->method == QUANT_AWQ ? 3 : 4)
+        if (qw_linear(w, i, &grids[q], st)) return st->code;
+    if (i != end) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: layer %d wrote %d tensors, planned %d", l, i, end);
     return 0;
 }
 
-static int qw_collect(const llmi_model *m, const quant_result *r, const quant_opts *o, qw_list *l, llmi_status *st) {
-    const llmi_config *c = &m->cfg;
-    char name[160];
-    if (qw_f16_mat(l, "model.embed_tokens.weight", &m->tok_embd, st)) return st->code;
-    if (!c->tie_embeddings && qw_f16_mat(l, "lm_head.weight", &m->lm_head, st)) return st->code;
-    if (qw_f16_vec(l, "model.norm.weight", m->out_norm, c->dim, st)) return st->code;
-    static const char *const bias_names[3] = {"q_proj", "k_proj", "v_proj"};
-    for (int i = 0; i < r->n_layers; i++) {
-        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", i);
-        if (qw_f16_vec(l, name, r->attn_norm[i], c->dim, st)) return st->code;
-        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", i);
-        if (qw_f16_vec(l, name, r->ffn_norm[i], c->dim, st)) return st->code;
-        for (int b = 0; b < 3; b++) {
-            if (!r->bias[b][i]) continue;
-            snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.bias", i, bias_names[b]);
-            int n = (b == 0 ? c->n_heads : c->n_kv_heads) * c->head_dim;
-            if (qw_f16_vec(l, name, r->bias[b][i], n, st)) return st->code;
-        }
-        for (int q = 0; q < QL_COUNT; q++) {
-            snprintf(name, sizeof name, "model.layers.%d.%s", i, quant_linear_names[q]);
-            if (qw_linear(l, name, &r->grids[i][q], o->method, st)) return st->code;
-        }
+size_t quant_writer_bytes(const llmi_config *c, const quant_opts *o) {
+    int rows, cols;
+    size_t widest = 0;
+    for (int q = 0; q < QL_COUNT; q++) {
+        quant_linear_shape(c, q, &rows, &cols);
+        size_t ng = (size_t)cols / o->group_size;
+        size_t b = (size_t)rows * cols / 2 + ng * rows / 2 + ng * rows * 2 + (size_t)cols * 4;
+        if (b > widest) widest = b;
     }
-    return 0;
+    /* one packed linear, or one chunk of fp16 rows with its fp32 staging; the plan */
+    size_t chunk = (size_t)QW_CHUNK * 3 + (size_t)c->dim * 6;
+    return (widest > chunk ? widest : chunk) + (size_t)(c->n_layers + 1) * 32 * (sizeof(qw_entry) + 256);
 }
 
 /* ---- JSON files ------------------------------------------------------------------------ */
@@ -541,46 +628,38 @@ int quant_check_outdir(const char *out, bool force, llmi_status *st) {
     return 0;
 }
 
-int quant_write_hf(const char *out, bool force, const llmi_model *m, const quant_result *r, const quant_opts *o,
-                   const char *input, llmi_status *st) {
-    if (quant_check_outdir(out, force, st)) return st->code;
-    size_t ol = strlen(out);
-    while (ol > 1 && out[ol - 1] == '/') ol--;
-    if (ol > 1500) return llmi_fail(st, LLMI_E_USAGE, "-o: path longer than 1500 bytes");
-    char tmp[2048], path[4096], old[2048];
-    snprintf(tmp, sizeof tmp, "%.*s.partXXXXXX", (int)ol, out);
-    if (!mkdtemp(tmp)) return llmi_fail(st, LLMI_E_RUNTIME, "-o %s: cannot create %s: %s", out, tmp, strerror(errno));
-    chmod(tmp, 0755); /* mkdtemp makes it private; the result is an ordinary model directory */
-    qw_list l = {0};
-    cJSON *cfg = NULL;
-    int rc = qw_collect(m, r, o, &l, st);
-    if (!rc) {
-        snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-        rc = qw_write_safetensors(&l, path, st);
-    }
-    qw_list_free(&l);
+void quant_writer_abort(quant_writer *w) {
+    if (!w) return;
+    if (w->fd >= 0) close(w->fd);
+    if (w->tmp[0]) quant_rmtree(w->tmp);
+    free(w->e), free(w->layer_first), free(w);
+}
+
+/* config.json, quantize_config.json and the tokenizer files into tmp. */
+static int qw_side_files(const quant_writer *w, const quant_opts *o, const char *input, llmi_status *st) {
+    char path[4096];
     struct stat sb;
+    cJSON *cfg = NULL;
+    int rc = 0;
     bool in_dir = stat(input, &sb) == 0 && S_ISDIR(sb.st_mode);
-    if (!rc) {
-        if (in_dir) {
-            snprintf(path, sizeof path, "%s/config.json", input);
-            rc = qw_read_json(path, &cfg, st);
-            if (!rc) cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
-        } else {
-            cfg = qw_config_from_model(m);
-        }
+    if (in_dir) {
+        snprintf(path, sizeof path, "%s/config.json", input);
+        rc = qw_read_json(path, &cfg, st);
+        if (!rc) cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
+    } else {
+        cfg = qw_config_from_model(w->m);
     }
     if (!rc) {
         cJSON_DeleteItemFromObjectCaseSensitive(cfg, "torch_dtype");
         cJSON_AddStringToObject(cfg, "torch_dtype", "float16");
         cJSON_AddItemToObject(cfg, "quantization_config", qw_quant_config(o, false));
-        snprintf(path, sizeof path, "%s/config.json", tmp);
+        snprintf(path, sizeof path, "%s/config.json", w->tmp);
         rc = qw_write_json(path, cfg, st);
     }
     cJSON_Delete(cfg);
     if (!rc && o->method != QUANT_AWQ) {
         cJSON *q = qw_quant_config(o, true);
-        snprintf(path, sizeof path, "%s/quantize_config.json", tmp);
+        snprintf(path, sizeof path, "%s/quantize_config.json", w->tmp);
         rc = qw_write_json(path, q, st);
         cJSON_Delete(q);
     }
@@ -591,24 +670,90 @@ int quant_write_hf(const char *out, bool force, const llmi_model *m, const quant
             snprintf(path, sizeof path, "%s/%s", input, files[i]);
             if (stat(path, &sb) != 0) continue;
             char dst[4096];
-            snprintf(dst, sizeof dst, "%s/%s", tmp, files[i]);
+            snprintf(dst, sizeof dst, "%s/%s", w->tmp, files[i]);
             rc = qw_copy_file(path, dst, st);
         }
-    } else if (!rc && strcmp(m->format, "gguf") == 0) {
-        rc = quant_write_gguf_tokenizer(input, tmp, st);
+    } else if (!rc && strcmp(w->m->format, "gguf") == 0) {
+        rc = quant_write_gguf_tokenizer(input, w->tmp, st);
     }
+    return rc;
+}
+
+int quant_writer_open(quant_writer **out_w, const char *out, bool force, const llmi_model *m, const quant_opts *o,
+                      const char *input, llmi_status *st) {
+    *out_w = NULL;
+    if (quant_check_outdir(out, force, st)) return st->code;
+    size_t ol = strlen(out);
+    while (ol > 1 && out[ol - 1] == '/') ol--;
+    if (ol > 1500) return llmi_fail(st, LLMI_E_USAGE, "-o: path longer than 1500 bytes");
+    quant_writer *w = calloc(1, sizeof *w);
+    if (!w) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory");
+    w->m = m, w->method = o->method, w->group_size = o->group_size, w->fd = -1;
+    snprintf(w->out, sizeof w->out, "%.*s", (int)ol, out);
+    snprintf(w->tmp, sizeof w->tmp, "%.*s.partXXXXXX", (int)ol, out);
+    if (!mkdtemp(w->tmp)) {
+        int e = errno;
+        w->tmp[0] = '\0';
+        quant_writer_abort(w);
+        return llmi_fail(st, LLMI_E_RUNTIME, "-o %s: cannot create %.*s.partXXXXXX: %s", out, (int)ol, out, strerror(e));
+    }
+    chmod(w->tmp, 0755); /* mkdtemp makes it private; the result is an ordinary model directory */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", w->tmp);
+    int rc = qw_plan(w, st);
+    if (!rc && (w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: cannot create: %s", path, strerror(errno));
+    if (!rc) rc = qw_write_header(w, path, st);
+    /* what does not depend on the quantization goes first: a bad input fails before the run */
+    if (!rc) rc = qw_side_files(w, o, input, st);
+    if (!rc) rc = qw_f16_mat(w, qw_find(w, 0, "model.embed_tokens.weight"), &m->tok_embd, st);
+    if (!rc && !m->cfg.tie_embeddings) rc = qw_f16_mat(w, qw_find(w, 0, "lm_head.weight"), &m->lm_head, st);
+    if (!rc) rc = qw_f16_vec(w, qw_find(w, 0, "model.norm.weight"), m->out_norm, st);
+    if (rc) {
+        quant_writer_abort(w);
+        return rc;
+    }
+    *out_w = w;
+    return 0;
+}
+
+int quant_writer_finish(quant_writer *w, llmi_status *st) {
+    int rc = 0;
+    if (fsync(w->fd) != 0 || close(w->fd) != 0)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "%s/model.safetensors: write failed: %s", w->tmp, strerror(errno));
+    w->fd = -1;
     if (!rc) {
-        bool replacing = lstat(out, &sb) == 0;
-        snprintf(old, sizeof old, "%.*s.oldXXXXXX", (int)ol, out);
-        if (replacing && (!mkdtemp(old) || rename(out, old) != 0)) {
-            rc = llmi_fail(st, LLMI_E_RUNTIME, "-o %s: cannot move the old directory aside: %s", out, strerror(errno));
-        } else if (rename(tmp, out) != 0) {
-            rc = llmi_fail(st, LLMI_E_RUNTIME, "-o %s: cannot rename %s into place: %s", out, tmp, strerror(errno));
-            if (replacing) rename(old, out);
-        } else if (replacing) {
-            quant_rmtree(old);
+        struct stat sb;
+        char old[2100];
+        bool replacing = lstat(w->out, &sb) == 0;
+        snprintf(old, sizeof old, "%s.oldXXXXXX", w->out);
+        if (replacing && (!mkdtemp(old) || rename(w->out, old) != 0)) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "-o %s: cannot move the old directory aside: %s", w->out, strerror(errno));
+        } else if (rename(w->tmp, w->out) != 0) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "-o %s: cannot rename %s into place: %s", w->out, w->tmp,
+                           strerror(errno));
+            if (replacing) rename(old, w->out);
+        } else {
+            w->tmp[0] = '\0';   /* renamed: nothing to remove */
+            if (replacing) quant_rmtree(old);
         }
     }
-    if (rc) quant_rmtree(tmp);
+    quant_writer_abort(w);
     return rc;
+}
+
+int quant_write_hf(const char *out, bool force, const llmi_model *m, const quant_result *r, const quant_opts *o,
+                   const char *input, llmi_status *st) {
+    quant_writer *w;
+    if (quant_writer_open(&w, out, force, m, o, input, st)) return st->code;
+    for (int l = 0; l < r->n_layers; l++) {
+        /* the writer only reads: a block that borrows the result's vectors */
+        quant_block b = {.attn_norm = r->attn_norm[l], .ffn_norm = r->ffn_norm[l], .bq = r->bias[0][l],
+                         .bk = r->bias[1][l], .bv = r->bias[2][l]};
+        if (quant_writer_layer(w, l, r->grids[l], &b, st)) {
+            quant_writer_abort(w);
+            return st->code;
+        }
+    }
+    return quant_writer_finish(w, st);
 }

@@ -326,6 +326,27 @@ static void read_cpu_name(char *dst, size_t cap) {
     fclose(f);
 }
 
+/* Workspace sizes for T batch tokens: floats of x, xn, q, k, v, att, delta, gate, up, lg,
+ * inv_freq (the order of cpu_impl), then the matmul scratch in bytes. */
+enum { CPU_WS_COUNT = 12 };
+static void cpu_ws_sizes(const llmi_config *c, int max_batch_tokens, size_t sz[CPU_WS_COUNT]) {
+    size_t T = (size_t)max_batch_tokens;
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t f[CPU_WS_COUNT - 1] = {T * c->dim, T * c->dim, T * qd, T * kvd, T * kvd, T * qd, T * c->dim,
+                                  T * c->ffn_dim, T * c->ffn_dim, T * c->dim, (size_t)c->head_dim / 2};
+    memcpy(sz, f, sizeof f);
+    int64_t widest = c->dim > c->ffn_dim ? c->dim : c->ffn_dim;
+    if ((int64_t)qd > widest) widest = (int64_t)qd;
+    sz[CPU_WS_COUNT - 1] = cpu_matmul_scratch_bytes(max_batch_tokens, widest);
+}
+
+size_t backend_cpu_workspace_bytes(const llmi_config *c, int max_batch_tokens) {
+    size_t sz[CPU_WS_COUNT], total = 0;
+    cpu_ws_sizes(c, max_batch_tokens, sz);
+    for (int i = 0; i < CPU_WS_COUNT - 1; i++) total += (sz[i] * sizeof(float) + 63) / 64 * 64;
+    return total + sz[CPU_WS_COUNT - 1];
+}
+
 static float *ws_alloc(cpu_impl *im, size_t n_floats, int *fail) {
     float *p = aligned_alloc(64, (n_floats * sizeof(float) + 63) / 64 * 64);
     if (!p) *fail = 1;
@@ -366,27 +387,17 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     b->destroy = cpu_destroy;
     im->max_tokens = o->max_batch_tokens;
     im->max_seqs = o->max_seqs;
-    size_t T = (size_t)o->max_batch_tokens;
-    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t sz[CPU_WS_COUNT];
+    cpu_ws_sizes(c, o->max_batch_tokens, sz);
     int fail = 0;
-    im->x = ws_alloc(im, T * c->dim, &fail);
-    im->xn = ws_alloc(im, T * c->dim, &fail);
-    im->q = ws_alloc(im, T * qd, &fail);
-    im->k = ws_alloc(im, T * kvd, &fail);
-    im->v = ws_alloc(im, T * kvd, &fail);
-    im->att = ws_alloc(im, T * qd, &fail);
-    im->delta = ws_alloc(im, T * c->dim, &fail);
-    im->gate = ws_alloc(im, T * c->ffn_dim, &fail);
-    im->up = ws_alloc(im, T * c->ffn_dim, &fail);
-    im->lg = ws_alloc(im, T * c->dim, &fail);
-    im->inv_freq = ws_alloc(im, (size_t)c->head_dim / 2, &fail);
+    float **ws[CPU_WS_COUNT - 1] = {&im->x, &im->xn, &im->q, &im->k, &im->v, &im->att, &im->delta, &im->gate, &im->up,
+                                    &im->lg, &im->inv_freq};
+    for (int i = 0; i < CPU_WS_COUNT - 1; i++) *ws[i] = ws_alloc(im, sz[i], &fail);
     im->seq_maxpos = calloc((size_t)o->max_seqs, sizeof(int32_t));
     size_t n_scales = (size_t)c->n_layers * 2 * c->n_kv_heads;
     im->kv_scale = malloc(n_scales * sizeof(float));
     for (size_t i = 0; im->kv_scale && i < n_scales; i++) im->kv_scale[i] = 1.0f;
-    int64_t widest = c->dim > c->ffn_dim ? c->dim : c->ffn_dim;
-    if ((int64_t)qd > widest) widest = (int64_t)qd;
-    im->mm_scratch_bytes = cpu_matmul_scratch_bytes(o->max_batch_tokens, widest);
+    im->mm_scratch_bytes = sz[CPU_WS_COUNT - 1];
     im->mm_scratch = aligned_alloc(64, im->mm_scratch_bytes);
     im->ws_bytes += im->mm_scratch_bytes;
     if (fail || !im->seq_maxpos || !im->mm_scratch || !im->kv_scale) {

@@ -1,0 +1,209 @@
+/* quant_gptq.cu — the offline quantizer's device kernels (launchers in quant_kernels.h): the
+ * Hessian's mirror and factorisation setup, GPTQ's in-block column walk and AWQ's
+ * fake-quantized error.  The GEMMs (X^T X, the lazy update, d H) are cuBLAS and the
+ * Cholesky / triangular inverse cuSOLVER, called from src/quant/quant_cuda.c. */
+#include "common.cuh"
+#include "quant_kernels.h"
+
+#define QK_MAXQ 15
+
+/* quant_range_params (src/core/int4_pack.c), GPTQ and AWQ styles: the scale is rounded to
+ * fp16 before the zero is chosen, so device and host grids agree bit for bit. */
+__device__ __forceinline__ void qk_range_params(float mn, float mx, int sym, int awq, uint16_t *scale, int *zero) {
+    float s;
+    if (awq) {
+        s = fmaxf(mx - mn, 1e-5f) / QK_MAXQ;
+        uint16_t sh = __half_as_ushort(__float2half_rn(s));
+        if ((sh & 0x7fff) == 0) sh = 1;
+        s = __half2float(__ushort_as_half(sh));
+        float zf = -rintf(mn / s);
+        *zero = zf < 0 ? 0 : zf > QK_MAXQ ? QK_MAXQ : (int)zf;
+        *scale = sh;
+        return;
+    }
+    mn = fminf(mn, 0.0f);
+    mx = fmaxf(mx, 0.0f);
+    if (sym) {
+        mx = fmaxf(-mn, mx);
+        if (mn < 0) mn = -mx;
+    }
+    if (mn == 0.0f && mx == 0.0f) mn = -1.0f, mx = 1.0f;
+    s = (mx - mn) / QK_MAXQ;
+    uint16_t sh = __half_as_ushort(__float2half_rn(s));
+    if ((sh & 0x7fff) == 0) sh = 1;
+    s = __half2float(__ushort_as_half(sh));
+    if (sym) {
+        *zero = (QK_MAXQ + 1) / 2;
+    } else {
+        float zf = rintf(-mn / s);
+        *zero = zf < 1 ? 1 : zf > QK_MAXQ ? QK_MAXQ : (int)zf;
+    }
+    *scale = sh;
+}
+
+/* quant_q (src/core/int4.h). */
+__device__ __forceinline__ int qk_q(float w, float s, int z) {
+    float v = s != 0.0f ? rintf(w / s) + (float)z : (float)z;
+    return v < 0.0f ? 0 : v > (float)QK_MAXQ ? QK_MAXQ : (int)v;
+}
+
+__global__ void qk_mirror(float *h, int k) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)k * k) return;
+    int i = (int)(idx / k), j = (int)(idx % k);
+    if (j < i) h[idx] = h[(int64_t)j * k + i];
+}
+
+cudaError_t llmi_cuda_quant_mirror(float *h, int k, cudaStream_t s) {
+    int64_t n = (int64_t)k * k;
+    qk_mirror<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(h, k);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
+__global__ void qk_hinv_fill(const float *h, const int32_t *perm, const uint8_t *dead, int n, double damp, double *a) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n * n) return;
+    int i = (int)(idx / n), j = (int)(idx % n);
+    int pi = perm[n - 1 - i], pj = perm[n - 1 - j];
+    double v = h[(int64_t)pi * n + pj];
+    if (i == j) v = (dead[pi] ? 1.0 : v) + damp;
+    a[idx] = v;
+}
+
+cudaError_t llmi_cuda_quant_hinv_fill(const float *h, const int32_t *perm, const uint8_t *dead, int n, double damp,
+                                      double *a, cudaStream_t s) {
+    int64_t nn = (int64_t)n * n;
+    qk_hinv_fill<<<(unsigned)((nn + 255) / 256), 256, 0, s>>>(h, perm, dead, n, damp, a);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
+/* X column-major: X(r, c) = x[r + c n]; u(i, j) = X(n-1-i, n-1-j), zero below the diagonal. */
+__global__ void qk_hinv_upper(const double *x, int n, float *u) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n * n) return;
+    int i = (int)(idx / n), j = (int)(idx % n);
+    u[idx] = j < i ? 0.0f : (float)x[(int64_t)(n - 1 - i) + (int64_t)(n - 1 - j) * n];
+}
+
+cudaError_t llmi_cuda_quant_hinv_upper(const double *x, int n, float *u, cudaStream_t s) {
+    int64_t nn = (int64_t)n * n;
+    qk_hinv_upper<<<(unsigned)((nn + 255) / 256), 256, 0, s>>>(x, n, u);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
+__global__ void qk_gptq_load(const float *w, const int32_t *perm, const uint8_t *dead, int rows, int cols, float *wt) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)rows * cols) return;
+    int i = (int)(idx / rows), r = (int)(idx % rows);   /* wt[i][r]: consecutive threads, consecutive r */
+    int c = perm[i];
+    wt[idx] = dead[c] ? 0.0f : w[(int64_t)r * cols + c];
+}
+
+cudaError_t llmi_cuda_gptq_load(const float *w, const int32_t *perm, const uint8_t *dead, int rows, int cols, float *wt,
+                                cudaStream_t s) {
+    int64_t n = (int64_t)rows * cols;
+    qk_gptq_load<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(w, perm, dead, rows, cols, wt);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
+/* One thread per row walks the block's columns in order (rows are independent given U);
+ * U's rows are the same for every thread, so they come through the read-only cache. */
+__global__ void qk_gptq_block(float *wt, const float *__restrict__ u, int rows, int cols, int i1, int i2, int gs,
+                              int sym, const int32_t *perm, uint8_t *q, uint16_t *scales, uint8_t *zeros, float *et,
+                              float *s_row, int32_t *z_row, double *loss) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    double acc = 0.0;
+    if (r < rows) {
+        float s = s_row[r];
+        int z = z_row[r];
+        for (int i = i1; i < i2; i++) {
+            const float *ui = u + (int64_t)i * cols;
+            if (i % gs == 0) {
+                float mn = wt[(int64_t)i * rows + r], mx = mn;
+                for (int k = 1; k < gs; k++) {
+                    float v = wt[(int64_t)(i + k) * rows + r];
+                    mn = fminf(mn, v), mx = fmaxf(mx, v);
+                }
+                uint16_t sh;
+                qk_range_params(mn, mx, sym, 0, &sh, &z);
+                scales[(int64_t)(i / gs) * rows + r] = sh;
+                zeros[(int64_t)(i / gs) * rows + r] = (uint8_t)z;
+                s = __half2float(__ushort_as_half(sh));
+            }
+            float w = wt[(int64_t)i * rows + r];
+            int qi = qk_q(w, s, z);
+            q[(int64_t)r * cols + perm[i]] = (uint8_t)qi;
+            float e = (w - s * (float)(qi - z)) / __ldg(ui + i);
+            acc += (double)e * e;
+            et[(int64_t)(i - i1) * rows + r] = e;
+            for (int j = i + 1; j < i2; j++) wt[(int64_t)j * rows + r] -= e * __ldg(ui + j);
+        }
+        s_row[r] = s;
+        z_row[r] = z;
+    }
+    __shared__ float red[32];
+    float blk = llmi_block_sum((float)acc, red);
+    if (threadIdx.x == 0) atomicAdd(loss, (double)blk);
+}
+
+cudaError_t llmi_cuda_gptq_block(float *wt, const float *u, int rows, int cols, int i1, int i2, int group_size,
+                                 int sym, const int32_t *perm, uint8_t *q, uint16_t *scales, uint8_t *zeros, float *et,
+                                 float *s_row, int32_t *z_row, double *loss, cudaStream_t s) {
+    qk_gptq_block<<<(unsigned)((rows + 127) / 128), 128, 0, s>>>(wt, u, rows, cols, i1, i2, group_size, sym, perm, q,
+                                                               scales, zeros, et, s_row, z_row, loss);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
+/* One thread per (row, group): awq_fake_quant of the scaled weights, divided back. */
+__global__ void qk_awq_err(const float *w, const float *sc, int rows, int cols, int gs, float *d) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int ng = cols / gs;
+    if (idx >= (int64_t)rows * ng) return;
+    int r = (int)(idx / ng), g = (int)(idx % ng);
+    const float *wr = w + (int64_t)r * cols + (int64_t)g * gs;
+    const float *sg = sc + (int64_t)g * gs;
+    float mn = wr[0] * sg[0], mx = mn;
+    for (int k = 1; k < gs; k++) {
+        float v = wr[k] * sg[k];
+        mn = fminf(mn, v), mx = fmaxf(mx, v);
+    }
+    uint16_t sh;
+    int z;
+    qk_range_params(mn, mx, 0, 1, &sh, &z);
+    float s = __half2float(__ushort_as_half(sh));
+    float *dr = d + (int64_t)r * cols + (int64_t)g * gs;
+    for (int k = 0; k < gs; k++) {
+        float v = wr[k] * sg[k];
+        dr[k] = wr[k] - s * (float)(qk_q(v, s, z) - z) / sg[k];
+    }
+}
+
+cudaError_t llmi_cuda_awq_fake_quant_err(const float *w, const float *sc, int rows, int cols, int gs, float *d,
+                                         cudaStream_t s) {
+    int64_t n = (int64_t)rows * (cols / gs);
+    qk_awq_err<<<(unsigned)((n + 127) / 128), 128, 0, s>>>(w, sc, rows, cols, gs, d);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
+__global__ void qk_dot(const float *a, const float *b, size_t n, double *out) {
+    double acc = 0.0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        acc += (double)a[i] * b[i];
+    __shared__ float red[32];
+    float blk = llmi_block_sum((float)acc, red);
+    if (threadIdx.x == 0) atomicAdd(out, (double)blk);
+}
+
+cudaError_t llmi_cuda_quant_dot(const float *a, const float *b, size_t n, double *out, cudaStream_t s) {
+    cudaError_t e = cudaMemsetAsync(out, 0, sizeof(double), s);
+    if (e != cudaSuccess) return e;
+    qk_dot<<<1024, 256, 0, s>>>(a, b, n, out);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}

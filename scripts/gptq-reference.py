@@ -1,0 +1,414 @@
+#!/usr/bin/env python3
+"""gptq-reference.py — the reference GPTQ beside llmi's, on the same inputs (issue 13, docs/REFERENCES.md).
+
+The algorithm is the GPTQ authors' published one, transcribed from IST-DASLab/gptq at commit
+2d65066 (gptq.py GPTQ.add_batch / fasterquant, quant.py Quantizer.find_params / quantize,
+llama.py llama_sequential with --true-sequential): H accumulated in fp32 as a running
+2/n X^T X, dead inputs pinned, damp = percdamp * mean(diag H), Cholesky -> cholesky_inverse ->
+upper Cholesky, 128-column blocks, group parameters from the block-stale W when a group starts,
+layers in order with the sub-groups [k,v,q], [o], [up,gate], [down] each fed through the
+already-quantized ones.  AutoGPTQ (0.7.1) and GPTQModel need CUDA to quantize, so they were
+not used.  Runs on the CPU with torch; never on llmi's path.
+
+Inputs are llmi's: the SmolLM2 GGUF dequantized by transformers (gguf-py), the calibration
+windows tokenized by the HF tokenizer.json (equal to llmi's) and drawn by llmi's seeded
+shuffle (cli/cmd_quantize.c qc_windows, reproduced below).
+
+  gptq-reference.py quantize --gguf M --tokenizer DIR --calib FILE --nsamples 64 --seqlen 512
+                    --group-size 64 --like LLMI_GPTQ_DIR --out REF_DIR
+      writes REF_DIR: LLMI_GPTQ_DIR's files with every linear replaced by the reference's
+      grid (GPTQ v1: fp16 scales, zeros stored minus one), so llmi loads both the same way.
+  gptq-reference.py compare --gguf M --tokenizer DIR --heldout wiki.test.raw CKPT...
+      per linear, tr(D H D^T) / tr(W H W^T) with D = W - Q under the fp model's input Gram
+      matrices of held-out text (64 x 512 tokens from byte 200000 of the file), and the
+      perplexity of each checkpoint's weights in transformers by llama.cpp's rule
+      (512-token windows, BOS first if the GGUF adds one, second half scored, 40 windows;
+      --windows and --chunks make it smaller for a smoke test).
+"""
+import argparse, json, math, os, shutil, struct, sys, time
+import numpy as np
+import torch
+import torch.nn as nn
+
+torch.set_grad_enabled(False)
+
+
+# ---- inputs -----------------------------------------------------------------------------------
+def load_model(gguf_path):
+    from transformers import AutoModelForCausalLM
+    m = AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(gguf_path)),
+                                             gguf_file=os.path.basename(gguf_path), torch_dtype=torch.float32)
+    m.config.use_cache = False
+    return m.eval()
+
+
+def tokenize(tok_dir, path, strip_last_newline=False):
+    from tokenizers import Tokenizer
+    t = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
+    text = open(path, encoding="utf-8").read()
+    if strip_last_newline and text.endswith("\n"):
+        text = text[:-1]
+    return t.encode(text, add_special_tokens=False).ids
+
+
+def llmi_windows(ids, n_windows, seqlen, seed):
+    """cmd_quantize.c qc_windows: non-overlapping windows, xorshift64 Fisher-Yates over slots."""
+    M = (1 << 64) - 1
+    slots = len(ids) // seqlen
+    assert slots >= n_windows, f"{len(ids)} tokens is too short for {n_windows} windows of {seqlen}"
+    perm = list(range(slots))
+    s = 0x9E3779B97F4A7C15 ^ seed
+    for i in range(slots - 1, 0, -1):
+        s ^= (s << 13) & M
+        s ^= s >> 7
+        s ^= (s << 17) & M
+        j = s % (i + 1)
+        perm[i], perm[j] = perm[j], perm[i]
+    return torch.tensor([ids[perm[w] * seqlen:(perm[w] + 1) * seqlen] for w in range(n_windows)])
+
+
+# ---- the reference algorithm (IST-DASLab/gptq quant.py, gptq.py) --------------------------------
+def quantize(x, scale, zero, maxq):
+    q = torch.clamp(torch.round(x / scale) + zero, 0, maxq)
+    return scale * (q - zero)
+
+
+class Quantizer:
+    def __init__(self, bits, sym):
+        self.maxq, self.sym = torch.tensor(2 ** bits - 1), sym
+
+    def find_params(self, x):   # perchannel=True, weight=True, mse=False
+        tmp = torch.zeros(x.shape[0])
+        xmin = torch.minimum(x.min(1)[0], tmp)
+        xmax = torch.maximum(x.max(1)[0], tmp)
+        if self.sym:
+            xmax = torch.maximum(torch.abs(xmin), xmax)
+            tmp = xmin < 0
+            if torch.any(tmp):
+                xmin[tmp] = -xmax[tmp]
+        tmp = (xmin == 0) & (xmax == 0)
+        xmin[tmp], xmax[tmp] = -1, +1
+        self.scale = (xmax - xmin) / self.maxq
+        self.zero = torch.full_like(self.scale, (self.maxq + 1) / 2) if self.sym else torch.round(-xmin / self.scale)
+        self.scale, self.zero = self.scale.reshape(-1, 1), self.zero.reshape(-1, 1)
+
+
+class GPTQ:
+    def __init__(self, layer):
+        self.layer = layer
+        self.columns = layer.weight.shape[1]
+        self.H = torch.zeros((self.columns, self.columns))
+        self.nsamples = 0
+
+    def add_batch(self, inp):
+        inp = inp.reshape((-1, inp.shape[-1])).t()
+        tmp = 1
+        self.H *= self.nsamples / (self.nsamples + tmp)
+        self.nsamples += tmp
+        inp = math.sqrt(2 / self.nsamples) * inp.float()
+        self.H += inp.matmul(inp.t())
+
+    def fasterquant(self, groupsize, blocksize=128, percdamp=.01, actorder=False):
+        """Returns (Q fake-quantized, qint, scales (ng, rows), zeros (ng, rows), g_idx) as the
+        reference computes them; the recording of per-group parameters is AutoGPTQ's."""
+        W = self.layer.weight.data.clone().float()
+        H = self.H
+        dead = torch.diag(H) == 0
+        H[dead, dead] = 1
+        W[:, dead] = 0
+        if actorder:
+            perm = torch.argsort(torch.diag(H), descending=True)
+            W, H = W[:, perm], H[perm][:, perm]
+            invperm = torch.argsort(perm)
+        Q, Qint = torch.zeros_like(W), torch.zeros_like(W)
+        damp = percdamp * torch.mean(torch.diag(H))
+        diag = torch.arange(self.columns)
+        H[diag, diag] += damp
+        H = torch.linalg.cholesky(H)
+        H = torch.cholesky_inverse(H)
+        Hinv = torch.linalg.cholesky(H, upper=True)
+        scales, zeros = [], []
+        for i1 in range(0, self.columns, blocksize):
+            i2 = min(i1 + blocksize, self.columns)
+            W1 = W[:, i1:i2].clone()
+            Q1, Qi1, Err1 = torch.zeros_like(W1), torch.zeros_like(W1), torch.zeros_like(W1)
+            Hinv1 = Hinv[i1:i2, i1:i2]
+            for i in range(i2 - i1):
+                w, d = W1[:, i], Hinv1[i, i]
+                if (i1 + i) % groupsize == 0:
+                    self.quantizer.find_params(W[:, (i1 + i):(i1 + i + groupsize)])
+                    scales.append(self.quantizer.scale.flatten().clone())
+                    zeros.append(self.quantizer.zero.flatten().clone())
+                sc, zr = self.quantizer.scale, self.quantizer.zero
+                q = quantize(w.unsqueeze(1), sc, zr, self.quantizer.maxq).flatten()
+                Qi1[:, i] = torch.clamp(torch.round(w.unsqueeze(1) / sc) + zr, 0, self.quantizer.maxq).flatten()
+                Q1[:, i] = q
+                err1 = (w - q) / d
+                W1[:, i:] -= err1.unsqueeze(1).matmul(Hinv1[i, i:].unsqueeze(0))
+                Err1[:, i] = err1
+            Q[:, i1:i2], Qint[:, i1:i2] = Q1, Qi1
+            W[:, i2:] -= Err1.matmul(Hinv[i1:i2, i2:])
+        g_idx = torch.tensor([i // groupsize for i in range(self.columns)], dtype=torch.int32)
+        if actorder:
+            Q, Qint, g_idx = Q[:, invperm], Qint[:, invperm], g_idx[invperm]
+        return Q, Qint.to(torch.int64), torch.stack(scales), torch.stack(zeros), g_idx
+
+
+def sequential(model, windows, args):
+    """llama.py llama_sequential with true_sequential, one window per forward."""
+    layers = model.model.layers
+    n = windows.shape[0]
+    inps, cache = [None] * n, {"i": 0}
+
+    class Catcher(nn.Module):
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, inp, *a, **kw):
+            inps[cache["i"]] = inp
+            cache["i"] += 1
+            cache["kw"] = kw
+            raise ValueError
+
+    layers[0] = Catcher(layers[0])
+    for j in range(n):
+        try:
+            model(windows[j:j + 1])
+        except ValueError:
+            pass
+    layers[0] = layers[0].module
+    kw = cache["kw"]
+    outs = [None] * n
+
+    def run(layer, x):
+        y = layer(x, **kw)
+        return y[0] if isinstance(y, tuple) else y
+
+    grids = {}
+    order = [["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj"], ["self_attn.o_proj"],
+             ["mlp.up_proj", "mlp.gate_proj"], ["mlp.down_proj"]]
+    for i, layer in enumerate(layers):
+        t0 = time.time()
+        full = {name: mod for name, mod in layer.named_modules() if isinstance(mod, nn.Linear)}
+        for names in order:
+            g = {name: GPTQ(full[name]) for name in names}
+            for name in names:
+                g[name].quantizer = Quantizer(4, args.sym)
+            hs = [full[name].register_forward_hook(lambda m, inp, out, name=name: g[name].add_batch(inp[0].data))
+                  for name in names]
+            for j in range(n):
+                outs[j] = run(layer, inps[j])
+            for h in hs:
+                h.remove()
+            for name in names:
+                Q, qi, sc, zr, gi = g[name].fasterquant(args.group_size, percdamp=args.damp, actorder=args.act_order)
+                full[name].weight.data = Q.to(full[name].weight.dtype)
+                grids[f"model.layers.{i}.{name}"] = (qi, sc, zr, gi)
+                del g[name].H
+        for j in range(n):
+            outs[j] = run(layer, inps[j])
+        inps, outs = outs, inps
+        print(f"reference: layer {i + 1}/{len(layers)} {time.time() - t0:.1f}s", file=sys.stderr, flush=True)
+    return grids
+
+
+# ---- checkpoints ------------------------------------------------------------------------------------
+def st_read(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+        data = f.read()
+    dt = {"I32": np.int32, "F16": np.float16, "F32": np.float32}
+    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], dt[v["dtype"]]).reshape(v["shape"])
+            for k, v in h.items() if k != "__metadata__"}
+
+
+def st_write(path, tensors):
+    hdr, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    names = {np.dtype(np.int32): "I32", np.dtype(np.float16): "F16", np.dtype(np.float32): "F32"}
+    for k in sorted(tensors):
+        b = np.ascontiguousarray(tensors[k]).tobytes()
+        hdr[k] = {"dtype": names[tensors[k].dtype], "shape": list(tensors[k].shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    hj = json.dumps(hdr, separators=(",", ":")).encode()
+    hj += b" " * (-len(hj) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hj)) + hj)
+        for b in blobs:
+            f.write(b)
+
+
+def pack_gptq_v1(qint, scales, zeros, g_idx):
+    """FORMATS.md: qweight (in/8, out) along the input axis, qzeros (ng, out/8) of zero-1 along
+    the output axis, fp16 scales (ng, out), g_idx (in)."""
+    q = qint.numpy().astype(np.uint32).T          # (in, out)
+    qw = np.zeros((q.shape[0] // 8, q.shape[1]), np.uint32)
+    for j in range(8):
+        qw |= q[j::8, :] << (4 * j)
+    z = (zeros.numpy().astype(np.int64) - 1).astype(np.uint32)   # (ng, out)
+    qz = np.zeros((z.shape[0], z.shape[1] // 8), np.uint32)
+    for j in range(8):
+        qz |= z[:, j::8] << (4 * j)
+    return qw.view(np.int32), qz.view(np.int32), scales.numpy().astype(np.float16), g_idx.numpy().astype(np.int32)
+
+
+def unpack_gptq_v1(t, prefix):
+    qw, qz = t[prefix + ".qweight"].view(np.uint32), t[prefix + ".qzeros"].view(np.uint32)
+    sc, gi = t[prefix + ".scales"].astype(np.float32), t[prefix + ".g_idx"]
+    q = np.zeros((qw.shape[0] * 8, qw.shape[1]), np.int64)
+    for j in range(8):
+        q[j::8, :] = (qw >> (4 * j)) & 15
+    z = np.zeros((qz.shape[0], qz.shape[1] * 8), np.int64)
+    for j in range(8):
+        z[:, j::8] = (qz >> (4 * j)) & 15
+    return ((q - (z[gi, :] + 1)) * sc[gi, :]).T.astype(np.float64)   # (out, in), what llmi serves
+
+
+# ---- evaluation ----------------------------------------------------------------------------------------
+LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+           "mlp.up_proj", "mlp.down_proj"]
+
+
+def heldout_grams(model, windows):
+    grams = {}
+    hooks = []
+    for i, layer in enumerate(model.model.layers):
+        for name in ["self_attn.q_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj"]:
+            mod = layer.get_submodule(name)
+            key = (i, name)
+
+            def hook(m, inp, out, key=key):
+                x = inp[0].reshape(-1, inp[0].shape[-1]).double()
+                grams[key] = grams.get(key, 0) + x.t() @ x
+            hooks.append(mod.register_forward_hook(hook))
+    for j in range(windows.shape[0]):
+        model(windows[j:j + 1])
+    for h in hooks:
+        h.remove()
+    return grams
+
+
+def ppl_llamacpp(model, ids, bos, n_ctx=512, chunks=40):
+    nll, cnt = 0.0, 0
+    for c in range(min(chunks, len(ids) // n_ctx)):
+        tok = list(ids[c * n_ctx:(c + 1) * n_ctx])
+        if bos >= 0:
+            tok[0] = bos
+        logits = model(torch.tensor([tok])).logits[0].double()
+        lp = torch.log_softmax(logits, -1)
+        for p in range(n_ctx // 2, n_ctx - 1):
+            nll -= lp[p, ids[c * n_ctx + p + 1]].item()
+            cnt += 1
+    return math.exp(nll / cnt), cnt
+
+
+def cmd_quantize(a):
+    model = load_model(a.gguf)
+    ids = tokenize(a.tokenizer, a.calib)
+    windows = llmi_windows(ids, a.nsamples, a.seqlen, a.seed)
+    print(f"reference: {a.nsamples} windows x {a.seqlen} tokens of {a.calib} ({len(ids)} tokens)", file=sys.stderr)
+    t0 = time.time()
+    grids = sequential(model, windows, a)
+    print(f"reference: {time.time() - t0:.0f}s", file=sys.stderr)
+    t = st_read(os.path.join(a.like, "model.safetensors"))
+    for prefix, (qi, sc, zr, gi) in grids.items():
+        qw, qz, s16, g = pack_gptq_v1(qi, sc, zr, gi)
+        for suf, v in (("qweight", qw), ("qzeros", qz), ("scales", s16), ("g_idx", g)):
+            assert t[f"{prefix}.{suf}"].shape == v.shape, (prefix, suf, v.shape)
+            t[f"{prefix}.{suf}"] = v
+    os.makedirs(a.out, exist_ok=True)
+    for fn in os.listdir(a.like):
+        if fn != "model.safetensors":
+            shutil.copy(os.path.join(a.like, fn), a.out)
+    qc = json.load(open(os.path.join(a.out, "quantize_config.json")))
+    qc["quantizer"] = "IST-DASLab/gptq@2d65066 (scripts/gptq-reference.py)"
+    json.dump(qc, open(os.path.join(a.out, "quantize_config.json"), "w"), indent=2)
+    st_write(os.path.join(a.out, "model.safetensors"), t)
+
+
+def cmd_compare(a):
+    model = load_model(a.gguf)
+    W = {f"model.layers.{i}.{n}": layer.get_submodule(n).weight.data.double().numpy()
+         for i, layer in enumerate(model.model.layers) for n in LINEARS}
+    raw = open(a.heldout, "rb").read()[200000:].decode("utf-8", "ignore")
+    tmp = "/tmp/gptq-reference-heldout.txt"
+    open(tmp, "w", encoding="utf-8").write(raw)
+    ho = tokenize(a.tokenizer, tmp)
+    n = min(a.windows, len(ho) // 512)
+    grams = heldout_grams(model, torch.tensor([ho[j * 512:(j + 1) * 512] for j in range(n)]))
+    cks = [st_read(os.path.join(c, "model.safetensors")) for c in a.ckpt]
+    print(f"held-out: {n} x 512 tokens of {a.heldout} from byte 200000; relative output error per linear")
+    print("layer linear " + " ".join(os.path.basename(c.rstrip('/')) for c in a.ckpt))
+    logs = np.zeros(len(cks))
+    worse = []
+    setof = {"self_attn.q_proj": "self_attn.q_proj", "self_attn.k_proj": "self_attn.q_proj",
+             "self_attn.v_proj": "self_attn.q_proj", "self_attn.o_proj": "self_attn.o_proj",
+             "mlp.gate_proj": "mlp.gate_proj", "mlp.up_proj": "mlp.gate_proj", "mlp.down_proj": "mlp.down_proj"}
+    L = len(model.model.layers)
+    for i in range(L):
+        for nme in LINEARS:
+            H = grams[(i, setof[nme])].numpy()
+            w = W[f"model.layers.{i}.{nme}"]
+            den = np.einsum("ij,jk,ik->", w, H, w)
+            es = []
+            for t in cks:
+                d = w - unpack_gptq_v1(t, f"model.layers.{i}.{nme}")
+                es.append(np.einsum("ij,jk,ik->", d, H, d) / den)
+            logs += np.log(es)
+            if len(es) > 1 and es[1] > 0 and es[0] / es[1] > 1.05:
+                worse.append((i, nme, es[0] / es[1]))
+            print(f"{i:2d} {nme:17s} " + " ".join(f"{e:.3e}" for e in es), flush=True)
+    print("geo-mean error / first checkpoint's:", " ".join(f"{v:.3f}" for v in np.exp((logs - logs[0]) / (L * 7))))
+    if len(cks) > 1:
+        print(f"linears where {a.ckpt[0]} is > 5% worse than {a.ckpt[1]}: {len(worse)} of {L * 7}")
+        for i, nme, r in worse:
+            print(f"  layer {i} {nme}: x{r:.3f}")
+    # perplexity in transformers, llama.cpp's rule, with each checkpoint's served weights
+    from gguf import GGUFReader
+    r = GGUFReader(a.gguf)
+    fld = r.fields.get("tokenizer.ggml.add_bos_token")
+    add_bos = bool(fld.parts[fld.data[0]][0]) if fld else False
+    bos = int(r.fields["tokenizer.ggml.bos_token_id"].parts[-1][0]) if add_bos else -1
+    ids = tokenize(a.tokenizer, a.heldout, strip_last_newline=True)
+    p, cnt = ppl_llamacpp(model, ids, bos, chunks=a.chunks)
+    print(f"transformers ppl (llama.cpp rule, {a.chunks} x 512, {cnt} predictions): fp {p:.4f}")
+    for c, t in zip(a.ckpt, cks):
+        for i, layer in enumerate(model.model.layers):
+            for nme in LINEARS:
+                layer.get_submodule(nme).weight.data = torch.from_numpy(
+                    unpack_gptq_v1(t, f"model.layers.{i}.{nme}")).float()
+        p, _ = ppl_llamacpp(model, ids, bos, chunks=a.chunks)
+        print(f"transformers ppl: {c} {p:.4f}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    q = sub.add_parser("quantize")
+    q.add_argument("--gguf", required=True)
+    q.add_argument("--tokenizer", required=True)
+    q.add_argument("--calib", required=True)
+    q.add_argument("--nsamples", type=int, default=64)
+    q.add_argument("--seqlen", type=int, default=512)
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--group-size", type=int, default=64)
+    q.add_argument("--damp", type=float, default=0.01)
+    q.add_argument("--asym", dest="sym", action="store_false")
+    q.add_argument("--act-order", action="store_true")
+    q.add_argument("--like", required=True)
+    q.add_argument("--out", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("--gguf", required=True)
+    c.add_argument("--tokenizer", required=True)
+    c.add_argument("--heldout", required=True)
+    c.add_argument("--windows", type=int, default=64, help="held-out windows of 512 tokens")
+    c.add_argument("--chunks", type=int, default=40, help="perplexity windows of 512 tokens")
+    c.add_argument("ckpt", nargs="+")
+    a = ap.parse_args()
+    cmd_quantize(a) if a.cmd == "quantize" else cmd_compare(a)
+
+
+if __name__ == "__main__":
+    main()

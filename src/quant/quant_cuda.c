@@ -1,0 +1,359 @@
+/* quant_cuda.c — the GPU path of the quantizer (see quant_cuda.h): tier 3 around the
+ * kernels of kernels/quant_gptq.cu, cuBLAS (syrk, gemm) and cuSOLVER (potrf, trtri).  Every
+ * CUDA, cuBLAS and cuSOLVER call goes through a check that turns a failure into an
+ * llmi_status naming file, line and call. */
+#include <stdlib.h>
+#include <string.h>
+#include "quant/awq.h"
+#include "quant/quant_cuda.h"
+
+#ifndef LLMI_CUDA
+
+int quant_cuda_create(quant_cuda **q, int gpu, llmi_status *st) {
+    (void)gpu;
+    *q = NULL;
+    return llmi_fail(st, LLMI_E_USAGE, "--device cuda: this llmi was built without CUDA (nvcc not found at build time)");
+}
+void quant_cuda_destroy(quant_cuda *q) { (void)q; }
+const char *quant_cuda_device_name(const quant_cuda *q) { (void)q; return "none"; }
+#define QC_NONE(...) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: built without CUDA")
+int quant_cuda_gram_begin(quant_cuda *q, int slot, int k, llmi_status *st) { (void)q, (void)slot, (void)k; QC_NONE(); }
+int quant_cuda_gram_acc(quant_cuda *q, int slot, const float *x, int n, float scale, llmi_status *st) {
+    (void)q, (void)slot, (void)x, (void)n, (void)scale;
+    QC_NONE();
+}
+int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, llmi_status *st) { (void)q, (void)slot, (void)h; QC_NONE(); }
+int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv,
+                            llmi_status *st) {
+    (void)q, (void)h, (void)cols, (void)o, (void)hv;
+    QC_NONE();
+}
+int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_gptq_hinv *hv,
+                          const quant_gptq_opts *o, quant_grid *g, double *err, llmi_status *st) {
+    (void)q, (void)w, (void)rows, (void)hv, (void)o, (void)g, (void)err;
+    QC_NONE();
+}
+int quant_cuda_awq_search_scale(quant_cuda *q, float *const *ws, const int *rows, int n_lin, int cols,
+                                const float *x_mean, const float *h, int group_size, int n_grid, float *best_s,
+                                double *best_loss, llmi_status *st) {
+    (void)q, (void)ws, (void)rows, (void)n_lin, (void)cols, (void)x_mean, (void)h, (void)group_size, (void)n_grid;
+    (void)best_s, (void)best_loss;
+    QC_NONE();
+}
+
+#else
+
+#include <math.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cusolverDn.h>
+#include "quant_kernels.h"
+
+#define QC_CUDA(st, call)                                                                                        \
+    do {                                                                                                         \
+        cudaError_t e_ = (call);                                                                                 \
+        if (e_ != cudaSuccess)                                                                                   \
+            return llmi_fail((st), LLMI_E_RUNTIME, "quantize cuda: %s:%d: %s: %s", __FILE__, __LINE__, #call,   \
+                             cudaGetErrorString(e_));                                                            \
+    } while (0)
+#define QC_BLAS(st, call)                                                                                        \
+    do {                                                                                                         \
+        cublasStatus_t s_ = (call);                                                                              \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                         \
+            return llmi_fail((st), LLMI_E_RUNTIME, "quantize cuda: %s:%d: %s: %s", __FILE__, __LINE__, #call,   \
+                             cublasGetStatusString(s_));                                                         \
+    } while (0)
+#define QC_SOLVER(st, call)                                                                                      \
+    do {                                                                                                         \
+        cusolverStatus_t s_ = (call);                                                                            \
+        if (s_ != CUSOLVER_STATUS_SUCCESS)                                                                       \
+            return llmi_fail((st), LLMI_E_RUNTIME, "quantize cuda: %s:%d: %s: cusolver status %d", __FILE__,     \
+                             __LINE__, #call, (int)s_);                                                          \
+    } while (0)
+
+struct quant_cuda {
+    int device;
+    char name[128];
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cusolverDnHandle_t solver;
+    float *gram[QUANT_CUDA_SLOTS];  /* (k, k) each, device */
+    int gram_k[QUANT_CUDA_SLOTS];
+    float *x;                       /* (x_cap) device: one batch of activations or weights */
+    size_t x_cap;
+    float *u;                       /* (u_cols, u_cols) device: U of the last prepare */
+    int u_cols;
+    int32_t *perm;                  /* (u_cols) device */
+    uint8_t *dead;                  /* (u_cols) device */
+    double *scalar;                 /* (1) device: losses and dots */
+};
+
+const char *quant_cuda_device_name(const quant_cuda *q) { return q->name; }
+
+void quant_cuda_destroy(quant_cuda *q) {
+    if (!q) return;
+    cudaSetDevice(q->device);
+    for (int i = 0; i < QUANT_CUDA_SLOTS; i++) cudaFree(q->gram[i]);
+    cudaFree(q->x), cudaFree(q->u), cudaFree(q->perm), cudaFree(q->dead), cudaFree(q->scalar);
+    if (q->solver) cusolverDnDestroy(q->solver);
+    if (q->blas) cublasDestroy(q->blas);
+    if (q->stream) cudaStreamDestroy(q->stream);
+    free(q);
+}
+
+int quant_cuda_create(quant_cuda **out, int gpu, llmi_status *st) {
+    *out = NULL;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+        return llmi_fail(st, LLMI_E_USAGE, "--device cuda: no usable CUDA device (driver missing or no GPU)");
+    if (gpu < 0 || gpu >= count)
+        return llmi_fail(st, LLMI_E_USAGE, "--gpu %d: out of range, this machine has %d CUDA device(s)", gpu, count);
+    quant_cuda *q = calloc(1, sizeof *q);
+    if (!q) return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: out of host memory");
+    q->device = gpu;
+    int rc = 0;
+    struct cudaDeviceProp prop;
+    if (cudaSetDevice(gpu) != cudaSuccess || cudaGetDeviceProperties(&prop, gpu) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&q->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cublasCreate(&q->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(q->blas, q->stream) != CUBLAS_STATUS_SUCCESS ||
+        cusolverDnCreate(&q->solver) != CUSOLVER_STATUS_SUCCESS ||
+        cusolverDnSetStream(q->solver, q->stream) != CUSOLVER_STATUS_SUCCESS ||
+        cudaMalloc((void **)&q->scalar, sizeof(double)) != cudaSuccess)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot set up GPU %d (stream, cuBLAS, cuSOLVER): %s", gpu,
+                       cudaGetErrorString(cudaGetLastError()));
+    if (rc) {
+        quant_cuda_destroy(q);
+        return rc;
+    }
+    /* exact fp32 GEMMs: the CPU twin's results, not TF32's */
+    cublasSetMathMode(q->blas, CUBLAS_PEDANTIC_MATH);
+    snprintf(q->name, sizeof q->name, "%.127s", prop.name);
+    *out = q;
+    return 0;
+}
+
+static int qc_reserve_x(quant_cuda *q, size_t floats, llmi_status *st) {
+    if (floats <= q->x_cap) return 0;
+    cudaFree(q->x);
+    q->x = NULL;
+    q->x_cap = 0;
+    QC_CUDA(st, cudaMalloc((void **)&q->x, floats * sizeof(float)));
+    q->x_cap = floats;
+    return 0;
+}
+
+/* ---- Gram matrices ---- */
+
+int quant_cuda_gram_begin(quant_cuda *q, int slot, int k, llmi_status *st) {
+    QC_CUDA(st, cudaSetDevice(q->device));
+    if (q->gram_k[slot] != k) {
+        cudaFree(q->gram[slot]);
+        q->gram[slot] = NULL;
+        q->gram_k[slot] = 0;
+        QC_CUDA(st, cudaMalloc((void **)&q->gram[slot], (size_t)k * k * sizeof(float)));
+        q->gram_k[slot] = k;
+    }
+    QC_CUDA(st, cudaMemsetAsync(q->gram[slot], 0, (size_t)k * k * sizeof(float), q->stream));
+    return 0;
+}
+
+int quant_cuda_gram_acc(quant_cuda *q, int slot, const float *x, int n, float scale, llmi_status *st) {
+    const int k = q->gram_k[slot];
+    if (qc_reserve_x(q, (size_t)n * k, st)) return st->code;
+    QC_CUDA(st, cudaMemcpyAsync(q->x, x, (size_t)n * k * sizeof(float), cudaMemcpyHostToDevice, q->stream));
+    /* x (n, k) row-major is x^T (k, n) column-major: h += scale * (x^T)(x^T)^T, upper */
+    const float one = 1.0f;
+    QC_BLAS(st, cublasSsyrk(q->blas, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, k, n, &scale, q->x, k, &one, q->gram[slot], k));
+    /* the host buffer is the caller's again when this returns */
+    QC_CUDA(st, cudaStreamSynchronize(q->stream));
+    return 0;
+}
+
+int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, llmi_status *st) {
+    const int k = q->gram_k[slot];
+    /* column-major upper is row-major lower: mirror the row-major upper from it */
+    QC_CUDA(st, llmi_cuda_quant_mirror(q->gram[slot], k, q->stream));
+    QC_CUDA(st, cudaMemcpyAsync(h, q->gram[slot], (size_t)k * k * sizeof(float), cudaMemcpyDeviceToHost, q->stream));
+    QC_CUDA(st, cudaStreamSynchronize(q->stream));
+    return 0;
+}
+
+/* ---- GPTQ ---- */
+
+/* J H J = L L^T (potrf, lower, column-major) then L^-1 (trtri) in one fp64 buffer a.
+ * Returns 1 when H is not positive definite. */
+static int qc_factor(quant_cuda *q, double *a, int n, llmi_status *st) {
+    int lwork = 0, info = 0, *dinfo = NULL;
+    double *work = NULL;
+    size_t dws = 0, hws = 0;
+    void *dwork = NULL, *hwork = NULL;
+    int rc = 0;
+    QC_CUDA(st, cudaMalloc((void **)&dinfo, sizeof(int)));
+    if (cusolverDnDpotrf_bufferSize(q->solver, CUBLAS_FILL_MODE_LOWER, n, a, n, &lwork) != CUSOLVER_STATUS_SUCCESS ||
+        cudaMalloc((void **)&work, (size_t)lwork * sizeof(double)) != cudaSuccess ||
+        cusolverDnDpotrf(q->solver, CUBLAS_FILL_MODE_LOWER, n, a, n, work, lwork, dinfo) != CUSOLVER_STATUS_SUCCESS ||
+        cudaMemcpyAsync(&info, dinfo, sizeof(int), cudaMemcpyDeviceToHost, q->stream) != cudaSuccess ||
+        cudaStreamSynchronize(q->stream) != cudaSuccess)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: Cholesky of a %dx%d Hessian failed to run", n, n);
+    if (!rc && info > 0) rc = 1;
+    if (!rc && (cusolverDnXtrtri_bufferSize(q->solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, n, CUDA_R_64F, a,
+                                            n, &dws, &hws) != CUSOLVER_STATUS_SUCCESS ||
+                cudaMalloc(&dwork, dws ? dws : 1) != cudaSuccess || !(hwork = malloc(hws ? hws : 1)) ||
+                cusolverDnXtrtri(q->solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, n, CUDA_R_64F, a, n, dwork,
+                                 dws, hwork, hws, dinfo) != CUSOLVER_STATUS_SUCCESS ||
+                cudaMemcpyAsync(&info, dinfo, sizeof(int), cudaMemcpyDeviceToHost, q->stream) != cudaSuccess ||
+                cudaStreamSynchronize(q->stream) != cudaSuccess || info != 0))
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: triangular inverse of a %dx%d factor failed", n, n);
+    cudaFree(dinfo), cudaFree(work), cudaFree(dwork), free(hwork);
+    return rc;
+}
+
+int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv,
+                            llmi_status *st) {
+    double mean;
+    if (quant_gptq_order(h, cols, o, hv, &mean, st)) return st->code;
+    int rc = 0;
+    float *hd = NULL;
+    double *a = NULL;
+    uint8_t *dead8 = malloc((size_t)cols);
+    if (!dead8) rc = llmi_fail(st, LLMI_E_RUNTIME, "gptq: out of memory");
+    for (int k = 0; !rc && k < cols; k++) dead8[k] = hv->dead[k];
+    cudaFree(q->u), cudaFree(q->perm), cudaFree(q->dead);
+    q->u = NULL, q->perm = NULL, q->dead = NULL, q->u_cols = 0;
+    if (!rc && (cudaMalloc((void **)&hd, (size_t)cols * cols * sizeof(float)) != cudaSuccess ||
+                cudaMalloc((void **)&a, (size_t)cols * cols * sizeof(double)) != cudaSuccess ||
+                cudaMalloc((void **)&q->u, (size_t)cols * cols * sizeof(float)) != cudaSuccess ||
+                cudaMalloc((void **)&q->perm, (size_t)cols * sizeof(int32_t)) != cudaSuccess ||
+                cudaMalloc((void **)&q->dead, (size_t)cols) != cudaSuccess ||
+                cudaMemcpyAsync(hd, h, (size_t)cols * cols * sizeof(float), cudaMemcpyHostToDevice, q->stream) ||
+                cudaMemcpyAsync(q->perm, hv->perm, (size_t)cols * sizeof(int32_t), cudaMemcpyHostToDevice, q->stream) ||
+                cudaMemcpyAsync(q->dead, dead8, (size_t)cols, cudaMemcpyHostToDevice, q->stream)))
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot place a %dx%d Hessian on the GPU: %s", cols, cols,
+                       cudaGetErrorString(cudaGetLastError()));
+    double damp = o->damp_percent > 0 ? o->damp_percent : 0.01;
+    int f = 1;
+    for (int attempt = 0; !rc && attempt < 6 && f == 1; attempt++, damp *= 10.0) {
+        if (llmi_cuda_quant_hinv_fill(hd, q->perm, q->dead, cols, damp * mean, a, q->stream) != cudaSuccess)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: hinv_fill launch failed");
+        else if ((f = qc_factor(q, a, cols, st)) < 0 || (f != 0 && f != 1))
+            rc = st->code;
+    }
+    if (!rc && f == 1)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "gptq: Hessian of a %dx%d layer is not positive definite even with "
+                       "dampening %.3g", cols, cols, damp / 10.0);
+    if (!rc && llmi_cuda_quant_hinv_upper(a, cols, q->u, q->stream) != cudaSuccess)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: hinv_upper launch failed");
+    if (!rc && cudaStreamSynchronize(q->stream) != cudaSuccess)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: %s", cudaGetErrorString(cudaGetLastError()));
+    cudaFree(hd), cudaFree(a), free(dead8);
+    if (rc) {
+        quant_gptq_hinv_free(hv);
+        return rc;
+    }
+    q->u_cols = cols;
+    hv->damp = (float)(damp / 10.0);
+    return 0;
+}
+
+int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_gptq_hinv *hv,
+                          const quant_gptq_opts *o, quant_grid *g, double *err, llmi_status *st) {
+    const int cols = hv->cols, gs = o->group_size, bs = 128;
+    if (q->u_cols != cols) return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: apply without its prepare");
+    if (quant_grid_alloc(g, rows, cols, gs, o->desc_act, st)) return st->code;
+    float *wd = NULL, *wt = NULL, *et = NULL, *s_row = NULL;
+    int32_t *z_row = NULL;
+    uint8_t *qd = NULL, *zd = NULL;
+    uint16_t *sd = NULL;
+    const size_t rc_n = (size_t)rows * cols, sg = (size_t)g->n_groups * rows;
+    int rc = 0;
+    if (cudaMalloc((void **)&wd, rc_n * sizeof(float)) || cudaMalloc((void **)&wt, rc_n * sizeof(float)) ||
+        cudaMalloc((void **)&et, (size_t)bs * rows * sizeof(float)) || cudaMalloc((void **)&s_row, rows * sizeof(float)) ||
+        cudaMalloc((void **)&z_row, rows * sizeof(int32_t)) || cudaMalloc((void **)&qd, rc_n) ||
+        cudaMalloc((void **)&zd, sg) || cudaMalloc((void **)&sd, sg * sizeof(uint16_t)) ||
+        cudaMemcpyAsync(wd, w, rc_n * sizeof(float), cudaMemcpyHostToDevice, q->stream) ||
+        cudaMemsetAsync(q->scalar, 0, sizeof(double), q->stream) ||
+        llmi_cuda_gptq_load(wd, q->perm, q->dead, rows, cols, wt, q->stream))
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot place a %dx%d layer on the GPU: %s", rows, cols,
+                       cudaGetErrorString(cudaGetLastError()));
+    const float one = 1.0f, minus = -1.0f;
+    for (int i1 = 0; i1 < cols && !rc; i1 += bs) {
+        const int i2 = i1 + bs < cols ? i1 + bs : cols, nb = i2 - i1, m = cols - i2;
+        if (llmi_cuda_gptq_block(wt, q->u, rows, cols, i1, i2, gs, o->sym, q->perm, qd, sd, zd, et, s_row, z_row,
+                                 q->scalar, q->stream) != cudaSuccess) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: gptq_block launch failed");
+            break;
+        }
+        /* wt[i2:, :] (m, rows) -= U[i1:i2, i2:]^T (m, nb) et (nb, rows), all row-major:
+         * column-major that is wt' (rows, m) -= et' (rows, nb) U'^T with U' = U[i1:i2, i2:]^T. */
+        if (m > 0 && cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_T, rows, m, nb, &minus, et, rows,
+                                 q->u + (size_t)i1 * cols + i2, cols, &one, wt + (size_t)i2 * rows,
+                                 rows) != CUBLAS_STATUS_SUCCESS)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: lazy-update GEMM failed");
+    }
+    double loss = 0.0;
+    if (!rc && (cudaMemcpyAsync(g->q, qd, rc_n, cudaMemcpyDeviceToHost, q->stream) ||
+                cudaMemcpyAsync(g->scales, sd, sg * sizeof(uint16_t), cudaMemcpyDeviceToHost, q->stream) ||
+                cudaMemcpyAsync(g->zeros, zd, sg, cudaMemcpyDeviceToHost, q->stream) ||
+                cudaMemcpyAsync(&loss, q->scalar, sizeof(double), cudaMemcpyDeviceToHost, q->stream) ||
+                cudaStreamSynchronize(q->stream)))
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: %s", cudaGetErrorString(cudaGetLastError()));
+    cudaFree(wd), cudaFree(wt), cudaFree(et), cudaFree(s_row), cudaFree(z_row), cudaFree(qd), cudaFree(zd), cudaFree(sd);
+    if (rc) {
+        quant_grid_free(g);
+        return rc;
+    }
+    if (g->g_idx)
+        for (int i = 0; i < cols; i++) g->g_idx[hv->perm[i]] = i / gs;
+    *err = loss / 2.0;
+    return 0;
+}
+
+/* ---- AWQ ---- */
+
+int quant_cuda_awq_search_scale(quant_cuda *q, float *const *ws, const int *rows, int n_lin, int cols,
+                                const float *x_mean, const float *h, int group_size, int n_grid, float *best_s,
+                                double *best_loss, llmi_status *st) {
+    int total = 0;
+    for (int i = 0; i < n_lin; i++) total += rows[i];
+    const size_t wn = (size_t)total * cols;
+    float *wd = NULL, *d = NULL, *t = NULL, *hd = NULL, *sd = NULL;
+    float *s = malloc((size_t)cols * sizeof(float));
+    int rc = s ? 0 : llmi_fail(st, LLMI_E_RUNTIME, "awq: out of memory");
+    if (!rc && (cudaMalloc((void **)&wd, wn * sizeof(float)) || cudaMalloc((void **)&d, wn * sizeof(float)) ||
+                cudaMalloc((void **)&t, wn * sizeof(float)) ||
+                cudaMalloc((void **)&hd, (size_t)cols * cols * sizeof(float)) ||
+                cudaMalloc((void **)&sd, (size_t)cols * sizeof(float)) ||
+                cudaMemcpyAsync(hd, h, (size_t)cols * cols * sizeof(float), cudaMemcpyHostToDevice, q->stream)))
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot place an AWQ group of %dx%d on the GPU", total, cols);
+    for (int i = 0, off = 0; !rc && i < n_lin; off += rows[i], i++)
+        if (cudaMemcpyAsync(wd + (size_t)off * cols, ws[i], (size_t)rows[i] * cols * sizeof(float),
+                            cudaMemcpyHostToDevice, q->stream))
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: upload failed");
+    double best = INFINITY;
+    const float one = 1.0f, zero = 0.0f;
+    for (int a = 0; a < n_grid && !rc; a++) {
+        quant_awq_scales(x_mean, cols, (float)a / (float)n_grid, s);
+        double loss = 0;
+        if (cudaMemcpyAsync(sd, s, (size_t)cols * sizeof(float), cudaMemcpyHostToDevice, q->stream) ||
+            llmi_cuda_awq_fake_quant_err(wd, sd, total, cols, group_size, d, q->stream) ||
+            /* t = d H: row-major (total, cols) is column-major (cols, total) = H d' */
+            cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_N, cols, total, cols, &one, hd, cols, d, cols, &zero, t,
+                        cols) != CUBLAS_STATUS_SUCCESS ||
+            llmi_cuda_quant_dot(d, t, wn, q->scalar, q->stream) ||
+            cudaMemcpyAsync(&loss, q->scalar, sizeof(double), cudaMemcpyDeviceToHost, q->stream) ||
+            cudaStreamSynchronize(q->stream)) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: AWQ scale search: %s",
+                           cudaGetErrorString(cudaGetLastError()));
+            break;
+        }
+        if (loss < best) {
+            best = loss;
+            memcpy(best_s, s, (size_t)cols * sizeof(float));
+        }
+    }
+    cudaFree(wd), cudaFree(d), cudaFree(t), cudaFree(hd), cudaFree(sd), free(s);
+    if (!rc) *best_loss = best;
+    return rc;
+}
+
+#endif
