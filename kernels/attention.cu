@@ -25,10 +25,17 @@ static __device__ __forceinline__ int64_t kv_index(const int32_t *bt, int block_
 }
 
 /* Elements per 16-byte load of a KV row segment (8 for f16/bf16, 4 for f32), or 1 when
- * head_dim does not divide into them (then rows are not 16-byte aligned either). */
+ * head_dim does not divide into them (then rows are not 16-byte aligned either) and for
+ * q8/fp8, which are read element by element (llmi_kv_load). */
 static __device__ __forceinline__ int kv_vec_width(llmi_kv_dtype dt, int hd) {
+    if (dt == LLMI_KV_Q8 || dt == LLMI_KV_FP8) return 1;
     int w = dt == LLMI_KV_F32 ? 4 : 8;
     return hd % w == 0 ? w : 1;
+}
+
+/* The fp8 scale of KV head kvh (1 for the other dtypes, which carry no scale). */
+static __device__ __forceinline__ float kv_scale_of(llmi_kv_dtype dt, const float *scale, int kvh) {
+    return dt == LLMI_KV_FP8 && scale ? scale[kvh] : 1.0f;
 }
 
 /* dst[0 .. 16 bytes of elements) as fp32 <- cache[off ..], off a multiple of the width. */
@@ -64,6 +71,7 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
     const int start = split * chunk, end = min(pos + 1, start + chunk);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
     const int vw = kv_vec_width(a.kv_dt, hd);
+    const float ksc = kv_scale_of(a.kv_dt, a.k_scale, kvh), vsc = kv_scale_of(a.kv_dt, a.v_scale, kvh);
 
     for (int i = tid; i < G * hd; i += blockDim.x) {
         qs[i] = a.q[(int64_t)t * a.q_stride + (int64_t)h0 * hd + i];
@@ -86,8 +94,8 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
             for (int i = tid; i < nt * hd; i += blockDim.x) {
                 int tt = i / hd, d = i % hd;
                 int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, t0 + tt, kvh) + d;
-                ks[tt * hdp + d] = llmi_kv_load(a.k_cache, a.kv_dt, off);
-                vs[tt * hd + d] = llmi_kv_load(a.v_cache, a.kv_dt, off);
+                ks[tt * hdp + d] = llmi_kv_load(a.k_cache, a.kv_dt, off) * ksc;
+                vs[tt * hd + d] = llmi_kv_load(a.v_cache, a.kv_dt, off) * vsc;
             }
         }
         __syncthreads();
@@ -280,6 +288,7 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
     __syncthreads();
     const int max_pos = *max_pos_sh;
     const bool same_type = a.kv_dt == tc_conv<T>::kv;
+    const float ksc = kv_scale_of(a.kv_dt, a.k_scale, kvh), vsc = kv_scale_of(a.kv_dt, a.v_scale, kvh);
     const int r0 = warp * 16;   /* this warp's first query row */
 
     for (int kv0 = 0; kv0 <= max_pos; kv0 += PF_BK) {
@@ -303,8 +312,8 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
                 float kv = 0.0f, vv = 0.0f;
                 if (p <= max_pos) {
                     int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + d;
-                    kv = llmi_kv_load(a.k_cache, a.kv_dt, off);
-                    vv = llmi_kv_load(a.v_cache, a.kv_dt, off);
+                    kv = llmi_kv_load(a.k_cache, a.kv_dt, off) * ksc;
+                    vv = llmi_kv_load(a.v_cache, a.kv_dt, off) * vsc;
                 }
                 Ks[tt * L.ldk + d] = tc_conv<T>::from(kv);
                 Vs[tt * L.ldk + d] = tc_conv<T>::from(vv);
@@ -413,8 +422,11 @@ extern "C" cudaError_t llmi_cuda_attn_prefill(const llmi_cuda_attn *a, const int
     if (a->head_dim % 16 != 0 || a->head_dim > 256 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0 ||
         a->n_heads > 65535)
         return cudaErrorInvalidValue;
-    /* f16 caches keep f16 on the tensor cores; bf16 and f32 caches use bf16 (f32's range) */
-    if (a->kv_dt == LLMI_KV_F16) return launch_prefill<__half>(a, tiles, n_tiles, s);
+    /* f16 caches keep f16 on the tensor cores, and so do q8 (d*q: an fp16 scale times an int8
+     * rounds less in f16 than in bf16) and fp8 (every e4m3 value is exact in f16; a scale
+     * above 1 could overflow, but llmi's are 1); bf16 and f32 caches use bf16 (f32's range) */
+    if (a->kv_dt == LLMI_KV_F16 || a->kv_dt == LLMI_KV_Q8 || a->kv_dt == LLMI_KV_FP8)
+        return launch_prefill<__half>(a, tiles, n_tiles, s);
     return launch_prefill<__nv_bfloat16>(a, tiles, n_tiles, s);
 }
 

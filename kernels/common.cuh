@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include "kernels.h"
@@ -31,15 +32,42 @@ __device__ __forceinline__ void llmi_store(void *p, llmi_dtype dt, int64_t i, fl
     else if (dt == LLMI_F16) ((__half *)p)[i] = __float2half_rn(v);
     else ((float *)p)[i] = v;
 }
+/* Element i of a KV cache in dt as fp32.  Q8: llama.cpp's q8_0 blocks of 32 (fp16 d, then 32
+ * int8), block i/32 at byte (i/32)*34 (a cache row of n_kv_heads*head_dim is whole blocks);
+ * FP8: e4m3 before its (layer, head) scale, which the caller applies. */
 __device__ __forceinline__ float llmi_kv_load(const void *p, llmi_kv_dtype dt, int64_t i) {
     if (dt == LLMI_KV_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
     if (dt == LLMI_KV_F16) return __half2float(((const __half *)p)[i]);
+    if (dt == LLMI_KV_Q8) {
+        const unsigned char *blk = (const unsigned char *)p + (i / KV_Q8_BLOCK) * KV_Q8_BLOCK_BYTES;
+        float d = __half2float(*(const __half *)blk);   /* 34-byte blocks keep d 2-byte aligned */
+        return d * (float)(signed char)blk[2 + i % KV_Q8_BLOCK];
+    }
+    if (dt == LLMI_KV_FP8) {
+        __half_raw h = __nv_cvt_fp8_to_halfraw(((const __nv_fp8_storage_t *)p)[i], __NV_E4M3);
+        return __half2float(__half(h));   /* every e4m3 value is exact in f16 */
+    }
     return ((const float *)p)[i];
 }
+/* Stores v at element i in f32, f16, bf16 (round to nearest even) or fp8 (v already divided
+ * by its scale; RNE, saturating to +-448 as the CPU's f32_to_e4m3).  Q8 is written a whole
+ * block at a time (llmi_kv_store_q8_block). */
 __device__ __forceinline__ void llmi_kv_store(void *p, llmi_kv_dtype dt, int64_t i, float v) {
     if (dt == LLMI_KV_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
     else if (dt == LLMI_KV_F16) ((__half *)p)[i] = __float2half_rn(v);
+    else if (dt == LLMI_KV_FP8) ((__nv_fp8_storage_t *)p)[i] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
     else ((float *)p)[i] = v;
+}
+/* Block b (KV_Q8_BLOCK values of x) of a q8 cache, as the CPU's q8_block_quantize: d =
+ * amax/127 rounded to fp16, q = roundf(x / d) (IEEE division and roundf's ties away from
+ * zero, so the bytes equal the CPU's for the same x). */
+__device__ __forceinline__ void llmi_kv_store_q8_block(void *p, int64_t b, const float *x) {
+    float amax = 0.0f;
+    for (int j = 0; j < KV_Q8_BLOCK; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    unsigned char *blk = (unsigned char *)p + b * KV_Q8_BLOCK_BYTES;
+    *(__half *)blk = __float2half_rn(d);
+    for (int j = 0; j < KV_Q8_BLOCK; j++) blk[2 + j] = (unsigned char)(signed char)roundf(x[j] * id);
 }
 
 __device__ __forceinline__ float llmi_warp_sum(float v) {

@@ -42,11 +42,13 @@ cudaError_t llmi_cuda_add_rmsnorm(float *residual, const float *delta, const flo
 /* Rotate-half RoPE of q (n, n_heads*head_dim; row stride q_stride) and k (n,
  * n_kv_heads*head_dim; k_stride) in place by positions (n), then K and V (v_stride) into
  * k_cache/v_cache at slot_mapping (n); a negative slot writes nothing.  inv_freq
- * (head_dim/2) from cpu_rope_inv_freq, uploaded once.  head_dim even, <= 1024. */
+ * (head_dim/2) from cpu_rope_inv_freq, uploaded once.  head_dim even, <= 1024.  fp8
+ * stores value / k_scale[h] (v_scale[h]) (n_kv_heads each; NULL = 1); q8 needs head_dim
+ * a multiple of 32. */
 cudaError_t llmi_cuda_rope_kv(float *q, int q_stride, float *k, int k_stride, const float *v, int v_stride,
                               const int32_t *positions, const int32_t *slot_mapping, int n, int n_heads,
                               int n_kv_heads, int head_dim, const float *inv_freq, void *k_cache, void *v_cache,
-                              llmi_kv_dtype kv_dt, cudaStream_t s);
+                              llmi_kv_dtype kv_dt, const float *k_scale, const float *v_scale, cudaStream_t s);
 
 /* ---- activation.cu ---- */
 /* out (n, d) in out_dt (row stride d) = silu(gate) * up; gate and up rows are in_stride apart. */
@@ -62,6 +64,8 @@ typedef struct llmi_cuda_attn {
     const void *k_cache;         /* (num_blocks, block_size, n_kv_heads, head_dim) in kv_dt */
     const void *v_cache;         /* same */
     llmi_kv_dtype kv_dt;
+    const float *k_scale;        /* (n_kv_heads) fp8 scales of this layer's K and V; NULL = 1 */
+    const float *v_scale;
     const int32_t *positions;    /* (n_tokens) */
     const int32_t *seq_of_token; /* (n_tokens) */
     const int32_t *block_tables; /* (n_seqs, max_blocks_per_seq) */

@@ -1,6 +1,7 @@
 /* rope_kv.cu — owns rotate-half RoPE fused with the paged K/V cache write (twin:
  * cpu_rope_kv_write).  The angle is pos * inv_freq[i] in fp32 and cos/sin are the
- * accurate (non-intrinsic) functions, as transformers and the CPU twin compute them. */
+ * accurate (non-intrinsic) functions, as transformers and the CPU twin compute them.  q8
+ * and fp8 caches get the CPU twin's bytes for the same rotated values. */
 #include "common.cuh"
 
 /* grid (n), block 128: one token per block; threads stride over (head, pair) for the
@@ -8,7 +9,7 @@
 __global__ void llmi_rope_kv_kernel(float *q, int q_stride, float *k, int k_stride, const float *v, int v_stride,
                                     const int32_t *positions, const int32_t *slot_mapping, int n_heads,
                                     int n_kv_heads, int head_dim, const float *inv_freq, void *k_cache,
-                                    void *v_cache, llmi_kv_dtype kv_dt) {
+                                    void *v_cache, llmi_kv_dtype kv_dt, const float *k_scale, const float *v_scale) {
     int t = blockIdx.x;
     int half = head_dim / 2;
     float p = (float)positions[t];
@@ -30,19 +31,34 @@ __global__ void llmi_rope_kv_kernel(float *q, int q_stride, float *k, int k_stri
     int row = n_kv_heads * head_dim;
     int64_t base = (int64_t)slot * row;
     const float *vt = v + (int64_t)t * v_stride;
+    if (kv_dt == LLMI_KV_Q8) {   /* one thread per 32-value block (row is whole blocks) */
+        for (int j = threadIdx.x; j < row / KV_Q8_BLOCK; j += blockDim.x) {
+            llmi_kv_store_q8_block(k_cache, base / KV_Q8_BLOCK + j, kt + j * KV_Q8_BLOCK);
+            llmi_kv_store_q8_block(v_cache, base / KV_Q8_BLOCK + j, vt + j * KV_Q8_BLOCK);
+        }
+        return;
+    }
     for (int j = threadIdx.x; j < row; j += blockDim.x) {
-        llmi_kv_store(k_cache, kv_dt, base + j, kt[j]);
-        llmi_kv_store(v_cache, kv_dt, base + j, vt[j]);
+        float ki = kt[j], vi = vt[j];
+        if (kv_dt == LLMI_KV_FP8) {   /* x * (1/scale), as the CPU's vec_f32_to_kv */
+            int h = j / head_dim;
+            if (k_scale) ki *= 1.0f / k_scale[h];
+            if (v_scale) vi *= 1.0f / v_scale[h];
+        }
+        llmi_kv_store(k_cache, kv_dt, base + j, ki);
+        llmi_kv_store(v_cache, kv_dt, base + j, vi);
     }
 }
 
 extern "C" cudaError_t llmi_cuda_rope_kv(float *q, int q_stride, float *k, int k_stride, const float *v, int v_stride,
                                          const int32_t *positions, const int32_t *slot_mapping, int n, int n_heads,
                                          int n_kv_heads, int head_dim, const float *inv_freq, void *k_cache,
-                                         void *v_cache, llmi_kv_dtype kv_dt, cudaStream_t s) {
+                                         void *v_cache, llmi_kv_dtype kv_dt, const float *k_scale,
+                                         const float *v_scale, cudaStream_t s) {
     if (n <= 0) return cudaSuccess;
+    if (kv_dt == LLMI_KV_Q8 && head_dim % KV_Q8_BLOCK != 0) return cudaErrorInvalidValue;   /* blocks within a head, as the CPU */
     llmi_rope_kv_kernel<<<n, 128, 0, s>>>(q, q_stride, k, k_stride, v, v_stride, positions, slot_mapping, n_heads,
-                                          n_kv_heads, head_dim, inv_freq, k_cache, v_cache, kv_dt);
+                                          n_kv_heads, head_dim, inv_freq, k_cache, v_cache, kv_dt, k_scale, v_scale);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }

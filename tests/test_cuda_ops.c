@@ -11,6 +11,7 @@
 #include <string.h>
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/vec.h"
 #include "core/dtype.h"
 #include "engine/sampler.h"
 #include "core/tensor.h"
@@ -56,18 +57,14 @@ static void *dup_to_dev(const void *h, size_t bytes) {
 }
 static void to_host(void *h, const void *d, size_t bytes) { cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost); }
 
-static size_t kv_esz(llmi_kv_dtype t) { return t == LLMI_KV_F32 ? 4 : 2; }
-static void kv_put(void *base, llmi_kv_dtype t, size_t i, float v) {
-    if (t == LLMI_KV_F32) ((float *)base)[i] = v;
-    else if (t == LLMI_KV_F16) ((uint16_t *)base)[i] = f32_to_fp16(v);
-    else ((uint16_t *)base)[i] = f32_to_bf16(v);
+static const char *kv_name(llmi_kv_dtype t) { return kv_dtype_name(t); }
+/* cache (n_rows * n_heads rows of hd values, kv_dtype_row_bytes(t, hd) bytes each) <- x
+ * (same shape, fp32) in t, head h's rows divided by scale[h] for fp8, as the CPU writes them. */
+static void kv_fill(void *cache, llmi_kv_dtype t, const float *x, size_t n_rows, int n_heads, int hd, const float *scale) {
+    size_t rb = kv_dtype_row_bytes(t, (size_t)hd);
+    for (size_t r = 0; r < n_rows * n_heads; r++)
+        vec_f32_to_kv(x + r * hd, t, scale[r % n_heads], (char *)cache + r * rb, hd);
 }
-static float kv_get(const void *base, llmi_kv_dtype t, size_t i) {
-    if (t == LLMI_KV_F32) return ((const float *)base)[i];
-    if (t == LLMI_KV_F16) return fp16_to_f32(((const uint16_t *)base)[i]);
-    return bf16_to_f32(((const uint16_t *)base)[i]);
-}
-static const char *kv_name(llmi_kv_dtype t) { return t == LLMI_KV_F32 ? "f32" : t == LLMI_KV_F16 ? "f16" : "bf16"; }
 
 TEST(cuda_embed) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
@@ -156,42 +153,49 @@ TEST(cuda_add_rmsnorm) {
     free(x); free(dl); free(w); free(ref); free(got); free(xr); free(xg); free(gb);
 }
 
+/* Every KV dtype, fp8 with per-head scales that are not 1 (the other dtypes must ignore
+ * them): V is written from the same fp32 values as the CPU's, so its cache bytes must be the
+ * CPU's exactly (q8's d and rounding, fp8's RNE saturation); K comes from the rotation, whose
+ * cosf/sinf may differ by an ulp, so it is compared after dequantization. */
 TEST(cuda_rope_kv) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_rope_kv");
-    const int n = 11, nh = 6, nkv = 2, hd = 34, bs = 16, nblocks = 5;
-    llmi_config c = {0};
-    c.head_dim = hd; c.rope_dim = hd; c.rope_theta = 10000.0f;
-    float inv_freq[17];
-    backend_rope_inv_freq(&c, inv_freq);
+    const int n = 11, nh = 6, nkv = 2, bs = 16, nblocks = 5;
+    const float k_scale[2] = {0.5f, 1.0f}, v_scale[2] = {2.0f, 0.25f};
+    float *d_ks = dup_to_dev(k_scale, sizeof k_scale), *d_vs = dup_to_dev(v_scale, sizeof v_scale);
     int32_t pos[11], slot[11];
     for (int i = 0; i < n; i++) { pos[i] = trng_int(&r, 5000); slot[i] = i * 7 % (nblocks * bs); }
-    const int W = (nh + 2 * nkv) * hd, qd = nh * hd, kvd = nkv * hd;
-    for (int kt = 0; kt < 3; kt++) {
+    for (int kt = 0; kt < LLMI_KV_DTYPE_COUNT; kt++) {
         llmi_kv_dtype dt = (llmi_kv_dtype)kt;
-        size_t cache_elems = (size_t)nblocks * bs * kvd;
+        const int hd = dt == LLMI_KV_Q8 ? 64 : 34;   /* q8: whole 32-value blocks per head */
+        llmi_config c = {0};
+        c.head_dim = hd; c.rope_dim = hd; c.rope_theta = 10000.0f;
+        float inv_freq[32];
+        backend_rope_inv_freq(&c, inv_freq);
+        const int W = (nh + 2 * nkv) * hd, qd = nh * hd, kvd = nkv * hd;
+        size_t cache_elems = (size_t)nblocks * bs * kvd, cache_bytes = (size_t)nblocks * bs * kv_dtype_row_bytes(dt, kvd);
         float *qkv = malloc(sizeof(float) * n * W), *q = malloc(sizeof(float) * n * qd), *k = malloc(sizeof(float) * n * kvd);
         float *v = malloc(sizeof(float) * n * kvd), *got = malloc(sizeof(float) * n * W);
-        for (int i = 0; i < n * W; i++) qkv[i] = trng_unif(&r);
+        for (int i = 0; i < n * W; i++) qkv[i] = 3 * trng_unif(&r);
         for (int t = 0; t < n; t++) {
             memcpy(q + (size_t)t * qd, qkv + (size_t)t * W, qd * 4);
             memcpy(k + (size_t)t * kvd, qkv + (size_t)t * W + qd, kvd * 4);
             memcpy(v + (size_t)t * kvd, qkv + (size_t)t * W + qd + kvd, kvd * 4);
         }
-        void *kc = calloc(cache_elems, kv_esz(dt)), *vc = calloc(cache_elems, kv_esz(dt));
-        void *kg = malloc(cache_elems * kv_esz(dt)), *vg = malloc(cache_elems * kv_esz(dt));
-        cpu_rope_kv_write(q, k, v, pos, slot, n, nh, nkv, hd, inv_freq, kc, vc, dt, NULL, NULL);
-        float *d_qkv = dup_to_dev(qkv, sizeof(float) * n * W), *d_if = dup_to_dev(inv_freq, sizeof inv_freq);
+        void *kc = calloc(1, cache_bytes), *vc = calloc(1, cache_bytes);
+        void *kg = malloc(cache_bytes), *vg = malloc(cache_bytes);
+        cpu_rope_kv_write(q, k, v, pos, slot, n, nh, nkv, hd, inv_freq, kc, vc, dt, k_scale, v_scale);
+        float *d_qkv = dup_to_dev(qkv, sizeof(float) * n * W), *d_if = dup_to_dev(inv_freq, sizeof(float) * hd / 2);
         int32_t *d_pos = dup_to_dev(pos, sizeof pos), *d_slot = dup_to_dev(slot, sizeof slot);
-        void *d_kc = dup_to_dev(NULL, cache_elems * kv_esz(dt)), *d_vc = dup_to_dev(NULL, cache_elems * kv_esz(dt));
-        cudaMemset(d_kc, 0, cache_elems * kv_esz(dt));
-        cudaMemset(d_vc, 0, cache_elems * kv_esz(dt));
+        void *d_kc = dup_to_dev(NULL, cache_bytes), *d_vc = dup_to_dev(NULL, cache_bytes);
+        cudaMemset(d_kc, 0, cache_bytes);
+        cudaMemset(d_vc, 0, cache_bytes);
         CHECK(llmi_cuda_rope_kv(d_qkv, W, d_qkv + qd, W, d_qkv + qd + kvd, W, d_pos, d_slot, n, nh, nkv, hd, d_if, d_kc,
-                                d_vc, dt, 0) == cudaSuccess);
+                                d_vc, dt, d_ks, d_vs, 0) == cudaSuccess);
         CHECK(cudaDeviceSynchronize() == cudaSuccess);
         to_host(got, d_qkv, sizeof(float) * n * W);
-        to_host(kg, d_kc, cache_elems * kv_esz(dt));
-        to_host(vg, d_vc, cache_elems * kv_esz(dt));
+        to_host(kg, d_kc, cache_bytes);
+        to_host(vg, d_vc, cache_bytes);
         float *gq = malloc(sizeof(float) * n * qd), *gk = malloc(sizeof(float) * n * kvd);
         for (int t = 0; t < n; t++) {
             memcpy(gq + (size_t)t * qd, got + (size_t)t * W, qd * 4);
@@ -200,15 +204,21 @@ TEST(cuda_rope_kv) {
         CHECK_MSG(test_nmse(gq, q, (long)n * qd) <= 1e-7, "%s q nmse %g", kv_name(dt), test_nmse(gq, q, (long)n * qd));
         CHECK_MSG(test_nmse(gk, k, (long)n * kvd) <= 1e-7, "%s k nmse %g", kv_name(dt), test_nmse(gk, k, (long)n * kvd));
         float *a = malloc(cache_elems * 4), *b2 = malloc(cache_elems * 4);
-        for (size_t i = 0; i < cache_elems; i++) { a[i] = kv_get(kg, dt, i); b2[i] = kv_get(kc, dt, i); }
-        CHECK_MSG(test_nmse(a, b2, (long)cache_elems) <= 1e-7, "%s k cache nmse %g", kv_name(dt),
-                  test_nmse(a, b2, (long)cache_elems));
-        for (size_t i = 0; i < cache_elems; i++) { a[i] = kv_get(vg, dt, i); b2[i] = kv_get(vc, dt, i); }
-        CHECK_MSG(test_nmse(a, b2, (long)cache_elems) == 0, "%s v cache differs", kv_name(dt));
+        size_t rb = kv_dtype_row_bytes(dt, hd);
+        for (size_t row = 0; row < cache_elems / hd; row++) {
+            float sc = k_scale[row % nkv];
+            vec_kv_to_f32((char *)kg + row * rb, dt, sc, a + row * hd, hd);
+            vec_kv_to_f32((char *)kc + row * rb, dt, sc, b2 + row * hd, hd);
+        }
+        /* a rounding boundary crossed by an ulp of the rotation flips one q8/fp8 step at most */
+        double ek = test_nmse(a, b2, (long)cache_elems), kb = dt == LLMI_KV_Q8 || dt == LLMI_KV_FP8 ? 1e-5 : 1e-7;
+        CHECK_MSG(ek <= kb, "%s k cache nmse %g", kv_name(dt), ek);
+        CHECK_MSG(memcmp(vg, vc, cache_bytes) == 0, "%s v cache bytes differ from the CPU's", kv_name(dt));
         cudaFree(d_qkv); cudaFree(d_if); cudaFree(d_pos); cudaFree(d_slot); cudaFree(d_kc); cudaFree(d_vc);
         free(qkv); free(q); free(k); free(v); free(got); free(kc); free(vc); free(kg); free(vg); free(gq); free(gk);
         free(a); free(b2);
     }
+    cudaFree(d_ks); cudaFree(d_vs);
 }
 
 TEST(cuda_swiglu) {
@@ -275,21 +285,28 @@ static void attention_case(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int 
     llmi_batch b = {.n_tokens = n, .tokens = pos, .positions = pos, .slot_mapping = slot, .seq_of_token = seq,
                     .n_seqs = nseq, .query_start = qs, .block_tables = tables,
                     .max_blocks_per_seq = mbps, .n_logits = 0, .logit_rows = NULL};
-    size_t cache_elems = (size_t)nblocks * bs * nkv * hd, es = kv_esz(dt);
-    void *kc = malloc(cache_elems * es), *vc = malloc(cache_elems * es);
-    for (size_t i = 0; i < cache_elems; i++) { kv_put(kc, dt, i, 2 * trng_unif(r)); kv_put(vc, dt, i, trng_unif(r)); }
+    /* fp8 scales that are not 1 (ignored by the other dtypes) */
+    const float ks[2] = {0.5f, 1.0f}, vs[2] = {1.0f, 0.25f};
+    size_t cache_elems = (size_t)nblocks * bs * nkv * hd, es = kv_dtype_row_bytes(dt, cache_elems);
+    float *kf = malloc(cache_elems * 4), *vf = malloc(cache_elems * 4);
+    for (size_t i = 0; i < cache_elems; i++) { kf[i] = 2 * trng_unif(r); vf[i] = trng_unif(r); }
+    void *kc = malloc(es), *vc = malloc(es);
+    kv_fill(kc, dt, kf, (size_t)nblocks * bs, nkv, hd, ks);
+    kv_fill(vc, dt, vf, (size_t)nblocks * bs, nkv, hd, vs);
     size_t qn = (size_t)n * nh * hd;
-    float *q = malloc(qn * 4), *ref = malloc(qn * 4), *got = malloc(qn * 4);
+    float *q = malloc(qn * 4), *ref = malloc(qn * 4), *got = malloc(qn * 4), *ref32 = malloc(qn * 4);
     for (size_t i = 0; i < qn; i++) q[i] = trng_unif(r);
     float scale = 1.0f / sqrtf((float)hd);
-    cpu_paged_attention(q, kc, vc, dt, NULL, NULL, &b, nh, nkv, hd, bs, scale, ref);
+    cpu_paged_attention(q, kc, vc, dt, ks, vs, &b, nh, nkv, hd, bs, scale, ref);
+    cpu_paged_attention(q, kf, vf, LLMI_KV_F32, NULL, NULL, &b, nh, nkv, hd, bs, scale, ref32);
+    float *d_ks = dup_to_dev(ks, sizeof ks), *d_vs = dup_to_dev(vs, sizeof vs);
 
     int32_t *dec = malloc(n * 4), *tiles = malloc(2 * n * 4);
     int nd = 0, nt = 0, mp = 0;
     llmi_cuda_attn_plan(&b, hd, dec, &nd, tiles, &nt, &mp);
     CHECK(nd + (nt > 0 ? 1 : 0) > 0);
     float *d_q = dup_to_dev(q, qn * 4), *d_out = dup_to_dev(NULL, qn * 4);
-    void *d_kc = dup_to_dev(kc, cache_elems * es), *d_vc = dup_to_dev(vc, cache_elems * es);
+    void *d_kc = dup_to_dev(kc, es), *d_vc = dup_to_dev(vc, es);
     int32_t *d_pos = dup_to_dev(pos, n * 4), *d_seq = dup_to_dev(seq, n * 4);
     int32_t *d_tab = dup_to_dev(tables, sizeof(int32_t) * nseq * mbps);
     int32_t *d_dec = dup_to_dev(dec, n * 4), *d_tiles = dup_to_dev(tiles, 2 * n * 4);
@@ -297,7 +314,7 @@ static void attention_case(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int 
     size_t wf = llmi_cuda_attn_work_floats(nd, nh, hd, splits);
     float *d_work = dup_to_dev(NULL, wf * 4);
     llmi_cuda_attn a = {.q = d_q, .q_stride = nh * hd, .k_cache = d_kc, .v_cache = d_vc, .kv_dt = dt,
-                        .positions = d_pos, .seq_of_token = d_seq, .block_tables = d_tab, .max_blocks_per_seq = mbps,
+                        .k_scale = d_ks, .v_scale = d_vs, .positions = d_pos, .seq_of_token = d_seq, .block_tables = d_tab, .max_blocks_per_seq = mbps,
                         .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .block_size = bs, .scale = scale,
                         .out = d_out, .out_stride = nh * hd, .out_dt = LLMI_F32};
     CHECK(llmi_cuda_attn_init(nh, nkv, hd) == cudaSuccess);
@@ -316,8 +333,14 @@ static void attention_case(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int 
     double e_all = test_nmse(got, ref, (long)qn), e_dec = m ? test_nmse(gd, rd, (long)m) : 0;
     CHECK_MSG(e_all <= 5e-4, "hd %d kv %s splits %d: nmse %g", hd, kv_name(dt), splits, e_all);
     CHECK_MSG(e_dec <= 1e-7, "hd %d kv %s splits %d: decode-path nmse %g", hd, kv_name(dt), splits, e_dec);
-    printf("  attention hd %d kv %-4s splits %d: %d decode tokens, %d tiles, nmse %.3g (decode %.3g)\n", hd, kv_name(dt),
-           splits, nd, nt, e_all, e_dec);
+    /* against attention over the unquantized fp32 cache: the quantization error itself, within
+     * the CPU test's bounds (kv_quant_attention_vs_f32_kv: q8 1e-3, fp8 1e-2) */
+    double e32 = test_nmse(got, ref32, (long)qn);
+    if (dt == LLMI_KV_Q8 || dt == LLMI_KV_FP8)
+        CHECK_MSG(e32 < (dt == LLMI_KV_Q8 ? 1e-3 : 1e-2) && e32 > 0, "hd %d kv %s: nmse vs f32 KV %g", hd, kv_name(dt), e32);
+    printf("  attention hd %d kv %-4s splits %d: %d decode tokens, %d tiles, nmse %.3g (decode %.3g), vs f32 KV %.3g\n",
+           hd, kv_name(dt), splits, nd, nt, e_all, e_dec, e32);
+    cudaFree(d_ks); cudaFree(d_vs); free(kf); free(vf); free(ref32);
     cudaFree(d_q); cudaFree(d_out); cudaFree(d_kc); cudaFree(d_vc); cudaFree(d_pos); cudaFree(d_seq); cudaFree(d_tab);
     cudaFree(d_dec); cudaFree(d_tiles); cudaFree(d_work);
     free(pos); free(seq); free(slot); free(tables); free(perm); free(kc); free(vc); free(q); free(ref); free(got);
@@ -327,10 +350,12 @@ static void attention_case(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int 
 TEST(cuda_attention) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_attention");
-    for (int kt = 0; kt < 3; kt++) {
+    for (int kt = 0; kt < LLMI_KV_DTYPE_COUNT; kt++) {
         attention_case(t_, &r, 64, (llmi_kv_dtype)kt, 0);
         attention_case(t_, &r, 64, (llmi_kv_dtype)kt, 3);
     }
+    attention_case(t_, &r, 128, LLMI_KV_Q8, 0);
+    attention_case(t_, &r, 40, LLMI_KV_FP8, 2);   /* fp8 at a head_dim off the tensor-core path */
     attention_case(t_, &r, 128, LLMI_KV_BF16, 0);
     /* head_dim not a multiple of 16: everything on the decode path; 36 also takes its
      * scalar K/V loads for 16-bit caches, 40 the 16-byte ones */
@@ -682,13 +707,15 @@ static void check_forward_sample(test_ctx *t_, llmi_backend *gpu, trng *r, const
 TEST(cuda_backend_forward) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_backend_forward");
-    for (int variant = 0; variant < 2; variant++) {
+    /* KV dtype per variant: f32, bf16 (with q/k/v biases), q8, fp8 (with biases) */
+    const llmi_kv_dtype kvt[4] = {LLMI_KV_F32, LLMI_KV_BF16, LLMI_KV_Q8, LLMI_KV_FP8};
+    for (int variant = 0; variant < 4; variant++) {
         llmi_model m;
-        cuda_tiny_model(&m, &r, variant == 1);
+        cuda_tiny_model(&m, &r, variant % 2 == 1);
         int32_t toks[3 * 64];
         for (int i = 0; i < 3 * 64; i++) toks[i] = trng_int(&r, m.cfg.n_vocab);
         llmi_backend_opts o = {.n_threads = 0, .gpu_index = 0, .gpu_mem_util = 0.5f,
-                               .kv_dtype = variant ? LLMI_KV_BF16 : LLMI_KV_F32, .block_size = FB_BS,
+                               .kv_dtype = kvt[variant], .block_size = FB_BS,
                                .max_batch_tokens = 64, .max_seqs = 4};
         llmi_backend *cpu = NULL, *gpu = NULL;
         llmi_status st = {0};
@@ -718,8 +745,8 @@ TEST(cuda_backend_forward) {
             }
             agree += a == b2;
         }
-        printf("  forward %s: logits nmse %.3g, argmax agrees on %d of %d rows\n", variant ? "bias, kv bf16" : "kv f32",
-               e, agree, n_rows);
+        printf("  forward kv %s%s: logits nmse %.3g, argmax agrees on %d of %d rows\n", kv_name(kvt[variant]),
+               variant % 2 ? ", bias" : "", e, agree, n_rows);
         CHECK_MSG(e <= 1e-3, "logits nmse %g", e);   /* bf16 activations into the GEMMs */
         CHECK(agree >= n_rows * 9 / 10);
         /* again from a fresh cache, profiled (which keeps every step eager): same logits

@@ -50,6 +50,15 @@ int backend_check_model(const llmi_model *m, const char *who, llmi_status *st) {
     return 0;
 }
 
+int backend_check_kv_dtype(const llmi_config *c, llmi_kv_dtype t, const char *who, llmi_status *st) {
+    if ((int)t < 0 || t >= LLMI_KV_DTYPE_COUNT)
+        return llmi_fail(st, LLMI_E_USAGE, "%s backend: unknown KV dtype %d", who, (int)t);
+    if (t == LLMI_KV_Q8 && c->head_dim % KV_Q8_BLOCK)
+        return llmi_fail(st, LLMI_E_USAGE, "--kv-type q8: head_dim %d is not a multiple of %d (use f16, bf16 or fp8)",
+                         c->head_dim, KV_Q8_BLOCK);
+    return 0;
+}
+
 size_t backend_kv_block_bytes(const llmi_config *c, int block_size, llmi_kv_dtype t) {
     return 2 * (size_t)c->n_layers * (size_t)block_size * kv_dtype_row_bytes(t, (size_t)c->n_kv_heads * c->head_dim);
 }

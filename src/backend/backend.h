@@ -25,6 +25,9 @@ const char *op_class_name(llmi_op_class c);
 /* Checks that every tensor has the shape the config promises and a consistent row size;
  * who ("cpu", "cuda") starts the message.  Backends add their own dtype and size limits. */
 int backend_check_model(const llmi_model *m, const char *who, llmi_status *st);
+/* Checks that this model can keep its KV cache in t: a known dtype, and for q8 a head_dim
+ * that is whole 32-value blocks (each head's row quantized on its own, on every backend). */
+int backend_check_kv_dtype(const llmi_config *c, llmi_kv_dtype t, const char *who, llmi_status *st);
 /* Bytes one KV block takes across all layers, K and V. */
 size_t backend_kv_block_bytes(const llmi_config *c, int block_size, llmi_kv_dtype t);
 /* inv_freq (head_dim / 2): RoPE inverse frequencies with the config's scaling, as

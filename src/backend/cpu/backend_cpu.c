@@ -359,11 +359,7 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     if (check_model(m, st)) return st->code;
     if (o->block_size <= 0 || o->max_batch_tokens <= 0 || o->max_seqs <= 0)
         return llmi_fail(st, LLMI_E_USAGE, "cpu backend: block_size, max_batch_tokens and max_seqs must be positive");
-    if ((int)o->kv_dtype < 0 || o->kv_dtype >= LLMI_KV_DTYPE_COUNT)
-        return llmi_fail(st, LLMI_E_USAGE, "cpu backend: unknown KV dtype %d", (int)o->kv_dtype);
-    if (o->kv_dtype == LLMI_KV_Q8 && m->cfg.head_dim % KV_Q8_BLOCK)
-        return llmi_fail(st, LLMI_E_USAGE, "--kv-type q8: head_dim %d is not a multiple of %d (use f16, bf16 or fp8)",
-                         m->cfg.head_dim, KV_Q8_BLOCK);
+    if (backend_check_kv_dtype(&m->cfg, o->kv_dtype, "cpu", st)) return st->code;
     llmi_backend *b = calloc(1, sizeof *b);
     cpu_impl *im = calloc(1, sizeof *im);
     if (!b || !im) {

@@ -765,8 +765,9 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
     const llmi_config *c = &b->model->cfg;
     const int n = f->n, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim,
               qd = im->q_dim, kvd = im->kv_dim, W = im->qkv_dim;
-    const size_t e = WDT_BYTES, esz = kv_dtype_row_bytes(b->opts.kv_dtype, 1);   /* f32/f16/bf16 */
-    const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * (size_t)kvd * esz;   /* one of K or V */
+    const size_t e = WDT_BYTES, row_bytes = kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)kvd);
+    const double esz = (double)row_bytes / kvd;   /* bytes per KV value (q8: 34/32) */
+    const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * row_bytes;   /* one of K or V */
 
     CU_CHECK(st, llmi_cuda_embed(im->tok_embd, WDT, c->n_vocab, dim, f->tok, n, im->x, im->stream));
     MARK(LLMI_OP_EMBED, cost_embed(n, dim, (double)dim * e, sizeof(float)));
@@ -782,8 +783,9 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
         MARK(LLMI_OP_QKV, linears_cost(L->qkv, L->n_qkv, n));
 
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
+        /* fp8 scales NULL = 1 in rope_kv and attention, as the CPU backend's fixed kv_scale */
         CU_CHECK(st, llmi_cuda_rope_kv(im->qkv, W, im->qkv + qd, W, im->qkv + qd + kvd, W, f->pos, f->slot, n, nh, nkv,
-                                       hd, im->inv_freq, kc, vc, b->opts.kv_dtype, im->stream));
+                                       hd, im->inv_freq, kc, vc, b->opts.kv_dtype, NULL, NULL, im->stream));
         MARK(LLMI_OP_ROPE_KV, cost_rope_kv(n, qd, kvd, esz));
 
         llmi_cuda_attn a = {
@@ -1072,9 +1074,7 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     if (o->max_batch_tokens > 65535)
         return llmi_fail(st, LLMI_E_USAGE, "cuda backend: max_batch_tokens %d is above the 65535 one launch can cover",
                          o->max_batch_tokens);
-    if (o->kv_dtype != LLMI_KV_F32 && o->kv_dtype != LLMI_KV_F16 && o->kv_dtype != LLMI_KV_BF16)
-        return llmi_fail(st, LLMI_E_USAGE, "cuda backend: --kv-type %s is not implemented on cuda (f32, f16, bf16)",
-                         kv_dtype_name(o->kv_dtype));
+    if (backend_check_kv_dtype(&m->cfg, o->kv_dtype, "cuda", st)) return st->code;
     const llmi_config *c = &m->cfg;
 
     CU_CHECK(st, cudaSetDevice(o->gpu_index));
