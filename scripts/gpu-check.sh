@@ -395,6 +395,26 @@ if has_phase e2e; then
     res=$(awk -v r="$rel" 'BEGIN { print (r != "" && r + 0 <= 0.5) ? "ok" : "FAIL" }')
     row "$label" "$res" "cpu $(num "$a"), cuda $(num "$b"): ${rel:-?}% (limit 0.5%)"
   fi
+  # quantized KV: the same windows with q8 and fp8 caches on both devices (the bytes written
+  # are the same on both; attention differs by summation order and the f16 tensor cores)
+  for kt in q8 fp8; do
+    label="WikiText-2 ppl --kv-type $kt cuda vs cpu ($chunks x $PPL_CTX)"
+    if ! gpu_gate "$label"; then :
+    elif [ -z "$SMOL" ] || [ -z "$DATA" ]; then
+      row "$label" "not available" "needs SmolLM2 and wiki.test.raw (in .gpu-pack/data)"
+    elif ! run "ppl-cuda-$kt" 120 "$LLMI" bench -m "$SMOL" --device "$DEV" --kv-type "$kt" --ppl "$DATA" -c "$PPL_CTX" \
+        --chunks "$chunks" -o csv; then
+      row "$label" "$STATUS" "cuda: $(why "ppl-cuda-$kt")"
+    elif ! run "ppl-cpu-$kt" 200 "$LLMI" bench -m "$SMOL" --device cpu --kv-type "$kt" --ppl "$DATA" -c "$PPL_CTX" \
+        --chunks "$chunks" -o csv; then
+      row "$label" "$STATUS" "cpu: $(why "ppl-cpu-$kt")"
+    else
+      a=$(csv_col "$WORK/ppl-cpu-$kt.out" ppl); b=$(csv_col "$WORK/ppl-cuda-$kt.out" ppl)
+      rel=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) { d = (b - a) / a; if (d < 0) d = -d; printf "%.3f", 100 * d } }')
+      res=$(awk -v r="$rel" 'BEGIN { print (r != "" && r + 0 <= 0.5) ? "ok" : "FAIL" }')
+      row "$label" "$res" "cpu $(num "$a"), cuda $(num "$b"): ${rel:-?}% (limit 0.5%)"
+    fi
+  done
 fi
 
 # ---- bench: llama-3-8b on the device ---------------------------------------------------------
