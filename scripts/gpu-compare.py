@@ -41,7 +41,12 @@ def main(argv):
     except (OSError, ValueError, KeyError) as e:
         print(f"gpu-compare: {e}")
         return 2
-    return 1 if compare_topk.compare(ref, got, max_lp_diff=lp) else 0
+    # compare_topk's agreement minimums are for its 24 prompts x 64 tokens (620 tokens, 5 whole
+    # prompts: ~40% and ~20%); these runs vary in size, so the same shares of this run's
+    total = sum(len(r["tokens"]) for r in ref)
+    min_matched = (total * 620 + 1535) // 1536
+    min_full = len(ref) * 5 // 24
+    return 1 if compare_topk.compare(ref, got, max_lp_diff=lp, min_matched=min_matched, min_full=min_full) else 0
 
 
 if __name__ == "__main__":
