@@ -6,7 +6,15 @@
  * pending token, that token's logits are computed and the next token is sampled.
  * Preemption is by recompute: the victim's blocks are freed and it re-enters the
  * waiting queue with all its tokens pending, so it re-prefills prompt + output later;
- * its per-request RNG only advances on draws, so its output does not change. */
+ * its per-request RNG only advances on draws, so its output does not change.
+ *
+ * Speculative decoding rides on the same step: before planning, each decoding sequence
+ * that speculates gets up to k proposed tokens (spec.h); the step runs them after its
+ * pending token with a logit row at each, accepts a prefix by the exact rule (the
+ * sampler's), adds one token of the target's own, and rolls the K/V back past the first
+ * rejection, so nothing rejected is ever attended or registered in the prefix cache.
+ * Such steps take the logits path (forward), not device sampling: the rule needs the
+ * rows on the host. */
 #include "engine/engine.h"
 
 #include <stdio.h>
@@ -19,6 +27,7 @@
 #include "engine/prompt_cache.h"
 #include "engine/sched.h"
 #include "engine/sequence.h"
+#include "engine/spec.h"
 #include "engine/stop.h"
 #include "tok/tokenizer.h"
 
@@ -40,8 +49,8 @@ struct llmi_engine {
     /* Step workspace, sized once from the options. */
     sched_plan plan;
     sched_batch_bufs bufs;
-    float *logits;            /* (max_seqs, n_vocab): every logit row, or with device sampling
-                                 only the rows of requests that asked for logprobs */
+    float *logits;            /* (sched.max_logit_rows, n_vocab): every logit row, or with device
+                                 sampling only the rows of requests that asked for logprobs */
     void *sample_scratch;     /* sampler_scratch_bytes(n_vocab) */
     float *raw_logits;        /* (n_vocab) unpenalised copy of a row, for --logprobs */
     llmi_sample_row *rows;    /* (max_seqs) device sampling: each logit row's request */
@@ -56,11 +65,19 @@ llmi_engine_opts engine_opts_defaults(void) {
     return o;
 }
 
+/* Prompt lookup's defaults: 5 proposals per step after a match of 2 to 4 tokens. */
+llmi_spec_params spec_params_defaults(void) {
+    return (llmi_spec_params){.mode = LLMI_SPEC_OFF, .k = 5, .ngram_min = 2, .ngram_max = 4};
+}
+
+const char *spec_mode_name(llmi_spec_mode m) { return m == LLMI_SPEC_NGRAM ? "ngram" : "off"; }
+
 llmi_request_params request_params_defaults(void) {
     llmi_request_params p;
     memset(&p, 0, sizeof p);
     p.max_tokens = -1;
     p.sampling = sampling_defaults();
+    p.spec = spec_params_defaults();
     return p;
 }
 
@@ -100,6 +117,8 @@ int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *
     if (opts.max_seqs <= 0) return llmi_fail(st, LLMI_E_USAGE, "--max-seqs: must be positive (got %d)", opts.max_seqs);
     if (opts.prefill_chunk < 0)
         return llmi_fail(st, LLMI_E_USAGE, "--prefill-chunk: must be >= 0 (got %d)", opts.prefill_chunk);
+    if (opts.spec_max_k < 0 || opts.spec_max_k > LLMI_SPEC_MAX_K)
+        return llmi_fail(st, LLMI_E_USAGE, "--spec-k: must be in 1..%d (got %d)", LLMI_SPEC_MAX_K, opts.spec_max_k);
     if (opts.max_seqs > opts.max_batch_tokens) opts.max_seqs = opts.max_batch_tokens;
     int max_ctx = opts.max_ctx > 0 ? opts.max_ctx : m->cfg.max_ctx;
     if (max_ctx <= 0) max_ctx = 4096;
@@ -146,15 +165,15 @@ int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *
         prompt_cache_open(opts.prompt_cache_dir, opts.prompt_cache_max, b, salt, &e->pc, st))
         goto fail;
     e->sched.pc = e->pc;
-    e->logits = malloc((size_t)opts.max_seqs * V * sizeof(float));
+    e->logits = malloc((size_t)e->sched.max_logit_rows * V * sizeof(float));
     e->sample_scratch = malloc(sampler_scratch_bytes((int)V));
     e->raw_logits = malloc(V * sizeof(float));
     e->rows = malloc((size_t)opts.max_seqs * sizeof *e->rows);
     e->tokens = malloc((size_t)opts.max_seqs * sizeof *e->tokens);
     e->piece = m->tok ? malloc(tok_stream_cap(m->tok)) : NULL;
     if (!e->logits || !e->sample_scratch || !e->raw_logits || !e->rows || !e->tokens || (m->tok && !e->piece)) {
-        llmi_fail(st, LLMI_E_RUNTIME, "engine: out of memory for step buffers (%d sequences x %zu vocab)",
-                  opts.max_seqs, V);
+        llmi_fail(st, LLMI_E_RUNTIME, "engine: out of memory for step buffers (%d logit rows x %zu vocab)",
+                  e->sched.max_logit_rows, V);
         goto fail;
     }
     *out = e;
@@ -226,6 +245,17 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
                          n_prompt, kvcache_blocks_for(&e->kv, n_prompt), e->kv.num_blocks);
     if (p->logprobs < 0 || p->logprobs > LLMI_MAX_LOGPROBS)
         return llmi_fail(st, LLMI_E_USAGE, "--logprobs: must be in 0..%d (got %d)", LLMI_MAX_LOGPROBS, p->logprobs);
+    const llmi_spec_params *sp = &p->spec;
+    if (sp->mode != LLMI_SPEC_OFF) {
+        if (sp->k < 1 || sp->k > LLMI_SPEC_MAX_K)
+            return llmi_fail(st, LLMI_E_USAGE, "--spec-k: must be in 1..%d (got %d)", LLMI_SPEC_MAX_K, sp->k);
+        if (sp->k > e->opts.spec_max_k)
+            return llmi_fail(st, LLMI_E_USAGE, "--spec-k: %d exceeds the %d the engine was sized for (spec_max_k)",
+                             sp->k, e->opts.spec_max_k);
+        if (sp->ngram_min < 1 || sp->ngram_min > sp->ngram_max || sp->ngram_max > LLMI_SPEC_MAX_NGRAM)
+            return llmi_fail(st, LLMI_E_USAGE, "--spec-ngram: need 1 <= MIN <= MAX <= %d (got %d,%d)",
+                             LLMI_SPEC_MAX_NGRAM, sp->ngram_min, sp->ngram_max);
+    }
     int32_t n_vocab = e->model->cfg.n_vocab;
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= n_vocab)
@@ -349,6 +379,67 @@ static void sample_and_emit(llmi_engine *e, llmi_seq *s, float *row, engine_toke
     emit(e, s, tok, e->raw_logits, cb, cb_ctx);
 }
 
+/* Gives each running sequence in decode that speculates its proposals for this step, at
+ * tokens[n_tokens, n_tokens + n_draft); never so many that accepting them all plus one
+ * more token would pass max_total. */
+static void propose_drafts(llmi_engine *e) {
+    for (int i = 0; i < e->sched.n_running; i++) {
+        llmi_seq *s = e->seqs[e->sched.running[i]];
+        const llmi_spec_params *sp = &s->params.spec;
+        s->n_draft = 0;
+        if (sp->mode != LLMI_SPEC_NGRAM || !seq_in_decode(s)) continue;
+        int k = s->max_total - s->n_tokens - 1;
+        if (k > sp->k) k = sp->k;
+        if (k > 0)
+            s->n_draft = spec_ngram_propose(s->tokens, s->n_tokens, sp->ngram_min, sp->ngram_max, k,
+                                            s->tokens + s->n_tokens);
+    }
+}
+
+/* Hashes s's blocks that are now full of verified K/V into the prefix cache (and the
+ * prompt cache's directory). */
+static void commit_blocks(llmi_engine *e, llmi_seq *s) {
+    int hashed = s->table.n_hashed;
+    kvcache_commit_full(&e->kv, &s->table, s->tokens, s->n_computed);
+    if (e->pc) prompt_cache_store(e->pc, &s->table, hashed, s->tokens);
+}
+
+/* Verifies s's d proposals against the logit rows from row0 on (row row0 + j is the
+ * target's at the position before proposal j), emits the accepted prefix and one token
+ * of the target's own (the replacement of the first rejected proposal, or the token after
+ * the last one), then rolls the K/V back to what was accepted. */
+static void verify_and_emit(llmi_engine *e, llmi_seq *s, int row0, int d, engine_token_cb cb, void *cb_ctx,
+                            llmi_step_info *inf) {
+    const int V = e->model->cfg.n_vocab;
+    int32_t draft[LLMI_SPEC_MAX_K];
+    memcpy(draft, s->tokens + s->n_tokens, (size_t)d * sizeof *draft);
+    int accepted = 0;
+    for (int j = 0; j <= d; j++) {
+        float *row = e->logits + (size_t)(row0 + j) * V;
+        if (s->params.logprobs > 0) memcpy(e->raw_logits, row, (size_t)V * sizeof(float));
+        bool ok = false;
+        int32_t tok = j < d ? sampler_verify_draft(row, V, &s->params.sampling, s->tokens, s->n_tokens, draft[j],
+                                                   &s->rng, e->sample_scratch, &ok)
+                            : sampler_sample(row, V, &s->params.sampling, s->tokens, s->n_tokens, &s->rng,
+                                             e->sample_scratch);
+        emit(e, s, tok, e->raw_logits, cb, cb_ctx);
+        accepted += ok;
+        if (!ok || s->state == SEQ_FINISHED) break;
+    }
+    s->info.n_spec_steps++;
+    s->info.n_spec_proposed += d;
+    s->info.n_spec_accepted += accepted;
+    inf->n_spec_proposed += d;
+    inf->n_spec_accepted += accepted;
+    s->n_draft = 0;
+    if (s->state == SEQ_FINISHED) return;   /* its blocks are released already */
+    /* K/V holds the accepted proposals; the newest token is pending.  Blocks past it held
+     * only rejected proposals. */
+    s->n_computed = s->n_tokens - 1;
+    kvcache_shrink(&e->kv, &s->table, kvcache_blocks_for(&e->kv, s->n_tokens));
+    commit_blocks(e, s);
+}
+
 /* Device sampling: each logit row's request, with the draw taken from its sequence's rng
  * now, where sampler_sample would take it (once, when temperature > 0), so a request's
  * tokens do not depend on where it is sampled. */
@@ -377,6 +468,7 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
     double t_start = engine_now(e);
     llmi_step_info inf = {0};
     sched_plan *pl = &e->plan;
+    if (e->opts.spec_max_k > 0) propose_drafts(e);
     if (sched_plan_step(&e->sched, e->seqs, &e->kv, pl, st)) return st->code;
     /* A sequence that alone exceeds the whole cache ends rather than stalling everyone. */
     for (int i = 0; i < pl->n_dropped; i++)
@@ -393,7 +485,9 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
 
     llmi_batch batch;
     sched_build_batch(pl, e->seqs, e->opts.block_size, &e->bufs, &batch);
-    const bool on_device = e->backend->forward_sample != NULL;
+    bool speculating = false;
+    for (int k = 0; k < pl->n_seqs; k++) speculating |= e->seqs[pl->seq_ids[k]]->n_draft > 0;
+    const bool on_device = e->backend->forward_sample != NULL && !speculating;
     if (on_device) fill_sample_rows(e, pl, &batch);
     double t_fwd = engine_now(e);
     int rc = on_device ? e->backend->forward_sample(e->backend, &batch, e->rows, e->tokens, st)
@@ -409,9 +503,13 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
          * recompute after preemption) is prefill work. */
         if (seq_in_decode(s)) inf.n_decode_tokens += n; else inf.n_prefill_tokens += n;
         s->n_computed += n;
-        int hashed = s->table.n_hashed;
-        kvcache_commit_full(&e->kv, &s->table, s->tokens, s->n_computed);
-        if (e->pc) prompt_cache_store(e->pc, &s->table, hashed, s->tokens);
+        if (s->n_draft > 0) {
+            int d = s->n_draft;
+            verify_and_emit(e, s, logit_i, d, cb, cb_ctx, &inf);
+            logit_i += d + 1;
+            continue;
+        }
+        commit_blocks(e, s);
         if (s->n_computed >= s->n_prompt && s->info.t_prefill_done == 0) s->info.t_prefill_done = t_fwd_end;
         if (s->n_computed < s->n_tokens) continue;
         if (s->n_tokens >= s->max_total) {

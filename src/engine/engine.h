@@ -31,6 +31,8 @@ typedef struct llmi_engine_opts {
     bool prefix_cache;       /* reuse the K/V of cached prompt prefixes (default on; --no-prefix-cache) */
     const char *prompt_cache_dir;   /* --prompt-cache DIR: prefix blocks kept across runs, or NULL */
     size_t prompt_cache_max;        /* --prompt-cache-max: bytes DIR may hold; 0 = no cap */
+    int spec_max_k;          /* the longest draft any request may carry (sizes the logit rows);
+                                0 = no speculation */
 } llmi_engine_opts;
 
 llmi_engine_opts engine_opts_defaults(void);
@@ -40,6 +42,20 @@ typedef enum {
     LLMI_FINISH_ABORT
 } llmi_finish;
 const char *finish_name(llmi_finish f);
+
+/* Speculative decoding: a decoding sequence carries up to k proposed tokens; one step
+ * verifies them all (k + 1 positions in the same batch) and keeps the prefix the exact
+ * rule accepts (sampler_verify_draft) plus one token of the target's own. */
+typedef enum { LLMI_SPEC_OFF = 0, LLMI_SPEC_NGRAM } llmi_spec_mode;
+#define LLMI_SPEC_MAX_K 32
+#define LLMI_SPEC_MAX_NGRAM 64
+typedef struct llmi_spec_params {
+    llmi_spec_mode mode;            /* --spec */
+    int k;                          /* --spec-k: tokens proposed per step, 1..LLMI_SPEC_MAX_K */
+    int ngram_min, ngram_max;       /* --spec-ngram: suffix lengths prompt lookup tries, longest first */
+} llmi_spec_params;
+llmi_spec_params spec_params_defaults(void);
+const char *spec_mode_name(llmi_spec_mode m);
 
 #define LLMI_MAX_STOP 8
 #define LLMI_MAX_LOGPROBS 20
@@ -51,6 +67,7 @@ typedef struct llmi_request_params {
     int n_stop;
     bool ignore_eos;
     int logprobs;                   /* 0..LLMI_MAX_LOGPROBS alternatives per generated token */
+    llmi_spec_params spec;
 } llmi_request_params;
 
 llmi_request_params request_params_defaults(void);
@@ -80,11 +97,14 @@ typedef struct llmi_request_info {
     int n_cached_tokens;            /* prompt tokens whose K/V came from the prefix cache */
     double t_arrival, t_first_token, t_finish;   /* seconds, engine clock */
     double t_prefill_done;          /* when the last prompt token's logits were computed */
+    long n_spec_steps;              /* steps that verified proposed tokens */
+    long n_spec_proposed, n_spec_accepted;   /* proposed tokens verified, and accepted */
 } llmi_request_info;
 
 typedef struct llmi_step_info {
     int n_prefill_tokens, n_decode_tokens, n_seqs;
     int n_preempted;                /* sequences preempted during this step's planning */
+    int n_spec_proposed, n_spec_accepted;    /* proposed tokens verified this step, and accepted */
     int kv_blocks_used, kv_blocks_total;
     double seconds;                 /* wall time of the whole step */
     double forward_seconds;

@@ -93,12 +93,9 @@ int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const
     return sampler_sample_uniform(logits, n_vocab, p, history ? history + start : NULL, n_win, u, scratch);
 }
 
-int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window,
-                               int n_window, double uniform, void *scratch) {
-    apply_repeat_penalty(logits, n_vocab, p->repeat_penalty, window, n_window);
-    if (p->temperature <= 0.0f) return argmax(logits, n_vocab);
-
-    cand *c = scratch;
+/* After the penalty: the candidates the draw chooses among (c, sorted best first, cut
+ * by top-k, top-p and min-p); returns how many.  Only for temperature > 0. */
+static int truncate_candidates(const float *logits, int n_vocab, const llmi_sampling *p, cand *c) {
     int n = n_vocab;
     if (p->top_k > 0 && p->top_k < n_vocab) {
         /* Keep the k best in a min-heap (c[0] is the weakest kept): O(V log k) instead of
@@ -148,16 +145,67 @@ int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *
         while (keep < n && c[keep].logit >= floor_logit) keep++;
         n = keep;
     }
+    return n;
+}
 
+/* The candidate's unnormalised probability after temperature. */
+static double cand_weight(const cand *c, int i, double inv_t) { return exp(((double)c[i].logit - c[0].logit) * inv_t); }
+
+/* Draws from the candidates' distribution with uniform in [0, 1), leaving out id `skip`
+ * (-1: none) and renormalising the rest: the residual of a rejected draft.  Returns -1
+ * when nothing but skip has any weight. */
+static int32_t draw_candidate(const cand *c, int n, double inv_t, double uniform, int32_t skip) {
     double sum = 0;
-    double inv_t = 1.0 / p->temperature;
-    for (int i = 0; i < n; i++) sum += exp(((double)c[i].logit - c[0].logit) * inv_t);
+    for (int i = 0; i < n; i++)
+        if (c[i].id != skip) sum += cand_weight(c, i, inv_t);
+    if (!(sum > 0)) return -1;
     double r = uniform * sum, acc = 0;
+    int32_t last = -1;
     for (int i = 0; i < n; i++) {
-        acc += exp(((double)c[i].logit - c[0].logit) * inv_t);
-        if (r < acc) return c[i].id;
+        if (c[i].id == skip) continue;
+        acc += cand_weight(c, i, inv_t);
+        last = c[i].id;
+        if (r < acc) return last;
     }
-    return c[n - 1].id;
+    return last;
+}
+
+int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window,
+                               int n_window, double uniform, void *scratch) {
+    apply_repeat_penalty(logits, n_vocab, p->repeat_penalty, window, n_window);
+    if (p->temperature <= 0.0f) return argmax(logits, n_vocab);
+    cand *c = scratch;
+    int n = truncate_candidates(logits, n_vocab, p, c);
+    return draw_candidate(c, n, 1.0 / p->temperature, uniform, -1);
+}
+
+int32_t sampler_verify_draft(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history,
+                             int n_history, int32_t draft, sampler_rng *rng, void *scratch, bool *accepted) {
+    int start = 0;
+    int n_win = history ? sampler_penalty_window(p, n_history, &start) : 0;
+    apply_repeat_penalty(logits, n_vocab, p->repeat_penalty, history ? history + start : NULL, n_win);
+    if (p->temperature <= 0.0f) {
+        int32_t best = argmax(logits, n_vocab);
+        *accepted = best == draft;
+        return best;
+    }
+    cand *c = scratch;
+    int n = truncate_candidates(logits, n_vocab, p, c);
+    double inv_t = 1.0 / p->temperature, sum = 0, w_draft = 0;
+    for (int i = 0; i < n; i++) {
+        double w = cand_weight(c, i, inv_t);
+        sum += w;
+        if (c[i].id == draft) w_draft = w;
+    }
+    /* Accept with probability min(1, p/q), q = 1 for a one-hot proposal (a draft outside
+     * the candidates has p = 0: always rejected). */
+    if (sampler_rng_uniform(rng) < w_draft / sum) {
+        *accepted = true;
+        return draft;
+    }
+    *accepted = false;
+    int32_t tok = draw_candidate(c, n, inv_t, sampler_rng_uniform(rng), draft);
+    return tok >= 0 ? tok : draft;
 }
 
 float sampler_logprob(const float *logits, int n_vocab, int32_t id, int n_top, int32_t *top_ids, float *top_lp) {

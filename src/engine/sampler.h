@@ -1,9 +1,11 @@
 /* sampler.h — owns turning one row of logits into a token: repetition penalty,
  * temperature, top-k, top-p, min-p, seeded draws (llama.cpp's order and meanings),
- * and the top-N log-probabilities that --logprobs reports. */
+ * the speculative accept/reject rule over that same distribution, and the top-N
+ * log-probabilities that --logprobs reports. */
 #ifndef LLMI_SAMPLER_H
 #define LLMI_SAMPLER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +43,16 @@ int sampler_penalty_window(const llmi_sampling *p, int n_history, int *start);
  * A device sampler that gets the same window and uniform picks the same token. */
 int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window,
                                int n_window, double uniform, void *scratch);
+
+/* Speculative verification of one proposed token (draft) against logits, the target's row
+ * at the draft's position, with history as in sampler_sample.  Greedy: the argmax, accepted
+ * when it is the draft.  Sampling (Leviathan et al. 2023 with a one-hot proposal, as prompt
+ * lookup makes): accepted with probability p(draft) under the whole chain; on rejection the
+ * token comes from p with the draft removed, renormalised.  Either way the token returned
+ * is distributed exactly as sampler_sample's.  Draws one uniform to decide and, on
+ * rejection, a second to resample (none when greedy). */
+int32_t sampler_verify_draft(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history,
+                             int n_history, int32_t draft, sampler_rng *rng, void *scratch, bool *accepted);
 
 /* log-softmax value of token id, and the n_top best (id, logprob), from raw logits. */
 float sampler_logprob(const float *logits, int n_vocab, int32_t id, int n_top, int32_t *top_ids, float *top_lp);

@@ -10,6 +10,8 @@ int sched_init(sched *s, const llmi_engine_opts *o, llmi_status *st) {
     s->max_batch_tokens = o->max_batch_tokens;
     s->prefill_chunk = o->prefill_chunk;
     s->max_seqs = o->max_seqs;
+    long rows = (long)o->max_seqs * (1 + (o->spec_max_k > 0 ? o->spec_max_k : 0));
+    s->max_logit_rows = rows < o->max_batch_tokens ? (int)rows : o->max_batch_tokens;
     return LLMI_OK;
 }
 
@@ -77,6 +79,7 @@ static bool in_plan(const sched_plan *p, int id) {
 static void preempt(sched *s, kvcache *kv, llmi_seq **seqs, llmi_seq *v) {
     kvcache_release(kv, &v->table);
     v->n_computed = 0;
+    v->n_draft = 0;
     v->state = SEQ_WAITING;
     v->info.n_preempted++;
     remove_id(s->running, &s->n_running, v->id);
@@ -89,6 +92,7 @@ static void preempt(sched *s, kvcache *kv, llmi_seq **seqs, llmi_seq *v) {
 
 /* Tokens this sequence would like to process this step, before budgets. */
 static int seq_want(const sched *s, const llmi_seq *q) {
+    if (seq_in_decode(q)) return 1 + q->n_draft;
     int pending = seq_pending(q);
     if (pending > 1 && s->prefill_chunk > 0 && pending > s->prefill_chunk) pending = s->prefill_chunk;
     return pending;
@@ -100,8 +104,11 @@ static int seq_want(const sched *s, const llmi_seq *q) {
 static int plan_take(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi_seq *q, int budget,
                      bool may_preempt) {
     int n = seq_want(s, q);
+    q->n_draft = 0;
     if (n > budget) n = budget;
     if (n <= 0 || p->n_seqs >= s->max_seqs) return 0;
+    /* Proposals only take blocks that are free: with too few, verify none this step. */
+    if (seq_in_decode(q) && n > 1 && kvcache_reserve(kv, &q->table, q->n_computed + n) != 0) n = 1;
     while (kvcache_reserve(kv, &q->table, q->n_computed + n) != 0) {
         if (!may_preempt) return 0;
         llmi_seq *victim = NULL;
@@ -117,6 +124,7 @@ static int plan_take(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi
         preempt(s, kv, seqs, victim);
         p->n_preempted++;
     }
+    if (seq_in_decode(q)) q->n_draft = n - 1;
     int k = p->n_seqs++;
     p->seq_ids[k] = q->id;
     p->n_new[k] = n;
@@ -189,7 +197,7 @@ int sched_plan_step(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi_
 
 int sched_batch_bufs_alloc(sched_batch_bufs *b, const sched *s, int max_blocks_per_seq, llmi_status *st) {
     memset(b, 0, sizeof *b);
-    size_t T = (size_t)s->max_batch_tokens, S = (size_t)s->max_seqs;
+    size_t T = (size_t)s->max_batch_tokens, S = (size_t)s->max_seqs, L = (size_t)s->max_logit_rows;
     b->max_blocks_per_seq = max_blocks_per_seq;
     b->tokens = malloc(T * sizeof(int32_t));
     b->positions = malloc(T * sizeof(int32_t));
@@ -197,8 +205,8 @@ int sched_batch_bufs_alloc(sched_batch_bufs *b, const sched *s, int max_blocks_p
     b->seq_of = malloc(T * sizeof(int32_t));
     b->query_start = malloc((S + 1) * sizeof(int32_t));
     b->block_tables = malloc(S * (size_t)max_blocks_per_seq * sizeof(int32_t));
-    b->logit_rows = malloc(S * sizeof(int32_t));
-    b->logit_seq = malloc(S * sizeof(int32_t));
+    b->logit_rows = malloc(L * sizeof(int32_t));
+    b->logit_seq = malloc(L * sizeof(int32_t));
     if (!b->tokens || !b->positions || !b->slots || !b->seq_of || !b->query_start || !b->block_tables ||
         !b->logit_rows || !b->logit_seq) {
         sched_batch_bufs_free(b);
@@ -242,7 +250,12 @@ void sched_build_batch(const sched_plan *p, llmi_seq *const *seqs, int block_siz
         int32_t *row = b->block_tables + (size_t)k * width;
         memcpy(row, s->table.blocks, (size_t)s->table.n_blocks * sizeof(int32_t));
         for (int i = s->table.n_blocks; i < width; i++) row[i] = -1;
-        if (s->n_computed + n == s->n_tokens && s->n_tokens < s->max_total) {
+        if (s->n_draft > 0) {
+            for (int i = 0; i < n; i++) {
+                b->logit_seq[n_logits] = k;
+                b->logit_rows[n_logits++] = t - n + i;
+            }
+        } else if (s->n_computed + n == s->n_tokens && s->n_tokens < s->max_total) {
             b->logit_seq[n_logits] = k;
             b->logit_rows[n_logits++] = t - 1;
         }

@@ -4,6 +4,10 @@
  * run out (the victim is the most recently admitted sequence not in this step; its
  * blocks go back to the pool and it re-enters the waiting queue in arrival order).
  *
+ * A speculating decode asks for 1 + n_draft tokens; when the token budget or the free
+ * KV blocks fall short its proposals are cut (to none at worst), never another sequence
+ * preempted for them.
+ *
  * sched_plan picks which sequences run and how many of their pending tokens;
  * sched_build_batch turns that plan into the llmi_batch a backend runs.  The scheduler
  * never touches backend memory, sampling or timings. */
@@ -23,6 +27,7 @@ typedef struct sched {
     int max_batch_tokens;     /* token budget of one step */
     int prefill_chunk;        /* longest prefill piece of one sequence per step; 0 = unlimited */
     int max_seqs;             /* most sequences in one step */
+    int max_logit_rows;       /* most logit rows in one step: one per sequence, 1 + k when speculating */
     prompt_cache *pc;         /* borrowed: prefixes found on disk past what memory holds, or NULL */
     int *waiting;             /* (cap) sequence ids, arrival order, front first */
     int n_waiting;
@@ -31,7 +36,9 @@ typedef struct sched {
     int cap;
 } sched;
 
-/* One step's work: sequence seq_ids[k] processes its next n_new[k] pending tokens. */
+/* One step's work: sequence seq_ids[k] processes its next n_new[k] pending tokens (for a
+ * speculating decode: its pending token and n_new[k] - 1 proposed ones, its n_draft cut
+ * to that). */
 typedef struct sched_plan {
     int n_seqs;
     int *seq_ids;             /* (max_seqs) */
@@ -61,15 +68,16 @@ typedef struct sched_batch_bufs {
     int32_t *tokens, *positions, *slots, *seq_of;   /* (max_batch_tokens) */
     int32_t *query_start;     /* (max_seqs + 1) */
     int32_t *block_tables;    /* (max_seqs, max_blocks_per_seq) */
-    int32_t *logit_rows;      /* (max_seqs) */
-    int32_t *logit_seq;       /* (max_seqs) the plan index (seq_ids[k]) each logit row belongs to */
+    int32_t *logit_rows;      /* (max_logit_rows) */
+    int32_t *logit_seq;       /* (max_logit_rows) the plan index (seq_ids[k]) each logit row belongs to */
     int max_blocks_per_seq;   /* the widest table any sequence can need: ceil(max_ctx / block_size) */
 } sched_batch_bufs;
 
 int sched_batch_bufs_alloc(sched_batch_bufs *b, const sched *s, int max_blocks_per_seq, llmi_status *st);
 void sched_batch_bufs_free(sched_batch_bufs *b);
 /* Fills out from the plan.  Logits are asked for where a token will be sampled: the last
- * pending token of a sequence that still has tokens to generate.  The block-table stride
+ * pending token of a sequence that still has tokens to generate, and every token of a
+ * speculating decode (each proposal is checked against the row before it).  The block-table stride
  * is the widest table in this step, not the widest possible one, so a backend copies
  * only columns in use. */
 void sched_build_batch(const sched_plan *p, llmi_seq *const *seqs, int block_size, sched_batch_bufs *b,

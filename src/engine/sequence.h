@@ -4,7 +4,12 @@
  * A sequence's tokens are its prompt followed by what it generated.  Its pending tokens
  * are those whose K/V is not in the cache yet (n_computed <= i < n_tokens): a prompt
  * waiting for prefill, one generated token waiting to be fed back, or everything after
- * a preemption (recompute). */
+ * a preemption (recompute).
+ *
+ * A decoding sequence that speculates also carries n_draft proposed tokens right after
+ * its tokens, at tokens[n_tokens, n_tokens + n_draft): not part of it until verified.  A
+ * step runs them with the pending token; whatever is rejected is dropped and its K/V
+ * rolled back (n_computed and the block table trimmed) before anything reads it. */
 #ifndef LLMI_SEQUENCE_H
 #define LLMI_SEQUENCE_H
 
@@ -26,6 +31,8 @@ typedef struct llmi_seq {
     int32_t *tokens;          /* (cap) prompt then generated tokens */
     int n_prompt, n_tokens, cap;
     int n_computed;           /* leading tokens whose K/V are in the cache */
+    int n_draft;              /* proposed tokens after tokens[n_tokens - 1], set each step for
+                                 decoding sequences that speculate; 0 otherwise */
     int max_total;            /* n_tokens may not exceed this (context and -n) */
     kvcache_table table;
     sampler_rng rng;
