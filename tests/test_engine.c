@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "engine/kvcache.h"
 #include "engine/sampler.h"
+#include "engine/spec.h"
 #include "engine/stop.h"
 #include "test.h"
 
@@ -32,7 +33,14 @@ typedef struct mock {
     int n_ranges, cap_ranges;
     int forwards;         /* batches run; the latest one's ranges start at last_first */
     int last_first;
+    int window;           /* > 0: logits depend on the last `window` tokens only, so outputs repeat
+                             and prompt lookup finds matches; the whole context is still read */
+    int32_t *seen;        /* (SEEN_REQ, SEEN_POS) or NULL: the token last read from the cache at each
+                             position of each request (the token at its position 0), -1 = none */
+    int stale_reads;      /* cached reads that found another token than an earlier read there */
 } mock;
+
+enum { SEEN_REQ = 64, SEEN_POS = 512 };
 
 static size_t mock_block_bytes(const llmi_backend *b) { return (size_t)b->opts.block_size * 8; }
 static size_t mock_budget(const llmi_backend *b) { return (size_t)1 << 20; }
@@ -82,11 +90,18 @@ static int mock_forward(llmi_backend *b, const llmi_batch *bt, float *logits, ll
         int t = bt->logit_rows[r];
         int s = bt->seq_of_token[t];
         const int32_t *table = bt->block_tables + (size_t)s * bt->max_blocks_per_seq;
+        int pos0 = bt->positions[bt->query_start[s]], req = mk->slot_token[table[0] * bs];
         uint64_t h = 1469598103934665603ull;
         for (int p = 0; p <= bt->positions[t]; p++) {
             int slot = table[p / bs] * bs + p % bs;
             if (mk->slot_pos[slot] != p) mk->bad_reads++;
-            h = mix(h, (uint64_t)mk->slot_token[slot]);
+            if (mk->window <= 0 || p > bt->positions[t] - mk->window) h = mix(h, (uint64_t)mk->slot_token[slot]);
+            /* K/V from earlier steps (this batch's own tokens are written just above). */
+            if (mk->seen && p < pos0 && req >= 0 && req < SEEN_REQ && p < SEEN_POS) {
+                int32_t *cell = &mk->seen[(size_t)req * SEEN_POS + p];
+                if (*cell >= 0 && *cell != mk->slot_token[slot]) mk->stale_reads++;
+                *cell = mk->slot_token[slot];
+            }
         }
         for (int v = 0; v < V; v++) logits[(size_t)r * V + v] = (float)(mix(h, (uint64_t)v) >> 40) / (float)(1 << 24) * 4.0f;
     }
@@ -118,6 +133,7 @@ static void mock_destroy(llmi_backend *b) {
     free(mk->slot_token);
     free(mk->slot_pos);
     free(mk->ranges);
+    free(mk->seen);
     free(mk);
     free(b);
 }
@@ -153,7 +169,19 @@ typedef struct run_out {
     int max_step_tokens;
     int sampled_on_device;
     double logprob_sum;   /* of every event's logprob and top logprobs */
+    long spec_proposed, spec_accepted;
+    int stale_reads;      /* mock->stale_reads, plus cached reads that disagree with the final tokens */
 } run_out;
+
+/* How run_engine_on serves its requests beyond the engine options. */
+typedef struct run_cfg {
+    const llmi_sampling *samp;   /* NULL: greedy */
+    int logprobs;
+    bool on_device;              /* the backend samples (forward_sample) instead of the engine */
+    llmi_spec_params spec;       /* mode LLMI_SPEC_OFF: no speculation */
+    int window;                  /* mock->window */
+    bool track_reads;            /* mock->seen: prompts must start with their index */
+} run_cfg;
 
 static void collect(void *ctx, const llmi_token_event *ev) {
     run_out *o = ctx;
@@ -166,14 +194,19 @@ static void collect(void *ctx, const llmi_token_event *ev) {
     if (ev->finished) o->fin[i] = ev->reason;
 }
 
-/* Runs the prompts through a fresh engine; together = all queued at once, else one by
- * one; on_device: the backend samples (forward_sample) instead of the engine. */
+/* Runs the prompts through a fresh engine; together = all queued at once, else one by one. */
 static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens, int n_req, int max_new,
-                         llmi_engine_opts eo, bool together, const llmi_sampling *samp, int logprobs, bool on_device,
-                         run_out *out) {
+                         llmi_engine_opts eo, bool together, const run_cfg *cfg, run_out *out) {
     memset(out, 0, sizeof *out);
     llmi_backend *b = mock_create(m, eo.block_size);
-    if (on_device) {
+    mock *mkc = b->impl;
+    mkc->window = cfg->window;
+    if (cfg->track_reads) {
+        mkc->seen = malloc((size_t)SEEN_REQ * SEEN_POS * sizeof(int32_t));
+        for (int i = 0; i < SEEN_REQ * SEEN_POS; i++) mkc->seen[i] = -1;
+    }
+    if (cfg->spec.mode != LLMI_SPEC_OFF && eo.spec_max_k < cfg->spec.k) eo.spec_max_k = cfg->spec.k;
+    if (cfg->on_device) {
         mock *mk = b->impl;
         mk->rows = malloc((size_t)eo.max_seqs * m->cfg.n_vocab * sizeof(float));
         mk->scratch = malloc(sampler_scratch_bytes(m->cfg.n_vocab));
@@ -189,8 +222,9 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
     llmi_request_params p = request_params_defaults();
     p.max_tokens = max_new;
     p.sampling.temperature = 0;
-    if (samp) p.sampling = *samp;
-    p.logprobs = logprobs;
+    if (cfg->samp) p.sampling = *cfg->samp;
+    p.logprobs = cfg->logprobs;
+    p.spec = cfg->spec;
     for (int i = 0; i < n_req; i++) out->toks[i] = calloc((size_t)max_new + 1, sizeof(int32_t));
     int rc = 0;
     for (int start = 0; start < n_req && !rc; start = together ? n_req : start + 1) {
@@ -209,12 +243,23 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
                 rc = -1;
             }
             out->preempted += info.n_preempted;
+            out->spec_proposed += info.n_spec_proposed;
+            out->spec_accepted += info.n_spec_accepted;
             if (info.n_prefill_tokens + info.n_decode_tokens > out->max_step_tokens)
                 out->max_step_tokens = info.n_prefill_tokens + info.n_decode_tokens;
         }
     }
-    out->bad_reads = ((mock *)b->impl)->bad_reads;
-    out->sampled_on_device = ((mock *)b->impl)->sampled_rows;
+    out->bad_reads = mkc->bad_reads;
+    out->sampled_on_device = mkc->sampled_rows;
+    out->stale_reads = mkc->stale_reads;
+    /* Every position ever read from the cache must hold the request's final token there. */
+    for (int i = 0; mkc->seen && i < n_req && i < SEEN_REQ; i++)
+        for (int pos = 0; pos < SEEN_POS; pos++) {
+            int32_t got = mkc->seen[(size_t)i * SEEN_POS + pos];
+            if (got < 0) continue;
+            int32_t want = pos < lens[i] ? prompts[i][pos] : pos - lens[i] < out->n[i] ? out->toks[i][pos - lens[i]] : -1;
+            if (got != want) out->stale_reads++;
+        }
     engine_destroy(e);
     b->destroy(b);
     return rc;
@@ -222,7 +267,8 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
 
 static int run_engine(const llmi_model *m, int32_t **prompts, const int *lens, int n_req, int max_new,
                       llmi_engine_opts eo, bool together, const llmi_sampling *samp, run_out *out) {
-    return run_engine_on(m, prompts, lens, n_req, max_new, eo, together, samp, 0, false, out);
+    run_cfg cfg = {.samp = samp};
+    return run_engine_on(m, prompts, lens, n_req, max_new, eo, together, &cfg, out);
 }
 
 /* n prompts of 1..max_len tokens below n_vocab, from rand(); free each prompts[i]. */
@@ -521,8 +567,10 @@ TEST(engine_device_sampling_matches_host) {
             if (tight) o.num_blocks = 14;   /* forces preemption */
             run_out host, dev;
             int lp = c == 1 ? 3 : 0;
-            CHECK(run_engine_on(&m, prompts, lens, N, 20, o, true, &cfgs[c], lp, false, &host) == 0);
-            CHECK(run_engine_on(&m, prompts, lens, N, 20, o, true, &cfgs[c], lp, true, &dev) == 0);
+            run_cfg on_host = {.samp = &cfgs[c], .logprobs = lp}, on_dev = {.samp = &cfgs[c], .logprobs = lp,
+                                                                             .on_device = true};
+            CHECK(run_engine_on(&m, prompts, lens, N, 20, o, true, &on_host, &host) == 0);
+            CHECK(run_engine_on(&m, prompts, lens, N, 20, o, true, &on_dev, &dev) == 0);
             CHECK(dev.sampled_on_device >= N * 20 && host.sampled_on_device == 0);
             CHECK_MSG(same_outputs(&host, &dev, N), "sampling config %d%s: device and host tokens differ", c,
                       tight ? " (preempted)" : "");
@@ -878,4 +926,269 @@ TEST(sampler_logprob_fixed) {
     CHECK(fabs(lp - (-1.0 - log(z))) < 1e-5);
     CHECK(ids[0] == 1 && ids[1] == 3 && ids[2] == 0);
     CHECK(fabs(lps[0] - (2.0 - log(z))) < 1e-5 && fabs(lps[1] - lps[0]) < 1e-7 && fabs(lps[2] - (0.5 - log(z))) < 1e-5);
+}
+
+/* ---- speculative decoding ------------------------------------------------------------- */
+
+/* p-value of a chi-square statistic with df degrees of freedom (Wilson-Hilferty: the cube
+ * root of chi2/df is near normal; ample for deciding at p = 0.001 with df >= 3). */
+static double chi2_pvalue(double chi2, int df) {
+    double k = df, z = (cbrt(chi2 / k) - (1.0 - 2.0 / (9.0 * k))) / sqrt(2.0 / (9.0 * k));
+    return 0.5 * erfc(z / sqrt(2.0));
+}
+
+/* Two samples of equal size, counts per cell: the chi-square homogeneity test's p-value.
+ * Cells with fewer than 10 in both samples together are pooled into one. */
+static double chi2_same_dist(const long *a, const long *b, int n_cells, int *df_out) {
+    double chi2 = 0;
+    long pool_a = 0, pool_b = 0;
+    int cells = 0;
+    for (int c = 0; c < n_cells; c++) {
+        if (a[c] + b[c] < 10) {
+            pool_a += a[c];
+            pool_b += b[c];
+            continue;
+        }
+        chi2 += (double)(a[c] - b[c]) * (a[c] - b[c]) / (double)(a[c] + b[c]);
+        cells++;
+    }
+    if (pool_a + pool_b > 0) {
+        chi2 += (double)(pool_a - pool_b) * (pool_a - pool_b) / (double)(pool_a + pool_b);
+        cells++;
+    }
+    *df_out = cells - 1;
+    return cells > 1 ? chi2_pvalue(chi2, cells - 1) : 1.0;
+}
+
+TEST(spec_ngram_propose_rules) {
+    /* Longest n first; the earliest occurrence; clipped to k and to what exists. */
+    const int32_t t[] = {5, 1, 2, 3, 9, 1, 2, 4, 7, 1, 2, 3, 8, 1, 2};
+    int32_t out[8];
+    CHECK(spec_ngram_propose(t, 15, 1, 3, 4, out) == 4);   /* "1 2" at 1 (3 grams "8 1 2" absent) */
+    CHECK(out[0] == 3 && out[1] == 9 && out[2] == 1 && out[3] == 2);
+    CHECK(spec_ngram_propose(t, 12, 1, 3, 5, out) == 5);   /* "1 2 3" ends t[:12]: occurs at 1 */
+    CHECK(out[0] == 9 && out[1] == 1 && out[2] == 2 && out[3] == 4 && out[4] == 7);
+    CHECK(spec_ngram_propose(t, 15, 3, 3, 4, out) == 0);   /* "8 1 2" never occurred before */
+    const int32_t run[] = {4, 4, 4};
+    CHECK(spec_ngram_propose(run, 3, 1, 2, 8, out) == 1 && out[0] == 4);   /* "4 4" at 0, then one token */
+    CHECK(spec_ngram_propose(run, 1, 1, 2, 8, out) == 0);
+    const int32_t tail[] = {6, 7, 6};
+    CHECK(spec_ngram_propose(tail, 3, 1, 4, 8, out) == 2 && out[0] == 7 && out[1] == 6);
+}
+
+/* Prompts of n_vocab > n tokens starting with their index, each a short random pattern
+ * repeated, so prompt lookup has something to find. */
+static void repeating_prompts(int32_t **prompts, int *lens, int n, int n_vocab) {
+    for (int i = 0; i < n; i++) {
+        int period = 2 + rand() % 5;
+        lens[i] = 4 + rand() % 40;
+        prompts[i] = malloc((size_t)lens[i] * sizeof(int32_t));
+        prompts[i][0] = i;
+        for (int k = 1; k < lens[i]; k++) prompts[i][k] = k <= period ? rand() % n_vocab : prompts[i][k - period];
+    }
+}
+
+TEST(engine_spec_greedy_matches_off) {
+    srand((unsigned)test_seed());
+    enum { N = 16, V = 24, MAX_NEW = 40 };
+    llmi_model m = mock_model(V);
+    int32_t *prompts[N];
+    int lens[N];
+    repeating_prompts(prompts, lens, N, V);
+    llmi_engine_opts base = engine_opts_defaults();
+    base.num_blocks = 128;
+    base.block_size = 8;
+    base.max_batch_tokens = 256;
+    llmi_spec_params ng = spec_params_defaults();
+    ng.mode = LLMI_SPEC_NGRAM;
+    ng.k = 4;
+    ng.ngram_min = 1;
+    ng.ngram_max = 3;
+    for (int window = 1; window <= 3; window += 2) {
+        run_cfg off = {.window = window, .track_reads = true, .logprobs = 2};
+        run_cfg on = off;
+        on.spec = ng;
+        run_out ref, alone, together, chunked, tight, pf, nocache, small;
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, true, &off, &ref) == 0);
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, false, &on, &alone) == 0);
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, true, &on, &together) == 0);
+        llmi_engine_opts o = base;
+        o.prefill_chunk = 3;
+        o.block_size = 5;
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &chunked) == 0);
+        o = base;
+        o.num_blocks = 12;   /* 96 slots for 16 requests of up to 83 tokens: must preempt */
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &tight) == 0);
+        o.policy = SCHED_PREFILL_FIRST;
+        o.prefill_chunk = 7;
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &pf) == 0);
+        o = base;
+        o.num_blocks = 14;
+        o.prefix_cache = false;
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &nocache) == 0);
+        o = base;
+        o.max_batch_tokens = 10;   /* proposals cut by the token budget */
+        o.max_seqs = 4;
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &small) == 0);
+
+        run_out *runs[] = {&ref, &alone, &together, &chunked, &tight, &pf, &nocache, &small};
+        const char *names[] = {"off", "alone", "together", "chunked", "tight", "prefill-first", "no prefix cache",
+                               "small budget"};
+        for (int r = 0; r < 8; r++) {
+            CHECK_MSG(same_outputs(&ref, runs[r], N), "window %d, %s: tokens differ from --spec off", window, names[r]);
+            CHECK_MSG(runs[r]->bad_reads == 0 && runs[r]->stale_reads == 0, "window %d, %s: %d bad, %d stale reads",
+                      window, names[r], runs[r]->bad_reads, runs[r]->stale_reads);
+            CHECK_MSG(fabs(runs[r]->logprob_sum - ref.logprob_sum) <= 1e-9 * fabs(ref.logprob_sum),
+                      "window %d, %s: logprobs differ", window, names[r]);
+            if (r > 0) {
+                /* Both outcomes of verification happen, so both paths are checked. */
+                CHECK_MSG(runs[r]->spec_accepted > 0 && runs[r]->spec_accepted < runs[r]->spec_proposed,
+                          "window %d, %s: %ld of %ld proposals accepted", window, names[r], runs[r]->spec_accepted,
+                          runs[r]->spec_proposed);
+            }
+            fprintf(stderr, "  window %d, %s: %ld of %ld proposals accepted, %d preemptions\n", window, names[r],
+                    runs[r]->spec_accepted, runs[r]->spec_proposed, runs[r]->preempted);
+        }
+        for (int i = 0; i < N; i++) CHECK(ref.n[i] == MAX_NEW && ref.fin[i] == LLMI_FINISH_LENGTH);
+        CHECK(tight.preempted > 0 && pf.preempted > 0 && nocache.preempted > 0);
+        for (int r = 0; r < 8; r++) free_out(runs[r], N);
+    }
+    for (int i = 0; i < N; i++) free(prompts[i]);
+}
+
+/* The first n_tok tokens of n_runs requests (seeds samp->seed + i) on one prompt, counted
+ * in counts (V^n_tok cells, the tokens as a base-V number).  Each request generates one
+ * token more, so with speculation every counted token after the first can be a verified
+ * proposal (none is only ever the bonus token). */
+static int sample_runs(const llmi_model *m, const int32_t *prompt, int n_prompt, const llmi_sampling *samp,
+                       const llmi_spec_params *spec, int window, int n_runs, int n_tok, long *counts, long *accepted) {
+    const int V = m->cfg.n_vocab, batch = 250;
+    llmi_engine_opts eo = engine_opts_defaults();
+    eo.num_blocks = 2048;
+    eo.block_size = 4;
+    eo.max_seqs = batch;
+    eo.max_batch_tokens = 4096;
+    eo.spec_max_k = spec->mode != LLMI_SPEC_OFF ? spec->k : 0;
+    llmi_backend *b = mock_create(m, eo.block_size);
+    ((mock *)b->impl)->window = window;
+    llmi_engine *e = NULL;
+    llmi_status st = {0};
+    int rc = engine_create(m, b, &eo, &e, &st);
+    for (int start = 0; start < n_runs && !rc; start += batch) {
+        int n = n_runs - start < batch ? n_runs - start : batch;
+        for (int i = 0; i < n && !rc; i++) {
+            llmi_request_params p = request_params_defaults();
+            p.max_tokens = n_tok + 1;
+            p.sampling = *samp;
+            p.sampling.seed = samp->seed + (uint64_t)(start + i);
+            p.spec = *spec;
+            int id;
+            rc = engine_add_request(e, prompt, n_prompt, &p, NULL, &id, &st);
+            if (!rc && id != start + i) rc = -1;
+        }
+        while (!rc && engine_has_work(e)) {
+            llmi_step_info info;
+            rc = engine_step(e, NULL, NULL, &info, &st);
+            *accepted += info.n_spec_accepted;
+        }
+        for (int i = 0; i < n && !rc; i++) {
+            const llmi_request_info *inf = engine_request(e, start + i);
+            if (!inf || inf->n_generated != n_tok + 1) { rc = -1; break; }
+            long cell = 0;
+            for (int k = 0; k < n_tok; k++) cell = cell * V + inf->tokens[inf->n_prompt + k];
+            counts[cell]++;
+            engine_release(e, start + i);
+        }
+    }
+    if (rc) fprintf(stderr, "  sample_runs: %s\n", st.msg);
+    engine_destroy(e);
+    b->destroy(b);
+    return rc;
+}
+
+TEST(engine_spec_sampling_distribution) {
+    /* The first 3 sampled tokens of 20,000 seeded runs, with prompt lookup proposing the 2nd
+     * and 3rd (verified by the accept/reject rule) and without: one distribution. */
+    enum { V = 5, RUNS = 20000, NT = 3, CELLS = V * V * V };
+    llmi_model m = mock_model(V);
+    int32_t prompt[12];
+    for (int i = 0; i < 12; i++) prompt[i] = i % V;   /* every token occurs, so lookup always proposes */
+    llmi_sampling samp = sampling_defaults();
+    samp.temperature = 1.0f;
+    samp.top_k = 4;
+    samp.top_p = 0.9f;
+    samp.min_p = 0.02f;
+    samp.repeat_penalty = 1.3f;
+    samp.repeat_last_n = 6;
+    samp.seed = test_seed();
+    llmi_spec_params off = spec_params_defaults(), on = off;
+    on.mode = LLMI_SPEC_NGRAM;
+    on.k = 3;
+    on.ngram_min = 1;
+    on.ngram_max = 2;
+    static long a[CELLS], b[CELLS];
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    long acc_off = 0, acc_on = 0;
+    CHECK(sample_runs(&m, prompt, 12, &samp, &off, 2, RUNS, NT, a, &acc_off) == 0);
+    samp.seed += RUNS;   /* fresh draws for the other sample */
+    CHECK(sample_runs(&m, prompt, 12, &samp, &on, 2, RUNS, NT, b, &acc_on) == 0);
+    int df;
+    double p = chi2_same_dist(a, b, CELLS, &df);
+    fprintf(stderr, "  %d runs each: %ld proposals accepted; chi-square p = %.4f (df %d)\n", RUNS, acc_on, p, df);
+    CHECK(acc_off == 0 && acc_on > RUNS / 10);
+    CHECK_MSG(p >= 0.001, "speculative sampling changed the distribution (p = %g)", p);
+}
+
+TEST(sampler_verify_draft_rule) {
+    /* One position, every possible draft: the token verification returns is distributed as
+     * sampler_sample's; a rule that resamples from the whole distribution on rejection (not
+     * the residual) is told apart by the same test. */
+    enum { V = 6, RUNS = 20000 };
+    const float logits[V] = {1.0f, 0.2f, 2.1f, -0.5f, 1.7f, 0.9f};
+    void *scratch = malloc(sampler_scratch_bytes(V));
+    llmi_sampling p = sampling_defaults();
+    p.temperature = 1.0f;
+    p.top_k = 5;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    sampler_rng rng;
+    sampler_rng_seed(&rng, test_seed());
+    long plain[V] = {0};
+    float row[V];
+    for (int i = 0; i < RUNS; i++) {
+        memcpy(row, logits, sizeof row);
+        plain[sampler_sample(row, V, &p, NULL, 0, &rng, scratch)]++;
+    }
+    for (int draft = 0; draft < V; draft++) {
+        long good[V] = {0}, broken[V] = {0}, n_acc = 0;
+        for (int i = 0; i < RUNS; i++) {
+            bool ok;
+            memcpy(row, logits, sizeof row);
+            int32_t t = sampler_verify_draft(row, V, &p, NULL, 0, draft, &rng, scratch, &ok);
+            good[t]++;
+            n_acc += ok;
+            memcpy(row, logits, sizeof row);
+            t = sampler_verify_draft(row, V, &p, NULL, 0, draft, &rng, scratch, &ok);
+            if (!ok) {
+                memcpy(row, logits, sizeof row);
+                t = sampler_sample(row, V, &p, NULL, 0, &rng, scratch);
+            }
+            broken[t]++;
+        }
+        int df;
+        double pg = chi2_same_dist(plain, good, V, &df), pb = chi2_same_dist(plain, broken, V, &df);
+        fprintf(stderr, "  draft %d: accepted %ld of %d; p = %.4f, broken rule p = %.2g\n", draft, n_acc, RUNS, pg, pb);
+        CHECK_MSG(pg >= 0.001, "draft %d: verified tokens are not distributed as sampled ones (p = %g)", draft, pg);
+        /* A draft with some mass (not all): the broken rule over-picks it. */
+        if (n_acc > RUNS / 100) CHECK_MSG(pb < 0.001, "draft %d: the broken rule passed (p = %g)", draft, pb);
+    }
+    /* Greedy: the argmax, accepted exactly when it is the draft. */
+    p.temperature = 0;
+    for (int draft = 0; draft < V; draft++) {
+        bool ok;
+        memcpy(row, logits, sizeof row);
+        CHECK(sampler_verify_draft(row, V, &p, NULL, 0, draft, &rng, scratch, &ok) == 2 && ok == (draft == 2));
+    }
+    free(scratch);
 }
