@@ -68,6 +68,10 @@ int cli_parse_long_list(const char *flag, const char *val, long min, long max, l
                         llmi_status *st);
 int cli_parse_float_list(const char *flag, const char *val, double min, double max, double **out, int *n,
                          llmi_status *st);
+/* --spec: "ngram" or "off" ("draft" fails: not built yet). */
+int cli_parse_spec_mode(const char *flag, const char *val, llmi_spec_mode *out, llmi_status *st);
+/* --spec-ngram: "N" (MIN = MAX = N) or "MIN,MAX", 1 <= MIN <= MAX <= LLMI_SPEC_MAX_NGRAM. */
+int cli_parse_spec_ngram(const char *flag, const char *val, llmi_spec_params *sp, llmi_status *st);
 /* Returns argv[*i + 1] after checking it exists, else fails naming the flag. */
 const char *cli_flag_value(int argc, char **argv, int *i, llmi_status *st);
 

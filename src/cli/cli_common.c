@@ -118,6 +118,30 @@ int cli_parse_float_list(const char *flag, const char *val, double min, double m
     return rc;
 }
 
+int cli_parse_spec_mode(const char *flag, const char *val, llmi_spec_mode *out, llmi_status *st) {
+    if (!strcmp(val, "off")) *out = LLMI_SPEC_OFF;
+    else if (!strcmp(val, "ngram")) *out = LLMI_SPEC_NGRAM;
+    else if (!strcmp(val, "draft"))
+        return llmi_fail(st, LLMI_E_USAGE, "%s draft: draft-model speculation is not built yet; use %s ngram", flag, flag);
+    else return llmi_fail(st, LLMI_E_USAGE, "%s: '%s' is not one of ngram, off", flag, val);
+    return LLMI_OK;
+}
+
+int cli_parse_spec_ngram(const char *flag, const char *val, llmi_spec_params *sp, llmi_status *st) {
+    long *v = NULL;
+    int n = 0;
+    if (cli_parse_long_list(flag, val, 1, LLMI_SPEC_MAX_NGRAM, &v, &n, st)) return st->code;
+    int rc = LLMI_OK;
+    if (n > 2) rc = llmi_fail(st, LLMI_E_USAGE, "%s: give N or MIN,MAX (got %d values)", flag, n);
+    else if (n == 2 && v[0] > v[1]) rc = llmi_fail(st, LLMI_E_USAGE, "%s: MIN %ld exceeds MAX %ld", flag, v[0], v[1]);
+    else {
+        sp->ngram_min = (int)v[0];
+        sp->ngram_max = (int)v[n - 1];
+    }
+    free(v);
+    return rc;
+}
+
 /* "512M", "2G", "1048576" -> bytes. */
 static int parse_size(const char *flag, const char *val, size_t *out, llmi_status *st) {
     char *end;

@@ -40,6 +40,7 @@ typedef struct gen_request {
     double ttft, latency, prefill_s; /* seconds */
     int n_preempted;
     int n_cached;                    /* prompt tokens served from the prefix cache */
+    long spec_steps, spec_proposed, spec_accepted;   /* speculation: verification steps, proposals */
 } gen_request;
 
 typedef struct gen_opts {
@@ -86,7 +87,12 @@ static const char *gen_help =
     "  --min-p P               (default 0.05; 0 = off)\n"
     "  --repeat-penalty P      (default 1.0 = off)\n"
     "  --repeat-last-n N       tokens the penalty looks back over (default 64; -1 = all)\n"
-    "  -s, --seed N            RNG seed (default: random, printed in the stats)\n";
+    "  -s, --seed N            RNG seed (default: random, printed in the stats)\n"
+    "Speculative decoding (exact: greedy output is unchanged, sampled output keeps its distribution):\n"
+    "  --spec ngram|off        propose tokens by prompt lookup (an n-gram of the prompt and output\n"
+    "                          so far that recurs) and verify them in one step (default off)\n"
+    "  --spec-k K              tokens proposed per step, 1..32 (default 5)\n"
+    "  --spec-ngram MIN,MAX    n-gram lengths prompt lookup tries, longest first (default 2,4)\n";
 
 /* ---- output ---------------------------------------------------------------------- */
 
@@ -126,6 +132,16 @@ static void emit_json(gen_ctx *g, gen_request *r) {
         jw_key(&w, "prefill_ms"); jw_num(&w, r->prefill_s * 1e3);
         jw_key(&w, "latency_ms"); jw_num(&w, r->latency * 1e3);
         jw_key(&w, "preempted"); jw_int(&w, r->n_preempted);
+        if (r->params.spec.mode != LLMI_SPEC_OFF) {
+            jw_key(&w, "spec"); jw_cstr(&w, spec_mode_name(r->params.spec.mode));
+            jw_key(&w, "spec_steps"); jw_int(&w, r->spec_steps);
+            jw_key(&w, "spec_proposed"); jw_int(&w, r->spec_proposed);
+            jw_key(&w, "spec_accepted"); jw_int(&w, r->spec_accepted);
+            jw_key(&w, "spec_acceptance_rate");
+            jw_num(&w, r->spec_proposed > 0 ? (double)r->spec_accepted / r->spec_proposed : NAN);
+            jw_key(&w, "spec_mean_accepted_len");
+            jw_num(&w, r->spec_steps > 0 ? 1.0 + (double)r->spec_accepted / r->spec_steps : NAN);
+        }
         jw_key(&w, "decode_tok_s");
         jw_num(&w, r->n_gen > 1 && r->latency > r->ttft ? (r->n_gen - 1) / (r->latency - r->ttft) : NAN);
         jw_key(&w, "prompt_ids");
@@ -236,6 +252,9 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
             r->prefill_s = info->t_prefill_done - info->t_arrival;
             r->n_preempted = info->n_preempted;
             r->n_cached = info->n_cached_tokens;
+            r->spec_steps = info->n_spec_steps;
+            r->spec_proposed = info->n_spec_proposed;
+            r->spec_accepted = info->n_spec_accepted;
         }
         r->done = true;
         r->finish = ev->reason;
@@ -312,6 +331,9 @@ static int parse_json_request(const char *line, const char *file, int lineno, ge
         {"min_p", 0, 1, 1, &r->params.sampling.min_p},
         {"repeat_penalty", 0, 100, 1, &r->params.sampling.repeat_penalty},
         {"logprobs", 0, LLMI_MAX_LOGPROBS, 0, &r->params.logprobs},
+        {"spec_k", 1, LLMI_SPEC_MAX_K, 0, &r->params.spec.k},
+        {"spec_ngram_min", 1, LLMI_SPEC_MAX_NGRAM, 0, &r->params.spec.ngram_min},
+        {"spec_ngram_max", 1, LLMI_SPEC_MAX_NGRAM, 0, &r->params.spec.ngram_max},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, fields[i].key);
@@ -324,6 +346,21 @@ static int parse_json_request(const char *line, const char *file, int lineno, ge
         }
         if (fields[i].kind == 0) *(int *)fields[i].dst = (int)v->valuedouble;
         else *(float *)fields[i].dst = (float)v->valuedouble;
+    }
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(j, "spec");
+    if (spec) {
+        char flag[64];
+        snprintf(flag, sizeof flag, "--prompts: %s:%d: \"spec\"", file, lineno);
+        if (!cJSON_IsString(spec)) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "%s must be \"ngram\" or \"off\"", flag);
+            goto out;
+        }
+        if ((rc = cli_parse_spec_mode(flag, spec->valuestring, &r->params.spec.mode, st))) goto out;
+    }
+    if (r->params.spec.ngram_min > r->params.spec.ngram_max) {
+        rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: spec_ngram_min %d exceeds spec_ngram_max %d", file, lineno,
+                       r->params.spec.ngram_min, r->params.spec.ngram_max);
+        goto out;
     }
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(j, "seed");
     if (seed) {
@@ -486,6 +523,16 @@ static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b,
             decode_time += r->latency - r->ttft;
         }
     }
+    long spec_steps = 0, spec_proposed = 0, spec_accepted = 0;
+    int n_spec = 0;
+    for (int i = 0; i < g->n_reqs; i++) {
+        const gen_request *r = &g->reqs[i];
+        if (r->error || r->params.spec.mode == LLMI_SPEC_OFF) continue;
+        n_spec++;
+        spec_steps += r->spec_steps;
+        spec_proposed += r->spec_proposed;
+        spec_accepted += r->spec_accepted;
+    }
     size_t wb = 0, kvb = 0, ab = 0;
     if (b->memory) b->memory(b, &wb, &kvb, &ab);
     fprintf(stderr, "\nllmi: %d request%s | prompt %ld tokens (%ld cached) | generated %ld tokens", g->n_reqs,
@@ -502,6 +549,11 @@ static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b,
         fprintf(stderr, " | throughput %.1f prompt tok/s, %.1f generated tok/s over %.2f s", wall > 0 ? prompt / wall : 0,
                 wall > 0 ? gen / wall : 0, wall);
     }
+    if (n_spec > 0)
+        fprintf(stderr, "\nllmi: speculation (%d request%s): %ld proposed, %ld accepted (%.1f%%) | mean accepted length "
+                "%.2f tokens per verification step (%ld steps, bonus token included)", n_spec, n_spec == 1 ? "" : "s",
+                spec_proposed, spec_accepted, spec_proposed > 0 ? 100.0 * spec_accepted / spec_proposed : 0.0,
+                spec_steps > 0 ? 1.0 + (double)spec_accepted / spec_steps : 0.0, spec_steps);
     fprintf(stderr, "\nllmi: peak memory %.1f MiB (weights %.1f MiB, KV %.1f MiB) | KV blocks %d/%d peak | "
             "preemptions %d | %s (%s)",
             bench_peak_rss() / 1048576.0, (wb ? wb : b->model->weight_bytes) / 1048576.0, kvb / 1048576.0,
@@ -544,6 +596,16 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
             VALUE();
             if (cli_parse_long(a, v, 0, LLMI_MAX_LOGPROBS, &n, st)) return st->code;
             o->params.logprobs = (int)n;
+        } else if (IS("--spec")) {
+            VALUE();
+            if (cli_parse_spec_mode(a, v, &o->params.spec.mode, st)) return st->code;
+        } else if (IS("--spec-k")) {
+            VALUE();
+            if (cli_parse_long(a, v, 1, LLMI_SPEC_MAX_K, &n, st)) return st->code;
+            o->params.spec.k = (int)n;
+        } else if (IS("--spec-ngram")) {
+            VALUE();
+            if (cli_parse_spec_ngram(a, v, &o->params.spec, st)) return st->code;
         } else if (IS("--temp")) {
             VALUE();
             if (cli_parse_float(a, v, 0, 100, &f, st)) return st->code;
@@ -621,6 +683,10 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
     llmi_engine *e = NULL;
     int rc = cli_open_model(&mo, &m, st);
     if (rc) goto out_reqs;
+    /* The engine's logit rows are sized for the longest proposal any request carries. */
+    for (int i = 0; i < n_reqs; i++)
+        if (reqs[i].params.spec.mode != LLMI_SPEC_OFF && reqs[i].params.spec.k > mo.engine.spec_max_k)
+            mo.engine.spec_max_k = reqs[i].params.spec.k;
     if ((rc = cli_open_engine(&mo, &m, NULL, &b, &e, st))) goto out;
     if (!m.tok) {
         rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: the model has no tokenizer", m.source_path);
