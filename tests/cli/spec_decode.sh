@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Speculative decoding (prompt lookup) is exact under greedy decoding: the 24 prompts of the
+# greedy test set (testdata/llamacpp/prompts.jsonl) plus 8 input-quoting prompts drawn from
+# wikitext-2 with the run's seed, 32 in one batch, give the same tokens and the same logprobs
+# with --spec ngram as with --spec off: together; with chunked prefill, forced preemption,
+# prefill-first scheduling and other k / n-gram sizes; and one quoting prompt alone.
+# Proposals must actually be accepted (and some rejected), or the check proves nothing.
+# Bad --spec values fail with one line before any work.
+. "$(dirname "$0")/../lib/common.sh"
+need_model
+echo "seed $SEED"
+KEEP=("$TMP/prompts.jsonl")
+python3 - "$SHARED/data/wikitext-2-raw/wiki.test.raw" "$TESTDATA/llamacpp/prompts.jsonl" "$TMP/prompts.jsonl" "$SEED" <<'PY' || fail "making prompts"
+import json, random, sys
+lines = [l.strip() for l in open(sys.argv[1], encoding="utf-8") if len(l.strip()) > 200 and not l.startswith(" =")]
+rnd = random.Random(int(sys.argv[4]))
+out = [l.strip() for l in open(sys.argv[2], encoding="utf-8") if l.strip()]
+for i in range(8):
+    text = " ".join(rnd.choice(lines).split()[:60])
+    out.append(json.dumps({"prompt": f"Repeat the following text word for word.\n\nText: {text}\n\nRepeated text: {text[:40]}"}))
+open(sys.argv[3], "w", encoding="utf-8").write("\n".join(out) + "\n")
+PY
+run() { "$LLMI" generate --device cpu -m "$MODEL" -n 24 --temp 0 --ignore-eos --json --logprobs 2 --no-stats "$@"; }
+run --prompts "$TMP/prompts.jsonl" >"$TMP/off.json" || fail "--spec off"
+run --prompts "$TMP/prompts.jsonl" --spec ngram >"$TMP/together.json" || fail "together"
+run --prompts "$TMP/prompts.jsonl" --spec ngram --spec-k 8 --spec-ngram 1,3 --sched prefill-first \
+  --prefill-chunk 16 --num-blocks 40 --block-size 16 >"$TMP/tight.json" || fail "chunked prefill, tight KV"
+tail -n 1 "$TMP/prompts.jsonl" >"$TMP/one.jsonl"
+run --prompts "$TMP/one.jsonl" --spec ngram >"$TMP/alone.json" || fail "alone"
+python3 - "$TMP" <<'PY' || fail "speculation changed greedy output"
+import json, math, sys
+d = sys.argv[1]
+load = lambda n: [json.loads(l) for l in open(f"{d}/{n}.json")]
+off = load("off")
+assert len(off) == 32 and all(len(o["tokens"]) == 24 for o in off)
+def same(name, got, ref, some_rejected=True):
+    assert [o["tokens"] for o in got] == [o["tokens"] for o in ref], f"{name}: tokens differ from --spec off: " + str(
+        [(i, a["tokens"], b["tokens"]) for i, (a, b) in enumerate(zip(ref, got)) if a["tokens"] != b["tokens"]][:1])
+    for a, b in zip(ref, got):
+        for x, y in zip(a["logprobs"], b["logprobs"]):
+            assert abs(x["logprob"] - y["logprob"]) < 1e-4, f"{name}: logprob {x['logprob']} vs {y['logprob']}"
+    prop = sum(o["spec_proposed"] for o in got)
+    acc = sum(o["spec_accepted"] for o in got)
+    assert 0 < acc and (acc < prop or not some_rejected), f"{name}: {acc} of {prop} proposals accepted: the check proves nothing"
+    return prop, acc
+for name in ("together", "tight"):
+    prop, acc = same(name, load(name), off)
+    print(f"{name}: 32 prompts identical to --spec off, {acc}/{prop} proposals accepted")
+pre = sum(o["preempted"] for o in load("tight"))
+assert pre > 0, "the 40-block run should have preempted"
+prop, acc = same("alone", load("alone"), off[-1:], some_rejected=False)
+print(f"alone: identical, {acc}/{prop} accepted; tight run preempted {pre} times")
+PY
+# Bad values: one line, before any work.
+M=(-m "$MODEL" -p hi --device cpu)
+expect_error "--spec-k" "$LLMI" generate "${M[@]}" --spec ngram --spec-k 0
+expect_error "--spec-k" "$LLMI" generate "${M[@]}" --spec ngram --spec-k 1000
+expect_error "--spec" "$LLMI" generate "${M[@]}" --spec sometimes
+expect_error "draft" "$LLMI" generate "${M[@]}" --spec draft
+expect_error "MIN" "$LLMI" generate "${M[@]}" --spec ngram --spec-ngram 4,2
+expect_error "--spec-ngram" "$LLMI" generate "${M[@]}" --spec ngram --spec-ngram 0
+printf '{"prompt": "hi", "spec": "ngram", "spec_k": 0}\n' >"$TMP/bad.jsonl"
+expect_error "spec_k" "$LLMI" generate -m "$MODEL" --device cpu --prompts "$TMP/bad.jsonl"
