@@ -5,7 +5,7 @@
 #include <string.h>
 #include "metrics/slo.h"
 
-const char *const bench_view_config_keys[] = {"kv_type", "block_size", "n_batch", "prefix_cache", "threads",
+const char *const bench_view_config_keys[] = {"kv_type", "block_size", "n_batch", "prefix_cache", "spec", "threads",
                                               "weight_dtype", "device", NULL};
 
 bench_row_kind bench_view_kind(const report *r, int row) {
@@ -129,6 +129,7 @@ void bench_view_header(const report *r, const char *lead, FILE *out) {
     if (constant(r, "block_size")) hdr_part(out, &first, "block %.0f", report_get(r, 0, "block_size"));
     if (constant(r, "prefix_cache")) hdr_part(out, &first, "prefix cache %s", report_get_str(r, 0, "prefix_cache"));
     if (constant(r, "n_batch")) hdr_part(out, &first, "batch %.0f", report_get(r, 0, "n_batch"));
+    if (constant(r, "spec")) hdr_part(out, &first, "spec %s", report_get_str(r, 0, "spec"));
     if (constant(r, "reps")) hdr_part(out, &first, "mean ± sd of %.0f runs", report_get(r, 0, "reps"));
     if (constant(r, "seed")) hdr_part(out, &first, "seed %.0f", report_get(r, 0, "seed"));
     if (report_has(r, "slo_met")) {
@@ -183,7 +184,12 @@ int bench_view_write(const report *r, FILE *out) {
                 snprintf(label, sizeof label, "TTFT t%d ms", t);
                 report_num(&v, label, report_get(r, i, k), 2);
             }
-        } else {
+        }
+        if (kind != BENCH_ROW_PPL && report_has(r, "spec_accept_pct")) {
+            report_num(&v, "accept %", report_get(r, i, "spec_accept_pct"), 1);
+            report_num(&v, "tok/step", report_get(r, i, "spec_len"), 2);
+        }
+        if (kind == BENCH_ROW_PPL) {
             pair(&v, r, i, "PPL", "ppl", "ppl_stderr", 4);
             report_num(&v, "t/s", report_get(r, i, "tps"), 2);
         }

@@ -47,6 +47,9 @@ typedef struct bench_args {
     int np, nn, nb, nbs, nd;
     llmi_kv_dtype kv[BENCH_MAX_KV];
     int nkv;
+    llmi_spec_mode spec[2];      /* --spec list: (nspec); none given = off, and no spec columns */
+    int nspec;
+    llmi_spec_params spec_p;     /* --spec-k, --spec-ngram for the ngram rows */
     bool kv_given;               /* --kv-type was given; else the backend's default */
     int reps, warmup;
     report_format fmt;
@@ -104,6 +107,9 @@ static const char *bench_usage(void) {
            "                          before each test (default 0; multiples of --block-size)\n"
            "  --kv-type LIST          KV cache dtypes: f32, f16, bf16, q8, fp8 (default f32 on cpu, bf16 on cuda)\n"
            "  --block-size LIST       KV block sizes in tokens (default 16)\n"
+           "  --spec LIST             speculative decoding: off, ngram (prompt lookup; random prompts rarely\n"
+           "                          repeat, so use --dataset for its speed); adds acceptance columns.\n"
+           "                          Throughput takes one value.  --spec-k K, --spec-ngram MIN,MAX as generate's\n"
            "  -r N                    repetitions (default 5)   --warmup N  warm-up runs (default 1)\n"
            "throughput (--num-requests, --dataset or --turns):\n"
            "  --num-requests N        requests to serve (default 1000 with random prompts; with --turns:\n"
@@ -138,7 +144,7 @@ static const char *bench_usage(void) {
 
 static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_status *st) {
     *a = (bench_args){.reps = 5, .warmup = 1, .fmt = REPORT_MD, .seed = 42, .input_len = 128, .output_len = 128,
-                      .chunks = -1};
+                      .chunks = -1, .spec_p = spec_params_defaults()};
     cli_model_opts_init(&a->mo);
     bool lists_sweep = false;
     for (int i = 0; i < argc; i++) {  /* main.c passes the arguments after "bench" */
@@ -167,6 +173,20 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
             a->kv_given = true;
             continue;
         }
+        if (!strcmp(f, "--spec")) {
+            VAL();
+            char buf[64];
+            snprintf(buf, sizeof buf, "%s", v);
+            a->nspec = 0;
+            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (a->nspec == 2) return llmi_fail(st, LLMI_E_USAGE, "--spec: '%s' lists more than off and ngram", v);
+                if (cli_parse_spec_mode(f, t, &a->spec[a->nspec++], st)) return st->code;
+            }
+            if (a->nspec == 0) return llmi_fail(st, LLMI_E_USAGE, "--spec: empty list");
+            continue;
+        }
+        if (!strcmp(f, "--spec-k")) { VAL(); if (cli_parse_long(f, v, 1, LLMI_SPEC_MAX_K, &n, st)) return st->code; a->spec_p.k = (int)n; continue; }
+        if (!strcmp(f, "--spec-ngram")) { VAL(); if (cli_parse_spec_ngram(f, v, &a->spec_p, st)) return st->code; continue; }
         if (!strcmp(f, "-r")) { VAL(); if (cli_parse_long(f, v, 1, 1000, &n, st)) return st->code; a->reps = (int)n; continue; }
         if (!strcmp(f, "--warmup")) { VAL(); if (cli_parse_long(f, v, 0, 100, &n, st)) return st->code; a->warmup = (int)n; continue; }
         if (!strcmp(f, "-o")) { VAL(); if (report_format_parse(v, &a->fmt, st)) return st->code; continue; }
@@ -239,6 +259,11 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
     }
     if (a->ppl && (a->throughput || lists_sweep))
         return llmi_fail(st, LLMI_E_USAGE, "--ppl: cannot be combined with sweep (-p/-n/-b) or throughput flags");
+    if (a->nspec > 0 && a->ppl) return llmi_fail(st, LLMI_E_USAGE, "--spec: not with --ppl (nothing is generated)");
+    if (a->nspec > 1 && a->throughput)
+        return llmi_fail(st, LLMI_E_USAGE, "--spec: a throughput run takes one value (run off and ngram separately)");
+    for (int k = 0; k < a->nspec; k++)
+        if (a->spec[k] != LLMI_SPEC_OFF) a->mo.engine.spec_max_k = a->spec_p.k;
     if (a->throughput && lists_sweep)
         return llmi_fail(st, LLMI_E_USAGE, "bench: -p/-n/-b/-d (sweep) and --num-requests/--dataset/--turns (throughput) are different modes");
     if (a->ppl && a->mo.dummy) return llmi_fail(st, LLMI_E_USAGE, "--ppl: needs a tokenizer, which --dummy models lack");
@@ -292,19 +317,35 @@ static void add_memory(report *r, const llmi_backend *b, const llmi_engine *e, s
 typedef struct sweep_run {
     double prefill_tokens, prefill_s, decode_tokens, decode_s;
     int preempted;
+    long spec_steps, spec_proposed, spec_accepted;
     dvec *ttft, *tpot;            /* per-request TTFT and TPOT (s), appended */
 } sweep_run;
 
 static void sweep_after_step(void *ctx, const llmi_step_info *info, double t0, double dt) {
     sweep_run *r = ctx;
     r->preempted += info->n_preempted;
+    r->spec_steps += info->n_spec_steps;
+    r->spec_proposed += info->n_spec_proposed;
+    r->spec_accepted += info->n_spec_accepted;
     if (info->n_prefill_tokens > 0) {
         r->prefill_tokens += info->n_prefill_tokens;
         r->prefill_s += dt;
     } else {
-        r->decode_tokens += info->n_decode_tokens;
+        /* Tokens delivered, not positions run: a verification step runs its proposals too. */
+        r->decode_tokens += info->n_generated;
         r->decode_s += dt;
     }
+}
+
+/* The speculation columns (only when --spec was given): the mode, the share of proposals
+ * accepted, and the mean accepted length (tokens per verification step, the model's own
+ * token included). */
+static void add_spec_columns(report *rep, const bench_args *a, llmi_spec_mode mode, long steps, long proposed,
+                             long accepted) {
+    if (a->nspec == 0) return;
+    report_str(rep, "spec", spec_mode_name(mode));
+    report_num(rep, "spec_accept_pct", proposed > 0 ? 100.0 * accepted / proposed : NAN, 1);
+    report_num(rep, "spec_len", steps > 0 ? 1.0 + (double)accepted / steps : NAN, 2);
 }
 
 static int sweep_on_request(void *ctx, const llmi_request_info *ri, llmi_status *st) {
@@ -348,6 +389,7 @@ static int sweep_point(sweep_ctx *s, llmi_backend *b, llmi_engine *e, workload_s
     double *pre = calloc((size_t)a->reps, sizeof *pre), *dec = calloc((size_t)a->reps, sizeof *dec);   /* (reps) */
     dvec ttft = {0}, tpot = {0};
     int preempted = 0, n_pre = 0, n_dec = 0;
+    long spec_steps = 0, spec_proposed = 0, spec_accepted = 0;
     if (!rc && (!pre || !dec)) rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory");
     for (int r = 0; r < a->reps && !rc; r++) {
         sweep_run run = {.ttft = &ttft, .tpot = &tpot};
@@ -356,6 +398,9 @@ static int sweep_point(sweep_ctx *s, llmi_backend *b, llmi_engine *e, workload_s
         if (run.prefill_s > 0) pre[n_pre++] = run.prefill_tokens / run.prefill_s;
         if (run.decode_s > 0 && run.decode_tokens > 0) dec[n_dec++] = run.decode_tokens / run.decode_s;
         preempted += run.preempted;
+        spec_steps += run.spec_steps;
+        spec_proposed += run.spec_proposed;
+        spec_accepted += run.spec_accepted;
         bench_progress_update(&s->prog, ++s->done_runs);
     }
     if (!rc) {
@@ -369,6 +414,7 @@ static int sweep_point(sweep_ctx *s, llmi_backend *b, llmi_engine *e, workload_s
         report_int(rep, "n_gen", w.n_gen);
         report_int(rep, "n_batch", w.n_requests);
         if (!a->depth_default) report_int(rep, "depth", w.n_depth);
+        add_spec_columns(rep, a, w.spec.mode, spec_steps, spec_proposed, spec_accepted);
         report_int(rep, "reps", a->reps);
         add_mean_sd(rep, "prefill_tps", pre, n_pre, 1, 2);
         add_mean_sd(rep, "decode_tps", dec, n_dec, 1, 2);
@@ -427,11 +473,16 @@ static int sweep_engine(sweep_ctx *s, int ik, int bs, int max_b, llmi_status *st
     for (int ip = 0; ip < a->np && !rc; ip++)
         for (int in = 0; in < a->nn && !rc; in++)
             for (int ibt = 0; ibt < a->nb && !rc; ibt++)
-                for (int id = 0; id < a->nd && !rc; id++) {
-                    const workload_shape w = {.n_prompt = (int)a->p[ip], .n_gen = (int)a->n[in],
-                                              .n_requests = (int)a->b[ibt], .n_depth = (int)a->d[id]};
-                    rc = sweep_point(s, b, e, w, st);
-                }
+                for (int id = 0; id < a->nd && !rc; id++)
+                    for (int is = 0; is < (a->nspec ? a->nspec : 1) && !rc; is++) {
+                        workload_shape w = {.n_prompt = (int)a->p[ip], .n_gen = (int)a->n[in],
+                                            .n_requests = (int)a->b[ibt], .n_depth = (int)a->d[id]};
+                        if (a->nspec) {
+                            w.spec = a->spec_p;
+                            w.spec.mode = a->spec[is];
+                        }
+                        rc = sweep_point(s, b, e, w, st);
+                    }
     cli_close_engine(b, e);
     return rc;
 }
@@ -450,7 +501,7 @@ static int bench_sweep(const bench_args *a, const llmi_model *m, const char *lab
                                      a->d[id] + a->p[i] + a->n[j], ctx);
     sweep_ctx s = {.a = a, .m = m, .label = label, .rep = rep};
     stats_rng_seed(&s.rng, a->seed);
-    const int total_rows = a->nkv * a->nbs * a->np * a->nn * a->nb * a->nd;
+    const int total_rows = a->nkv * a->nbs * a->np * a->nn * a->nb * a->nd * (a->nspec ? a->nspec : 1);
     bench_progress_init(&s.prog, "bench", total_rows * (a->reps + a->warmup));
     int rc = 0;
     for (int ik = 0; ik < a->nkv && !rc; ik++)
@@ -499,6 +550,7 @@ typedef struct tp_run {
     double t_start;       /* engine clock when the first request could arrive */
     double elapsed;       /* seconds from t_start to the end of the last step */
     int preemptions;
+    long spec_steps, spec_proposed, spec_accepted;
     dvec itl;             /* every gap between consecutive tokens of a request (s) */
     dvec kv_t, kv_u;      /* after every step: seconds since t_start, KV blocks used / total */
     bool oom;             /* a token callback could not record its sample */
@@ -852,6 +904,10 @@ static int tp_serve(const bench_args *a, tp_run *run, llmi_status *st) {
     rp.sampling.temperature = 0;
     /* Random prompts have no meaningful EOS; dataset prompts stop as the model says. */
     rp.ignore_eos = a->dataset == NULL;
+    if (a->nspec) {
+        rp.spec = a->spec_p;
+        rp.spec.mode = a->spec[0];
+    }
     bench_progress prog;
     bench_progress_init(&prog, "bench", run->n);
     int rc = 0, next = 0, n_done = 0;
@@ -870,6 +926,9 @@ static int tp_serve(const bench_args *a, tp_run *run, llmi_status *st) {
         if ((rc = engine_step(e, tp_on_token, run, &info, st))) break;
         if (run->oom) { rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory"); break; }
         run->preemptions += info.n_preempted;
+        run->spec_steps += info.n_spec_steps;
+        run->spec_proposed += info.n_spec_proposed;
+        run->spec_accepted += info.n_spec_accepted;
         double t = engine_now(e) - run->t_start;
         if (info.kv_blocks_total > 0 &&
             (dvec_push(&run->kv_t, t) || dvec_push(&run->kv_u, (double)info.kv_blocks_used / info.kv_blocks_total))) {
@@ -1015,6 +1074,8 @@ static void tp_report(const bench_args *a, const llmi_model *m, const char *labe
         report_num(rep, key, t->n ? stats_percentile(t->v, t->n, 90) * 1e3 : NAN, 2);
     }
     report_int(rep, "preemptions", run->preemptions);
+    add_spec_columns(rep, a, a->nspec ? a->spec[0] : LLMI_SPEC_OFF, run->spec_steps, run->spec_proposed,
+                     run->spec_accepted);
     double umax = 0;
     for (int i = 0; i < run->kv_u.n; i++) umax = run->kv_u.v[i] > umax ? run->kv_u.v[i] : umax;
     report_num(rep, "kv_util_mean", stats_mean(run->kv_u.v, run->kv_u.n), 3);

@@ -49,6 +49,7 @@ int workload_run(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, 
     rp.max_tokens = w.n_gen;
     rp.ignore_eos = true;
     rp.sampling.temperature = 0;
+    if (w.spec.mode != LLMI_SPEC_OFF) rp.spec = w.spec;
     for (int i = 0; i < w.n_requests; i++) {
         int shared = w.prefix ? w.n_prefix : 0;
         if (w.n_depth) memcpy(prompt, ctx + (size_t)i * w.n_depth, (size_t)w.n_depth * sizeof *prompt);

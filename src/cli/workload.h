@@ -19,6 +19,7 @@ typedef struct workload_shape {
     const int32_t *prefix;         /* (n_prefix) the first tokens of every prompt, or NULL */
     int n_prefix;                  /* < n_prompt */
     int n_depth;                   /* d: context tokens already in the KV cache (see workload_run) */
+    llmi_spec_params spec;         /* speculation of every timed request (zero: off) */
 } workload_shape;
 
 /* Any hook may be NULL. */

@@ -429,6 +429,7 @@ static void verify_and_emit(llmi_engine *e, llmi_seq *s, int row0, int d, engine
     s->info.n_spec_steps++;
     s->info.n_spec_proposed += d;
     s->info.n_spec_accepted += accepted;
+    inf->n_spec_steps++;
     inf->n_spec_proposed += d;
     inf->n_spec_accepted += accepted;
     s->n_draft = 0;
@@ -503,9 +504,11 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
          * recompute after preemption) is prefill work. */
         if (seq_in_decode(s)) inf.n_decode_tokens += n; else inf.n_prefill_tokens += n;
         s->n_computed += n;
+        const int had = s->n_tokens;
         if (s->n_draft > 0) {
             int d = s->n_draft;
             verify_and_emit(e, s, logit_i, d, cb, cb_ctx, &inf);
+            inf.n_generated += s->n_tokens - had;
             logit_i += d + 1;
             continue;
         }
@@ -520,6 +523,7 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
         float *row = e->logits + (size_t)logit_i * e->model->cfg.n_vocab;
         if (on_device) emit(e, s, e->tokens[logit_i], row, cb, cb_ctx);
         else sample_and_emit(e, s, row, cb, cb_ctx);
+        inf.n_generated += s->n_tokens - had;
         logit_i++;
     }
     double t_end = engine_now(e);

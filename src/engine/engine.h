@@ -104,6 +104,9 @@ typedef struct llmi_request_info {
 typedef struct llmi_step_info {
     int n_prefill_tokens, n_decode_tokens, n_seqs;
     int n_preempted;                /* sequences preempted during this step's planning */
+    int n_generated;                /* tokens delivered this step (a verification step may deliver
+                                       several per sequence) */
+    int n_spec_steps;               /* sequences that verified proposals this step */
     int n_spec_proposed, n_spec_accepted;    /* proposed tokens verified this step, and accepted */
     int kv_blocks_used, kv_blocks_total;
     double seconds;                 /* wall time of the whole step */
