@@ -5,8 +5,8 @@
  * blocks go back to the pool and it re-enters the waiting queue in arrival order).
  *
  * A speculating decode asks for 1 + n_draft tokens; when the token budget or the free
- * KV blocks fall short its proposals are cut (to none at worst), never another sequence
- * preempted for them.
+ * KV blocks fall short its proposals are cut (to none at worst): it never preempts
+ * another sequence to make room for them.
  *
  * sched_plan picks which sequences run and how many of their pending tokens;
  * sched_build_batch turns that plan into the llmi_batch a backend runs.  The scheduler
