@@ -1113,14 +1113,8 @@ TEST(engine_spec_sampling_distribution) {
     llmi_model m = mock_model(V);
     int32_t prompt[12];
     for (int i = 0; i < 12; i++) prompt[i] = i % V;   /* every token occurs, so lookup always proposes */
-    llmi_sampling samp = sampling_defaults();
-    samp.temperature = 1.0f;
-    samp.top_k = 4;
-    samp.top_p = 0.9f;
-    samp.min_p = 0.02f;
-    samp.repeat_penalty = 1.3f;
-    samp.repeat_last_n = 6;
-    samp.seed = test_seed();
+    llmi_sampling samp = {.temperature = 1.0f, .top_k = 4, .top_p = 0.9f, .min_p = 0.02f, .repeat_penalty = 1.3f,
+                          .repeat_last_n = 6, .seed = test_seed()};
     llmi_spec_params off = spec_params_defaults(), on = off;
     on.mode = LLMI_SPEC_NGRAM;
     on.k = 3;
