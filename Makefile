@@ -3,6 +3,7 @@
 #   make SAN=1      ASan/UBSan build in build-san/ -> ./llmi-san
 #   make CUDA=0     skip CUDA even when nvcc exists (CUDA=1: fail when nvcc is missing)
 #   make test       build both, run the whole suite (tests/run.sh)
+#   make fuzz       libFuzzer targets (clang, ASan+UBSan) in build-fuzz/ (docs/RELIABILITY.md)
 CC      ?= gcc
 SAN     ?= 0
 NVCC    ?= $(shell command -v nvcc 2>/dev/null)
@@ -62,7 +63,14 @@ endif
 TEST_SRCS := $(wildcard tests/*.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all test clean san tools FORCE
+# Fuzz targets (tests/fuzz/fuzz_*.c): each links LLVMFuzzerTestOneInput with llmi's objects.
+# Built twice: by `make fuzz` with clang's libFuzzer, and in every build as a replayer
+# (tests/fuzz/replay_main.c feeds each corpus file once), which the suite runs under SAN=1
+# so CI replays the corpora without clang.
+FUZZ_NAMES  := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
+
+.PHONY: all test clean san tools fuzz FORCE
 all: $(BIN)
 
 $(BIN): $(BUILD)/main.o $(OBJS) $(BUILD)/version.o $(CU_OBJS)
@@ -83,7 +91,29 @@ $(BUILD)/version.o: $(BUILD)/version.c
 
 FORCE:
 
-tools: $(BUILD)/llmi_tests
+tools: $(BUILD)/llmi_tests $(FUZZ_REPLAY)
+
+$(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/common.o $(BUILD)/tests/fuzz/replay_main.o $(OBJS) $(BUILD)/version.o $(CU_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+FUZZ_CC     ?= clang
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -fopenmp -MMD -MP -Isrc -Ikernels $(PKG_CFLAGS) -g -O1 \
+               -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+               -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+FUZZ_OBJS   := $(SRCS:%.c=build-fuzz/%.o) build-fuzz/version.o build-fuzz/tests/fuzz/common.o
+
+fuzz: $(FUZZ_NAMES:%=build-fuzz/%)
+
+build-fuzz/fuzz_%: build-fuzz/tests/fuzz/fuzz_%.o $(FUZZ_OBJS)
+	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $^ $(PKG_LIBS) -fopenmp -lm -lpthread
+
+build-fuzz/version.o: $(BUILD)/version.c
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+build-fuzz/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -99,6 +129,7 @@ test:
 	bash tests/run.sh
 
 clean:
-	rm -rf build build-cpu build-san llmi llmi-san
+	rm -rf build build-cpu build-san build-fuzz llmi llmi-san
 
--include $(OBJS:.o=.d) $(TEST_OBJS:.o=.d) $(BUILD)/main.d $(CU_OBJS:.o=.d)
+-include $(OBJS:.o=.d) $(TEST_OBJS:.o=.d) $(BUILD)/main.d $(CU_OBJS:.o=.d) $(wildcard $(BUILD)/tests/fuzz/*.d)
+-include $(wildcard $(FUZZ_OBJS:.o=.d) build-fuzz/tests/fuzz/*.d)

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Writes the small seed files of the fuzz corpora that no testdata file can be
+(docs/RELIABILITY.md): a whole llama model in a few KB, as GGUF (tensor table and data,
+the vocabulary of testdata/tokenizer/eog/named.gguf) and as a safetensors directory.
+Standard library only; the layout follows ggml's docs/gguf.md and huggingface/safetensors.
+  python3 scripts/make-fuzz-seeds.py        (from the repository root)"""
+import json, os, random, struct
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
+DIM, FFN, HEADS, KV, HD, VOCAB, LAYERS = 32, 32, 2, 1, 16, 12, 1
+rnd = random.Random(15)
+
+
+def gstr(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def kv_u32(k, v): return gstr(k) + struct.pack("<II", 4, v)
+def kv_f32(k, v): return gstr(k) + struct.pack("<If", 6, v)
+def kv_str(k, v): return gstr(k) + struct.pack("<I", 8) + gstr(v)
+
+
+def q4_0(rows, cols):
+    out = b""
+    for _ in range(rows * cols // 32):
+        out += struct.pack("<e", 0.01 + rnd.random() * 0.02) + bytes(rnd.randrange(256) for _ in range(16))
+    return out
+
+
+def f32(n): return struct.pack("<%df" % n, *[1.0 + rnd.random() * 0.1 for _ in range(n)])
+
+
+def tensors():
+    # (gguf name, hf name, rows, cols, gguf type, data); vectors have rows None
+    t = [("token_embd.weight", "model.embed_tokens.weight", VOCAB, DIM, 2, q4_0(VOCAB, DIM)),
+         ("output_norm.weight", "model.norm.weight", None, DIM, 0, f32(DIM))]
+    for l in range(LAYERS):
+        p, h = "blk.%d." % l, "model.layers.%d." % l
+        t += [(p + "attn_norm.weight", h + "input_layernorm.weight", None, DIM, 0, f32(DIM)),
+              (p + "attn_q.weight", h + "self_attn.q_proj.weight", HEADS * HD, DIM, 2, q4_0(HEADS * HD, DIM)),
+              (p + "attn_k.weight", h + "self_attn.k_proj.weight", KV * HD, DIM, 2, q4_0(KV * HD, DIM)),
+              (p + "attn_v.weight", h + "self_attn.v_proj.weight", KV * HD, DIM, 2, q4_0(KV * HD, DIM)),
+              (p + "attn_output.weight", h + "self_attn.o_proj.weight", DIM, HEADS * HD, 2, q4_0(DIM, HEADS * HD)),
+              (p + "ffn_norm.weight", h + "post_attention_layernorm.weight", None, DIM, 0, f32(DIM)),
+              (p + "ffn_gate.weight", h + "mlp.gate_proj.weight", FFN, DIM, 2, q4_0(FFN, DIM)),
+              (p + "ffn_up.weight", h + "mlp.up_proj.weight", FFN, DIM, 2, q4_0(FFN, DIM)),
+              (p + "ffn_down.weight", h + "mlp.down_proj.weight", DIM, FFN, 2, q4_0(DIM, FFN))]
+    return t
+
+
+def vocab_kvs():
+    """The raw tokenizer.* key/value pairs of testdata/tokenizer/eog/named.gguf."""
+    d = open(os.path.join(ROOT, "testdata", "tokenizer", "eog", "named.gguf"), "rb").read()
+    n_kv = struct.unpack_from("<Q", d, 16)[0]
+    p, out, n = 24, b"", 0
+    size = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    for _ in range(n_kv):
+        start = p
+        klen = struct.unpack_from("<Q", d, p)[0]
+        key = d[p + 8:p + 8 + klen]
+        p += 8 + klen
+        t = struct.unpack_from("<I", d, p)[0]
+        p += 4
+        if t == 8:
+            p += 8 + struct.unpack_from("<Q", d, p)[0]
+        elif t == 9:
+            et, cnt = struct.unpack_from("<IQ", d, p)
+            p += 12
+            for _ in range(cnt):
+                p += (8 + struct.unpack_from("<Q", d, p)[0]) if et == 8 else size[et]
+        else:
+            p += size[t]
+        if key.startswith(b"tokenizer."):
+            out += d[start:p]
+            n += 1
+    return out, n
+
+
+def write_gguf(path):
+    kvs = [kv_str("general.architecture", "llama"), kv_str("general.name", "fuzz seed"),
+           kv_u32("llama.context_length", 256), kv_u32("llama.embedding_length", DIM),
+           kv_u32("llama.block_count", LAYERS), kv_u32("llama.feed_forward_length", FFN),
+           kv_u32("llama.attention.head_count", HEADS), kv_u32("llama.attention.head_count_kv", KV),
+           kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5), kv_u32("llama.rope.dimension_count", HD),
+           kv_u32("llama.vocab_size", VOCAB), kv_u32("general.alignment", 32)]
+    vk, nv = vocab_kvs()
+    ts = tensors()
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(ts), len(kvs) + nv) + b"".join(kvs) + vk
+    data, off = b"", 0
+    for name, _, rows, cols, typ, blob in ts:
+        dims = [cols] if rows is None else [cols, rows]
+        head += gstr(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", x) for x in dims)
+        head += struct.pack("<IQ", typ, len(data))
+        data += blob + b"\0" * (-len(blob) % 32)
+    head += b"\0" * (-len(head) % 32)
+    with open(path, "wb") as f:
+        f.write(head + data)
+
+
+def safetensors(entries):
+    """entries: [(name, dtype, shape, bytes)] -> the file's bytes (header padded to 8)."""
+    hdr, off, data = {"__metadata__": {"format": "pt"}}, 0, b""
+    for name, dt, shape, blob in entries:
+        hdr[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(blob)]}
+        off += len(blob)
+        data += blob
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+# The config.json fuzz_safetensors.c holds for its model.safetensors (keep the two equal).
+HF_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": DIM,
+             "intermediate_size": FFN, "num_attention_heads": HEADS, "num_key_value_heads": KV,
+             "num_hidden_layers": LAYERS, "rms_norm_eps": 1e-5, "max_position_embeddings": 256,
+             "vocab_size": VOCAB, "tie_word_embeddings": True}
+
+
+def f16(n): return struct.pack("<%de" % n, *[rnd.random() - 0.5 for _ in range(n)])
+
+
+def dense_model():
+    out = []
+    for i, (_, name, rows, cols, _, _) in enumerate(tensors()):
+        shape = [cols] if rows is None else [rows, cols]
+        n = cols * (rows or 1)
+        dt = ["F32", "F16", "BF16"][i % 3] if rows else "F32"
+        blob = f32(n) if dt == "F32" else f16(n) if dt == "F16" else bytes(x for i2, x in enumerate(f32(n)) if i2 % 4 >= 2)
+        out.append((name, dt, shape, blob))
+    return out
+
+
+def gptq_model(group=16):
+    """GPTQ v1 (sym, no act order) linears, dense embedding and norms."""
+    out = []
+    for name, dt, shape, blob in dense_model():
+        if len(shape) == 2 and "embed" not in name:
+            rows, cols = shape
+            base = name[:-len(".weight")]
+            g = cols // group
+            out += [(base + ".qweight", "I32", [cols // 8, rows], bytes(rnd.randrange(256) for _ in range(cols // 8 * rows * 4))),
+                    (base + ".qzeros", "I32", [g, rows // 8], struct.pack("<%di" % (g * rows // 8), *[0x77777777] * (g * rows // 8))),
+                    (base + ".scales", "F16", [g, rows], f16(g * rows))]
+        else:
+            out.append((name, dt, shape, blob))
+    return out
+
+
+def write(name, path, data):
+    d = os.path.join(CORPUS, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, path), "wb") as f:
+        f.write(data)
+
+
+if __name__ == "__main__":
+    os.makedirs(os.path.join(CORPUS, "fuzz_gguf"), exist_ok=True)
+    write_gguf(os.path.join(CORPUS, "fuzz_gguf", "tiny-llama.gguf"))
+    write("fuzz_safetensors", "tiny-llama.safetensors", safetensors(dense_model()))
+    qc = dict(HF_CONFIG, quantization_config={"bits": 4, "group_size": 16, "desc_act": False, "sym": True,
+                                               "quant_method": "gptq", "checkpoint_format": "gptq"})
+    write("fuzz_gptq_config", "tiny-gptq", json.dumps(qc, indent=1).encode() + b"\n#--\n" + safetensors(gptq_model()))

@@ -1,0 +1,34 @@
+/* common.h — what every fuzz target shares (tests/fuzz/fuzz_*.c, docs/RELIABILITY.md).
+ *
+ * A target is a libFuzzer LLVMFuzzerTestOneInput that hands its bytes to one of llmi's
+ * parsers through the entry point the binary uses; where that entry point takes a path,
+ * the bytes go to a file in a scratch directory private to the call.  The same target is
+ * linked with libFuzzer (`make fuzz`, clang) and with replay_main.c (every build), which
+ * is how the suite replays the committed corpora under ASan/UBSan without clang.
+ *
+ * A parser must fail with one clear line: fuzz_check_status aborts (a crash the fuzzer
+ * reports) on a failure whose llmi_status is empty, multi-line or has no error code. */
+#ifndef LLMI_FUZZ_COMMON_H
+#define LLMI_FUZZ_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/status.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Creates a fresh private directory under $TMPDIR (or /tmp) into dir; 0 on success. */
+int fuzz_scratch(char *dir, size_t cap);
+/* Removes the scratch directory and every plain file in it. */
+void fuzz_scratch_remove(const char *dir);
+/* Writes (size) bytes to dir/name and its path into path; 0 on success. */
+int fuzz_write(const char *dir, const char *name, const void *data, size_t size, char *path, size_t cap);
+/* Checks the parser's verdict: rc 0, or rc != 0 with one line (printed when
+ * LLMI_FUZZ_VERBOSE is set, to see what a corpus file reaches). */
+void fuzz_check_status(int rc, const llmi_status *st);
+/* The repository's testdata/ ($LLMI_TESTDATA, else ./testdata: run from the root). */
+const char *fuzz_testdata(void);
+/* Splits data at the first "\n#--\n" into (a, na) and (b, nb); without it b is NULL. */
+void fuzz_split(const uint8_t *data, size_t size, const uint8_t **a, size_t *na, const uint8_t **b, size_t *nb);
+
+#endif
