@@ -100,8 +100,11 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/common.o $(BUILD)/t
 FUZZ_CC     ?= clang
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -fopenmp -MMD -MP -Isrc -Ikernels $(PKG_CFLAGS) -g -O1 \
                -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-               -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+               -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -Wno-string-concatenation
 FUZZ_OBJS   := $(SRCS:%.c=build-fuzz/%.o) build-fuzz/version.o build-fuzz/tests/fuzz/common.o
+# Objects reached only through pattern rules are intermediate to make: keep them.
+.SECONDARY: $(FUZZ_OBJS) $(FUZZ_NAMES:%=build-fuzz/tests/fuzz/%.o) $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/%.o) \
+            $(BUILD)/tests/fuzz/common.o $(BUILD)/tests/fuzz/replay_main.o
 
 fuzz: $(FUZZ_NAMES:%=build-fuzz/%)
 

@@ -4,7 +4,7 @@
 the vocabulary of testdata/tokenizer/eog/named.gguf) and as a safetensors directory.
 Standard library only; the layout follows ggml's docs/gguf.md and huggingface/safetensors.
   python3 scripts/make-fuzz-seeds.py        (from the repository root)"""
-import json, os, random, struct
+import json, os, random, struct, subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
@@ -148,6 +148,44 @@ def gptq_model(group=16):
     return out
 
 
+def trim_tokenizer(src, n_keep=300):
+    """A tokenizer.json cut to its first n_keep ids (and the merges among them), added
+    tokens renumbered after them: the same model, normalizer and pre-tokenizer in a few KB."""
+    raw = subprocess.run(["zstd", "-dc", src], check=True, capture_output=True).stdout if src.endswith(".zst") \
+        else open(src, "rb").read()
+    t = json.loads(raw)
+    m = t["model"]
+    vocab = {k: v for k, v in m["vocab"].items() if v < n_keep}
+    nxt, remap = n_keep, {}
+    t["added_tokens"] = t.get("added_tokens", [])[:16]
+    for a in t["added_tokens"]:
+        if a["id"] >= n_keep:
+            remap[a["id"]] = nxt
+            a["id"] = nxt
+            nxt += 1
+        vocab[a["content"]] = a["id"]
+
+    def fix_ids(x):  # the post-processor names special tokens by id too
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k == "ids" and isinstance(v, list):
+                    x[k] = [remap.get(i, i) for i in v]
+                else:
+                    fix_ids(v)
+        elif isinstance(x, list):
+            for v in x:
+                fix_ids(v)
+    fix_ids(t.get("post_processor"))
+    m["vocab"] = vocab
+    merges = []
+    for mg in m.get("merges", []):
+        a, b = mg.split(" ", 1) if isinstance(mg, str) else mg
+        if a in vocab and b in vocab and a + b in vocab:
+            merges.append(mg)
+    m["merges"] = merges
+    return json.dumps(t, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 def write(name, path, data):
     d = os.path.join(CORPUS, name)
     os.makedirs(d, exist_ok=True)
@@ -161,4 +199,20 @@ if __name__ == "__main__":
     write("fuzz_safetensors", "tiny-llama.safetensors", safetensors(dense_model()))
     qc = dict(HF_CONFIG, quantization_config={"bits": 4, "group_size": 16, "desc_act": False, "sym": True,
                                                "quant_method": "gptq", "checkpoint_format": "gptq"})
+    tok = os.path.join(ROOT, "testdata", "tokenizer")
+    hf = os.path.join(ROOT, "testdata", "hf", "llama-attn-bias")
+    for case, src, cfg in [("gpt2", tok + "/gpt2-trim/tokenizer.json.zst", hf + "/tokenizer_config.json"),
+                           ("llama3", tok + "/llama3-trim/tokenizer.json.zst", hf + "/tokenizer_config.json"),
+                           ("qwen2", tok + "/qwen2-trim/tokenizer.json.zst", hf + "/tokenizer_config.json"),
+                           ("smollm2", tok + "/smollm2/tokenizer.json", tok + "/smollm2/tokenizer_config.json"),
+                           ("llama-spm", tok + "/llama-spm/tokenizer.json", tok + "/llama-spm/tokenizer_config.json")]:
+        write("fuzz_tokenizer_json", case, trim_tokenizer(src) + b"\n#--\n" + open(cfg, "rb").read())
+    # fuzz_tokenize: a flags byte (vocabulary, add/parse/skip special) and a reference text
+    for case, vb in [("smollm2", 0), ("llama-spm", 1)]:
+        refs = subprocess.run(["zstd", "-dc", tok + "/%s/refs.jsonl.zst" % case], check=True,
+                              capture_output=True).stdout.decode().split("\n")
+        texts = sorted({json.loads(l)["t"] for l in refs if l}, key=lambda x: (len(x.encode()), x))
+        picked = [x for x in texts if 0 < len(x.encode()) <= 512][::max(1, len(texts) // 24)][:24]
+        for i, x in enumerate(picked):
+            write("fuzz_tokenize", "%s-%02d" % (case, i), bytes([vb | (i % 8) << 1]) + x.encode())
     write("fuzz_gptq_config", "tiny-gptq", json.dumps(qc, indent=1).encode() + b"\n#--\n" + safetensors(gptq_model()))
