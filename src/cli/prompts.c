@@ -1,0 +1,189 @@
+/* prompts.c — the --prompts file of `llmi generate` (see prompts.h). */
+#include "cli/prompts.h"
+#include "cli/cli.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int prompts_add_stop(llmi_request_params *p, char **owned, const char *s, const char *where, llmi_status *st) {
+    if (p->n_stop >= LLMI_MAX_STOP) return llmi_fail(st, LLMI_E_USAGE, "%s: at most %d stop strings", where, LLMI_MAX_STOP);
+    if (!*s) return llmi_fail(st, LLMI_E_USAGE, "%s: empty stop string", where);
+    owned[p->n_stop] = strdup(s);
+    if (!owned[p->n_stop]) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+    p->stop[p->n_stop] = owned[p->n_stop];
+    p->n_stop++;
+    return LLMI_OK;
+}
+
+int prompts_entry_init(prompt_entry *e, const llmi_request_params *defaults, llmi_status *st) {
+    e->params = *defaults;
+    e->params.n_stop = 0;
+    for (int i = 0; i < defaults->n_stop; i++)
+        if (prompts_add_stop(&e->params, e->stops, defaults->stop[i], "--stop", st)) return st->code;
+    return LLMI_OK;
+}
+
+void prompts_entry_free(prompt_entry *e) {
+    free(e->prompt);
+    for (int i = 0; i < e->params.n_stop; i++) free(e->stops[i]);
+    e->prompt = NULL;
+    e->params.n_stop = 0;
+}
+
+void prompts_free(prompt_entry *e, int n) {
+    for (int i = 0; i < n; i++) prompts_entry_free(&e[i]);
+    free(e);
+}
+
+/* Reads per-request fields of one JSONL line over the defaults. */
+static int parse_json_request(const char *line, const char *file, int lineno, prompt_entry *r, llmi_status *st) {
+    cJSON *j = cJSON_Parse(line);
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: not a JSON object", file, lineno);
+    }
+    int rc = LLMI_OK;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
+    if (!cJSON_IsString(p)) {
+        rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"prompt\" must be a string", file, lineno);
+        goto out;
+    }
+    r->prompt = strdup(p->valuestring);
+    if (!r->prompt) {
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+        goto out;
+    }
+    struct { const char *key; double min, max; int kind; void *dst; } fields[] = {
+        {"max_tokens", -1, 1 << 24, 0, &r->params.max_tokens},
+        {"n_predict", -1, 1 << 24, 0, &r->params.max_tokens},
+        {"temperature", 0, 100, 1, &r->params.sampling.temperature},
+        {"temp", 0, 100, 1, &r->params.sampling.temperature},
+        {"top_k", 0, 1 << 24, 0, &r->params.sampling.top_k},
+        {"top_p", 0, 1, 1, &r->params.sampling.top_p},
+        {"min_p", 0, 1, 1, &r->params.sampling.min_p},
+        {"repeat_penalty", 0, 100, 1, &r->params.sampling.repeat_penalty},
+        {"logprobs", 0, LLMI_MAX_LOGPROBS, 0, &r->params.logprobs},
+        {"spec_k", 1, LLMI_SPEC_MAX_K, 0, &r->params.spec.k},
+        {"spec_ngram_min", 1, LLMI_SPEC_MAX_NGRAM, 0, &r->params.spec.ngram_min},
+        {"spec_ngram_max", 1, LLMI_SPEC_MAX_NGRAM, 0, &r->params.spec.ngram_max},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, fields[i].key);
+        if (!v) continue;
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= fields[i].min && v->valuedouble <= fields[i].max) ||
+            (fields[i].kind == 0 && v->valuedouble != floor(v->valuedouble))) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"%s\" must be a number in %g..%g", file, lineno,
+                           fields[i].key, fields[i].min, fields[i].max);
+            goto out;
+        }
+        if (fields[i].kind == 0) *(int *)fields[i].dst = (int)v->valuedouble;
+        else *(float *)fields[i].dst = (float)v->valuedouble;
+    }
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(j, "spec");
+    if (spec) {
+        char flag[64];
+        snprintf(flag, sizeof flag, "--prompts: %s:%d: \"spec\"", file, lineno);
+        if (!cJSON_IsString(spec)) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "%s must be \"ngram\" or \"off\"", flag);
+            goto out;
+        }
+        if ((rc = cli_parse_spec_mode(flag, spec->valuestring, &r->params.spec.mode, st))) goto out;
+    }
+    if (r->params.spec.ngram_min > r->params.spec.ngram_max) {
+        rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: spec_ngram_min %d exceeds spec_ngram_max %d", file, lineno,
+                       r->params.spec.ngram_min, r->params.spec.ngram_max);
+        goto out;
+    }
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(j, "seed");
+    if (seed) {
+        if (!cJSON_IsNumber(seed) || seed->valuedouble < 0 || seed->valuedouble > 9007199254740992.0) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"seed\" must be a non-negative integer", file, lineno);
+            goto out;
+        }
+        r->params.sampling.seed = (uint64_t)seed->valuedouble;
+    }
+    const cJSON *ie = cJSON_GetObjectItemCaseSensitive(j, "ignore_eos");
+    if (ie) {
+        if (!cJSON_IsBool(ie)) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"ignore_eos\" must be true or false", file, lineno);
+            goto out;
+        }
+        r->params.ignore_eos = cJSON_IsTrue(ie);
+    }
+    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(j, "stop");
+    if (stop) {
+        /* Per-request stops replace the command line's. */
+        for (int i = 0; i < r->params.n_stop; i++) free(r->stops[i]);
+        r->params.n_stop = 0;
+        char where[64];
+        snprintf(where, sizeof where, "--prompts line %d", lineno);
+        if (cJSON_IsString(stop)) {
+            rc = prompts_add_stop(&r->params, r->stops, stop->valuestring, where, st);
+        } else if (cJSON_IsArray(stop)) {
+            const cJSON *s;
+            cJSON_ArrayForEach(s, stop) {
+                if (!cJSON_IsString(s)) {
+                    rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"stop\" entries must be strings", file, lineno);
+                    goto out;
+                }
+                if ((rc = prompts_add_stop(&r->params, r->stops, s->valuestring, where, st))) goto out;
+            }
+        } else {
+            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"stop\" must be a string or a list", file, lineno);
+        }
+    }
+out:
+    cJSON_Delete(j);
+    return rc;
+}
+
+int prompts_parse(const char *text, const char *file, const llmi_request_params *defaults, prompt_entry **out,
+                  int *n_out, llmi_status *st) {
+    *out = NULL;
+    *n_out = 0;
+    char *all = strdup(text);
+    if (!all) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+    int cap = 16, n = 0;
+    prompt_entry *reqs = calloc((size_t)cap, sizeof *reqs);
+    int lineno = 0, rc = LLMI_OK;
+    char *save = NULL;
+    for (char *line = strtok_r(all, "\n", &save); line && reqs; line = strtok_r(NULL, "\n", &save)) {
+        lineno++;
+        size_t L = strlen(line);
+        if (L && line[L - 1] == '\r') line[--L] = '\0';
+        const char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p) continue;
+        if (n == cap) {
+            prompt_entry *nr = realloc(reqs, (size_t)cap * 2 * sizeof *nr);
+            if (!nr) {
+                rc = llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+                break;
+            }
+            memset(nr + cap, 0, (size_t)cap * sizeof *nr);
+            reqs = nr;
+            cap *= 2;
+        }
+        prompt_entry *r = &reqs[n++];
+        if ((rc = prompts_entry_init(r, defaults, st))) break;
+        if (*p == '{') {
+            if ((rc = parse_json_request(p, file, lineno, r, st))) break;
+        } else if (!(r->prompt = strdup(line))) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+            break;
+        }
+    }
+    free(all);
+    if (!reqs) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+    if (!rc && n == 0) rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: '%s' holds no prompts", file);
+    if (rc) {
+        prompts_free(reqs, n);
+        return rc;
+    }
+    *out = reqs;
+    *n_out = n;
+    return LLMI_OK;
+}
