@@ -186,6 +186,16 @@ def trim_tokenizer(src, n_keep=300):
     return json.dumps(t, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def stats(n_layers, cols):
+    """A --save-stats file: "LLMIQST1", u32 n_layers and the 4 input dims, then per layer
+    and set mean|x| and the Gram matrix's upper triangle (f32), one zstd stream."""
+    raw = b"LLMIQST1" + struct.pack("<5I", n_layers, *cols)
+    for _ in range(n_layers):
+        for n in cols:
+            raw += f32(n) + f32(n * (n + 1) // 2)
+    return subprocess.run(["zstd", "-q", "-c", "-3"], input=raw, check=True, capture_output=True).stdout
+
+
 def write(name, path, data):
     d = os.path.join(CORPUS, name)
     os.makedirs(d, exist_ok=True)
@@ -216,3 +226,5 @@ if __name__ == "__main__":
         for i, x in enumerate(picked):
             write("fuzz_tokenize", "%s-%02d" % (case, i), bytes([vb | (i % 8) << 1]) + x.encode())
     write("fuzz_gptq_config", "tiny-gptq", json.dumps(qc, indent=1).encode() + b"\n#--\n" + safetensors(gptq_model()))
+    write("fuzz_stats", "stats-2x8-8-8-16.zst", stats(2, [8, 8, 8, 16]))
+    write("fuzz_stats", "stats-other-model.zst", stats(1, [8, 8, 8, 8]))
