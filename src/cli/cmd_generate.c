@@ -59,6 +59,8 @@ typedef struct gen_ctx {
     bool json;
     int next_emit;                   /* requests are emitted in input order */
     bool io_error;
+    int *finished;                   /* (n_reqs) engine ids finished in this step, to release */
+    int n_finished;
 } gen_ctx;
 
 static const char *gen_help =
@@ -197,6 +199,12 @@ static void emit_ready(gen_ctx *g) {
             fwrite(r->text ? r->text : "", 1, r->text_len, stdout);
             fputc('\n', stdout);
         }
+        /* Printed: only the counts stay (the stats need them), so that a long --prompts
+         * run holds the outputs of the requests in flight, not of every one done. */
+        free(r->text), free(r->gen_ids), free(r->lp), free(r->top_ids), free(r->top_lp);
+        r->text = NULL, r->gen_ids = NULL, r->lp = NULL, r->top_ids = NULL, r->top_lp = NULL;
+        r->text_len = r->text_cap = 0;
+        r->cap_gen = 0;
     }
     fflush(stdout);
 }
@@ -258,6 +266,7 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
         }
         r->done = true;
         r->finish = ev->reason;
+        g->finished[g->n_finished++] = ev->request_id;
     }
     if (g->stream_out && r->text) {
         size_t upto = r->done ? r->text_len : r->text_len - stop_holdback(r->text, r->text_len, r->params.stop, r->params.n_stop);
@@ -550,6 +559,7 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
     llmi_model m;
     llmi_backend *b = NULL;
     llmi_engine *e = NULL;
+    gen_ctx g = {0};
     int rc = cli_open_model(&mo, &m, st);
     if (rc) goto out_reqs;
     /* The engine's logit rows are sized for the longest proposal any request carries. */
@@ -562,8 +572,12 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
         goto out;
     }
 
-    gen_ctx g = {.engine = e, .reqs = reqs, .n_reqs = n_reqs, .tok = m.tok, .json = o.json,
-                 .stream_out = n_reqs == 1 && !o.json && !o.prompts_file};
+    g = (gen_ctx){.engine = e, .reqs = reqs, .n_reqs = n_reqs, .tok = m.tok, .json = o.json,
+                  .stream_out = n_reqs == 1 && !o.json && !o.prompts_file};
+    if (!(g.finished = malloc((size_t)n_reqs * sizeof *g.finished))) {
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+        goto out;
+    }
     double t0 = engine_now(e);
     int n_failed = 0;
     for (int i = 0; i < n_reqs; i++) {
@@ -603,6 +617,10 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
             break;
         }
         if ((rc = engine_step(e, on_token, &g, NULL, st))) goto out;
+        /* The engine keeps a finished request (its tokens, block table) until released:
+         * over a long --prompts run that would grow with every request served. */
+        for (int i = 0; i < g.n_finished; i++) engine_release(e, g.finished[i]);
+        g.n_finished = 0;
         if (g.io_error) break;
     }
     double wall = engine_now(e) - t0;
@@ -613,6 +631,7 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
     else if (interrupted) rc = llmi_fail(st, LLMI_E_INTERRUPT, "interrupted");
     else if (n_failed) rc = llmi_fail(st, LLMI_E_RUNTIME, "%d of %d requests failed (see above)", n_failed, n_reqs);
 out:
+    free(g.finished);
     cli_close_engine(b, e);
     model_free(&m);
 out_reqs:
