@@ -59,9 +59,9 @@ for i in range(n):
     print(json.dumps(req))
 PY
 
-# Blocks of 16 tokens: the longest request is ~400+64 tokens (30 blocks); 40 hold only a
+# Blocks of 16 tokens: the longest request is ~400+64 tokens (30 blocks); 48 hold only a
 # few at once while up to 32 sequences compete.
-blocks=40; [ $QUICK -eq 1 ] && blocks=6
+blocks=48; [ $QUICK -eq 1 ] && blocks=6
 start=$(date +%s)
 "$BIN" generate -m "$MODEL" --device cpu --prompts "$OUT/prompts.jsonl" --json --block-size 16 \
     --num-blocks $blocks --max-seqs 32 -c 1024 >"$OUT/out.jsonl" 2>"$OUT/stderr.txt" &
