@@ -2,6 +2,8 @@
  * quantizer's own grid; config/tensor disagreements and existing outputs are refused;
  * llmi's checkpoints in testdata/quant/ dequantize to what an independent reader
  * (AutoGPTQ / AutoAWQ unpacking, scripts/quant-reference-check.py) produced. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -298,4 +300,52 @@ TEST(quant_stats_roundtrip) {
     quant_result_free(&r1);
     quant_result_free(&r2);
     tio_model_free(&m);
+}
+
+/* A statistics file is untrusted: a NaN or infinity (it would become NaN scales) and data
+ * past the statistics (two files run together) are refused with a line naming the file. */
+static void qstats_fill(quant_stats *s, float poison) {
+    for (int l = 0; l < s->n_layers; l++)
+        for (int k = 0; k < QS_COUNT; k++) {
+            int n = s->cols[k];
+            s->gram[l][k] = calloc((size_t)n * n, sizeof(float));
+            s->xmean[l][k] = calloc((size_t)n, sizeof(float));
+            for (int i = 0; i < n; i++) s->gram[l][k][(size_t)i * n + i] = 1.0f, s->xmean[l][k][i] = 0.5f;
+        }
+    s->gram[s->n_layers - 1][QS_DOWN][1] = poison;
+    s->gram[s->n_layers - 1][QS_DOWN][s->cols[QS_DOWN]] = poison;
+}
+
+TEST(quant_stats_load_rejects_nonfinite_and_trailing_data) {
+    llmi_config c;
+    memset(&c, 0, sizeof c);
+    c.n_layers = 2, c.dim = 8, c.n_heads = 2, c.head_dim = 4, c.ffn_dim = 16;
+    char path[] = "/tmp/llmi-qstats-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    const float poisons[2] = {NAN, INFINITY};
+    for (int p = 0; p < 3; p++) {
+        quant_stats out, in;
+        llmi_status st = {0};
+        CHECK(quant_stats_init(&out, &c, &st) == 0);
+        qstats_fill(&out, p < 2 ? poisons[p] : 0.25f);
+        CHECK_MSG(quant_stats_save(path, &out, &st) == 0, "%s", st.msg);
+        quant_stats_free(&out);
+        if (p == 2) {
+            /* a second statistics stream appended: valid zstd, but past the end */
+            FILE *f = fopen(path, "rb");
+            char buf[1 << 14];
+            size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+            if (f) fclose(f);
+            f = fopen(path, "ab");
+            CHECK(f && n > 0 && fwrite(buf, 1, n, f) == n);
+            if (f) fclose(f);
+        }
+        int rc = quant_stats_load(path, &c, &in, &st);
+        CHECK(rc == LLMI_E_RUNTIME);
+        CHECK_MSG(strstr(st.msg, path) && strstr(st.msg, p < 2 ? "non-finite" : "past the end"), "%s", st.msg);
+        if (rc == 0) quant_stats_free(&in);
+    }
+    unlink(path);
 }

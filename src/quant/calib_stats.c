@@ -1,6 +1,8 @@
 /* quant_stats.c — owns the calibration statistics file: "LLMIQST1", u32 n_layers and
  * the four input dims, then per layer and set mean|x| (cols f32) and the upper triangle
  * of X^T X / n (cols*(cols+1)/2 f32), all one zstd stream. */
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,8 +121,8 @@ int quant_stats_load(const char *path, const llmi_config *c, quant_stats *s, llm
         rc = llmi_fail(st, LLMI_E_RUNTIME, "--load-stats %s: not an llmi statistics file", path);
     } else if ((int)hdr[0] != s->n_layers || (int)hdr[1] != s->cols[0] || (int)hdr[2] != s->cols[1] ||
                (int)hdr[3] != s->cols[2] || (int)hdr[4] != s->cols[3]) {
-        rc = llmi_fail(st, LLMI_E_USAGE, "--load-stats %s: statistics of a different model (%u layers, dims %u/%u/%u)",
-                       path, hdr[0], hdr[1], hdr[2], hdr[4]);
+        rc = llmi_fail(st, LLMI_E_USAGE, "--load-stats %s: statistics of a different model (%u layers, dims %u/%u/%u/%u)",
+                       path, hdr[0], hdr[1], hdr[2], hdr[3], hdr[4]);
     }
     for (int l = 0; l < s->n_layers && !rc; l++)
         for (int k = 0; k < QS_COUNT && !rc; k++) {
@@ -140,7 +142,16 @@ int quant_stats_load(const char *path, const llmi_config *c, quant_stats *s, llm
                     rc = llmi_fail(st, LLMI_E_RUNTIME, "--load-stats %s: truncated or corrupt", path);
                 for (int j = i + 1; j < n && !rc; j++) g[(size_t)j * n + i] = g[(size_t)i * n + j];
             }
+            /* a NaN or infinity here would become NaN scales in the quantized model */
+            bool finite = true;
+            for (size_t i = 0; i < (size_t)n && finite; i++) finite = isfinite(x[i]);
+            for (size_t i = 0; i < (size_t)n * n && finite && !rc; i++) finite = isfinite(g[i]);
+            if (!rc && !finite)
+                rc = llmi_fail(st, LLMI_E_RUNTIME, "--load-stats %s: layer %d holds a non-finite statistic", path, l);
         }
+    uint8_t extra;
+    if (!rc && qs_get(in, &extra, 1) == 0)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "--load-stats %s: data past the end of the statistics", path);
     if (in->f) fclose(in->f);
     ZSTD_freeDCtx(in->z);
     free(in);
