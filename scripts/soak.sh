@@ -2,10 +2,10 @@
 # Soak: one long `llmi generate --prompts` run of mixed requests under KV pressure, checked
 # request by request and for memory growth (docs/RELIABILITY.md, issue 15).
 #   scripts/soak.sh                 10,000 requests, ./llmi, RSS checked
-#   scripts/soak.sh --quick         500 short requests (the suite runs this on llmi-san)
+#   scripts/soak.sh --quick         500 short requests on llmi-san (the suite runs 200)
 #   options: -n N (requests), --bin PATH, -m MODEL, --out DIR (kept; default a temp dir)
-# The requests: prompts of 3..~400 tokens (a third open with one of 4 shared preambles,
-# so the prefix cache hits and evicts), max_tokens 1..64, ignore_eos on most (their token
+# The requests: prompts of 3..~260 tokens (a third open with one of 4 shared preambles,
+# so the prefix cache hits and evicts), max_tokens 1..32, ignore_eos on most (their token
 # count is then exact), a random stop string on 30%, logprobs 1..5 on 20%, temperature
 # 0..1 with per-request seeds.  The KV pool (--num-blocks) holds a few long requests at
 # once with --max-seqs 32, so the scheduler preempts all the time.
@@ -35,8 +35,8 @@ MODEL=${MODEL_ARG:-${MODEL:-$(scripts/fetch-model.sh --path)}}
 if [ -z "$OUT" ]; then OUT=$(mktemp -d /tmp/llmi-soak-XXXXXX); trap 'rm -rf "$OUT"' EXIT; fi
 mkdir -p "$OUT"
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-maxgen=64; [ $QUICK -eq 1 ] && maxgen=8
-words=400; [ $QUICK -eq 1 ] && words=40
+maxgen=32; [ $QUICK -eq 1 ] && maxgen=8
+words=240; [ $QUICK -eq 1 ] && words=40
 
 python3 - "$N" "$maxgen" "$words" "${LLMI_TEST_SEED:-15}" >"$OUT/prompts.jsonl" <<'PY'
 import json, random, sys
@@ -59,9 +59,9 @@ for i in range(n):
     print(json.dumps(req))
 PY
 
-# Blocks of 16 tokens: the longest request is ~400+64 tokens (30 blocks); 48 hold only a
+# Blocks of 16 tokens: the longest request is ~260+32 tokens (19 blocks); 24 hold only a
 # few at once while up to 32 sequences compete.
-blocks=48; [ $QUICK -eq 1 ] && blocks=6
+blocks=24; [ $QUICK -eq 1 ] && blocks=6
 start=$(date +%s)
 "$BIN" generate -m "$MODEL" --device cpu --prompts "$OUT/prompts.jsonl" --json --block-size 16 \
     --num-blocks $blocks --max-seqs 32 -c 1024 >"$OUT/out.jsonl" 2>"$OUT/stderr.txt" &
