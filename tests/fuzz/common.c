@@ -1,5 +1,7 @@
 /* common.c — scratch files and verdict checks for the fuzz targets (see common.h). */
 #include "common.h"
+#include "model/model.h"
+#include "tok/tokenizer.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -49,13 +51,42 @@ const char *fuzz_testdata(void) {
     return t && *t ? t : "testdata";
 }
 
-void fuzz_split(const uint8_t *data, size_t size, const uint8_t **a, size_t *na, const uint8_t **b, size_t *nb) {
+int fuzz_write_pair(const char *dir, const char *name_a, const char *name_b, const uint8_t *data, size_t size) {
     static const char sep[] = "\n#--\n";
     const size_t ls = sizeof sep - 1;
-    *a = data, *na = size, *b = NULL, *nb = 0;
+    size_t na = size;
     for (size_t i = 0; i + ls <= size; i++)
         if (!memcmp(data + i, sep, ls)) {
-            *na = i, *b = data + i + ls, *nb = size - i - ls;
-            return;
+            na = i;
+            break;
         }
+    char path[1024];
+    if (fuzz_write(dir, name_a, data, na, path, sizeof path)) return -1;
+    return na == size ? 0 : fuzz_write(dir, name_b, data + na + ls, size - na - ls, path, sizeof path);
+}
+
+void fuzz_model_load(const char *path, bool no_tokenizer) {
+    llmi_model m;
+    llmi_status st = {0};
+    llmi_load_opts o = {.no_tokenizer = no_tokenizer};
+    int rc = model_load(path, &o, &m, &st);
+    fuzz_check_status(rc, &st);
+    if (rc == 0) model_free(&m);
+}
+
+void fuzz_tok_exercise(const tokenizer *t) {
+    static const char text[] = "Hello world! <|endoftext|><|im_start|> 12345 \xc3\xa9l\xc3\xa0n \xe6\x9d\xb1\xe4\xba\xac"
+                               "\xe2\x96\x81 \xff \n\t<s>";
+    llmi_status st = {0};
+    int32_t *ids = NULL;
+    int n = 0;
+    if (tok_encode(t, text, sizeof text - 1, true, true, &ids, &n, &st) == 0) {
+        char *out = NULL;
+        size_t len = 0;
+        if (tok_decode(t, ids, n, false, &out, &len, &st) == 0) free(out);
+        free(ids);
+    }
+    char *chat = NULL;
+    llmi_status cst = {0};
+    if (tok_chat_format(t, "be brief", "hi", &chat, &cst) == 0) free(chat);
 }

@@ -11,9 +11,12 @@
 #ifndef LLMI_FUZZ_COMMON_H
 #define LLMI_FUZZ_COMMON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "core/status.h"
+
+struct tokenizer;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -28,7 +31,13 @@ int fuzz_write(const char *dir, const char *name, const void *data, size_t size,
 void fuzz_check_status(int rc, const llmi_status *st);
 /* The repository's testdata/ ($LLMI_TESTDATA, else ./testdata: run from the root). */
 const char *fuzz_testdata(void);
-/* Splits data at the first "\n#--\n" into (a, na) and (b, nb); without it b is NULL. */
-void fuzz_split(const uint8_t *data, size_t size, const uint8_t **a, size_t *na, const uint8_t **b, size_t *nb);
+/* Writes an input of two files, split at the first "\n#--\n", as dir/name_a and (when
+ * the separator is there) dir/name_b; 0 on success. */
+int fuzz_write_pair(const char *dir, const char *name_a, const char *name_b, const uint8_t *data, size_t size);
+/* model_load(path) as `llmi -m PATH` does, the verdict checked, the model freed. */
+void fuzz_model_load(const char *path, bool no_tokenizer);
+/* Encodes (special tokens parsed), decodes and chat-formats a fixed text with special
+ * tokens, multi-byte UTF-8 and an invalid byte: a loaded tokenizer must survive it. */
+void fuzz_tok_exercise(const struct tokenizer *t);
 
 #endif

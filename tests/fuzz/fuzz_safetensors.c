@@ -2,11 +2,9 @@
  * model.safetensors of a Hugging Face directory whose config.json is fixed (the tiny
  * llama of scripts/make-fuzz-seeds.py), loaded with model_load as `llmi -m DIR` does;
  * then the reader alone, which sees every file, including ones the model would refuse. */
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
-#include "model/model.h"
 #include "model/safetensors.h"
 
 /* HF_CONFIG of scripts/make-fuzz-seeds.py */
@@ -21,16 +19,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (fuzz_scratch(dir, sizeof dir)) return 0;
     if (fuzz_write(dir, "config.json", config, strlen(config), cpath, sizeof cpath) == 0 &&
         fuzz_write(dir, "model.safetensors", data, size, path, sizeof path) == 0) {
-        llmi_model m;
-        llmi_status st = {0};
-        llmi_load_opts o = {.no_tokenizer = true};
-        int rc = model_load(dir, &o, &m, &st);
-        fuzz_check_status(rc, &st);
-        if (rc == 0) model_free(&m);
-
+        fuzz_model_load(dir, true);
         safetensors_file f;
         llmi_status sst = {0};
-        rc = safetensors_open(path, &f, &sst);
+        int rc = safetensors_open(path, &f, &sst);
         fuzz_check_status(rc, &sst);
         if (rc == 0) {
             for (int i = 0; i < f.n_tensors; i++)
