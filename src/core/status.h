@@ -22,7 +22,9 @@ typedef struct llmi_status {
 } llmi_status;
 
 /* Records the first error only: later calls keep the root cause.  Returns code so
- * callers can write `return llmi_fail(st, LLMI_E_RUNTIME, "...")`. */
+ * callers can write `return llmi_fail(st, LLMI_E_RUNTIME, "...")`.  The message stays one
+ * line whatever it quotes from an untrusted file (a token, a key, a path): control bytes
+ * become '?'. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
@@ -32,6 +34,8 @@ static inline int llmi_fail(llmi_status *st, int code, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(st->msg, sizeof st->msg, fmt, ap);
         va_end(ap);
+        for (char *p = st->msg; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
         st->code = code;
     }
     return code;
