@@ -64,9 +64,9 @@ TEST_SRCS := $(wildcard tests/*.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
 # Fuzz targets (tests/fuzz/fuzz_*.c): each links LLVMFuzzerTestOneInput with llmi's objects.
-# Built twice: by `make fuzz` with clang's libFuzzer, and in every build as a replayer
-# (tests/fuzz/replay_main.c feeds each corpus file once), which the suite runs under SAN=1
-# so CI replays the corpora without clang.
+# Built twice: by `make fuzz` with clang's libFuzzer, and by `make SAN=1 tools` as
+# replayers (tests/fuzz/replay_main.c feeds each corpus file once) that the suite runs,
+# so CI replays the corpora under ASan/UBSan without clang.
 FUZZ_NAMES  := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
 
@@ -91,7 +91,7 @@ $(BUILD)/version.o: $(BUILD)/version.c
 
 FORCE:
 
-tools: $(BUILD)/llmi_tests $(FUZZ_REPLAY)
+tools: $(BUILD)/llmi_tests $(if $(filter 1,$(SAN)),$(FUZZ_REPLAY))
 
 $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/common.o $(BUILD)/tests/fuzz/replay_main.o $(OBJS) $(BUILD)/version.o $(CU_OBJS)
 	@mkdir -p $(dir $@)

@@ -3,7 +3,7 @@
  * A target is a libFuzzer LLVMFuzzerTestOneInput that hands its bytes to one of llmi's
  * parsers through the entry point the binary uses; where that entry point takes a path,
  * the bytes go to a file in a scratch directory private to the call.  The same target is
- * linked with libFuzzer (`make fuzz`, clang) and with replay_main.c (every build), which
+ * linked with libFuzzer (`make fuzz`, clang) and with replay_main.c (`make SAN=1 tools`), which
  * is how the suite replays the committed corpora under ASan/UBSan without clang.
  *
  * A parser must fail with one clear line: fuzz_check_status aborts (a crash the fuzzer

@@ -1,5 +1,5 @@
 /* replay_main.c — runs a fuzz target once on each input file, without libFuzzer: the
- * suite's regression replay of tests/fuzz/corpus/ (every build, run under ASan/UBSan).
+ * suite's regression replay of tests/fuzz/corpus/ (built by `make SAN=1 tools`).
  *   build-san/fuzz/fuzz_gguf FILE|DIR...   prints "replayed N inputs" */
 #include <dirent.h>
 #include <stdio.h>
