@@ -7,13 +7,15 @@
 # The requests: prompts of 3..~260 tokens (a third open with one of 4 shared preambles,
 # so the prefix cache hits and evicts), max_tokens 1..32, ignore_eos on most (their token
 # count is then exact), a random stop string on 30%, logprobs 1..5 on 20%, temperature
-# 0..1 with per-request seeds.  The KV pool (--num-blocks) holds a few long requests at
-# once with --max-seqs 32, so the scheduler preempts all the time.
+# 0..1 with per-request seeds, prompt-lookup speculation (spec ngram, k 1..5) on 30%.
+# The KV pool (--num-blocks) holds a few long requests at once with --max-seqs 32, so the
+# scheduler preempts all the time.
 # Checks: every request answered once, in order, none refused; finish "length" => exactly
 # max_tokens tokens; "stop" => <= max_tokens, the request had stop strings and the text
 # holds none of them; "eos" => ignore_eos off; logprobs => one entry per token with the
-# asked number of alternatives; preemptions > 0; and (full mode) RSS at the end within 5%
-# of RSS once the first 1,000 requests are done.  Prints one summary line; exit 0 = pass.
+# asked number of alternatives; speculation stats where asked; preemptions > 0; and (full
+# mode) RSS at the end within 5% of RSS once the first 1,000 requests are done.  Prints
+# one summary line; exit 0 = pass.
 set -u
 cd "$(dirname "$0")/.."
 N=10000 QUICK=0 BIN=./llmi OUT="" MODEL_ARG=""
@@ -24,7 +26,7 @@ while [ $# -gt 0 ]; do
     --bin) BIN=$2; shift ;;
     -m) MODEL_ARG=$2; shift ;;
     --out) OUT=$2; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "soak.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -56,6 +58,8 @@ for i in range(n):
         req["stop"] = r.sample(stops, r.randint(1, 2))
     if r.random() < 0.2:
         req["logprobs"] = r.randint(1, 5)
+    if r.random() < 0.3:
+        req["spec"], req["spec_k"] = "ngram", r.randint(1, 5)
     print(json.dumps(req))
 PY
 
@@ -105,6 +109,8 @@ for i, (q, a) in enumerate(zip(reqs, res)):
     else: bad.append("request %d: finish %s" % (i, f))
     if q.get("ignore_eos") and "stop" not in q:
         check(f == "length", "request %d: ignore_eos, no stop, finish %s" % (i, f))
+    if q.get("spec"):
+        check("spec_steps" in a, "request %d: asked for speculation, its answer has no spec stats" % i)
     if q.get("logprobs"):
         lp = a.get("logprobs", [])
         check(len(lp) == g and all(len(t["top"]) == q["logprobs"] for t in lp),
