@@ -4,7 +4,7 @@
 # with stub tests whose outcomes are fixed here: a unit binary reporting 3 passed and 2
 # skipped, one CLI script that passes and one that exits 77; a visible GPU (a stub
 # nvidia-smi) with no CUDA build must also count as a skip.  Checked: the summary line
-# and the exit status.
+# and the exit status.  And the unit runner counts a real SKIP as a skip.
 . "$(dirname "$0")/../lib/common.sh"
 R="$TMP/tree"
 mkdir -p "$R/tests/cli" "$R/scripts" "$R/build-san" "$R/build" "$R/bin"
@@ -41,3 +41,12 @@ rm "$R/build/llmi_tests"
 printf '#!/bin/sh\necho "GPU 0: stub"\n' >"$R/bin/nvidia-smi"
 chmod +x "$R/bin/nvidia-smi"
 run_case gpu_no_build nonzero "0 passed, 0 failed, 1 skipped" "PATH=$R/bin:$PATH" -- cuda
+# The unit runner's own count (tests/test_main.c), on a real test that must skip: the
+# loader's real-model test with MODEL pointing nowhere.
+U="$(dirname "$0")/../../build-san/llmi_tests"
+[ -x "$U" ] || fail "$U not built (make SAN=1 tools)"
+MODEL=/nonexistent-model.gguf "$U" loader_real_smollm2_gguf >"$TMP/unit.out" 2>&1
+rc=$?
+grep -q '^skip loader_real_smollm2_gguf$' "$TMP/unit.out" && [ "$(tail -n 1 "$TMP/unit.out")" = "0 passed, 0 failed, 1 skipped" ] \
+  || fail "unit runner: a skipped test is not counted as skipped (rc=$rc): $(cat "$TMP/unit.out")"
+echo "ok: unit runner counts the skip: $(tail -n 1 "$TMP/unit.out")"
