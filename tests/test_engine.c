@@ -537,6 +537,36 @@ TEST(sampler_rules) {
     free(s3);
 }
 
+/* The defaults and the penalty window are llama.cpp's (common/common.h,
+ * common_params_sampling: top_k 40, top_p 0.95, min_p 0.05, temp 0.80, penalty_last_n 64,
+ * penalty_repeat 1.00; the penalty applies to the last penalty_last_n tokens, -1 = all),
+ * as README promises: the same flags mean the same thing in both. */
+TEST(sampler_defaults_and_window_vs_llamacpp) {
+    llmi_sampling d = sampling_defaults();
+    CHECK_MSG(d.top_k == 40 && d.top_p == 0.95f && d.min_p == 0.05f && d.temperature == 0.8f &&
+              d.repeat_last_n == 64 && d.repeat_penalty == 1.0f,
+              "defaults top_k %d top_p %g min_p %g temp %g last_n %d penalty %g", d.top_k, d.top_p, d.min_p,
+              d.temperature, d.repeat_last_n, d.repeat_penalty);
+    /* 10 tokens of history, window 4: token 1 sits at index 6 (the oldest inside), token 2
+     * at index 5 (the newest outside); the rest is token 3. */
+    int32_t hist[10] = {3, 3, 3, 3, 3, 2, 1, 3, 3, 3};
+    llmi_sampling g = {.temperature = 0, .repeat_penalty = 2.0f, .repeat_last_n = 4};
+    int start = -1;
+    CHECK(sampler_penalty_window(&g, 10, &start) == 4 && start == 6);
+    float lg[4] = {0.5f, 1.0f, 1.0f, -1.0f};
+    void *s4 = malloc(sampler_scratch_bytes(4));
+    sampler_rng rng;
+    sampler_rng_seed(&rng, 1);
+    CHECK(sampler_sample(lg, 4, &g, hist, 10, &rng, s4) == 2);
+    CHECK_MSG(lg[1] == 0.5f && lg[2] == 1.0f && lg[3] == -2.0f && lg[0] == 0.5f,
+              "window 4 of 10: logits %g %g %g %g, want 0.5 0.5 1 -2", lg[0], lg[1], lg[2], lg[3]);
+    g.repeat_last_n = -1;   /* the whole history */
+    CHECK(sampler_penalty_window(&g, 10, &start) == 10 && start == 0);
+    g.repeat_last_n = 0;    /* disabled */
+    CHECK(sampler_penalty_window(&g, 10, &start) == 0);
+    free(s4);
+}
+
 /* Device sampling (forward_sample) gives every request the tokens and logprobs host
  * sampling gives it: the engine draws each uniform from the request's own rng exactly
  * when sampler_sample would, hands over the penalty window, and takes logprobs from the

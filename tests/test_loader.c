@@ -656,6 +656,9 @@ TEST(loader_gguf_truncated_everywhere) {
         cuts++;
     }
     CHECK(cuts > 250);
+    /* one byte short: the last tensor's last byte is missing (bounds are exact, not off by one) */
+    write_file(c.path, c.bytes, c.n - 1);
+    EXPECT_FAIL(c.path, true, "past the end");
     gcase_free(&c);
 }
 
@@ -1198,6 +1201,12 @@ TEST(loader_safetensors_header_attacks) {
     write_file(p, &hl, 8); ST_FAIL("exceeds");
     hl = 100000000ull + 1; write_file(p, &hl, 8); ST_FAIL("exceeds");
     hl = 64; write_file(p, &hl, 8); ST_FAIL("past the end");
+    /* a header length one byte more than the bytes after the 8-byte length */
+    uint8_t short_hdr[10];
+    hl = 3;
+    memcpy(short_hdr, &hl, 8);
+    memcpy(short_hdr + 8, "{}", 2);
+    write_file(p, short_hdr, 10); ST_FAIL("past the end");
     st_raw(p, "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]", 8); ST_FAIL("JSON");
     st_raw(p, "not json at all", 0); ST_FAIL("JSON");
     st_raw(p, "[1, 2, 3]", 0); ST_FAIL("object");
