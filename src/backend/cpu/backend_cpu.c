@@ -348,6 +348,7 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     read_cpu_name(b->device_name, sizeof b->device_name);
     b->model = m;
     b->opts = *o;
+    b->opts.n_threads = cpu_threads(o);   /* resolved once: reports and every forward use this count */
     b->impl = im;
     b->kv_block_bytes = cpu_kv_block_bytes;
     b->kv_budget_bytes = cpu_kv_budget_bytes;
