@@ -21,8 +21,8 @@
  *
  * The numbers are exactly run_layers': every row, token and head is computed by the same
  * function in the same order; only which thread computes it changes.  The barrier spins
- * briefly (adaptively, see bar_wait), then sleeps on a futex: on a shared machine a
- * thread whose partner was preempted gives its core back instead of burning it. */
+ * briefly, then sleeps on a futex, and does not spin at all while the machine is
+ * oversubscribed (step_pick_spin). */
 #include <limits.h>
 #include <math.h>
 #include <linux/futex.h>
@@ -41,15 +41,18 @@
 #define STEP_PAUSE() ((void)0)
 #endif
 
-/* A waiting thread spins at most this long before it sleeps on the futex: longer than a
- * phase's usual imbalance between two running threads, far shorter than a time slice. */
-#define STEP_SPIN_MAX_NS 50000
+/* How long a waiting thread spins before it sleeps on the futex while the machine has
+ * CPUs to spare: longer than a phase's usual imbalance between two running threads (a
+ * futex sleep and wake-up would cost more, 150 times a token), far shorter than a time
+ * slice. */
+#define STEP_SPIN_NS 50000
+/* How often the load average is read again. */
+#define STEP_LOAD_CHECK_NS 500000000
 
 typedef struct step_barrier {
     _Atomic unsigned arrived;
     _Atomic unsigned gen;       /* futex word: bumped when the last thread arrives */
     _Atomic int sleepers;       /* threads asleep (or about to be) on gen */
-    _Atomic int64_t released_ns;/* when the last thread arrived (CLOCK_MONOTONIC) */
 } step_barrier;
 
 typedef struct step_thread {
@@ -58,11 +61,12 @@ typedef struct step_thread {
     void *qs;                   /* cpu_matmul_scratch_bytes(max_tokens, widest input): quantized activations */
     cpu_qact qa;
     int layout;                 /* cpu_qact_layout qa holds, or -2 when qa is stale */
-    int64_t spin_ns;            /* this thread's current spin budget (adapted per wait) */
 } step_thread;
 
 struct cpu_step {
     int n_threads, max_tokens;
+    int64_t spin_ns;            /* the barrier's spin before sleeping: STEP_SPIN_NS or 0 (busy machine) */
+    int64_t load_checked_ns;    /* when the load average was last read */
     step_barrier bar;
     step_thread *th;            /* (n_threads) */
 };
@@ -73,42 +77,46 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Spinning pays while every thread has a CPU of its own (a partner arrives within
+ * microseconds) and hurts on an oversubscribed machine: there a partner has often been
+ * preempted, the spinner burns CPU time that counts against this process's fair share,
+ * and each token then costs more CPU.  So the team spins only while the 1-minute load
+ * average (this process's own running threads included) stays below the CPUs it may use
+ * plus one half; otherwise a waiting thread sleeps at once (OpenMP's passive policy). */
+static void step_pick_spin(cpu_step *s) {
+    int64_t now = now_ns();
+    if (s->load_checked_ns && now - s->load_checked_ns < STEP_LOAD_CHECK_NS) return;
+    s->load_checked_ns = now;
+    double load[1];
+    bool busy = getloadavg(load, 1) == 1 && load[0] > omp_get_num_procs() + 0.5;
+    s->spin_ns = busy ? 0 : STEP_SPIN_NS;
+}
+
 /* Waits until all T threads have arrived.  Writes before the call are visible to every
- * thread after it (acq_rel arrival, release of the generation).
- *
- * Spinning pays while the partners run (they arrive within microseconds) and hurts on a
- * busy machine, where a partner was preempted: the spinner burns the time slice its
- * partner or another process needed, and the scheduler then ranks it behind them.  So
- * each thread adapts its spin budget to how long its waits actually were: twice the
- * recent waits when those are short, decaying to nothing when partners keep arriving
- * later than STEP_SPIN_MAX_NS. */
-static void bar_wait(step_barrier *b, int T, step_thread *th) {
+ * thread after it (acq_rel arrival, release of the generation). */
+static void bar_wait(step_barrier *b, int T, int64_t spin_ns) {
     if (T == 1) return;
     unsigned g = atomic_load_explicit(&b->gen, memory_order_acquire);
     if (atomic_fetch_add_explicit(&b->arrived, 1, memory_order_acq_rel) == (unsigned)T - 1) {
-        atomic_store_explicit(&b->released_ns, now_ns(), memory_order_relaxed);
         atomic_store_explicit(&b->arrived, 0, memory_order_relaxed);
         atomic_store_explicit(&b->gen, g + 1, memory_order_seq_cst);
         if (atomic_load_explicit(&b->sleepers, memory_order_seq_cst) > 0)
             syscall(SYS_futex, (void *)&b->gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
         return;
     }
-    int64_t t0 = now_ns(), until = t0 + th->spin_ns;
-    bool done = false;
-    while (!done && now_ns() < until)
-        for (int i = 0; i < 16 && !done; i++) {
-            done = atomic_load_explicit(&b->gen, memory_order_acquire) != g;
-            STEP_PAUSE();
-        }
-    if (!done) {
-        atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
-        while (atomic_load_explicit(&b->gen, memory_order_seq_cst) == g)
-            syscall(SYS_futex, (void *)&b->gen, FUTEX_WAIT_PRIVATE, g, NULL, NULL, 0);
-        atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_relaxed);
+    if (spin_ns > 0) {
+        int64_t until = now_ns() + spin_ns;
+        do {
+            for (int i = 0; i < 16; i++) {
+                if (atomic_load_explicit(&b->gen, memory_order_acquire) != g) return;
+                STEP_PAUSE();
+            }
+        } while (now_ns() < until);
     }
-    int64_t waited = atomic_load_explicit(&b->released_ns, memory_order_relaxed) - t0;
-    int64_t target = waited < STEP_SPIN_MAX_NS / 2 ? 2 * (waited > 0 ? waited : 0) + 2000 : 0;
-    th->spin_ns = (3 * th->spin_ns + target) / 4;
+    atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
+    while (atomic_load_explicit(&b->gen, memory_order_seq_cst) == g)
+        syscall(SYS_futex, (void *)&b->gen, FUTEX_WAIT_PRIVATE, g, NULL, NULL, 0);
+    atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_relaxed);
 }
 
 static int64_t widest_input(const llmi_config *c) {
@@ -144,7 +152,6 @@ cpu_step *cpu_step_create(const llmi_config *c, int n_threads, int max_tokens, s
         t->x = alloc64(rows, bytes);
         t->xn = alloc64(rows, bytes);
         t->qs = alloc64(q, bytes);
-        t->spin_ns = STEP_SPIN_MAX_NS / 2;
         if (!t->x || !t->xn || !t->qs) { cpu_step_destroy(s); return NULL; }
     }
     return s;
@@ -257,7 +264,7 @@ static void step_run(const step_ctx *cx) {
             cpu_rope_kv_write_heads(im->k + (size_t)t * kvd, im->v + (size_t)t * kvd, im->rope_cs + (size_t)t * half,
                                     im->rope_sn + (size_t)t * half, bt->slot_mapping[t], (int)kh0, (int)kh1, nkv, hd,
                                     kc, vc, b->opts.kv_dtype, ks, vs);
-        bar_wait(&s->bar, T, th);
+        bar_wait(&s->bar, T, s->spin_ns);
         PROF(LLMI_OP_QKV, cost_sum(cost_rmsnorm(n, dim, l > 0, sizeof(float)),
                                    cost_sum(cost_sum(mm_cost(&L->wq, n), mm_cost(&L->wk, n)),
                                             cost_sum(mm_cost(&L->wv, n), cost_rope_kv(n, qd, kvd, esz)))));
@@ -271,13 +278,13 @@ static void step_run(const step_ctx *cx) {
         }
         cpu_paged_attention_part(im->q, kc, vc, b->opts.kv_dtype, ks, vs, bt, nh, nkv, hd, b->opts.block_size,
                                  1.0f / sqrtf((float)hd), (int)u0, (int)u1, im->att);
-        bar_wait(&s->bar, T, th);
+        bar_wait(&s->bar, T, s->spin_ns);
         PROF(LLMI_OP_ATTN, cost_attention(ctx_sum, n, qd, kvd, esz, sizeof(float)));
 
         /* 3: o_proj rows */
         th->layout = -2;
         mm(th, &L->wo, im->att, n, o0, o1, L->bo, im->delta);
-        bar_wait(&s->bar, T, th);
+        bar_wait(&s->bar, T, s->spin_ns);
         PROF(LLMI_OP_O_PROJ, mm_cost(&L->wo, n));
 
         /* 4: residual add + ffn norm, gate/up rows, SwiGLU on them (in place in gate) */
@@ -290,7 +297,7 @@ static void step_run(const step_ctx *cx) {
         for (int t = 0; t < n; t++)
             cpu_swiglu_range(im->gate + (size_t)t * ffn, im->up + (size_t)t * ffn, (size_t)f0, (size_t)f1,
                              im->gate + (size_t)t * ffn);
-        bar_wait(&s->bar, T, th);
+        bar_wait(&s->bar, T, s->spin_ns);
         PROF(LLMI_OP_MLP_UP, cost_sum(cost_rmsnorm(n, dim, true, sizeof(float)),
                                       cost_sum(cost_sum(mm_cost(&L->w_gate, n), mm_cost(&L->w_up, n)),
                                                cost_swiglu(n, ffn, sizeof(float)))));
@@ -298,7 +305,7 @@ static void step_run(const step_ctx *cx) {
         /* 5: down_proj rows */
         th->layout = -2;
         mm(th, &L->w_down, im->gate, n, o0, o1, NULL, im->delta);
-        bar_wait(&s->bar, T, th);
+        bar_wait(&s->bar, T, s->spin_ns);
         PROF(LLMI_OP_MLP_DOWN, mm_cost(&L->w_down, n));
     }
 
@@ -315,7 +322,7 @@ static void step_run(const step_ctx *cx) {
     split(m->lm_head.rows, id, T, 16, &v0, &v1);
     th->layout = -2;
     mm(th, &m->lm_head, th->xn, nl, v0, v1, NULL, cx->logits);
-    if (b->profiling) bar_wait(&s->bar, T, th);   /* the profile's lm_head time is the slowest thread's */
+    if (b->profiling) bar_wait(&s->bar, T, s->spin_ns);   /* the profile's lm_head time is the slowest thread's */
     PROF(LLMI_OP_LM_HEAD, cost_sum(cost_rmsnorm(nl, dim, true, sizeof(float)), mm_cost(&m->lm_head, nl)));
 #undef PROF
 }
@@ -323,6 +330,7 @@ static void step_run(const step_ctx *cx) {
 void cpu_step_forward(llmi_backend *b, const llmi_batch *bt, float *logits) {
     cpu_impl *im = b->impl;
     cpu_step *s = im->step;
+    step_pick_spin(s);
     cpu_rope_table(bt->positions, bt->n_tokens, b->model->cfg.head_dim, im->inv_freq, im->rope_cs, im->rope_sn);
 #pragma omp parallel num_threads(s->n_threads)
     {
