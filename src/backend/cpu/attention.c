@@ -138,10 +138,17 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
             if (hd % 16 == 0) {
                 __m512 d[ATTN_CHUNK];
                 for (int j = 0; j < ATTN_CHUNK; j++) d[j] = _mm512_setzero_ps();
-                for (int c = 0; c < hd; c += 16) {
-                    __m512 qv = _mm512_loadu_ps(qg + c);
-                    for (int j = 0; j < cn; j++) d[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(krows[j] + c), d[j]);
-                }
+                /* a full chunk with a constant trip count keeps d[] in registers */
+                if (cn == ATTN_CHUNK)
+                    for (int c = 0; c < hd; c += 16) {
+                        __m512 qv = _mm512_loadu_ps(qg + c);
+                        for (int j = 0; j < ATTN_CHUNK; j++) d[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(krows[j] + c), d[j]);
+                    }
+                else
+                    for (int c = 0; c < hd; c += 16) {
+                        __m512 qv = _mm512_loadu_ps(qg + c);
+                        for (int j = 0; j < cn; j++) d[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(krows[j] + c), d[j]);
+                    }
                 _mm512_storeu_ps(s[r], _mm512_mul_ps(attn_hsum16(d), _mm512_set1_ps(a->scale)));
             } else
 #endif
@@ -169,8 +176,12 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
             for (int c = 0; c < hd; c += 16) {
                 __mmask16 mk = hd - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - c)) - 1);
                 __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, ag + c), _mm512_set1_ps(corr[r]));
-                for (int j = 0; j < cn; j++)
-                    v = _mm512_fmadd_ps(_mm512_set1_ps(pr[r][j]), _mm512_maskz_loadu_ps(mk, vrows[j] + c), v);
+                if (cn == ATTN_CHUNK)
+                    for (int j = 0; j < ATTN_CHUNK; j++)
+                        v = _mm512_fmadd_ps(_mm512_set1_ps(pr[r][j]), _mm512_maskz_loadu_ps(mk, vrows[j] + c), v);
+                else
+                    for (int j = 0; j < cn; j++)
+                        v = _mm512_fmadd_ps(_mm512_set1_ps(pr[r][j]), _mm512_maskz_loadu_ps(mk, vrows[j] + c), v);
                 _mm512_mask_storeu_ps(ag + c, mk, v);
             }
 #else
