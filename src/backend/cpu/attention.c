@@ -155,7 +155,9 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
             for (int j = 0; j < cn; j++) s[r][j] = vec_dot_f32(qg, krows[j], hd) * a->scale;
             float cm = m[r];
             for (int j = 0; j < cn; j++) cm = s[r][j] > cm ? s[r][j] : cm;
-            corr[r] = expf(m[r] - cm);   /* 0 on the first chunk (m = -inf) */
+            /* 0 on the first chunk (m = -inf); expf(0) is exactly 1, so an unchanged max
+             * (the usual case deep into a sequence) skips the call */
+            corr[r] = cm == m[r] ? 1.0f : expf(m[r] - cm);
             l[r] = l[r] * corr[r] + attn_probs(s[r], cn, cm, pr[r]);
             m[r] = cm;
         }
