@@ -86,6 +86,20 @@ typedef struct attn_args {
     float *out;              /* (n_tokens, n_heads, head_dim) */
 } attn_args;
 
+/* rows[j] = fp32 head kvh of positions p0 + j, j < cn: the cache itself for f32, else
+ * converted into buf (cn, head_dim) once for the whole tile. */
+static void chunk_rows(const attn_args *a, const void *cache, const int32_t *table, int p0, int cn, int kvh,
+                       float scale, float *buf, const float **rows) {
+    for (int j = 0; j < cn; j++) {
+        const void *src = kv_row(cache, table, a->block_size, p0 + j, a->slot_bytes, kvh, a->head_bytes);
+        rows[j] = (const float *)src;
+        if (a->kv_dtype != LLMI_KV_F32) {
+            vec_kv_to_f32(src, a->kv_dtype, scale, buf + (size_t)j * a->head_dim, a->head_dim);
+            rows[j] = buf + (size_t)j * a->head_dim;
+        }
+    }
+}
+
 /* Heads per sub-group that shares a tile, and tokens per tile for that many heads. */
 static int attn_gmax(int head_dim) {
     return ATTN_ACC_FLOATS / head_dim < ATTN_CHUNK ? ATTN_ACC_FLOATS / head_dim : ATTN_CHUNK;
@@ -121,14 +135,7 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
     const float ks = a->k_scale ? a->k_scale[kvh] : 1.0f, vs = a->v_scale ? a->v_scale[kvh] : 1.0f;
     for (int p0 = 0; p0 < maxlen; p0 += ATTN_CHUNK) {
         int cmax = maxlen - p0 < ATTN_CHUNK ? maxlen - p0 : ATTN_CHUNK;
-        for (int j = 0; j < cmax; j++) {
-            const void *kp = kv_row(a->k_cache, table, a->block_size, p0 + j, a->slot_bytes, kvh, a->head_bytes);
-            krows[j] = (const float *)kp;
-            if (a->kv_dtype != LLMI_KV_F32) {
-                vec_kv_to_f32(kp, a->kv_dtype, ks, kbuf + (size_t)j * hd, hd);
-                krows[j] = kbuf + (size_t)j * hd;
-            }
-        }
+        chunk_rows(a, a->k_cache, table, p0, cmax, kvh, ks, kbuf, krows);
         /* row r = (token i, head g): scores, then the online-softmax update */
         for (int r = 0; r < nr; r++) {
             int i = r / ng, g = r % ng, cn = len[i] - p0 < ATTN_CHUNK ? len[i] - p0 : ATTN_CHUNK;
@@ -161,14 +168,7 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
             l[r] = l[r] * corr[r] + attn_probs(s[r], cn, cm, pr[r]);
             m[r] = cm;
         }
-        for (int j = 0; j < cmax; j++) {
-            const void *vp = kv_row(a->v_cache, table, a->block_size, p0 + j, a->slot_bytes, kvh, a->head_bytes);
-            vrows[j] = (const float *)vp;
-            if (a->kv_dtype != LLMI_KV_F32) {
-                vec_kv_to_f32(vp, a->kv_dtype, vs, vbuf + (size_t)j * hd, hd);
-                vrows[j] = vbuf + (size_t)j * hd;
-            }
-        }
+        chunk_rows(a, a->v_cache, table, p0, cmax, kvh, vs, vbuf, vrows);
         /* acc = acc * corr + sum_j p_j v_j, 16 dims at a time kept in a register */
         for (int r = 0; r < nr; r++) {
             int cn = len[r / ng] - p0 < ATTN_CHUNK ? len[r / ng] - p0 : ATTN_CHUNK;

@@ -232,9 +232,15 @@ static void step_run(const step_ctx *cx) {
     step_thread *th = &s->th[id];
     double t0 = omp_get_wtime(), ctx_sum = 0;
     for (int i = 0; i < n; i++) ctx_sum += bt->positions[i] + 1;
-    /* profiling (thread 0): each phase's time is wall time up to its barrier; the norms,
-     * RoPE/KV write and SwiGLU fused into a phase are counted in it */
-#define PROF(cls, cost) do { if (id == 0 && b->profiling) prof(b, (cls), &t0, (cost)); } while (0)
+    /* profiling (thread 0): a phase's time runs up to its barrier (so waiting for the
+     * slowest thread counts in the phase's matmul class); the norm that opens a phase and
+     * the RoPE/KV write or SwiGLU inside it are thread 0's own time for them */
+    const bool pr = id == 0 && b->profiling;
+    double sub0 = 0, sub_s = 0;   /* start and seconds of the sub-op inside the current phase */
+#define PROF(cls, cost) do { if (pr) prof(b, (cls), &t0, (cost)); } while (0)
+#define SUB_BEGIN() do { if (pr) sub0 = omp_get_wtime(); } while (0)
+#define SUB_END() do { if (pr) sub_s = omp_get_wtime() - sub0; } while (0)
+#define PROF_SUB(cls, cost) do { if (pr) { op_stats_add(&b->stats, (cls), sub_s, (cost)); t0 += sub_s; } } while (0)
 
     for (int t = 0; t < n; t++) tensor_dequant_row(&m->tok_embd, bt->tokens[t], th->x + (size_t)t * dim);
     PROF(LLMI_OP_EMBED, cost_embed(n, dim, (double)m->tok_embd.row_bytes, sizeof(float)));
@@ -256,18 +262,20 @@ static void step_run(const step_ctx *cx) {
             if (l > 0) cpu_add_rmsnorm_row(x, im->delta + (size_t)t * dim, L->attn_norm, dim, eps, xn);
             else cpu_rmsnorm_row(x, L->attn_norm, dim, eps, xn);
         }
+        PROF(LLMI_OP_NORM, cost_rmsnorm(n, dim, l > 0, sizeof(float)));
         th->layout = -2;
         mm(th, &L->wq, th->xn, n, q0, q1, L->bq, im->q);
         mm(th, &L->wk, th->xn, n, kh0 * hd, kh1 * hd, L->bk, im->k);
         mm(th, &L->wv, th->xn, n, kh0 * hd, kh1 * hd, L->bv, im->v);
+        SUB_BEGIN();
         for (int t = 0; t < n && kh0 < kh1; t++)
             cpu_rope_kv_write_heads(im->k + (size_t)t * kvd, im->v + (size_t)t * kvd, im->rope_cs + (size_t)t * half,
                                     im->rope_sn + (size_t)t * half, bt->slot_mapping[t], (int)kh0, (int)kh1, nkv, hd,
                                     kc, vc, b->opts.kv_dtype, ks, vs);
+        SUB_END();
         bar_wait(&s->bar, T, s->spin_ns);
-        PROF(LLMI_OP_QKV, cost_sum(cost_rmsnorm(n, dim, l > 0, sizeof(float)),
-                                   cost_sum(cost_sum(mm_cost(&L->wq, n), mm_cost(&L->wk, n)),
-                                            cost_sum(mm_cost(&L->wv, n), cost_rope_kv(n, qd, kvd, esz)))));
+        PROF_SUB(LLMI_OP_ROPE_KV, cost_rope_kv(n, qd, kvd, esz));
+        PROF(LLMI_OP_QKV, cost_sum(cost_sum(mm_cost(&L->wq, n), mm_cost(&L->wk, n)), mm_cost(&L->wv, n)));
 
         /* 2: this thread's (token, head) units: rope q, attend */
         for (int64_t u = u0; u < u1;) {
@@ -291,16 +299,18 @@ static void step_run(const step_ctx *cx) {
         for (int t = 0; t < n; t++)
             cpu_add_rmsnorm_row(th->x + (size_t)t * dim, im->delta + (size_t)t * dim, L->ffn_norm, dim, eps,
                                 th->xn + (size_t)t * dim);
+        PROF(LLMI_OP_NORM, cost_rmsnorm(n, dim, true, sizeof(float)));
         th->layout = -2;
         mm(th, &L->w_gate, th->xn, n, f0, f1, NULL, im->gate);
         mm(th, &L->w_up, th->xn, n, f0, f1, NULL, im->up);
+        SUB_BEGIN();
         for (int t = 0; t < n; t++)
             cpu_swiglu_range(im->gate + (size_t)t * ffn, im->up + (size_t)t * ffn, (size_t)f0, (size_t)f1,
                              im->gate + (size_t)t * ffn);
+        SUB_END();
         bar_wait(&s->bar, T, s->spin_ns);
-        PROF(LLMI_OP_MLP_UP, cost_sum(cost_rmsnorm(n, dim, true, sizeof(float)),
-                                      cost_sum(cost_sum(mm_cost(&L->w_gate, n), mm_cost(&L->w_up, n)),
-                                               cost_swiglu(n, ffn, sizeof(float)))));
+        PROF_SUB(LLMI_OP_ACT, cost_swiglu(n, ffn, sizeof(float)));
+        PROF(LLMI_OP_MLP_UP, cost_sum(mm_cost(&L->w_gate, n), mm_cost(&L->w_up, n)));
 
         /* 5: down_proj rows */
         th->layout = -2;
@@ -318,13 +328,17 @@ static void step_run(const step_ctx *cx) {
         for (int j = 0; j < dim; j++) lg[j] = th->x[r + j] + im->delta[r + j];
         cpu_rmsnorm_row(lg, m->out_norm, dim, eps, lg);
     }
+    PROF(LLMI_OP_NORM, cost_rmsnorm(nl, dim, true, sizeof(float)));
     int64_t v0, v1;
     split(m->lm_head.rows, id, T, 16, &v0, &v1);
     th->layout = -2;
     mm(th, &m->lm_head, th->xn, nl, v0, v1, NULL, cx->logits);
     if (b->profiling) bar_wait(&s->bar, T, s->spin_ns);   /* the profile's lm_head time is the slowest thread's */
-    PROF(LLMI_OP_LM_HEAD, cost_sum(cost_rmsnorm(nl, dim, true, sizeof(float)), mm_cost(&m->lm_head, nl)));
+    PROF(LLMI_OP_LM_HEAD, mm_cost(&m->lm_head, nl));
 #undef PROF
+#undef SUB_BEGIN
+#undef SUB_END
+#undef PROF_SUB
 }
 
 void cpu_step_forward(llmi_backend *b, const llmi_batch *bt, float *logits) {
