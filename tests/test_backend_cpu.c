@@ -194,6 +194,51 @@ TEST(backend_cpu_batch_invariance) {
     }
 }
 
+/* Decode-sized batches (at most 8 tokens) take the fused one-region forward (cpu/step.c),
+ * larger ones the op-by-op forward: both, with 1, 2 or 3 threads (3 > n_kv_heads: a
+ * thread owns no kv head), give bit-identical logits for the same tokens. */
+TEST(backend_cpu_step_bit_identical) {
+    unsigned long long seed = test_seed();
+    for (int dt = 0; dt < 2; dt++) {
+        brng r = {seed + 7u + (unsigned)dt};
+        llmi_model m;
+        tiny_model(&m, &r, 2, dt ? LLMI_Q4_1 : LLMI_F32);
+        int V = m.cfg.n_vocab, L = 24;
+        int32_t toks[2][40];
+        for (int s = 0; s < 2; s++)
+            for (int i = 0; i < 40; i++) toks[s][i] = (int32_t)(brng_next(&r) % (uint64_t)V);
+        float *ref = malloc(sizeof(float) * 64 * V), *got = malloc(sizeof(float) * 64 * V);
+        for (int nt = 1; nt <= 3; nt++) {
+            llmi_backend_opts o = {0};
+            o.n_threads = nt; o.kv_dtype = LLMI_KV_F16; o.block_size = BS; o.max_batch_tokens = 64; o.max_seqs = 8;
+            llmi_backend *b = NULL;
+            llmi_status st = {0};
+            CHECK(backend_cpu_create(&m, &o, &b, &st) == 0);
+            if (!b) break;
+            CHECK(b->kv_alloc(b, 2 * MAXB, &st) == 0);
+            tseq seqs[2] = {{toks[0], {0}}, {toks[1], {0}}};
+            deal_blocks(&r, seqs, 2, 2 * MAXB);
+            int w0 = 0, s0 = 0;
+            if (nt == 1) CHECK(run_pieces(b, seqs, &w0, &s0, &L, 1, ref, &st) == 0);   /* 24 tokens: op by op */
+            deal_blocks(&r, seqs, 2, 2 * MAXB);
+            int bad = 0, p1 = 0;   /* p1: the other sequence's next position */
+            for (int p = 0; p < L;) {
+                int c = p < 8 ? 8 : (p < 14 ? 3 : 1);   /* every piece fused: at most 8 tokens with the other seq's */
+                int which[2] = {1, 0}, start[2] = {p1, p}, len[2] = {c > 4 ? 0 : 1, c};
+                p1 += len[0];
+                CHECK(run_pieces(b, seqs, which + (len[0] == 0), start, len + (len[0] == 0), len[0] ? 2 : 1, got, &st) == 0);
+                bad += memcmp(got + (size_t)len[0] * V, ref + (size_t)p * V, sizeof(float) * c * V) != 0;
+                p += c;
+            }
+            CHECK_MSG(bad == 0, "%s, %d threads: %d fused steps differ from the op-by-op forward", dt ? "Q4_1" : "F32",
+                      nt, bad);
+            b->destroy(b);
+        }
+        free(ref); free(got);
+        tiny_free(&m);
+    }
+}
+
 /* Dense double-precision Llama forward for one sequence: logits (n, vocab). */
 static void dense_ref(const llmi_model *m, const int32_t *tok, int n, double *logits) {
     const llmi_config *c = &m->cfg;

@@ -42,7 +42,8 @@ typedef struct llmi_op_stats {
 } llmi_op_stats;
 
 typedef struct llmi_backend_opts {
-    int n_threads;                 /* CPU: OpenMP threads (0 = all cores) */
+    int n_threads;                 /* CPU: threads (0 = every CPU in the affinity mask; the CPU backend
+                                      stores the count it resolved) */
     int gpu_index;                 /* CUDA: --gpu N */
     float gpu_mem_util;            /* CUDA: fraction of device memory to use (default below) */
     llmi_kv_dtype kv_dtype;

@@ -6,7 +6,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <omp.h>
 
 const char *bench_weight_dtype(const llmi_model *m) {
     if (m->cfg.n_layers > 0 && m->layers) return dtype_name(m->layers[0].wq.dtype);
@@ -34,8 +33,8 @@ void bench_meta(report *r, const llmi_model *m, const llmi_backend *b, const cha
     report_num(r, "params_m", params / 1e6, 1);
     report_num(r, "weights_gib", (double)m->weight_bytes / (1 << 30), 3);
     report_str(r, "weight_dtype", bench_weight_dtype(m));
-    /* 0 means "all cores" to the backend: report what it resolved to. */
-    if (n_threads <= 0 && b && !strcmp(b->name, "cpu")) n_threads = omp_get_max_threads();
+    /* 0 means "the default" to the backend: report what it resolved to. */
+    if (n_threads <= 0 && b && !strcmp(b->name, "cpu")) n_threads = b->opts.n_threads;
     report_int(r, "threads", n_threads);
 }
 

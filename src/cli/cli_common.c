@@ -170,7 +170,7 @@ const char *cli_model_flags_help(void) {
            "                          llama-3-8b, mistral-7b, qwen2.5-7b) or a config.json path\n"
            "  --dummy-dtype T         weight dtype of --dummy: f32 f16 bf16 q8_0 q4_0 q4_1 (default bf16)\n"
            "  --device D              cpu, cuda or auto (default auto: cuda when usable, else cpu)\n"
-           "  -t, --threads N         CPU threads (default: all cores)\n"
+           "  -t, --threads N         CPU threads (default: every CPU in the affinity mask)\n"
            "  --gpu N                 CUDA device index (default 0)\n"
            "  --gpu-mem-util F        fraction of GPU memory to use (default " CLI_STR(LLMI_GPU_MEM_UTIL_DEFAULT) ")\n"
            "Engine:\n"

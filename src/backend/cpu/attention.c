@@ -1,16 +1,21 @@
 /* cpu/attention.c — owns causal paged attention over the KV caches with an online
- * (streaming) softmax in fp32.  One task is (token, kv head): the query heads that share
- * that kv head (GQA) are processed together so each cached K/V row is loaded and
- * converted once.  Positions are walked in ascending order in chunks of ATTN_CHUNK
- * aligned to position 0, so a token's result depends only on its own q and the cache,
- * never on what else is in the batch or which heads share its task. */
+ * (streaming) softmax in fp32.  One tile is up to ATTN_QTILE consecutive tokens of one
+ * sequence times the query heads that share one kv head (GQA): each cached K/V row is
+ * loaded and converted to fp32 once per tile, not once per token and head, which is what
+ * keeps long prompts from being dominated by f16/bf16/q8 conversions.  Positions are
+ * walked in ascending order in chunks of ATTN_CHUNK aligned to position 0, and each
+ * (token, head) row keeps its own scores, running max, sum and output, so a token's
+ * result depends only on its own q and the cache, never on what else is in the batch
+ * or which rows share its tile. */
 #include <math.h>
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec.h"
 
 #define ATTN_CHUNK 16         /* positions scored before one softmax update */
 #define ATTN_MAX_HD 512
-#define ATTN_ACC_FLOATS 8192  /* stack floats for the running outputs of a head group */
+#define ATTN_ACC_FLOATS 8192  /* stack floats for the running outputs of a tile's rows */
+#define ATTN_QTILE 16         /* tokens of one sequence per tile */
+#define ATTN_ROWS 64          /* (token, head) rows per tile */
 
 #if defined(__AVX512F__)
 /* e^x for x <= 0 (scores minus their running max), ~1 ulp: Cephes expf polynomial on
@@ -69,105 +74,181 @@ static const void *kv_row(const void *cache, const int32_t *table, int block_siz
     return (const char *)cache + slot * slot_bytes + (size_t)kvh * head_bytes;
 }
 
+typedef struct attn_args {
+    const float *q;          /* (n_tokens, n_heads, head_dim) */
+    const void *k_cache, *v_cache;
+    llmi_kv_dtype kv_dtype;
+    const float *k_scale, *v_scale;
+    const llmi_batch *b;
+    int n_heads, n_kv_heads, head_dim, block_size;
+    float scale;
+    size_t slot_bytes, head_bytes;
+    float *out;              /* (n_tokens, n_heads, head_dim) */
+} attn_args;
+
+/* rows[j] = fp32 head kvh of positions p0 + j, j < cn: the cache itself for f32, else
+ * converted into buf (cn, head_dim) once for the whole tile. */
+static void chunk_rows(const attn_args *a, const void *cache, const int32_t *table, int p0, int cn, int kvh,
+                       float scale, float *buf, const float **rows) {
+    for (int j = 0; j < cn; j++) {
+        const void *src = kv_row(cache, table, a->block_size, p0 + j, a->slot_bytes, kvh, a->head_bytes);
+        rows[j] = (const float *)src;
+        if (a->kv_dtype != LLMI_KV_F32) {
+            vec_kv_to_f32(src, a->kv_dtype, scale, buf + (size_t)j * a->head_dim, a->head_dim);
+            rows[j] = buf + (size_t)j * a->head_dim;
+        }
+    }
+}
+
+/* Heads per sub-group that shares a tile, and tokens per tile for that many heads. */
+static int attn_gmax(int head_dim) {
+    return ATTN_ACC_FLOATS / head_dim < ATTN_CHUNK ? ATTN_ACC_FLOATS / head_dim : ATTN_CHUNK;
+}
+static int attn_tile_tokens(int ng, int head_dim) {
+    int nt = ATTN_QTILE;
+    if (nt * ng > ATTN_ROWS) nt = ATTN_ROWS / ng;
+    if (nt * ng * head_dim > ATTN_ACC_FLOATS) nt = ATTN_ACC_FLOATS / (ng * head_dim);
+    return nt > 0 ? nt : 1;
+}
+
+/* Tokens [t0, t0 + nt) (one sequence) x heads [h0, h0 + ng) of kv head kvh; nt * ng rows
+ * fit ATTN_ROWS and ATTN_ACC_FLOATS (attn_tile_tokens). */
+static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int ng) {
+    const int hd = a->head_dim, nr = nt * ng;
+    float acc[ATTN_ACC_FLOATS];                   /* (rows, head_dim) running outputs */
+    float kbuf[ATTN_CHUNK * ATTN_MAX_HD];         /* (chunk, head_dim) converted K rows */
+    float vbuf[ATTN_CHUNK * ATTN_MAX_HD];         /* (chunk, head_dim) converted V rows */
+    const float *krows[ATTN_CHUNK], *vrows[ATTN_CHUNK];
+    float s[ATTN_ROWS][ATTN_CHUNK];               /* (row, position) scores of the chunk */
+    float pr[ATTN_ROWS][ATTN_CHUNK];              /* (row, position) probabilities */
+    float m[ATTN_ROWS], l[ATTN_ROWS], corr[ATTN_ROWS];
+    int len[ATTN_QTILE];
+    const llmi_batch *b = a->b;
+    const int32_t *table = b->block_tables + (size_t)b->seq_of_token[t0] * b->max_blocks_per_seq;
+    int maxlen = 0;
+    for (int i = 0; i < nt; i++) {
+        len[i] = b->positions[t0 + i] + 1;
+        maxlen = len[i] > maxlen ? len[i] : maxlen;
+    }
+    for (int r = 0; r < nr; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
+    for (int i = 0; i < nr * hd; i++) acc[i] = 0.0f;
+    const float ks = a->k_scale ? a->k_scale[kvh] : 1.0f, vs = a->v_scale ? a->v_scale[kvh] : 1.0f;
+    for (int p0 = 0; p0 < maxlen; p0 += ATTN_CHUNK) {
+        int cmax = maxlen - p0 < ATTN_CHUNK ? maxlen - p0 : ATTN_CHUNK;
+        chunk_rows(a, a->k_cache, table, p0, cmax, kvh, ks, kbuf, krows);
+        /* row r = (token i, head g): scores, then the online-softmax update */
+        for (int r = 0; r < nr; r++) {
+            int i = r / ng, g = r % ng, cn = len[i] - p0 < ATTN_CHUNK ? len[i] - p0 : ATTN_CHUNK;
+            if (cn <= 0) continue;
+            const float *qg = a->q + ((size_t)(t0 + i) * a->n_heads + h0 + g) * hd;
+#if defined(__AVX512F__)
+            if (hd % 16 == 0) {
+                __m512 d[ATTN_CHUNK];
+                for (int j = 0; j < ATTN_CHUNK; j++) d[j] = _mm512_setzero_ps();
+                /* a full chunk with a constant trip count keeps d[] in registers */
+                if (cn == ATTN_CHUNK)
+                    for (int c = 0; c < hd; c += 16) {
+                        __m512 qv = _mm512_loadu_ps(qg + c);
+                        for (int j = 0; j < ATTN_CHUNK; j++) d[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(krows[j] + c), d[j]);
+                    }
+                else
+                    for (int c = 0; c < hd; c += 16) {
+                        __m512 qv = _mm512_loadu_ps(qg + c);
+                        for (int j = 0; j < cn; j++) d[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(krows[j] + c), d[j]);
+                    }
+                _mm512_storeu_ps(s[r], _mm512_mul_ps(attn_hsum16(d), _mm512_set1_ps(a->scale)));
+            } else
+#endif
+            for (int j = 0; j < cn; j++) s[r][j] = vec_dot_f32(qg, krows[j], hd) * a->scale;
+            float cm = m[r];
+            for (int j = 0; j < cn; j++) cm = s[r][j] > cm ? s[r][j] : cm;
+            /* 0 on the first chunk (m = -inf); expf(0) is exactly 1, so an unchanged max
+             * (the usual case deep into a sequence) skips the call */
+            corr[r] = cm == m[r] ? 1.0f : expf(m[r] - cm);
+            l[r] = l[r] * corr[r] + attn_probs(s[r], cn, cm, pr[r]);
+            m[r] = cm;
+        }
+        chunk_rows(a, a->v_cache, table, p0, cmax, kvh, vs, vbuf, vrows);
+        /* acc = acc * corr + sum_j p_j v_j, 16 dims at a time kept in a register */
+        for (int r = 0; r < nr; r++) {
+            int cn = len[r / ng] - p0 < ATTN_CHUNK ? len[r / ng] - p0 : ATTN_CHUNK;
+            if (cn <= 0) continue;
+            float *ag = acc + (size_t)r * hd;
+#if defined(__AVX512F__)
+            for (int c = 0; c < hd; c += 16) {
+                __mmask16 mk = hd - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - c)) - 1);
+                __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, ag + c), _mm512_set1_ps(corr[r]));
+                if (cn == ATTN_CHUNK)
+                    for (int j = 0; j < ATTN_CHUNK; j++)
+                        v = _mm512_fmadd_ps(_mm512_set1_ps(pr[r][j]), _mm512_maskz_loadu_ps(mk, vrows[j] + c), v);
+                else
+                    for (int j = 0; j < cn; j++)
+                        v = _mm512_fmadd_ps(_mm512_set1_ps(pr[r][j]), _mm512_maskz_loadu_ps(mk, vrows[j] + c), v);
+                _mm512_mask_storeu_ps(ag + c, mk, v);
+            }
+#else
+            for (int c = 0; c < hd; c++) {
+                float v = ag[c] * corr[r];
+                for (int j = 0; j < cn; j++) v += pr[r][j] * vrows[j][c];
+                ag[c] = v;
+            }
+#endif
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+        float *oh = a->out + ((size_t)(t0 + r / ng) * a->n_heads + h0 + r % ng) * hd;
+        for (int c = 0; c < hd; c++) oh[c] = acc[(size_t)r * hd + c] * inv;
+    }
+}
+
+static attn_args attn_make(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
+                           const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
+                           int n_kv_heads, int head_dim, int block_size, float scale, float *out) {
+    return (attn_args){q, k_cache, v_cache, kv_dtype, k_scale, v_scale, b, n_heads, n_kv_heads, head_dim, block_size,
+                       scale, kv_dtype_row_bytes(kv_dtype, (size_t)n_kv_heads * head_dim),
+                       kv_dtype_row_bytes(kv_dtype, (size_t)head_dim), out};
+}
+
 void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
                          const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
                          int n_kv_heads, int head_dim, int block_size, float scale, float *out) {
-    int group = n_heads / n_kv_heads;
-    int gmax = ATTN_ACC_FLOATS / head_dim < ATTN_CHUNK ? ATTN_ACC_FLOATS / head_dim : ATTN_CHUNK;
-    size_t slot_bytes = kv_dtype_row_bytes(kv_dtype, (size_t)n_kv_heads * head_dim);
-    size_t head_bytes = kv_dtype_row_bytes(kv_dtype, (size_t)head_dim);
-    int n = b->n_tokens;
+    const attn_args a = attn_make(q, k_cache, v_cache, kv_dtype, k_scale, v_scale, b, n_heads, n_kv_heads, head_dim,
+                                  block_size, scale, out);
+    const int group = n_heads / n_kv_heads, gmax = attn_gmax(head_dim);
+    const int nsub = (group + gmax - 1) / gmax, ng0 = group < gmax ? group : gmax;
+    const int nt = attn_tile_tokens(ng0, head_dim), n = b->n_tokens, ntiles = (n + nt - 1) / nt;
     /* Work in q.k products; a single decode token over a short context is cheaper than
      * waking the team (and its kv-head tasks split unevenly over 2 threads anyway). */
     double work = 0;
     for (int t = 0; t < n; t++) work += (double)(b->positions[t] + 1) * n_heads * head_dim;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (work > (double)(1 << 20))
-    for (int t = 0; t < n; t++) {
-        for (int kvh = 0; kvh < n_kv_heads; kvh++) {
-            float acc[ATTN_ACC_FLOATS];                   /* (heads of the sub-group, head_dim) */
-            float kbuf[ATTN_CHUNK * ATTN_MAX_HD];         /* (chunk, head_dim) converted K rows */
-            float vbuf[ATTN_CHUNK * ATTN_MAX_HD];         /* (chunk, head_dim) converted V rows */
-            const float *vrows[ATTN_CHUNK];
-            float s[ATTN_CHUNK][ATTN_CHUNK];              /* (head, position) scores of the chunk */
-            float pr[ATTN_CHUNK][ATTN_CHUNK];             /* (head, position) probabilities */
-            float m[ATTN_CHUNK], l[ATTN_CHUNK], corr[ATTN_CHUNK];
-            const int32_t *table = b->block_tables + (size_t)b->seq_of_token[t] * b->max_blocks_per_seq;
-            int len = b->positions[t] + 1;
-            for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += gmax) {
-                int ng = (kvh + 1) * group - h0 < gmax ? (kvh + 1) * group - h0 : gmax;
-                const float *qh = q + ((size_t)t * n_heads + h0) * head_dim;   /* (ng, head_dim) */
-                for (int g = 0; g < ng; g++) { m[g] = -INFINITY; l[g] = 0.0f; }
-                for (int i = 0; i < ng * head_dim; i++) acc[i] = 0.0f;
-                for (int p0 = 0; p0 < len; p0 += ATTN_CHUNK) {
-                    int cn = len - p0 < ATTN_CHUNK ? len - p0 : ATTN_CHUNK;
-                    const float *krows[ATTN_CHUNK];
-                    for (int j = 0; j < cn; j++) {
-                        const void *kp = kv_row(k_cache, table, block_size, p0 + j, slot_bytes, kvh, head_bytes);
-                        krows[j] = (const float *)kp;
-                        if (kv_dtype != LLMI_KV_F32) {
-                            vec_kv_to_f32(kp, kv_dtype, k_scale ? k_scale[kvh] : 1.0f, kbuf + (size_t)j * head_dim,
-                                          head_dim);
-                            krows[j] = kbuf + (size_t)j * head_dim;
-                        }
-                    }
-#if defined(__AVX512F__)
-                    if (head_dim % 16 == 0) {
-                        for (int g = 0; g < ng; g++) {
-                            const float *qg = qh + (size_t)g * head_dim;
-                            __m512 d[ATTN_CHUNK];
-                            for (int j = 0; j < ATTN_CHUNK; j++) d[j] = _mm512_setzero_ps();
-                            for (int i = 0; i < head_dim; i += 16) {
-                                __m512 qv = _mm512_loadu_ps(qg + i);
-                                for (int j = 0; j < cn; j++) d[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(krows[j] + i), d[j]);
-                            }
-                            _mm512_storeu_ps(s[g], _mm512_mul_ps(attn_hsum16(d), _mm512_set1_ps(scale)));
-                        }
-                    } else
-#endif
-                    for (int j = 0; j < cn; j++)
-                        for (int g = 0; g < ng; g++) s[g][j] = vec_dot_f32(qh + (size_t)g * head_dim, krows[j], head_dim) * scale;
-                    for (int g = 0; g < ng; g++) {
-                        float cm = m[g];
-                        for (int j = 0; j < cn; j++) cm = s[g][j] > cm ? s[g][j] : cm;
-                        corr[g] = expf(m[g] - cm);   /* 0 on the first chunk (m = -inf) */
-                        l[g] = l[g] * corr[g] + attn_probs(s[g], cn, cm, pr[g]);
-                        m[g] = cm;
-                    }
-                    for (int j = 0; j < cn; j++) {
-                        const void *vp = kv_row(v_cache, table, block_size, p0 + j, slot_bytes, kvh, head_bytes);
-                        vrows[j] = (const float *)vp;
-                        if (kv_dtype != LLMI_KV_F32) {
-                            vec_kv_to_f32(vp, kv_dtype, v_scale ? v_scale[kvh] : 1.0f, vbuf + (size_t)j * head_dim,
-                                          head_dim);
-                            vrows[j] = vbuf + (size_t)j * head_dim;
-                        }
-                    }
-                    /* acc = acc * corr + sum_j p_j v_j, 16 dims at a time kept in a register */
-                    for (int g = 0; g < ng; g++) {
-                        float *ag = acc + (size_t)g * head_dim;
-#if defined(__AVX512F__)
-                        for (int i = 0; i < head_dim; i += 16) {
-                            __mmask16 mk = head_dim - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (head_dim - i)) - 1);
-                            __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, ag + i), _mm512_set1_ps(corr[g]));
-                            for (int j = 0; j < cn; j++)
-                                a = _mm512_fmadd_ps(_mm512_set1_ps(pr[g][j]), _mm512_maskz_loadu_ps(mk, vrows[j] + i), a);
-                            _mm512_mask_storeu_ps(ag + i, mk, a);
-                        }
-#else
-                        for (int i = 0; i < head_dim; i++) {
-                            float a = ag[i] * corr[g];
-                            for (int j = 0; j < cn; j++) a += pr[g][j] * vrows[j][i];
-                            ag[i] = a;
-                        }
-#endif
-                    }
-                }
-                for (int g = 0; g < ng; g++) {
-                    float inv = l[g] > 0 ? 1.0f / l[g] : 0.0f;
-                    float *oh = out + ((size_t)t * n_heads + h0 + g) * head_dim;
-                    for (int i = 0; i < head_dim; i++) oh[i] = acc[(size_t)g * head_dim + i] * inv;
+#pragma omp parallel for collapse(3) schedule(dynamic, 1) if (work > (double)(1 << 20))
+    for (int ti = 0; ti < ntiles; ti++)
+        for (int kvh = 0; kvh < n_kv_heads; kvh++)
+            for (int sg = 0; sg < nsub; sg++) {
+                int h0 = kvh * group + sg * gmax, ng = group - sg * gmax < gmax ? group - sg * gmax : gmax;
+                int t1 = (ti + 1) * nt < n ? (ti + 1) * nt : n;
+                /* a tile of token indices may span sequences: one run per sequence */
+                for (int t = ti * nt; t < t1;) {
+                    int e = t + 1;
+                    while (e < t1 && b->seq_of_token[e] == b->seq_of_token[t]) e++;
+                    attn_tile(&a, t, e - t, kvh, h0, ng);
+                    t = e;
                 }
             }
-        }
+}
+
+void cpu_paged_attention_part(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
+                              const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
+                              int n_kv_heads, int head_dim, int block_size, float scale, int u0, int u1, float *out) {
+    const attn_args a = attn_make(q, k_cache, v_cache, kv_dtype, k_scale, v_scale, b, n_heads, n_kv_heads, head_dim,
+                                  block_size, scale, out);
+    const int group = n_heads / n_kv_heads, gmax = attn_gmax(head_dim);
+    for (int u = u0; u < u1;) {
+        int t = u / n_heads, h0 = u % n_heads, kvh = h0 / group;
+        int ng = 1;   /* the run of heads of this token that share kv head kvh, up to gmax */
+        while (u + ng < u1 && h0 + ng < (kvh + 1) * group && ng < gmax) ng++;
+        attn_tile(&a, t, 1, kvh, h0, ng);
+        u += ng;
     }
 }

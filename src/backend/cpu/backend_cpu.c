@@ -9,29 +9,9 @@
 #include <unistd.h>
 #include "backend/backend.h"
 #include "backend/cost.h"
+#include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/ops.h"
 
-typedef struct cpu_impl {
-    int max_tokens, max_seqs;
-    float *x;        /* (max_tokens, dim) residual stream */
-    float *xn;       /* (max_tokens, dim) normed input of the current sub-block */
-    float *q;        /* (max_tokens, n_heads*head_dim) */
-    float *k;        /* (max_tokens, n_kv_heads*head_dim) */
-    float *v;        /* (max_tokens, n_kv_heads*head_dim) */
-    float *att;      /* (max_tokens, n_heads*head_dim) attention output */
-    float *delta;    /* (max_tokens, dim) o_proj / down_proj output, added to x */
-    float *gate;     /* (max_tokens, ffn_dim); holds silu(gate)*up after the activation */
-    float *up;       /* (max_tokens, ffn_dim) */
-    float *lg;       /* (max_tokens, dim) final-normed rows that need logits */
-    float *inv_freq; /* (head_dim/2) */
-    int32_t *seq_maxpos; /* (max_seqs) highest position a batch touches per sequence */
-    void *mm_scratch;    /* quantized activations of one matmul: cpu_matmul_scratch_bytes(max_tokens, widest in) */
-    size_t mm_scratch_bytes;
-    void *kv;        /* (n_layers, 2, num_blocks, block_size, n_kv_heads, head_dim) in kv dtype */
-    float *kv_scale; /* (n_layers, 2, n_kv_heads) fp8 scales of K and V: fixed at 1, as vLLM without
-                        calibrated scales (a per-batch calibration would make outputs batch dependent) */
-    size_t kv_bytes, ws_bytes;
-} cpu_impl;
 
 static size_t cpu_kv_block_bytes(const llmi_backend *b) {
     return backend_kv_block_bytes(&b->model->cfg, b->opts.block_size, b->opts.kv_dtype);
@@ -112,7 +92,9 @@ static void cpu_destroy(llmi_backend *b) {
     if (im) {
         free(im->x); free(im->xn); free(im->q); free(im->k); free(im->v); free(im->att);
         free(im->delta); free(im->gate); free(im->up); free(im->lg); free(im->inv_freq);
+        free(im->rope_cs); free(im->rope_sn);
         free(im->seq_maxpos); free(im->kv); free(im->mm_scratch); free(im->kv_scale);
+        cpu_step_destroy(im->step);
         free(im);
     }
     free(b);
@@ -126,19 +108,6 @@ static int check_batch(const llmi_backend *b, const llmi_batch *bt, llmi_status 
                         .block_size = b->opts.block_size};
     return batch_check(bt, &lim, im->seq_maxpos, st);
 }
-
-/* Profiling: adds the time since *t0 and the op's cost to class c. */
-static void prof(llmi_backend *b, llmi_op_class c, double *t0, llmi_op_cost cost) {
-    if (!b->profiling) return;
-    double now = omp_get_wtime();
-    op_stats_add(&b->stats, c, now - *t0, cost);
-    *t0 = now;
-}
-
-static llmi_op_cost mm_cost(const llmi_tensor *w, int n) {
-    return cost_matmul(w->rows, w->cols, (double)w->rows * (double)w->row_bytes, n, sizeof(float));
-}
-static llmi_op_cost cost_sum(llmi_op_cost a, llmi_op_cost b) { return (llmi_op_cost){a.bytes + b.bytes, a.flops + b.flops}; }
 
 static void cpu_matmul_1(cpu_impl *im, const llmi_tensor *w, const float *x, int n, float *y) {
     cpu_matmul_multi(1, &w, x, n, NULL, &y, im->mm_scratch, im->mm_scratch_bytes);
@@ -169,6 +138,7 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
     const double esz = (double)kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)kvd) / kvd;   /* per value */
     double ctx_sum = 0;   /* sum over tokens of attended positions, for attention stats */
     for (int i = 0; i < n; i++) ctx_sum += bt->positions[i] + 1;
+    cpu_rope_table(bt->positions, n, hd, im->inv_freq, im->rope_cs, im->rope_sn);
     int rc = 0;
     *stopped = false;
 #define TAP(l, t, x, w)                                             \
@@ -197,9 +167,9 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
         prof(b, LLMI_OP_QKV, t0, cost_sum(mm_cost(&L->wq, n), cost_sum(mm_cost(&L->wk, n), mm_cost(&L->wv, n))));
 
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
-        cpu_rope_kv_write(im->q, im->k, im->v, bt->positions, bt->slot_mapping, n, nh, nkv, hd, im->inv_freq, kc, vc,
-                          b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,
-                          im->kv_scale + ((size_t)l * 2 + 1) * nkv);
+        cpu_rope_kv_write_table(im->q, im->k, im->v, im->rope_cs, im->rope_sn, bt->slot_mapping, n, nh, nkv, hd, kc,
+                                vc, b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,
+                                im->kv_scale + ((size_t)l * 2 + 1) * nkv);
         prof(b, LLMI_OP_ROPE_KV, t0, cost_rope_kv(n, qd, kvd, esz));
 
         cpu_paged_attention(im->q, kc, vc, b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,
@@ -234,10 +204,12 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
     return 0;
 }
 
+static int cpu_threads(const llmi_backend_opts *o) { return o->n_threads > 0 ? o->n_threads : omp_get_num_procs(); }
+
 /* The nthreads ICV belongs to the calling thread: set for one call, restored after. */
 static int threads_enter(const llmi_backend *b) {
     int prev = omp_get_max_threads();
-    omp_set_num_threads(b->opts.n_threads > 0 ? b->opts.n_threads : omp_get_num_procs());
+    omp_set_num_threads(cpu_threads(&b->opts));
     return prev;
 }
 
@@ -247,6 +219,10 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
     const llmi_model *m = b->model;
     const llmi_config *c = &m->cfg;
     const int n = bt->n_tokens, dim = c->dim;
+    if (im->step && n <= CPU_STEP_MAX_TOKENS && !b->tap) {
+        cpu_step_forward(b, bt, logits);
+        return 0;
+    }
     int prev_threads = threads_enter(b);
     double t0 = omp_get_wtime();
 
@@ -327,13 +303,14 @@ static void read_cpu_name(char *dst, size_t cap) {
 }
 
 /* Workspace sizes for T batch tokens: floats of x, xn, q, k, v, att, delta, gate, up, lg,
- * inv_freq (the order of cpu_impl), then the matmul scratch in bytes. */
-enum { CPU_WS_COUNT = 12 };
+ * inv_freq, rope_cs, rope_sn (the order of cpu_impl), then the matmul scratch in bytes. */
+enum { CPU_WS_COUNT = 14 };
 static void cpu_ws_sizes(const llmi_config *c, int max_batch_tokens, size_t sz[CPU_WS_COUNT]) {
     size_t T = (size_t)max_batch_tokens;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     size_t f[CPU_WS_COUNT - 1] = {T * c->dim, T * c->dim, T * qd, T * kvd, T * kvd, T * qd, T * c->dim,
-                                  T * c->ffn_dim, T * c->ffn_dim, T * c->dim, (size_t)c->head_dim / 2};
+                                  T * c->ffn_dim, T * c->ffn_dim, T * c->dim, (size_t)c->head_dim / 2,
+                                  T * c->head_dim / 2, T * c->head_dim / 2};
     memcpy(sz, f, sizeof f);
     int64_t widest = c->dim > c->ffn_dim ? c->dim : c->ffn_dim;
     if ((int64_t)qd > widest) widest = (int64_t)qd;
@@ -371,6 +348,7 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     read_cpu_name(b->device_name, sizeof b->device_name);
     b->model = m;
     b->opts = *o;
+    b->opts.n_threads = cpu_threads(o);   /* resolved once: reports and every forward use this count */
     b->impl = im;
     b->kv_block_bytes = cpu_kv_block_bytes;
     b->kv_budget_bytes = cpu_kv_budget_bytes;
@@ -387,7 +365,7 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     cpu_ws_sizes(c, o->max_batch_tokens, sz);
     int fail = 0;
     float **ws[CPU_WS_COUNT - 1] = {&im->x, &im->xn, &im->q, &im->k, &im->v, &im->att, &im->delta, &im->gate, &im->up,
-                                    &im->lg, &im->inv_freq};
+                                    &im->lg, &im->inv_freq, &im->rope_cs, &im->rope_sn};
     for (int i = 0; i < CPU_WS_COUNT - 1; i++) *ws[i] = ws_alloc(im, sz[i], &fail);
     im->seq_maxpos = calloc((size_t)o->max_seqs, sizeof(int32_t));
     size_t n_scales = (size_t)c->n_layers * 2 * c->n_kv_heads;
@@ -399,6 +377,14 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     if (fail || !im->seq_maxpos || !im->mm_scratch || !im->kv_scale) {
         cpu_destroy(b);
         return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: cannot allocate workspaces for %d tokens", o->max_batch_tokens);
+    }
+    if (cpu_step_supports(m)) {
+        int st_tokens = o->max_batch_tokens < CPU_STEP_MAX_TOKENS ? o->max_batch_tokens : CPU_STEP_MAX_TOKENS;
+        im->step = cpu_step_create(c, cpu_threads(o), st_tokens, &im->ws_bytes);
+        if (!im->step) {
+            cpu_destroy(b);
+            return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: cannot allocate the decode workspaces");
+        }
     }
     backend_rope_inv_freq(c, im->inv_freq);
     *out = b;

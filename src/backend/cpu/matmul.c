@@ -102,17 +102,17 @@ static void dense_rows(const llmi_tensor *w, int64_t r0, int64_t r1, const float
 }
 #endif
 
+/* Rows [r0, r1) of y (n, rows) for all n tokens, 4 tokens per register tile. */
+static void dense_range(const llmi_tensor *w, int64_t r0, int64_t r1, const float *x, int n, float *y) {
+    for (int t0 = 0; t0 < n; t0 += 4) dense_rows(w, r0, r1, x, t0, n - t0 < 4 ? n - t0 : 4, y, w->rows);
+}
+
 static void matmul_dense(const llmi_tensor *w, const float *x, int n, float *y) {
     int64_t rows = w->rows;
     int64_t nrb = (rows + MM_ROW_BLOCK - 1) / MM_ROW_BLOCK;
 #pragma omp parallel for schedule(static) if (rows * w->cols * (int64_t)n > 32768)
-    for (int64_t rb = 0; rb < nrb; rb++) {
-        int64_t r1 = (rb + 1) * MM_ROW_BLOCK < rows ? (rb + 1) * MM_ROW_BLOCK : rows;
-        for (int t0 = 0; t0 < n; t0 += 4) {
-            int tn = n - t0 < 4 ? n - t0 : 4;
-            dense_rows(w, rb * MM_ROW_BLOCK, r1, x, t0, tn, y, rows);
-        }
-    }
+    for (int64_t rb = 0; rb < nrb; rb++)
+        dense_range(w, rb * MM_ROW_BLOCK, (rb + 1) * MM_ROW_BLOCK < rows ? (rb + 1) * MM_ROW_BLOCK : rows, x, n, y);
 }
 
 /* ---------------------------------------------------------------- int4 (I4G) weights */
@@ -151,16 +151,6 @@ static void matmul_i4g(const llmi_tensor *w, const float *x, int n, float *y) {
 
 /* ---------------------------------------------------------------- quantized weights */
 
-/* Activations of one call, quantized per token (row).  nbp = blocks rounded up to even
- * (pairs of blocks fill one 512-bit register); the padding block is zero. */
-typedef struct mm_qx {
-    int nb, nbp;
-    int8_t *q;        /* (n, nbp*32) int8 activations */
-    float *dxe;       /* (n, nbp*8) block scale d_x repeated for each of its 8 int32 lanes */
-    int32_t *corr;    /* (n, nbp*8) -k * (sum of the 4 x_q that lane multiplies); k = 8 Q4_0, 128 Q8_0 */
-    float *sx;        /* (n, nbp) d_x * sum(x_q) of each block (Q4_1's min term) */
-} mm_qx;
-
 /* Whether the AVX-512 kernel reads this format's activations in "nibble order": per block
  * pair, x0[0:16] x1[0:16] x0[16:32] x1[16:32], the order two Q4 blocks' low then high
  * nibbles come out of one 256-bit load, so unpacking needs no lane shuffle. */
@@ -175,7 +165,7 @@ static int nibble_order(llmi_dtype t) {
 
 #if !defined(MM_AVX512)
 /* Activation row t -> int8 blocks (d = amax/127, q = round-to-even(x * 127/amax)). */
-static void quantize_token(const float *x, const mm_qx *qx, int t, int k, int nib) {
+static void quantize_token(const float *x, const cpu_qact *qx, int t, int k, int nib) {
     int8_t *q = qx->q + (size_t)t * qx->nbp * 32;
     float *dxe = qx->dxe + (size_t)t * qx->nbp * 8;
     int32_t *corr = qx->corr + (size_t)t * qx->nbp * 8;
@@ -228,7 +218,7 @@ static void quantize_token(const float *x, const mm_qx *qx, int t, int k, int ni
 /* Activation row t -> int8 blocks (d = amax/127, q = round-to-even(x * 127/amax)),
  * 16 lanes at a time (cvtps rounds to nearest even, as nearbyintf does in the scalar
  * build). */
-static void quantize_token(const float *x, const mm_qx *qx, int t, int k, int nib) {
+static void quantize_token(const float *x, const cpu_qact *qx, int t, int k, int nib) {
     int8_t *q = qx->q + (size_t)t * qx->nbp * 32;
     float *dxe = qx->dxe + (size_t)t * qx->nbp * 8;
     int32_t *corr = qx->corr + (size_t)t * qx->nbp * 8;
@@ -323,7 +313,7 @@ static inline __m512i unpack_pair(const uint8_t *wr, llmi_dtype t, int b, int nb
 
 /* y[t][r] for tokens t0..t0+TN-1 of one row; TN is a compile-time constant per instance. */
 #define QROW_INSTANCE(TN)                                                                              \
-    static void qrow_##TN(const uint8_t *wr, llmi_dtype t, const mm_qx *qx, int t0, float *out[TN]) {  \
+    static void qrow_##TN(const uint8_t *wr, llmi_dtype t, const cpu_qact *qx, int t0, float *out[TN]) {  \
         float dwf[MM_MAX_NB + 16], mf[MM_MAX_NB + 16]; /* (nb rounded to 16) row scales, mins */       \
         int nb = qx->nb, nbp = qx->nbp, q41 = t == LLMI_Q4_1;                                          \
         row_scales(wr, t, nb, dwf, mf);                                                                \
@@ -360,7 +350,7 @@ QROW_INSTANCE(2)
 QROW_INSTANCE(4)
 QROW_INSTANCE(8)
 
-static void qrow(const uint8_t *wr, llmi_dtype t, const mm_qx *qx, int t0, int tn, float *y, int64_t rows, int64_t r) {
+static void qrow(const uint8_t *wr, llmi_dtype t, const cpu_qact *qx, int t0, int tn, float *y, int64_t rows, int64_t r) {
     float *out[MM_TILE];
     for (int i = 0; i < tn; i++) out[i] = y + (size_t)(t0 + i) * rows + r;
     int i = 0;
@@ -376,7 +366,7 @@ static void qrow(const uint8_t *wr, llmi_dtype t, const mm_qx *qx, int t0, int t
 
 /* Portable recipe (and the one for rows longer than MM_MAX_NB blocks): the same int8
  * activations, exact int32 block dots, fp32 accumulation in block order. */
-static void qrow_scalar(const uint8_t *wr, llmi_dtype t, const mm_qx *qx, int t0, int tn, float *y, int64_t rows,
+static void qrow_scalar(const uint8_t *wr, llmi_dtype t, const cpu_qact *qx, int t0, int tn, float *y, int64_t rows,
                         int64_t r) {
     size_t bb = dtype_block_bytes(t);
     int nib = nibble_order(t);
@@ -418,21 +408,64 @@ static void qrow_scalar(const uint8_t *wr, llmi_dtype t, const mm_qx *qx, int t0
     }
 }
 
-/* nw quantized weights of one dtype and width sharing the activations x: x is quantized
- * once and one parallel region walks the row blocks of all of them. */
 size_t cpu_matmul_scratch_bytes(int n, int64_t cols) {
     size_t nbp = (size_t)((cols / 32 + 1) & ~1);
     return ((size_t)n * (nbp * 32 + nbp * 8 * 8 + nbp * 4) + 63) / 64 * 64;
 }
 
+static int is_q8_q4(llmi_dtype t) { return t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1; }
+
+static int qact_k(llmi_dtype t) { return t == LLMI_Q4_0 ? 8 : (t == LLMI_Q8_0 ? 128 : 0); }
+
+int cpu_qact_layout(llmi_dtype t) { return is_q8_q4(t) ? qact_k(t) * 2 + nibble_order(t) : -1; }
+
+void cpu_qact_init(cpu_qact *qa, void *scratch, int n, int64_t cols) {
+    qa->nb = (int)(cols / 32);
+    qa->nbp = (qa->nb + 1) & ~1;
+    size_t per_q = (size_t)qa->nbp * 32, per_l = (size_t)qa->nbp * 8;
+    char *buf = scratch;
+    qa->q = (int8_t *)buf;
+    qa->dxe = (float *)(buf + (size_t)n * per_q);
+    qa->corr = (int32_t *)(buf + (size_t)n * (per_q + per_l * 4));
+    qa->sx = (float *)(buf + (size_t)n * (per_q + per_l * 8));
+}
+
+void cpu_qact_quantize(const cpu_qact *qa, llmi_dtype t, const float *x, int64_t cols, int t0, int t1) {
+    for (int tk = t0; tk < t1; tk++) quantize_token(x + (size_t)tk * cols, qa, tk, qact_k(t), nibble_order(t));
+}
+
+/* Bytes ahead of the current row that a few-token pass prefetches: each row's first
+ * touch is the gather of its block scales, which otherwise waits for memory every row
+ * (half the decode time went there); 4 KB ahead measured best on SmolLM2 (1-4 KB tried). */
+#define MM_PREFETCH_BYTES 4096
+
+/* Rows [r0, r1) of a quantized weight for all n tokens, MM_TILE tokens per pass. */
+static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int n, int64_t r0, int64_t r1, float *y) {
+    for (int t0 = 0; t0 < n; t0 += MM_TILE) {
+        int tn = n - t0 < MM_TILE ? n - t0 : MM_TILE;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+#if defined(MM_AVX512)
+            /* prefetches are hints: past the end of the weights they are dropped, never fault */
+            if (t0 == 0 && r + 1 < r1)
+                for (size_t off = 0; off < w->row_bytes; off += 64)
+                    _mm_prefetch((const char *)wr + MM_PREFETCH_BYTES + off, _MM_HINT_T0);
+            if (MM_FAST_NB(qx->nb)) {
+                qrow(wr, w->dtype, qx, t0, tn, y, w->rows, r);
+                continue;
+            }
+#endif
+            qrow_scalar(wr, w->dtype, qx, t0, tn, y, w->rows, r);
+        }
+    }
+}
+
+/* nw quantized weights of one dtype and width sharing the activations x: x is quantized
+ * once and one parallel region walks the row blocks of all of them. */
 static void matmul_quant(int nw, const llmi_tensor *const *ws, const float *x, int n, float *const *ys, void *scratch,
                          size_t scratch_bytes) {
     const llmi_tensor *w0 = ws[0];
     int64_t cols = w0->cols;
-    mm_qx qx;
-    qx.nb = (int)(cols / 32);
-    qx.nbp = (qx.nb + 1) & ~1;
-    size_t per_q = (size_t)qx.nbp * 32, per_l = (size_t)qx.nbp * 8;
     size_t need = cpu_matmul_scratch_bytes(n, cols);
     char *buf = scratch_bytes >= need ? (char *)scratch : aligned_alloc(64, need);
     if (!buf) { /* no error channel in the op API: make the failure impossible to miss */
@@ -440,12 +473,9 @@ static void matmul_quant(int nw, const llmi_tensor *const *ws, const float *x, i
             for (size_t j = 0; j < (size_t)n * ws[i]->rows; j++) ys[i][j] = NAN;
         return;
     }
-    qx.q = (int8_t *)buf;
-    qx.dxe = (float *)(buf + (size_t)n * per_q);
-    qx.corr = (int32_t *)(buf + (size_t)n * (per_q + per_l * 4));
-    qx.sx = (float *)(buf + (size_t)n * (per_q + per_l * 8));
+    cpu_qact qx;
+    cpu_qact_init(&qx, buf, n, cols);
     llmi_dtype t = w0->dtype;
-    int k = t == LLMI_Q4_0 ? 8 : (t == LLMI_Q8_0 ? 128 : 0);
     int64_t rb_end[MM_MAX_MULTI];   /* cumulative row-block counts of the weights */
     int64_t nrb = 0, work = 0;
     for (int i = 0; i < nw; i++) {
@@ -456,34 +486,20 @@ static void matmul_quant(int nw, const llmi_tensor *const *ws, const float *x, i
     /* Decode-sized batches are quantized before the parallel region: one barrier fewer
      * per matmul, which matters when the cores are shared and a waiting thread spins. */
     int serial_q = n <= 4;
-    if (serial_q)
-        for (int tk = 0; tk < n; tk++) quantize_token(x + (size_t)tk * cols, &qx, tk, k, nibble_order(t));
+    if (serial_q) cpu_qact_quantize(&qx, t, x, cols, 0, n);
 #pragma omp parallel if (work > 32768)
     {
         if (!serial_q) {
 #pragma omp for schedule(static)
-            for (int tk = 0; tk < n; tk++) quantize_token(x + (size_t)tk * cols, &qx, tk, k, nibble_order(t));
+            for (int tk = 0; tk < n; tk++) cpu_qact_quantize(&qx, t, x, cols, tk, tk + 1);
         }
 #pragma omp for schedule(static) nowait
         for (int64_t gb = 0; gb < nrb; gb++) {
             int wi = 0;
             while (gb >= rb_end[wi]) wi++;
-            const llmi_tensor *w = ws[wi];
-            int64_t rb = gb - (wi ? rb_end[wi - 1] : 0), rows = w->rows;
+            int64_t rb = gb - (wi ? rb_end[wi - 1] : 0), rows = ws[wi]->rows;
             int64_t r1 = (rb + 1) * MM_ROW_BLOCK < rows ? (rb + 1) * MM_ROW_BLOCK : rows;
-            for (int t0 = 0; t0 < n; t0 += MM_TILE) {
-                int tn = n - t0 < MM_TILE ? n - t0 : MM_TILE;
-                for (int64_t r = rb * MM_ROW_BLOCK; r < r1; r++) {
-                    const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-#if defined(MM_AVX512)
-                    if (MM_FAST_NB(qx.nb)) {
-                        qrow(wr, t, &qx, t0, tn, ys[wi], rows, r);
-                        continue;
-                    }
-#endif
-                    qrow_scalar(wr, t, &qx, t0, tn, ys[wi], rows, r);
-                }
-            }
+            quant_range(ws[wi], &qx, n, rb * MM_ROW_BLOCK, r1, ys[wi]);
         }
     }
     if (buf != scratch) free(buf);
@@ -495,7 +511,6 @@ static void add_bias(const llmi_tensor *w, int n, const float *bias, float *y) {
         for (int64_t r = 0; r < w->rows; r++) y[(size_t)t * w->rows + r] += bias[r];
 }
 
-static int is_q8_q4(llmi_dtype t) { return t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1; }
 
 void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n, const float *const *bias,
                       float *const *y, void *scratch, size_t scratch_bytes) {
@@ -523,3 +538,16 @@ void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, 
             for (int64_t r = 0; r < w->rows; r++) y[(size_t)t * w->rows + r] += bias[r];
     }
 }
+
+void cpu_matmul_rows(const llmi_tensor *w, const float *x, const cpu_qact *qa, int n, int64_t r0, int64_t r1,
+                     const float *bias, float *y) {
+    if (is_q8_q4(w->dtype))
+        quant_range(w, qa, n, r0, r1, y);
+    else
+        dense_range(w, r0, r1, x, n, y);
+    if (bias)
+        for (int t = 0; t < n; t++)
+            for (int64_t r = r0; r < r1; r++) y[(size_t)t * w->rows + r] += bias[r];
+}
+
+int cpu_matmul_rows_ok(llmi_dtype t) { return t != LLMI_I4G; }

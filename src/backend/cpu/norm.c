@@ -3,23 +3,24 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec.h"
 
-static void rmsnorm_row(const float *x, const float *w, int dim, float eps, float *out) {
+void cpu_rmsnorm_row(const float *x, const float *w, int dim, float eps, float *out) {
     float ss = vec_dot_f32(x, x, dim) / (float)dim;
     float r = 1.0f / sqrtf(ss + eps);
     for (int i = 0; i < dim; i++) out[i] = x[i] * r * w[i];
 }
 
+void cpu_add_rmsnorm_row(float *residual, const float *delta, const float *w, int dim, float eps, float *out) {
+    for (int i = 0; i < dim; i++) residual[i] += delta[i];
+    cpu_rmsnorm_row(residual, w, dim, eps, out);
+}
+
 void cpu_rmsnorm(const float *x, const float *w, int n, int dim, float eps, float *out) {
 #pragma omp parallel for schedule(static) if (n > 16)
-    for (int t = 0; t < n; t++) rmsnorm_row(x + (size_t)t * dim, w, dim, eps, out + (size_t)t * dim);
+    for (int t = 0; t < n; t++) cpu_rmsnorm_row(x + (size_t)t * dim, w, dim, eps, out + (size_t)t * dim);
 }
 
 void cpu_add_rmsnorm(float *residual, const float *delta, const float *w, int n, int dim, float eps, float *out) {
 #pragma omp parallel for schedule(static) if (n > 16)
-    for (int t = 0; t < n; t++) {
-        float *r = residual + (size_t)t * dim;
-        const float *d = delta + (size_t)t * dim;
-        for (int i = 0; i < dim; i++) r[i] += d[i];
-        rmsnorm_row(r, w, dim, eps, out + (size_t)t * dim);
-    }
+    for (int t = 0; t < n; t++)
+        cpu_add_rmsnorm_row(residual + (size_t)t * dim, delta + (size_t)t * dim, w, dim, eps, out + (size_t)t * dim);
 }

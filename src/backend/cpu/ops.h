@@ -20,6 +20,9 @@ void cpu_embed(const llmi_tensor *embd, const int32_t *tokens, int n, float *out
 void cpu_rmsnorm(const float *x, const float *w, int n, int dim, float eps, float *out);
 /* Fused residual add then norm: residual (n, dim) += delta (n, dim); out = rmsnorm(residual). */
 void cpu_add_rmsnorm(float *residual, const float *delta, const float *w, int n, int dim, float eps, float *out);
+/* One row of each on the calling thread (x, residual, delta, out (dim)). */
+void cpu_rmsnorm_row(const float *x, const float *w, int dim, float eps, float *out);
+void cpu_add_rmsnorm_row(float *residual, const float *delta, const float *w, int dim, float eps, float *out);
 
 /* y (n, rows) = x (n, cols) @ W^T (+ bias (rows) when non-NULL), W in any llmi_dtype. */
 void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, float *y);
@@ -34,6 +37,29 @@ void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n
                       float *const *y, void *scratch, size_t scratch_bytes);
 size_t cpu_matmul_scratch_bytes(int n, int64_t cols);
 
+/* Activations quantized for the Q8_0/Q4_0/Q4_1 kernels (matmul.c's numeric recipe), laid
+ * over a scratch of cpu_matmul_scratch_bytes(n, cols).  nbp = blocks rounded up to even
+ * (pairs of blocks fill one 512-bit register); the padding block is zero. */
+typedef struct cpu_qact {
+    int nb, nbp;
+    int8_t *q;        /* (n, nbp*32) int8 activations */
+    float *dxe;       /* (n, nbp*8) block scale d_x repeated for each of its 8 int32 lanes */
+    int32_t *corr;    /* (n, nbp*8) -k * (sum of the 4 x_q that lane multiplies); k = 8 Q4_0, 128 Q8_0 */
+    float *sx;        /* (n, nbp) d_x * sum(x_q) of each block (Q4_1's min term) */
+} cpu_qact;
+void cpu_qact_init(cpu_qact *qa, void *scratch, int n, int64_t cols);
+/* Quantizes tokens [t0, t1) of x (n, cols) into qa in the layout weights of dtype t read. */
+void cpu_qact_quantize(const cpu_qact *qa, llmi_dtype t, const float *x, int64_t cols, int t0, int t1);
+/* Which activation layout dtype t reads: equal values share one quantization; -1 = none
+ * (dense weights read fp32 x). */
+int cpu_qact_layout(llmi_dtype t);
+/* Rows [r0, r1) of y (n, w->rows) = x (n, cols) @ W^T (+ bias) on the calling thread, the
+ * same numbers cpu_matmul gives: quantized dtypes read qa (x quantized for w's layout),
+ * dense dtypes read x.  Not for LLMI_I4G (cpu_matmul_rows_ok). */
+void cpu_matmul_rows(const llmi_tensor *w, const float *x, const cpu_qact *qa, int n, int64_t r0, int64_t r1,
+                     const float *bias, float *y);
+int cpu_matmul_rows_ok(llmi_dtype t);
+
 /* Rotates q (n, n_heads, head_dim) in place and k (n, n_kv_heads, head_dim) in place by
  * positions (n), HF rotate-half convention, then writes k and v (n, n_kv_heads, head_dim)
  * into the caches at slot_mapping (n), each head in kv_dtype (fp8 divided by its head's
@@ -43,6 +69,21 @@ void cpu_rope_kv_write(float *q, float *k, const float *v, const int32_t *positi
                        void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype, const float *k_scale,
                        const float *v_scale);
 
+/* The same with each token's cos/sin rows precomputed: cs, sn (n, head_dim/2). */
+void cpu_rope_kv_write_table(float *q, float *k, const float *v, const float *cs, const float *sn,
+                             const int32_t *slot_mapping, int n, int n_heads, int n_kv_heads, int head_dim,
+                             void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype, const float *k_scale,
+                             const float *v_scale);
+/* cs, sn (n, head_dim/2) = cos, sin of positions (n) times inv_freq (head_dim/2), in fp32. */
+void cpu_rope_table(const int32_t *positions, int n, int head_dim, const float *inv_freq, float *cs, float *sn);
+/* Rotates heads [h0, h1) of one token's row x (heads, head_dim) by its cos/sin row. */
+void cpu_rope_heads(float *x, const float *cs, const float *sn, int h0, int h1, int head_dim);
+/* Rotates kv heads [h0, h1) of one token's k row (n_kv_heads, head_dim) in place and writes
+ * them and the same heads of its v row into the caches at slot (as cpu_rope_kv_write). */
+void cpu_rope_kv_write_heads(float *k, const float *v, const float *cs, const float *sn, int32_t slot, int h0, int h1,
+                             int n_kv_heads, int head_dim, void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype,
+                             const float *k_scale, const float *v_scale);
+
 /* out (n_tokens, n_heads * head_dim) = causal attention of each token's q over its
  * sequence's cached K/V positions [0, positions[i]] through the batch's block tables,
  * the cache dequantized to fp32 first (fp8 times k_scale / v_scale (n_kv_heads), NULL = 1).
@@ -51,7 +92,15 @@ void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cach
                          const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
                          int n_kv_heads, int head_dim, int block_size, float scale, float *out);
 
+/* The same for the (token, head) units [u0, u1) only (unit u = token u / n_heads, head
+ * u % n_heads) on the calling thread: a share of one step's attention. */
+void cpu_paged_attention_part(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
+                              const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
+                              int n_kv_heads, int head_dim, int block_size, float scale, int u0, int u1, float *out);
+
 /* out (n, d) = silu(gate) * up;  gate, up (n, d). */
 void cpu_swiglu(const float *gate, const float *up, int n, int d, float *out);
+/* Elements [i0, i1) of the same on the calling thread. */
+void cpu_swiglu_range(const float *gate, const float *up, size_t i0, size_t i1, float *out);
 
 #endif

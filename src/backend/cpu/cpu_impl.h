@@ -1,0 +1,64 @@
+/* cpu/cpu_impl.h — owns the CPU backend's state (workspaces, KV pool) as backend_cpu.c
+ * (the layer-by-layer forward) and step.c (the fused small-batch forward) share it, and
+ * the profiling helpers both use. */
+#ifndef LLMI_CPU_IMPL_H
+#define LLMI_CPU_IMPL_H
+
+#include <omp.h>
+#include "backend/backend.h"
+#include "backend/cost.h"
+
+typedef struct cpu_step cpu_step;
+
+typedef struct cpu_impl {
+    int max_tokens, max_seqs;
+    float *x;        /* (max_tokens, dim) residual stream */
+    float *xn;       /* (max_tokens, dim) normed input of the current sub-block */
+    float *q;        /* (max_tokens, n_heads*head_dim) */
+    float *k;        /* (max_tokens, n_kv_heads*head_dim) */
+    float *v;        /* (max_tokens, n_kv_heads*head_dim) */
+    float *att;      /* (max_tokens, n_heads*head_dim) attention output */
+    float *delta;    /* (max_tokens, dim) o_proj / down_proj output, added to x */
+    float *gate;     /* (max_tokens, ffn_dim); holds silu(gate)*up after the activation */
+    float *up;       /* (max_tokens, ffn_dim) */
+    float *lg;       /* (max_tokens, dim) final-normed rows that need logits */
+    float *inv_freq; /* (head_dim/2) */
+    float *rope_cs;  /* (max_tokens, head_dim/2) cos of each batch token's RoPE angles, shared by the layers */
+    float *rope_sn;  /* (max_tokens, head_dim/2) sin of the same */
+    int32_t *seq_maxpos; /* (max_seqs) highest position a batch touches per sequence */
+    void *mm_scratch;    /* quantized activations of one matmul: cpu_matmul_scratch_bytes(max_tokens, widest in) */
+    size_t mm_scratch_bytes;
+    void *kv;        /* (n_layers, 2, num_blocks, block_size, n_kv_heads, head_dim) in kv dtype */
+    float *kv_scale; /* (n_layers, 2, n_kv_heads) fp8 scales of K and V: fixed at 1, as vLLM without
+                        calibrated scales (a per-batch calibration would make outputs batch dependent) */
+    size_t kv_bytes, ws_bytes;
+    cpu_step *step;  /* the fused small-batch forward's team state (NULL: every batch takes run_layers) */
+} cpu_impl;
+
+/* Profiling: adds the time since *t0 and the op's cost to class c. */
+static inline void prof(llmi_backend *b, llmi_op_class c, double *t0, llmi_op_cost cost) {
+    if (!b->profiling) return;
+    double now = omp_get_wtime();
+    op_stats_add(&b->stats, c, now - *t0, cost);
+    *t0 = now;
+}
+
+static inline llmi_op_cost mm_cost(const llmi_tensor *w, int n) {
+    return cost_matmul(w->rows, w->cols, (double)w->rows * (double)w->row_bytes, n, sizeof(float));
+}
+static inline llmi_op_cost cost_sum(llmi_op_cost a, llmi_op_cost b) { return (llmi_op_cost){a.bytes + b.bytes, a.flops + b.flops}; }
+
+
+/* Decode-sized batches (at most this many tokens) take the fused forward of step.c. */
+#define CPU_STEP_MAX_TOKENS 8
+
+/* The team's state for at most max_tokens tokens and n_threads threads; NULL when out of memory. */
+cpu_step *cpu_step_create(const llmi_config *c, int n_threads, int max_tokens, size_t *bytes);
+void cpu_step_destroy(cpu_step *s);
+/* Whether cpu_step_forward can run this model (every weight has a row kernel). */
+bool cpu_step_supports(const llmi_model *m);
+/* The whole forward of bt (bt->n_tokens <= the create's max_tokens) in one parallel region:
+ * logits (n_logits, n_vocab) for bt->logit_rows, the same numbers as run_layers + lm_head. */
+void cpu_step_forward(llmi_backend *b, const llmi_batch *bt, float *logits);
+
+#endif
