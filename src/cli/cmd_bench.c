@@ -550,6 +550,7 @@ typedef struct tp_run {
     double t_start;       /* engine clock when the first request could arrive */
     double elapsed;       /* seconds from t_start to the end of the last step */
     int preemptions;
+    int decode_batch_max; /* the most sequences decoding together in one step */
     long spec_steps, spec_proposed, spec_accepted;
     dvec itl;             /* every gap between consecutive tokens of a request (s) */
     dvec kv_t, kv_u;      /* after every step: seconds since t_start, KV blocks used / total */
@@ -926,6 +927,7 @@ static int tp_serve(const bench_args *a, tp_run *run, llmi_status *st) {
         if ((rc = engine_step(e, tp_on_token, run, &info, st))) break;
         if (run->oom) { rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory"); break; }
         run->preemptions += info.n_preempted;
+        if (info.n_decode_seqs > run->decode_batch_max) run->decode_batch_max = info.n_decode_seqs;
         run->spec_steps += info.n_spec_steps;
         run->spec_proposed += info.n_spec_proposed;
         run->spec_accepted += info.n_spec_accepted;
@@ -1074,6 +1076,7 @@ static void tp_report(const bench_args *a, const llmi_model *m, const char *labe
         report_num(rep, key, t->n ? stats_percentile(t->v, t->n, 90) * 1e3 : NAN, 2);
     }
     report_int(rep, "preemptions", run->preemptions);
+    report_int(rep, "decode_batch_max", run->decode_batch_max);
     add_spec_columns(rep, a, a->nspec ? a->spec[0] : LLMI_SPEC_OFF, run->spec_steps, run->spec_proposed,
                      run->spec_accepted);
     double umax = 0;

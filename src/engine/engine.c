@@ -502,7 +502,12 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
         int n = pl->n_new[k];
         /* A decode is one generated token fed back; everything else (prompt chunks,
          * recompute after preemption) is prefill work. */
-        if (seq_in_decode(s)) inf.n_decode_tokens += n; else inf.n_prefill_tokens += n;
+        if (seq_in_decode(s)) {
+            inf.n_decode_tokens += n;
+            inf.n_decode_seqs++;
+        } else {
+            inf.n_prefill_tokens += n;
+        }
         s->n_computed += n;
         const int had = s->n_tokens;
         if (s->n_draft > 0) {

@@ -103,6 +103,7 @@ typedef struct llmi_request_info {
 
 typedef struct llmi_step_info {
     int n_prefill_tokens, n_decode_tokens, n_seqs;
+    int n_decode_seqs;              /* sequences past their prompt, each decoding (or verifying) */
     int n_preempted;                /* sequences preempted during this step's planning */
     int n_generated;                /* tokens delivered this step (a verification step may deliver
                                        several per sequence) */
