@@ -61,22 +61,8 @@ static inline void vec_kv_to_f32(const void *src, llmi_kv_dtype t, float scale, 
         return;
     }
     if (t == LLMI_KV_FP8) {
-        /* every e4m3 value by table: e4m3_to_f32's formula per element made fp8 decode 3.5x
-         * slower than f16's at 512 tokens of context (docs/PERF.md) */
-#define E4M3_MAG(b) ((((b) >> 3) & 15) == 0 ? (float)((b) & 7) / 512.0f \
-                     : (1.0f + (float)((b) & 7) / 8.0f) * (float)(1 << (((b) >> 3) & 15)) / 128.0f)
-#define E4M3_VAL(b) (((b) & 0x7f) == 0x7f ? NAN : ((b) & 0x80) ? -E4M3_MAG(b) : E4M3_MAG(b))
-#define E4M3_8(b) E4M3_VAL(b), E4M3_VAL(b + 1), E4M3_VAL(b + 2), E4M3_VAL(b + 3), E4M3_VAL(b + 4), \
-                  E4M3_VAL(b + 5), E4M3_VAL(b + 6), E4M3_VAL(b + 7)
-#define E4M3_64(b) E4M3_8(b), E4M3_8(b + 8), E4M3_8(b + 16), E4M3_8(b + 24), E4M3_8(b + 32), \
-                   E4M3_8(b + 40), E4M3_8(b + 48), E4M3_8(b + 56)
-        static const float e4m3_value[256] = {E4M3_64(0), E4M3_64(64), E4M3_64(128), E4M3_64(192)};
-#undef E4M3_64
-#undef E4M3_8
-#undef E4M3_VAL
-#undef E4M3_MAG
         const uint8_t *e = (const uint8_t *)src;
-        for (int i = 0; i < n; i++) dst[i] = e4m3_value[e[i]] * scale;
+        for (int i = 0; i < n; i++) dst[i] = e4m3_to_f32(e[i]) * scale;
         return;
     }
     const uint16_t *h = (const uint16_t *)src;
