@@ -1,6 +1,6 @@
 /* main.c — llmi's entry: dispatches to the subcommands, turns their status into a
- * one-line error and an exit code (0 ok, 1 runtime error, 2 usage error, 130 Ctrl-C),
- * and owns the SIGINT handler. */
+ * one-line error and an exit code (0 ok, 1 runtime error, 2 usage error, 130 Ctrl-C,
+ * 143 SIGTERM), and owns the signal handlers. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,12 +10,13 @@
 #include "core/version.h"
 
 
-static volatile sig_atomic_t g_interrupted; /* the one flag a signal handler may write */
+static volatile sig_atomic_t g_interrupted; /* the one flag a signal handler may write: the signal */
 
-static void on_sigint(int sig) {
-    (void)sig;
-    if (g_interrupted) signal(SIGINT, SIG_DFL); /* a second Ctrl-C kills at once */
-    g_interrupted = 1;
+/* SIGINT and SIGTERM: the subcommand stops at its next check, cleans up (partial results
+ * printed, temporary output removed) and llmi exits 128 + the signal. */
+static void on_stop_signal(int sig) {
+    if (g_interrupted) signal(sig, SIG_DFL); /* a second one kills at once */
+    g_interrupted = sig;
 }
 
 static const char *usage =
@@ -39,9 +40,13 @@ int main(int argc, char **argv) {
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
+    sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    /* past a file-size limit (ulimit -f) a write then fails with EFBIG and is reported,
+     * instead of the signal killing llmi with a half-written file */
+    signal(SIGXFSZ, SIG_IGN);
     cli_interrupted = &g_interrupted;
 
     llmi_status st = {0};
@@ -54,7 +59,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "llmi: unknown command '%s'\n%s", cmd, usage);
         return 2;
     }
-    if (rc != 0 && st.code == LLMI_E_INTERRUPT) return 130;
+    if (rc != 0 && st.code == LLMI_E_INTERRUPT) return 128 + (g_interrupted ? g_interrupted : SIGINT);
     if (rc != 0) {
         fprintf(stderr, "llmi: %s\n", st.msg[0] ? st.msg : "failed");
         return st.code == LLMI_E_USAGE ? 2 : 1;

@@ -58,7 +58,8 @@ typedef struct gen_ctx {
     bool stream_out;                 /* single prompt, plain text: print as tokens arrive */
     bool json;
     int next_emit;                   /* requests are emitted in input order */
-    bool io_error;
+    int out_errno;                   /* stdout failed (disk full, closed pipe): its errno */
+    bool oom;                        /* an output could not be kept */
     int *finished;                   /* (n_reqs) engine ids finished in this step, to release */
     int n_finished;
 } gen_ctx;
@@ -115,6 +116,15 @@ static void trim_at_stop(gen_request *r) {
     r->text_len = cut;
     if (r->text) r->text[cut] = '\0';
     if (r->printed > cut) r->printed = cut;
+}
+
+/* stdout is buffered: a full disk shows at the flush, so every flush is checked. */
+static void out_failed(gen_ctx *g) {
+    if (!g->out_errno) g->out_errno = errno ? errno : EIO;
+}
+
+static void out_flush(gen_ctx *g) {
+    if (fflush(stdout) != 0 || ferror(stdout)) out_failed(g);
 }
 
 static void emit_json(gen_ctx *g, gen_request *r) {
@@ -183,7 +193,7 @@ static void emit_json(gen_ctx *g, gen_request *r) {
         }
     }
     jw_obj_end(&w);
-    if (jw_flush_line(&w, stdout)) g->io_error = true;
+    if (jw_flush_line(&w, stdout)) out_failed(g);
     jw_free(&w);
 }
 
@@ -206,7 +216,7 @@ static void emit_ready(gen_ctx *g) {
         r->text_len = r->text_cap = 0;
         r->cap_gen = 0;
     }
-    fflush(stdout);
+    out_flush(g);
 }
 
 static void on_token(void *ctx, const llmi_token_event *ev) {
@@ -225,7 +235,7 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
             float *ntl = nl ? realloc(r->top_lp, (size_t)cap * nl * sizeof *ntl) : NULL;
             if (ntl) r->top_lp = ntl;
             if (!ni || !nlp || (nl && (!nti || !ntl))) {
-                g->io_error = true;
+                g->oom = true;
                 return;
             }
             r->cap_gen = cap;
@@ -271,13 +281,13 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
     if (g->stream_out && r->text) {
         size_t upto = r->done ? r->text_len : r->text_len - stop_holdback(r->text, r->text_len, r->params.stop, r->params.n_stop);
         if (upto > r->printed) {
-            if (fwrite(r->text + r->printed, 1, upto - r->printed, stdout) != upto - r->printed) g->io_error = true;
+            if (fwrite(r->text + r->printed, 1, upto - r->printed, stdout) != upto - r->printed) out_failed(g);
             r->printed = upto;
-            fflush(stdout);
+            out_flush(g);
         }
         if (r->done) {
             fputc('\n', stdout);
-            fflush(stdout);
+            out_flush(g);
         }
     }
     if (ev->finished) emit_ready(g);
@@ -621,13 +631,14 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
          * over a long --prompts run that would grow with every request served. */
         for (int i = 0; i < g.n_finished; i++) engine_release(e, g.finished[i]);
         g.n_finished = 0;
-        if (g.io_error) break;
+        if (g.out_errno || g.oom) break;
     }
     double wall = engine_now(e) - t0;
     emit_ready(&g);
-    fflush(stdout);
+    out_flush(&g);
     if (!o.no_stats) print_stats(&g, e, b, wall, o.params.sampling.seed, seed_random);
-    if (g.io_error) rc = llmi_fail(st, LLMI_E_RUNTIME, "generate: writing the output failed");
+    if (g.out_errno) rc = llmi_fail(st, LLMI_E_RUNTIME, "generate: cannot write to stdout: %s", strerror(g.out_errno));
+    else if (g.oom) rc = llmi_fail(st, LLMI_E_RUNTIME, "generate: out of memory keeping the outputs");
     else if (interrupted) rc = llmi_fail(st, LLMI_E_INTERRUPT, "interrupted");
     else if (n_failed) rc = llmi_fail(st, LLMI_E_RUNTIME, "%d of %d requests failed (see above)", n_failed, n_reqs);
 out:

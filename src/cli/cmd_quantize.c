@@ -431,9 +431,12 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
     qc_prog prog = {.tty = isatty(STDERR_FILENO), .t0 = qc_now()};
     quant_progress qp = {.fn = qc_progress, .ctx = &prog};
     a.q.progress = &qp;
+    a.q.cancel = cli_interrupted;
     if ((rc = quant_model_stream(&m, &a.q, calib, (int)a.nsamples, (int)a.seqlen, a.load_stats ? &sin : NULL,
-                                 a.save_stats ? &sout : NULL, quant_writer_layer, w, st)))
+                                 a.save_stats ? &sout : NULL, quant_writer_layer, w, st))) {
+        if (st->code == LLMI_E_INTERRUPT) fprintf(stderr, "\nquantize: interrupted; %s not written\n", a.out);
         goto done;
+    }
     fprintf(stderr, "quantize: %d layers in %.1fs; peak RSS %.2f GiB\n", m.cfg.n_layers, qc_now() - t0,
             qc_gib(bench_peak_rss()));
     if (a.save_stats && (rc = quant_stats_save(a.save_stats, &sout, st))) goto done;

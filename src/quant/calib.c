@@ -288,6 +288,10 @@ int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance
     b->tap_ctx = c;
     int rc = 0;
     for (int w0 = 0; w0 < c->n_windows && !rc; w0 += W) {
+        if (c->cancel && *c->cancel) {
+            rc = llmi_fail(st, LLMI_E_INTERRUPT, "quantize: interrupted");
+            break;
+        }
         int nw = c->n_windows - w0 < W ? c->n_windows - w0 : W;
         llmi_batch bt = {.n_tokens = nw * T, .tokens = c->tokens + (size_t)w0 * T, .positions = c->pos,
                          .slot_mapping = c->slot, .seq_of_token = c->seq_of, .n_seqs = nw,

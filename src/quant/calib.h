@@ -11,6 +11,7 @@
 #ifndef LLMI_QUANT_CALIB_H
 #define LLMI_QUANT_CALIB_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include "backend/backend.h"
@@ -64,6 +65,7 @@ typedef struct quant_calib {
     int32_t *tables;               /* (windows_per_batch, blocks_per_window) */
     int blocks_per_window;
     struct quant_cuda *cuda;       /* when set, the Gram matrices accumulate on this GPU */
+    const volatile sig_atomic_t *cancel; /* when set and non-zero, the run stops between batches */
 } quant_calib;
 
 /* Embeds the windows (n_windows, seqlen) of tokens and gets ready to run layer 0.  The

@@ -203,6 +203,10 @@ typedef struct qm_run {
     int layer, step, n_steps;
 } qm_run;
 
+static int qm_cancelled(const quant_opts *o, llmi_status *st) {
+    return o->cancel && *o->cancel ? llmi_fail(st, LLMI_E_INTERRUPT, "quantize: interrupted") : 0;
+}
+
 static void qm_step(qm_run *q, const char *what) {
     quant_progress *p = q->o->progress;
     if (p && ++q->step < q->n_steps) p->fn(p, q->layer, q->m->cfg.n_layers, q->step, q->n_steps, what, NULL, 0);
@@ -229,7 +233,7 @@ static int qm_quantize_set(qm_run *q, int k, quant_block *b, float *h, quant_gri
     int rc = 0;
     for (int i = qm_sets[k].first; i < qm_sets[k].last && !rc; i++) {
         quant_linear_shape(c, i, &rows, &cols);
-        if ((rc = quant_block_load_linears(q->m, q->layer, i, i + 1, b, st))) break;
+        if ((rc = qm_cancelled(o, st)) || (rc = quant_block_load_linears(q->m, q->layer, i, i + 1, b, st))) break;
         if (gptq) {
             double loss;
             rc = o->cuda ? quant_cuda_gptq_apply(o->cuda, b->w[i], rows, &hv, &go, &grids[i], &loss, st)
@@ -373,6 +377,7 @@ int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *
         return st->code;
     }
     cal.cuda = o->cuda;
+    cal.cancel = o->cancel;
     /* the embedding rows the windows touched are not needed again */
     if (calib) quant_source_release(m, m->tok_embd.data, m->tok_embd.row_bytes * (size_t)m->tok_embd.rows);
     qm_run q = {.m = m, .o = o, .v = calib ? &v : NULL, .cal = calib ? &cal : NULL, .in = in, .out = out,
@@ -382,7 +387,7 @@ int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *
         double tl = qm_now();
         q.layer = l, q.step = 0;
         quant_block b;
-        if ((rc = quant_block_load(m, l, 0, 0, &b, st))) break;
+        if ((rc = qm_cancelled(o, st)) || (rc = quant_block_load(m, l, 0, 0, &b, st))) break;
         double errs[QL_COUNT];
         quant_grid grids[QL_COUNT];
         memset(grids, 0, sizeof grids);

@@ -7,6 +7,7 @@
 #ifndef LLMI_QUANTIZE_H
 #define LLMI_QUANTIZE_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include "quant/quant.h"
@@ -25,6 +26,8 @@ typedef struct quant_opts {
     llmi_dtype hidden_dtype;   /* calibration hidden states between layers: LLMI_BF16 (default), F16, F32 */
     struct quant_progress *progress; /* told of every step, or NULL */
     struct quant_cuda *cuda;   /* --device cuda: Gram matrices, GPTQ and AWQ's search on this GPU; NULL: CPU */
+    const volatile sig_atomic_t *cancel; /* set by a signal handler (Ctrl-C, SIGTERM): the run stops
+                                  with LLMI_E_INTERRUPT at the next linear or calibration batch */
 } quant_opts;
 
 /* Progress: after each step of a layer (step < n_steps), and when the layer is done
