@@ -196,6 +196,27 @@ def stats(n_layers, cols):
     return subprocess.run(["zstd", "-q", "-c", "-3"], input=raw, check=True, capture_output=True).stdout
 
 
+def index_seeds():
+    """fuzz_safetensors_index: testdata/hf/mistral-sharded's real index and the ways an
+    index can be wrong (name -> bytes)."""
+    src = json.load(open(os.path.join(ROOT, "testdata", "hf", "mistral-sharded", "model.safetensors.index.json")))
+    wm, first = src["weight_map"], sorted(src["weight_map"])[0]
+    other = {"model-00001-of-00002.safetensors": "model-00002-of-00002.safetensors"}.get(
+        wm[first], "model-00001-of-00002.safetensors")
+    def with_map(m): return json.dumps(dict(src, weight_map=m), indent=1).encode()
+    seeds = {"valid": with_map(wm),
+             "missing-tensor": with_map({k: v for k, v in wm.items() if k != first}),
+             "wrong-shard": with_map(dict(wm, **{first: other})),
+             "path-traversal": with_map(dict(wm, **{first: "../mistral-sharded/" + wm[first]})),
+             "shard-not-safetensors": with_map(dict(wm, **{first: "config.json"})),
+             "shard-missing": with_map(dict(wm, **{"model.extra.weight": "model-00003-of-00002.safetensors"})),
+             "not-a-string": with_map(dict(wm, **{first: 7})),
+             "no-weight-map": json.dumps({"metadata": src.get("metadata", {})}).encode()}
+    seeds["duplicate-key"] = seeds["valid"].replace(b'"weight_map": {', b'"weight_map": {\n  "%s": "%s",' % (
+        first.encode(), wm[first].encode()), 1)
+    return seeds
+
+
 def write(name, path, data):
     d = os.path.join(CORPUS, name)
     os.makedirs(d, exist_ok=True)
@@ -207,6 +228,8 @@ if __name__ == "__main__":
     os.makedirs(os.path.join(CORPUS, "fuzz_gguf"), exist_ok=True)
     write_gguf(os.path.join(CORPUS, "fuzz_gguf", "tiny-llama.gguf"))
     write("fuzz_safetensors", "tiny-llama.safetensors", safetensors(dense_model()))
+    for case, data in index_seeds().items():
+        write("fuzz_safetensors_index", case, data)
     qc = dict(HF_CONFIG, quantization_config={"bits": 4, "group_size": 16, "desc_act": False, "sym": True,
                                                "quant_method": "gptq", "checkpoint_format": "gptq"})
     tok = os.path.join(ROOT, "testdata", "tokenizer")
