@@ -7,8 +7,9 @@
 #   sanitize  compute-sanitizer memcheck (every CUDA test) and racecheck (the kernels with
 #          shared memory)
 #   e2e    64 greedy tokens cuda vs cpu (HF test models, SmolLM2) by compare_topk's rule,
-#          64 prompts batched with chunked prefill and forced preemption, WikiText-2
-#          perplexity cuda vs cpu
+#          greedy with prompt-lookup speculation on cuda vs cpu without, 64 prompts batched
+#          with chunked prefill and forced preemption, WikiText-2 perplexity cuda vs cpu
+#          (f16/bf16, q8 and fp8 KV)
 #   bench  the GPU's measured bandwidth and bf16 peak; llmi bench --dummy llama-3-8b: batch-1
 #          decode (tok/s, GB/s), TTFT at 2048, batch 32; RTN int4 at batch 1 and 16
 #   tput   offline throughput, 1000 requests at 128/128, 1000/1000, 2048/128
@@ -358,6 +359,32 @@ if has_phase e2e; then
     [ "$STATUS" = ok ] || { row "$label" "$STATUS" "cpu: $(why "gen-cpu-$name")"; continue; }
     compare_rows "$label" "$name" "$WORK/gen-cpu-$name.out" "$WORK/gen-cuda-$name.out"
   done
+  # speculation on the device: verification steps take the host-sampled path with K+1
+  # logit rows per sequence; the output must keep compare_topk's rule against the CPU
+  # without speculation, and prompt lookup must have proposed and accepted something
+  if [ -n "$SMOL" ]; then
+    name=$(basename "$SMOL" .gguf)
+    prompts=testdata/llamacpp/prompts.jsonl
+    [ -d "$SMOL" ] && prompts=$WORK/prompts-short.jsonl
+    label="greedy --spec ngram cuda vs cpu without ($name)"
+    if ! gpu_gate "$label"; then :
+    elif [ ! -s "$WORK/gen-cpu-$name.out" ]; then
+      row "$label" "not available" "the cpu reference of the greedy step did not run"
+    elif ! run gen-cuda-spec 120 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$SMOL" --device "$DEV" --spec ngram --spec-k 4; then
+      row "$label" "$STATUS" "cuda: $(why gen-cuda-spec)"
+    else
+      compare_rows "$label" spec "$WORK/gen-cpu-$name.out" "$WORK/gen-cuda-spec.out"
+      acc=$(python3 -c 'import json,sys
+rs=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+p=sum(r.get("spec_proposed",0) for r in rs); a=sum(r.get("spec_accepted",0) for r in rs)
+print(p, a)' "$WORK/gen-cuda-spec.out")
+      set -- $acc
+      if [ "${1:-0}" -gt 0 ]; then row "spec ngram on cuda: proposals verified" ok "$2 of $1 accepted"
+      elif [ "$SCALE" != 1 ]; then row "spec ngram on cuda: proposals verified" "not available" "the rehearsal's $NGEN tokens proposed nothing"
+      else row "spec ngram on cuda: proposals verified" FAIL "no proposal was verified (on the CPU the same run proposes ~900)"
+      fi
+    fi
+  fi
   # 64 prompts at once with chunked prefill and a cache too small for all: preemption
   bm=${SMOL:-testdata/hf/llama-gqa-rope3}
   for i in 1 2 3; do cat testdata/llamacpp/prompts.jsonl; done | head -64 > "$WORK/prompts64.jsonl"
