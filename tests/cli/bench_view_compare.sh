@@ -48,7 +48,8 @@ TP = ("commit date backend device model model_format params_m weights_gib weight
       "elapsed_s requests_per_s output_tps total_tps prompt_tokens output_tokens requested_output_tokens "
       "cached_prompt_tokens prefix_hit_rate finished_length finished_eos finished_other ttft_ms_mean ttft_ms_p50 "
       "ttft_ms_p90 ttft_ms_p99 tpot_ms_mean tpot_ms_p50 tpot_ms_p90 tpot_ms_p99 itl_ms_mean itl_ms_p50 itl_ms_p90 "
-      "itl_ms_p99 e2e_ms_mean e2e_ms_p50 e2e_ms_p90 e2e_ms_p99 preemptions kv_util_mean kv_util_max peak_rss_mib "
+      "itl_ms_p99 e2e_ms_mean e2e_ms_p50 e2e_ms_p90 e2e_ms_p99 preemptions decode_batch_max kv_util_mean kv_util_max "
+      "peak_rss_mib "
       "mem_weights_mib mem_backend_weights_mib mem_kv_mib mem_act_mib kv_blocks_total kv_blocks_peak "
       "kv_util_series").split()
 for r in rows: assert list(r) == SWEEP, list(r)
