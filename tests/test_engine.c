@@ -171,6 +171,7 @@ typedef struct run_out {
     double logprob_sum;   /* of every event's logprob and top logprobs */
     long spec_proposed, spec_accepted;
     int stale_reads;      /* mock->stale_reads, plus cached reads that disagree with the final tokens */
+    int draft_forwards;   /* forwards the draft mock ran (--spec draft) */
 } run_out;
 
 /* How run_engine_on serves its requests beyond the engine options. */
@@ -180,6 +181,7 @@ typedef struct run_cfg {
     bool on_device;              /* the backend samples (forward_sample) instead of the engine */
     llmi_spec_params spec;       /* mode LLMI_SPEC_OFF: no speculation */
     int window;                  /* mock->window */
+    int draft_window;            /* --spec draft: the draft mock's window (= window: the draft is the target) */
     bool track_reads;            /* mock->seen: prompts must start with their index */
 } run_cfg;
 
@@ -206,6 +208,17 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
         for (int i = 0; i < SEEN_REQ * SEEN_POS; i++) mkc->seen[i] = -1;
     }
     if (cfg->spec.mode != LLMI_SPEC_OFF && eo.spec_max_k < cfg->spec.k) eo.spec_max_k = cfg->spec.k;
+    llmi_backend *db = NULL;
+    if (cfg->spec.mode == LLMI_SPEC_DRAFT) {
+        /* No read tracking here: the draft rightly reads its own proposals of the same step
+         * back from its cache.  A stale read shows as a rejected proposal instead, when the
+         * draft is the target and reads its whole context (window 0). */
+        db = mock_create(m, eo.block_size);
+        mock *dk = db->impl;
+        dk->window = cfg->draft_window;
+        eo.draft_model = m;
+        eo.draft_backend = db;
+    }
     if (cfg->on_device) {
         mock *mk = b->impl;
         mk->rows = malloc((size_t)eo.max_seqs * m->cfg.n_vocab * sizeof(float));
@@ -217,6 +230,7 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
     if (engine_create(m, b, &eo, &e, &st)) {
         fprintf(stderr, "  engine_create: %s\n", st.msg);
         b->destroy(b);
+        if (db) db->destroy(db);
         return -1;
     }
     llmi_request_params p = request_params_defaults();
@@ -260,8 +274,14 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
             int32_t want = pos < lens[i] ? prompts[i][pos] : pos - lens[i] < out->n[i] ? out->toks[i][pos - lens[i]] : -1;
             if (got != want) out->stale_reads++;
         }
+    if (db) {
+        mock *dk = db->impl;
+        out->bad_reads += dk->bad_reads;
+        out->draft_forwards = dk->forwards;
+    }
     engine_destroy(e);
     b->destroy(b);
+    if (db) db->destroy(db);
     return rc;
 }
 
@@ -1084,6 +1104,120 @@ TEST(engine_spec_greedy_matches_off) {
         for (int r = 0; r < 8; r++) free_out(runs[r], N);
     }
     for (int i = 0; i < N; i++) free(prompts[i]);
+}
+
+TEST(engine_spec_draft_greedy_matches_off) {
+    /* A draft model (a mock) proposes for every request.  The draft equal to the target,
+     * both reading their whole context: every proposal accepted, in every schedule (a draft
+     * whose K/V went stale after a rollback or preemption would hash another context and
+     * propose something else).  A different draft (logits from the last token only): most
+     * rejected, output still --spec off's. */
+    srand((unsigned)test_seed());
+    enum { N = 16, V = 24, MAX_NEW = 40, W = 0 };
+    llmi_model m = mock_model(V);
+    int32_t *prompts[N];
+    int lens[N];
+    repeating_prompts(prompts, lens, N, V);
+    llmi_engine_opts base = engine_opts_defaults();
+    base.num_blocks = 128;
+    base.block_size = 8;
+    base.max_batch_tokens = 256;
+    llmi_spec_params dr = spec_params_defaults();
+    dr.mode = LLMI_SPEC_DRAFT;
+    dr.k = 4;
+    run_cfg off = {.window = W, .track_reads = true, .logprobs = 2};
+    run_out ref;
+    CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, true, &off, &ref) == 0);
+    for (int i = 0; i < N; i++) CHECK(ref.n[i] == MAX_NEW && ref.fin[i] == LLMI_FINISH_LENGTH);
+    for (int draft_window = W; draft_window <= 1; draft_window++) {
+        run_cfg on = off;
+        on.spec = dr;
+        on.draft_window = draft_window;
+        run_out alone, together, chunked, tight, pf, small;
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, false, &on, &alone) == 0);
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, true, &on, &together) == 0);
+        llmi_engine_opts o = base;
+        o.prefill_chunk = 3;
+        o.block_size = 5;
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &chunked) == 0);
+        o = base;
+        o.num_blocks = 12;   /* 96 slots in each pool for 16 requests of up to 83 tokens: must preempt */
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &tight) == 0);
+        o.policy = SCHED_PREFILL_FIRST;
+        o.prefill_chunk = 7;
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &pf) == 0);
+        o = base;
+        o.max_batch_tokens = 10;   /* the draft's catch-up split over several of its forwards */
+        o.max_seqs = 4;
+        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &small) == 0);
+        run_out *runs[] = {&alone, &together, &chunked, &tight, &pf, &small};
+        const char *names[] = {"alone", "together", "chunked", "tight", "prefill-first", "small budget"};
+        for (int r = 0; r < 6; r++) {
+            run_out *g = runs[r];
+            CHECK_MSG(same_outputs(&ref, g, N), "draft window %d, %s: tokens differ from --spec off", draft_window,
+                      names[r]);
+            CHECK_MSG(g->bad_reads == 0 && g->stale_reads == 0, "draft window %d, %s: %d bad, %d stale reads",
+                      draft_window, names[r], g->bad_reads, g->stale_reads);
+            CHECK_MSG(fabs(g->logprob_sum - ref.logprob_sum) <= 1e-9 * fabs(ref.logprob_sum),
+                      "draft window %d, %s: logprobs differ", draft_window, names[r]);
+            CHECK_MSG(g->spec_proposed > N * 4 && g->draft_forwards > 0, "draft window %d, %s: %ld proposals",
+                      draft_window, names[r], g->spec_proposed);
+            if (draft_window == W)
+                CHECK_MSG(g->spec_accepted == g->spec_proposed, "draft = target, %s: %ld of %ld proposals accepted",
+                          names[r], g->spec_accepted, g->spec_proposed);
+            else
+                CHECK_MSG(g->spec_accepted > 0 && g->spec_accepted < g->spec_proposed,
+                          "draft window %d, %s: %ld of %ld proposals accepted", draft_window, names[r], g->spec_accepted,
+                          g->spec_proposed);
+            fprintf(stderr, "  draft window %d, %s: %ld of %ld proposals accepted, %d preemptions\n", draft_window,
+                    names[r], g->spec_accepted, g->spec_proposed, g->preempted);
+        }
+        CHECK(tight.preempted > 0 && pf.preempted > 0);
+        for (int r = 0; r < 6; r++) free_out(runs[r], N);
+    }
+    free_out(&ref, N);
+    for (int i = 0; i < N; i++) free(prompts[i]);
+}
+
+TEST(engine_spec_draft_checked) {
+    /* A draft of another vocabulary or a shorter context is refused when the engine is
+     * made; a --spec draft request without a draft model, when it is added. */
+    llmi_model m = mock_model(24), other = mock_model(30), short_ctx = mock_model(24);
+    short_ctx.cfg.max_ctx = 100;
+    snprintf(other.source_path, sizeof other.source_path, "other.gguf");
+    llmi_backend *b = mock_create(&m, 8), *db = mock_create(&other, 8);
+    llmi_engine_opts eo = engine_opts_defaults();
+    eo.num_blocks = 16;
+    eo.block_size = 8;
+    eo.spec_max_k = 4;
+    eo.draft_model = &other;
+    eo.draft_backend = db;
+    llmi_engine *e = NULL;
+    llmi_status st = {0};
+    CHECK(engine_create(&m, b, &eo, &e, &st) == LLMI_E_USAGE && e == NULL);
+    CHECK_MSG(strstr(st.msg, "--draft-model other.gguf: vocabulary differs from the target's (30 vs 24 tokens)"),
+              "message: %s", st.msg);
+    db->destroy(db);
+    db = mock_create(&short_ctx, 8);
+    eo.draft_model = &short_ctx;
+    eo.draft_backend = db;
+    llmi_status_clear(&st);
+    CHECK(engine_create(&m, b, &eo, &e, &st) == LLMI_E_USAGE && e == NULL);
+    CHECK_MSG(strstr(st.msg, "context length 100 is shorter than the engine's 4096"), "message: %s", st.msg);
+    eo.draft_model = NULL;
+    eo.draft_backend = NULL;
+    llmi_status_clear(&st);
+    CHECK(engine_create(&m, b, &eo, &e, &st) == LLMI_OK);
+    llmi_request_params p = request_params_defaults();
+    p.spec.mode = LLMI_SPEC_DRAFT;
+    p.spec.k = 4;
+    int32_t prompt[3] = {1, 2, 3};
+    int id;
+    CHECK(engine_add_request(e, prompt, 3, &p, NULL, &id, &st) == LLMI_E_USAGE);
+    CHECK_MSG(strstr(st.msg, "--spec draft: needs --draft-model"), "message: %s", st.msg);
+    engine_destroy(e);
+    b->destroy(b);
+    db->destroy(db);
 }
 
 /* The first n_tok tokens of n_runs requests (seeds samp->seed + i) on one prompt, counted

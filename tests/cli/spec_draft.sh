@@ -24,7 +24,7 @@ for i in range(8):
     out.append(json.dumps({"prompt": f"Repeat the following text word for word.\n\nText: {text}\n\nRepeated text: {text[:40]}"}))
 open(sys.argv[3], "w", encoding="utf-8").write("\n".join(out) + "\n")
 PY
-run() { "$LLMI" generate --device cpu -m "$MODEL" -n 24 --temp 0 --ignore-eos --json --logprobs 2 --no-stats \
+run() { "$LLMI" generate --device cpu -m "$MODEL" -n 16 --temp 0 --ignore-eos --json --logprobs 2 --no-stats \
   --prompts "$TMP/prompts.jsonl" "$@"; }
 D=(--spec draft --draft-model "$MODEL")
 run >"$TMP/off.json" || fail "--spec off"
@@ -38,7 +38,7 @@ import json, sys
 d = sys.argv[1]
 load = lambda n: [json.loads(l) for l in open(f"{d}/{n}.json")]
 off = load("off")
-assert len(off) == 32 and all(len(o["tokens"]) == 24 for o in off)
+assert len(off) == 32 and all(len(o["tokens"]) == 16 for o in off)
 for name in ("together", "alone", "tight"):
     got = load(name)
     assert len(got) == 32, f"{name}: {len(got)} results"
@@ -50,7 +50,7 @@ for name in ("together", "alone", "tight"):
     prop = sum(o["spec_proposed"] for o in got)
     acc = sum(o["spec_accepted"] for o in got)
     assert all(o["spec"] == "draft" for o in got)
-    assert prop > 32 * 10, f"{name}: only {prop} proposals: the check proves little"
+    assert prop >= 32 * 8, f"{name}: only {prop} proposals: the check proves little"
     rates = [o["spec_acceptance_rate"] for o in got]
     assert acc == prop and all(r == 1.0 for r in rates), f"{name}: {acc} of {prop} accepted, rates {rates}"
     pre = sum(o["preempted"] for o in got)
