@@ -1233,8 +1233,16 @@ static int sample_runs(const llmi_model *m, const int32_t *prompt, int n_prompt,
     eo.max_seqs = batch;
     eo.max_batch_tokens = 4096;
     eo.spec_max_k = spec->mode != LLMI_SPEC_OFF ? spec->k : 0;
-    llmi_backend *b = mock_create(m, eo.block_size);
+    llmi_backend *b = mock_create(m, eo.block_size), *db = NULL;
     ((mock *)b->impl)->window = window;
+    if (spec->mode == LLMI_SPEC_DRAFT) {
+        /* A draft that sees less context than the target: its greedy proposals are often
+         * but not always what the target samples. */
+        db = mock_create(m, eo.block_size);
+        ((mock *)db->impl)->window = 1;
+        eo.draft_model = m;
+        eo.draft_backend = db;
+    }
     llmi_engine *e = NULL;
     llmi_status st = {0};
     int rc = engine_create(m, b, &eo, &e, &st);
@@ -1267,12 +1275,14 @@ static int sample_runs(const llmi_model *m, const int32_t *prompt, int n_prompt,
     if (rc) fprintf(stderr, "  sample_runs: %s\n", st.msg);
     engine_destroy(e);
     b->destroy(b);
+    if (db) db->destroy(db);
     return rc;
 }
 
 TEST(engine_spec_sampling_distribution) {
     /* The first 3 sampled tokens of 20,000 seeded runs, with prompt lookup proposing the 2nd
-     * and 3rd (verified by the accept/reject rule) and without: one distribution. */
+     * and 3rd (verified by the accept/reject rule) and without: one distribution; and again
+     * with a draft model proposing. */
     enum { V = 5, RUNS = 20000, NT = 3, CELLS = V * V * V };
     llmi_model m = mock_model(V);
     int32_t prompt[12];
@@ -1296,6 +1306,16 @@ TEST(engine_spec_sampling_distribution) {
     fprintf(stderr, "  %d runs each: %ld proposals accepted; chi-square p = %.4f (df %d)\n", RUNS, acc_on, p, df);
     CHECK(acc_off == 0 && acc_on > RUNS / 10);
     CHECK_MSG(p >= 0.001, "speculative sampling changed the distribution (p = %g)", p);
+    /* The same with a draft model proposing (greedy, so q is one-hot as for prompt lookup). */
+    on.mode = LLMI_SPEC_DRAFT;
+    long c[CELLS], acc_draft = 0;
+    memset(c, 0, sizeof c);
+    samp.seed += RUNS;
+    CHECK(sample_runs(&m, prompt, 12, &samp, &on, 2, RUNS, NT, c, &acc_draft) == 0);
+    p = chi2_same_dist(a, c, CELLS, &df);
+    fprintf(stderr, "  draft model: %ld proposals accepted; chi-square p = %.4f (df %d)\n", acc_draft, p, df);
+    CHECK(acc_draft > RUNS / 10);
+    CHECK_MSG(p >= 0.001, "speculative sampling with a draft model changed the distribution (p = %g)", p);
 }
 
 TEST(sampler_verify_draft_rule) {
