@@ -446,10 +446,17 @@ static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b,
                 "%.2f tokens per verification step (%ld steps, bonus token included)", n_spec, n_spec == 1 ? "" : "s",
                 spec_proposed, spec_accepted, spec_proposed > 0 ? 100.0 * spec_accepted / spec_proposed : 0.0,
                 spec_steps > 0 ? 1.0 + (double)spec_accepted / spec_steps : 0.0, spec_steps);
-    fprintf(stderr, "\nllmi: peak memory %.1f MiB (weights %.1f MiB, KV %.1f MiB) | KV blocks %d/%d peak | "
-            "preemptions %d | %s (%s)",
-            bench_peak_rss() / 1048576.0, (wb ? wb : b->model->weight_bytes) / 1048576.0, kvb / 1048576.0,
-            engine_kv_blocks_peak(e), engine_kv_blocks_total(e), preemptions, b->name, b->device_name);
+    fprintf(stderr, "\nllmi: peak memory %.1f MiB (weights %.1f MiB, KV %.1f MiB", bench_peak_rss() / 1048576.0,
+            (wb ? wb : b->model->weight_bytes) / 1048576.0, kvb / 1048576.0);
+    const llmi_backend *db = engine_options(e)->draft_backend;
+    if (db) {
+        size_t dwb = 0, dkvb = 0, dab = 0;
+        if (db->memory) db->memory(db, &dwb, &dkvb, &dab);
+        fprintf(stderr, "; draft model: weights %.1f MiB, KV %.1f MiB", (dwb ? dwb : db->model->weight_bytes) / 1048576.0,
+                dkvb / 1048576.0);
+    }
+    fprintf(stderr, ") | KV blocks %d/%d peak | preemptions %d | %s (%s)", engine_kv_blocks_peak(e),
+            engine_kv_blocks_total(e), preemptions, b->name, b->device_name);
     if (!strcmp(b->name, "cpu"))
         fprintf(stderr, ", %d threads", b->opts.n_threads > 0 ? b->opts.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     fprintf(stderr, " | seed %llu%s\n", (unsigned long long)seed, seed_random ? " (random)" : "");
