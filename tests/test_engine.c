@@ -1038,6 +1038,42 @@ static void repeating_prompts(int32_t **prompts, int *lens, int n, int n_vocab) 
     }
 }
 
+/* The schedules speculation must not change the output of: one request at a time, all
+ * together, chunked prefill over 5-token blocks, 12 blocks (96 slots for 16 requests of
+ * up to 83 tokens: preempts), prefill-first over those, no prefix cache over 14 blocks,
+ * and a 10-token step budget of 4 sequences (proposals cut by the budget). */
+enum { N_SPEC_RUNS = 7 };
+
+/* The engine options those schedules start from: ample blocks and budget. */
+static llmi_engine_opts spec_base_opts(void) {
+    llmi_engine_opts o = engine_opts_defaults();
+    o.num_blocks = 128;
+    o.block_size = 8;
+    o.max_batch_tokens = 256;
+    return o;
+}
+static const char *const spec_run_names[N_SPEC_RUNS] = {"alone", "together", "chunked", "tight", "prefill-first",
+                                                        "no prefix cache", "small budget"};
+
+static int run_spec_schedules(const llmi_model *m, int32_t **prompts, const int *lens, int n, int max_new,
+                              llmi_engine_opts base, const run_cfg *on, run_out *runs /* (N_SPEC_RUNS) */) {
+    llmi_engine_opts o[N_SPEC_RUNS];
+    for (int r = 0; r < N_SPEC_RUNS; r++) o[r] = base;
+    o[2].prefill_chunk = 3;
+    o[2].block_size = 5;
+    o[3].num_blocks = 12;
+    o[4].num_blocks = 12;
+    o[4].policy = SCHED_PREFILL_FIRST;
+    o[4].prefill_chunk = 7;
+    o[5].num_blocks = 14;
+    o[5].prefix_cache = false;
+    o[6].max_batch_tokens = 10;
+    o[6].max_seqs = 4;
+    for (int r = 0; r < N_SPEC_RUNS; r++)
+        if (run_engine_on(m, prompts, lens, n, max_new, o[r], r != 0, on, &runs[r])) return -1;
+    return 0;
+}
+
 TEST(engine_spec_greedy_matches_off) {
     srand((unsigned)test_seed());
     enum { N = 16, V = 24, MAX_NEW = 40 };
@@ -1045,10 +1081,7 @@ TEST(engine_spec_greedy_matches_off) {
     int32_t *prompts[N];
     int lens[N];
     repeating_prompts(prompts, lens, N, V);
-    llmi_engine_opts base = engine_opts_defaults();
-    base.num_blocks = 128;
-    base.block_size = 8;
-    base.max_batch_tokens = 256;
+    llmi_engine_opts base = spec_base_opts();
     llmi_spec_params ng = spec_params_defaults();
     ng.mode = LLMI_SPEC_NGRAM;
     ng.k = 4;
@@ -1058,32 +1091,15 @@ TEST(engine_spec_greedy_matches_off) {
         run_cfg off = {.window = window, .track_reads = true, .logprobs = 2};
         run_cfg on = off;
         on.spec = ng;
-        run_out ref, alone, together, chunked, tight, pf, nocache, small;
+        run_out ref, sched_runs[N_SPEC_RUNS];
         CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, true, &off, &ref) == 0);
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, false, &on, &alone) == 0);
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, true, &on, &together) == 0);
-        llmi_engine_opts o = base;
-        o.prefill_chunk = 3;
-        o.block_size = 5;
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &chunked) == 0);
-        o = base;
-        o.num_blocks = 12;   /* 96 slots for 16 requests of up to 83 tokens: must preempt */
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &tight) == 0);
-        o.policy = SCHED_PREFILL_FIRST;
-        o.prefill_chunk = 7;
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &pf) == 0);
-        o = base;
-        o.num_blocks = 14;
-        o.prefix_cache = false;
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &nocache) == 0);
-        o = base;
-        o.max_batch_tokens = 10;   /* proposals cut by the token budget */
-        o.max_seqs = 4;
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &small) == 0);
-
-        run_out *runs[] = {&ref, &alone, &together, &chunked, &tight, &pf, &nocache, &small};
-        const char *names[] = {"off", "alone", "together", "chunked", "tight", "prefill-first", "no prefix cache",
-                               "small budget"};
+        CHECK(run_spec_schedules(&m, prompts, lens, N, MAX_NEW, base, &on, sched_runs) == 0);
+        run_out *runs[1 + N_SPEC_RUNS] = {&ref};
+        const char *names[1 + N_SPEC_RUNS] = {"off"};
+        for (int r = 0; r < N_SPEC_RUNS; r++) {
+            runs[1 + r] = &sched_runs[r];
+            names[1 + r] = spec_run_names[r];
+        }
         for (int r = 0; r < 8; r++) {
             CHECK_MSG(same_outputs(&ref, runs[r], N), "window %d, %s: tokens differ from --spec off", window, names[r]);
             CHECK_MSG(runs[r]->bad_reads == 0 && runs[r]->stale_reads == 0, "window %d, %s: %d bad, %d stale reads",
@@ -1100,7 +1116,7 @@ TEST(engine_spec_greedy_matches_off) {
                     runs[r]->spec_accepted, runs[r]->spec_proposed, runs[r]->preempted);
         }
         for (int i = 0; i < N; i++) CHECK(ref.n[i] == MAX_NEW && ref.fin[i] == LLMI_FINISH_LENGTH);
-        CHECK(tight.preempted > 0 && pf.preempted > 0 && nocache.preempted > 0);
+        CHECK(sched_runs[3].preempted > 0 && sched_runs[4].preempted > 0 && sched_runs[5].preempted > 0);
         for (int r = 0; r < 8; r++) free_out(runs[r], N);
     }
     for (int i = 0; i < N; i++) free(prompts[i]);
@@ -1118,10 +1134,7 @@ TEST(engine_spec_draft_greedy_matches_off) {
     int32_t *prompts[N];
     int lens[N];
     repeating_prompts(prompts, lens, N, V);
-    llmi_engine_opts base = engine_opts_defaults();
-    base.num_blocks = 128;
-    base.block_size = 8;
-    base.max_batch_tokens = 256;
+    llmi_engine_opts base = spec_base_opts();
     llmi_spec_params dr = spec_params_defaults();
     dr.mode = LLMI_SPEC_DRAFT;
     dr.k = 4;
@@ -1133,47 +1146,31 @@ TEST(engine_spec_draft_greedy_matches_off) {
         run_cfg on = off;
         on.spec = dr;
         on.draft_window = draft_window;
-        run_out alone, together, chunked, tight, pf, small;
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, false, &on, &alone) == 0);
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, true, &on, &together) == 0);
-        llmi_engine_opts o = base;
-        o.prefill_chunk = 3;
-        o.block_size = 5;
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &chunked) == 0);
-        o = base;
-        o.num_blocks = 12;   /* 96 slots in each pool for 16 requests of up to 83 tokens: must preempt */
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &tight) == 0);
-        o.policy = SCHED_PREFILL_FIRST;
-        o.prefill_chunk = 7;
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &pf) == 0);
-        o = base;
-        o.max_batch_tokens = 10;   /* the draft's catch-up split over several of its forwards */
-        o.max_seqs = 4;
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &small) == 0);
-        run_out *runs[] = {&alone, &together, &chunked, &tight, &pf, &small};
-        const char *names[] = {"alone", "together", "chunked", "tight", "prefill-first", "small budget"};
-        for (int r = 0; r < 6; r++) {
-            run_out *g = runs[r];
+        run_out runs[N_SPEC_RUNS];
+        CHECK(run_spec_schedules(&m, prompts, lens, N, MAX_NEW, base, &on, runs) == 0);
+        for (int r = 0; r < N_SPEC_RUNS; r++) {
+            run_out *g = &runs[r];
+            const char *name = spec_run_names[r];
             CHECK_MSG(same_outputs(&ref, g, N), "draft window %d, %s: tokens differ from --spec off", draft_window,
-                      names[r]);
+                      name);
             CHECK_MSG(g->bad_reads == 0 && g->stale_reads == 0, "draft window %d, %s: %d bad, %d stale reads",
-                      draft_window, names[r], g->bad_reads, g->stale_reads);
+                      draft_window, name, g->bad_reads, g->stale_reads);
             CHECK_MSG(fabs(g->logprob_sum - ref.logprob_sum) <= 1e-9 * fabs(ref.logprob_sum),
-                      "draft window %d, %s: logprobs differ", draft_window, names[r]);
+                      "draft window %d, %s: logprobs differ", draft_window, name);
             CHECK_MSG(g->spec_proposed > N * 4 && g->draft_forwards > 0, "draft window %d, %s: %ld proposals",
-                      draft_window, names[r], g->spec_proposed);
+                      draft_window, name, g->spec_proposed);
             if (draft_window == W)
                 CHECK_MSG(g->spec_accepted == g->spec_proposed, "draft = target, %s: %ld of %ld proposals accepted",
-                          names[r], g->spec_accepted, g->spec_proposed);
+                          name, g->spec_accepted, g->spec_proposed);
             else
                 CHECK_MSG(g->spec_accepted > 0 && g->spec_accepted < g->spec_proposed,
-                          "draft window %d, %s: %ld of %ld proposals accepted", draft_window, names[r], g->spec_accepted,
+                          "draft window %d, %s: %ld of %ld proposals accepted", draft_window, name, g->spec_accepted,
                           g->spec_proposed);
             fprintf(stderr, "  draft window %d, %s: %ld of %ld proposals accepted, %d preemptions\n", draft_window,
-                    names[r], g->spec_accepted, g->spec_proposed, g->preempted);
+                    name, g->spec_accepted, g->spec_proposed, g->preempted);
         }
-        CHECK(tight.preempted > 0 && pf.preempted > 0);
-        for (int r = 0; r < 6; r++) free_out(runs[r], N);
+        CHECK(runs[3].preempted > 0 && runs[4].preempted > 0 && runs[5].preempted > 0);
+        for (int r = 0; r < N_SPEC_RUNS; r++) free_out(&runs[r], N);
     }
     free_out(&ref, N);
     for (int i = 0; i < N; i++) free(prompts[i]);
