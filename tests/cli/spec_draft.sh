@@ -42,13 +42,26 @@ for name in ("together", "alone", "tight"):
     prop = sum(o["spec_proposed"] for o in got)
     acc = sum(o["spec_accepted"] for o in got)
     assert all(o["spec"] == "draft" for o in got)
-    assert prop >= 32 * 8, f"{name}: only {prop} proposals: the check proves little"
-    rates = [o["spec_acceptance_rate"] for o in got]
+    # The 60M run's draft pool (42 blocks) is often full, and a request then proposes less.
+    want = 100 if name == "tight" else 32 * 8
+    assert prop >= want, f"{name}: only {prop} proposals: the check proves little"
+    # (a request that found the draft pool full whenever it decoded proposed nothing: rate null)
+    rates = [o["spec_acceptance_rate"] for o in got if o["spec_proposed"] > 0]
     assert acc == prop and all(r == 1.0 for r in rates), f"{name}: {acc} of {prop} accepted, rates {rates}"
     pre = sum(o["preempted"] for o in got)
     print(f"{name}: 32 prompts identical to --spec off, {acc}/{prop} proposals accepted (rate 1.0), {pre} preemptions")
     if name == "tight":
         assert pre > 0, "the 60M run should have preempted"
+PY
+# bench's --spec list takes draft: its rows report every proposal accepted.
+"$LLMI" bench --device cpu -m "$MODEL" -p 16 -n 8 -r 1 --warmup 0 --spec off,draft --draft-model "$MODEL" -o json \
+  >"$TMP/bench.json" 2>"$TMP/bench.err" || fail "bench --spec off,draft: $(cat "$TMP/bench.err")"
+python3 - "$TMP/bench.json" <<'PY' || fail "bench --spec draft"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["spec"] for r in rows] == ["off", "draft"], rows
+assert rows[1]["spec_accept_pct"] == 100.0 and rows[1]["spec_len"] > 1, rows[1]
+print(f"bench: draft row {rows[1]['spec_accept_pct']}% accepted, {rows[1]['spec_len']} tokens per step")
 PY
 # Bad input: one line, non-zero exit, before any work.
 M=(-m "$MODEL" -p hi --device cpu)
