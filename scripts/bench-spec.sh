@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Speculative decoding by prompt lookup vs none, side by side in one run (docs/PERF.md):
+# Speculative decoding (prompt lookup, or a draft model) vs none, side by side in one run (docs/PERF.md):
 # the input-quoting task "Repeat the following text with the typos fixed: <~300 tokens>"
 # on wikitext-2 paragraphs with deterministic typos, greedy, --chat, at batch 1 (REPS
 # interleaved pairs) and batch 16 (one pair, all prompts prefilled in the first step).  Prints a markdown table of decode tok/s
 # and the acceptance figures; the two sides produce the same tokens (checked).
-#   scripts/bench-spec.sh [MODEL]      env: LLMI (./llmi), REPS (3), N (256), SPEC_ARGS ("")
+#   scripts/bench-spec.sh [MODEL]      env: LLMI (./llmi), REPS (3), N (256), SPEC_ARGS (""),
+#                                      SPEC (ngram, or draft: DRAFT is the draft model, default MODEL)
 set -eu
 cd "$(dirname "$0")/.."
 LLMI="${LLMI:-./llmi}"
@@ -12,6 +13,12 @@ MODEL="${1:-$(scripts/fetch-model.sh --path)}"
 REPS="${REPS:-3}"
 N="${N:-256}"
 SPEC_ARGS="${SPEC_ARGS:-}"
+SPEC="${SPEC:-ngram}"
+case "$SPEC" in
+  ngram) SPEC_FLAGS=(--spec ngram) ;;
+  draft) SPEC_FLAGS=(--spec draft --draft-model "${DRAFT:-$MODEL}") ;;
+  *) echo "SPEC: ngram or draft" >&2; exit 2 ;;
+esac
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 python3 - ../shared/data/wikitext-2-raw/wiki.test.raw "$TMP" <<'PY'
@@ -37,20 +44,20 @@ run() {  # run NAME PROMPTS SPEC...
 }
 for r in $(seq 1 "$REPS"); do
   run "b1-off-$r" "$TMP/b1.jsonl" --spec off
-  run "b1-ngram-$r" "$TMP/b1.jsonl" --spec ngram $SPEC_ARGS
+  run "b1-ngram-$r" "$TMP/b1.jsonl" "${SPEC_FLAGS[@]}" $SPEC_ARGS
 done
 # Batch 16: every prompt prefilled in the first step (a budget that holds them all), so
 # each request's decode rate (tokens after its first over the time after it) is decode only.
 run b16-off "$TMP/b16.jsonl" --spec off --max-batch-tokens 8192
-run b16-ngram "$TMP/b16.jsonl" --spec ngram --max-batch-tokens 8192 $SPEC_ARGS
-python3 - "$TMP" "$REPS" <<'PY'
+run b16-ngram "$TMP/b16.jsonl" "${SPEC_FLAGS[@]}" --max-batch-tokens 8192 $SPEC_ARGS
+python3 - "$TMP" "$REPS" "$SPEC" <<'PY'
 import json, re, statistics as S, sys
-d, reps = sys.argv[1], int(sys.argv[2])
+d, reps, spec = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 load = lambda n: [json.loads(l) for l in open(f"{d}/{n}.json")]
 def wall_gen(n):
     m = re.search(r"([0-9.]+) generated tok/s", open(f"{d}/{n}.err").read())
     return float(m.group(1)) if m else float("nan")
-print("| batch | run | tokens | decode tok/s off | decode tok/s ngram | ratio | acceptance | mean accepted length |")
+print(f"| batch | run | tokens | decode tok/s off | decode tok/s {spec} | ratio | acceptance | mean accepted length |")
 print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 ratios = []
 for r in range(1, reps + 1):

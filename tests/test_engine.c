@@ -171,6 +171,7 @@ typedef struct run_out {
     double logprob_sum;   /* of every event's logprob and top logprobs */
     long spec_proposed, spec_accepted;
     int stale_reads;      /* mock->stale_reads, plus cached reads that disagree with the final tokens */
+    int draft_forwards;   /* forwards the draft mock ran (--spec draft) */
 } run_out;
 
 /* How run_engine_on serves its requests beyond the engine options. */
@@ -180,6 +181,7 @@ typedef struct run_cfg {
     bool on_device;              /* the backend samples (forward_sample) instead of the engine */
     llmi_spec_params spec;       /* mode LLMI_SPEC_OFF: no speculation */
     int window;                  /* mock->window */
+    int draft_window;            /* --spec draft: the draft mock's window (= window: the draft is the target) */
     bool track_reads;            /* mock->seen: prompts must start with their index */
 } run_cfg;
 
@@ -206,6 +208,17 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
         for (int i = 0; i < SEEN_REQ * SEEN_POS; i++) mkc->seen[i] = -1;
     }
     if (cfg->spec.mode != LLMI_SPEC_OFF && eo.spec_max_k < cfg->spec.k) eo.spec_max_k = cfg->spec.k;
+    llmi_backend *db = NULL;
+    if (cfg->spec.mode == LLMI_SPEC_DRAFT) {
+        /* No read tracking here: the draft rightly reads its own proposals of the same step
+         * back from its cache.  A stale read shows as a rejected proposal instead, when the
+         * draft is the target and reads its whole context (window 0). */
+        db = mock_create(m, eo.block_size);
+        mock *dk = db->impl;
+        dk->window = cfg->draft_window;
+        eo.draft_model = m;
+        eo.draft_backend = db;
+    }
     if (cfg->on_device) {
         mock *mk = b->impl;
         mk->rows = malloc((size_t)eo.max_seqs * m->cfg.n_vocab * sizeof(float));
@@ -217,6 +230,7 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
     if (engine_create(m, b, &eo, &e, &st)) {
         fprintf(stderr, "  engine_create: %s\n", st.msg);
         b->destroy(b);
+        if (db) db->destroy(db);
         return -1;
     }
     llmi_request_params p = request_params_defaults();
@@ -260,8 +274,14 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
             int32_t want = pos < lens[i] ? prompts[i][pos] : pos - lens[i] < out->n[i] ? out->toks[i][pos - lens[i]] : -1;
             if (got != want) out->stale_reads++;
         }
+    if (db) {
+        mock *dk = db->impl;
+        out->bad_reads += dk->bad_reads;
+        out->draft_forwards = dk->forwards;
+    }
     engine_destroy(e);
     b->destroy(b);
+    if (db) db->destroy(db);
     return rc;
 }
 
@@ -1018,6 +1038,42 @@ static void repeating_prompts(int32_t **prompts, int *lens, int n, int n_vocab) 
     }
 }
 
+/* The schedules speculation must not change the output of: one request at a time, all
+ * together, chunked prefill over 5-token blocks, 12 blocks (96 slots for 16 requests of
+ * up to 83 tokens: preempts), prefill-first over those, no prefix cache over 14 blocks,
+ * and a 10-token step budget of 4 sequences (proposals cut by the budget). */
+enum { N_SPEC_RUNS = 7 };
+
+/* The engine options those schedules start from: ample blocks and budget. */
+static llmi_engine_opts spec_base_opts(void) {
+    llmi_engine_opts o = engine_opts_defaults();
+    o.num_blocks = 128;
+    o.block_size = 8;
+    o.max_batch_tokens = 256;
+    return o;
+}
+static const char *const spec_run_names[N_SPEC_RUNS] = {"alone", "together", "chunked", "tight", "prefill-first",
+                                                        "no prefix cache", "small budget"};
+
+static int run_spec_schedules(const llmi_model *m, int32_t **prompts, const int *lens, int n, int max_new,
+                              llmi_engine_opts base, const run_cfg *on, run_out *runs /* (N_SPEC_RUNS) */) {
+    llmi_engine_opts o[N_SPEC_RUNS];
+    for (int r = 0; r < N_SPEC_RUNS; r++) o[r] = base;
+    o[2].prefill_chunk = 3;
+    o[2].block_size = 5;
+    o[3].num_blocks = 12;
+    o[4].num_blocks = 12;
+    o[4].policy = SCHED_PREFILL_FIRST;
+    o[4].prefill_chunk = 7;
+    o[5].num_blocks = 14;
+    o[5].prefix_cache = false;
+    o[6].max_batch_tokens = 10;
+    o[6].max_seqs = 4;
+    for (int r = 0; r < N_SPEC_RUNS; r++)
+        if (run_engine_on(m, prompts, lens, n, max_new, o[r], r != 0, on, &runs[r])) return -1;
+    return 0;
+}
+
 TEST(engine_spec_greedy_matches_off) {
     srand((unsigned)test_seed());
     enum { N = 16, V = 24, MAX_NEW = 40 };
@@ -1025,10 +1081,7 @@ TEST(engine_spec_greedy_matches_off) {
     int32_t *prompts[N];
     int lens[N];
     repeating_prompts(prompts, lens, N, V);
-    llmi_engine_opts base = engine_opts_defaults();
-    base.num_blocks = 128;
-    base.block_size = 8;
-    base.max_batch_tokens = 256;
+    llmi_engine_opts base = spec_base_opts();
     llmi_spec_params ng = spec_params_defaults();
     ng.mode = LLMI_SPEC_NGRAM;
     ng.k = 4;
@@ -1038,32 +1091,15 @@ TEST(engine_spec_greedy_matches_off) {
         run_cfg off = {.window = window, .track_reads = true, .logprobs = 2};
         run_cfg on = off;
         on.spec = ng;
-        run_out ref, alone, together, chunked, tight, pf, nocache, small;
+        run_out ref, sched_runs[N_SPEC_RUNS];
         CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, true, &off, &ref) == 0);
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, false, &on, &alone) == 0);
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, true, &on, &together) == 0);
-        llmi_engine_opts o = base;
-        o.prefill_chunk = 3;
-        o.block_size = 5;
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &chunked) == 0);
-        o = base;
-        o.num_blocks = 12;   /* 96 slots for 16 requests of up to 83 tokens: must preempt */
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &tight) == 0);
-        o.policy = SCHED_PREFILL_FIRST;
-        o.prefill_chunk = 7;
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &pf) == 0);
-        o = base;
-        o.num_blocks = 14;
-        o.prefix_cache = false;
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &nocache) == 0);
-        o = base;
-        o.max_batch_tokens = 10;   /* proposals cut by the token budget */
-        o.max_seqs = 4;
-        CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, o, true, &on, &small) == 0);
-
-        run_out *runs[] = {&ref, &alone, &together, &chunked, &tight, &pf, &nocache, &small};
-        const char *names[] = {"off", "alone", "together", "chunked", "tight", "prefill-first", "no prefix cache",
-                               "small budget"};
+        CHECK(run_spec_schedules(&m, prompts, lens, N, MAX_NEW, base, &on, sched_runs) == 0);
+        run_out *runs[1 + N_SPEC_RUNS] = {&ref};
+        const char *names[1 + N_SPEC_RUNS] = {"off"};
+        for (int r = 0; r < N_SPEC_RUNS; r++) {
+            runs[1 + r] = &sched_runs[r];
+            names[1 + r] = spec_run_names[r];
+        }
         for (int r = 0; r < 8; r++) {
             CHECK_MSG(same_outputs(&ref, runs[r], N), "window %d, %s: tokens differ from --spec off", window, names[r]);
             CHECK_MSG(runs[r]->bad_reads == 0 && runs[r]->stale_reads == 0, "window %d, %s: %d bad, %d stale reads",
@@ -1080,10 +1116,105 @@ TEST(engine_spec_greedy_matches_off) {
                     runs[r]->spec_accepted, runs[r]->spec_proposed, runs[r]->preempted);
         }
         for (int i = 0; i < N; i++) CHECK(ref.n[i] == MAX_NEW && ref.fin[i] == LLMI_FINISH_LENGTH);
-        CHECK(tight.preempted > 0 && pf.preempted > 0 && nocache.preempted > 0);
+        CHECK(sched_runs[3].preempted > 0 && sched_runs[4].preempted > 0 && sched_runs[5].preempted > 0);
         for (int r = 0; r < 8; r++) free_out(runs[r], N);
     }
     for (int i = 0; i < N; i++) free(prompts[i]);
+}
+
+TEST(engine_spec_draft_greedy_matches_off) {
+    /* A draft model (a mock) proposes for every request.  The draft equal to the target,
+     * both reading their whole context: every proposal accepted, in every schedule (a draft
+     * whose K/V went stale after a rollback or preemption would hash another context and
+     * propose something else).  A different draft (logits from the last token only): most
+     * rejected, output still --spec off's. */
+    srand((unsigned)test_seed());
+    enum { N = 16, V = 24, MAX_NEW = 40, W = 0 };
+    llmi_model m = mock_model(V);
+    int32_t *prompts[N];
+    int lens[N];
+    repeating_prompts(prompts, lens, N, V);
+    llmi_engine_opts base = spec_base_opts();
+    llmi_spec_params dr = spec_params_defaults();
+    dr.mode = LLMI_SPEC_DRAFT;
+    dr.k = 4;
+    run_cfg off = {.window = W, .track_reads = true, .logprobs = 2};
+    run_out ref;
+    CHECK(run_engine_on(&m, prompts, lens, N, MAX_NEW, base, true, &off, &ref) == 0);
+    for (int i = 0; i < N; i++) CHECK(ref.n[i] == MAX_NEW && ref.fin[i] == LLMI_FINISH_LENGTH);
+    for (int draft_window = W; draft_window <= 1; draft_window++) {
+        run_cfg on = off;
+        on.spec = dr;
+        on.draft_window = draft_window;
+        run_out runs[N_SPEC_RUNS];
+        CHECK(run_spec_schedules(&m, prompts, lens, N, MAX_NEW, base, &on, runs) == 0);
+        for (int r = 0; r < N_SPEC_RUNS; r++) {
+            run_out *g = &runs[r];
+            const char *name = spec_run_names[r];
+            CHECK_MSG(same_outputs(&ref, g, N), "draft window %d, %s: tokens differ from --spec off", draft_window,
+                      name);
+            CHECK_MSG(g->bad_reads == 0 && g->stale_reads == 0, "draft window %d, %s: %d bad, %d stale reads",
+                      draft_window, name, g->bad_reads, g->stale_reads);
+            CHECK_MSG(fabs(g->logprob_sum - ref.logprob_sum) <= 1e-9 * fabs(ref.logprob_sum),
+                      "draft window %d, %s: logprobs differ", draft_window, name);
+            CHECK_MSG(g->spec_proposed > N * 4 && g->draft_forwards > 0, "draft window %d, %s: %ld proposals",
+                      draft_window, name, g->spec_proposed);
+            if (draft_window == W)
+                CHECK_MSG(g->spec_accepted == g->spec_proposed, "draft = target, %s: %ld of %ld proposals accepted",
+                          name, g->spec_accepted, g->spec_proposed);
+            else
+                CHECK_MSG(g->spec_accepted > 0 && g->spec_accepted < g->spec_proposed,
+                          "draft window %d, %s: %ld of %ld proposals accepted", draft_window, name, g->spec_accepted,
+                          g->spec_proposed);
+            fprintf(stderr, "  draft window %d, %s: %ld of %ld proposals accepted, %d preemptions\n", draft_window,
+                    name, g->spec_accepted, g->spec_proposed, g->preempted);
+        }
+        CHECK(runs[3].preempted > 0 && runs[4].preempted > 0 && runs[5].preempted > 0);
+        for (int r = 0; r < N_SPEC_RUNS; r++) free_out(&runs[r], N);
+    }
+    free_out(&ref, N);
+    for (int i = 0; i < N; i++) free(prompts[i]);
+}
+
+TEST(engine_spec_draft_checked) {
+    /* A draft of another vocabulary or a shorter context is refused when the engine is
+     * made; a --spec draft request without a draft model, when it is added. */
+    llmi_model m = mock_model(24), other = mock_model(30), short_ctx = mock_model(24);
+    short_ctx.cfg.max_ctx = 100;
+    snprintf(other.source_path, sizeof other.source_path, "other.gguf");
+    llmi_backend *b = mock_create(&m, 8), *db = mock_create(&other, 8);
+    llmi_engine_opts eo = engine_opts_defaults();
+    eo.num_blocks = 16;
+    eo.block_size = 8;
+    eo.spec_max_k = 4;
+    eo.draft_model = &other;
+    eo.draft_backend = db;
+    llmi_engine *e = NULL;
+    llmi_status st = {0};
+    CHECK(engine_create(&m, b, &eo, &e, &st) == LLMI_E_USAGE && e == NULL);
+    CHECK_MSG(strstr(st.msg, "--draft-model other.gguf: vocabulary differs from the target's (30 vs 24 tokens)"),
+              "message: %s", st.msg);
+    db->destroy(db);
+    db = mock_create(&short_ctx, 8);
+    eo.draft_model = &short_ctx;
+    eo.draft_backend = db;
+    llmi_status_clear(&st);
+    CHECK(engine_create(&m, b, &eo, &e, &st) == LLMI_E_USAGE && e == NULL);
+    CHECK_MSG(strstr(st.msg, "context length 100 is shorter than the engine's 4096"), "message: %s", st.msg);
+    eo.draft_model = NULL;
+    eo.draft_backend = NULL;
+    llmi_status_clear(&st);
+    CHECK(engine_create(&m, b, &eo, &e, &st) == LLMI_OK);
+    llmi_request_params p = request_params_defaults();
+    p.spec.mode = LLMI_SPEC_DRAFT;
+    p.spec.k = 4;
+    int32_t prompt[3] = {1, 2, 3};
+    int id;
+    CHECK(engine_add_request(e, prompt, 3, &p, NULL, &id, &st) == LLMI_E_USAGE);
+    CHECK_MSG(strstr(st.msg, "--spec draft: needs --draft-model"), "message: %s", st.msg);
+    engine_destroy(e);
+    b->destroy(b);
+    db->destroy(db);
 }
 
 /* The first n_tok tokens of n_runs requests (seeds samp->seed + i) on one prompt, counted
@@ -1099,8 +1230,16 @@ static int sample_runs(const llmi_model *m, const int32_t *prompt, int n_prompt,
     eo.max_seqs = batch;
     eo.max_batch_tokens = 4096;
     eo.spec_max_k = spec->mode != LLMI_SPEC_OFF ? spec->k : 0;
-    llmi_backend *b = mock_create(m, eo.block_size);
+    llmi_backend *b = mock_create(m, eo.block_size), *db = NULL;
     ((mock *)b->impl)->window = window;
+    if (spec->mode == LLMI_SPEC_DRAFT) {
+        /* A draft that sees less context than the target: its greedy proposals are often
+         * but not always what the target samples. */
+        db = mock_create(m, eo.block_size);
+        ((mock *)db->impl)->window = 1;
+        eo.draft_model = m;
+        eo.draft_backend = db;
+    }
     llmi_engine *e = NULL;
     llmi_status st = {0};
     int rc = engine_create(m, b, &eo, &e, &st);
@@ -1133,12 +1272,14 @@ static int sample_runs(const llmi_model *m, const int32_t *prompt, int n_prompt,
     if (rc) fprintf(stderr, "  sample_runs: %s\n", st.msg);
     engine_destroy(e);
     b->destroy(b);
+    if (db) db->destroy(db);
     return rc;
 }
 
 TEST(engine_spec_sampling_distribution) {
     /* The first 3 sampled tokens of 20,000 seeded runs, with prompt lookup proposing the 2nd
-     * and 3rd (verified by the accept/reject rule) and without: one distribution. */
+     * and 3rd (verified by the accept/reject rule) and without: one distribution; and again
+     * with a draft model proposing. */
     enum { V = 5, RUNS = 20000, NT = 3, CELLS = V * V * V };
     llmi_model m = mock_model(V);
     int32_t prompt[12];
@@ -1162,6 +1303,16 @@ TEST(engine_spec_sampling_distribution) {
     fprintf(stderr, "  %d runs each: %ld proposals accepted; chi-square p = %.4f (df %d)\n", RUNS, acc_on, p, df);
     CHECK(acc_off == 0 && acc_on > RUNS / 10);
     CHECK_MSG(p >= 0.001, "speculative sampling changed the distribution (p = %g)", p);
+    /* The same with a draft model proposing (greedy, so q is one-hot as for prompt lookup). */
+    on.mode = LLMI_SPEC_DRAFT;
+    long c[CELLS], acc_draft = 0;
+    memset(c, 0, sizeof c);
+    samp.seed += RUNS;
+    CHECK(sample_runs(&m, prompt, 12, &samp, &on, 2, RUNS, NT, c, &acc_draft) == 0);
+    p = chi2_same_dist(a, c, CELLS, &df);
+    fprintf(stderr, "  draft model: %ld proposals accepted; chi-square p = %.4f (df %d)\n", acc_draft, p, df);
+    CHECK(acc_draft > RUNS / 10);
+    CHECK_MSG(p >= 0.001, "speculative sampling with a draft model changed the distribution (p = %g)", p);
 }
 
 TEST(sampler_verify_draft_rule) {

@@ -21,6 +21,7 @@ typedef struct cli_model_opts {
     llmi_backend_opts backend;    /* -t, --gpu, --gpu-mem-util, --kv-type */
     llmi_engine_opts engine;      /* --block-size, --num-blocks, --kv-mem, --max-batch-tokens, --prefill-chunk,
                                      --max-seqs, --sched, -c */
+    const char *draft_model;      /* --draft-model PATH (generate, bench): loaded by cli_open_engine, or NULL */
     bool max_batch_tokens_set;    /* else the backend's default: 512 on cpu, 2048 on cuda */
     bool kv_type_set;             /* else the backend's default: f32 on cpu, bf16 on cuda */
 } cli_model_opts;
@@ -55,10 +56,16 @@ typedef struct cli_engine_fit {
 
 /* The one way the subcommands open backend + engine over a loaded model.  The KV cache
  * is --num-blocks or --kv-mem when given; else fit->need_blocks when the backend can hold
- * them; else the backend's budget, capped at CLI_CPU_KV_DEFAULT_BYTES on the cpu. */
+ * them; else the backend's budget, capped at CLI_CPU_KV_DEFAULT_BYTES on the cpu.  With
+ * o->draft_model it also loads the draft (checked against m's vocabulary before its
+ * backend is made), runs it on a backend of the target's kind and options, and the engine
+ * splits that KV budget between the two (engine.h); cli_close_engine frees it. */
 int cli_open_engine(const cli_model_opts *o, const llmi_model *m, const cli_engine_fit *fit, llmi_backend **b,
                     llmi_engine **e, llmi_status *st);
 void cli_close_engine(llmi_backend *b, llmi_engine *e);
+/* --spec draft on some request and --draft-model agree (each needs the other); what names
+ * the requests' modes in the message is where. */
+int cli_check_draft_flags(const cli_model_opts *o, bool any_draft, llmi_status *st);
 
 /* Strict value parsers: the whole string must parse and lie in [min, max]. */
 int cli_parse_long(const char *flag, const char *val, long min, long max, long *out, llmi_status *st);
@@ -68,7 +75,7 @@ int cli_parse_long_list(const char *flag, const char *val, long min, long max, l
                         llmi_status *st);
 int cli_parse_float_list(const char *flag, const char *val, double min, double max, double **out, int *n,
                          llmi_status *st);
-/* --spec: "ngram" or "off" ("draft" fails: not built yet). */
+/* --spec: "ngram", "draft" or "off". */
 int cli_parse_spec_mode(const char *flag, const char *val, llmi_spec_mode *out, llmi_status *st);
 /* --spec-ngram: "N" (MIN = MAX = N) or "MIN,MAX", 1 <= MIN <= MAX <= LLMI_SPEC_MAX_NGRAM. */
 int cli_parse_spec_ngram(const char *flag, const char *val, llmi_spec_params *sp, llmi_status *st);

@@ -1,6 +1,7 @@
 /* cli_common.c — the flags every subcommand shares and opening model, backend and
  * engine from them (see cli.h). */
 #include "cli/cli.h"
+#include "engine/spec.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -121,9 +122,8 @@ int cli_parse_float_list(const char *flag, const char *val, double min, double m
 int cli_parse_spec_mode(const char *flag, const char *val, llmi_spec_mode *out, llmi_status *st) {
     if (!strcmp(val, "off")) *out = LLMI_SPEC_OFF;
     else if (!strcmp(val, "ngram")) *out = LLMI_SPEC_NGRAM;
-    else if (!strcmp(val, "draft"))
-        return llmi_fail(st, LLMI_E_USAGE, "%s draft: draft-model speculation is not built yet; use %s ngram", flag, flag);
-    else return llmi_fail(st, LLMI_E_USAGE, "%s: '%s' is not one of ngram, off", flag, val);
+    else if (!strcmp(val, "draft")) *out = LLMI_SPEC_DRAFT;
+    else return llmi_fail(st, LLMI_E_USAGE, "%s: '%s' is not one of ngram, draft, off", flag, val);
     return LLMI_OK;
 }
 
@@ -365,11 +365,11 @@ int cli_open_backend(const cli_model_opts *o, const llmi_model *m, llmi_backend 
  * backend can hold it, else the backend's budget (capped on the cpu).  More than the
  * backend can hold (many long requests) leaves the budget: requests queue or get
  * preempted. */
-static void kv_size(const llmi_backend *b, const cli_engine_fit *fit, llmi_engine_opts *eo) {
+static void kv_size(const llmi_backend *b, const llmi_backend *db, const cli_engine_fit *fit, llmi_engine_opts *eo) {
     if (eo->num_blocks != 0 || eo->kv_mem_bytes != 0) return;
     if (fit && fit->need_blocks > 0) {
         long need = fit->need_blocks < (1L << 30) ? fit->need_blocks : (1L << 30);
-        size_t per_block = b->kv_block_bytes(b);
+        size_t per_block = b->kv_block_bytes(b) + (db ? db->kv_block_bytes(db) : 0);
         if (!per_block || (size_t)need <= b->kv_budget_bytes(b) / per_block) {
             eo->num_blocks = (int)need;
             return;
@@ -379,6 +379,37 @@ static void kv_size(const llmi_backend *b, const cli_engine_fit *fit, llmi_engin
         size_t budget = b->kv_budget_bytes(b);
         eo->kv_mem_bytes = budget < CLI_CPU_KV_DEFAULT_BYTES ? budget : CLI_CPU_KV_DEFAULT_BYTES;
     }
+}
+
+static void close_draft(llmi_model *dm, llmi_backend *db) {
+    if (db) db->destroy(db);
+    if (dm) model_free(dm);
+    free(dm);
+}
+
+/* Loads --draft-model, checks it can propose for m (before its weights go anywhere), and
+ * makes its backend: target's kind (b->name) with the options the target resolved. */
+static int open_draft(const char *path, const cli_model_opts *fo, const llmi_model *m, const llmi_backend *b,
+                      llmi_model **dm_out, llmi_backend **db_out, llmi_status *st) {
+    llmi_model *dm = calloc(1, sizeof *dm);
+    if (!dm) return llmi_fail(st, LLMI_E_RUNTIME, "--draft-model: out of memory");
+    llmi_status lst = {0};
+    llmi_load_opts lo = {0};
+    if (model_load(path, &lo, dm, &lst)) {
+        free(dm);
+        return llmi_fail(st, lst.code, "--draft-model: %s", lst.msg);
+    }
+    *dm_out = dm;
+    int max_ctx = fo->engine.max_ctx > 0 ? fo->engine.max_ctx : m->cfg.max_ctx;
+    if (spec_draft_check(m, dm, max_ctx, st)) return st->code;
+    cli_model_opts dopts = *fo;
+    dopts.device = b->name;
+    dopts.backend = b->opts;
+    dopts.kv_type_set = true;
+    dopts.engine.max_batch_tokens = b->opts.max_batch_tokens;
+    dopts.max_batch_tokens_set = true;
+    if (cli_open_backend(&dopts, dm, db_out, &lst)) return llmi_fail(st, lst.code, "--draft-model %s: %s", path, lst.msg);
+    return LLMI_OK;
 }
 
 int cli_open_engine(const cli_model_opts *o, const llmi_model *m, const cli_engine_fit *fit, llmi_backend **b,
@@ -395,16 +426,33 @@ int cli_open_engine(const cli_model_opts *o, const llmi_model *m, const cli_engi
     if (cli_open_backend(&fo, m, b, st)) return st->code;
     llmi_engine_opts eo = fo.engine;
     eo.max_batch_tokens = (*b)->opts.max_batch_tokens;
-    kv_size(*b, fit, &eo);
-    if (engine_create(m, *b, &eo, e, st)) {
-        (*b)->destroy(*b);
-        *b = NULL;
-        return st->code;
-    }
+    llmi_model *dm = NULL;
+    llmi_backend *db = NULL;
+    if (o->draft_model && open_draft(o->draft_model, &fo, m, *b, &dm, &db, st)) goto fail;
+    eo.draft_model = dm;
+    eo.draft_backend = db;
+    kv_size(*b, db, fit, &eo);
+    if (engine_create(m, *b, &eo, e, st)) goto fail;
     return LLMI_OK;
+fail:
+    close_draft(dm, db);
+    (*b)->destroy(*b);
+    *b = NULL;
+    return st->code;
 }
 
 void cli_close_engine(llmi_backend *b, llmi_engine *e) {
+    const llmi_engine_opts *eo = e ? engine_options(e) : NULL;
+    llmi_model *dm = eo ? (llmi_model *)eo->draft_model : NULL;
+    llmi_backend *db = eo ? eo->draft_backend : NULL;
     engine_destroy(e);
+    close_draft(dm, db);
     if (b) b->destroy(b);
+}
+
+int cli_check_draft_flags(const cli_model_opts *o, bool any_draft, llmi_status *st) {
+    if (any_draft && !o->draft_model) return llmi_fail(st, LLMI_E_USAGE, "--spec draft: needs --draft-model PATH");
+    if (!any_draft && o->draft_model)
+        return llmi_fail(st, LLMI_E_USAGE, "--draft-model: only with --spec draft (no request uses it)");
+    return LLMI_OK;
 }

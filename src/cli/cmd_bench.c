@@ -47,7 +47,7 @@ typedef struct bench_args {
     int np, nn, nb, nbs, nd;
     llmi_kv_dtype kv[BENCH_MAX_KV];
     int nkv;
-    llmi_spec_mode spec[2];      /* --spec list: (nspec); none given = off, and no spec columns */
+    llmi_spec_mode spec[3];      /* --spec list: (nspec); none given = off, and no spec columns */
     int nspec;
     llmi_spec_params spec_p;     /* --spec-k, --spec-ngram for the ngram rows */
     bool kv_given;               /* --kv-type was given; else the backend's default */
@@ -108,8 +108,9 @@ static const char *bench_usage(void) {
            "  --kv-type LIST          KV cache dtypes: f32, f16, bf16, q8, fp8 (default f32 on cpu, bf16 on cuda)\n"
            "  --block-size LIST       KV block sizes in tokens (default 16)\n"
            "  --spec LIST             speculative decoding: off, ngram (prompt lookup; random prompts rarely\n"
-           "                          repeat, so use --dataset for its speed); adds acceptance columns.\n"
-           "                          Throughput takes one value.  --spec-k K, --spec-ngram MIN,MAX as generate's\n"
+           "                          repeat, so use --dataset for its speed), draft (--draft-model PATH);\n"
+           "                          adds acceptance columns.  Throughput takes one value.  --spec-k K,\n"
+           "                          --spec-ngram MIN,MAX as generate's\n"
            "  -r N                    repetitions (default 5)   --warmup N  warm-up runs (default 1)\n"
            "throughput (--num-requests, --dataset or --turns):\n"
            "  --num-requests N        requests to serve (default 1000 with random prompts; with --turns:\n"
@@ -179,12 +180,13 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
             snprintf(buf, sizeof buf, "%s", v);
             a->nspec = 0;
             for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (a->nspec == 2) return llmi_fail(st, LLMI_E_USAGE, "--spec: '%s' lists more than off and ngram", v);
+                if (a->nspec == 3) return llmi_fail(st, LLMI_E_USAGE, "--spec: '%s' lists more than off, ngram and draft", v);
                 if (cli_parse_spec_mode(f, t, &a->spec[a->nspec++], st)) return st->code;
             }
             if (a->nspec == 0) return llmi_fail(st, LLMI_E_USAGE, "--spec: empty list");
             continue;
         }
+        if (!strcmp(f, "--draft-model")) { VAL(); a->mo.draft_model = v; continue; }
         if (!strcmp(f, "--spec-k")) { VAL(); if (cli_parse_long(f, v, 1, LLMI_SPEC_MAX_K, &n, st)) return st->code; a->spec_p.k = (int)n; continue; }
         if (!strcmp(f, "--spec-ngram")) { VAL(); if (cli_parse_spec_ngram(f, v, &a->spec_p, st)) return st->code; continue; }
         if (!strcmp(f, "-r")) { VAL(); if (cli_parse_long(f, v, 1, 1000, &n, st)) return st->code; a->reps = (int)n; continue; }
@@ -261,9 +263,13 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
         return llmi_fail(st, LLMI_E_USAGE, "--ppl: cannot be combined with sweep (-p/-n/-b) or throughput flags");
     if (a->nspec > 0 && a->ppl) return llmi_fail(st, LLMI_E_USAGE, "--spec: not with --ppl (nothing is generated)");
     if (a->nspec > 1 && a->throughput)
-        return llmi_fail(st, LLMI_E_USAGE, "--spec: a throughput run takes one value (run off and ngram separately)");
-    for (int k = 0; k < a->nspec; k++)
+        return llmi_fail(st, LLMI_E_USAGE, "--spec: a throughput run takes one value (run each mode separately)");
+    bool any_draft = false;
+    for (int k = 0; k < a->nspec; k++) {
         if (a->spec[k] != LLMI_SPEC_OFF) a->mo.engine.spec_max_k = a->spec_p.k;
+        any_draft |= a->spec[k] == LLMI_SPEC_DRAFT;
+    }
+    if (cli_check_draft_flags(&a->mo, any_draft, st)) return st->code;
     if (a->throughput && lists_sweep)
         return llmi_fail(st, LLMI_E_USAGE, "bench: -p/-n/-b/-d (sweep) and --num-requests/--dataset/--turns (throughput) are different modes");
     if (a->ppl && a->mo.dummy) return llmi_fail(st, LLMI_E_USAGE, "--ppl: needs a tokenizer, which --dummy models lack");

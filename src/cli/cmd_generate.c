@@ -72,7 +72,8 @@ static const char *gen_help =
     "  -f, --file FILE         read the prompt from FILE ('-' = stdin)\n"
     "  --prompts FILE          many prompts, one per line; a line starting with '{' is JSON with\n"
     "                          \"prompt\" and optional max_tokens, temperature, top_k, top_p, min_p,\n"
-    "                          repeat_penalty, seed, stop, ignore_eos, logprobs; served together\n"
+    "                          repeat_penalty, seed, stop, ignore_eos, logprobs, spec, spec_k,\n"
+    "                          spec_ngram_min, spec_ngram_max; served together\n"
     "  --chat                  format the prompt with the model's chat template\n"
     "  --system TEXT           system message for --chat\n"
     "  -n, --n-predict N       tokens to generate (default 128; 0 = prompt only; -1 = until EOS/context)\n"
@@ -92,8 +93,11 @@ static const char *gen_help =
     "  --repeat-last-n N       tokens the penalty looks back over (default 64; -1 = all)\n"
     "  -s, --seed N            RNG seed (default: random, printed in the stats)\n"
     "Speculative decoding (exact: greedy output is unchanged, sampled output keeps its distribution):\n"
-    "  --spec ngram|off        propose tokens by prompt lookup (an n-gram of the prompt and output\n"
-    "                          so far that recurs) and verify them in one step (default off)\n"
+    "  --spec ngram|draft|off  propose tokens by prompt lookup (an n-gram of the prompt and output\n"
+    "                          so far that recurs) or by a draft model's greedy decoding, and verify\n"
+    "                          them in one step (default off)\n"
+    "  --draft-model PATH      the draft model for --spec draft: GGUF file or HF directory with the\n"
+    "                          target's vocabulary; it shares the KV budget (--kv-mem) with the target\n"
     "  --spec-k K              tokens proposed per step, 1..32 (default 5)\n"
     "  --spec-ngram MIN,MAX    n-gram lengths prompt lookup tries, longest first (default 2,4)\n";
 
@@ -442,10 +446,17 @@ static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b,
                 "%.2f tokens per verification step (%ld steps, bonus token included)", n_spec, n_spec == 1 ? "" : "s",
                 spec_proposed, spec_accepted, spec_proposed > 0 ? 100.0 * spec_accepted / spec_proposed : 0.0,
                 spec_steps > 0 ? 1.0 + (double)spec_accepted / spec_steps : 0.0, spec_steps);
-    fprintf(stderr, "\nllmi: peak memory %.1f MiB (weights %.1f MiB, KV %.1f MiB) | KV blocks %d/%d peak | "
-            "preemptions %d | %s (%s)",
-            bench_peak_rss() / 1048576.0, (wb ? wb : b->model->weight_bytes) / 1048576.0, kvb / 1048576.0,
-            engine_kv_blocks_peak(e), engine_kv_blocks_total(e), preemptions, b->name, b->device_name);
+    fprintf(stderr, "\nllmi: peak memory %.1f MiB (weights %.1f MiB, KV %.1f MiB", bench_peak_rss() / 1048576.0,
+            (wb ? wb : b->model->weight_bytes) / 1048576.0, kvb / 1048576.0);
+    const llmi_backend *db = engine_options(e)->draft_backend;
+    if (db) {
+        size_t dwb = 0, dkvb = 0, dab = 0;
+        if (db->memory) db->memory(db, &dwb, &dkvb, &dab);
+        fprintf(stderr, "; draft model: weights %.1f MiB, KV %.1f MiB", (dwb ? dwb : db->model->weight_bytes) / 1048576.0,
+                dkvb / 1048576.0);
+    }
+    fprintf(stderr, ") | KV blocks %d/%d peak | preemptions %d | %s (%s)", engine_kv_blocks_peak(e),
+            engine_kv_blocks_total(e), preemptions, b->name, b->device_name);
     if (!strcmp(b->name, "cpu"))
         fprintf(stderr, ", %d threads", b->opts.n_threads > 0 ? b->opts.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     fprintf(stderr, " | seed %llu%s\n", (unsigned long long)seed, seed_random ? " (random)" : "");
@@ -487,6 +498,9 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
         } else if (IS("--spec")) {
             VALUE();
             if (cli_parse_spec_mode(a, v, &o->params.spec.mode, st)) return st->code;
+        } else if (IS("--draft-model")) {
+            VALUE();
+            mo->draft_model = v;
         } else if (IS("--spec-k")) {
             VALUE();
             if (cli_parse_long(a, v, 1, LLMI_SPEC_MAX_K, &n, st)) return st->code;
@@ -570,8 +584,11 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
     llmi_backend *b = NULL;
     llmi_engine *e = NULL;
     gen_ctx g = {0};
-    int rc = cli_open_model(&mo, &m, st);
+    bool any_draft = false;
+    for (int i = 0; i < n_reqs; i++) any_draft |= reqs[i].params.spec.mode == LLMI_SPEC_DRAFT;
+    int rc = cli_check_draft_flags(&mo, any_draft, st);
     if (rc) goto out_reqs;
+    if ((rc = cli_open_model(&mo, &m, st))) goto out_reqs;
     /* The engine's logit rows are sized for the longest proposal any request carries. */
     for (int i = 0; i < n_reqs; i++)
         if (reqs[i].params.spec.mode != LLMI_SPEC_OFF && reqs[i].params.spec.k > mo.engine.spec_max_k)

@@ -87,7 +87,7 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
         char flag[64];
         snprintf(flag, sizeof flag, "--prompts: %s:%d: \"spec\"", file, lineno);
         if (!cJSON_IsString(spec)) {
-            rc = llmi_fail(st, LLMI_E_USAGE, "%s must be \"ngram\" or \"off\"", flag);
+            rc = llmi_fail(st, LLMI_E_USAGE, "%s must be \"ngram\", \"draft\" or \"off\"", flag);
             goto out;
         }
         if ((rc = cli_parse_spec_mode(flag, spec->valuestring, &r->params.spec.mode, st))) goto out;

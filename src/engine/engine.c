@@ -14,7 +14,13 @@
  * sampler's), adds one token of the target's own, and rolls the K/V back past the first
  * rejection, so nothing rejected is ever attended or registered in the prefix cache.
  * Such steps take the logits path (forward), not device sampling: the rule needs the
- * rows on the host. */
+ * rows on the host.
+ *
+ * A draft model (--spec draft) proposes in the same place, before planning: it runs its
+ * own forwards (catch-up, then one greedy token per forward for every speculating
+ * sequence together) over its own KV pool, which gets as many blocks as the target's.
+ * After verification its K/V is rolled back with the target's; preemption, finishing and
+ * release give its blocks back too. */
 #include "engine/engine.h"
 
 #include <stdio.h>
@@ -38,6 +44,10 @@ struct llmi_engine {
     kvcache kv;
     sched sched;
     prompt_cache *pc;         /* --prompt-cache, or NULL */
+    spec_draft draft;         /* --draft-model's pool and buffers; draft.model NULL without one */
+    llmi_seq **cands;         /* (cap_cands) this step's sequences the draft proposes for */
+    int *cand_k;              /* (cap_cands) how many tokens each may get */
+    int cap_cands;
     int max_ctx;
     struct timespec t0;
     llmi_op_stats host_stats;   /* the engine's own share of a step: LLMI_OP_HOST, LLMI_OP_SAMPLE */
@@ -70,7 +80,9 @@ llmi_spec_params spec_params_defaults(void) {
     return (llmi_spec_params){.mode = LLMI_SPEC_OFF, .k = 5, .ngram_min = 2, .ngram_max = 4};
 }
 
-const char *spec_mode_name(llmi_spec_mode m) { return m == LLMI_SPEC_NGRAM ? "ngram" : "off"; }
+const char *spec_mode_name(llmi_spec_mode m) {
+    return m == LLMI_SPEC_NGRAM ? "ngram" : m == LLMI_SPEC_DRAFT ? "draft" : "off";
+}
 
 llmi_request_params request_params_defaults(void) {
     llmi_request_params p;
@@ -126,11 +138,19 @@ int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *
         return llmi_fail(st, LLMI_E_USAGE, "-c: %d exceeds the model's context length %d", opts.max_ctx,
                          m->cfg.max_ctx);
 
+    const llmi_model *dm = opts.draft_model;
+    llmi_backend *db = opts.draft_backend;
+    if ((dm == NULL) != (db == NULL))
+        return llmi_fail(st, LLMI_E_USAGE, "--draft-model: needs both the draft model and its backend");
+    if (dm && spec_draft_check(m, dm, max_ctx, st)) return st->code;
+
     int max_blocks_per_seq = (max_ctx + opts.block_size - 1) / opts.block_size;
     int num_blocks = opts.num_blocks;
     if (num_blocks < 0) return llmi_fail(st, LLMI_E_USAGE, "--num-blocks: must be positive (got %d)", num_blocks);
     if (num_blocks == 0) {
-        size_t per_block = b->kv_block_bytes(b);
+        /* With a draft model both pools get the same number of blocks (a sequence's tokens
+         * need K/V in both), so a block of budget is a block of each. */
+        size_t per_block = b->kv_block_bytes(b) + (db ? db->kv_block_bytes(db) : 0);
         size_t budget = opts.kv_mem_bytes ? opts.kv_mem_bytes : b->kv_budget_bytes(b);
         size_t fit = per_block ? budget / per_block : 0;
         /* No use holding more than every running sequence at full context can touch. */
@@ -159,8 +179,15 @@ int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *
     if (kvcache_init(&e->kv, num_blocks, opts.block_size, opts.prefix_cache, salt, st) ||
         b->kv_alloc(b, num_blocks, st) ||
         sched_init(&e->sched, &opts, st) || sched_plan_alloc(&e->plan, &e->sched, st) ||
-        sched_batch_bufs_alloc(&e->bufs, &e->sched, max_blocks_per_seq, st))
+        sched_batch_bufs_alloc(&e->bufs, e->sched.max_batch_tokens, e->sched.max_seqs, e->sched.max_logit_rows,
+                               max_blocks_per_seq, st))
         goto fail;
+    if (dm) {
+        if (spec_draft_init(&e->draft, dm, db, num_blocks, opts.block_size, opts.max_batch_tokens, opts.max_seqs,
+                            max_blocks_per_seq, st))
+            goto fail;
+        e->sched.draft_kv = &e->draft.kv;
+    }
     if (opts.prompt_cache_dir &&
         prompt_cache_open(opts.prompt_cache_dir, opts.prompt_cache_max, b, salt, &e->pc, st))
         goto fail;
@@ -188,6 +215,7 @@ static void seq_free(llmi_seq *s) {
     free(s->tokens);
     free(s->text);
     kvcache_table_free(&s->table);
+    kvcache_table_free(&s->draft_table);
     free(s);
 }
 
@@ -196,6 +224,9 @@ void engine_destroy(llmi_engine *e) {
     for (int i = 0; i < e->n_seq_slots; i++) seq_free(e->seqs[i]);
     free(e->seqs);
     kvcache_free(&e->kv);
+    spec_draft_free(&e->draft);
+    free(e->cands);
+    free(e->cand_k);
     prompt_cache_close(e->pc);
     sched_free(&e->sched);
     sched_plan_free(&e->plan);
@@ -209,6 +240,7 @@ void engine_destroy(llmi_engine *e) {
     free(e);
 }
 
+const llmi_engine_opts *engine_options(const llmi_engine *e) { return &e->opts; }
 int engine_kv_blocks_total(const llmi_engine *e) { return e->kv.num_blocks; }
 int engine_kv_blocks_peak(const llmi_engine *e) { return e->kv.peak_used; }
 const llmi_op_stats *engine_host_stats(const llmi_engine *e) { return &e->host_stats; }
@@ -229,6 +261,7 @@ void engine_release(llmi_engine *e, int id) {
     llmi_seq *s = e->seqs[id];
     sched_remove(&e->sched, id);
     kvcache_release(&e->kv, &s->table);
+    if (e->draft.model) spec_draft_release(&e->draft, s);
     seq_free(s);
     e->seqs[id] = NULL;
 }
@@ -252,6 +285,8 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
         if (sp->k > e->opts.spec_max_k)
             return llmi_fail(st, LLMI_E_USAGE, "--spec-k: %d exceeds the %d the engine was sized for (spec_max_k)",
                              sp->k, e->opts.spec_max_k);
+        if (sp->mode == LLMI_SPEC_DRAFT && !e->draft.model)
+            return llmi_fail(st, LLMI_E_USAGE, "--spec draft: needs --draft-model PATH");
         if (sp->ngram_min < 1 || sp->ngram_min > sp->ngram_max || sp->ngram_max > LLMI_SPEC_MAX_NGRAM)
             return llmi_fail(st, LLMI_E_USAGE, "--spec-ngram: need 1 <= MIN <= MAX <= %d (got %d,%d)",
                              LLMI_SPEC_MAX_NGRAM, sp->ngram_min, sp->ngram_max);
@@ -306,6 +341,7 @@ static void finish_seq(llmi_engine *e, llmi_seq *s, llmi_finish why) {
     s->info.t_finish = engine_now(e);
     sched_remove(&e->sched, s->id);
     kvcache_release(&e->kv, &s->table);
+    if (e->draft.model) spec_draft_release(&e->draft, s);
 }
 
 /* Ends s with no token and tells the caller. */
@@ -381,19 +417,36 @@ static void sample_and_emit(llmi_engine *e, llmi_seq *s, float *row, engine_toke
 
 /* Gives each running sequence in decode that speculates its proposals for this step, at
  * tokens[n_tokens, n_tokens + n_draft); never so many that accepting them all plus one
- * more token would pass max_total. */
-static void propose_drafts(llmi_engine *e) {
+ * more token would pass max_total.  Prompt lookup proposes one sequence at a time; the
+ * draft model for all of its sequences at once. */
+static int propose_drafts(llmi_engine *e, llmi_status *st) {
+    if (e->draft.model && e->sched.n_running > e->cap_cands) {
+        int cap = e->sched.n_running;
+        llmi_seq **nc = realloc(e->cands, (size_t)cap * sizeof *nc);
+        if (nc) e->cands = nc;
+        int *nk = realloc(e->cand_k, (size_t)cap * sizeof *nk);
+        if (nk) e->cand_k = nk;
+        if (!nc || !nk) return llmi_fail(st, LLMI_E_RUNTIME, "engine: out of memory for %d draft sequences", cap);
+        e->cap_cands = cap;
+    }
+    int n_cands = 0;
     for (int i = 0; i < e->sched.n_running; i++) {
         llmi_seq *s = e->seqs[e->sched.running[i]];
         const llmi_spec_params *sp = &s->params.spec;
         s->n_draft = 0;
-        if (sp->mode != LLMI_SPEC_NGRAM || !seq_in_decode(s)) continue;
+        if (sp->mode == LLMI_SPEC_OFF || !seq_in_decode(s)) continue;
         int k = s->max_total - s->n_tokens - 1;
         if (k > sp->k) k = sp->k;
-        if (k > 0)
+        if (k <= 0) continue;
+        if (sp->mode == LLMI_SPEC_NGRAM) {
             s->n_draft = spec_ngram_propose(s->tokens, s->n_tokens, sp->ngram_min, sp->ngram_max, k,
                                             s->tokens + s->n_tokens);
+        } else {
+            e->cands[n_cands] = s;
+            e->cand_k[n_cands++] = k;
+        }
     }
+    return n_cands > 0 ? spec_draft_propose(&e->draft, e->cands, e->cand_k, n_cands, st) : LLMI_OK;
 }
 
 /* Hashes s's blocks that are now full of verified K/V into the prefix cache (and the
@@ -438,6 +491,7 @@ static void verify_and_emit(llmi_engine *e, llmi_seq *s, int row0, int d, engine
      * only rejected proposals. */
     s->n_computed = s->n_tokens - 1;
     kvcache_shrink(&e->kv, &s->table, kvcache_blocks_for(&e->kv, s->n_tokens));
+    if (e->draft.model) spec_draft_trim(&e->draft, s);
     commit_blocks(e, s);
 }
 
@@ -469,7 +523,7 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
     double t_start = engine_now(e);
     llmi_step_info inf = {0};
     sched_plan *pl = &e->plan;
-    if (e->opts.spec_max_k > 0) propose_drafts(e);
+    if (e->opts.spec_max_k > 0 && propose_drafts(e, st)) return st->code;
     if (sched_plan_step(&e->sched, e->seqs, &e->kv, pl, st)) return st->code;
     /* A sequence that alone exceeds the whole cache ends rather than stalling everyone. */
     for (int i = 0; i < pl->n_dropped; i++)

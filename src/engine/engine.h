@@ -33,6 +33,12 @@ typedef struct llmi_engine_opts {
     size_t prompt_cache_max;        /* --prompt-cache-max: bytes DIR may hold; 0 = no cap */
     int spec_max_k;          /* the longest draft any request may carry (sizes the logit rows);
                                 0 = no speculation */
+    /* --draft-model: the model that proposes for requests with --spec draft, and the backend
+     * (of the target's kind, no KV yet) that runs it; borrowed, or NULL.  Its KV pool gets
+     * as many blocks as the target's: a byte budget is split in proportion to the two
+     * models' bytes per KV block. */
+    const llmi_model *draft_model;
+    llmi_backend *draft_backend;
 } llmi_engine_opts;
 
 llmi_engine_opts engine_opts_defaults(void);
@@ -45,8 +51,10 @@ const char *finish_name(llmi_finish f);
 
 /* Speculative decoding: a decoding sequence carries up to k proposed tokens; one step
  * verifies them all (k + 1 positions in the same batch) and keeps the prefix the exact
- * rule accepts (sampler_verify_draft) plus one token of the target's own. */
-typedef enum { LLMI_SPEC_OFF = 0, LLMI_SPEC_NGRAM } llmi_spec_mode;
+ * rule accepts (sampler_verify_draft) plus one token of the target's own.  Proposals come
+ * from prompt lookup (ngram) or from a smaller model's greedy decoding (draft, see
+ * engine_opts.draft_model). */
+typedef enum { LLMI_SPEC_OFF = 0, LLMI_SPEC_NGRAM, LLMI_SPEC_DRAFT } llmi_spec_mode;
 #define LLMI_SPEC_MAX_K 32
 #define LLMI_SPEC_MAX_NGRAM 64
 typedef struct llmi_spec_params {
@@ -119,6 +127,8 @@ typedef struct llmi_engine llmi_engine;
 int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *o, llmi_engine **out,
                   llmi_status *st);
 void engine_destroy(llmi_engine *e);
+/* The options the engine was created with (the draft model and backend its creator lent). */
+const llmi_engine_opts *engine_options(const llmi_engine *e);
 
 /* Queues a request; arrival time is now.  Fails (that request only) when the prompt
  * alone cannot fit the context or the whole KV cache. */

@@ -78,6 +78,8 @@ static bool in_plan(const sched_plan *p, int id) {
  * oldest work resumes first. */
 static void preempt(sched *s, kvcache *kv, llmi_seq **seqs, llmi_seq *v) {
     kvcache_release(kv, &v->table);
+    if (s->draft_kv) kvcache_release(s->draft_kv, &v->draft_table);
+    v->draft_computed = 0;
     v->n_computed = 0;
     v->n_draft = 0;
     v->state = SEQ_WAITING;
@@ -195,9 +197,10 @@ int sched_plan_step(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi_
     return LLMI_OK;
 }
 
-int sched_batch_bufs_alloc(sched_batch_bufs *b, const sched *s, int max_blocks_per_seq, llmi_status *st) {
+int sched_batch_bufs_alloc(sched_batch_bufs *b, int max_tokens, int max_seqs, int max_logit_rows,
+                           int max_blocks_per_seq, llmi_status *st) {
     memset(b, 0, sizeof *b);
-    size_t T = (size_t)s->max_batch_tokens, S = (size_t)s->max_seqs, L = (size_t)s->max_logit_rows;
+    size_t T = (size_t)max_tokens, S = (size_t)max_seqs, L = (size_t)max_logit_rows;
     b->max_blocks_per_seq = max_blocks_per_seq;
     b->tokens = malloc(T * sizeof(int32_t));
     b->positions = malloc(T * sizeof(int32_t));
@@ -228,6 +231,30 @@ void sched_batch_bufs_free(sched_batch_bufs *b) {
     memset(b, 0, sizeof *b);
 }
 
+int sched_batch_put(sched_batch_bufs *b, int k, int t, const int32_t *tokens, int pos0, int n,
+                    const kvcache_table *table, int width, int block_size) {
+    b->query_start[k] = t;
+    for (int i = 0; i < n; i++, t++) {
+        int pos = pos0 + i;
+        b->tokens[t] = tokens[pos];
+        b->positions[t] = pos;
+        b->slots[t] = table->blocks[pos / block_size] * block_size + pos % block_size;
+        b->seq_of[t] = k;
+    }
+    int32_t *row = b->block_tables + (size_t)k * width;
+    memcpy(row, table->blocks, (size_t)table->n_blocks * sizeof(int32_t));
+    for (int i = table->n_blocks; i < width; i++) row[i] = -1;
+    return t;
+}
+
+llmi_batch sched_batch_view(sched_batch_bufs *b, int n_seqs, int n_tokens, int width, int n_logits) {
+    b->query_start[n_seqs] = n_tokens;
+    return (llmi_batch){.n_tokens = n_tokens, .tokens = b->tokens, .positions = b->positions,
+                        .slot_mapping = b->slots, .seq_of_token = b->seq_of, .n_seqs = n_seqs,
+                        .query_start = b->query_start, .block_tables = b->block_tables,
+                        .max_blocks_per_seq = width, .n_logits = n_logits, .logit_rows = b->logit_rows};
+}
+
 void sched_build_batch(const sched_plan *p, llmi_seq *const *seqs, int block_size, sched_batch_bufs *b,
                        llmi_batch *out) {
     int width = 1;
@@ -239,17 +266,7 @@ void sched_build_batch(const sched_plan *p, llmi_seq *const *seqs, int block_siz
     for (int k = 0; k < p->n_seqs; k++) {
         const llmi_seq *s = seqs[p->seq_ids[k]];
         int n = p->n_new[k];
-        b->query_start[k] = t;
-        for (int i = 0; i < n; i++, t++) {
-            int pos = s->n_computed + i;
-            b->tokens[t] = s->tokens[pos];
-            b->positions[t] = pos;
-            b->slots[t] = s->table.blocks[pos / block_size] * block_size + pos % block_size;
-            b->seq_of[t] = k;
-        }
-        int32_t *row = b->block_tables + (size_t)k * width;
-        memcpy(row, s->table.blocks, (size_t)s->table.n_blocks * sizeof(int32_t));
-        for (int i = s->table.n_blocks; i < width; i++) row[i] = -1;
+        t = sched_batch_put(b, k, t, s->tokens, s->n_computed, n, &s->table, width, block_size);
         if (s->n_draft > 0) {
             for (int i = 0; i < n; i++) {
                 b->logit_seq[n_logits] = k;
@@ -260,9 +277,5 @@ void sched_build_batch(const sched_plan *p, llmi_seq *const *seqs, int block_siz
             b->logit_rows[n_logits++] = t - 1;
         }
     }
-    b->query_start[p->n_seqs] = t;
-    *out = (llmi_batch){.n_tokens = t, .tokens = b->tokens, .positions = b->positions, .slot_mapping = b->slots,
-                        .seq_of_token = b->seq_of, .n_seqs = p->n_seqs, .query_start = b->query_start,
-                        .block_tables = b->block_tables, .max_blocks_per_seq = width, .n_logits = n_logits,
-                        .logit_rows = b->logit_rows};
+    *out = sched_batch_view(b, p->n_seqs, t, width, n_logits);
 }

@@ -29,6 +29,8 @@ typedef struct sched {
     int max_seqs;             /* most sequences in one step */
     int max_logit_rows;       /* most logit rows in one step: one per sequence, 1 + k when speculating */
     prompt_cache *pc;         /* borrowed: prefixes found on disk past what memory holds, or NULL */
+    kvcache *draft_kv;        /* borrowed: the draft model's pool, whose blocks a preempted
+                                 sequence gives back too; NULL without a draft model */
     int *waiting;             /* (cap) sequence ids, arrival order, front first */
     int n_waiting;
     int *running;             /* (cap) sequence ids in admission order */
@@ -73,8 +75,19 @@ typedef struct sched_batch_bufs {
     int max_blocks_per_seq;   /* the widest table any sequence can need: ceil(max_ctx / block_size) */
 } sched_batch_bufs;
 
-int sched_batch_bufs_alloc(sched_batch_bufs *b, const sched *s, int max_blocks_per_seq, llmi_status *st);
+/* For batches of up to max_tokens tokens of max_seqs sequences with max_logit_rows logit rows. */
+int sched_batch_bufs_alloc(sched_batch_bufs *b, int max_tokens, int max_seqs, int max_logit_rows,
+                           int max_blocks_per_seq, llmi_status *st);
 void sched_batch_bufs_free(sched_batch_bufs *b);
+/* Puts tokens[pos0, pos0 + n) of one sequence into b as batch sequence k from flat index t,
+ * their K/V slots and the block-table row (width columns, -1 past the table) taken from
+ * table; returns t + n.  The one way a batch gets its rows (sched_build_batch, and the
+ * draft model's batches in spec.c). */
+int sched_batch_put(sched_batch_bufs *b, int k, int t, const int32_t *tokens, int pos0, int n,
+                    const kvcache_table *table, int width, int block_size);
+/* The llmi_batch over b's first n_seqs sequences, n_tokens tokens and n_logits rows (closes
+ * query_start). */
+llmi_batch sched_batch_view(sched_batch_bufs *b, int n_seqs, int n_tokens, int width, int n_logits);
 /* Fills out from the plan.  Logits are asked for where a token will be sampled: the last
  * pending token of a sequence that still has tokens to generate, and every token of a
  * speculating decode (each proposal is checked against the row before it).  The block-table stride

@@ -9,7 +9,12 @@
  * A decoding sequence that speculates also carries n_draft proposed tokens right after
  * its tokens, at tokens[n_tokens, n_tokens + n_draft): not part of it until verified.  A
  * step runs them with the pending token; whatever is rejected is dropped and its K/V
- * rolled back (n_computed and the block table trimmed) before anything reads it. */
+ * rolled back (n_computed and the block table trimmed) before anything reads it.
+ *
+ * With a draft model (--spec draft) the sequence also has K/V in the draft's own pool:
+ * draft_table, valid for its first draft_computed tokens.  The draft catches up from
+ * there before it proposes; a rollback only lowers draft_computed (and trims the table),
+ * since whatever the draft's K/V holds past it is rewritten before it is read. */
 #ifndef LLMI_SEQUENCE_H
 #define LLMI_SEQUENCE_H
 
@@ -35,6 +40,8 @@ typedef struct llmi_seq {
                                  decoding sequences that speculate; 0 otherwise */
     int max_total;            /* n_tokens may not exceed this (context and -n) */
     kvcache_table table;
+    kvcache_table draft_table;  /* blocks of the draft model's pool (spec.h), --spec draft only */
+    int draft_computed;       /* leading tokens whose draft K/V is in draft_table */
     sampler_rng rng;
     llmi_request_info info;
     tok_stream stream;        /* only with stop strings: decoded output for matching */

@@ -10,16 +10,8 @@
 need_model
 echo "seed $SEED"
 KEEP=("$TMP/prompts.jsonl")
-python3 - "$SHARED/data/wikitext-2-raw/wiki.test.raw" "$TESTDATA/llamacpp/prompts.jsonl" "$TMP/prompts.jsonl" "$SEED" <<'PY' || fail "making prompts"
-import json, random, sys
-lines = [l.strip() for l in open(sys.argv[1], encoding="utf-8") if len(l.strip()) > 200 and not l.startswith(" =")]
-rnd = random.Random(int(sys.argv[4]))
-out = [l.strip() for l in open(sys.argv[2], encoding="utf-8") if l.strip()]
-for i in range(8):
-    text = " ".join(rnd.choice(lines).split()[:60])
-    out.append(json.dumps({"prompt": f"Repeat the following text word for word.\n\nText: {text}\n\nRepeated text: {text[:40]}"}))
-open(sys.argv[3], "w", encoding="utf-8").write("\n".join(out) + "\n")
-PY
+python3 "$(dirname "$0")/../lib/spec_prompts.py" "$SHARED/data/wikitext-2-raw/wiki.test.raw" \
+  "$TESTDATA/llamacpp/prompts.jsonl" "$TMP/prompts.jsonl" "$SEED" || fail "making prompts"
 run() { "$LLMI" generate --device cpu -m "$MODEL" -n 24 --temp 0 --ignore-eos --json --logprobs 2 --no-stats "$@"; }
 run --prompts "$TMP/prompts.jsonl" >"$TMP/off.json" || fail "--spec off"
 run --prompts "$TMP/prompts.jsonl" --spec ngram >"$TMP/together.json" || fail "together"
