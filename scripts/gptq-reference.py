@@ -23,7 +23,9 @@ shuffle (cli/cmd_quantize.c qc_windows, reproduced below).
       matrices of held-out text (64 x 512 tokens from byte 200000 of the file), and the
       perplexity of each checkpoint's weights in transformers by llama.cpp's rule
       (512-token windows, BOS first if the GGUF adds one, second half scored, 40 windows;
-      --windows and --chunks make it smaller for a smoke test).
+      --windows and --chunks make it smaller for a smoke test; --chunks 0: no perplexity).
+      --json FILE writes the per-linear errors and perplexities; --grams FILE caches the
+      held-out Gram matrices between runs.
 """
 import argparse, json, math, os, shutil, struct, sys, time
 import numpy as np
@@ -308,10 +310,13 @@ def cmd_quantize(a):
     model = load_model(a.gguf)
     ids = tokenize(a.tokenizer, a.calib)
     windows = llmi_windows(ids, a.nsamples, a.seqlen, a.seed)
+    if a.reverse_windows:   # the same tokens, H summed in the other order: the reference's own rounding noise
+        windows = windows.flip(0)
     print(f"reference: {a.nsamples} windows x {a.seqlen} tokens of {a.calib} ({len(ids)} tokens)", file=sys.stderr)
     t0 = time.time()
     grids = sequential(model, windows, a)
     print(f"reference: {time.time() - t0:.0f}s", file=sys.stderr)
+    torch.save(grids, a.out.rstrip("/") + ".grids.pt")   # the grids survive a failure below
     t = st_read(os.path.join(a.like, "model.safetensors"))
     for prefix, (qi, sc, zr, gi) in grids.items():
         qw, qz, s16, g = pack_gptq_v1(qi, sc, zr, gi)
@@ -337,11 +342,17 @@ def cmd_compare(a):
     open(tmp, "w", encoding="utf-8").write(raw)
     ho = tokenize(a.tokenizer, tmp)
     n = min(a.windows, len(ho) // 512)
-    grams = heldout_grams(model, torch.tensor([ho[j * 512:(j + 1) * 512] for j in range(n)]))
+    if a.grams and os.path.exists(a.grams):
+        grams = torch.load(a.grams)
+    else:
+        grams = heldout_grams(model, torch.tensor([ho[j * 512:(j + 1) * 512] for j in range(n)]))
+        if a.grams:
+            torch.save(grams, a.grams)
     cks = [st_read(os.path.join(c, "model.safetensors")) for c in a.ckpt]
     print(f"held-out: {n} x 512 tokens of {a.heldout} from byte 200000; relative output error per linear")
     print("layer linear " + " ".join(os.path.basename(c.rstrip('/')) for c in a.ckpt))
     logs = np.zeros(len(cks))
+    per_linear, ppl = [], {}
     worse = []
     setof = {"self_attn.q_proj": "self_attn.q_proj", "self_attn.k_proj": "self_attn.q_proj",
              "self_attn.v_proj": "self_attn.q_proj", "self_attn.o_proj": "self_attn.o_proj",
@@ -351,12 +362,13 @@ def cmd_compare(a):
         for nme in LINEARS:
             H = grams[(i, setof[nme])].numpy()
             w = W[f"model.layers.{i}.{nme}"]
-            den = np.einsum("ij,jk,ik->", w, H, w)
+            den = np.sum((w @ H) * w)
             es = []
             for t in cks:
                 d = w - unpack_gptq_v1(t, f"model.layers.{i}.{nme}")
-                es.append(np.einsum("ij,jk,ik->", d, H, d) / den)
+                es.append(np.sum((d @ H) * d) / den)
             logs += np.log(es)
+            per_linear.append({"layer": i, "linear": nme, "err": [float(e) for e in es]})
             if len(es) > 1 and es[1] > 0 and es[0] / es[1] > 1.05:
                 worse.append((i, nme, es[0] / es[1]))
             print(f"{i:2d} {nme:17s} " + " ".join(f"{e:.3e}" for e in es), flush=True)
@@ -365,6 +377,11 @@ def cmd_compare(a):
         print(f"linears where {a.ckpt[0]} is > 5% worse than {a.ckpt[1]}: {len(worse)} of {L * 7}")
         for i, nme, r in worse:
             print(f"  layer {i} {nme}: x{r:.3f}")
+    report = {"ckpt": a.ckpt, "heldout_windows": int(n), "per_linear": per_linear, "ppl": ppl}
+    if a.json:
+        json.dump(report, open(a.json, "w"), indent=1)
+    if a.chunks == 0:
+        return
     # perplexity in transformers, llama.cpp's rule, with each checkpoint's served weights
     from gguf import GGUFReader
     r = GGUFReader(a.gguf)
@@ -373,7 +390,8 @@ def cmd_compare(a):
     bos = int(r.fields["tokenizer.ggml.bos_token_id"].parts[-1][0]) if add_bos else -1
     ids = tokenize(a.tokenizer, a.heldout, strip_last_newline=True)
     p, cnt = ppl_llamacpp(model, ids, bos, chunks=a.chunks)
-    print(f"transformers ppl (llama.cpp rule, {a.chunks} x 512, {cnt} predictions): fp {p:.4f}")
+    print(f"transformers ppl (llama.cpp rule, {a.chunks} x 512, {cnt} predictions): fp {p:.4f}", flush=True)
+    ppl["fp"] = p
     for c, t in zip(a.ckpt, cks):
         for i, layer in enumerate(model.model.layers):
             for nme in LINEARS:
@@ -381,6 +399,9 @@ def cmd_compare(a):
                     unpack_gptq_v1(t, f"model.layers.{i}.{nme}")).float()
         p, _ = ppl_llamacpp(model, ids, bos, chunks=a.chunks)
         print(f"transformers ppl: {c} {p:.4f}", flush=True)
+        ppl[c] = p
+        if a.json:
+            json.dump(report, open(a.json, "w"), indent=1)
 
 
 def main():
@@ -397,6 +418,7 @@ def main():
     q.add_argument("--damp", type=float, default=0.01)
     q.add_argument("--asym", dest="sym", action="store_false")
     q.add_argument("--act-order", action="store_true")
+    q.add_argument("--reverse-windows", action="store_true", help="feed the windows in reverse order")
     q.add_argument("--like", required=True)
     q.add_argument("--out", required=True)
     c = sub.add_parser("compare")
@@ -405,6 +427,8 @@ def main():
     c.add_argument("--heldout", required=True)
     c.add_argument("--windows", type=int, default=64, help="held-out windows of 512 tokens")
     c.add_argument("--chunks", type=int, default=40, help="perplexity windows of 512 tokens")
+    c.add_argument("--grams", help="cache of the held-out Gram matrices (torch.save), made if missing")
+    c.add_argument("--json", help="write the per-linear errors and perplexities here")
     c.add_argument("ckpt", nargs="+")
     a = ap.parse_args()
     cmd_quantize(a) if a.cmd == "quantize" else cmd_compare(a)
