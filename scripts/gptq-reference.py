@@ -18,6 +18,12 @@ shuffle (cli/cmd_quantize.c qc_windows, reproduced below).
                     --group-size 64 --like LLMI_GPTQ_DIR --out REF_DIR
       writes REF_DIR: LLMI_GPTQ_DIR's files with every linear replaced by the reference's
       grid (GPTQ v1: fp16 scales, zeros stored minus one), so llmi loads both the same way.
+      --save-stats FILE: the Hessians the reference saw, as an llmi statistics file, so that
+      `llmi quantize --load-stats FILE` runs llmi's algorithm on exactly the reference's inputs;
+      --load-stats FILE: the reference's fasterquant on the Hessians of such a file (no forward).
+      --reverse-windows: the same windows fed in reverse order (H summed in another order: the
+      reference's own rounding noise).  --fresh-params: group parameters from the in-block-
+      updated weights, as llmi takes them, instead of the reference's block-stale W.
   gptq-reference.py compare --gguf M --tokenizer DIR --heldout wiki.test.raw CKPT...
       per linear, tr(D H D^T) / tr(W H W^T) with D = W - Q under the fp model's input Gram
       matrices of held-out text (64 x 512 tokens from byte 200000 of the file), and the
@@ -26,6 +32,8 @@ shuffle (cli/cmd_quantize.c qc_windows, reproduced below).
       --windows and --chunks make it smaller for a smoke test; --chunks 0: no perplexity).
       --json FILE writes the per-linear errors and perplexities; --grams FILE caches the
       held-out Gram matrices between runs.
+  gptq-reference.py agree CKPT_A CKPT_B [-v]
+      the share of int4 values and of scales that differ between two checkpoints, per linear.
 """
 import argparse, json, math, os, shutil, struct, sys, time
 import numpy as np
@@ -101,17 +109,22 @@ class GPTQ:
         self.columns = layer.weight.shape[1]
         self.H = torch.zeros((self.columns, self.columns))
         self.nsamples = 0
+        self.xabs, self.ntok = torch.zeros(self.columns, dtype=torch.float64), 0   # for --save-stats
 
     def add_batch(self, inp):
-        inp = inp.reshape((-1, inp.shape[-1])).t()
+        inp = inp.reshape((-1, inp.shape[-1]))
+        self.xabs += inp.abs().double().sum(0)
+        self.ntok += inp.shape[0]
+        inp = inp.t()
         tmp = 1
         self.H *= self.nsamples / (self.nsamples + tmp)
         self.nsamples += tmp
         inp = math.sqrt(2 / self.nsamples) * inp.float()
         self.H += inp.matmul(inp.t())
 
-    def fasterquant(self, groupsize, blocksize=128, percdamp=.01, actorder=False):
-        """Returns (Q fake-quantized, qint, scales (ng, rows), zeros (ng, rows), g_idx) as the
+    def fasterquant(self, groupsize, blocksize=128, percdamp=.01, actorder=False, fresh_params=False):
+        """fresh_params: group parameters from the in-block-updated weights (llmi's choice)
+        instead of the block-stale W (the reference's).  Returns (Q fake-quantized, qint, scales (ng, rows), zeros (ng, rows), g_idx) as the
         reference computes them; the recording of per-group parameters is AutoGPTQ's."""
         W = self.layer.weight.data.clone().float()
         H = self.H
@@ -138,7 +151,10 @@ class GPTQ:
             for i in range(i2 - i1):
                 w, d = W1[:, i], Hinv1[i, i]
                 if (i1 + i) % groupsize == 0:
-                    self.quantizer.find_params(W[:, (i1 + i):(i1 + i + groupsize)])
+                    if fresh_params:
+                        self.quantizer.find_params(torch.cat([W1[:, i:], W[:, i2:]], 1)[:, :groupsize])
+                    else:
+                        self.quantizer.find_params(W[:, (i1 + i):(i1 + i + groupsize)])
                     scales.append(self.quantizer.scale.flatten().clone())
                     zeros.append(self.quantizer.zero.flatten().clone())
                 sc, zr = self.quantizer.scale, self.quantizer.zero
@@ -156,7 +172,7 @@ class GPTQ:
         return Q, Qint.to(torch.int64), torch.stack(scales), torch.stack(zeros), g_idx
 
 
-def sequential(model, windows, args):
+def sequential(model, windows, args, stats=None):
     """llama.py llama_sequential with true_sequential, one window per forward."""
     layers = model.model.layers
     n = windows.shape[0]
@@ -203,10 +219,16 @@ def sequential(model, windows, args):
                 outs[j] = run(layer, inps[j])
             for h in hs:
                 h.remove()
+            if stats is not None:   # llmi's statistics file: mean|x| and the upper triangle of X^T X / n
+                g0 = g[names[0]]
+                gram = (g0.H.double() * (g0.nsamples / 2.0 / g0.ntok)).numpy().astype(np.float32)
+                stats.write((g0.xabs / g0.ntok).numpy().astype(np.float32).tobytes())
+                stats.write(gram[np.triu_indices(gram.shape[0])].tobytes())
             for name in names:
-                Q, qi, sc, zr, gi = g[name].fasterquant(args.group_size, percdamp=args.damp, actorder=args.act_order)
+                Q, qi, sc, zr, gi = g[name].fasterquant(args.group_size, percdamp=args.damp, actorder=args.act_order,
+                                                        fresh_params=args.fresh_params)
                 full[name].weight.data = Q.to(full[name].weight.dtype)
-                grids[f"model.layers.{i}.{name}"] = (qi, sc, zr, gi)
+                grids[f"model.layers.{i}.{name}"] = (qi.to(torch.uint8), sc, zr, gi)
                 del g[name].H
         for j in range(n):
             outs[j] = run(layer, inps[j])
@@ -306,17 +328,80 @@ def ppl_llamacpp(model, ids, bos, n_ctx=512, chunks=40):
     return math.exp(nll / cnt), cnt
 
 
+def read_llmi_stats(path):
+    """llmi's statistics file (quant/calib_stats.c): per layer and input set mean|x| and the
+    upper triangle of X^T X / n; returns [[gram (cols, cols) fp32] * 4] * n_layers."""
+    import subprocess
+    raw = subprocess.run(["zstd", "-dc", path], check=True, capture_output=True).stdout
+    assert raw[:8] == b"LLMIQST1", f"{path}: not an llmi statistics file"
+    hdr = struct.unpack("<5I", raw[8:28])
+    off, out = 28, []
+    for _ in range(hdr[0]):
+        sets = []
+        for n in hdr[1:]:
+            off += 4 * n
+            nt = n * (n + 1) // 2
+            tri = np.frombuffer(raw[off:off + 4 * nt], np.float32)
+            off += 4 * nt
+            g = np.zeros((n, n), np.float32)
+            g[np.triu_indices(n)] = tri
+            g = g + np.triu(g, 1).T
+            sets.append(g)
+        out.append(sets)
+    assert off == len(raw), f"{path}: {len(raw) - off} bytes past the statistics"
+    return out
+
+
+def from_stats(model, stats, args):
+    """The reference's fasterquant on given Hessians (H = 2 X^T X / n): no calibration
+    forward, so two quantizers can be compared on exactly the same inputs."""
+    sets = {"self_attn.k_proj": 0, "self_attn.v_proj": 0, "self_attn.q_proj": 0, "self_attn.o_proj": 1,
+            "mlp.up_proj": 2, "mlp.gate_proj": 2, "mlp.down_proj": 3}
+    grids = {}
+    for i, layer in enumerate(model.model.layers):
+        t0 = time.time()
+        for name, k in sets.items():
+            g = GPTQ(layer.get_submodule(name))
+            g.quantizer = Quantizer(4, args.sym)
+            g.H = torch.from_numpy(2.0 * stats[i][k])
+            Q, qi, sc, zr, gi = g.fasterquant(args.group_size, percdamp=args.damp, actorder=args.act_order,
+                                              fresh_params=args.fresh_params)
+            grids[f"model.layers.{i}.{name}"] = (qi.to(torch.uint8), sc, zr, gi)
+        print(f"reference: layer {i + 1}/{len(model.model.layers)} {time.time() - t0:.1f}s (from statistics)",
+              file=sys.stderr, flush=True)
+    return grids
+
+
 def cmd_quantize(a):
     model = load_model(a.gguf)
+    if a.load_stats:
+        t0 = time.time()
+        grids = from_stats(model, read_llmi_stats(a.load_stats), a)
+        print(f"reference: {time.time() - t0:.0f}s", file=sys.stderr)
+        return write_like(a, grids)
     ids = tokenize(a.tokenizer, a.calib)
     windows = llmi_windows(ids, a.nsamples, a.seqlen, a.seed)
     if a.reverse_windows:   # the same tokens, H summed in the other order: the reference's own rounding noise
         windows = windows.flip(0)
     print(f"reference: {a.nsamples} windows x {a.seqlen} tokens of {a.calib} ({len(ids)} tokens)", file=sys.stderr)
     t0 = time.time()
-    grids = sequential(model, windows, a)
+    stats = None
+    if a.save_stats:
+        c = model.config
+        stats = open(a.save_stats + ".raw", "wb")
+        stats.write(b"LLMIQST1" + struct.pack("<5I", c.num_hidden_layers, c.hidden_size,
+                                              c.num_attention_heads * (c.hidden_size // c.num_attention_heads),
+                                              c.hidden_size, c.intermediate_size))
+    grids = sequential(model, windows, a, stats)
+    if stats is not None:
+        stats.close()
+        os.system(f"zstd -q -f --rm '{a.save_stats}.raw' -o '{a.save_stats}'")
     print(f"reference: {time.time() - t0:.0f}s", file=sys.stderr)
     torch.save(grids, a.out.rstrip("/") + ".grids.pt")   # the grids survive a failure below
+    write_like(a, grids)
+
+
+def write_like(a, grids):
     t = st_read(os.path.join(a.like, "model.safetensors"))
     for prefix, (qi, sc, zr, gi) in grids.items():
         qw, qz, s16, g = pack_gptq_v1(qi, sc, zr, gi)
@@ -404,13 +489,38 @@ def cmd_compare(a):
             json.dump(report, open(a.json, "w"), indent=1)
 
 
+def cmd_agree(a):
+    """How much two checkpoints' grids agree, per linear: the share of q and of scales that differ."""
+    ta, tb = st_read(os.path.join(a.a, "model.safetensors")), st_read(os.path.join(a.b, "model.safetensors"))
+    layers = sorted({int(k.split(".")[2]) for k in ta if k.endswith(".qweight")})
+
+    def q_of(t, prefix):
+        qw = t[prefix + ".qweight"].view(np.uint32)
+        return np.stack([(qw >> (4 * j)) & 15 for j in range(8)], 1).reshape(-1, qw.shape[1])
+
+    per = {n: [] for n in LINEARS}
+    for i in layers:
+        for n in LINEARS:
+            p = f"model.layers.{i}.{n}"
+            dq = float(np.mean(q_of(ta, p) != q_of(tb, p)))
+            ds = float(np.mean(ta[p + ".scales"] != tb[p + ".scales"]))
+            per[n].append((dq, ds))
+            if a.verbose:
+                print(f"{i:2d} {n:17s} q differ {100 * dq:6.2f}%  scales differ {100 * ds:6.2f}%")
+    print(f"{a.a} vs {a.b}: share of q (and of scales) that differ, layer 0 | median over layers | max")
+    for n in LINEARS:
+        v = np.array(per[n])
+        print(f"  {n:17s} q {100 * v[0, 0]:6.2f}% | {100 * np.median(v[:, 0]):6.2f}% | {100 * v[:, 0].max():6.2f}%"
+              f"   scales {100 * v[0, 1]:6.2f}% | {100 * np.median(v[:, 1]):6.2f}% | {100 * v[:, 1].max():6.2f}%")
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("quantize")
     q.add_argument("--gguf", required=True)
     q.add_argument("--tokenizer", required=True)
-    q.add_argument("--calib", required=True)
+    q.add_argument("--calib", help="calibration text (not with --load-stats)")
     q.add_argument("--nsamples", type=int, default=64)
     q.add_argument("--seqlen", type=int, default=512)
     q.add_argument("--seed", type=int, default=0)
@@ -418,6 +528,10 @@ def main():
     q.add_argument("--damp", type=float, default=0.01)
     q.add_argument("--asym", dest="sym", action="store_false")
     q.add_argument("--act-order", action="store_true")
+    q.add_argument("--fresh-params", action="store_true",
+                   help="group parameters from the in-block-updated weights (llmi's choice), not the block-stale W")
+    q.add_argument("--load-stats", help="quantize from an llmi statistics file (no calibration forward)")
+    q.add_argument("--save-stats", help="also write the Hessians the reference saw as an llmi --load-stats file")
     q.add_argument("--reverse-windows", action="store_true", help="feed the windows in reverse order")
     q.add_argument("--like", required=True)
     q.add_argument("--out", required=True)
@@ -430,8 +544,12 @@ def main():
     c.add_argument("--grams", help="cache of the held-out Gram matrices (torch.save), made if missing")
     c.add_argument("--json", help="write the per-linear errors and perplexities here")
     c.add_argument("ckpt", nargs="+")
+    g = sub.add_parser("agree")
+    g.add_argument("a")
+    g.add_argument("b")
+    g.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
-    cmd_quantize(a) if a.cmd == "quantize" else cmd_compare(a)
+    {"quantize": cmd_quantize, "compare": cmd_compare, "agree": cmd_agree}[a.cmd](a)
 
 
 if __name__ == "__main__":
