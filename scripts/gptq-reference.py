@@ -84,8 +84,10 @@ def quantize(x, scale, zero, maxq):
 
 
 class Quantizer:
-    def __init__(self, bits, sym):
-        self.maxq, self.sym = torch.tensor(2 ** bits - 1), sym
+    def __init__(self, bits, sym, fp16_scale=False):
+        """fp16_scale: round the scale to fp16 before the zero and q are chosen, as the
+        checkpoint stores it (llmi's grid rule); the reference keeps it in fp32."""
+        self.maxq, self.sym, self.fp16_scale = torch.tensor(2 ** bits - 1), sym, fp16_scale
 
     def find_params(self, x):   # perchannel=True, weight=True, mse=False
         tmp = torch.zeros(x.shape[0])
@@ -99,6 +101,8 @@ class Quantizer:
         tmp = (xmin == 0) & (xmax == 0)
         xmin[tmp], xmax[tmp] = -1, +1
         self.scale = (xmax - xmin) / self.maxq
+        if self.fp16_scale:
+            self.scale = self.scale.half().float()
         self.zero = torch.full_like(self.scale, (self.maxq + 1) / 2) if self.sym else torch.round(-xmin / self.scale)
         self.scale, self.zero = self.scale.reshape(-1, 1), self.zero.reshape(-1, 1)
 
