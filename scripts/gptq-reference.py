@@ -34,6 +34,9 @@ shuffle (cli/cmd_quantize.c qc_windows, reproduced below).
       held-out Gram matrices between runs.
   gptq-reference.py agree CKPT_A CKPT_B [-v]
       the share of int4 values and of scales that differ between two checkpoints, per linear.
+  gptq-reference.py ratios --json CMP.json [--json ...] A/B ...
+      per linear type, the distribution of held-out error(A) / error(B) (A, B: checkpoint
+      directory names in the compare files).
 """
 import argparse, json, math, os, shutil, struct, sys, time
 import numpy as np
@@ -518,6 +521,33 @@ def cmd_agree(a):
               f"   scales {100 * v[0, 1]:6.2f}% | {100 * np.median(v[:, 1]):6.2f}% | {100 * v[:, 1].max():6.2f}%")
 
 
+def cmd_ratios(a):
+    """Per linear type, the distribution of err(A) / err(B) from compare --json files."""
+    err = {}
+    for fn in a.json:
+        r = json.load(open(fn))
+        for e in r["per_linear"]:
+            for c, v in zip(r["ckpt"], e["err"]):
+                err.setdefault(os.path.basename(c.rstrip("/")), {})[(e["layer"], e["linear"])] = v
+    for pair in a.pairs:
+        x, y = pair.split("/")
+        keys = sorted(set(err[x]) & set(err[y]))
+        rat = {k: err[x][k] / err[y][k] for k in keys}
+        allr = np.array(list(rat.values()))
+        print(f"{x} / {y}: held-out error ratio over {len(keys)} linears: geo-mean {np.exp(np.mean(np.log(allr))):.3f}, "
+              f"median {np.median(allr):.3f}, max {allr.max():.3f}, > 1.05: {int((allr > 1.05).sum())}, "
+              f"< 1/1.05: {int((allr < 1 / 1.05).sum())}")
+        for n in LINEARS:
+            v = np.array([rat[k] for k in keys if k[1] == n])
+            worst = max((k for k in keys if k[1] == n), key=lambda k: rat[k])
+            print(f"  {n:17s} geo-mean {np.exp(np.mean(np.log(v))):.3f} median {np.median(v):.3f} "
+                  f"min {v.min():.3f} max {v.max():.3f} (layer {worst[0]})  > 1.05: {int((v > 1.05).sum())}/{len(v)}")
+        if a.verbose:
+            for k in keys:
+                if rat[k] > 1.05:
+                    print(f"    layer {k[0]:2d} {k[1]:17s} x{rat[k]:.3f}  ({err[x][k]:.3e} vs {err[y][k]:.3e})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -552,8 +582,12 @@ def main():
     g.add_argument("a")
     g.add_argument("b")
     g.add_argument("-v", "--verbose", action="store_true")
+    rr = sub.add_parser("ratios")
+    rr.add_argument("--json", action="append", required=True, help="a compare --json file (repeatable)")
+    rr.add_argument("-v", "--verbose", action="store_true", help="list every linear above 1.05")
+    rr.add_argument("pairs", nargs="+", help="A/B: checkpoint directory basenames")
     a = ap.parse_args()
-    {"quantize": cmd_quantize, "compare": cmd_compare, "agree": cmd_agree}[a.cmd](a)
+    {"quantize": cmd_quantize, "compare": cmd_compare, "agree": cmd_agree, "ratios": cmd_ratios}[a.cmd](a)
 
 
 if __name__ == "__main__":
