@@ -24,6 +24,7 @@ shuffle (cli/cmd_quantize.c qc_windows, reproduced below).
       --reverse-windows: the same windows fed in reverse order (H summed in another order: the
       reference's own rounding noise).  --fresh-params: group parameters from the in-block-
       updated weights, as llmi takes them, instead of the reference's block-stale W.
+      --fp16-scales: scales rounded to fp16 before the zero and q are chosen, as llmi does.
   gptq-reference.py compare --gguf M --tokenizer DIR --heldout wiki.test.raw CKPT...
       per linear, tr(D H D^T) / tr(W H W^T) with D = W - Q under the fp model's input Gram
       matrices of held-out text (64 x 512 tokens from byte 200000 of the file), and the
@@ -219,7 +220,7 @@ def sequential(model, windows, args, stats=None):
         for names in order:
             g = {name: GPTQ(full[name]) for name in names}
             for name in names:
-                g[name].quantizer = Quantizer(4, args.sym)
+                g[name].quantizer = Quantizer(4, args.sym, args.fp16_scales)
             hs = [full[name].register_forward_hook(lambda m, inp, out, name=name: g[name].add_batch(inp[0].data))
                   for name in names]
             for j in range(n):
@@ -369,7 +370,7 @@ def from_stats(model, stats, args):
         t0 = time.time()
         for name, k in sets.items():
             g = GPTQ(layer.get_submodule(name))
-            g.quantizer = Quantizer(4, args.sym)
+            g.quantizer = Quantizer(4, args.sym, args.fp16_scales)
             g.H = torch.from_numpy(2.0 * stats[i][k])
             Q, qi, sc, zr, gi = g.fasterquant(args.group_size, percdamp=args.damp, actorder=args.act_order,
                                               fresh_params=args.fresh_params)
@@ -564,6 +565,8 @@ def main():
     q.add_argument("--act-order", action="store_true")
     q.add_argument("--fresh-params", action="store_true",
                    help="group parameters from the in-block-updated weights (llmi's choice), not the block-stale W")
+    q.add_argument("--fp16-scales", action="store_true",
+                   help="round each scale to fp16 before its zero and q are chosen (llmi's grid rule)")
     q.add_argument("--load-stats", help="quantize from an llmi statistics file (no calibration forward)")
     q.add_argument("--save-stats", help="also write the Hessians the reference saw as an llmi --load-stats file")
     q.add_argument("--reverse-windows", action="store_true", help="feed the windows in reverse order")
