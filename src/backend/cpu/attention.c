@@ -183,8 +183,17 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
             } else
 #endif
             for (int j = 0; j < cn; j++) s[r][j] = vec_dot_f32(qg, krows[j], hd) * a->scale;
+#if defined(__AVX512F__)
+            /* one reduction instead of a chain of cn dependent scalar maxes, the latency
+             * that bounded attention at long contexts; the same maximum (a signed zero
+             * aside, which exp(s - max) cannot tell apart) */
+            float cx = _mm512_mask_reduce_max_ps((__mmask16)((1u << cn) - 1),
+                                                 _mm512_maskz_loadu_ps((__mmask16)((1u << cn) - 1), s[r]));
+            float cm = cx > m[r] ? cx : m[r];
+#else
             float cm = m[r];
             for (int j = 0; j < cn; j++) cm = s[r][j] > cm ? s[r][j] : cm;
+#endif
             /* 0 on the first chunk (m = -inf); expf(0) is exactly 1, so an unchanged max
              * (the usual case deep into a sequence) skips the call */
             corr[r] = cm == m[r] ? 1.0f : expf(m[r] - cm);
