@@ -27,8 +27,9 @@
 #define MM_MAX_MULTI 8    /* weights one cpu_matmul_multi call shares activations across */
 #define MM_TILE 8         /* tokens computed together: a weight block is unpacked once per tile */
 /* Tokens whose int8 activations every row block reads before the next ones: at 64
- * (~80-210 KB of activations for 576-1536 columns) they stay in L2 while all the rows
- * pass, where 512 tokens' (up to 1.7 MB, re-read once per row block) fell out of it. */
+ * (~75-300 KB of activations, scales and corrections for 576-1536 columns) they stay in
+ * L2 while all the rows pass, where 512 tokens' (1.7 MB and more, re-read once per row
+ * block) fell out of it. */
 #define MM_TOKEN_CHUNK 64
 
 /* ---------------------------------------------------------------- dense weights */
