@@ -13,8 +13,8 @@
 # both use an f16 KV cache (llama-bench's default).
 # llama-bench comes from $LLAMA_BENCH, --llama-bench, or the reference build below.
 # On a CPU that advertises AMX without granting it (this VM), llama.cpp's native build dies
-# with SIGILL in prompt processing: set LLAMA_LIBS to a no-AMX libggml-cpu build (see
-# scripts/bench-cpu-ops.sh) and/or LLAMA_BENCH_ARGS="--repack 0".
+# with SIGILL in prompt processing: set LLAMA_LIBS to a no-AMX libggml-cpu build (the
+# cmake line is in docs/PERF.md, "Machine") and/or LLAMA_BENCH_ARGS="--repack 0".
 set -eu
 cd "$(dirname "$0")/.."
 MODEL="${MODEL:-$(scripts/fetch-model.sh --path)}"

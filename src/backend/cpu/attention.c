@@ -100,6 +100,29 @@ static void chunk_rows(const attn_args *a, const void *cache, const int32_t *tab
     }
 }
 
+#if defined(__AVX512F__)
+/* For four rows that share a full chunk, over 64 dims: a[i] = a[i] * corr[i] +
+ * sum_j p[i][j] v_j.  Each V vector is loaded once for the four rows (the one-row loop
+ * loads it once per row: at long contexts these loads were its bound); every row's own
+ * operations, in their order, are the one-row loop's, so results are bit-identical. */
+static inline void attn_pv_4x64(float *const a[4], const float *const p[4], const float corr[4],
+                                const float *const *vrows, int c0) {
+    __m512 v[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int c = 0; c < 4; c++) v[i][c] = _mm512_mul_ps(_mm512_loadu_ps(a[i] + c0 + 16 * c), _mm512_set1_ps(corr[i]));
+    for (int j = 0; j < ATTN_CHUNK; j++) {
+        __m512 x[4];
+        for (int c = 0; c < 4; c++) x[c] = _mm512_loadu_ps(vrows[j] + c0 + 16 * c);
+        for (int i = 0; i < 4; i++) {
+            __m512 pj = _mm512_set1_ps(p[i][j]);
+            for (int c = 0; c < 4; c++) v[i][c] = _mm512_fmadd_ps(pj, x[c], v[i][c]);
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        for (int c = 0; c < 4; c++) _mm512_storeu_ps(a[i] + c0 + 16 * c, v[i][c]);
+}
+#endif
+
 /* Heads per sub-group that shares a tile, and tokens per tile for that many heads. */
 static int attn_gmax(int head_dim) {
     return ATTN_ACC_FLOATS / head_dim < ATTN_CHUNK ? ATTN_ACC_FLOATS / head_dim : ATTN_CHUNK;
@@ -160,8 +183,17 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
             } else
 #endif
             for (int j = 0; j < cn; j++) s[r][j] = vec_dot_f32(qg, krows[j], hd) * a->scale;
+#if defined(__AVX512F__)
+            /* one reduction instead of a chain of cn dependent scalar maxes, the latency
+             * that bounded attention at long contexts; the same maximum (a signed zero
+             * aside, which exp(s - max) cannot tell apart) */
+            float cx = _mm512_mask_reduce_max_ps((__mmask16)((1u << cn) - 1),
+                                                 _mm512_maskz_loadu_ps((__mmask16)((1u << cn) - 1), s[r]));
+            float cm = cx > m[r] ? cx : m[r];
+#else
             float cm = m[r];
             for (int j = 0; j < cn; j++) cm = s[r][j] > cm ? s[r][j] : cm;
+#endif
             /* 0 on the first chunk (m = -inf); expf(0) is exactly 1, so an unchanged max
              * (the usual case deep into a sequence) skips the call */
             corr[r] = cm == m[r] ? 1.0f : expf(m[r] - cm);
@@ -175,6 +207,15 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
             if (cn <= 0) continue;
             float *ag = acc + (size_t)r * hd;
 #if defined(__AVX512F__)
+            int full4 = hd % 64 == 0 && r + 4 <= nr;
+            for (int k = 0; k < 4 && full4; k++) full4 = len[(r + k) / ng] - p0 >= ATTN_CHUNK;
+            if (full4) {   /* rows r..r+3 all take a full chunk */
+                float *a4[4] = {ag, ag + hd, ag + 2 * hd, ag + 3 * hd};
+                const float *p4[4] = {pr[r], pr[r + 1], pr[r + 2], pr[r + 3]};
+                for (int c0 = 0; c0 < hd; c0 += 64) attn_pv_4x64(a4, p4, corr + r, vrows, c0);
+                r += 3;
+                continue;
+            }
             for (int c = 0; c < hd; c += 16) {
                 __mmask16 mk = hd - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - c)) - 1);
                 __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, ag + c), _mm512_set1_ps(corr[r]));

@@ -26,6 +26,11 @@
 #define MM_ROW_BLOCK 16   /* rows whose weights stay in L1 while a token tile passes */
 #define MM_MAX_MULTI 8    /* weights one cpu_matmul_multi call shares activations across */
 #define MM_TILE 8         /* tokens computed together: a weight block is unpacked once per tile */
+/* Tokens whose int8 activations every row block reads before the next ones: at 64
+ * (~75-300 KB of activations, scales and corrections for 576-1536 columns) they stay in
+ * L2 while all the rows pass, where 512 tokens' (1.7 MB and more, re-read once per row
+ * block) fell out of it. */
+#define MM_TOKEN_CHUNK 64
 
 /* ---------------------------------------------------------------- dense weights */
 
@@ -439,15 +444,15 @@ void cpu_qact_quantize(const cpu_qact *qa, llmi_dtype t, const float *x, int64_t
  * (half the decode time went there); 4 KB ahead measured best on SmolLM2 (1-4 KB tried). */
 #define MM_PREFETCH_BYTES 4096
 
-/* Rows [r0, r1) of a quantized weight for all n tokens, MM_TILE tokens per pass. */
-static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int n, int64_t r0, int64_t r1, float *y) {
-    for (int t0 = 0; t0 < n; t0 += MM_TILE) {
-        int tn = n - t0 < MM_TILE ? n - t0 : MM_TILE;
+/* Rows [r0, r1) of a quantized weight for tokens [ta, tb), MM_TILE tokens per pass. */
+static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb, int64_t r0, int64_t r1, float *y) {
+    for (int t0 = ta; t0 < tb; t0 += MM_TILE) {
+        int tn = tb - t0 < MM_TILE ? tb - t0 : MM_TILE;
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
 #if defined(MM_AVX512)
             /* prefetches are hints: past the end of the weights they are dropped, never fault */
-            if (t0 == 0 && r + 1 < r1)
+            if (t0 == ta && r + 1 < r1)
                 for (size_t off = 0; off < w->row_bytes; off += 64)
                     _mm_prefetch((const char *)wr + MM_PREFETCH_BYTES + off, _MM_HINT_T0);
             if (MM_FAST_NB(qx->nb)) {
@@ -493,13 +498,19 @@ static void matmul_quant(int nw, const llmi_tensor *const *ws, const float *x, i
 #pragma omp for schedule(static)
             for (int tk = 0; tk < n; tk++) cpu_qact_quantize(&qx, t, x, cols, tk, tk + 1);
         }
+        /* static schedules of one trip count give every chunk's row blocks to the same
+         * threads (OpenMP's rule), so no barrier is needed between chunks and each
+         * thread's weights stay in its caches */
+        for (int c0 = 0; c0 < n; c0 += MM_TOKEN_CHUNK) {
+            int c1 = n - c0 < MM_TOKEN_CHUNK ? n : c0 + MM_TOKEN_CHUNK;
 #pragma omp for schedule(static) nowait
-        for (int64_t gb = 0; gb < nrb; gb++) {
-            int wi = 0;
-            while (gb >= rb_end[wi]) wi++;
-            int64_t rb = gb - (wi ? rb_end[wi - 1] : 0), rows = ws[wi]->rows;
-            int64_t r1 = (rb + 1) * MM_ROW_BLOCK < rows ? (rb + 1) * MM_ROW_BLOCK : rows;
-            quant_range(ws[wi], &qx, n, rb * MM_ROW_BLOCK, r1, ys[wi]);
+            for (int64_t gb = 0; gb < nrb; gb++) {
+                int wi = 0;
+                while (gb >= rb_end[wi]) wi++;
+                int64_t rb = gb - (wi ? rb_end[wi - 1] : 0), rows = ws[wi]->rows;
+                int64_t r1 = (rb + 1) * MM_ROW_BLOCK < rows ? (rb + 1) * MM_ROW_BLOCK : rows;
+                quant_range(ws[wi], &qx, c0, c1, rb * MM_ROW_BLOCK, r1, ys[wi]);
+            }
         }
     }
     if (buf != scratch) free(buf);
@@ -542,7 +553,7 @@ void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, 
 void cpu_matmul_rows(const llmi_tensor *w, const float *x, const cpu_qact *qa, int n, int64_t r0, int64_t r1,
                      const float *bias, float *y) {
     if (is_q8_q4(w->dtype))
-        quant_range(w, qa, n, r0, r1, y);
+        quant_range(w, qa, 0, n, r0, r1, y);
     else
         dense_range(w, r0, r1, x, n, y);
     if (bias)
