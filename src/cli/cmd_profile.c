@@ -6,7 +6,9 @@
  * forward (backend->stats); the engine times sampling (after forward) and host/scheduler
  * time (before forward) in its own counters (engine_host_stats).  What the step wall
  * time holds beyond those is reported as "untimed", so nothing is hidden.
- * Steps that carry prompt tokens are the prefill phase, the others decode (as bench).
+ * Steps that carry prompt tokens are the prefill phase, the others decode (as bench), or
+ * verify when they verified speculated tokens (--spec: its time per step against a plain
+ * decode step's; a draft model's proposing is host time, before the forward).
  *
  * Achieved rates compare with the device's peak: measured once here on the CPU (a
  * STREAM-like triad for bandwidth, an fp32 FMA loop for FLOP/s), a table of known GPUs,
@@ -33,14 +35,30 @@ typedef struct profile_args {
     cli_model_opts mo;
     int p, n, b, warmup;
     int prefix_len;               /* --prefix-len: prompt tokens every request shares, cached beforehand */
+    llmi_spec_params spec;        /* --spec, --spec-k, --spec-ngram of every profiled request */
     double peak_bw, peak_flops;   /* bytes/s and FLOP/s; 0 = measure or look up */
     const char *trace;
     report_format fmt;
     uint64_t seed;
 } profile_args;
 
-enum { PH_PREFILL = 0, PH_DECODE, PH_COUNT };
-static const char *k_phase[PH_COUNT] = {"prefill", "decode"};
+enum { PH_PREFILL = 0, PH_DECODE, PH_VERIFY, PH_COUNT };
+static const char *k_phase[PH_COUNT] = {"prefill", "decode", "verify"};
+
+/* A step's phase, and the tokens it counts: prompt tokens computed, tokens decoded, or (verify)
+ * tokens delivered, accepted proposals and bonus tokens together. */
+static int step_phase(const llmi_step_info *info, long *tokens) {
+    if (info->n_prefill_tokens > 0) {
+        *tokens = info->n_prefill_tokens;
+        return PH_PREFILL;
+    }
+    if (info->n_spec_steps > 0) {
+        *tokens = info->n_generated;
+        return PH_VERIFY;
+    }
+    *tokens = info->n_decode_tokens;
+    return PH_DECODE;
+}
 
 /* Pipeline order for the trace and the tables. */
 static const llmi_op_class k_order[LLMI_OP_COUNT] = {
@@ -143,7 +161,8 @@ static void trace_event(trace_w *t, const char *fmt, ...) {
 static void trace_step(trace_w *t, int step, double start_s, const llmi_step_info *info, const llmi_op_stats *d) {
     if (!t->f) return;
     const double us = 1e6;
-    int ph = info->n_prefill_tokens > 0 ? PH_PREFILL : PH_DECODE;
+    long tokens;
+    int ph = step_phase(info, &tokens);
     trace_event(t,
                 "{\"name\":\"step %d (%s)\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":%.3f,\"dur\":%.3f,"
                 "\"args\":{\"prefill_tokens\":%d,\"decode_tokens\":%d,\"seqs\":%d,\"kv_blocks_used\":%d,"
@@ -197,10 +216,11 @@ static void profile_after_step(void *ctx, const llmi_step_info *info, double t0,
         d.calls[c] = now->calls[c] - before->calls[c] + host->calls[c] - before_host->calls[c];
     }
     if (info->n_seqs == 0) return;
-    int ph = info->n_prefill_tokens > 0 ? PH_PREFILL : PH_DECODE;
+    long tokens;
+    int ph = step_phase(info, &tokens);
     phase_acc *a = &r->acc[ph];
     a->steps++;
-    a->tokens += ph == PH_PREFILL ? info->n_prefill_tokens : info->n_decode_tokens;
+    a->tokens += tokens;
     a->wall += info->seconds;
     for (int c = 0; c < LLMI_OP_COUNT; c++) {
         a->ops.seconds[c] += d.seconds[c];
@@ -224,11 +244,17 @@ static const char *profile_usage(void) {
            "                          before the profiled run (a system prompt in steady state): the\n"
            "                          run table shows the prompt tokens served from the cache and\n"
            "                          the prefill time they saved\n"
+           "  --spec ngram|draft|off  speculate in every request (default off): steps that verify\n"
+           "                          proposals are the verify phase, beside plain decode steps\n"
+           "  --spec-k K              tokens proposed per step (default 5)\n"
+           "  --spec-ngram MIN,MAX    n-gram lengths prompt lookup tries (default 2,4)\n"
+           "  --draft-model PATH      the draft model of --spec draft (same vocabulary)\n"
            "  -o md|csv|json|jsonl    output format (default md)   --seed N\n";
 }
 
 static int parse_args(int argc, char **argv, profile_args *a, bool *help, llmi_status *st) {
-    *a = (profile_args){.p = 128, .n = 32, .b = 1, .warmup = 1, .fmt = REPORT_MD, .seed = 42};
+    *a = (profile_args){.p = 128, .n = 32, .b = 1, .warmup = 1, .fmt = REPORT_MD, .seed = 42,
+                        .spec = spec_params_defaults()};
     cli_model_opts_init(&a->mo);
     for (int i = 0; i < argc; i++) {  /* main.c passes the arguments after "profile" */
         const char *f = argv[i], *v;
@@ -246,6 +272,10 @@ static int parse_args(int argc, char **argv, profile_args *a, bool *help, llmi_s
         if (!strcmp(f, "-o")) { VAL(); if (report_format_parse(v, &a->fmt, st)) return st->code; continue; }
         if (!strcmp(f, "--prefix-len")) { VAL(); if (cli_parse_long(f, v, 1, 1 << 20, &n, st)) return st->code; a->prefix_len = (int)n; continue; }
         if (!strcmp(f, "--seed")) { VAL(); if (cli_parse_long(f, v, 0, 0x7fffffffL, &n, st)) return st->code; a->seed = (uint64_t)n; continue; }
+        if (!strcmp(f, "--spec")) { VAL(); if (cli_parse_spec_mode(f, v, &a->spec.mode, st)) return st->code; continue; }
+        if (!strcmp(f, "--spec-k")) { VAL(); if (cli_parse_long(f, v, 1, LLMI_SPEC_MAX_K, &n, st)) return st->code; a->spec.k = (int)n; continue; }
+        if (!strcmp(f, "--spec-ngram")) { VAL(); if (cli_parse_spec_ngram(f, v, &a->spec, st)) return st->code; continue; }
+        if (!strcmp(f, "--draft-model")) { VAL(); a->mo.draft_model = v; continue; }
 #undef VAL
         int rc = cli_parse_model_flag(&a->mo, argc, argv, &i, st);
         if (rc < 0) return st->code;
@@ -253,7 +283,8 @@ static int parse_args(int argc, char **argv, profile_args *a, bool *help, llmi_s
     }
     if (a->prefix_len && a->prefix_len >= a->p)
         return llmi_fail(st, LLMI_E_USAGE, "--prefix-len %d: must be shorter than the prompt (-p %d)", a->prefix_len, a->p);
-    return 0;
+    if (a->spec.mode != LLMI_SPEC_OFF) a->mo.engine.spec_max_k = a->spec.k;
+    return cli_check_draft_flags(&a->mo, a->spec.mode == LLMI_SPEC_DRAFT, st);
 }
 
 /* The provenance columns live in the "run" table, once. */
@@ -377,7 +408,8 @@ static int prime_prefix(llmi_engine *e, const int32_t *prefix, int n_prefix, llm
 
 static int profile_measure(const profile_args *a, const llmi_model *m, llmi_backend *b, llmi_engine *e, FILE *tf,
                            profile_run *run, llmi_status *st) {
-    workload_shape w = {.n_prompt = a->p, .n_gen = a->n, .n_requests = a->b};
+    workload_shape w = {.n_prompt = a->p, .n_gen = a->n, .n_requests = a->b,
+                        .spec = a->spec.mode != LLMI_SPEC_OFF ? a->spec : (llmi_spec_params){0}};
     stats_rng rng;
     stats_rng_seed(&rng, a->seed);
     int rc = 0;

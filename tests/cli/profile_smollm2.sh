@@ -50,3 +50,25 @@ opsl = [e for e in ev if e["ph"] == "X" and e.get("cat") == "op"]
 assert len(opsl) >= 10 * total_steps
 print("profile ok:", {ph: rows[0]["step_ms"] for ph, rows in phases.items()})
 PY
+# --spec draft with SmolLM2 as its own draft: every step after the prompt verifies 6 tokens
+# (5 proposals, all accepted, and the bonus), so the decode tokens come in verify steps; the
+# draft's proposing is host time there.  Without --spec, no verify phase.
+"$LLMI" profile --device cpu -m "$MODEL" -p 16 -n 13 --warmup 0 --spec draft --draft-model "$MODEL" -o json \
+  >"$TMP/s.json" 2>"$TMP/err" || fail "profile --spec draft failed: $(cat "$TMP/err")"
+python3 - "$TMP" <<'PY' || exit 1
+import json, sys
+d = sys.argv[1]
+ops = json.load(open(f"{d}/s.json"))["ops"]
+ver = [r for r in ops if r["phase"] == "verify"]
+assert ver and {r["phase"] for r in ops} == {"prefill", "verify"}, {r["phase"] for r in ops}
+# 13 tokens: 1 from the prompt's step, then 2 verify steps of 6
+assert ver[0]["steps"] == 2 and abs(ver[0]["tokens_per_s"] * ver[0]["step_ms"] * 2 / 1e3 - 12) < 1e-6, ver[0]
+assert abs(sum(r["share_pct"] for r in ver) - 100) <= 2
+host = next(r for r in ver if r["op"] == "host")
+assert host["ms_per_step"] > 0, host
+off = json.load(open(f"{d}/p.json"))["ops"]
+assert "verify" not in {r["phase"] for r in off}
+print("--spec draft: 2 verify steps of 6 tokens,", round(ver[0]["step_ms"], 1), "ms each,",
+      round(host["ms_per_step"], 1), "ms of it proposing (host)")
+PY
+expect_error "--spec draft: needs --draft-model" "$LLMI" profile --device cpu -m "$MODEL" --spec draft
