@@ -120,8 +120,7 @@ void spec_draft_release(spec_draft *d, llmi_seq *s) {
 
 void spec_draft_trim(spec_draft *d, llmi_seq *s) {
     if (s->draft_computed > s->n_tokens - 1) s->draft_computed = s->n_tokens - 1 > 0 ? s->n_tokens - 1 : 0;
-    if (s->draft_table.n_blocks > kvcache_blocks_for(&d->kv, s->n_tokens))
-        kvcache_shrink(&d->kv, &s->draft_table, kvcache_blocks_for(&d->kv, s->n_tokens));
+    kvcache_shrink(&d->kv, &s->draft_table, kvcache_blocks_for(&d->kv, s->n_tokens));   /* no-op when within */
 }
 
 int spec_draft_propose(spec_draft *d, llmi_seq *const *seqs, const int *k, int n, llmi_status *st) {
