@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include "backend/cpu/ops.h"
+#include "backend/cpu/vec.h"
 #include "core/fileio.h"
 #include "test.h"
 
@@ -213,6 +214,95 @@ TEST(cpu_norms_and_swiglu) {
     for (int i = 0; i < n * dim; i++) ref[i] = (float)(x[i] / (1.0 + exp(-(double)x[i])) * d[i]);
     CHECK_MSG(test_nmse(out, ref, (long)n * dim) < 1e-12, "swiglu NMSE %g", test_nmse(out, ref, (long)n * dim));
     free(x); free(w); free(d); free(out); free(ref); free(res); free(resref);
+}
+
+/* SwiGLU's vector body reproduces the scalar formula with libm's expf bit for bit: random
+ * bit patterns (NaN, inf, subnormals included), values near the |g| < 88 switch to the
+ * scalar path, and ordinary activations, at every offset so the vector and tail paths mix. */
+TEST(cpu_swiglu_bits_equal_libm) {
+    rng r = rng_make("swiglu_bits");
+    enum { N = 1 << 16 };
+    float *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N), *out = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) {
+        uint32_t bits = (uint32_t)rng_next(&r);
+        switch (i % 4) {
+        case 0: memcpy(&g[i], &bits, 4); break;                             /* any float */
+        case 1: g[i] = 88.0f + 0.01f * (float)rng_int(&r, 200) - 1.0f; if (i & 8) g[i] = -g[i]; break;
+        default: g[i] = rng_unif(&r) * (i % 4 == 2 ? 12.0f : 90.0f); break;
+        }
+        u[i] = rng_unif(&r) * 4.0f;
+    }
+    long bad = 0;
+    for (int off = 0; off < 17; off++) {
+        cpu_swiglu_range(g, u, (size_t)off, N, out);
+        for (int i = off; i < N; i++) {
+            float want = g[i] / (1.0f + expf(-g[i])) * u[i];
+            if (memcmp(&want, &out[i], 4) != 0) {
+                if (bad++ < 3) fprintf(stderr, "  g=%a u=%a: %a, libm formula %a\n", g[i], u[i], out[i], want);
+            }
+        }
+    }
+    CHECK_MSG(bad == 0, "%ld SwiGLU values differ from the scalar formula", bad);
+    free(g); free(u); free(out);
+}
+
+#if defined(__AVX512F__)
+/* vec_expf16 against libm's expf directly, on every 509th float of |x| < 88 (4.4 million,
+ * every table entry and exponent): a wrong bit in a table entry or coefficient shows here
+ * where the SwiGLU test above would round it away.  (All 2.24e9 floats of the range were
+ * compared once when it was written: none differ.) */
+TEST(cpu_vec_expf_bits_equal_libm) {
+    long bad = 0, n = 0;
+    float x[16], got[16];
+    int k = 0;
+    for (uint64_t bits = 0; bits < (1ull << 32); bits += 509) {
+        float f;
+        uint32_t b = (uint32_t)bits;
+        memcpy(&f, &b, 4);
+        if (!(fabsf(f) < 88.0f)) continue;
+        x[k++] = f;
+        if (k < 16) continue;
+        _mm512_storeu_ps(got, vec_expf16(_mm512_loadu_ps(x)));
+        for (int i = 0; i < 16; i++, n++) {
+            float want = expf(x[i]);
+            if (memcmp(&want, &got[i], 4) != 0 && bad++ < 3) fprintf(stderr, "  expf(%a) = %a, vec %a\n", x[i], want, got[i]);
+        }
+        k = 0;
+    }
+    CHECK(n > 4000000);
+    CHECK_MSG(bad == 0, "%ld of %ld differ", bad, n);
+}
+#endif
+
+/* The KV write's f16/bf16 conversion equals the scalar f32_to_fp16 / f32_to_bf16 (round to
+ * nearest even, overflow to inf, subnormals, NaN) on random bit patterns and ordinary
+ * values, at every length so the vector and tail paths both run. */
+TEST(cpu_kv_write_f16_bf16_bits_equal_scalar) {
+    rng r = rng_make("kv_write_bits");
+    enum { N = 4099 };
+    float *x = malloc(sizeof(float) * N);
+    uint16_t *h = malloc(sizeof(uint16_t) * N);
+    for (int i = 0; i < N; i++) {
+        uint32_t b = (uint32_t)rng_next(&r);
+        if (i % 3 == 0) memcpy(&x[i], &b, 4);
+        else if (i % 3 == 1) x[i] = rng_unif(&r) * 70000.0f;               /* around fp16's range */
+        else x[i] = rng_unif(&r) * 1e-5f;                                  /* fp16 subnormals */
+    }
+    long bad = 0;
+    for (int kind = 0; kind < 2; kind++) {
+        llmi_kv_dtype t = kind ? LLMI_KV_BF16 : LLMI_KV_F16;
+        for (int n = 1; n <= 40; n++) {
+            vec_f32_to_kv(x, t, 1.0f, h, n);
+            for (int i = 0; i < n; i++) bad += h[i] != (kind ? f32_to_bf16(x[i]) : f32_to_fp16(x[i]));
+        }
+        vec_f32_to_kv(x, t, 1.0f, h, N);
+        for (int i = 0; i < N; i++) {
+            uint16_t want = kind ? f32_to_bf16(x[i]) : f32_to_fp16(x[i]);
+            if (h[i] != want && bad++ < 3) fprintf(stderr, "  %s(%a) = %04x, scalar %04x\n", kind ? "bf16" : "f16", x[i], h[i], want);
+        }
+    }
+    CHECK_MSG(bad == 0, "%ld conversions differ", bad);
+    free(x); free(h);
 }
 
 /* transformers' _compute_default_rope_parameters / _compute_llama3_parameters, in double. */
