@@ -70,7 +70,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 FUZZ_NAMES  := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
 
-.PHONY: all test clean san tools fuzz FORCE
+.PHONY: all test clean san tools fuzz kernel-bench FORCE
 all: $(BIN)
 
 $(BIN): $(BUILD)/main.o $(OBJS) $(BUILD)/version.o $(CU_OBJS)
@@ -91,7 +91,14 @@ $(BUILD)/version.o: $(BUILD)/version.c
 
 FORCE:
 
-tools: $(BUILD)/llmi_tests $(if $(filter 1,$(SAN)),$(FUZZ_REPLAY))
+tools: $(BUILD)/llmi_tests $(if $(filter 1,$(SAN)),$(FUZZ_REPLAY),$(BUILD)/kernel_bench)
+
+# Single-thread microbenchmarks of the CPU kernels (tests/bench/kernel_bench.c, docs/PERF.md):
+# thread CPU time, for comparing two builds side by side on a busy machine. Built by
+# `make tools` (so by `make test` and CI) so that it cannot rot unbuilt.
+kernel-bench: $(BUILD)/kernel_bench
+$(BUILD)/kernel_bench: $(BUILD)/tests/bench/kernel_bench.o $(OBJS) $(BUILD)/version.o $(CU_OBJS)
+	$(CC) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/common.o $(BUILD)/tests/fuzz/replay_main.o $(OBJS) $(BUILD)/version.o $(CU_OBJS)
 	@mkdir -p $(dir $@)

@@ -1,0 +1,141 @@
+/* kernel_bench.c — single-thread microbenchmarks of the CPU op twins that dominate a
+ * forward, timed in thread CPU time (best of REPS), so that two builds can be compared
+ * side by side on a busy machine where wall-clock rates of the whole binary scatter.
+ *   build/kernel_bench matmul ROWS COLS N [REPS]   Q4_1 weight x N tokens (cpu_matmul)
+ *   build/kernel_bench attention N [REPS]          causal prefill of N tokens, SmolLM2's
+ *                                                  9 heads / 3 KV heads of 64, f16 KV
+ *   build/kernel_bench swiglu N [REPS]             N elements of silu(gate) * up
+ * Each prints one line: the op, its shape, best ms, and a rate.  Inputs are fixed
+ * pseudo-random values; a checksum of the output is printed so that two builds can be
+ * seen to compute the same thing. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "backend/cpu/ops.h"
+
+static double thread_cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static uint64_t mix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float unif(uint64_t *s) { return (float)((mix(s) >> 40) * (1.0 / 16777216.0)) - 0.5f; }
+
+static double checksum(const float *y, size_t n) {
+    double c = 0;
+    for (size_t i = 0; i < n; i++) c += y[i];
+    return c;
+}
+
+static int bench_matmul(int rows, int cols, int n, int reps) {
+    if (rows <= 0 || cols <= 0 || cols % 32 || n <= 0) {
+        fprintf(stderr, "kernel_bench: matmul needs ROWS > 0, COLS a multiple of 32, N > 0\n");
+        return 2;
+    }
+    uint64_t s = 7;
+    llmi_tensor w = {.dtype = LLMI_Q4_1, .rows = rows, .cols = cols, .row_bytes = (size_t)(cols / 32) * 20};
+    uint8_t *d = malloc(w.row_bytes * (size_t)rows);   /* (rows, cols/32 blocks of 20 bytes) */
+    float *x = malloc(sizeof(float) * (size_t)n * cols), *y = malloc(sizeof(float) * (size_t)n * rows);
+    if (!d || !x || !y) return 1;
+    for (size_t i = 0; i < w.row_bytes * (size_t)rows; i++) d[i] = (uint8_t)mix(&s);
+    for (size_t b = 0; b < (size_t)rows * (cols / 32); b++) {   /* sane block scale and min */
+        uint16_t sc = f32_to_fp16(0.01f + 0.01f * (unif(&s) + 0.5f)), mn = f32_to_fp16(-0.05f);
+        memcpy(d + b * 20, &sc, 2);
+        memcpy(d + b * 20 + 2, &mn, 2);
+    }
+    w.data = d;
+    for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = unif(&s);
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = thread_cpu_s();
+        cpu_matmul(&w, x, n, NULL, y);
+        double t = thread_cpu_s() - t0;
+        best = t < best ? t : best;
+    }
+    printf("matmul q4_1 %dx%d n=%d: best %.3f ms, %.1f GMAC/s, checksum %.9g\n", rows, cols, n, best * 1e3,
+           (double)rows * cols * n / best * 1e-9, checksum(y, (size_t)n * rows));
+    free(d); free(x); free(y);
+    return 0;
+}
+
+static int bench_attention(int n, int reps) {
+    if (n <= 0) {
+        fprintf(stderr, "kernel_bench: attention needs N > 0\n");
+        return 2;
+    }
+    const int nh = 9, nkv = 3, hd = 64, bs = 16, nblk = (n + bs - 1) / bs;
+    const size_t slot = (size_t)nkv * hd;
+    uint64_t s = 11;
+    float *q = malloc(sizeof(float) * (size_t)n * nh * hd);     /* (n, nh, hd) */
+    float *out = malloc(sizeof(float) * (size_t)n * nh * hd);   /* (n, nh, hd) */
+    uint16_t *kc = malloc(2 * slot * (size_t)nblk * bs);          /* (slots, nkv, hd) f16 */
+    uint16_t *vc = malloc(2 * slot * (size_t)nblk * bs);          /* (slots, nkv, hd) f16 */
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n), *seq = calloc((size_t)n, sizeof(int32_t));
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)nblk), qs[2] = {0, n};
+    if (!q || !out || !kc || !vc || !pos || !seq || !table) return 1;
+    for (size_t i = 0; i < (size_t)n * nh * hd; i++) q[i] = unif(&s);
+    for (size_t i = 0; i < slot * (size_t)nblk * bs; i++) {
+        kc[i] = f32_to_fp16(unif(&s));
+        vc[i] = f32_to_fp16(unif(&s));
+    }
+    for (int i = 0; i < n; i++) pos[i] = i;
+    for (int i = 0; i < nblk; i++) table[i] = i;
+    llmi_batch b = {.n_tokens = n, .positions = pos, .slot_mapping = pos, .seq_of_token = seq, .n_seqs = 1,
+                    .query_start = qs, .block_tables = table, .max_blocks_per_seq = nblk};
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = thread_cpu_s();
+        cpu_paged_attention(q, kc, vc, LLMI_KV_F16, NULL, NULL, &b, nh, nkv, hd, bs, 0.125f, out);
+        double t = thread_cpu_s() - t0;
+        best = t < best ? t : best;
+    }
+    double pairs = (double)nh * n * (n + 1) / 2;   /* (query row, key position) pairs */
+    printf("attention f16 n=%d: best %.3f ms, %.2f ns per (row, position), checksum %.9g\n", n, best * 1e3,
+           best / pairs * 1e9, checksum(out, (size_t)n * nh * hd));
+    free(q); free(out); free(kc); free(vc); free(pos); free(seq); free(table);
+    return 0;
+}
+
+static int bench_swiglu(int n, int reps) {
+    if (n <= 0) {
+        fprintf(stderr, "kernel_bench: swiglu needs N > 0\n");
+        return 2;
+    }
+    uint64_t s = 13;
+    float *g = malloc(sizeof(float) * (size_t)n), *u = malloc(sizeof(float) * (size_t)n);
+    float *o = malloc(sizeof(float) * (size_t)n);
+    if (!g || !u || !o) return 1;
+    for (int i = 0; i < n; i++) { g[i] = 8.0f * unif(&s); u[i] = unif(&s); }
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = thread_cpu_s();
+        cpu_swiglu_range(g, u, 0, (size_t)n, o);
+        double t = thread_cpu_s() - t0;
+        best = t < best ? t : best;
+    }
+    printf("swiglu n=%d: best %.3f ms, %.2f ns per element, checksum %.9g\n", n, best * 1e3, best / n * 1e9,
+           checksum(o, (size_t)n));
+    free(g); free(u); free(o);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *op = argc > 1 ? argv[1] : "";
+    if (!strcmp(op, "matmul") && (argc == 5 || argc == 6))
+        return bench_matmul(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc == 6 ? atoi(argv[5]) : 20);
+    if (!strcmp(op, "attention") && (argc == 3 || argc == 4))
+        return bench_attention(atoi(argv[2]), argc == 4 ? atoi(argv[3]) : 20);
+    if (!strcmp(op, "swiglu") && (argc == 3 || argc == 4))
+        return bench_swiglu(atoi(argv[2]), argc == 4 ? atoi(argv[3]) : 200);
+    fprintf(stderr, "usage: kernel_bench matmul ROWS COLS N [REPS] | attention N [REPS] | swiglu N [REPS]\n");
+    return 2;
+}
