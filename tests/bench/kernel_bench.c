@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <omp.h>
 #include "backend/cpu/ops.h"
 
 static double thread_cpu_s(void) {
@@ -129,6 +130,9 @@ static int bench_swiglu(int n, int reps) {
 }
 
 int main(int argc, char **argv) {
+    /* the ops parallelise with OpenMP; the thread CPU time of one thread of a team would
+     * count only its share of the work */
+    omp_set_num_threads(1);
     const char *op = argc > 1 ? argv[1] : "";
     if (!strcmp(op, "matmul") && (argc == 5 || argc == 6))
         return bench_matmul(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc == 6 ? atoi(argv[5]) : 20);

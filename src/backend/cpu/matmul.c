@@ -283,16 +283,38 @@ static inline float half_at(const uint8_t *p) {
 
 #if defined(MM_AVX512)
 /* Row scales (and Q4_1 mins) as fp32, nb rounded up to a multiple of 16 with zeros.
- * One 32-bit gather per 16 block headers (d, or d and m for Q4_1). */
+ * Per 16 block headers: the headers' 64-word windows loaded whole (masked at the row's
+ * end) and the d (and m) words picked out by vpermt2w, lanes 0-15 the scales, 16-31 the
+ * mins.  A 16-lane gather did the same in one instruction, but it is microcoded on some
+ * cores (17% of AMD Zen 4 decode time sat on it). */
 static void row_scales(const uint8_t *wr, llmi_dtype t, int nb, float *dwf, float *mf) {
-    int bb = (int)dtype_block_bytes(t);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32(bb));
+    const int wpb = (int)dtype_block_bytes(t) / 2;   /* 16-bit words per block: 9, 10 or 17 */
+    const int q41 = t == LLMI_Q4_1;
+    const uint16_t *w16 = (const uint16_t *)wr;
+    const __m512i lane = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+                                          15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i blk = _mm512_and_si512(lane, _mm512_set1_epi16(15));
+    /* (lane) word offset of the header word lane wants, from the group's first word */
+    const __m512i idx = _mm512_add_epi16(_mm512_mullo_epi16(blk, _mm512_set1_epi16((short)wpb)),
+                                         _mm512_srli_epi16(lane, 4));
+    const int group_words = 16 * wpb, row_words = nb * wpb;
     for (int b0 = 0; b0 < nb; b0 += 16) {
-        __mmask16 m = nb - b0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b0)) - 1);
-        __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, wr + (size_t)b0 * bb, 1);
-        _mm512_storeu_ps(dwf + b0, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
-        if (t == LLMI_Q4_1) _mm512_storeu_ps(mf + b0, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16))));
+        const int base = b0 * wpb, left = row_words - base;   /* words of the row from the group on */
+        const __mmask32 valid = nb - b0 >= 16 ? 0xffffffffu
+                                              : (((1u << (nb - b0)) - 1) * 0x10001u);
+        __m512i h = _mm512_setzero_si512();
+        for (int w0 = 0; w0 < group_words; w0 += 64) {
+            int n0 = left - w0, n1 = left - w0 - 32;   /* words loadable in each half of the window */
+            __mmask32 m0 = n0 >= 32 ? 0xffffffffu : n0 > 0 ? (1u << n0) - 1 : 0;
+            __mmask32 m1 = n1 >= 32 ? 0xffffffffu : n1 > 0 ? (1u << n1) - 1 : 0;
+            __m512i lo = _mm512_maskz_loadu_epi16(m0, w16 + base + w0);
+            __m512i hi = _mm512_maskz_loadu_epi16(m1, w16 + base + w0 + 32);
+            __mmask32 in = _mm512_cmpge_epi16_mask(idx, _mm512_set1_epi16((short)w0)) &
+                           _mm512_cmplt_epi16_mask(idx, _mm512_set1_epi16((short)(w0 + 64)));
+            h = _mm512_mask_mov_epi16(h, in & valid, _mm512_permutex2var_epi16(lo, idx, hi));
+        }
+        _mm512_storeu_ps(dwf + b0, _mm512_cvtph_ps(_mm512_castsi512_si256(h)));
+        if (q41) _mm512_storeu_ps(mf + b0, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)));
     }
 }
 
@@ -355,6 +377,47 @@ QROW_INSTANCE(1)
 QROW_INSTANCE(2)
 QROW_INSTANCE(4)
 QROW_INSTANCE(8)
+
+/* One token against QR_ROWS rows at once (decode): each row's operations are qrow_1's in
+ * qrow_1's order (bit-identical), with the format a compile-time constant and the token's
+ * int8 activations, scales and corrections loaded once for all the rows.  out[k] = the
+ * 16 partial-sum lanes of row w + k * row_bytes. */
+#define QR_ROWS 4   /* 2 and 8 measured slower on AMD Zen 4 */
+#define QROW1XR_INSTANCE(NAME, DT)                                                                     \
+    static void NAME(const uint8_t *w, size_t row_bytes, const cpu_qact *qx, int tk, __m512 *out) {    \
+        float dw[QR_ROWS][MM_MAX_NB + 16], mf[QR_ROWS][MM_MAX_NB + 16]; /* (row, nb rounded to 16) */  \
+        const int nb = qx->nb, nbp = qx->nbp, q41 = DT == LLMI_Q4_1;                                   \
+        for (int k = 0; k < QR_ROWS; k++) row_scales(w + k * row_bytes, DT, nb, dw[k], mf[k]);         \
+        const __m512i pick = nibble_order(DT)                                                          \
+            ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)                         \
+            : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);                        \
+        const int8_t *xq = qx->q + (size_t)tk * nbp * 32;                                              \
+        const float *dxe = qx->dxe + (size_t)tk * nbp * 8;                                             \
+        const int32_t *corr = qx->corr + (size_t)tk * nbp * 8;                                         \
+        __m512 acc[QR_ROWS];                                                                           \
+        for (int k = 0; k < QR_ROWS; k++) acc[k] = _mm512_setzero_ps();                                \
+        for (int b = 0; b < nb; b += 2) {                                                              \
+            __m512i x = _mm512_loadu_si512(xq + (size_t)b * 32);                                       \
+            __m512 dx = _mm512_loadu_ps(dxe + (size_t)b * 8);                                          \
+            __m512i c0 = q41 ? _mm512_setzero_si512() : _mm512_loadu_si512(corr + (size_t)b * 8);      \
+            for (int k = 0; k < QR_ROWS; k++) {                                                        \
+                __m512 sk = _mm512_mul_ps(_mm512_permutexvar_ps(pick, _mm512_castps128_ps512(          \
+                                _mm_castpd_ps(_mm_load_sd((const double *)(dw[k] + b))))), dx);        \
+                __m512i dk = _mm512_dpbusd_epi32(c0, unpack_pair(w + k * row_bytes, DT, b, nb), x);    \
+                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dk), sk, acc[k]);                          \
+            }                                                                                          \
+        }                                                                                              \
+        if (q41) /* + sum_b m_b * d_x,b * sum(x_q,b) */                                                \
+            for (int b = 0; b < nb; b += 16) {                                                         \
+                __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);    \
+                __m512 sx = _mm512_maskz_loadu_ps(m, qx->sx + (size_t)tk * nbp + b);                   \
+                for (int k = 0; k < QR_ROWS; k++) acc[k] = _mm512_fmadd_ps(_mm512_loadu_ps(mf[k] + b), sx, acc[k]); \
+            }                                                                                          \
+        for (int k = 0; k < QR_ROWS; k++) out[k * MM_TILE] = acc[k];                                   \
+    }
+QROW1XR_INSTANCE(qrow1xr_q4_0, LLMI_Q4_0)
+QROW1XR_INSTANCE(qrow1xr_q4_1, LLMI_Q4_1)
+QROW1XR_INSTANCE(qrow1xr_q8_0, LLMI_Q8_0)
 
 /* acc[i] = the 16 partial sums of token t0 + i against one row, i < tn. */
 static void qrow(const uint8_t *wr, llmi_dtype t, const cpu_qact *qx, int t0, int tn, __m512 *acc) {
@@ -462,7 +525,9 @@ void cpu_qact_quantize(const cpu_qact *qa, llmi_dtype t, const float *x, int64_t
 /* Bytes ahead of the current row that a few-token pass prefetches: each row's first
  * touch is the gather of its block scales, which otherwise waits for memory every row
  * (half the decode time went there); 4 KB ahead measured best on SmolLM2 (1-4 KB tried). */
+#ifndef MM_PREFETCH_BYTES
 #define MM_PREFETCH_BYTES 4096
+#endif
 
 /* Rows [r0, r1) of a quantized weight for tokens [ta, tb), MM_TILE tokens per pass. */
 static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb, int64_t r0, int64_t r1, float *y) {
@@ -473,7 +538,18 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
             for (int64_t rb = r0; rb < r1; rb += 16) {
                 int nr = r1 - rb < 16 ? (int)(r1 - rb) : 16;
                 __m512 acc[16][MM_TILE];   /* (row of the block, token of the tile) partial sums */
-                for (int k = 0; k < nr; k++) {
+                int k0 = 0;
+                if (tn == 1)   /* decode: QR_ROWS rows per pass */
+                    for (; k0 + QR_ROWS <= nr; k0 += QR_ROWS) {
+                        const uint8_t *wr = (const uint8_t *)w->data + (size_t)(rb + k0) * w->row_bytes;
+                        if (t0 == ta)
+                            for (size_t off = 0; off < QR_ROWS * w->row_bytes; off += 64)
+                                _mm_prefetch((const char *)wr + MM_PREFETCH_BYTES + off, _MM_HINT_T0);
+                        if (w->dtype == LLMI_Q4_1) qrow1xr_q4_1(wr, w->row_bytes, qx, t0, &acc[k0][0]);
+                        else if (w->dtype == LLMI_Q4_0) qrow1xr_q4_0(wr, w->row_bytes, qx, t0, &acc[k0][0]);
+                        else qrow1xr_q8_0(wr, w->row_bytes, qx, t0, &acc[k0][0]);
+                    }
+                for (int k = k0; k < nr; k++) {
                     const uint8_t *wr = (const uint8_t *)w->data + (size_t)(rb + k) * w->row_bytes;
                     /* prefetches are hints: past the end of the weights they are dropped, never fault */
                     if (t0 == ta && rb + k + 1 < r1)
