@@ -176,7 +176,10 @@ int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *
     if (p->temperature <= 0.0f) return argmax(logits, n_vocab);
     cand *c = scratch;
     int n = truncate_candidates(logits, n_vocab, p, c);
-    return draw_candidate(c, n, 1.0 / p->temperature, uniform, -1);
+    int32_t tok = draw_candidate(c, n, 1.0 / p->temperature, uniform, -1);
+    /* no candidate has weight (every logit -inf): the first candidate, as argmax and the
+     * device sampler choose, never -1 */
+    return tok >= 0 ? tok : c[0].id;
 }
 
 int32_t sampler_verify_draft(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history,
