@@ -4,8 +4,11 @@
 . "$(dirname "$0")/../lib/common.sh"
 need_model
 L="$LLMI"
-# Chat: the instruct model knows this one.
-out=$("$L" generate --device cpu -m "$MODEL" --chat -p "What is the capital of France?" -n 40 --temp 0 2>"$TMP/err") || fail "chat run failed: $(cat "$TMP/err")"
+# Chat: the instruct model knows this one, and none of its first 8 greedy choices is a
+# near-tie (the closest is 0.89 nats ahead; llama.cpp answers the same).  "What is the
+# capital of France?" is not such a question: its first token is a 0.05-0.09 nat tie
+# between "The" and "L" that rounding decides (llama.cpp 0c1e570 answers "L'Étoile, ...").
+out=$("$L" generate --device cpu -m "$MODEL" --chat -p "Tell me the capital of France." -n 40 --temp 0 2>"$TMP/err") || fail "chat run failed: $(cat "$TMP/err")"
 echo "chat: $out"
 echo "$out" | grep -q "Paris" || fail "expected 'Paris' in the chat answer"
 grep -q "TTFT" "$TMP/err" && grep -q "decode" "$TMP/err" && grep -q "KV blocks" "$TMP/err" || fail "stats missing: $(cat "$TMP/err")"
