@@ -190,6 +190,106 @@ TEST(cpu_matmul_all_dtypes) {
     }
 }
 
+/* The quantized recipe of matmul.c's comment, written here from the GGUF block layout
+ * (FORMATS.md) with plain C arithmetic: int8 activations, exact int32 block dots with the
+ * signed weights, then per block acc = fmaf(dot, d_w * d_x, acc) (Q4_1: then
+ * acc = fmaf(m_w, d_x * sum(x_q), acc)).  cpu_matmul (which packs the raw weight into
+ * 16-row groups first) must give exactly these bits, on shapes whose rows do not fill the
+ * last group, for any number of tokens. */
+static float quant_recipe_ref(const llmi_tensor *w, int row, const float *x) {
+    const uint8_t *p = (const uint8_t *)w->data + w->row_bytes * row;
+    size_t bb = dtype_block_bytes(w->dtype);
+    float acc = 0.0f;
+    for (int b = 0; b < w->cols / 32; b++) {
+        const uint8_t *blk = p + bb * b;
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int32_t dot = 0, sum = 0;
+        for (int j = 0; j < 32; j++) {
+            int v = (int)nearbyintf(xb[j] * id);
+            v = v > 127 ? 127 : (v < -127 ? -127 : v);
+            int q;
+            switch (w->dtype) {
+            case LLMI_Q8_0: q = (int8_t)blk[2 + j]; break;
+            case LLMI_Q4_0: q = (j < 16 ? (blk[2 + j] & 15) : (blk[2 + j - 16] >> 4)) - 8; break;
+            default: q = j < 16 ? (blk[4 + j] & 15) : (blk[4 + j - 16] >> 4); break;
+            }
+            dot += q * v;
+            sum += v;
+        }
+        float s = (float)get_half(blk) * d;
+        acc = fmaf((float)dot, s, acc);
+        if (w->dtype == LLMI_Q4_1) acc = fmaf((float)get_half(blk + 2), d * (float)sum, acc);
+    }
+    return acc;
+}
+
+TEST(cpu_matmul_quant_recipe_exact) {
+    rng r = rng_make("quant_recipe");
+    const int shapes[][2] = {{1, 32}, {17, 96}, {37, 576}, {48, 160}, {5, 1536}};
+    const int ns[] = {1, 2, 5, 8, 13};
+    long bad = 0, total = 0;
+    for (int t = LLMI_Q8_0; t <= LLMI_Q4_1; t++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int rows = shapes[si][0], cols = shapes[si][1], n = ns[si];
+            llmi_tensor w = make_weight(&r, (llmi_dtype)t, rows, cols);
+            float *x = rand_vec(&r, (size_t)n * cols, 2.0f), *y = malloc(sizeof(float) * n * rows);
+            if (n > 1) for (int c = 0; c < 32; c++) x[cols + c] = 0.0f;   /* an all-zero block */
+            cpu_matmul(&w, x, n, NULL, y);
+            for (int i = 0; i < n; i++)
+                for (int o = 0; o < rows; o++, total++) {
+                    float want = quant_recipe_ref(&w, o, x + (size_t)i * cols);
+                    if (memcmp(&want, &y[(size_t)i * rows + o], 4) != 0 && bad++ < 3)
+                        fprintf(stderr, "  %s %dx%d token %d row %d: %a, recipe %a\n", dtype_name((llmi_dtype)t), rows,
+                                cols, i, o, y[(size_t)i * rows + o], want);
+                }
+            free(x); free(y); free(w.owned);
+        }
+    CHECK_MSG(bad == 0, "%ld of %ld outputs differ from the recipe", bad, total);
+}
+
+/* Packing is a permutation of the GGUF bytes: every row's scales (mins) and quants are
+ * found where ops.h says, padding rows are zero, and a packed weight multiplies as the raw one. */
+TEST(cpu_qweight_pack_layout) {
+    rng r = rng_make("qpack");
+    for (int t = LLMI_Q8_0; t <= LLMI_Q4_1; t++) {
+        const int rows = 21, cols = 96, nb = cols / 32;
+        llmi_tensor w = make_weight(&r, (llmi_dtype)t, rows, cols), pk;
+        llmi_status st;
+        CHECK(cpu_qweight_pack(&w, &pk, &st) == 0);
+        CHECK(pk.layout == LLMI_LAYOUT_CPU16 && pk.rows == rows && pk.cols == cols);
+        size_t bb = dtype_block_bytes(w.dtype), pb = 16 * bb, head = t == LLMI_Q4_1 ? 64 : 32;
+        int quads = t == LLMI_Q8_0 ? 8 : 4, mism = 0;
+        CHECK(cpu_qweight_bytes(&w) == 2 * (size_t)nb * pb);
+        for (int row = 0; row < 32; row++)
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *g = (const uint8_t *)pk.data + ((size_t)(row / 16) * nb + b) * pb;
+                const uint8_t *src = row < rows ? (const uint8_t *)w.data + w.row_bytes * row + bb * b : NULL;
+                int i = row % 16;
+                for (int k = 0; k < 2; k++) mism += g[2 * i + k] != (src ? src[k] : 0);
+                if (t == LLMI_Q4_1) for (int k = 0; k < 2; k++) mism += g[32 + 2 * i + k] != (src ? src[2 + k] : 0);
+                const uint8_t *qs = src ? src + (t == LLMI_Q4_1 ? 4 : 2) : NULL;
+                for (int j = 0; j < quads; j++)
+                    for (int e = 0; e < 4; e++) {
+                        uint8_t want = qs ? (uint8_t)(qs[4 * j + e] ^ (t == LLMI_Q8_0 ? 0x80 : 0)) : 0;
+                        mism += g[head + 64 * j + 4 * i + e] != want;
+                    }
+            }
+        CHECK_MSG(mism == 0, "%s: %d packed bytes out of place", dtype_name((llmi_dtype)t), mism);
+        float x[3 * 96], y0[3 * 21], y1[3 * 21];
+        for (int i = 0; i < 3 * 96; i++) x[i] = rng_unif(&r);
+        cpu_matmul(&w, x, 3, NULL, y0);
+        cpu_matmul(&pk, x, 3, NULL, y1);
+        CHECK(memcmp(y0, y1, sizeof y0) == 0);
+        llmi_tensor again;
+        CHECK(cpu_qweight_pack(&pk, &again, &st) != 0);   /* a packed weight is not packed twice */
+        free(pk.owned);
+        free(w.owned);
+    }
+}
+
 TEST(cpu_norms_and_swiglu) {
     rng r = rng_make("norm");
     int n = 7, dim = 203;

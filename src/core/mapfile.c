@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <stdint.h>
 #include <unistd.h>
 
 int mapfile_open(const char *path, size_t min_bytes, const char *kind, uint8_t **map, size_t *size,
@@ -29,4 +30,10 @@ int mapfile_open(const char *path, size_t min_bytes, const char *kind, uint8_t *
     *map = p;
     *size = (size_t)sb.st_size;
     return LLMI_OK;
+}
+
+void mapfile_drop_pages(const void *p, size_t len) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)p + page - 1) & ~(page - 1),
+              e = ((uintptr_t)p + len) & ~(page - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
 }

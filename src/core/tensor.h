@@ -7,8 +7,14 @@
 #include <stdint.h>
 #include "core/dtype.h"
 
+/* How a tensor's bytes are ordered.  ROWS: row-major as below (every loader, every
+ * backend's input).  CPU16: Q8_0/Q4_0/Q4_1 rows regrouped by 16 for the CPU kernels
+ * (backend/cpu/ops.h, cpu_qweight_pack); made and read only inside the CPU backend. */
+typedef enum llmi_layout { LLMI_LAYOUT_ROWS = 0, LLMI_LAYOUT_CPU16 } llmi_layout;
+
 typedef struct llmi_tensor {
     llmi_dtype dtype;
+    llmi_layout layout;
     int64_t rows;        /* out features (1 for a vector) */
     int64_t cols;        /* in features; a multiple of dtype_block_elems(dtype) */
     size_t row_bytes;    /* bytes of one row = cols / block_elems * block_bytes */
@@ -23,7 +29,7 @@ typedef struct llmi_tensor {
     int n_groups;            /* cols / group_size */
 } llmi_tensor;
 
-/* Dequantizes row r of t into out (cols floats).  The CPU backend's reference path. */
+/* Dequantizes row r of t (layout ROWS) into out (cols floats).  The CPU backend's reference path. */
 void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out);
 
 #endif

@@ -1,11 +1,11 @@
 /* kernel_bench.c — single-thread microbenchmarks of the CPU op twins that dominate a
  * forward, timed in thread CPU time (best of REPS), so that two builds can be compared
  * side by side on a busy machine where wall-clock rates of the whole binary scatter.
- *   build/kernel_bench matmul ROWS COLS N [REPS]   Q4_1 weight x N tokens (cpu_matmul)
+ *   build/kernel_bench matmul ROWS COLS N [REPS]   Q4_1 weight (packed) x N tokens (cpu_matmul)
  *   build/kernel_bench attention N [REPS]          causal prefill of N tokens, SmolLM2's
  *                                                  9 heads / 3 KV heads of 64, f16 KV
  *   build/kernel_bench swiglu N [REPS]             N elements of silu(gate) * up
- * Each prints one line: the op, its shape, best ms, and a rate.  Inputs are fixed
+ * One thread.  Each prints one line: the op, its shape, best ms, and a rate.  Inputs are fixed
  * pseudo-random values; a checksum of the output is printed so that two builds can be
  * seen to compute the same thing. */
 #include <math.h>
@@ -54,17 +54,20 @@ static int bench_matmul(int rows, int cols, int n, int reps) {
         memcpy(d + b * 20 + 2, &mn, 2);
     }
     w.data = d;
+    llmi_tensor pk;   /* the layout the backend runs on: packed once, as at load */
+    llmi_status st;
+    if (cpu_qweight_pack(&w, &pk, &st)) { fprintf(stderr, "kernel_bench: %s\n", st.msg); return 1; }
     for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = unif(&s);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = thread_cpu_s();
-        cpu_matmul(&w, x, n, NULL, y);
+        cpu_matmul(&pk, x, n, NULL, y);
         double t = thread_cpu_s() - t0;
         best = t < best ? t : best;
     }
     printf("matmul q4_1 %dx%d n=%d: best %.3f ms, %.1f GMAC/s, checksum %.9g\n", rows, cols, n, best * 1e3,
            (double)rows * cols * n / best * 1e-9, checksum(y, (size_t)n * rows));
-    free(d); free(x); free(y);
+    free(d); free(x); free(y); free(pk.owned);
     return 0;
 }
 

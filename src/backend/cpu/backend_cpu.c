@@ -1,6 +1,8 @@
 /* backend_cpu.c — owns the CPU backend: the workspaces, the paged KV cache in host
- * memory and the Llama-block forward pass built from the op twins in cpu/ops.h.
- * Weights are read in place from the model (mmap or loader-owned memory). */
+ * memory, the packed copies of the quantized weights, and the Llama-block forward pass
+ * built from the op twins in cpu/ops.h.  Q8_0/Q4_0/Q4_1 linear weights are packed once
+ * (cpu_qweight_pack) and their file pages dropped; every other weight is read in place
+ * from the model (mmap or loader-owned memory). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 #include "backend/cost.h"
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/ops.h"
+#include "core/mapfile.h"
 
 
 static size_t cpu_kv_block_bytes(const llmi_backend *b) {
@@ -79,9 +82,63 @@ static int cpu_kv_write_block(llmi_backend *b, int block, const void *src, llmi_
     return cpu_kv_block_copy(b, block, (void *)src, false, st);
 }
 
+static const llmi_tensor *layer_weight(const llmi_layer *L, int i) {
+    const llmi_tensor *w[CPU_W_PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    return w[i];
+}
+
+/* Whether [p, p + len) lies inside one of the model's file mappings. */
+static bool in_mapping(const llmi_model *m, const void *p, size_t len) {
+    for (int i = 0; i < m->n_maps; i++) {
+        const char *a = m->maps[i].addr;
+        if ((const char *)p >= a && (const char *)p + len <= a + m->maps[i].len) return true;
+    }
+    return false;
+}
+
+static size_t tensor_bytes(const llmi_tensor *t) { return (size_t)t->rows * t->row_bytes; }
+
+/* The forward's weight at slot: the packed copy of src when it packs, else src itself. */
+static int refresh_one(llmi_backend *b, cpu_packed *slot, const llmi_tensor *src, const llmi_tensor **use,
+                       llmi_status *st) {
+    if (!cpu_qweight_packable(src)) {
+        *use = src;
+        return LLMI_OK;
+    }
+    if (slot->src != src->data || slot->dtype != src->dtype || slot->rows != src->rows || slot->cols != src->cols) {
+        free(slot->t.owned);
+        memset(slot, 0, sizeof *slot);
+        if (cpu_qweight_pack(src, &slot->t, st)) return st->code;
+        *slot = (cpu_packed){src->data, src->dtype, src->rows, src->cols, slot->t};
+        /* the embedding table stays in use (a tied lm_head reads the same bytes) */
+        if (src->data != b->model->tok_embd.data && in_mapping(b->model, src->data, tensor_bytes(src)))
+            mapfile_drop_pages(src->data, tensor_bytes(src));
+    }
+    *use = &slot->t;
+    return LLMI_OK;
+}
+
+int cpu_weights_refresh(llmi_backend *b, llmi_status *st) {
+    cpu_impl *im = b->impl;
+    const llmi_model *m = b->model;
+    const int L = m->cfg.n_layers;
+    size_t bytes = tensor_bytes(&m->tok_embd);
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < CPU_W_PER_LAYER; i++) {
+            const llmi_tensor *src = layer_weight(&m->layers[l], i), **use = &im->lw[(size_t)l * CPU_W_PER_LAYER + i];
+            if (refresh_one(b, &im->packed[(size_t)l * CPU_W_PER_LAYER + i], src, use, st)) return st->code;
+            bytes += (*use)->layout == LLMI_LAYOUT_CPU16 ? cpu_qweight_bytes(*use) : tensor_bytes(*use);
+        }
+    if (refresh_one(b, &im->packed[(size_t)L * CPU_W_PER_LAYER], &m->lm_head, &im->lm_head, st)) return st->code;
+    if (im->lm_head->layout == LLMI_LAYOUT_CPU16) bytes += cpu_qweight_bytes(im->lm_head);
+    else if (im->lm_head->data != m->tok_embd.data) bytes += tensor_bytes(im->lm_head);
+    im->weight_bytes = bytes;
+    return LLMI_OK;
+}
+
 static void cpu_memory(const llmi_backend *b, size_t *weights, size_t *kv, size_t *activations) {
     const cpu_impl *im = b->impl;
-    if (weights) *weights = b->model->weight_bytes;   /* read in place, not copied */
+    if (weights) *weights = im->weight_bytes;
     if (kv) *kv = im->kv_bytes;
     if (activations) *activations = im->ws_bytes;
 }
@@ -95,6 +152,9 @@ static void cpu_destroy(llmi_backend *b) {
         free(im->rope_cs); free(im->rope_sn);
         free(im->seq_maxpos); free(im->kv); free(im->mm_scratch); free(im->kv_scale);
         cpu_step_destroy(im->step);
+        for (int i = 0; im->packed && i <= b->model->cfg.n_layers * CPU_W_PER_LAYER; i++) free(im->packed[i].t.owned);
+        free(im->packed);
+        free(im->lw);
         free(im);
     }
     free(b);
@@ -160,11 +220,12 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
         prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, add, sizeof(float)));
         TAP(l, LLMI_TAP_ATTN_IN, im->xn, dim);
 
-        const llmi_tensor *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
+        const llmi_tensor *const *W = im->lw + (size_t)l * CPU_W_PER_LAYER;
+        const llmi_tensor *qkv_w[3] = {W[CPU_W_Q], W[CPU_W_K], W[CPU_W_V]};
         const float *qkv_b[3] = {L->bq, L->bk, L->bv};
         float *qkv_y[3] = {im->q, im->k, im->v};
         cpu_matmul_multi(3, qkv_w, im->xn, n, qkv_b, qkv_y, im->mm_scratch, im->mm_scratch_bytes);
-        prof(b, LLMI_OP_QKV, t0, cost_sum(mm_cost(&L->wq, n), cost_sum(mm_cost(&L->wk, n), mm_cost(&L->wv, n))));
+        prof(b, LLMI_OP_QKV, t0, cost_sum(mm_cost(W[CPU_W_Q], n), cost_sum(mm_cost(W[CPU_W_K], n), mm_cost(W[CPU_W_V], n))));
 
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
         cpu_rope_kv_write_table(im->q, im->k, im->v, im->rope_cs, im->rope_sn, bt->slot_mapping, n, nh, nkv, hd, kc,
@@ -179,25 +240,25 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
         TAP(l, LLMI_TAP_O_IN, im->att, qd);
 
         const float *bo[1] = {L->bo};
-        const llmi_tensor *wo[1] = {&L->wo};
+        const llmi_tensor *wo[1] = {W[CPU_W_O]};
         cpu_matmul_multi(1, wo, im->att, n, bo, &im->delta, im->mm_scratch, im->mm_scratch_bytes);
-        prof(b, LLMI_OP_O_PROJ, t0, mm_cost(&L->wo, n));
+        prof(b, LLMI_OP_O_PROJ, t0, mm_cost(W[CPU_W_O], n));
 
         cpu_add_rmsnorm(im->x, im->delta, L->ffn_norm, n, dim, c->norm_eps, im->xn);
         prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, true, sizeof(float)));
         TAP(l, LLMI_TAP_MLP_IN, im->xn, dim);
 
-        const llmi_tensor *gu_w[2] = {&L->w_gate, &L->w_up};
+        const llmi_tensor *gu_w[2] = {W[CPU_W_GATE], W[CPU_W_UP]};
         float *gu_y[2] = {im->gate, im->up};
         cpu_matmul_multi(2, gu_w, im->xn, n, NULL, gu_y, im->mm_scratch, im->mm_scratch_bytes);
-        prof(b, LLMI_OP_MLP_UP, t0, cost_sum(mm_cost(&L->w_gate, n), mm_cost(&L->w_up, n)));
+        prof(b, LLMI_OP_MLP_UP, t0, cost_sum(mm_cost(W[CPU_W_GATE], n), mm_cost(W[CPU_W_UP], n)));
 
         cpu_swiglu(im->gate, im->up, n, ffn, im->gate);
         prof(b, LLMI_OP_ACT, t0, cost_swiglu(n, ffn, sizeof(float)));
         TAP(l, LLMI_TAP_DOWN_IN, im->gate, ffn);
 
-        cpu_matmul_1(im, &L->w_down, im->gate, n, im->delta);
-        prof(b, LLMI_OP_MLP_DOWN, t0, mm_cost(&L->w_down, n));
+        cpu_matmul_1(im, W[CPU_W_DOWN], im->gate, n, im->delta);
+        prof(b, LLMI_OP_MLP_DOWN, t0, mm_cost(W[CPU_W_DOWN], n));
         *pending = true;
     }
 #undef TAP
@@ -214,7 +275,7 @@ static int threads_enter(const llmi_backend *b) {
 }
 
 static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llmi_status *st) {
-    if (check_batch(b, bt, st)) return st->code;
+    if (check_batch(b, bt, st) || cpu_weights_refresh(b, st)) return st->code;
     cpu_impl *im = b->impl;
     const llmi_model *m = b->model;
     const llmi_config *c = &m->cfg;
@@ -240,15 +301,15 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
     if (nl > 0) {
         cpu_rmsnorm(im->lg, m->out_norm, nl, dim, c->norm_eps, im->lg);
         prof(b, LLMI_OP_NORM, &t0, cost_rmsnorm(nl, dim, true, sizeof(float)));
-        cpu_matmul_1(im, &m->lm_head, im->lg, nl, logits);
-        prof(b, LLMI_OP_LM_HEAD, &t0, mm_cost(&m->lm_head, nl));
+        cpu_matmul_1(im, im->lm_head, im->lg, nl, logits);
+        prof(b, LLMI_OP_LM_HEAD, &t0, mm_cost(im->lm_head, nl));
     }
     omp_set_num_threads(prev_threads);
     return rc;
 }
 
 static int cpu_forward_layers(llmi_backend *b, const llmi_batch *bt, llmi_layer_run *run, llmi_status *st) {
-    if (check_batch(b, bt, st)) return st->code;
+    if (check_batch(b, bt, st) || cpu_weights_refresh(b, st)) return st->code;
     cpu_impl *im = b->impl;
     const llmi_model *m = b->model;
     const int n = bt->n_tokens, dim = m->cfg.dim;
@@ -374,7 +435,9 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     im->mm_scratch_bytes = sz[CPU_WS_COUNT - 1];
     im->mm_scratch = aligned_alloc(64, im->mm_scratch_bytes);
     im->ws_bytes += im->mm_scratch_bytes;
-    if (fail || !im->seq_maxpos || !im->mm_scratch || !im->kv_scale) {
+    im->packed = calloc((size_t)c->n_layers * CPU_W_PER_LAYER + 1, sizeof *im->packed);
+    im->lw = calloc((size_t)c->n_layers * CPU_W_PER_LAYER, sizeof *im->lw);
+    if (fail || !im->seq_maxpos || !im->mm_scratch || !im->kv_scale || !im->packed || !im->lw) {
         cpu_destroy(b);
         return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: cannot allocate workspaces for %d tokens", o->max_batch_tokens);
     }
@@ -387,6 +450,10 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
         }
     }
     backend_rope_inv_freq(c, im->inv_freq);
+    if (cpu_weights_refresh(b, st)) {   /* packed now, so the first forward's TTFT does not pay for it */
+        cpu_destroy(b);
+        return st->code;
+    }
     *out = b;
     return 0;
 }

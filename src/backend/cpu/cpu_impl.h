@@ -10,6 +10,18 @@
 
 typedef struct cpu_step cpu_step;
 
+/* A layer's linear weights, in the order the forward uses them. */
+enum { CPU_W_Q, CPU_W_K, CPU_W_V, CPU_W_O, CPU_W_GATE, CPU_W_UP, CPU_W_DOWN, CPU_W_PER_LAYER };
+
+/* One weight position's packed copy (cpu_qweight_pack), remade when the model's tensor at
+ * that position changes (the quantizer swaps layers and tensors under a live backend). */
+typedef struct cpu_packed {
+    const void *src;            /* data of the model tensor it was packed from; NULL = none */
+    llmi_dtype dtype;
+    int64_t rows, cols;
+    llmi_tensor t;              /* t.owned: the packed bytes */
+} cpu_packed;
+
 typedef struct cpu_impl {
     int max_tokens, max_seqs;
     float *x;        /* (max_tokens, dim) residual stream */
@@ -33,7 +45,16 @@ typedef struct cpu_impl {
                         calibrated scales (a per-batch calibration would make outputs batch dependent) */
     size_t kv_bytes, ws_bytes;
     cpu_step *step;  /* the fused small-batch forward's team state (NULL: every batch takes run_layers) */
+    cpu_packed *packed;          /* (n_layers * CPU_W_PER_LAYER + 1) packed copies; the last is lm_head's */
+    const llmi_tensor **lw;      /* (n_layers, CPU_W_PER_LAYER) the weights the forward reads: a packed
+                                    copy, or the model's own tensor (dense, int4) */
+    const llmi_tensor *lm_head;  /* likewise */
+    size_t weight_bytes;         /* packed copies + the tensors read in place (embedding table included) */
 } cpu_impl;
+
+/* Points lw / lm_head at packed copies of the model's current Q8_0/Q4_0/Q4_1 weights,
+ * packing those that changed since the last call (all of them the first time). */
+int cpu_weights_refresh(llmi_backend *b, llmi_status *st);
 
 /* Profiling: adds the time since *t0 and the op's cost to class c. */
 static inline void prof(llmi_backend *b, llmi_op_class c, double *t0, llmi_op_cost cost) {

@@ -3,33 +3,38 @@
  * Numeric recipe (one per dtype, used for every n so results are batch invariant):
  *  - F32/F16/BF16 weights: fp32 FMA dot products over the row, 16 fixed lanes, reduced
  *    in a fixed order.
- *  - Q8_0/Q4_0/Q4_1 weights: each activation row is quantized to int8 blocks of 32 with
- *    one fp32 scale per block (as llama.cpp's Q8_0/Q8_1 activations); block dots are exact
- *    int32 (AVX-512 VNNI vpdpbusd: unsigned weight nibble/byte x signed activation byte),
- *    scaled by d_w * d_x in fp32.  vpdpbusd wants an unsigned operand, so Q4_0 (q - 8)
- *    and Q8_0 (q, signed) are computed as (u - k) with u = q + k unsigned and the exact
- *    integer correction -k * sum(x_q) preloaded into the accumulator; Q4_1's "+ m" term
- *    is sum_b m_b * d_x,b * sum(x_q,b), one short fp32 dot per row.
+ *  - Q8_0/Q4_0/Q4_1 weights, packed at load (cpu_qweight_pack: rows in groups of 16, so
+ *    one 64-byte load holds 4 quants of 16 rows): each activation row is quantized to
+ *    int8 blocks of 32 with one fp32 scale d_x per block (as llama.cpp's Q8_0/Q8_1
+ *    activations).  Per (row, token), over the blocks b in order, starting from 0:
+ *        is  = sum_j u_j * x_q,j - k * sum_j x_q,j      exact int32 (AVX-512 VNNI vpdpbusd:
+ *                                                       unsigned weight x signed activation)
+ *        acc = fma((float)is, d_w * d_x, acc)           d_w * d_x rounded to fp32 first
+ *        acc = fma(m_w, d_x * sum_j x_q,j, acc)         Q4_1 only (its "+ m" term)
+ *    where u = q + k is the unsigned weight (Q4_0 k = 8, Q8_0 k = 128, Q4_1 k = 0).  The
+ *    AVX-512 kernel computes 16 rows per lane vector; the portable one the same
+ *    operations one (row, token) at a time, so the two give the same bits.
  *  - LLMI_I4G (GPTQ/AWQ int4) weights: a block of rows is dequantized exactly
  *    (scale * (q - zero) in fp32, as quant_dequant_row) into a thread's fp32 buffer, then
  *    the dense kernel runs over it; the int4 weights are read once per call.
  * A token's dot products never mix with another token's, and the per-token operation
  * sequence is identical whatever tile of tokens it was computed in. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "backend/cpu/ops.h"
 #include "core/int4.h"
 #if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
-#define MM_ROW_BLOCK 16   /* rows whose weights stay in L1 while a token tile passes */
+#define MM_ROW_BLOCK 16   /* rows of a dense weight per task */
 #define MM_MAX_MULTI 8    /* weights one cpu_matmul_multi call shares activations across */
 #define MM_TILE 8         /* tokens computed together: a weight block is unpacked once per tile */
-/* Tokens whose int8 activations every row block reads before the next ones: at 64
- * (~75-300 KB of activations, scales and corrections for 576-1536 columns) they stay in
- * L2 while all the rows pass, where 512 tokens' (1.7 MB and more, re-read once per row
- * block) fell out of it. */
+/* Tokens whose int8 activations every row group reads before the next ones: at 64
+ * (~45-400 KB of activations and block sums for 576-5632 columns) they stay in L2 while
+ * all the rows pass, where 512 tokens' (re-read once per row group) fell out of it. */
 #define MM_TOKEN_CHUNK 64
 
 /* ---------------------------------------------------------------- dense weights */
@@ -156,424 +161,263 @@ static void matmul_i4g(const llmi_tensor *w, const float *x, int n, float *y) {
 
 /* ---------------------------------------------------------------- quantized weights */
 
-/* Whether the AVX-512 kernel reads this format's activations in "nibble order": per block
- * pair, x0[0:16] x1[0:16] x0[16:32] x1[16:32], the order two Q4 blocks' low then high
- * nibbles come out of one 256-bit load, so unpacking needs no lane shuffle. */
-static int nibble_order(llmi_dtype t) {
-#if defined(MM_AVX512)
-    return t == LLMI_Q4_0 || t == LLMI_Q4_1;
-#else
-    (void)t;
-    return 0;
-#endif
+static int is_q8_q4(llmi_dtype t) { return t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1; }
+
+/* Packed layout (ops.h): per group of QP_ROWS rows and 32-column block, the rows' fp16
+ * scales d, for Q4_1 their fp16 mins m, then qp_quads(t) quads of (QP_ROWS rows x 4 bytes).
+ * A Q8_0 quant is stored as u = q + 128 and a Q4_0 nibble as u = q (its -8 applied as a
+ * correction), so that every weight operand of vpdpbusd is unsigned. */
+#define QP_ROWS 16
+static int qp_quads(llmi_dtype t) { return t == LLMI_Q8_0 ? 8 : 4; }
+static size_t qp_head(llmi_dtype t) { return t == LLMI_Q4_1 ? 4 * QP_ROWS : 2 * QP_ROWS; }
+static size_t qp_block(llmi_dtype t) { return QP_ROWS * dtype_block_bytes(t); }   /* = head + quads * 64 */
+/* The unsigned weights are q + k: the block's integer dot carries -k * sum(x_q). */
+static int qp_k(llmi_dtype t) { return t == LLMI_Q4_0 ? 8 : (t == LLMI_Q8_0 ? 128 : 0); }
+
+int cpu_qweight_packable(const llmi_tensor *w) {
+    return is_q8_q4(w->dtype) && w->layout == LLMI_LAYOUT_ROWS && w->cols % 32 == 0;
 }
 
-#if !defined(MM_AVX512)
-/* Activation row t -> int8 blocks (d = amax/127, q = round-to-even(x * 127/amax)). */
-static void quantize_token(const float *x, const cpu_qact *qx, int t, int k, int nib) {
-    int8_t *q = qx->q + (size_t)t * qx->nbp * 32;
-    float *dxe = qx->dxe + (size_t)t * qx->nbp * 8;
-    int32_t *corr = qx->corr + (size_t)t * qx->nbp * 8;
-    float *sx = qx->sx + (size_t)t * qx->nbp;
-    for (int p = 0; p < qx->nbp / 2; p++) {
-        int8_t tmp[64];   /* the pair's two blocks in natural order */
-        float d[2];
-        for (int h = 0; h < 2; h++) {
-            int b = 2 * p + h;
-            if (b >= qx->nb) {
-                memset(tmp + 32 * h, 0, 32);
-                d[h] = 0.0f;
-                sx[b] = 0.0f;
-                continue;
+size_t cpu_qweight_bytes(const llmi_tensor *w) {
+    return (size_t)((w->rows + QP_ROWS - 1) / QP_ROWS) * (size_t)(w->cols / 32) * qp_block(w->dtype);
+}
+
+int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st) {
+    if (!cpu_qweight_packable(w))
+        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: cannot pack a %s weight of %lld x %lld",
+                         dtype_name(w->dtype), (long long)w->rows, (long long)w->cols);
+    const llmi_dtype t = w->dtype;
+    const int64_t groups = (w->rows + QP_ROWS - 1) / QP_ROWS, nb = w->cols / 32;
+    const size_t bb = dtype_block_bytes(t), pb = qp_block(t), head = qp_head(t), bytes = cpu_qweight_bytes(w);
+    uint8_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: out of memory packing a %lld x %lld %s weight (%zu MiB)",
+                         (long long)w->rows, (long long)w->cols, dtype_name(t), bytes >> 20);
+#pragma omp parallel for schedule(static) if (bytes > (1u << 20))
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = p + ((size_t)g * nb + b) * pb;   /* (head, quads, QP_ROWS, 4) */
+            memset(o, 0, pb);                              /* rows past the end stay zero */
+            for (int i = 0; i < QP_ROWS && g * QP_ROWS + i < w->rows; i++) {
+                const uint8_t *src = (const uint8_t *)w->data + (size_t)(g * QP_ROWS + i) * w->row_bytes + b * bb;
+                memcpy(o + 2 * i, src, 2);                                           /* d */
+                if (t == LLMI_Q4_1) memcpy(o + 2 * QP_ROWS + 2 * i, src + 2, 2);      /* m */
+                const uint8_t *qs = src + (t == LLMI_Q4_1 ? 4 : 2);
+                for (int j = 0; j < qp_quads(t); j++)
+                    for (int e = 0; e < 4; e++) {
+                        uint8_t v = qs[4 * j + e];
+                        o[head + (size_t)j * 4 * QP_ROWS + 4 * i + e] = t == LLMI_Q8_0 ? (uint8_t)(v ^ 0x80) : v;
+                    }
             }
-            const float *xb = x + (size_t)b * 32;
-            float amax = 0.0f;
-            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
-            float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-            d[h] = amax / 127.0f;
-            int sum = 0;
-            for (int j = 0; j < 32; j++) {
-                int v = (int)nearbyintf(xb[j] * id);   /* round half to even, inlined */
-                v = v > 127 ? 127 : (v < -127 ? -127 : v);
-                tmp[32 * h + j] = (int8_t)v;
-                sum += v;
-            }
-            sx[b] = d[h] * (float)sum;
         }
-        int8_t *o = q + (size_t)p * 64;
-        if (nib) {
-            memcpy(o, tmp, 16);
-            memcpy(o + 16, tmp + 32, 16);
-            memcpy(o + 32, tmp + 16, 16);
-            memcpy(o + 48, tmp + 48, 16);
-        } else {
-            memcpy(o, tmp, 64);
-        }
-        for (int l = 0; l < 16; l++) {   /* int32 lane l multiplies bytes 4l..4l+3 */
-            const int8_t *g = o + 4 * l;
-            dxe[p * 16 + l] = d[nib ? (l >> 2) & 1 : l >> 3];
-            corr[p * 16 + l] = -k * (g[0] + g[1] + g[2] + g[3]);
-        }
-    }
-}
-
-#endif
-
-#if defined(MM_AVX512)
-/* Activation row t -> int8 blocks (d = amax/127, q = round-to-even(x * 127/amax)),
- * 16 lanes at a time (cvtps rounds to nearest even, as nearbyintf does in the scalar
- * build). */
-static void quantize_token(const float *x, const cpu_qact *qx, int t, int k, int nib) {
-    int8_t *q = qx->q + (size_t)t * qx->nbp * 32;
-    float *dxe = qx->dxe + (size_t)t * qx->nbp * 8;
-    int32_t *corr = qx->corr + (size_t)t * qx->nbp * 8;
-    float *sx = qx->sx + (size_t)t * qx->nbp;
-    const __m512i pick = nib ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)
-                             : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i ones = _mm512_set1_epi8(1);
-    for (int p = 0; p < qx->nbp / 2; p++) {
-        __m128i part[2][2];   /* (block, half) 16 int8 each */
-        float d[2];
-        for (int h = 0; h < 2; h++) {
-            int b = 2 * p + h;
-            if (b >= qx->nb) {
-                part[h][0] = part[h][1] = _mm_setzero_si128();
-                d[h] = 0.0f;
-                sx[b] = 0.0f;
-                continue;
-            }
-            __m512 x0 = _mm512_loadu_ps(x + (size_t)b * 32), x1 = _mm512_loadu_ps(x + (size_t)b * 32 + 16);
-            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-            float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-            d[h] = amax / 127.0f;
-            __m512i lim = _mm512_set1_epi32(127);
-            __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
-            __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
-            i0 = _mm512_max_epi32(_mm512_min_epi32(i0, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
-            i1 = _mm512_max_epi32(_mm512_min_epi32(i1, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
-            sx[b] = d[h] * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
-            part[h][0] = _mm512_cvtepi32_epi8(i0);
-            part[h][1] = _mm512_cvtepi32_epi8(i1);
-        }
-        int8_t *o = q + (size_t)p * 64;
-        /* nibble order: x0[0:16] x1[0:16] x0[16:32] x1[16:32]; natural: x0 then x1 */
-        _mm_storeu_si128((__m128i *)o, part[0][0]);
-        _mm_storeu_si128((__m128i *)(o + 16), nib ? part[1][0] : part[0][1]);
-        _mm_storeu_si128((__m128i *)(o + 32), nib ? part[0][1] : part[1][0]);
-        _mm_storeu_si128((__m128i *)(o + 48), part[1][1]);
-        __m512i sum4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(o));
-        _mm512_storeu_si512(corr + (size_t)p * 16, _mm512_mullo_epi32(sum4, _mm512_set1_epi32(-k)));
-        __m512 dv = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(_mm_set_ps(0.0f, 0.0f, d[1], d[0])));
-        _mm512_storeu_ps(dxe + (size_t)p * 16, dv);
-    }
-}
-#endif
-
-static inline float half_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-#if defined(__F16C__)
-    return _cvtsh_ss(h);
-#else
-    return fp16_to_f32(h);
-#endif
-}
-
-#define MM_MAX_NB 2048   /* blocks per row the AVX-512 kernel keeps scales of on the stack */
-
-#if defined(MM_AVX512)
-/* Row scales (and Q4_1 mins) as fp32, nb rounded up to a multiple of 16 with zeros.
- * Per 16 block headers: the headers' 64-word windows loaded whole (masked at the row's
- * end) and the d (and m) words picked out by vpermt2w, lanes 0-15 the scales, 16-31 the
- * mins.  A 16-lane gather did the same in one instruction, but it is microcoded on some
- * cores (17% of AMD Zen 4 decode time sat on it). */
-static void row_scales(const uint8_t *wr, llmi_dtype t, int nb, float *dwf, float *mf) {
-    const int wpb = (int)dtype_block_bytes(t) / 2;   /* 16-bit words per block: 9, 10 or 17 */
-    const int q41 = t == LLMI_Q4_1;
-    const uint16_t *w16 = (const uint16_t *)wr;
-    const __m512i lane = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
-                                          15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i blk = _mm512_and_si512(lane, _mm512_set1_epi16(15));
-    /* (lane) word offset of the header word lane wants, from the group's first word */
-    const __m512i idx = _mm512_add_epi16(_mm512_mullo_epi16(blk, _mm512_set1_epi16((short)wpb)),
-                                         _mm512_srli_epi16(lane, 4));
-    const int group_words = 16 * wpb, row_words = nb * wpb;
-    for (int b0 = 0; b0 < nb; b0 += 16) {
-        const int base = b0 * wpb, left = row_words - base;   /* words of the row from the group on */
-        const __mmask32 valid = nb - b0 >= 16 ? 0xffffffffu
-                                              : (((1u << (nb - b0)) - 1) * 0x10001u);
-        __m512i h = _mm512_setzero_si512();
-        for (int w0 = 0; w0 < group_words; w0 += 64) {
-            int n0 = left - w0, n1 = left - w0 - 32;   /* words loadable in each half of the window */
-            __mmask32 m0 = n0 >= 32 ? 0xffffffffu : n0 > 0 ? (1u << n0) - 1 : 0;
-            __mmask32 m1 = n1 >= 32 ? 0xffffffffu : n1 > 0 ? (1u << n1) - 1 : 0;
-            __m512i lo = _mm512_maskz_loadu_epi16(m0, w16 + base + w0);
-            __m512i hi = _mm512_maskz_loadu_epi16(m1, w16 + base + w0 + 32);
-            __mmask32 in = _mm512_cmpge_epi16_mask(idx, _mm512_set1_epi16((short)w0)) &
-                           _mm512_cmplt_epi16_mask(idx, _mm512_set1_epi16((short)(w0 + 64)));
-            h = _mm512_mask_mov_epi16(h, in & valid, _mm512_permutex2var_epi16(lo, idx, hi));
-        }
-        _mm512_storeu_ps(dwf + b0, _mm512_cvtph_ps(_mm512_castsi512_si256(h)));
-        if (q41) _mm512_storeu_ps(mf + b0, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)));
-    }
-}
-
-/* Unsigned weights of blocks b, b+1 in the lane order of the activations. */
-static inline __m512i unpack_pair(const uint8_t *wr, llmi_dtype t, int b, int nb) {
-    size_t bb = dtype_block_bytes(t);
-    const uint8_t *b0 = wr + (size_t)b * bb, *b1 = b0 + bb;
-    int two = b + 1 < nb;
-    if (t == LLMI_Q8_0) {
-        __m256i lo = _mm256_loadu_si256((const __m256i *)(b0 + 2));
-        __m256i hi = two ? _mm256_loadu_si256((const __m256i *)(b1 + 2)) : _mm256_set1_epi8((char)0x80);
-        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
-    }
-    int off = t == LLMI_Q4_1 ? 4 : 2;
-    /* [qs0 qs1 qs0 qs1] from two broadcast loads, then the upper half shifted by 4:
-     * lo0 lo1 hi0 hi1 (nibble order) in three ALU ops */
-    __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b0 + off)));
-    v = two ? _mm512_mask_broadcast_i32x4(v, 0xF0F0, _mm_loadu_si128((const __m128i *)(b1 + off)))
-            : _mm512_maskz_mov_epi32(0x0F0F, v);
-    v = _mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
-    return _mm512_and_si512(v, _mm512_set1_epi8(15));
-}
-
-/* out[i] = the 16 partial-sum lanes of token t0 + i against one row, i < TN (their sum is
- * y[t0 + i][r]); TN is a compile-time constant per instance. */
-#define QROW_INSTANCE(TN)                                                                              \
-    static void qrow_##TN(const uint8_t *wr, llmi_dtype t, const cpu_qact *qx, int t0, __m512 *out) {    \
-        float dwf[MM_MAX_NB + 16], mf[MM_MAX_NB + 16]; /* (nb rounded to 16) row scales, mins */       \
-        int nb = qx->nb, nbp = qx->nbp, q41 = t == LLMI_Q4_1;                                          \
-        row_scales(wr, t, nb, dwf, mf);                                                                \
-        const __m512i pick = nibble_order(t)                                                           \
-            ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)                         \
-            : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);                        \
-        __m512 acc[TN];                                                                                \
-        _Pragma("GCC unroll 16") for (int i = 0; i < TN; i++) acc[i] = _mm512_setzero_ps();            \
-        for (int b = 0; b < nb; b += 2) {                                                              \
-            __m512i u = unpack_pair(wr, t, b, nb);                                                     \
-            __m512 dw = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(                            \
-                                                        _mm_castpd_ps(_mm_load_sd((const double *)(dwf + b))))); \
-            for (int i = 0; i < TN; i++) {                                                             \
-                size_t tk = (size_t)(t0 + i);                                                          \
-                __m512i xq = _mm512_loadu_si512(qx->q + tk * nbp * 32 + (size_t)b * 32);               \
-                __m512i d = q41 ? _mm512_setzero_si512()                                               \
-                                : _mm512_loadu_si512(qx->corr + tk * nbp * 8 + (size_t)b * 8);         \
-                d = _mm512_dpbusd_epi32(d, u, xq);                                                     \
-                __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(qx->dxe + tk * nbp * 8 + (size_t)b * 8)); \
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[i]);                            \
-            }                                                                                          \
-        }                                                                                              \
-        if (q41) /* + sum_b m_b * d_x,b * sum(x_q,b) */                                                \
-            for (int b = 0; b < nb; b += 16) {                                                         \
-                __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);    \
-                __m512 mv = _mm512_loadu_ps(mf + b);                                                   \
-                for (int i = 0; i < TN; i++)                                                           \
-                    acc[i] = _mm512_fmadd_ps(mv, _mm512_maskz_loadu_ps(m, qx->sx + (size_t)(t0 + i) * nbp + b), acc[i]); \
-            }                                                                                          \
-        for (int i = 0; i < TN; i++) out[i] = acc[i];                                                  \
-    }
-QROW_INSTANCE(1)
-QROW_INSTANCE(2)
-QROW_INSTANCE(4)
-QROW_INSTANCE(8)
-
-/* One token against QR_ROWS rows at once (decode): each row's operations are qrow_1's in
- * qrow_1's order (bit-identical), with the format a compile-time constant and the token's
- * int8 activations, scales and corrections loaded once for all the rows.  out[k] = the
- * 16 partial-sum lanes of row w + k * row_bytes. */
-#define QR_ROWS 4   /* 2 and 8 measured slower on AMD Zen 4 */
-#define QROW1XR_INSTANCE(NAME, DT)                                                                     \
-    static void NAME(const uint8_t *w, size_t row_bytes, const cpu_qact *qx, int tk, __m512 *out) {    \
-        float dw[QR_ROWS][MM_MAX_NB + 16], mf[QR_ROWS][MM_MAX_NB + 16]; /* (row, nb rounded to 16) */  \
-        const int nb = qx->nb, nbp = qx->nbp, q41 = DT == LLMI_Q4_1;                                   \
-        for (int k = 0; k < QR_ROWS; k++) row_scales(w + k * row_bytes, DT, nb, dw[k], mf[k]);         \
-        const __m512i pick = nibble_order(DT)                                                          \
-            ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)                         \
-            : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);                        \
-        const int8_t *xq = qx->q + (size_t)tk * nbp * 32;                                              \
-        const float *dxe = qx->dxe + (size_t)tk * nbp * 8;                                             \
-        const int32_t *corr = qx->corr + (size_t)tk * nbp * 8;                                         \
-        __m512 acc[QR_ROWS];                                                                           \
-        for (int k = 0; k < QR_ROWS; k++) acc[k] = _mm512_setzero_ps();                                \
-        for (int b = 0; b < nb; b += 2) {                                                              \
-            __m512i x = _mm512_loadu_si512(xq + (size_t)b * 32);                                       \
-            __m512 dx = _mm512_loadu_ps(dxe + (size_t)b * 8);                                          \
-            __m512i c0 = q41 ? _mm512_setzero_si512() : _mm512_loadu_si512(corr + (size_t)b * 8);      \
-            for (int k = 0; k < QR_ROWS; k++) {                                                        \
-                __m512 sk = _mm512_mul_ps(_mm512_permutexvar_ps(pick, _mm512_castps128_ps512(          \
-                                _mm_castpd_ps(_mm_load_sd((const double *)(dw[k] + b))))), dx);        \
-                __m512i dk = _mm512_dpbusd_epi32(c0, unpack_pair(w + k * row_bytes, DT, b, nb), x);    \
-                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dk), sk, acc[k]);                          \
-            }                                                                                          \
-        }                                                                                              \
-        if (q41) /* + sum_b m_b * d_x,b * sum(x_q,b) */                                                \
-            for (int b = 0; b < nb; b += 16) {                                                         \
-                __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);    \
-                __m512 sx = _mm512_maskz_loadu_ps(m, qx->sx + (size_t)tk * nbp + b);                   \
-                for (int k = 0; k < QR_ROWS; k++) acc[k] = _mm512_fmadd_ps(_mm512_loadu_ps(mf[k] + b), sx, acc[k]); \
-            }                                                                                          \
-        for (int k = 0; k < QR_ROWS; k++) out[k * MM_TILE] = acc[k];                                   \
-    }
-QROW1XR_INSTANCE(qrow1xr_q4_0, LLMI_Q4_0)
-QROW1XR_INSTANCE(qrow1xr_q4_1, LLMI_Q4_1)
-QROW1XR_INSTANCE(qrow1xr_q8_0, LLMI_Q8_0)
-
-/* acc[i] = the 16 partial sums of token t0 + i against one row, i < tn. */
-static void qrow(const uint8_t *wr, llmi_dtype t, const cpu_qact *qx, int t0, int tn, __m512 *acc) {
-    int i = 0;
-    for (; i + 8 <= tn; i += 8) qrow_8(wr, t, qx, t0 + i, acc + i);
-    for (; i + 4 <= tn; i += 4) qrow_4(wr, t, qx, t0 + i, acc + i);
-    for (; i + 2 <= tn; i += 2) qrow_2(wr, t, qx, t0 + i, acc + i);
-    for (; i < tn; i++) qrow_1(wr, t, qx, t0 + i, acc + i);
-}
-
-/* Lane k = _mm512_reduce_add_ps(v[k]) bit for bit (the same association: halves of 256,
- * then of 128, then lanes i and i + 2, then 0 and 1, as GCC's intrinsic adds), for 16
- * rows at once: ~3 operations per row instead of ~8, and one vector store of 16 outputs. */
-static inline __m512 hsum16_reduce_order(const __m512 *v) {
-    __m512 a[8], b[4], c[2];
-    for (int k = 0; k < 8; k++)   /* [v[2k] lanes i + (i+8) | v[2k+1] likewise], i < 8 */
-        a[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)),
-                             _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)));
-    for (int k = 0; k < 4; k++)   /* 128-bit lane q = row 4k + q: its lanes i + (i+4), i < 4 */
-        b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)),
-                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)));
-    for (int k = 0; k < 2; k++)   /* per 128-bit lane: [i + (i+2) of row 8k+q, i < 2; same of row 8k+4+q] */
-        c[k] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_ps(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    /* per 128-bit lane q: rows q, 4 + q, 8 + q, 12 + q; row r sits in lane 4 (r % 4) + r / 4 */
-    __m512 d = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), d);
-}
-#define MM_FAST_NB(nb) ((nb) <= MM_MAX_NB)
-#else
-#define MM_FAST_NB(nb) 0
-#endif
-
-/* Portable recipe (and the one for rows longer than MM_MAX_NB blocks): the same int8
- * activations, exact int32 block dots, fp32 accumulation in block order. */
-static void qrow_scalar(const uint8_t *wr, llmi_dtype t, const cpu_qact *qx, int t0, int tn, float *y, int64_t rows,
-                        int64_t r) {
-    size_t bb = dtype_block_bytes(t);
-    int nib = nibble_order(t);
-    for (int i = 0; i < tn; i++) {
-        size_t tk = (size_t)(t0 + i);
-        const int8_t *xq = qx->q + tk * qx->nbp * 32;
-        const float *dxe = qx->dxe + tk * qx->nbp * 8;
-        float s = 0.0f, sm = 0.0f;
-        for (int b = 0; b < qx->nb; b++) {
-            const uint8_t *blk = wr + (size_t)b * bb;
-            /* the block's 32 weights (signed) and activations, both in element order;
-             * (kept as separate simple loops: GCC 12's vectorizer miscompiled the fused
-             * per-format loop at -O3) */
-            const int8_t *xp = xq + (size_t)(b / 2) * 64;
-            int h = b & 1, dot = 0, wv[32], xv[32];
-            if (t == LLMI_Q8_0) {
-                for (int j = 0; j < 32; j++) wv[j] = (int8_t)blk[2 + j];
-            } else {
-                const uint8_t *qs = blk + (t == LLMI_Q4_1 ? 4 : 2);
-                int k = t == LLMI_Q4_0 ? 8 : 0;
-                for (int j = 0; j < 16; j++) {
-                    wv[j] = (qs[j] & 15) - k;
-                    wv[j + 16] = (qs[j] >> 4) - k;
-                }
-            }
-            if (nib) {
-                for (int j = 0; j < 16; j++) {
-                    xv[j] = xp[16 * h + j];
-                    xv[j + 16] = xp[32 + 16 * h + j];
-                }
-            } else {
-                for (int j = 0; j < 32; j++) xv[j] = xp[32 * h + j];
-            }
-            for (int j = 0; j < 32; j++) dot += wv[j] * xv[j];
-            s += half_at(blk) * dxe[(b / 2) * 16 + (nib ? 4 * h : 8 * h)] * (float)dot;
-            if (t == LLMI_Q4_1) sm += half_at(blk + 2) * qx->sx[tk * qx->nbp + b];
-        }
-        y[tk * rows + r] = s + sm;
-    }
+    *out = *w;
+    out->layout = LLMI_LAYOUT_CPU16;
+    out->data = p;
+    out->owned = p;
+    return LLMI_OK;
 }
 
 size_t cpu_matmul_scratch_bytes(int n, int64_t cols) {
-    size_t nbp = (size_t)((cols / 32 + 1) & ~1);
-    return ((size_t)n * (nbp * 32 + nbp * 8 * 8 + nbp * 4) + 63) / 64 * 64;
+    size_t nb = (size_t)(cols / 32);
+    return ((size_t)n * nb * (32 + 3 * 4) + 3 * 64) / 64 * 64 + 64;
 }
 
-static int is_q8_q4(llmi_dtype t) { return t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1; }
-
-static int qact_k(llmi_dtype t) { return t == LLMI_Q4_0 ? 8 : (t == LLMI_Q8_0 ? 128 : 0); }
-
-int cpu_qact_layout(llmi_dtype t) { return is_q8_q4(t) ? qact_k(t) * 2 + nibble_order(t) : -1; }
+int cpu_qact_layout(llmi_dtype t) { return is_q8_q4(t) ? 0 : -1; }
 
 void cpu_qact_init(cpu_qact *qa, void *scratch, int n, int64_t cols) {
     qa->nb = (int)(cols / 32);
-    qa->nbp = (qa->nb + 1) & ~1;
-    size_t per_q = (size_t)qa->nbp * 32, per_l = (size_t)qa->nbp * 8;
+    size_t nb = (size_t)qa->nb, a = ((size_t)n * nb * 32 + 63) / 64 * 64, f = ((size_t)n * nb * 4 + 63) / 64 * 64;
     char *buf = scratch;
     qa->q = (int8_t *)buf;
-    qa->dxe = (float *)(buf + (size_t)n * per_q);
-    qa->corr = (int32_t *)(buf + (size_t)n * (per_q + per_l * 4));
-    qa->sx = (float *)(buf + (size_t)n * (per_q + per_l * 8));
+    qa->dx = (float *)(buf + a);
+    qa->isx = (int32_t *)(buf + a + f);
+    qa->sx = (float *)(buf + a + 2 * f);
 }
 
-void cpu_qact_quantize(const cpu_qact *qa, llmi_dtype t, const float *x, int64_t cols, int t0, int t1) {
-    for (int tk = t0; tk < t1; tk++) quantize_token(x + (size_t)tk * cols, qa, tk, qact_k(t), nibble_order(t));
-}
-
-/* Bytes ahead of the current row that a few-token pass prefetches: each row's first
- * touch is the gather of its block scales, which otherwise waits for memory every row
- * (half the decode time went there); 4 KB ahead measured best on SmolLM2 (1-4 KB tried). */
-#ifndef MM_PREFETCH_BYTES
-#define MM_PREFETCH_BYTES 4096
-#endif
-
-/* Rows [r0, r1) of a quantized weight for tokens [ta, tb), MM_TILE tokens per pass. */
-static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb, int64_t r0, int64_t r1, float *y) {
-    for (int t0 = ta; t0 < tb; t0 += MM_TILE) {
-        int tn = tb - t0 < MM_TILE ? tb - t0 : MM_TILE;
+/* Activation row t -> int8 blocks: d = amax/127, q = round-to-even(x * 127/amax) clamped
+ * to +-127 (llama.cpp's Q8_0 activations); the AVX-512 body rounds with cvtps (to nearest
+ * even, as nearbyintf), so both bodies give the same bytes. */
+static void quantize_token(const float *x, const cpu_qact *qx, int t) {
+    const int nb = qx->nb;
+    int8_t *q = qx->q + (size_t)t * nb * 32;
+    for (int b = 0; b < nb; b++) {
+        const float *xb = x + (size_t)b * 32;
+        float amax = 0.0f, d, id;
+        int sum = 0;
 #if defined(MM_AVX512)
-        if (MM_FAST_NB(qx->nb)) {
-            for (int64_t rb = r0; rb < r1; rb += 16) {
-                int nr = r1 - rb < 16 ? (int)(r1 - rb) : 16;
-                __m512 acc[16][MM_TILE];   /* (row of the block, token of the tile) partial sums */
-                int k0 = 0;
-                if (tn == 1)   /* decode: QR_ROWS rows per pass */
-                    for (; k0 + QR_ROWS <= nr; k0 += QR_ROWS) {
-                        const uint8_t *wr = (const uint8_t *)w->data + (size_t)(rb + k0) * w->row_bytes;
-                        if (t0 == ta)
-                            for (size_t off = 0; off < QR_ROWS * w->row_bytes; off += 64)
-                                _mm_prefetch((const char *)wr + MM_PREFETCH_BYTES + off, _MM_HINT_T0);
-                        if (w->dtype == LLMI_Q4_1) qrow1xr_q4_1(wr, w->row_bytes, qx, t0, &acc[k0][0]);
-                        else if (w->dtype == LLMI_Q4_0) qrow1xr_q4_0(wr, w->row_bytes, qx, t0, &acc[k0][0]);
-                        else qrow1xr_q8_0(wr, w->row_bytes, qx, t0, &acc[k0][0]);
-                    }
-                for (int k = k0; k < nr; k++) {
-                    const uint8_t *wr = (const uint8_t *)w->data + (size_t)(rb + k) * w->row_bytes;
-                    /* prefetches are hints: past the end of the weights they are dropped, never fault */
-                    if (t0 == ta && rb + k + 1 < r1)
-                        for (size_t off = 0; off < w->row_bytes; off += 64)
-                            _mm_prefetch((const char *)wr + MM_PREFETCH_BYTES + off, _MM_HINT_T0);
-                    qrow(wr, w->dtype, qx, t0, tn, acc[k]);
-                }
-                __mmask16 keep = (__mmask16)((1u << nr) - 1);
-                for (int i = 0; i < tn; i++) {
-                    __m512 v[16];
-                    for (int k = 0; k < 16; k++) v[k] = k < nr ? acc[k][i] : _mm512_setzero_ps();
-                    _mm512_mask_storeu_ps(y + (size_t)(t0 + i) * w->rows + rb, keep, hsum16_reduce_order(v));
-                }
-            }
-            continue;
+        __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+        amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        d = amax / 127.0f;
+        const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+        __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
+        __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
+        i0 = _mm512_max_epi32(_mm512_min_epi32(i0, lim), nlim);
+        i1 = _mm512_max_epi32(_mm512_min_epi32(i1, lim), nlim);
+        sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+        _mm_storeu_si128((__m128i *)(q + (size_t)b * 32), _mm512_cvtepi32_epi8(i0));
+        _mm_storeu_si128((__m128i *)(q + (size_t)b * 32 + 16), _mm512_cvtepi32_epi8(i1));
+#else
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        d = amax / 127.0f;
+        for (int j = 0; j < 32; j++) {
+            int v = (int)nearbyintf(xb[j] * id);
+            v = v > 127 ? 127 : (v < -127 ? -127 : v);
+            q[(size_t)b * 32 + j] = (int8_t)v;
+            sum += v;
         }
 #endif
-        for (int64_t r = r0; r < r1; r++)
-            qrow_scalar((const uint8_t *)w->data + (size_t)r * w->row_bytes, w->dtype, qx, t0, tn, y, w->rows, r);
+        qx->dx[(size_t)t * nb + b] = d;
+        qx->isx[(size_t)t * nb + b] = sum;
+        qx->sx[(size_t)t * nb + b] = d * (float)sum;
     }
 }
 
-/* nw quantized weights of one dtype and width sharing the activations x: x is quantized
- * once and one parallel region walks the row blocks of all of them. */
+void cpu_qact_quantize(const cpu_qact *qa, llmi_dtype t, const float *x, int64_t cols, int t0, int t1) {
+    (void)t;
+    for (int tk = t0; tk < t1; tk++) quantize_token(x + (size_t)tk * cols, qa, tk);
+}
+
+/* Bytes ahead of the current block that a pass prefetches: a decode pass streams every
+ * weight once, and the hardware prefetcher alone leaves it waiting for memory at each
+ * 4 KB page. */
+#define MM_PREFETCH_BYTES 4096
+
+#if defined(MM_AVX512)
+/* acc[i] (QP_ROWS lanes: the group's rows) for tokens t0 + i, i < TN, over all blocks of
+ * one packed group, in the recipe's order (see the file comment).  The block's weight
+ * operands are unpacked once for the TN tokens. */
+#define QGROUP_INSTANCE(NAME, DT, TN)                                                                  \
+    static void NAME(const uint8_t *gp, const cpu_qact *qx, int t0, int pf, __m512 *out) {             \
+        const int nb = qx->nb, k = qp_k(DT);                              \
+        const size_t pb = qp_block(DT), head = qp_head(DT);                                             \
+        const __m512i m4 = _mm512_set1_epi8(15);                                                        \
+        __m512 acc[TN];                                                                                 \
+        for (int i = 0; i < TN; i++) acc[i] = _mm512_setzero_ps();                                      \
+        for (int b = 0; b < nb; b++) {                                                                  \
+            const uint8_t *p = gp + (size_t)b * pb;                                                     \
+            if (pf)                                                                                     \
+                for (size_t off = 0; off < pb; off += 64)                                               \
+                    _mm_prefetch((const char *)p + MM_PREFETCH_BYTES + off, _MM_HINT_T0);               \
+            __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));                         \
+            __m512 mn = DT == LLMI_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32))) \
+                                        : _mm512_setzero_ps();                                          \
+            __m512i u[8]; /* operand j pairs with activation bytes xo[j]..xo[j]+3 */                    \
+            int xo[8];                                                                                  \
+            for (int j = 0; j < 4; j++) {                                                               \
+                if (DT == LLMI_Q8_0) {                                                                  \
+                    u[2 * j] = _mm512_loadu_si512(p + head + (size_t)(2 * j) * 64);                      \
+                    u[2 * j + 1] = _mm512_loadu_si512(p + head + (size_t)(2 * j + 1) * 64);              \
+                    xo[2 * j] = 8 * j;                                                                  \
+                    xo[2 * j + 1] = 8 * j + 4;                                                          \
+                } else {                                                                                \
+                    __m512i v = _mm512_loadu_si512(p + head + (size_t)j * 64);                           \
+                    u[2 * j] = _mm512_and_si512(v, m4);                                                  \
+                    u[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);                        \
+                    xo[2 * j] = 4 * j;                                                                  \
+                    xo[2 * j + 1] = 16 + 4 * j;                                                         \
+                }                                                                                       \
+            }                                                                                           \
+            for (int i = 0; i < TN; i++) {                                                              \
+                const size_t tb = (size_t)(t0 + i) * nb + b;                                            \
+                const int8_t *xq = qx->q + tb * 32;                                                     \
+                __m512i is = _mm512_set1_epi32(-k * qx->isx[tb]);                                       \
+                for (int j = 0; j < 8; j++) {                                                          \
+                    int32_t x4;                                                                         \
+                    memcpy(&x4, xq + xo[j], 4);                                                         \
+                    is = _mm512_dpbusd_epi32(is, u[j], _mm512_set1_epi32(x4));                          \
+                }                                                                                       \
+                __m512 s = _mm512_mul_ps(d, _mm512_set1_ps(qx->dx[tb]));                                \
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), s, acc[i]);                            \
+                if (DT == LLMI_Q4_1) acc[i] = _mm512_fmadd_ps(mn, _mm512_set1_ps(qx->sx[tb]), acc[i]);   \
+            }                                                                                           \
+        }                                                                                               \
+        for (int i = 0; i < TN; i++) out[i] = acc[i];                                                   \
+    }
+#define QGROUP_FORMAT(DT, SFX)                                                                          \
+    QGROUP_INSTANCE(qgroup_##SFX##_1, DT, 1)                                                            \
+    QGROUP_INSTANCE(qgroup_##SFX##_2, DT, 2)                                                            \
+    QGROUP_INSTANCE(qgroup_##SFX##_4, DT, 4)                                                            \
+    QGROUP_INSTANCE(qgroup_##SFX##_8, DT, 8)                                                            \
+    static void qgroup_##SFX(const uint8_t *gp, const cpu_qact *qx, int t0, int tn, int pf, __m512 *acc) { \
+        int i = 0;                                                                                      \
+        for (; i + 8 <= tn; i += 8) qgroup_##SFX##_8(gp, qx, t0 + i, pf, acc + i);                     \
+        for (; i + 4 <= tn; i += 4) qgroup_##SFX##_4(gp, qx, t0 + i, pf, acc + i);                     \
+        for (; i + 2 <= tn; i += 2) qgroup_##SFX##_2(gp, qx, t0 + i, pf, acc + i);                     \
+        for (; i < tn; i++) qgroup_##SFX##_1(gp, qx, t0 + i, pf, acc + i);                             \
+    }
+QGROUP_FORMAT(LLMI_Q4_0, q4_0)
+QGROUP_FORMAT(LLMI_Q4_1, q4_1)
+QGROUP_FORMAT(LLMI_Q8_0, q8_0)
+#else
+/* The same recipe one (row, token) at a time: the same integers, products and fused
+ * multiply-adds in the same order, so both bodies give the same bits. */
+static void qgroup_scalar(const uint8_t *gp, llmi_dtype t, const cpu_qact *qx, int t0, int tn, float *acc) {
+    const int nb = qx->nb, k = qp_k(t);
+    const size_t pb = qp_block(t), head = qp_head(t);
+    for (int i = 0; i < tn; i++)
+        for (int r = 0; r < QP_ROWS; r++) {
+            float a = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *p = gp + (size_t)b * pb;
+                const size_t tb = (size_t)(t0 + i) * nb + b;
+                const int8_t *xq = qx->q + tb * 32;
+                int32_t is = -k * qx->isx[tb];
+                for (int j = 0; j < qp_quads(t); j++)
+                    for (int e = 0; e < 4; e++) {
+                        int u = p[head + (size_t)j * 4 * QP_ROWS + 4 * r + e];
+                        if (t == LLMI_Q8_0) is += u * xq[4 * j + e];
+                        else is += (u & 15) * xq[4 * j + e] + (u >> 4) * xq[16 + 4 * j + e];
+                    }
+                uint16_t h;
+                memcpy(&h, p + 2 * r, 2);
+                float s = fp16_to_f32(h) * qx->dx[tb];
+                a = fmaf((float)is, s, a);
+                if (t == LLMI_Q4_1) {
+                    memcpy(&h, p + 2 * QP_ROWS + 2 * r, 2);
+                    a = fmaf(fp16_to_f32(h), qx->sx[tb], a);
+                }
+            }
+            acc[(size_t)i * QP_ROWS + r] = a;
+        }
+}
+#endif
+
+/* Rows [r0, r1) of y (n, w->rows) for tokens [ta, tb) of a packed weight, MM_TILE tokens
+ * per pass over a group's blocks. */
+static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb, int64_t r0, int64_t r1, float *y) {
+    if (w->layout != LLMI_LAYOUT_CPU16) {   /* callers pack first (cpu_qweight_pack): a broken invariant */
+        fprintf(stderr, "llmi: internal error: cpu matmul on an unpacked %s weight\n", dtype_name(w->dtype));
+        abort();
+    }
+    const size_t gbytes = (size_t)qx->nb * qp_block(w->dtype);
+    for (int64_t g = r0 / QP_ROWS; g * QP_ROWS < r1; g++) {
+        const uint8_t *gp = (const uint8_t *)w->data + (size_t)g * gbytes;
+        const int64_t lo = g * QP_ROWS > r0 ? g * QP_ROWS : r0, hi = (g + 1) * QP_ROWS < r1 ? (g + 1) * QP_ROWS : r1;
+        for (int t0 = ta; t0 < tb; t0 += MM_TILE) {
+            int tn = tb - t0 < MM_TILE ? tb - t0 : MM_TILE, pf = t0 == ta;
+#if defined(MM_AVX512)
+            __m512 acc[MM_TILE];   /* (token of the tile) the group's QP_ROWS rows */
+            if (w->dtype == LLMI_Q4_1) qgroup_q4_1(gp, qx, t0, tn, pf, acc);
+            else if (w->dtype == LLMI_Q4_0) qgroup_q4_0(gp, qx, t0, tn, pf, acc);
+            else qgroup_q8_0(gp, qx, t0, tn, pf, acc);
+            __mmask16 keep = (__mmask16)(((1u << (hi - lo)) - 1) << (lo - g * QP_ROWS));
+            for (int i = 0; i < tn; i++)
+                _mm512_mask_storeu_ps(y + (size_t)(t0 + i) * w->rows + g * QP_ROWS, keep, acc[i]);
+#else
+            float acc[MM_TILE * QP_ROWS];   /* (token of the tile, row of the group) */
+            (void)pf;
+            qgroup_scalar(gp, w->dtype, qx, t0, tn, acc);
+            for (int i = 0; i < tn; i++)
+                for (int64_t r = lo; r < hi; r++) y[(size_t)(t0 + i) * w->rows + r] = acc[(size_t)i * QP_ROWS + (r - g * QP_ROWS)];
+#endif
+        }
+    }
+}
+
+/* nw packed weights of one width sharing the activations x: x is quantized once and one
+ * parallel region walks the row groups of all of them. */
 static void matmul_quant(int nw, const llmi_tensor *const *ws, const float *x, int n, float *const *ys, void *scratch,
                          size_t scratch_bytes) {
     const llmi_tensor *w0 = ws[0];
@@ -587,36 +431,35 @@ static void matmul_quant(int nw, const llmi_tensor *const *ws, const float *x, i
     }
     cpu_qact qx;
     cpu_qact_init(&qx, buf, n, cols);
-    llmi_dtype t = w0->dtype;
-    int64_t rb_end[MM_MAX_MULTI];   /* cumulative row-block counts of the weights */
-    int64_t nrb = 0, work = 0;
+    int64_t gb_end[MM_MAX_MULTI];   /* cumulative row-group counts of the weights */
+    int64_t ngb = 0, work = 0;
     for (int i = 0; i < nw; i++) {
-        nrb += (ws[i]->rows + MM_ROW_BLOCK - 1) / MM_ROW_BLOCK;
-        rb_end[i] = nrb;
+        ngb += (ws[i]->rows + QP_ROWS - 1) / QP_ROWS;
+        gb_end[i] = ngb;
         work += ws[i]->rows * cols * (int64_t)n;
     }
     /* Decode-sized batches are quantized before the parallel region: one barrier fewer
      * per matmul, which matters when the cores are shared and a waiting thread spins. */
     int serial_q = n <= 4;
-    if (serial_q) cpu_qact_quantize(&qx, t, x, cols, 0, n);
+    if (serial_q) cpu_qact_quantize(&qx, w0->dtype, x, cols, 0, n);
 #pragma omp parallel if (work > 32768)
     {
         if (!serial_q) {
 #pragma omp for schedule(static)
-            for (int tk = 0; tk < n; tk++) cpu_qact_quantize(&qx, t, x, cols, tk, tk + 1);
+            for (int tk = 0; tk < n; tk++) cpu_qact_quantize(&qx, w0->dtype, x, cols, tk, tk + 1);
         }
-        /* static schedules of one trip count give every chunk's row blocks to the same
+        /* static schedules of one trip count give every chunk's row groups to the same
          * threads (OpenMP's rule), so no barrier is needed between chunks and each
          * thread's weights stay in its caches */
         for (int c0 = 0; c0 < n; c0 += MM_TOKEN_CHUNK) {
             int c1 = n - c0 < MM_TOKEN_CHUNK ? n : c0 + MM_TOKEN_CHUNK;
 #pragma omp for schedule(static) nowait
-            for (int64_t gb = 0; gb < nrb; gb++) {
+            for (int64_t gi = 0; gi < ngb; gi++) {
                 int wi = 0;
-                while (gb >= rb_end[wi]) wi++;
-                int64_t rb = gb - (wi ? rb_end[wi - 1] : 0), rows = ws[wi]->rows;
-                int64_t r1 = (rb + 1) * MM_ROW_BLOCK < rows ? (rb + 1) * MM_ROW_BLOCK : rows;
-                quant_range(ws[wi], &qx, c0, c1, rb * MM_ROW_BLOCK, r1, ys[wi]);
+                while (gi >= gb_end[wi]) wi++;
+                int64_t g = gi - (wi ? gb_end[wi - 1] : 0), rows = ws[wi]->rows;
+                int64_t r1 = (g + 1) * QP_ROWS < rows ? (g + 1) * QP_ROWS : rows;
+                quant_range(ws[wi], &qx, c0, c1, g * QP_ROWS, r1, ys[wi]);
             }
         }
     }
@@ -630,31 +473,53 @@ static void add_bias(const llmi_tensor *w, int n, const float *bias, float *y) {
 }
 
 
+/* The packed form of a quantized weight for one call (tests and callers that hold raw
+ * GGUF-layout tensors; the backend packs once at load). */
+static const llmi_tensor *packed_for_call(const llmi_tensor *w, llmi_tensor *tmp) {
+    if (!cpu_qweight_packable(w)) return w;
+    llmi_status st;
+    if (cpu_qweight_pack(w, tmp, &st)) return NULL;
+    return tmp;
+}
+
 void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n, const float *const *bias,
                       float *const *y, void *scratch, size_t scratch_bytes) {
     if (n <= 0 || nw <= 0) return;
     int shared = nw <= MM_MAX_MULTI && is_q8_q4(w[0]->dtype);
-    for (int i = 1; i < nw && shared; i++) shared = w[i]->dtype == w[0]->dtype && w[i]->cols == w[0]->cols;
+    for (int i = 1; i < nw && shared; i++) shared = is_q8_q4(w[i]->dtype) && w[i]->cols == w[0]->cols;
     if (!shared) {
         for (int i = 0; i < nw; i++) cpu_matmul(w[i], x, n, bias ? bias[i] : NULL, y[i]);
         return;
     }
-    matmul_quant(nw, w, x, n, y, scratch, scratch_bytes);
-    for (int i = 0; i < nw; i++) add_bias(w[i], n, bias ? bias[i] : NULL, y[i]);
+    llmi_tensor tmp[MM_MAX_MULTI];
+    const llmi_tensor *pw[MM_MAX_MULTI];
+    int ok = 1;
+    for (int i = 0; i < nw; i++) {
+        tmp[i].owned = NULL;
+        pw[i] = packed_for_call(w[i], &tmp[i]);
+        ok &= pw[i] != NULL;
+    }
+    if (ok) matmul_quant(nw, pw, x, n, y, scratch, scratch_bytes);
+    for (int i = 0; i < nw; i++) {
+        if (pw[i] == &tmp[i]) free(tmp[i].owned);
+        if (!ok)   /* out of memory while packing: no error channel here, make it impossible to miss */
+            for (size_t j = 0; j < (size_t)n * w[i]->rows; j++) y[i][j] = NAN;
+        else add_bias(w[i], n, bias ? bias[i] : NULL, y[i]);
+    }
 }
 
 void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, float *y) {
     if (n <= 0) return;
+    if (is_q8_q4(w->dtype)) {
+        const float *b1[1] = {bias};
+        cpu_matmul_multi(1, &w, x, n, b1, &y, NULL, 0);
+        return;
+    }
     if (w->dtype == LLMI_I4G)
         matmul_i4g(w, x, n, y);
-    else if (is_q8_q4(w->dtype))
-        matmul_quant(1, &w, x, n, &y, NULL, 0);
     else
         matmul_dense(w, x, n, y);
-    if (bias) {
-        for (int t = 0; t < n; t++)
-            for (int64_t r = 0; r < w->rows; r++) y[(size_t)t * w->rows + r] += bias[r];
-    }
+    add_bias(w, n, bias, y);
 }
 
 void cpu_matmul_rows(const llmi_tensor *w, const float *x, const cpu_qact *qa, int n, int64_t r0, int64_t r1,
@@ -669,3 +534,4 @@ void cpu_matmul_rows(const llmi_tensor *w, const float *x, const cpu_qact *qa, i
 }
 
 int cpu_matmul_rows_ok(llmi_dtype t) { return t != LLMI_I4G; }
+

@@ -37,15 +37,29 @@ void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n
                       float *const *y, void *scratch, size_t scratch_bytes);
 size_t cpu_matmul_scratch_bytes(int n, int64_t cols);
 
+/* Quantized weights (Q8_0, Q4_0, Q4_1) as the CPU kernels read them, "packed": the rows
+ * in groups of 16 (the last group padded with zero rows), and per group and 32-column
+ * block b, at ((group * n_blocks) + b) * 16 * block_bytes:
+ *   d  (16) fp16 scales, one per row
+ *   m  (16) fp16 mins, Q4_1 only
+ *   q  (quads, 16 rows, 4 bytes): quad j holds every row's block bytes 4j..4j+3 (Q4: 4
+ *      nibble pairs, the low nibbles columns 4j..4j+3 and the high ones 16+4j..; Q8_0,
+ *      8 quads: columns 4j..4j+3 as q + 128)
+ * so one 64-byte load is one column quad of 16 rows: the operand of one VNNI dot product
+ * against 4 activation bytes.  The same bytes per row as the GGUF layout.
+ * cpu_qweight_pack makes one (out->owned: free it) with layout LLMI_LAYOUT_CPU16. */
+int cpu_qweight_packable(const llmi_tensor *w);
+size_t cpu_qweight_bytes(const llmi_tensor *w);
+int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st);
+
 /* Activations quantized for the Q8_0/Q4_0/Q4_1 kernels (matmul.c's numeric recipe), laid
- * over a scratch of cpu_matmul_scratch_bytes(n, cols).  nbp = blocks rounded up to even
- * (pairs of blocks fill one 512-bit register); the padding block is zero. */
+ * over a scratch of cpu_matmul_scratch_bytes(n, cols).  nb = cols / 32 blocks. */
 typedef struct cpu_qact {
-    int nb, nbp;
-    int8_t *q;        /* (n, nbp*32) int8 activations */
-    float *dxe;       /* (n, nbp*8) block scale d_x repeated for each of its 8 int32 lanes */
-    int32_t *corr;    /* (n, nbp*8) -k * (sum of the 4 x_q that lane multiplies); k = 8 Q4_0, 128 Q8_0 */
-    float *sx;        /* (n, nbp) d_x * sum(x_q) of each block (Q4_1's min term) */
+    int nb;
+    int8_t *q;        /* (n, nb*32) int8 activations, columns in order */
+    float *dx;        /* (n, nb) block scale d_x = amax / 127 */
+    int32_t *isx;     /* (n, nb) sum of the block's 32 x_q (the -k * sum correction) */
+    float *sx;        /* (n, nb) d_x * sum(x_q) (Q4_1's min term) */
 } cpu_qact;
 void cpu_qact_init(cpu_qact *qa, void *scratch, int n, int64_t cols);
 /* Quantizes tokens [t0, t1) of x (n, cols) into qa in the layout weights of dtype t read. */
@@ -54,8 +68,9 @@ void cpu_qact_quantize(const cpu_qact *qa, llmi_dtype t, const float *x, int64_t
  * (dense weights read fp32 x). */
 int cpu_qact_layout(llmi_dtype t);
 /* Rows [r0, r1) of y (n, w->rows) = x (n, cols) @ W^T (+ bias) on the calling thread, the
- * same numbers cpu_matmul gives: quantized dtypes read qa (x quantized for w's layout),
- * dense dtypes read x.  Not for LLMI_I4G (cpu_matmul_rows_ok). */
+ * same numbers cpu_matmul gives: quantized dtypes must be packed (cpu_qweight_pack) and
+ * read qa (x quantized for w's layout), dense dtypes read x.  Not for LLMI_I4G
+ * (cpu_matmul_rows_ok). */
 void cpu_matmul_rows(const llmi_tensor *w, const float *x, const cpu_qact *qa, int n, int64_t r0, int64_t r1,
                      const float *bias, float *y);
 int cpu_matmul_rows_ok(llmi_dtype t);

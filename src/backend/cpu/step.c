@@ -253,6 +253,7 @@ static void step_run(const step_ctx *cx) {
     split(ffn, id, T, 16, &f0, &f1);
     for (int l = 0; l < c->n_layers; l++) {
         const llmi_layer *L = &m->layers[l];
+        const llmi_tensor *const *W = im->lw + (size_t)l * CPU_W_PER_LAYER;   /* packed where they pack */
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
         const float *ks = im->kv_scale + (size_t)l * 2 * nkv, *vs = ks + nkv;
 
@@ -264,9 +265,9 @@ static void step_run(const step_ctx *cx) {
         }
         PROF(LLMI_OP_NORM, cost_rmsnorm(n, dim, l > 0, sizeof(float)));
         th->layout = -2;
-        mm(th, &L->wq, th->xn, n, q0, q1, L->bq, im->q);
-        mm(th, &L->wk, th->xn, n, kh0 * hd, kh1 * hd, L->bk, im->k);
-        mm(th, &L->wv, th->xn, n, kh0 * hd, kh1 * hd, L->bv, im->v);
+        mm(th, W[CPU_W_Q], th->xn, n, q0, q1, L->bq, im->q);
+        mm(th, W[CPU_W_K], th->xn, n, kh0 * hd, kh1 * hd, L->bk, im->k);
+        mm(th, W[CPU_W_V], th->xn, n, kh0 * hd, kh1 * hd, L->bv, im->v);
         SUB_BEGIN();
         for (int t = 0; t < n && kh0 < kh1; t++)
             cpu_rope_kv_write_heads(im->k + (size_t)t * kvd, im->v + (size_t)t * kvd, im->rope_cs + (size_t)t * half,
@@ -275,7 +276,7 @@ static void step_run(const step_ctx *cx) {
         SUB_END();
         bar_wait(&s->bar, T, s->spin_ns);
         PROF_SUB(LLMI_OP_ROPE_KV, cost_rope_kv(n, qd, kvd, esz));
-        PROF(LLMI_OP_QKV, cost_sum(cost_sum(mm_cost(&L->wq, n), mm_cost(&L->wk, n)), mm_cost(&L->wv, n)));
+        PROF(LLMI_OP_QKV, cost_sum(cost_sum(mm_cost(W[CPU_W_Q], n), mm_cost(W[CPU_W_K], n)), mm_cost(W[CPU_W_V], n)));
 
         /* 2: this thread's (token, head) units: rope q, attend */
         for (int64_t u = u0; u < u1;) {
@@ -291,9 +292,9 @@ static void step_run(const step_ctx *cx) {
 
         /* 3: o_proj rows */
         th->layout = -2;
-        mm(th, &L->wo, im->att, n, o0, o1, L->bo, im->delta);
+        mm(th, W[CPU_W_O], im->att, n, o0, o1, L->bo, im->delta);
         bar_wait(&s->bar, T, s->spin_ns);
-        PROF(LLMI_OP_O_PROJ, mm_cost(&L->wo, n));
+        PROF(LLMI_OP_O_PROJ, mm_cost(W[CPU_W_O], n));
 
         /* 4: residual add + ffn norm, gate/up rows, SwiGLU on them (in place in gate) */
         for (int t = 0; t < n; t++)
@@ -301,8 +302,8 @@ static void step_run(const step_ctx *cx) {
                                 th->xn + (size_t)t * dim);
         PROF(LLMI_OP_NORM, cost_rmsnorm(n, dim, true, sizeof(float)));
         th->layout = -2;
-        mm(th, &L->w_gate, th->xn, n, f0, f1, NULL, im->gate);
-        mm(th, &L->w_up, th->xn, n, f0, f1, NULL, im->up);
+        mm(th, W[CPU_W_GATE], th->xn, n, f0, f1, NULL, im->gate);
+        mm(th, W[CPU_W_UP], th->xn, n, f0, f1, NULL, im->up);
         SUB_BEGIN();
         for (int t = 0; t < n; t++)
             cpu_swiglu_range(im->gate + (size_t)t * ffn, im->up + (size_t)t * ffn, (size_t)f0, (size_t)f1,
@@ -310,13 +311,13 @@ static void step_run(const step_ctx *cx) {
         SUB_END();
         bar_wait(&s->bar, T, s->spin_ns);
         PROF_SUB(LLMI_OP_ACT, cost_swiglu(n, ffn, sizeof(float)));
-        PROF(LLMI_OP_MLP_UP, cost_sum(mm_cost(&L->w_gate, n), mm_cost(&L->w_up, n)));
+        PROF(LLMI_OP_MLP_UP, cost_sum(mm_cost(W[CPU_W_GATE], n), mm_cost(W[CPU_W_UP], n)));
 
         /* 5: down_proj rows */
         th->layout = -2;
-        mm(th, &L->w_down, im->gate, n, o0, o1, NULL, im->delta);
+        mm(th, W[CPU_W_DOWN], im->gate, n, o0, o1, NULL, im->delta);
         bar_wait(&s->bar, T, s->spin_ns);
-        PROF(LLMI_OP_MLP_DOWN, mm_cost(&L->w_down, n));
+        PROF(LLMI_OP_MLP_DOWN, mm_cost(W[CPU_W_DOWN], n));
     }
 
     /* the rows that need logits: final residual add and norm (each thread), lm_head slice */
@@ -330,11 +331,11 @@ static void step_run(const step_ctx *cx) {
     }
     PROF(LLMI_OP_NORM, cost_rmsnorm(nl, dim, true, sizeof(float)));
     int64_t v0, v1;
-    split(m->lm_head.rows, id, T, 16, &v0, &v1);
+    split(im->lm_head->rows, id, T, 16, &v0, &v1);
     th->layout = -2;
-    mm(th, &m->lm_head, th->xn, nl, v0, v1, NULL, cx->logits);
+    mm(th, im->lm_head, th->xn, nl, v0, v1, NULL, cx->logits);
     if (b->profiling) bar_wait(&s->bar, T, s->spin_ns);   /* the profile's lm_head time is the slowest thread's */
-    PROF(LLMI_OP_LM_HEAD, mm_cost(&m->lm_head, nl));
+    PROF(LLMI_OP_LM_HEAD, mm_cost(im->lm_head, nl));
 #undef PROF
 #undef SUB_BEGIN
 #undef SUB_END
