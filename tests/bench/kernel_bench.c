@@ -1,7 +1,8 @@
 /* kernel_bench.c — single-thread microbenchmarks of the CPU op twins that dominate a
  * forward, timed in thread CPU time (best of REPS), so that two builds can be compared
  * side by side on a busy machine where wall-clock rates of the whole binary scatter.
- *   build/kernel_bench matmul ROWS COLS N [REPS]   Q4_1 weight (packed) x N tokens (cpu_matmul)
+ *   build/kernel_bench matmul ROWS COLS N [REPS [DTYPE]]  a DTYPE weight (q4_1 default, q4_0, q8_0
+ *                                                  packed; f16, bf16) x N tokens (cpu_matmul)
  *   build/kernel_bench attention N [REPS]          causal prefill of N tokens, SmolLM2's
  *                                                  9 heads / 3 KV heads of 64, f16 KV
  *   build/kernel_bench swiglu N [REPS]             N elements of silu(gate) * up
@@ -37,37 +38,44 @@ static double checksum(const float *y, size_t n) {
     return c;
 }
 
-static int bench_matmul(int rows, int cols, int n, int reps) {
-    if (rows <= 0 || cols <= 0 || cols % 32 || n <= 0) {
-        fprintf(stderr, "kernel_bench: matmul needs ROWS > 0, COLS a multiple of 32, N > 0\n");
+static int bench_matmul(int rows, int cols, int n, int reps, const char *dtype) {
+    llmi_dtype t = !strcmp(dtype, "q4_1") ? LLMI_Q4_1 : !strcmp(dtype, "q4_0") ? LLMI_Q4_0
+                 : !strcmp(dtype, "q8_0") ? LLMI_Q8_0 : !strcmp(dtype, "f16") ? LLMI_F16
+                 : !strcmp(dtype, "bf16") ? LLMI_BF16 : LLMI_DTYPE_COUNT;
+    if (rows <= 0 || cols <= 0 || cols % 32 || n <= 0 || t == LLMI_DTYPE_COUNT) {
+        fprintf(stderr, "kernel_bench: matmul needs ROWS > 0, COLS a multiple of 32, N > 0, DTYPE q4_1|q4_0|q8_0|f16|bf16\n");
         return 2;
     }
     uint64_t s = 7;
-    llmi_tensor w = {.dtype = LLMI_Q4_1, .rows = rows, .cols = cols, .row_bytes = (size_t)(cols / 32) * 20};
-    uint8_t *d = malloc(w.row_bytes * (size_t)rows);   /* (rows, cols/32 blocks of 20 bytes) */
+    const size_t bb = dtype_block_bytes(t), be = (size_t)dtype_block_elems(t);
+    llmi_tensor w = {.dtype = t, .rows = rows, .cols = cols, .row_bytes = (size_t)cols / be * bb};
+    uint8_t *d = malloc(w.row_bytes * (size_t)rows);   /* (rows, row_bytes) in dtype t */
     float *x = malloc(sizeof(float) * (size_t)n * cols), *y = malloc(sizeof(float) * (size_t)n * rows);
     if (!d || !x || !y) return 1;
     for (size_t i = 0; i < w.row_bytes * (size_t)rows; i++) d[i] = (uint8_t)mix(&s);
-    for (size_t b = 0; b < (size_t)rows * (cols / 32); b++) {   /* sane block scale and min */
+    for (size_t b = 0; b < (size_t)rows * cols / be; b++) {   /* sane values: scales (and mins), or the weights */
         uint16_t sc = f32_to_fp16(0.01f + 0.01f * (unif(&s) + 0.5f)), mn = f32_to_fp16(-0.05f);
-        memcpy(d + b * 20, &sc, 2);
-        memcpy(d + b * 20 + 2, &mn, 2);
+        if (t == LLMI_F16) sc = f32_to_fp16(0.05f * unif(&s));
+        if (t == LLMI_BF16) sc = f32_to_bf16(0.05f * unif(&s));
+        memcpy(d + b * bb, &sc, 2);
+        if (t == LLMI_Q4_1) memcpy(d + b * bb + 2, &mn, 2);
     }
     w.data = d;
-    llmi_tensor pk;   /* the layout the backend runs on: packed once, as at load */
+    llmi_tensor pk = w;   /* the layout the backend runs on: quantized weights packed once, as at load */
     llmi_status st;
-    if (cpu_qweight_pack(&w, &pk, &st)) { fprintf(stderr, "kernel_bench: %s\n", st.msg); return 1; }
+    if (cpu_qweight_packable(&w) && cpu_qweight_pack(&w, &pk, &st)) { fprintf(stderr, "kernel_bench: %s\n", st.msg); return 1; }
     for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = unif(&s);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = thread_cpu_s();
         cpu_matmul(&pk, x, n, NULL, y);
-        double t = thread_cpu_s() - t0;
-        best = t < best ? t : best;
+        double el = thread_cpu_s() - t0;
+        best = el < best ? el : best;
     }
-    printf("matmul q4_1 %dx%d n=%d: best %.3f ms, %.1f GMAC/s, checksum %.9g\n", rows, cols, n, best * 1e3,
+    printf("matmul %s %dx%d n=%d: best %.3f ms, %.1f GMAC/s, checksum %.9g\n", dtype_name(t), rows, cols, n, best * 1e3,
            (double)rows * cols * n / best * 1e-9, checksum(y, (size_t)n * rows));
-    free(d); free(x); free(y); free(pk.owned);
+    free(d); free(x); free(y);
+    if (pk.owned) free(pk.owned);
     return 0;
 }
 
@@ -137,12 +145,13 @@ int main(int argc, char **argv) {
      * count only its share of the work */
     omp_set_num_threads(1);
     const char *op = argc > 1 ? argv[1] : "";
-    if (!strcmp(op, "matmul") && (argc == 5 || argc == 6))
-        return bench_matmul(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc == 6 ? atoi(argv[5]) : 20);
+    if (!strcmp(op, "matmul") && argc >= 5 && argc <= 7)
+        return bench_matmul(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc >= 6 ? atoi(argv[5]) : 20,
+                            argc == 7 ? argv[6] : "q4_1");
     if (!strcmp(op, "attention") && (argc == 3 || argc == 4))
         return bench_attention(atoi(argv[2]), argc == 4 ? atoi(argv[3]) : 20);
     if (!strcmp(op, "swiglu") && (argc == 3 || argc == 4))
         return bench_swiglu(atoi(argv[2]), argc == 4 ? atoi(argv[3]) : 200);
-    fprintf(stderr, "usage: kernel_bench matmul ROWS COLS N [REPS] | attention N [REPS] | swiglu N [REPS]\n");
+    fprintf(stderr, "usage: kernel_bench matmul ROWS COLS N [REPS [DTYPE]] | attention N [REPS] | swiglu N [REPS]\n");
     return 2;
 }

@@ -44,6 +44,7 @@
 #endif
 
 #if defined(__AVX512F__)
+/* 16 weights from column c as fp32; m masks the columns past the row's end. */
 static inline __m512 dense_load(const void *w, llmi_dtype t, int64_t c, __mmask16 m) {
     if (t == LLMI_F32) return _mm512_maskz_loadu_ps(m, (const float *)w + c);
     __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)w + c);
@@ -51,48 +52,75 @@ static inline __m512 dense_load(const void *w, llmi_dtype t, int64_t c, __mmask1
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* Register tile of R rows x T tokens: per 16 columns, R weight loads and T activation
- * loads feed R*T FMAs.  Each (row, token) keeps one accumulator walked over the columns
- * in order, so the tile shape never changes a result. */
+/* Register tile of R rows x T tokens, the dtype a compile-time constant: per 16 columns,
+ * R weight loads (converted once) and T activation loads feed R*T FMAs.  Each (row, token)
+ * keeps one accumulator walked over the columns in order and reduced once, so the tile
+ * shape never changes a result. */
 #define DENSE_PF_ROWS 4   /* rows ahead a decode pass prefetches (4-16 measured alike) */
-#define DENSE_INSTANCE(R, T)                                                                             \
-    static void dense_##R##x##T(const llmi_tensor *w, int64_t r0, const float *x, int t0, float *y, int64_t rows) { \
-        int64_t cols = w->cols;                                                                          \
+#define DENSE_INSTANCE(SFX, DT, R, T)                                                                    \
+    static void dense_##SFX##_##R##x##T(const llmi_tensor *w, int64_t r0, const float *x, int t0, float *y, \
+                                        int64_t rows) {                                                  \
+        const int64_t cols = w->cols;                                                                    \
+        const uint8_t *w0 = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;                        \
         __m512 acc[R][T];                                                                                \
-        for (int i = 0; i < R; i++)                                                                      \
-            for (int j = 0; j < T; j++) acc[i][j] = _mm512_setzero_ps();                                 \
+        _Pragma("GCC unroll 4") for (int i = 0; i < R; i++)                                              \
+            _Pragma("GCC unroll 6") for (int j = 0; j < T; j++) acc[i][j] = _mm512_setzero_ps();         \
         for (int64_t c = 0; c < cols; c += 16) {                                                         \
             __mmask16 m = cols - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - c)) - 1);      \
-            __m512 xv[T];                                                                                \
-            for (int j = 0; j < T; j++) xv[j] = _mm512_maskz_loadu_ps(m, x + (size_t)(t0 + j) * cols + c); \
-            for (int i = 0; i < R; i++) {                                                                \
-                if (T == 1 && DENSE_PF_ROWS)   /* decode streams the weights once: the rows after these */ \
-                    _mm_prefetch((const char *)w->data + (size_t)(r0 + i + DENSE_PF_ROWS) * w->row_bytes + c * dtype_block_bytes(w->dtype), _MM_HINT_T0); \
-                __m512 wv = dense_load((const uint8_t *)w->data + (size_t)(r0 + i) * w->row_bytes, w->dtype, c, m); \
-                for (int j = 0; j < T; j++) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);           \
+            __m512 wv[R]; /* the rows' 16 weights, then one token's activations at a time */            \
+            _Pragma("GCC unroll 4") for (int i = 0; i < R; i++) {                                        \
+                if (T == 1)   /* decode streams the weights once: the rows after these */                 \
+                    _mm_prefetch((const char *)w0 + (size_t)(i + DENSE_PF_ROWS) * w->row_bytes +           \
+                                 c * dtype_block_bytes(DT), _MM_HINT_T0);                                 \
+                wv[i] = dense_load(w0 + (size_t)i * w->row_bytes, DT, c, m);                               \
+            }                                                                                            \
+            _Pragma("GCC unroll 6") for (int j = 0; j < T; j++) {                                        \
+                __m512 xj = _mm512_maskz_loadu_ps(m, x + (size_t)(t0 + j) * cols + c);                   \
+                _Pragma("GCC unroll 4") for (int i = 0; i < R; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xj, acc[i][j]); \
             }                                                                                            \
         }                                                                                                \
-        for (int i = 0; i < R; i++)                                                                      \
-            for (int j = 0; j < T; j++) y[(size_t)(t0 + j) * rows + r0 + i] = _mm512_reduce_add_ps(acc[i][j]); \
+        _Pragma("GCC unroll 4") for (int i = 0; i < R; i++)                                              \
+            _Pragma("GCC unroll 6") for (int j = 0; j < T; j++)                                          \
+                y[(size_t)(t0 + j) * rows + r0 + i] = _mm512_reduce_add_ps(acc[i][j]);                   \
     }
-DENSE_INSTANCE(4, 4)
-DENSE_INSTANCE(1, 4)
-DENSE_INSTANCE(4, 1)
-DENSE_INSTANCE(1, 1)
+/* Rows [r0, r1) for tokens [t0, t0 + tn): 4-row tiles of 6, 4, 2 and 1 tokens. */
+#define DENSE_FORMAT(SFX, DT)                                                                            \
+    DENSE_INSTANCE(SFX, DT, 4, 6) DENSE_INSTANCE(SFX, DT, 1, 6) DENSE_INSTANCE(SFX, DT, 4, 4)            \
+    DENSE_INSTANCE(SFX, DT, 1, 4) DENSE_INSTANCE(SFX, DT, 4, 2) DENSE_INSTANCE(SFX, DT, 1, 2)            \
+    DENSE_INSTANCE(SFX, DT, 4, 1) DENSE_INSTANCE(SFX, DT, 1, 1)                                          \
+    static void dense_rows_##SFX(const llmi_tensor *w, int64_t r0, int64_t r1, const float *x, int t0, int tn, \
+                                 float *y, int64_t rows) {                                               \
+        for (int j = 0; j < tn;) {                                                                       \
+            int64_t r = r0;                                                                              \
+            if (tn - j >= 6) {                                                                           \
+                for (; r + 4 <= r1; r += 4) dense_##SFX##_4x6(w, r, x, t0 + j, y, rows);                 \
+                for (; r < r1; r++) dense_##SFX##_1x6(w, r, x, t0 + j, y, rows);                         \
+                j += 6;                                                                                  \
+            } else if (tn - j >= 4) {                                                                    \
+                for (; r + 4 <= r1; r += 4) dense_##SFX##_4x4(w, r, x, t0 + j, y, rows);                 \
+                for (; r < r1; r++) dense_##SFX##_1x4(w, r, x, t0 + j, y, rows);                         \
+                j += 4;                                                                                  \
+            } else if (tn - j >= 2) {                                                                    \
+                for (; r + 4 <= r1; r += 4) dense_##SFX##_4x2(w, r, x, t0 + j, y, rows);                 \
+                for (; r < r1; r++) dense_##SFX##_1x2(w, r, x, t0 + j, y, rows);                         \
+                j += 2;                                                                                  \
+            } else {                                                                                     \
+                for (; r + 4 <= r1; r += 4) dense_##SFX##_4x1(w, r, x, t0 + j, y, rows);                 \
+                for (; r < r1; r++) dense_##SFX##_1x1(w, r, x, t0 + j, y, rows);                         \
+                j += 1;                                                                                  \
+            }                                                                                            \
+        }                                                                                                \
+    }
+DENSE_FORMAT(f32, LLMI_F32)
+DENSE_FORMAT(f16, LLMI_F16)
+DENSE_FORMAT(bf16, LLMI_BF16)
 
-/* Rows [r0, r1) for tokens [t0, t0 + tn), tn <= 4. */
+/* Rows [r0, r1) for tokens [t0, t0 + tn). */
 static void dense_rows(const llmi_tensor *w, int64_t r0, int64_t r1, const float *x, int t0, int tn, float *y,
                        int64_t rows) {
-    int64_t r = r0;
-    if (tn == 4) {
-        for (; r + 4 <= r1; r += 4) dense_4x4(w, r, x, t0, y, rows);
-        for (; r < r1; r++) dense_1x4(w, r, x, t0, y, rows);
-        return;
-    }
-    for (int j = 0; j < tn; j++) {
-        for (r = r0; r + 4 <= r1; r += 4) dense_4x1(w, r, x, t0 + j, y, rows);
-        for (; r < r1; r++) dense_1x1(w, r, x, t0 + j, y, rows);
-    }
+    if (w->dtype == LLMI_F16) dense_rows_f16(w, r0, r1, x, t0, tn, y, rows);
+    else if (w->dtype == LLMI_BF16) dense_rows_bf16(w, r0, r1, x, t0, tn, y, rows);
+    else dense_rows_f32(w, r0, r1, x, t0, tn, y, rows);
 }
 #else
 static float dense_elem(const uint8_t *wr, llmi_dtype t, int64_t c) {
@@ -115,9 +143,10 @@ static void dense_rows(const llmi_tensor *w, int64_t r0, int64_t r1, const float
 }
 #endif
 
-/* Rows [r0, r1) of y (n, rows) for all n tokens, 4 tokens per register tile. */
+/* Rows [r0, r1) of y (n, rows) for all n tokens, up to 24 tokens a pass (the row block's
+ * weights stay in L1/L2 while the tiles of those tokens walk them). */
 static void dense_range(const llmi_tensor *w, int64_t r0, int64_t r1, const float *x, int n, float *y) {
-    for (int t0 = 0; t0 < n; t0 += 4) dense_rows(w, r0, r1, x, t0, n - t0 < 4 ? n - t0 : 4, y, w->rows);
+    for (int t0 = 0; t0 < n; t0 += 24) dense_rows(w, r0, r1, x, t0, n - t0 < 24 ? n - t0 : 24, y, w->rows);
 }
 
 static void matmul_dense(const llmi_tensor *w, const float *x, int n, float *y) {
@@ -297,7 +326,7 @@ void cpu_qact_quantize(const cpu_qact *qa, llmi_dtype t, const float *x, int64_t
         const size_t pb = qp_block(DT), head = qp_head(DT);                                             \
         const __m512i m4 = _mm512_set1_epi8(15);                                                        \
         __m512 acc[TN];                                                                                 \
-        for (int i = 0; i < TN; i++) acc[i] = _mm512_setzero_ps();                                      \
+        _Pragma("GCC unroll 8") for (int i = 0; i < TN; i++) acc[i] = _mm512_setzero_ps();              \
         for (int b = 0; b < nb; b++) {                                                                  \
             const uint8_t *p = gp + (size_t)b * pb;                                                     \
             if (pf)                                                                                     \
@@ -322,11 +351,11 @@ void cpu_qact_quantize(const cpu_qact *qa, llmi_dtype t, const float *x, int64_t
                     xo[2 * j + 1] = 16 + 4 * j;                                                         \
                 }                                                                                       \
             }                                                                                           \
-            for (int i = 0; i < TN; i++) {                                                              \
+            _Pragma("GCC unroll 8") for (int i = 0; i < TN; i++) { /* (unrolled: acc stays in registers) */ \
                 const size_t tb = (size_t)(t0 + i) * nb + b;                                            \
                 const int8_t *xq = qx->q + tb * 32;                                                     \
                 __m512i is = _mm512_set1_epi32(-k * qx->isx[tb]);                                       \
-                for (int j = 0; j < 8; j++) {                                                          \
+                _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                                  \
                     int32_t x4;                                                                         \
                     memcpy(&x4, xq + xo[j], 4);                                                         \
                     is = _mm512_dpbusd_epi32(is, u[j], _mm512_set1_epi32(x4));                          \
@@ -336,7 +365,7 @@ void cpu_qact_quantize(const cpu_qact *qa, llmi_dtype t, const float *x, int64_t
                 if (DT == LLMI_Q4_1) acc[i] = _mm512_fmadd_ps(mn, _mm512_set1_ps(qx->sx[tb]), acc[i]);   \
             }                                                                                           \
         }                                                                                               \
-        for (int i = 0; i < TN; i++) out[i] = acc[i];                                                   \
+        _Pragma("GCC unroll 8") for (int i = 0; i < TN; i++) out[i] = acc[i];                           \
     }
 #define QGROUP_FORMAT(DT, SFX)                                                                          \
     QGROUP_INSTANCE(qgroup_##SFX##_1, DT, 1)                                                            \
