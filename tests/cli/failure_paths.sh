@@ -6,7 +6,8 @@
 # and --prompts generation (the outputs finished so far kept, each whole).  Each: one
 # clear line, the documented exit code (1 error, 130 SIGINT, 143 SIGTERM).
 # A model file truncated before use is refused by its size (tests/test_loader.c
-# loader_gguf_truncated_everywhere, tests/cli/bad_model_files.sh).
+# loader_gguf_truncated_everywhere, tests/cli/bad_model_files.sh); one truncated while
+# generate has it mapped gives one line naming it and exit 1, not a bus-error crash.
 . "$(dirname "$0")/../lib/common.sh"
 need_model
 CFG="$TESTDATA/quant/tiny-config.json"
@@ -93,3 +94,18 @@ for sig in INT TERM; do
     [ -z "$(ls -A "$TMP/qs")" ] || fail "SIG$sig in quantize left: $(ls -A "$TMP/qs")"
     echo "ok: SIG$sig in quantize -> rc=$rc, nothing left in the output's directory"
 done
+
+# a model file truncated while in use: the next read of a lost page is a bus error, which
+# llmi reports as one line naming the file and exit 1 (whenever the truncation lands: during
+# the load, the repacking or the decoding that reads embedding rows from the mapping)
+cp "$MODEL" "$TMP/trunc.gguf"
+"$LLMI" generate -m "$TMP/trunc.gguf" -p "Once upon a time" -n 5000 --ignore-eos --temp 0.8 -s 1 --no-stats \
+    >"$TMP/t.out" 2>"$TMP/t.err" &
+pid=$!
+sleep 1
+truncate -s 65536 "$TMP/trunc.gguf"
+wait $pid; rc=$?
+[ $rc -eq 1 ] || fail "model truncated while in use: exit $rc (want 1): $(tail -3 "$TMP/t.err")"
+[ "$(wc -l <"$TMP/t.err")" -eq 1 ] || fail "model truncated while in use: stderr: $(cat "$TMP/t.err")"
+grep -q "trunc.gguf: truncated" "$TMP/t.err" || fail "model truncated while in use: stderr: $(cat "$TMP/t.err")"
+echo "ok: model truncated while in use -> rc=$rc: $(cat "$TMP/t.err")"
