@@ -226,22 +226,26 @@ int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st) {
         return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: out of memory packing a %lld x %lld %s weight (%zu MiB)",
                          (long long)w->rows, (long long)w->cols, dtype_name(t), bytes >> 20);
 #pragma omp parallel for schedule(static) if (bytes > (1u << 20))
-    for (int64_t g = 0; g < groups; g++)
-        for (int64_t b = 0; b < nb; b++) {
-            uint8_t *o = p + ((size_t)g * nb + b) * pb;   /* (head, quads, QP_ROWS, 4) */
-            memset(o, 0, pb);                              /* rows past the end stay zero */
-            for (int i = 0; i < QP_ROWS && g * QP_ROWS + i < w->rows; i++) {
-                const uint8_t *src = (const uint8_t *)w->data + (size_t)(g * QP_ROWS + i) * w->row_bytes + b * bb;
+    for (int64_t g = 0; g < groups; g++) {
+        const int nr = w->rows - g * QP_ROWS < QP_ROWS ? (int)(w->rows - g * QP_ROWS) : QP_ROWS;
+        uint8_t *og = p + (size_t)g * nb * pb;   /* (nb, head + quads * 64) */
+        if (nr < QP_ROWS) memset(og, 0, (size_t)nb * pb);   /* rows past the end stay zero */
+        for (int i = 0; i < nr; i++) {
+            const uint8_t *src = (const uint8_t *)w->data + (size_t)(g * QP_ROWS + i) * w->row_bytes;
+            for (int64_t b = 0; b < nb; b++, src += bb) {
+                uint8_t *o = og + (size_t)b * pb;
                 memcpy(o + 2 * i, src, 2);                                           /* d */
                 if (t == LLMI_Q4_1) memcpy(o + 2 * QP_ROWS + 2 * i, src + 2, 2);      /* m */
                 const uint8_t *qs = src + (t == LLMI_Q4_1 ? 4 : 2);
-                for (int j = 0; j < qp_quads(t); j++)
-                    for (int e = 0; e < 4; e++) {
-                        uint8_t v = qs[4 * j + e];
-                        o[head + (size_t)j * 4 * QP_ROWS + 4 * i + e] = t == LLMI_Q8_0 ? (uint8_t)(v ^ 0x80) : v;
-                    }
+                for (int j = 0; j < qp_quads(t); j++) {
+                    uint32_t v;
+                    memcpy(&v, qs + 4 * j, 4);
+                    if (t == LLMI_Q8_0) v ^= 0x80808080u;
+                    memcpy(o + head + (size_t)j * 4 * QP_ROWS + 4 * i, &v, 4);
+                }
             }
         }
+    }
     *out = *w;
     out->layout = LLMI_LAYOUT_CPU16;
     out->data = p;
