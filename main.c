@@ -4,6 +4,7 @@
  * its mapping becomes one line and exit 1). */
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -84,6 +85,11 @@ static void mapping_path(uintptr_t addr, char *path, size_t cap) {
 static void on_bus_error(int sig, siginfo_t *si, void *uctx) {
     (void)sig;
     (void)uctx;
+    /* every thread of a team can fault on the same lost pages: one reports, the others
+     * wait for its _exit (lock-free atomics are async-signal-safe) */
+    static atomic_flag reporting = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&reporting))
+        for (;;) pause();
     static char path[4096];
     mapping_path((uintptr_t)si->si_addr, path, sizeof path);
     say("llmi: ");
