@@ -239,6 +239,60 @@ TEST(backend_cpu_step_bit_identical) {
     }
 }
 
+/* The backend packs the model's Q4_1 weights once, and again when a tensor at some
+ * position is replaced under it (the quantizer's calibration swaps layers and tensors under
+ * a live backend): after swapping two layer weights and the lm_head for another model's,
+ * both forwards (op by op: 12 tokens; fused: 1 token) give exactly what a backend created on
+ * the changed model gives, and not what they gave before. */
+TEST(backend_cpu_repacks_changed_weights) {
+    unsigned long long seed = test_seed();
+    brng r = {seed + 41u};
+    llmi_model m, other;
+    tiny_model(&m, &r, 2, LLMI_Q4_1);
+    tiny_model(&other, &r, 2, LLMI_Q4_1);
+    const int V = m.cfg.n_vocab, L = 12;
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = (int32_t)(brng_next(&r) % (uint64_t)V);
+    llmi_backend_opts o = {0};
+    o.n_threads = 2; o.kv_dtype = LLMI_KV_F16; o.block_size = BS; o.max_batch_tokens = 64; o.max_seqs = 8;
+    float *before = malloc(sizeof(float) * 16 * V), *after = malloc(sizeof(float) * 16 * V);
+    float *fresh = malloc(sizeof(float) * 16 * V);
+    llmi_backend *b = NULL, *b2 = NULL;
+    llmi_status st = {0};
+    CHECK(backend_cpu_create(&m, &o, &b, &st) == 0);
+    if (!b) { tiny_free(&m); tiny_free(&other); return; }
+    CHECK(b->kv_alloc(b, MAXB, &st) == 0);
+    tseq seq = {toks, {0}};
+    for (int i = 0; i < MAXB; i++) seq.table[i] = i;
+    int w0 = 0, s0 = 0, one = 1, at = L;
+    /* before: 12 tokens op by op, then token 12 fused */
+    CHECK(run_pieces(b, &seq, &w0, &s0, &L, 1, before, &st) == 0);
+    CHECK(run_pieces(b, &seq, &w0, &at, &one, 1, before + (size_t)L * V, &st) == 0);
+    llmi_tensor keep[3] = {m.layers[1].wq, m.layers[0].w_down, m.lm_head};
+    m.layers[1].wq = other.layers[1].wq;
+    m.layers[0].w_down = other.layers[0].w_down;
+    m.lm_head = other.lm_head;
+    CHECK(run_pieces(b, &seq, &w0, &s0, &L, 1, after, &st) == 0);
+    CHECK(run_pieces(b, &seq, &w0, &at, &one, 1, after + (size_t)L * V, &st) == 0);
+    CHECK(backend_cpu_create(&m, &o, &b2, &st) == 0);
+    if (b2) {
+        CHECK(b2->kv_alloc(b2, MAXB, &st) == 0);
+        CHECK(run_pieces(b2, &seq, &w0, &s0, &L, 1, fresh, &st) == 0);
+        CHECK(run_pieces(b2, &seq, &w0, &at, &one, 1, fresh + (size_t)L * V, &st) == 0);
+        CHECK_MSG(memcmp(after, fresh, sizeof(float) * (L + 1) * V) == 0,
+                  "the live backend's logits after the swap differ from a new backend's");
+        CHECK_MSG(memcmp(after, before, sizeof(float) * (L + 1) * V) != 0, "the swap changed nothing");
+        b2->destroy(b2);
+    }
+    m.layers[1].wq = keep[0];
+    m.layers[0].w_down = keep[1];
+    m.lm_head = keep[2];
+    b->destroy(b);
+    free(before); free(after); free(fresh);
+    tiny_free(&m);
+    tiny_free(&other);
+}
+
 /* Dense double-precision Llama forward for one sequence: logits (n, vocab). */
 static void dense_ref(const llmi_model *m, const int32_t *tok, int n, double *logits) {
     const llmi_config *c = &m->cfg;
