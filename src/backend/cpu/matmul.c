@@ -84,11 +84,11 @@ static inline __m512 dense_load(const void *w, llmi_dtype t, int64_t c, __mmask1
             _Pragma("GCC unroll 6") for (int j = 0; j < T; j++)                                          \
                 y[(size_t)(t0 + j) * rows + r0 + i] = _mm512_reduce_add_ps(acc[i][j]);                   \
     }
-/* Rows [r0, r1) for tokens [t0, t0 + tn): 4-row tiles of 6, 4, 2 and 1 tokens. */
+/* Rows [r0, r1) for tokens [t0, t0 + tn): 4-row tiles of 6, 4 and 2 tokens, single rows for one. */
 #define DENSE_FORMAT(SFX, DT)                                                                            \
     DENSE_INSTANCE(SFX, DT, 4, 6) DENSE_INSTANCE(SFX, DT, 1, 6) DENSE_INSTANCE(SFX, DT, 4, 4)            \
     DENSE_INSTANCE(SFX, DT, 1, 4) DENSE_INSTANCE(SFX, DT, 4, 2) DENSE_INSTANCE(SFX, DT, 1, 2)            \
-    DENSE_INSTANCE(SFX, DT, 4, 1) DENSE_INSTANCE(SFX, DT, 1, 1)                                          \
+    DENSE_INSTANCE(SFX, DT, 1, 1)                                                                        \
     static void dense_rows_##SFX(const llmi_tensor *w, int64_t r0, int64_t r1, const float *x, int t0, int tn, \
                                  float *y, int64_t rows) {                                               \
         for (int j = 0; j < tn;) {                                                                       \
@@ -105,8 +105,7 @@ static inline __m512 dense_load(const void *w, llmi_dtype t, int64_t c, __mmask1
                 for (; r + 4 <= r1; r += 4) dense_##SFX##_4x2(w, r, x, t0 + j, y, rows);                 \
                 for (; r < r1; r++) dense_##SFX##_1x2(w, r, x, t0 + j, y, rows);                         \
                 j += 2;                                                                                  \
-            } else {                                                                                     \
-                for (; r + 4 <= r1; r += 4) dense_##SFX##_4x1(w, r, x, t0 + j, y, rows);                 \
+            } else {   /* one row at a time: one sequential stream (+5% decode over 4 rows at once) */ \
                 for (; r < r1; r++) dense_##SFX##_1x1(w, r, x, t0 + j, y, rows);                         \
                 j += 1;                                                                                  \
             }                                                                                            \
