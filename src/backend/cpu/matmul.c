@@ -257,16 +257,19 @@ int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st) {
     return LLMI_OK;
 }
 
+/* The bytes of the four arrays cpu_qact_init lays out, each rounded up to 64. */
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
 size_t cpu_matmul_scratch_bytes(int n, int64_t cols) {
     size_t nb = (size_t)(cols / 32);
-    return ((size_t)n * nb * (32 + 3 * 4) + 3 * 64) / 64 * 64 + 64;
+    return round64((size_t)n * nb * 32) + 3 * round64((size_t)n * nb * 4);
 }
 
 int cpu_qact_layout(llmi_dtype t) { return is_q8_q4(t) ? 0 : -1; }
 
 void cpu_qact_init(cpu_qact *qa, void *scratch, int n, int64_t cols) {
     qa->nb = (int)(cols / 32);
-    size_t nb = (size_t)qa->nb, a = ((size_t)n * nb * 32 + 63) / 64 * 64, f = ((size_t)n * nb * 4 + 63) / 64 * 64;
+    size_t nb = (size_t)qa->nb, a = round64((size_t)n * nb * 32), f = round64((size_t)n * nb * 4);
     char *buf = scratch;
     qa->q = (int8_t *)buf;
     qa->dx = (float *)(buf + a);
@@ -314,8 +317,7 @@ static void quantize_token(const float *x, const cpu_qact *qx, int t) {
     }
 }
 
-void cpu_qact_quantize(const cpu_qact *qa, llmi_dtype t, const float *x, int64_t cols, int t0, int t1) {
-    (void)t;
+void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0, int t1) {
     for (int tk = t0; tk < t1; tk++) quantize_token(x + (size_t)tk * cols, qa, tk);
 }
 
@@ -330,7 +332,7 @@ void cpu_qact_quantize(const cpu_qact *qa, llmi_dtype t, const float *x, int64_t
  * operands are unpacked once for the TN tokens. */
 #define QGROUP_INSTANCE(NAME, DT, TN)                                                                  \
     static void NAME(const uint8_t *gp, const cpu_qact *qx, int t0, int pf, __m512 *out) {             \
-        const int nb = qx->nb, k = qp_k(DT);                              \
+        const int nb = qx->nb, k = qp_k(DT);                                                            \
         const size_t pb = qp_block(DT), head = qp_head(DT);                                             \
         const __m512i m4 = _mm512_set1_epi8(15);                                                        \
         __m512 acc[TN];                                                                                 \
@@ -481,12 +483,12 @@ static void matmul_quant(int nw, const llmi_tensor *const *ws, const float *x, i
     /* Decode-sized batches are quantized before the parallel region: one barrier fewer
      * per matmul, which matters when the cores are shared and a waiting thread spins. */
     int serial_q = n <= 4;
-    if (serial_q) cpu_qact_quantize(&qx, w0->dtype, x, cols, 0, n);
+    if (serial_q) cpu_qact_quantize(&qx, x, cols, 0, n);
 #pragma omp parallel if (work > 32768)
     {
         if (!serial_q) {
 #pragma omp for schedule(static)
-            for (int tk = 0; tk < n; tk++) cpu_qact_quantize(&qx, w0->dtype, x, cols, tk, tk + 1);
+            for (int tk = 0; tk < n; tk++) cpu_qact_quantize(&qx, x, cols, tk, tk + 1);
         }
         /* static schedules of one trip count give every chunk's row groups to the same
          * threads (OpenMP's rule), so no barrier is needed between chunks and each

@@ -62,10 +62,10 @@ typedef struct cpu_qact {
     float *sx;        /* (n, nb) d_x * sum(x_q) (Q4_1's min term) */
 } cpu_qact;
 void cpu_qact_init(cpu_qact *qa, void *scratch, int n, int64_t cols);
-/* Quantizes tokens [t0, t1) of x (n, cols) into qa in the layout weights of dtype t read. */
-void cpu_qact_quantize(const cpu_qact *qa, llmi_dtype t, const float *x, int64_t cols, int t0, int t1);
-/* Which activation layout dtype t reads: equal values share one quantization; -1 = none
- * (dense weights read fp32 x). */
+/* Quantizes tokens [t0, t1) of x (n, cols) into qa (every quantized dtype reads the same). */
+void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0, int t1);
+/* Which activation layout dtype t reads: equal values share one quantization (0 for every
+ * quantized dtype); -1 = none (dense weights read fp32 x). */
 int cpu_qact_layout(llmi_dtype t);
 /* Rows [r0, r1) of y (n, w->rows) = x (n, cols) @ W^T (+ bias) on the calling thread, the
  * same numbers cpu_matmul gives: quantized dtypes must be packed (cpu_qweight_pack) and

@@ -182,7 +182,7 @@ static void mm(step_thread *th, const llmi_tensor *w, const float *x, int n, int
     int lay = cpu_qact_layout(w->dtype);
     if (lay >= 0 && th->layout != lay) {
         cpu_qact_init(&th->qa, th->qs, n, w->cols);
-        cpu_qact_quantize(&th->qa, w->dtype, x, w->cols, 0, n);
+        cpu_qact_quantize(&th->qa, x, w->cols, 0, n);
         th->layout = lay;
     }
     if (r0 < r1) cpu_matmul_rows(w, x, &th->qa, n, r0, r1, bias, y);
