@@ -400,9 +400,15 @@ template <typename T> static cudaError_t launch_prefill(const llmi_cuda_attn *a,
     return cudaSuccess;
 }
 
-/* Raises a kernel's dynamic shared-memory limit when it needs more than the default 48 KiB. */
+/* Raises a kernel's dynamic shared-memory limit when it needs more than the default 48 KiB.
+ * The limit is per kernel, not per backend: never lower what another live backend (the
+ * target beside a draft model with a smaller head_dim) still launches with. */
 template <typename K> static cudaError_t allow_smem(K kernel, size_t bytes) {
     if (bytes <= 48 * 1024) return cudaSuccess;
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
+    if (e != cudaSuccess) return e;
+    if ((size_t)fa.maxDynamicSharedSizeBytes >= bytes) return cudaSuccess;
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 

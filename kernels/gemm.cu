@@ -67,11 +67,19 @@ extern "C" void llmi_cuda_gemm_free(llmi_cuda_gemm *g) {
     memset(g, 0, sizeof *g);
 }
 
-static uint64_t key_hash(int64_t m, int64_t k, int64_t key_n, int64_t ldc) {
+static uint64_t key_hash(int64_t m, int64_t k, int64_t key_n, int64_t ldc, int64_t align) {
     uint64_t h = 1469598103934665603ull;
-    const int64_t v[4] = {m, k, key_n, ldc};
-    for (int i = 0; i < 4; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
+    const int64_t v[5] = {m, k, key_n, ldc, align};
+    for (int i = 0; i < 5; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
     return h ^ (h >> 29);
+}
+
+/* The alignment (a power of two, at most 256) of an operand's pointer and row stride in
+ * bytes.  The heuristic assumes 256 unless told, and may then pick an algorithm that
+ * cannot run on an int4 linear's output, written at a column offset into the fused one. */
+static uint32_t lt_align(const void *p, uint64_t ld_bytes) {
+    const uint64_t a = (uint64_t)(uintptr_t)p | ld_bytes | 256u;
+    return (uint32_t)(a & (~a + 1));
 }
 
 /* Points the entry's B and C layouts at n tokens (host-side attributes, no GPU work). */
@@ -86,14 +94,14 @@ static int algo_set_n(llmi_cuda_gemm_algo *a, int64_t n, llmi_status *st) {
     return 0;
 }
 
-/* The cached entry for (m, k, key_n, ldc), asking the heuristic for key_n tokens on a miss. */
-static int algo_for(llmi_cuda_gemm *g, int64_t m, int64_t k, int64_t key_n, int64_t ldc, llmi_cuda_gemm_algo **out,
-                    llmi_status *st) {
-    const uint64_t h = key_hash(m, k, key_n, ldc);
+/* The cached entry for (m, k, key_n, ldc, align), asking the heuristic for key_n tokens on a miss. */
+static int algo_for(llmi_cuda_gemm *g, int64_t m, int64_t k, int64_t key_n, int64_t ldc, int64_t align,
+                    llmi_cuda_gemm_algo **out, llmi_status *st) {
+    const uint64_t h = key_hash(m, k, key_n, ldc, align);
     llmi_cuda_gemm_algo *victim = NULL;
     for (int p = 0; p < LLMI_GEMM_PROBE; p++) {
         llmi_cuda_gemm_algo *a = &g->cache[(h + (uint64_t)p) & (LLMI_GEMM_CACHE - 1)];
-        if (a->m == m && a->k == k && a->key_n == key_n && a->ldc == ldc) {
+        if (a->m == m && a->k == k && a->key_n == key_n && a->ldc == ldc && a->align == align) {
             a->last_use = ++g->clock;
             *out = a;
             return 0;
@@ -110,6 +118,15 @@ static int algo_for(llmi_cuda_gemm *g, int64_t m, int64_t k, int64_t key_n, int6
     a->b_desc = B;
     LT_CHECK(st, cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, (uint64_t)m, (uint64_t)key_n, ldc));   /* y^T: (m, n), ld ldc */
     a->c_desc = C;
+    /* A, B, C and D (D is C) alignments, unpacked from the key */
+    const uint32_t al[4] = {(uint32_t)(align >> 18) & 511u, (uint32_t)(align >> 9) & 511u, (uint32_t)align & 511u,
+                            (uint32_t)align & 511u};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        LT_CHECK(st, cublasLtMatmulPreferenceSetAttribute((cublasLtMatmulPreference_t)g->pref, which[i], &al[i],
+                                                          sizeof al[i]));
     cublasLtMatmulHeuristicResult_t res;
     int n_res = 0;
     g->heuristic_calls++;
@@ -121,7 +138,7 @@ static int algo_for(llmi_cuda_gemm *g, int64_t m, int64_t k, int64_t key_n, int6
                          dtype_name(g->dt), (long long)m, (long long)key_n, (long long)k);
     }
     memcpy(a->algo, &res.algo, sizeof res.algo);
-    a->m = m; a->k = k; a->key_n = key_n; a->ldc = ldc;
+    a->m = m; a->k = k; a->key_n = key_n; a->ldc = ldc; a->align = align;
     a->cur_n = key_n;
     a->last_use = ++g->clock;
     *out = a;
@@ -134,8 +151,11 @@ extern "C" int llmi_cuda_gemm_run(llmi_cuda_gemm *g, const void *w, int64_t rows
     if (rows <= 0 || cols <= 0 || ldy < rows || key_n < n)
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda gemm: bad shape %lldx%lld, %d tokens (key %d), ldy %lld",
                          (long long)rows, (long long)cols, n, key_n, (long long)ldy);
+    const uint64_t in_ld = (uint64_t)cols * 2;   /* bf16 or f16 rows of W and x */
+    const int64_t align = ((int64_t)lt_align(w, in_ld) << 18) | ((int64_t)lt_align(x, in_ld) << 9) |
+                          (int64_t)lt_align(y, (uint64_t)ldy * 4);
     llmi_cuda_gemm_algo *a;
-    if (algo_for(g, rows, cols, key_n, ldy, &a, st) || algo_set_n(a, n, st)) return st->code;
+    if (algo_for(g, rows, cols, key_n, ldy, align, &a, st) || algo_set_n(a, n, st)) return st->code;
     const float alpha = 1.0f, beta = 0.0f;
     cublasLtMatmulAlgo_t algo;
     memcpy(&algo, a->algo, sizeof algo);

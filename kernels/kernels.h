@@ -135,7 +135,7 @@ cudaError_t llmi_cuda_to_f32(const void *src, llmi_dtype src_dt, int64_t n, floa
 /* y (n, ldy) f32, columns [0, rows) = x (n, cols) @ W^T with W (rows, cols) and x in dt
  * (BF16 or F16), fp32 accumulation, all row-major and dense.  The context owns the
  * cuBLASLt handle, its workspace and a hashed cache of algorithms keyed on (rows, cols,
- * key_n, ldy): key_n >= n is the token count the caller buckets n into (the heuristic is
+ * key_n, ldy, the operands' alignments): key_n >= n is the token count the caller buckets n into (the heuristic is
  * asked once per key for key_n tokens, and every n sharing the key reuses its answer).
  * Should cuBLASLt refuse a bucket's algorithm for a smaller n, that n gets an exact entry
  * of its own (counted in exact_fallbacks).  One backend and one stream at a time. */
@@ -143,6 +143,7 @@ cudaError_t llmi_cuda_to_f32(const void *src, llmi_dtype src_dt, int64_t n, floa
 #define LLMI_GEMM_PROBE 8        /* slots searched from a key's hash */
 typedef struct llmi_cuda_gemm_algo {
     int64_t m, k, key_n, ldc;    /* m = rows of W, k = cols; 0 m: empty */
+    int64_t align;               /* alignments (<= 256 bytes) of W, x, y packed 9 bits each */
     int64_t cur_n;               /* the token count b_desc and c_desc describe now */
     void *a_desc, *b_desc, *c_desc;   /* cublasLtMatrixLayout_t */
     unsigned char algo[64];      /* cublasLtMatmulAlgo_t (opaque, 64 bytes) */

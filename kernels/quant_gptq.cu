@@ -47,6 +47,19 @@ __device__ __forceinline__ int qk_q(float w, float s, int z) {
     return v < 0.0f ? 0 : v > (float)QK_MAXQ ? QK_MAXQ : (int)v;
 }
 
+/* Sum over the block in fp64 (blockDim.x a multiple of 32, every thread calls it): the
+ * twins sum losses in double, and a float per block loses what the AWQ grid compares. */
+__device__ __forceinline__ double qk_block_sum(double v, double *red) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 __global__ void qk_mirror(float *h, int k) {
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)k * k) return;
@@ -145,9 +158,9 @@ __global__ void qk_gptq_block(float *wt, const float *__restrict__ u, int rows, 
         s_row[r] = s;
         z_row[r] = z;
     }
-    __shared__ float red[32];
-    float blk = llmi_block_sum((float)acc, red);
-    if (threadIdx.x == 0) atomicAdd(loss, (double)blk);
+    __shared__ double red[32];
+    double blk = qk_block_sum(acc, red);
+    if (threadIdx.x == 0) atomicAdd(loss, blk);
 }
 
 cudaError_t llmi_cuda_gptq_block(float *wt, const float *u, int rows, int cols, int i1, int i2, int group_size,
@@ -195,9 +208,9 @@ __global__ void qk_dot(const float *a, const float *b, size_t n, double *out) {
     double acc = 0.0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         acc += (double)a[i] * b[i];
-    __shared__ float red[32];
-    float blk = llmi_block_sum((float)acc, red);
-    if (threadIdx.x == 0) atomicAdd(out, (double)blk);
+    __shared__ double red[32];
+    double blk = qk_block_sum(acc, red);
+    if (threadIdx.x == 0) atomicAdd(out, blk);
 }
 
 cudaError_t llmi_cuda_quant_dot(const float *a, const float *b, size_t n, double *out, cudaStream_t s) {

@@ -1,11 +1,15 @@
 /* test_quant_cuda.c — the W4A16 CUDA kernels (kernels/int4_gemm.cu) against their CPU twin
- * cpu_matmul (LLMI_I4G) on fresh random grids, with and without act-order g_idx.  Built
+ * cpu_matmul (LLMI_I4G) on fresh random grids, with and without act-order g_idx, and the
+ * quantizer's device path (src/quant/quant_cuda.c: Hessian, GPTQ) against src/quant.  Built
  * only into a CUDA build; without a usable device there the test is skipped, never passed. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/dtype.h"
 #include "quant/quant.h"
 #include "backend/cpu/ops.h"
+#include "quant/linalg.h"
+#include "quant/quant_cuda.h"
 #include "test.h"
 
 #ifdef LLMI_CUDA
@@ -105,6 +109,85 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
         free(t.owned);
         quant_grid_free(&g);
     }
+}
+
+
+/* The Hessian X^T X (cuBLAS syrk + the mirror kernel) against quant_gram_acc, then GPTQ's
+ * factorisation and column walk against quant_gptq_prepare/apply on that Hessian.  Widths
+ * off the 128-column block (320 = 2.5 blocks), two accumulation calls, correlated inputs. */
+TEST(quant_cuda_gram_and_gptq_vs_cpu) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        (void)cudaGetLastError();
+        SKIP("no CUDA device");
+    }
+    unsigned long long s = test_seed() | 1;
+    const int k = 320, n = 333, rows = 96, split = 150;
+    float *x = malloc(sizeof(float) * n * k), *w = malloc(sizeof(float) * rows * k);
+    float *hc = calloc((size_t)k * k, sizeof(float)), *hg = malloc(sizeof(float) * k * k);
+    for (int t = 0; t < n; t++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        const float common = (float)(s % 2001) / 1000 - 1;   /* shared by every channel: off-diagonal mass */
+        for (int c = 0; c < k; c++) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            x[(size_t)t * k + c] = 0.5f * common + (float)(s % 2001) / 1000 - 1 + (c % 17 == 0 ? 3.0f : 0.0f);
+        }
+    }
+    for (int i = 0; i < rows * k; i++) s ^= s << 13, s ^= s >> 7, s ^= s << 17, w[i] = (float)(s % 2001) / 20000 - 0.05f;
+    CHECK(quant_gram_acc(x, split, k, 2.0f / n, hc) == 0);
+    CHECK(quant_gram_acc(x + (size_t)split * k, n - split, k, 2.0f / n, hc) == 0);
+    quant_gram_mirror(hc, k);
+
+    llmi_status st = {0};
+    quant_cuda *q = NULL;
+    if (quant_cuda_create(&q, 0, &st) || quant_cuda_gram_begin(q, 1, k, &st) ||
+        quant_cuda_gram_acc(q, 1, x, split, 2.0f / n, &st) ||
+        quant_cuda_gram_acc(q, 1, x + (size_t)split * k, n - split, 2.0f / n, &st) ||
+        quant_cuda_gram_end(q, 1, hg, &st)) {
+        CHECK_MSG(0, "%s", st.msg);
+        if (q) quant_cuda_destroy(q);
+        free(x), free(w), free(hc), free(hg);
+        return;
+    }
+    int asym = 0;
+    for (int i = 0; i < k; i++)
+        for (int j = 0; j < i; j++) asym += hg[(size_t)i * k + j] != hg[(size_t)j * k + i];
+    CHECK_MSG(asym == 0, "%d entries of the device Gram matrix are not symmetric", asym);
+    double e = test_nmse(hg, hc, (long)k * k);
+    CHECK_MSG(e < 1e-10, "Gram matrix nmse %g (a triangle left zero gives ~0.5)", e);
+
+    for (int ao = 0; ao < 2; ao++) {
+        quant_gptq_opts o = {.group_size = 64, .sym = ao == 0, .desc_act = ao == 1, .damp_percent = 0.01f,
+                             .block_size = 128};
+        quant_gptq_hinv hvc = {0}, hvg = {0};
+        quant_grid gc = {0}, gg = {0};
+        double ec = 0, eg = 0;
+        if (quant_gptq_prepare(hc, k, &o, &hvc, &st) || quant_gptq_apply(w, rows, &hvc, &o, &gc, &ec, &st) ||
+            quant_cuda_gptq_prepare(q, hc, k, &o, &hvg, &st) ||
+            quant_cuda_gptq_apply(q, w, rows, &hvg, &o, &gg, &eg, &st)) {
+            CHECK_MSG(0, "act-order %d: %s", ao, st.msg);
+            quant_grid_free(&gc), quant_grid_free(&gg);
+            quant_gptq_hinv_free(&hvc), quant_gptq_hinv_free(&hvg);
+            continue;
+        }
+        int perm_diff = 0, q_diff = 0;
+        for (int c = 0; c < k; c++) perm_diff += hvc.perm[c] != hvg.perm[c];
+        for (long i = 0; i < (long)rows * k; i++) q_diff += gc.q[i] != gg.q[i];
+        CHECK_MSG(perm_diff == 0, "act-order %d: %d column positions differ", ao, perm_diff);
+        /* fp64 Cholesky on both sides; the device's fused multiply-adds move values that sit on a
+         * rounding boundary, and a flipped value moves the rest of its row a little */
+        CHECK_MSG(q_diff <= rows * k / 100, "act-order %d: %d of %d int4 values differ", ao, q_diff, rows * k);
+        CHECK_MSG(fabs(eg - ec) <= 0.02 * ec, "act-order %d: GPTQ loss %g on the GPU, %g on the CPU", ao, eg, ec);
+        float *dc = malloc(sizeof(float) * rows * k), *dg = malloc(sizeof(float) * rows * k);
+        quant_grid_dequant(&gc, dc), quant_grid_dequant(&gg, dg);
+        e = test_nmse(dg, dc, (long)rows * k);
+        CHECK_MSG(e < 1e-3, "act-order %d: dequantized weights nmse %g", ao, e);
+        free(dc), free(dg);
+        quant_grid_free(&gc), quant_grid_free(&gg);
+        quant_gptq_hinv_free(&hvc), quant_gptq_hinv_free(&hvg);
+    }
+    quant_cuda_destroy(q);
+    free(x), free(w), free(hc), free(hg);
 }
 
 #endif

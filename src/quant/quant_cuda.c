@@ -161,9 +161,10 @@ int quant_cuda_gram_acc(quant_cuda *q, int slot, const float *x, int n, float sc
     const int k = q->gram_k[slot];
     if (qc_reserve_x(q, (size_t)n * k, st)) return st->code;
     QC_CUDA(st, cudaMemcpyAsync(q->x, x, (size_t)n * k * sizeof(float), cudaMemcpyHostToDevice, q->stream));
-    /* x (n, k) row-major is x^T (k, n) column-major: h += scale * (x^T)(x^T)^T, upper */
+    /* x (n, k) row-major is x^T (k, n) column-major: h += scale * (x^T)(x^T)^T.  Column-major
+     * lower is row-major upper, the triangle quant_gram_mirror (and the mirror kernel) copy from */
     const float one = 1.0f;
-    QC_BLAS(st, cublasSsyrk(q->blas, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, k, n, &scale, q->x, k, &one, q->gram[slot], k));
+    QC_BLAS(st, cublasSsyrk(q->blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, k, n, &scale, q->x, k, &one, q->gram[slot], k));
     /* the host buffer is the caller's again when this returns */
     QC_CUDA(st, cudaStreamSynchronize(q->stream));
     return 0;
@@ -171,7 +172,7 @@ int quant_cuda_gram_acc(quant_cuda *q, int slot, const float *x, int n, float sc
 
 int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, llmi_status *st) {
     const int k = q->gram_k[slot];
-    /* column-major upper is row-major lower: mirror the row-major upper from it */
+    /* the row-major upper triangle is filled (see gram_acc): its lower := upper */
     QC_CUDA(st, llmi_cuda_quant_mirror(q->gram[slot], k, q->stream));
     QC_CUDA(st, cudaMemcpyAsync(h, q->gram[slot], (size_t)k * k * sizeof(float), cudaMemcpyDeviceToHost, q->stream));
     QC_CUDA(st, cudaStreamSynchronize(q->stream));
@@ -181,20 +182,25 @@ int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, llmi_status *st) {
 /* ---- GPTQ ---- */
 
 /* J H J = L L^T (potrf, lower, column-major) then L^-1 (trtri) in one fp64 buffer a.
- * Returns 1 when H is not positive definite. */
+ * Returns 1 when H is not positive definite, -1 (st set) when a call fails: llmi_fail's
+ * LLMI_E_RUNTIME is also 1, and the caller retries a 1 with more dampening. */
 static int qc_factor(quant_cuda *q, double *a, int n, llmi_status *st) {
     int lwork = 0, info = 0, *dinfo = NULL;
     double *work = NULL;
     size_t dws = 0, hws = 0;
     void *dwork = NULL, *hwork = NULL;
     int rc = 0;
-    QC_CUDA(st, cudaMalloc((void **)&dinfo, sizeof(int)));
+    if (cudaMalloc((void **)&dinfo, sizeof(int)) != cudaSuccess) {
+        llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot allocate the Cholesky status: %s",
+                  cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
     if (cusolverDnDpotrf_bufferSize(q->solver, CUBLAS_FILL_MODE_LOWER, n, a, n, &lwork) != CUSOLVER_STATUS_SUCCESS ||
         cudaMalloc((void **)&work, (size_t)lwork * sizeof(double)) != cudaSuccess ||
         cusolverDnDpotrf(q->solver, CUBLAS_FILL_MODE_LOWER, n, a, n, work, lwork, dinfo) != CUSOLVER_STATUS_SUCCESS ||
         cudaMemcpyAsync(&info, dinfo, sizeof(int), cudaMemcpyDeviceToHost, q->stream) != cudaSuccess ||
         cudaStreamSynchronize(q->stream) != cudaSuccess)
-        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: Cholesky of a %dx%d Hessian failed to run", n, n);
+        rc = (llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: Cholesky of a %dx%d Hessian failed to run", n, n), -1);
     if (!rc && info > 0) rc = 1;
     if (!rc && (cusolverDnXtrtri_bufferSize(q->solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, n, CUDA_R_64F, a,
                                             n, &dws, &hws) != CUSOLVER_STATUS_SUCCESS ||
@@ -203,7 +209,7 @@ static int qc_factor(quant_cuda *q, double *a, int n, llmi_status *st) {
                                  dws, hwork, hws, dinfo) != CUSOLVER_STATUS_SUCCESS ||
                 cudaMemcpyAsync(&info, dinfo, sizeof(int), cudaMemcpyDeviceToHost, q->stream) != cudaSuccess ||
                 cudaStreamSynchronize(q->stream) != cudaSuccess || info != 0))
-        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: triangular inverse of a %dx%d factor failed", n, n);
+        rc = (llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: triangular inverse of a %dx%d factor failed", n, n), -1);
     cudaFree(dinfo), cudaFree(work), cudaFree(dwork), free(hwork);
     return rc;
 }

@@ -211,9 +211,12 @@ static int cuda_kv_block_copy(llmi_backend *b, int block, void *host, bool to_ho
     for (int l = 0; l < c->n_layers; l++)
         for (int kv = 0; kv < 2; kv++, h += part) {
             char *dev = (char *)im->kv + ((size_t)l * 2 + kv) * region + (size_t)block * part;
-            CU_CHECK(st, cudaMemcpy(to_host ? (void *)h : (void *)dev, to_host ? (const void *)dev : (const void *)h, part,
-                                    to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice));
+            /* on our stream: a plain cudaMemcpy from pageable memory may return before its DMA
+             * lands, unordered with the non-blocking stream the next forward reads the cache on */
+            CU_CHECK(st, cudaMemcpyAsync(to_host ? (void *)h : (void *)dev, to_host ? (const void *)dev : (const void *)h,
+                                         part, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, im->stream));
         }
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
     return 0;
 }
 static int cuda_kv_read_block(llmi_backend *b, int block, void *dst, llmi_status *st) {
@@ -388,7 +391,7 @@ static int upload_i4g_parts(cuda_impl *im, const llmi_tensor *t, llmi_i4g_dev *w
  * int4_gemm.cu's dequant. */
 static int upload_dense(cuda_impl *im, uploader *u, const llmi_tensor *t, void *dst, llmi_status *st) {
     if (t->dtype == LLMI_I4G) {
-        llmi_i4g_dev w;
+        llmi_i4g_dev w = {0};   /* freed below even when upload_i4g_parts fails before filling it */
         int rc = upload_i4g_parts(im, t, &w, NULL, st);
         cudaError_t e = rc ? cudaSuccess : llmi_cuda_int4_dequant(&w, dst, WDT, im->stream);
         if (!rc && e == cudaSuccess) e = cudaStreamSynchronize(im->stream);   /* before the parts are freed */
