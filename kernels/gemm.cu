@@ -164,9 +164,13 @@ extern "C" int llmi_cuda_gemm_run(llmi_cuda_gemm *g, const void *w, int64_t rows
                                       y, (cublasLtMatrixLayout_t)a->c_desc, y, (cublasLtMatrixLayout_t)a->c_desc, &algo,
                                       g->workspace, g->workspace_bytes, s);
     if ((r == CUBLAS_STATUS_NOT_SUPPORTED || r == CUBLAS_STATUS_INVALID_VALUE) && key_n != n) {
-        /* the bucket's algorithm does not take this n: an exact entry for it */
-        g->exact_fallbacks++;
-        return llmi_cuda_gemm_run(g, w, rows, cols, x, n, n, y, ldy, s, st);
+        /* the bucket's algorithm does not take this n: an exact entry for it, counted when it
+         * is made (every later call with this n is refused again and reuses the entry, so
+         * counting refusals would break heuristic_calls - exact_fallbacks == buckets asked) */
+        const long asked = g->heuristic_calls;
+        const int rc = llmi_cuda_gemm_run(g, w, rows, cols, x, n, n, y, ldy, s, st);
+        if (g->heuristic_calls > asked) g->exact_fallbacks++;
+        return rc;
     }
     LT_CHECK(st, r);
     return 0;

@@ -159,7 +159,7 @@ typedef struct llmi_cuda_gemm {
     llmi_cuda_gemm_algo *cache;  /* (LLMI_GEMM_CACHE) host */
     long clock;                  /* calls so far, the last_use stamp */
     long heuristic_calls;        /* how many keys were asked (tests check the cache) */
-    long exact_fallbacks;        /* bucket algorithms cuBLASLt refused for a smaller n */
+    long exact_fallbacks;        /* exact entries made for an n whose bucket algorithm cuBLASLt refused */
 } llmi_cuda_gemm;
 int llmi_cuda_gemm_init(llmi_cuda_gemm *g, llmi_dtype dt, size_t workspace_bytes, llmi_status *st);
 void llmi_cuda_gemm_free(llmi_cuda_gemm *g);
