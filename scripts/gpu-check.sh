@@ -10,6 +10,7 @@
 #          greedy with prompt-lookup speculation on cuda vs cpu without, 64 prompts batched
 #          with chunked prefill and forced preemption, WikiText-2 perplexity cuda vs cpu
 #          (f16/bf16, q8 and fp8 KV)
+#   smol   e2e's SmolLM2 rows alone (for the call that brings the model's last part)
 #   bench  the GPU's measured bandwidth and bf16 peak; llmi bench --dummy llama-3-8b: batch-1
 #          decode (tok/s, GB/s), TTFT at 2048, batch 32; RTN int4 at batch 1 and 16
 #   tput   offline throughput, 1000 requests at 128/128, 1000/1000, 2048/128
@@ -22,6 +23,11 @@
 # missing) or not run (time); exit 0 only when every row is ok or not available.
 #
 #   scripts/gpu-check.sh [--phase unit,e2e,...]   (default: all phases, in that order)
+# A session holds 15 device minutes in all (a cold start takes 1-2, and a machine idle for
+# 30 s is gone with what the calls left in /tmp), so --pack prints a plan of three calls
+# made back to back, most valuable first; tput, hf and quant are for a later session.
+# With .gpu-pack carried the pack's binaries are used as they are (GPU_CHECK_BUILD=1 builds
+# on the device instead, a minute or more of nvcc).
 #   scripts/gpu-check.sh --pack    on a build machine (no GPU needed): builds for sm_90 in a
 #       scratch copy (-march=x86-64-v3: the GPU host's CPU may lack this one's AVX-512) and
 #       fills .gpu-pack/ with llmi and llmi_tests (cudart static; cuBLASLt comes from the
@@ -46,7 +52,7 @@ ROOT=$PWD
 PACK=$ROOT/.gpu-pack
 STASH=/tmp/llmi-gpu-model
 MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-ALL_PHASES=unit,sanitize,e2e,bench,tput,hf,quant
+ALL_PHASES=unit,sanitize,e2e,smol,bench,tput,hf,quant
 
 # ---- --pack ----------------------------------------------------------------------------
 if [ "${1:-}" = --pack ]; then
@@ -92,9 +98,11 @@ if [ "${1:-}" = --pack ]; then
   fi
   tree=$(git ls-files -z | xargs -0 du -cb 2> /dev/null | tail -1 | cut -f1)
   echo "gpu-check --pack: $(du -sh "$PACK" | cut -f1) in .gpu-pack (sm_$arch, commit $(cat "$PACK/commit")); tracked tree $((tree / 1048576)) MiB"
-  echo "  calls: run(command=\"bash scripts/gpu-check.sh --phase unit\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=600)"
-  echo "         then --phase sanitize with [\".gpu-pack\", \".gpu-model-2\"], --phase e2e with [\".gpu-pack\", \".gpu-model-3\"],"
-  echo "         --phase bench, tput, hf with [\".gpu-pack\"]; back to back (a machine that went cold lost the parts)"
+  echo "  calls (15 device minutes in all; make them back to back: a machine idle 30 s is gone, the model parts with it):"
+  echo "    1. run(command=\"BUDGET=270 bash scripts/gpu-check.sh --phase unit,e2e\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=330)"
+  echo "    2. run(command=\"BUDGET=210 bash scripts/gpu-check.sh --phase bench\", carry=[\".gpu-pack\", \".gpu-model-2\"], timeout_s=270)"
+  echo "    3. run(command=\"BUDGET=240 bash scripts/gpu-check.sh --phase smol,sanitize\", carry=[\".gpu-pack\", \".gpu-model-3\"], timeout_s=300)"
+  echo "  then give_back; tput, hf and quant (--phase tput,hf,quant) need a later session"
   exit 0
 fi
 
@@ -258,7 +266,7 @@ else
 fi
 if [ -z "$SMOL" ]; then
   here=$(ls "$STASH" 2> /dev/null | grep -c '^part')
-  has_phase e2e && row "SmolLM2" "not available" "${here:-0}/3 carried parts here (--pack, carry .gpu-model-N)"
+  { has_phase e2e || has_phase smol; } && row "SmolLM2" "not available" "${here:-0}/3 carried parts here (--pack, carry .gpu-model-N)"
 fi
 
 # ---- binaries: build here, or the carried pack ---------------------------------------------
@@ -268,7 +276,18 @@ use_pack() {
   LLMI=$PACK/llmi TESTS=$PACK/llmi_tests
   export LD_LIBRARY_PATH="$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
-if ! command -v nvcc > /dev/null; then
+# The pack first: it was built from this tree by --pack just before the calls, and a build
+# here costs a minute or more of the session's 15 device minutes (GPU_CHECK_BUILD=1 builds).
+pack_commit=$(cat "$PACK/commit" 2> /dev/null)
+tree_commit=$(git rev-parse --short HEAD 2> /dev/null)
+if [ -x "$PACK/llmi" ] && [ "${GPU_CHECK_BUILD:-0}" != 1 ]; then
+  use_pack
+  if [ -n "$tree_commit" ] && [ "${pack_commit%-dirty}" != "$tree_commit" ]; then
+    row "binaries (.gpu-pack)" FAIL "stale: pack of $pack_commit, tree at $tree_commit (rerun --pack); testing the pack anyway"
+  else
+    row "binaries (.gpu-pack)" ok "$pack_commit $(cat "$PACK/arch" 2> /dev/null), not built here (GPU_CHECK_BUILD=1 builds)"
+  fi
+elif ! command -v nvcc > /dev/null; then
   if [ -x "$PACK/llmi" ]; then
     use_pack; row "build" "not available" "nvcc not found; using .gpu-pack ($(cat "$PACK/commit" "$PACK/arch" 2> /dev/null | tr '\n' ' '))"
   else
@@ -341,10 +360,14 @@ compare_rows() {   # compare_rows LABEL NAME REF GOT : the compare_topk rule, on
   row "$1" "$STATUS" "$(grep -m1 '^summary' "$WORK/$2-cmp.out" | cut -c10-160)"
   grep '^FAIL' "$WORK/$2-cmp.out" | head -5 >> "$LOG"
 }
-if has_phase e2e; then
+# smol alone: the SmolLM2 rows only (the call that brings the model's last part, after an
+# earlier call ran e2e on the HF test models)
+if has_phase e2e || { has_phase smol && [ -n "$SMOL" ]; }; then
   models=()
   [ -n "$SMOL" ] && models+=("$SMOL")
-  for d in testdata/hf/*/; do [ -f "$d/config.json" ] && [ "${d%/}" != "${SMOL%/}" ] && models+=("${d%/}"); done
+  if has_phase e2e; then
+    for d in testdata/hf/*/; do [ -f "$d/config.json" ] && [ "${d%/}" != "${SMOL%/}" ] && models+=("${d%/}"); done
+  fi
   # the tiny HF models hold 256 positions: their prompts are the ones that leave room for 64 tokens
   awk 'length($0) < 300' testdata/llamacpp/prompts.jsonl > "$WORK/prompts-short.jsonl"
   for mdl in "${models[@]}"; do
