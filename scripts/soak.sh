@@ -2,7 +2,7 @@
 # Soak: one long `llmi generate --prompts` run of mixed requests under KV pressure, checked
 # request by request and for memory growth (docs/RELIABILITY.md, issue 15).
 #   scripts/soak.sh                 10,000 requests, ./llmi, RSS checked
-#   scripts/soak.sh --quick         500 short requests on llmi-san (the suite runs 200)
+#   scripts/soak.sh --quick         500 short requests on llmi-san (as the suite runs it)
 #   options: -n N (requests), --bin PATH, -m MODEL, --out DIR (kept; default a temp dir)
 # The requests: prompts of 3..~260 tokens (a third open with one of 4 shared preambles,
 # so the prefix cache hits and evicts), max_tokens 1..32, ignore_eos on most (their token
