@@ -293,6 +293,37 @@ TEST(backend_cpu_repacks_changed_weights) {
     tiny_free(&other);
 }
 
+/* A backend drops the pages of a model file's weights once it has packed them (they fault
+ * back in from the file), never --dummy's: that memory holds the only copy, and dropped
+ * anonymous pages come back as zeros, so the next backend on the same model (bench opens one
+ * per KV type and block size, a draft model another) would pack zeros. */
+TEST(backend_cpu_keeps_dummy_weights) {
+    const llmi_dtype dts[3] = {LLMI_Q8_0, LLMI_Q4_0, LLMI_Q4_1};
+    for (int k = 0; k < 3; k++) {
+        llmi_status st = {0};
+        llmi_model m, ref;
+        if (model_load_dummy("smollm2-135m", dts[k], &m, &st)) {
+            CHECK_MSG(false, "%s", st.msg);
+            continue;
+        }
+        CHECK(model_load_dummy("smollm2-135m", dts[k], &ref, &st) == 0);
+        CHECK(!model_weights_from_file(&m));
+        llmi_backend_opts o = {0};
+        o.n_threads = 2; o.kv_dtype = LLMI_KV_F16; o.block_size = BS; o.max_batch_tokens = 16; o.max_seqs = 2;
+        llmi_backend *b = NULL;
+        CHECK(backend_cpu_create(&m, &o, &b, &st) == 0);
+        if (b) b->destroy(b);
+        int bad = 0;
+        for (int l = 0; l < m.cfg.n_layers; l++) {
+            const llmi_tensor *a = &m.layers[l].w_down, *r = &ref.layers[l].w_down;
+            bad += memcmp(a->data, r->data, a->row_bytes * (size_t)a->rows) != 0;
+        }
+        CHECK_MSG(bad == 0, "%s: %d layers' down_proj changed under the backend", dtype_name(dts[k]), bad);
+        model_free(&m);
+        model_free(&ref);
+    }
+}
+
 /* Dense double-precision Llama forward for one sequence: logits (n, vocab). */
 static void dense_ref(const llmi_model *m, const int32_t *tok, int n, double *logits) {
     const llmi_config *c = &m->cfg;

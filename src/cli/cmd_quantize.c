@@ -348,7 +348,7 @@ static int qc_memory(const llmi_model *m, const qc_args *a, bool calib, llmi_sta
     quant_memory_estimate(m, &a->q, (int)a->nsamples, (int)a->seqlen, calib, a->save_stats != NULL, &e);
     fprintf(stderr, "quantize: needs ~%.2f GiB: source weights %.2f (%s), calibration %.2f, layer %.2f, largest step "
             "%.2f, writer %.2f%s\n", qc_gib(e.total), qc_gib(e.source),
-            quant_source_is_mapped(m) ? "one mapped layer at a time" : "all in memory", qc_gib(e.calib),
+            model_weights_from_file(m) ? "one mapped layer at a time" : "all in memory", qc_gib(e.calib),
             qc_gib(e.layer), qc_gib(e.step), qc_gib(e.writer), e.stats ? ", --save-stats" : "");
     if (e.stats) fprintf(stderr, "quantize: --save-stats keeps every layer's Gram matrices: %.2f GiB\n", qc_gib(e.stats));
     size_t avail = qc_mem_available(), held = bench_peak_rss();

@@ -3,6 +3,7 @@
  * checked against the config (undoing the GGUF Q/K row permutation), and model_free.
  * The formats live in model_gguf.c, model_hf.c and model_dummy.c. */
 #include "model/model_internal.h"
+#include "core/mapfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -284,8 +285,26 @@ int model_add_map(llmi_model *m, void *addr, size_t len, const char *what, llmi_
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: too many files to map (limit %zu)", what,
                          sizeof m->maps / sizeof m->maps[0]);
     }
-    m->maps[m->n_maps++] = (llmi_mapping){addr, len};
+    m->maps[m->n_maps++] = (llmi_mapping){addr, len, true};
     return 0;
+}
+
+bool model_weights_from_file(const llmi_model *m) {
+    for (int i = 0; i < m->n_maps; i++)
+        if (!m->maps[i].from_file) return false;
+    return m->n_maps > 0;
+}
+
+void model_release_pages(const llmi_model *m, const void *p, size_t len) {
+    const char *a = p;
+    if (!a || !len) return;
+    for (int i = 0; i < m->n_maps; i++) {
+        const char *m0 = m->maps[i].addr;
+        if (a >= m0 && a + len <= m0 + m->maps[i].len) {
+            if (m->maps[i].from_file) mapfile_drop_pages(p, len);
+            return;
+        }
+    }
 }
 
 int model_head_dim(llmi_config *c, const char *what, const char *dim_key, const char *heads_key, llmi_status *st) {

@@ -59,7 +59,9 @@ typedef struct llmi_layer {
     llmi_tensor w_down;                   /* (dim, ffn_dim) */
 } llmi_layer;
 
-typedef struct llmi_mapping { void *addr; size_t len; } llmi_mapping;
+/* from_file: a model file mapped read-only, whose dropped pages fault back in from the
+ * file; false for --dummy's anonymous memory, which holds the only copy. */
+typedef struct llmi_mapping { void *addr; size_t len; bool from_file; } llmi_mapping;
 
 struct tokenizer;
 
@@ -72,7 +74,7 @@ typedef struct llmi_model {
     struct tokenizer *tok;                /* NULL for --dummy models */
     char source_path[1024];
     char format[16];                      /* "gguf", "safetensors", "dummy" */
-    llmi_mapping maps[64];                /* files mmap'ed by the loader, unmapped by model_free */
+    llmi_mapping maps[64];                /* the weights' mappings (files, or --dummy's memory), unmapped by model_free */
     int n_maps;
     size_t weight_bytes;                  /* bytes of all weight tensors as stored */
 } llmi_model;
@@ -90,6 +92,14 @@ void model_free(llmi_model *m);
  * (smollm2-135m, llama-2-7b, llama-3-8b, mistral-7b, qwen2.5-7b) or a config.json path.
  * Deterministic random values, no tokenizer. */
 int model_load_dummy(const char *spec, llmi_dtype dtype, llmi_model *m, llmi_status *st);
+
+/* Whether the weights are mapped model files (GGUF, safetensors) rather than memory that
+ * holds their only copy (--dummy). */
+bool model_weights_from_file(const llmi_model *m);
+/* Drops this process's pages of [p, p + len) (whole pages only) where the range lies in a
+ * mapped model file: read again, they fault back in from the file (the page cache).  Does
+ * nothing elsewhere: dropped anonymous pages (--dummy) would come back as zeros. */
+void model_release_pages(const llmi_model *m, const void *p, size_t len);
 
 /* Checks the hyper-parameters for consistency and bounds (called by every loader). */
 int config_validate(const llmi_config *c, const char *what, llmi_status *st);

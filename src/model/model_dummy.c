@@ -259,7 +259,7 @@ int model_load_dummy(const char *spec, llmi_dtype dtype, llmi_model *m, llmi_sta
                          (double)total / (1 << 30), strerror(errno));
     }
     madvise(base, total, MADV_HUGEPAGE);  /* fewer page faults while filling 16 GB; advisory only */
-    m->maps[0] = (llmi_mapping){base, total};
+    m->maps[0] = (llmi_mapping){base, total, false};
     m->n_maps = 1;
     dummy_place(m, dtype, &l, base);
     bool vec_ok = m->out_norm != NULL;

@@ -1,8 +1,6 @@
 /* block.c — the quantizers' fp32 working copy of a layer (see block.h). */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include "quant/block.h"
 
 const char *const quant_linear_names[QL_COUNT] = {
@@ -88,23 +86,8 @@ void quant_block_free(quant_block *b) {
     memset(b, 0, sizeof *b);
 }
 
-bool quant_source_is_mapped(const llmi_model *m) { return m->n_maps > 0 && strcmp(m->format, "dummy") != 0; }
-
-void quant_source_release(const llmi_model *m, const void *p, size_t len) {
-    if (!p || !len || !quant_source_is_mapped(m)) return;
-    uintptr_t a = (uintptr_t)p, e = a + len, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    for (int i = 0; i < m->n_maps; i++) {
-        uintptr_t m0 = (uintptr_t)m->maps[i].addr, m1 = m0 + m->maps[i].len;
-        if (a < m0 || e > m1) continue;
-        /* whole pages only: a page shared with a neighbour simply faults back in */
-        uintptr_t lo = (a + pg - 1) / pg * pg, hi = e / pg * pg;
-        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
-        return;
-    }
-}
-
 void quant_source_release_layer(const llmi_model *m, int l) {
     const llmi_layer *L = &m->layers[l];
     const llmi_tensor *ts[QL_COUNT] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    for (int i = 0; i < QL_COUNT; i++) quant_source_release(m, ts[i]->data, ts[i]->row_bytes * (size_t)ts[i]->rows);
+    for (int i = 0; i < QL_COUNT; i++) model_release_pages(m, ts[i]->data, ts[i]->row_bytes * (size_t)ts[i]->rows);
 }

@@ -31,13 +31,6 @@ int quant_block_load_linears(const llmi_model *m, int l, int first, int last, qu
 void quant_block_drop_linear(quant_block *b, int which);
 void quant_block_free(quant_block *b);
 
-/* The source model's weights: a file mapped read-only (GGUF, safetensors), whose pages
- * can be dropped from this process once read, or memory that holds the only copy
- * (--dummy).  quant_source_release drops the pages of [p, p + len) when they are a mapped
- * file's (they stay in the page cache and fault back in if read again); it does nothing
- * otherwise.  So a run holds one layer of a mapped model at a time, not all of it. */
-bool quant_source_is_mapped(const llmi_model *m);
-void quant_source_release(const llmi_model *m, const void *p, size_t len);
 void quant_source_release_layer(const llmi_model *m, int l);
 
 #endif

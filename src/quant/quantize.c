@@ -65,7 +65,7 @@ void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windo
         grids += qm_grid_bytes((size_t)rows, (size_t)cols, o->group_size);
         view += (size_t)rows * cols / 2 + (size_t)rows * (cols / o->group_size) * 3;
     }
-    e->source = quant_source_is_mapped(m) ? layer_src : m->weight_bytes;
+    e->source = model_weights_from_file(m) ? layer_src : m->weight_bytes;
     e->calib = calib ? quant_calib_bytes(c, n_windows, seqlen, o->hidden_dtype) : 0;
     e->layer = grids + (calib ? view : 0);
     size_t step = 0;
@@ -379,7 +379,7 @@ int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *
     cal.cuda = o->cuda;
     cal.cancel = o->cancel;
     /* the embedding rows the windows touched are not needed again */
-    if (calib) quant_source_release(m, m->tok_embd.data, m->tok_embd.row_bytes * (size_t)m->tok_embd.rows);
+    if (calib) model_release_pages(m, m->tok_embd.data, m->tok_embd.row_bytes * (size_t)m->tok_embd.rows);
     qm_run q = {.m = m, .o = o, .v = calib ? &v : NULL, .cal = calib ? &cal : NULL, .in = in, .out = out,
                 .n_steps = o->method == QUANT_AWQ ? 1 + QS_COUNT + 1 : 2 * QS_COUNT + 1};
     int rc = 0;

@@ -188,7 +188,7 @@ static int qw_f16_vec(quant_writer *w, int i, const float *v, llmi_status *st) {
 }
 
 /* A matrix as fp16, QW_CHUNK bytes of rows at a time; the source rows' pages are dropped
- * once converted (quant_source_release). */
+ * once converted (model_release_pages). */
 static int qw_f16_mat(quant_writer *w, int i, const llmi_tensor *t, llmi_status *st) {
     int64_t chunk = (int64_t)(QW_CHUNK / ((size_t)t->cols * 2));
     if (chunk < 1) chunk = 1;
@@ -206,7 +206,7 @@ static int qw_f16_mat(quant_writer *w, int i, const llmi_tensor *t, llmi_status 
             for (int64_t k = 0; k < t->cols; k++) o[(size_t)r * t->cols + k] = f32_to_fp16(row[k]);
         }
         rc = qw_put(w, i, (size_t)r0 * t->cols * 2, o, (size_t)nr * t->cols * 2, st);
-        quant_source_release(w->m, (const uint8_t *)t->data + (size_t)r0 * t->row_bytes, (size_t)nr * t->row_bytes);
+        model_release_pages(w->m, (const uint8_t *)t->data + (size_t)r0 * t->row_bytes, (size_t)nr * t->row_bytes);
     }
     free(o), free(rows);
     return rc;

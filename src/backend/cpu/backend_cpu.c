@@ -13,7 +13,6 @@
 #include "backend/cost.h"
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/ops.h"
-#include "core/mapfile.h"
 
 
 static size_t cpu_kv_block_bytes(const llmi_backend *b) {
@@ -88,14 +87,6 @@ static const llmi_tensor *layer_weight(const llmi_layer *L, int i) {
 }
 
 /* Whether [p, p + len) lies inside one of the model's file mappings. */
-static bool in_mapping(const llmi_model *m, const void *p, size_t len) {
-    for (int i = 0; i < m->n_maps; i++) {
-        const char *a = m->maps[i].addr;
-        if ((const char *)p >= a && (const char *)p + len <= a + m->maps[i].len) return true;
-    }
-    return false;
-}
-
 static size_t tensor_bytes(const llmi_tensor *t) { return (size_t)t->rows * t->row_bytes; }
 
 /* The forward's weight at slot: the packed copy of src when it packs, else src itself. */
@@ -111,8 +102,7 @@ static int refresh_one(llmi_backend *b, cpu_packed *slot, const llmi_tensor *src
         if (cpu_qweight_pack(src, &slot->t, st)) return st->code;
         *slot = (cpu_packed){src->data, src->dtype, src->rows, src->cols, slot->t};
         /* the embedding table stays in use (a tied lm_head reads the same bytes) */
-        if (src->data != b->model->tok_embd.data && in_mapping(b->model, src->data, tensor_bytes(src)))
-            mapfile_drop_pages(src->data, tensor_bytes(src));
+        if (src->data != b->model->tok_embd.data) model_release_pages(b->model, src->data, tensor_bytes(src));
     }
     *use = &slot->t;
     return LLMI_OK;
