@@ -31,6 +31,8 @@ int quant_block_load_linears(const llmi_model *m, int l, int first, int last, qu
 void quant_block_drop_linear(quant_block *b, int which);
 void quant_block_free(quant_block *b);
 
+/* Drops layer l's linears from this process once quantized, where they are a mapped file's
+ * (model_release_pages): a run holds one layer of a mapped model at a time, not all of it. */
 void quant_source_release_layer(const llmi_model *m, int l);
 
 #endif
