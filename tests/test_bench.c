@@ -529,6 +529,29 @@ TEST(bench_compare_hand) {
     CHECK(bench_compare_rows(&base, &cur, &out, &st) == 0 && out.n_rows == 2);
     CHECK(near(report_get(&out, 0, "ratio"), 0.75, 1e-12) && !strcmp(report_get_str(&out, 0, "flag"), "no sd"));
     CHECK(near(report_get(&out, 1, "ratio"), 1.25, 1e-12) && !strcmp(report_get_str(&out, 1, "metric"), "TTFT p50 ms"));
+    /* --spec off,ngram: each row pairs with the other file's row of the same spec (the
+     * first row of the same shape would pair ngram with off: 210 / 100) */
+    report sb, sc, so;
+    report_init(&sb);
+    report_init(&sc);
+    report_init(&so);
+    const char *specs[2][2] = {{"off", "ngram"}, {"ngram", "off"}};
+    const double stps[2][2] = {{100, 200}, {210, 90}};
+    report *pair[2] = {&sb, &sc};
+    for (int k = 0; k < 2; k++)
+        for (int q = 0; q < 2; q++) {
+            report_row(pair[k]);
+            report_str(pair[k], "model", "m.gguf");
+            report_int(pair[k], "num_requests", 100);
+            report_str(pair[k], "spec", specs[k][q]);
+            report_num(pair[k], "output_tps", stps[k][q], 2);
+        }
+    CHECK(bench_compare_rows(&sb, &sc, &so, &st) == 0 && so.n_rows == 2);
+    CHECK_MSG(near(report_get(&so, 0, "ratio"), 0.9, 1e-12) && near(report_get(&so, 1, "ratio"), 1.05, 1e-12),
+              "spec rows paired wrongly: ratios %g %g", report_get(&so, 0, "ratio"), report_get(&so, 1, "ratio"));
+    report_free(&sb);
+    report_free(&sc);
+    report_free(&so);
     /* nothing in common: an error, not an empty table */
     report_str(&cur, "model", "other.gguf");
     report_free(&out);

@@ -12,7 +12,7 @@
 static const char *const match_keys[] = {"model", "kv_type", "prefix_cache", "block_size", "n_prompt", "n_gen",
                                          "n_batch", "depth", "dataset", "num_requests", "input_len", "output_len",
                                          "range_ratio", "prefix_len", "num_prefixes", "request_rate", "turns",
-                                         "seed", "file", "ctx", "chunks", NULL};
+                                         "seed", "file", "ctx", "chunks", "spec", NULL};
 
 typedef struct metric {
     const char *name, *mean, *sd;  /* sd: the field holding the measured noise, or NULL */
