@@ -30,7 +30,7 @@
 # on the device instead, a minute or more of nvcc).
 #   scripts/gpu-check.sh --pack    on a build machine (no GPU needed): builds for sm_90 in a
 #       scratch copy (-march=x86-64-v3: the GPU host's CPU may lack this one's AVX-512) and
-#       fills .gpu-pack/ with llmi and llmi_tests (cudart static; cuBLASLt comes from the
+#       fills .gpu-pack/ with llmi and llmi_tests (cudart static; cuBLAS(Lt) and cuSOLVER come from the
 #       GPU machine's CUDA), the pcre2/utf8proc/cjson/zstd/xxhash/gomp libraries and WikiText-2's
 #       test text, and splits the default model into .gpu-model-1..3 (a call carries at
 #       most 64 MiB; all of these and gpu-check-out/ are git-ignored).  Carry ".gpu-pack"

@@ -132,7 +132,9 @@ struct llmi_backend {
                           llmi_status *st);
     /* The same layers, a range at a time (see llmi_layer_run); NULL where unsupported. */
     int (*forward_layers)(llmi_backend *b, const llmi_batch *batch, llmi_layer_run *run, llmi_status *st);
-    /* Bytes the backend holds: weights it copied or converted, KV, activations, workspaces. */
+    /* Bytes: the weights its forward reads (its own copies, and the model's bytes it reads in
+ * place: the CPU's packed layout beside the F16 rows it uses as they are), KV,
+ * activations, workspaces. */
     void (*memory)(const llmi_backend *b, size_t *weights, size_t *kv, size_t *activations);
     void (*destroy)(llmi_backend *b);
 };
