@@ -58,6 +58,22 @@ static inline __m512 dense_load(const void *w, llmi_dtype t, int64_t c, __mmask1
  * keeps one accumulator walked over the columns in order and reduced once, so the tile
  * shape never changes a result. */
 #define DENSE_PF_ROWS 4   /* rows ahead a decode pass prefetches (4-16 measured alike) */
+/* One 16-column step of the tile at column c; m masks the columns past the row's end (a
+ * constant 0xffff in the main loop, so its loads need no mask). */
+#define DENSE_STEP(DT, R, T, c, m)                                                                       \
+    do {                                                                                                 \
+        __m512 wv[R]; /* the rows' 16 weights, then one token's activations at a time */                \
+        _Pragma("GCC unroll 4") for (int i = 0; i < R; i++) {                                            \
+            if (T == 1)   /* decode streams the weights once: the rows after these */                     \
+                _mm_prefetch((const char *)w0 + (size_t)(i + DENSE_PF_ROWS) * w->row_bytes +               \
+                             (c) * dtype_block_bytes(DT), _MM_HINT_T0);                                   \
+            wv[i] = dense_load(w0 + (size_t)i * w->row_bytes, DT, (c), (m));                               \
+        }                                                                                                \
+        _Pragma("GCC unroll 6") for (int j = 0; j < T; j++) {                                            \
+            __m512 xj = _mm512_maskz_loadu_ps((m), x + (size_t)(t0 + j) * cols + (c));                   \
+            _Pragma("GCC unroll 4") for (int i = 0; i < R; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xj, acc[i][j]); \
+        }                                                                                                \
+    } while (0)
 #define DENSE_INSTANCE(SFX, DT, R, T)                                                                    \
     static void dense_##SFX##_##R##x##T(const llmi_tensor *w, int64_t r0, const float *x, int t0, float *y, \
                                         int64_t rows) {                                                  \
@@ -66,20 +82,9 @@ static inline __m512 dense_load(const void *w, llmi_dtype t, int64_t c, __mmask1
         __m512 acc[R][T];                                                                                \
         _Pragma("GCC unroll 4") for (int i = 0; i < R; i++)                                              \
             _Pragma("GCC unroll 6") for (int j = 0; j < T; j++) acc[i][j] = _mm512_setzero_ps();         \
-        for (int64_t c = 0; c < cols; c += 16) {                                                         \
-            __mmask16 m = cols - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - c)) - 1);      \
-            __m512 wv[R]; /* the rows' 16 weights, then one token's activations at a time */            \
-            _Pragma("GCC unroll 4") for (int i = 0; i < R; i++) {                                        \
-                if (T == 1)   /* decode streams the weights once: the rows after these */                 \
-                    _mm_prefetch((const char *)w0 + (size_t)(i + DENSE_PF_ROWS) * w->row_bytes +           \
-                                 c * dtype_block_bytes(DT), _MM_HINT_T0);                                 \
-                wv[i] = dense_load(w0 + (size_t)i * w->row_bytes, DT, c, m);                               \
-            }                                                                                            \
-            _Pragma("GCC unroll 6") for (int j = 0; j < T; j++) {                                        \
-                __m512 xj = _mm512_maskz_loadu_ps(m, x + (size_t)(t0 + j) * cols + c);                   \
-                _Pragma("GCC unroll 4") for (int i = 0; i < R; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xj, acc[i][j]); \
-            }                                                                                            \
-        }                                                                                                \
+        int64_t c = 0;                                                                                   \
+        for (; c + 16 <= cols; c += 16) DENSE_STEP(DT, R, T, c, (__mmask16)0xffff);                      \
+        if (c < cols) DENSE_STEP(DT, R, T, c, (__mmask16)((1u << (cols - c)) - 1));                      \
         _Pragma("GCC unroll 4") for (int i = 0; i < R; i++)                                              \
             _Pragma("GCC unroll 6") for (int j = 0; j < T; j++)                                          \
                 y[(size_t)(t0 + j) * rows + r0 + i] = _mm512_reduce_add_ps(acc[i][j]);                   \
