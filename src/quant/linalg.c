@@ -10,6 +10,16 @@
 #include <string.h>
 #include "quant/linalg.h"
 
+/* The tiles below say acc += a * b on vectors.  ISO C mode (-std=c11) keeps that a multiply
+ * and an add: two roundings and two micro-ops on the ports that could run one fused
+ * multiply-add.  These are the quantizer's hot loops (56% of GPTQ's time on a Llama-3-8B
+ * layer), so this file contracts them. */
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+
 typedef float vf16 __attribute__((vector_size(64)));   /* 16 fp32 lanes */
 typedef double vd8 __attribute__((vector_size(64)));   /* 8 fp64 lanes */
 
@@ -112,8 +122,19 @@ void quant_gram_mirror(float *h, int k) {
                                 acc[r][1] += ar[r][p] * b1;                                                     \
                             }                                                                                   \
                         }                                                                                       \
-                        for (int r = 0; r < mr; r++)                                                            \
-                            for (int j = 0; j < nc; j++) c[(size_t)(r0 + r) * ldc + j0 + j] -= acc[r][j / NL][j % NL]; \
+                        for (int r = 0; r < mr; r++) {                                                          \
+                            T *cr = c + (size_t)(r0 + r) * ldc + j0;                                            \
+                            if (nc == NR) { /* a whole strip: two vector subtractions, the same per element */   \
+                                V c0, c1;                                                                       \
+                                memcpy(&c0, cr, sizeof c0);                                                     \
+                                memcpy(&c1, cr + NL, sizeof c1);                                                \
+                                c0 -= acc[r][0];                                                                \
+                                c1 -= acc[r][1];                                                                \
+                                memcpy(cr, &c0, sizeof c0);                                                     \
+                                memcpy(cr + NL, &c1, sizeof c1);                                                \
+                            } else                                                                              \
+                                for (int j = 0; j < nc; j++) cr[j] -= acc[r][j / NL][j % NL];                   \
+                        }                                                                                       \
                     }                                                                                           \
                 }                                                                                               \
         }                                                                                                       \
