@@ -24,6 +24,7 @@ typedef struct gen_request {
     int n_prompt;
     llmi_request_params params;
     char *stops[LLMI_MAX_STOP];      /* owned copies behind params.stop */
+    bool own_seed;                   /* its --prompts line gave "seed" */
     int engine_id;                   /* -1 when the request was refused */
     char *error;                     /* why it was refused */
     /* output */
@@ -333,6 +334,7 @@ static void request_from_entry(gen_request *r, prompt_entry *e) {
     r->prompt = e->prompt;
     r->params = e->params;
     memcpy(r->stops, e->stops, sizeof r->stops);
+    r->own_seed = e->own_seed;
     memset(e, 0, sizeof *e);
 }
 
@@ -610,9 +612,9 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
     for (int i = 0; i < n_reqs; i++) {
         gen_request *r = &reqs[i];
         r->engine_id = -1;
-        /* Requests without their own seed get distinct but reproducible ones. */
-        if (!o.seed_given || r->params.sampling.seed == o.params.sampling.seed)
-            r->params.sampling.seed += (uint64_t)i;
+        /* Requests without their own seed get distinct but reproducible ones; a line's
+         * "seed" is used as given (comparing it with -s could not tell the two apart). */
+        if (!r->own_seed) r->params.sampling.seed += (uint64_t)i;
         tok_stream_init(&r->stream, m.tok, true);
         llmi_status rst = {0};
         char *text = r->prompt;

@@ -104,6 +104,7 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
             goto out;
         }
         r->params.sampling.seed = (uint64_t)seed->valuedouble;
+        r->own_seed = true;
     }
     const cJSON *ie = cJSON_GetObjectItemCaseSensitive(j, "ignore_eos");
     if (ie) {

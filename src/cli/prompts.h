@@ -14,6 +14,7 @@ typedef struct prompt_entry {
     char *prompt;                    /* the text as given, owned */
     llmi_request_params params;      /* the defaults with the line's fields over them */
     char *stops[LLMI_MAX_STOP];      /* owned copies behind params.stop */
+    bool own_seed;                   /* the line gave "seed": keep it as given */
 } prompt_entry;
 
 /* Appends stop string s to p, its copy owned by owned[]; where names the flag or line. */
