@@ -106,7 +106,8 @@ static const char *bench_usage(void) {
            "  -d LIST                 context depths: tokens already in the KV cache, prefilled untimed\n"
            "                          before each test (default 0; multiples of --block-size)\n"
            "  --kv-type LIST          KV cache dtypes: f32, f16, bf16, q8, fp8 (default f32 on cpu, bf16 on cuda)\n"
-           "  --block-size LIST       KV block sizes in tokens (default 16)\n"
+           "  --block-size LIST       KV block sizes in tokens (default 16); throughput and --ppl take one\n"
+           "                          value of this and --kv-type\n"
            "  --spec LIST             speculative decoding: off, ngram (prompt lookup; random prompts rarely\n"
            "                          repeat, so use --dataset for its speed), draft (--draft-model PATH);\n"
            "                          adds acceptance columns.  Throughput takes one value.  --spec-k K,\n"
@@ -264,6 +265,14 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
     if (a->nspec > 0 && a->ppl) return llmi_fail(st, LLMI_E_USAGE, "--spec: not with --ppl (nothing is generated)");
     if (a->nspec > 1 && a->throughput)
         return llmi_fail(st, LLMI_E_USAGE, "--spec: a throughput run takes one value (run each mode separately)");
+    /* Throughput and perplexity build one engine from the first value of these lists: the
+     * others would be dropped without a row. */
+    if (a->nkv > 1 && (a->throughput || a->ppl))
+        return llmi_fail(st, LLMI_E_USAGE, "--kv-type: a %s run takes one value (run each separately)",
+                         a->ppl ? "--ppl" : "throughput");
+    if (a->nbs > 1 && (a->throughput || a->ppl))
+        return llmi_fail(st, LLMI_E_USAGE, "--block-size: a %s run takes one value (run each separately)",
+                         a->ppl ? "--ppl" : "throughput");
     bool any_draft = false;
     for (int k = 0; k < a->nspec; k++) {
         if (a->spec[k] != LLMI_SPEC_OFF) a->mo.engine.spec_max_k = a->spec_p.k;

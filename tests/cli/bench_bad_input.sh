@@ -17,6 +17,10 @@ expect_error "--output-len" "$L" bench --device cpu --dummy "$T/tiny-llama.json"
 expect_error "--input-len" "$L" bench --device cpu --dummy "$T/tiny-llama.json" --num-requests 4 --input-len -5
 expect_error "--range-ratio" "$L" bench --device cpu --dummy "$T/tiny-llama.json" --num-requests 4 --range-ratio 1.5
 expect_error "--kv-type" "$L" bench --device cpu --dummy "$T/tiny-llama.json" -p 8 --kv-type f32,q4
+# Throughput and --ppl run one engine: a second --kv-type or --block-size was dropped silently.
+expect_error "--kv-type" "$L" bench --device cpu --dummy "$T/tiny-llama.json" --num-requests 2 --kv-type f32,f16
+expect_error "--block-size" "$L" bench --device cpu --dummy "$T/tiny-llama.json" --num-requests 2 --block-size 16,32
+expect_error "--kv-type" "$L" bench --device cpu -m "$MODEL" --ppl /etc/hostname --kv-type f32,f16
 expect_error "--dummy-dtype" "$L" bench --device cpu --dummy "$T/tiny-llama.json" --dummy-dtype f8
 expect_error "-o" "$L" bench --device cpu --dummy "$T/tiny-llama.json" -p 8 -o xml
 expect_error "--bogus" "$L" bench --device cpu --dummy "$T/tiny-llama.json" --bogus
