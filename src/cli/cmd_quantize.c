@@ -256,8 +256,10 @@ static int qc_eval_tokens(const llmi_model *m, const char *path, int32_t **ids, 
 }
 
 /* Perplexity of m (the source model or a view of the quantized one) by llama.cpp's rule
- * (metrics/perplexity.h), on the CPU backend as `llmi bench --ppl` runs it. */
-static int qc_eval(const llmi_model *m, const qc_args *a, const int32_t *ids, int n, const char *label,
+ * (metrics/perplexity.h), on the CPU backend as `llmi bench --ppl` runs it.  bos: the
+ * source's BOS id when its tokenizer adds one, else -1 (the quantized checkpoint is read
+ * back without a tokenizer). */
+static int qc_eval(const llmi_model *m, const qc_args *a, const int32_t *ids, int n, int bos, const char *label,
                    llmi_status *st) {
     const int ctx = (int)a->eval_ctx, bs = 16;
     llmi_backend_opts bo = a->mo.backend;
@@ -270,7 +272,6 @@ static int qc_eval(const llmi_model *m, const qc_args *a, const int32_t *ids, in
     int rc = b->kv_alloc(b, (ctx + bs - 1) / bs, st);
     ppl_opts po = {.n_ctx = ctx, .n_chunks = (int)a->eval_chunks, .n_batch = ctx, .progress = NULL};
     ppl_result res;
-    int bos = tok_add_bos(m->tok) ? tok_bos(m->tok) : -1;
     if (!rc) rc = ppl_run(b, ids, n, bos, &po, &res, st);
     if (!rc)
         printf("ppl %.4f +/- %.4f  (%s, %s; %d windows x %d tokens, llama.cpp rule, %.1fs)\n", res.ppl,
@@ -399,8 +400,9 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
     const char *method = a.q.method == QUANT_GPTQ ? "gptq" : a.q.method == QUANT_AWQ ? "awq" : "rtn";
     int n_evalt = 0;
     if (a.eval_file && (rc = qc_eval_tokens(&m, a.eval_file, &evalt, &n_evalt, st))) goto done;
+    const int eval_bos = a.eval_file && tok_add_bos(m.tok) ? tok_bos(m.tok) : -1;
     if (a.eval_only) {
-        rc = qc_eval(&m, &a, evalt, n_evalt, "unquantized", st);
+        rc = qc_eval(&m, &a, evalt, n_evalt, eval_bos, "unquantized", st);
         goto done;
     }
     /* Everything that can be wrong with the input is found before any work. */
@@ -449,7 +451,7 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
         llmi_model qm;
         llmi_load_opts lo = {.no_tokenizer = true};
         if ((rc = model_load(a.out, &lo, &qm, st))) goto done;
-        rc = qc_eval(&qm, &a, evalt, n_evalt, method, st);
+        rc = qc_eval(&qm, &a, evalt, n_evalt, eval_bos, method, st);
         model_free(&qm);
     }
 done:
