@@ -33,6 +33,7 @@ static const sweep_dim dims[] = {
     {"n_gen", "-n", "generated length (-n, tokens)"},
     {"block_size", "--block-size", "KV block size (tokens)"},
     {"kv_type", "--kv-type", NULL},
+    {"spec", "--spec", NULL},   /* a --spec list's rows are lines of their own, never one line */
 };
 #define N_DIMS (int)(sizeof dims / sizeof dims[0])
 

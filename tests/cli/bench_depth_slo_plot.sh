@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # -d (context already in the KV cache), --slo with a --request-rate list (attainment and
 # goodput recomputed here from the --per-request records), and --plot (the SVG parses as
-# XML, has labelled axes with units and one line per series).
+# XML, has labelled axes with units and one line per series, a --spec list's rows included).
 . "$(dirname "$0")/../lib/common.sh"
 CFG="$TESTDATA/bench/tiny-llama.json"
 "$LLMI" bench --dummy "$CFG" -p 16 -n 4 -b 1,2 -d 0,32 -r 1 --warmup 0 -t 1 -o json --plot "$TMP/sweep.svg" \
@@ -9,6 +9,9 @@ CFG="$TESTDATA/bench/tiny-llama.json"
 "$LLMI" bench --dummy "$CFG" --num-requests 30 --input-len 16 --output-len 8 --request-rate 100,20000 \
   --slo ttft=3,tpot=0.5 --per-request "$TMP/pr.jsonl" -t 1 -o json --plot "$TMP/tp.svg" >"$TMP/s.json" 2>"$TMP/err" \
   || fail "bench --slo: $(cat "$TMP/err")"
+# --spec rows are lines of their own (they were one line zig-zagging between off and ngram).
+"$LLMI" bench --dummy "$CFG" -p 16 -n 4 -b 1,2 --spec off,ngram -r 1 --warmup 0 -t 1 -o json --plot "$TMP/spec.svg" \
+  >/dev/null 2>"$TMP/err" || fail "bench --spec --plot: $(cat "$TMP/err")"
 python3 - "$TMP" <<'PY' || exit 1
 import json, sys, xml.etree.ElementTree as ET
 d = sys.argv[1]
@@ -38,7 +41,8 @@ for r in slo: assert r["slo_max_rate"] == best, (r["slo_max_rate"], best)
 print("slo ok:", [(r["request_rate"], r["slo_met"], round(r["goodput_rps"], 1)) for r in slo], "max rate", best)
 # plots
 for name, labels, n_lines in [("sweep.svg", ["(tok/s)", "concurrent sequences (-b)", "-d 0", "-d 32"], 2 * 2),
-                              ("tp.svg", ["TTFT (ms)", "KV blocks in use (%)", "100 req/s", "20000 req/s"], 3 * 2)]:
+                              ("tp.svg", ["TTFT (ms)", "KV blocks in use (%)", "100 req/s", "20000 req/s"], 3 * 2),
+                              ("spec.svg", ["concurrent sequences (-b)", "--spec off", "--spec ngram"], 2 * 2)]:
     root = ET.parse(f"{d}/{name}").getroot()
     assert root.tag.endswith("svg"), root.tag
     width = float(root.get("width"))
