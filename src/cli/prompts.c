@@ -64,7 +64,7 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
         {"top_k", 0, 1 << 24, 0, &r->params.sampling.top_k},
         {"top_p", 0, 1, 1, &r->params.sampling.top_p},
         {"min_p", 0, 1, 1, &r->params.sampling.min_p},
-        {"repeat_penalty", 0, 100, 1, &r->params.sampling.repeat_penalty},
+        {"repeat_penalty", 0.01, 100, 1, &r->params.sampling.repeat_penalty},   /* as --repeat-penalty: 0 divides */
         {"logprobs", 0, LLMI_MAX_LOGPROBS, 0, &r->params.logprobs},
         {"spec_k", 1, LLMI_SPEC_MAX_K, 0, &r->params.spec.k},
         {"spec_ngram_min", 1, LLMI_SPEC_MAX_NGRAM, 0, &r->params.spec.ngram_min},

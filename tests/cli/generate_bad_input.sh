@@ -28,6 +28,9 @@ printf '{"prompt": 5}\n' >"$TMP/bad.jsonl"
 expect_error "bad.jsonl:1" "$L" generate --device cpu -m "$MODEL" --prompts "$TMP/bad.jsonl"
 printf '{"prompt": "x", "temperature": "hot"}\n' >"$TMP/bad2.jsonl"
 expect_error "temperature" "$L" generate --device cpu -m "$MODEL" --prompts "$TMP/bad2.jsonl"
+# --repeat-penalty's range (0 divided the logits of repeated tokens by zero: +inf, so they repeat forever).
+printf '{"prompt": "x", "repeat_penalty": 0}\n' >"$TMP/bad3.jsonl"
+expect_error "repeat_penalty" "$L" generate --device cpu -m "$MODEL" --prompts "$TMP/bad3.jsonl"
 # --device cuda where there is no GPU (or no CUDA build): a clear error, never a silent CPU run.
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   expect_error "cuda" "$LLMI" generate -m "$MODEL" -p hi -n 1 --device cuda
