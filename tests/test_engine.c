@@ -798,11 +798,14 @@ static int run_observed(const llmi_model *m, int n_req, const int *lens, int max
         if (n_rg > r->max_seqs_seen) r->max_seqs_seen = n_rg;
         if (tokens > r->max_tokens_seen) r->max_tokens_seen = tokens;
 
-        /* Age order and the policies, where no preemption reorders the queues. */
+        if (n_running > eo.max_seqs) OBS_FAIL(r, "%d sequences running > --max-seqs %d", n_running, eo.max_seqs);
+
+        /* Age order and the policies, where no preemption reorders the queues.  Prompt work
+         * sat out when a running request's did, or a waiting one's while a seat was free. */
         bool prefill_sat_out = false;
         for (int i = 0; i < n_req; i++) {
             bool has_prompt_work = !fin0[i] && !(lens[i] + gen0[i] - computed[i] == 1 && gen0[i] > 0);
-            prefill_sat_out |= has_prompt_work && !in_step[i];
+            prefill_sat_out |= has_prompt_work && !in_step[i] && (is_running[i] || n_running < eo.max_seqs);
         }
         if (decode > 0 && prefill_sat_out) r->decode_beside_waiting_prefill++;
         if (expect_no_preemption) {
@@ -875,15 +878,15 @@ static void observe_all(test_ctx *t_, const llmi_engine_opts *eo, const bool *am
 
 TEST(engine_schedule_limits_and_policies) {
     /* 512 blocks hold every request at once: nothing is preempted. */
-    const llmi_engine_opts eo[] = {obs_opts(512, 9, 5, 3, SCHED_FIFO), obs_opts(512, 9, 5, 3, SCHED_PREFILL_FIRST),
+    const llmi_engine_opts eo[] = {obs_opts(512, 9, 5, 5, SCHED_FIFO), obs_opts(512, 9, 5, 5, SCHED_PREFILL_FIRST),
                                    obs_opts(512, 40, 0, 6, SCHED_FIFO)};
     const bool ample[] = {true, true, true};
     const char *names[] = {"fifo", "prefill-first", "fifo unchunked"};
     sched_report r[3];
     observe_all(t_, eo, ample, names, 3, r);
     /* The limits are reached, so the checks above bite. */
-    CHECK(r[0].max_seqs_seen == 3 && r[0].max_tokens_seen == 9 && r[0].max_chunk_seen == 5);
-    CHECK(r[1].max_seqs_seen == 3 && r[1].max_tokens_seen == 9 && r[1].max_chunk_seen == 5);
+    CHECK(r[0].max_seqs_seen == 5 && r[0].max_tokens_seen == 9 && r[0].max_chunk_seen == 5);
+    CHECK(r[1].max_seqs_seen == 5 && r[1].max_tokens_seen == 9 && r[1].max_chunk_seen == 5);
     CHECK(r[2].max_seqs_seen == 6 && r[2].max_tokens_seen == 40 && r[2].max_chunk_seen >= 30);
     /* The workload tells the policies apart: fifo decodes while prompts wait, prefill-first never. */
     CHECK(r[0].decode_beside_waiting_prefill > 0);

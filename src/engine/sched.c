@@ -172,10 +172,13 @@ int sched_plan_step(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi_
                 if (s->running[j] == q->id) i = j;
         }
         if (pass == 0) {
-            /* Admit waiting sequences in arrival order while blocks, seats and tokens allow.
-             * A sequence starts after its longest cached prefix (a preempted one finds its
-             * own blocks again unless they were evicted meanwhile). */
-            while (s->n_waiting > 0 && budget > 0 && p->n_seqs < s->max_seqs) {
+            /* Admit waiting sequences in arrival order while blocks, seats and tokens allow:
+             * --max-seqs bounds the sequences running, not only those in this step (under
+             * prefill-first the decoding ones sit out pass 0, and admitting against the
+             * plan alone let the running set grow past it).  A sequence starts after its
+             * longest cached prefix (a preempted one finds its own blocks again unless they
+             * were evicted meanwhile). */
+            while (s->n_waiting > 0 && budget > 0 && p->n_seqs < s->max_seqs && s->n_running < s->max_seqs) {
                 llmi_seq *q = seqs[s->waiting[0]];
                 int cached = kvcache_match_prefix(kv, &q->table, q->tokens, q->n_tokens);
                 if (s->pc) cached = prompt_cache_extend(s->pc, kv, &q->table, q->tokens, q->n_tokens);
