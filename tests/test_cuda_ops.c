@@ -942,6 +942,106 @@ TEST(cuda_backend_int4) {
     cuda_tiny_free(&m);
 }
 
+/* Every tap of a forward_layers call, appended in call order; the call numbered stop_at
+ * (from 0) asks the forward to stop. */
+typedef struct tap_log {
+    float *buf;               /* (cap) */
+    size_t n, cap;
+    int calls, stop_at;
+} tap_log;
+static int tap_record(void *ctx, int layer, llmi_tap tap, const float *x, int n_tokens, int width, llmi_status *st) {
+    (void)layer; (void)tap;
+    tap_log *g = ctx;
+    size_t k = (size_t)n_tokens * (size_t)width;
+    if (g->n + k > g->cap) return llmi_fail(st, LLMI_E_RUNTIME, "tap log full");
+    memcpy(g->buf + g->n, x, k * sizeof(float));
+    g->n += k;
+    return g->calls++ == g->stop_at ? LLMI_TAP_STOP : 0;
+}
+
+/* forward_layers on CUDA (the calibration forward of `llmi quantize --device cuda`)
+ * against the CPU backend: the embeddings, every tap of both layers and the hidden states
+ * out; the same in two calls of one layer; a tap's stop; and a layer replaced under the
+ * backend (the quantizer's moving window) is uploaded again: the outputs of a backend
+ * created on the changed model, not the old ones. */
+TEST(cuda_backend_forward_layers) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_backend_forward_layers");
+    llmi_model m, other;
+    cuda_tiny_model(&m, &r, true);
+    cuda_tiny_model(&other, &r, false);
+    const llmi_config *c = &m.cfg;
+    const int n = 63, dim = c->dim, per_tok = dim + c->n_heads * c->head_dim + dim + c->ffn_dim;
+    int32_t toks[63], pos[63], slot[63], sot[63], qs[3] = {0, 40, 63}, tables[2 * FB_MAXB];
+    for (int i = 0; i < 2 * FB_MAXB; i++) tables[i] = (i * 5 + 1) % (2 * FB_MAXB);
+    for (int i = 0; i < n; i++) {
+        int s = i >= 40, p = i - qs[s];
+        toks[i] = trng_int(&r, c->n_vocab);
+        pos[i] = p;
+        sot[i] = s;
+        slot[i] = tables[s * FB_MAXB + p / FB_BS] * FB_BS + p % FB_BS;
+    }
+    llmi_batch bt = {n, toks, pos, slot, sot, 2, qs, tables, FB_MAXB, 0, NULL};
+    llmi_backend_opts o = {.gpu_mem_util = 0.5f, .kv_dtype = LLMI_KV_F32, .block_size = FB_BS,
+                           .max_batch_tokens = 64, .max_seqs = 2};
+    llmi_backend *cpu = NULL, *gpu = NULL, *fresh = NULL;
+    llmi_status st = {0};
+    CHECK_MSG(backend_cpu_create(&m, &o, &cpu, &st) == 0, "%s", st.msg);
+    CHECK_MSG(backend_cuda_create(&m, &o, &gpu, &st) == 0, "%s", st.msg);
+    const size_t cap = 2 * (size_t)n * per_tok, hn = (size_t)n * dim;
+    tap_log lc = {malloc(cap * sizeof(float)), 0, cap, 0, -1}, lg = {malloc(cap * sizeof(float)), 0, cap, 0, -1};
+    float *hc = malloc(hn * sizeof(float)), *hg = malloc(hn * sizeof(float)), *h2 = malloc(hn * sizeof(float));
+    if (cpu && gpu && cpu->kv_alloc(cpu, 2 * FB_MAXB, &st) == 0 && gpu->kv_alloc(gpu, 2 * FB_MAXB, &st) == 0) {
+        CHECK(gpu->forward_layers != NULL);
+        cpu->tap = tap_record, cpu->tap_ctx = &lc;
+        gpu->tap = tap_record, gpu->tap_ctx = &lg;
+        llmi_layer_run rc = {0, 2, true, hc, false}, rg = {0, 2, true, hg, false};
+        CHECK_MSG(cpu->forward_layers(cpu, &bt, &rc, &st) == 0, "cpu: %s", st.msg);
+        CHECK_MSG(gpu->forward_layers(gpu, &bt, &rg, &st) == 0, "cuda: %s", st.msg);
+        CHECK(!rc.stopped && !rg.stopped && lc.calls == 8 && lg.calls == 8 && lc.n == cap && lg.n == cap);
+        double et = test_nmse(lg.buf, lc.buf, (long)cap), eh = test_nmse(hg, hc, (long)hn);
+        printf("  forward_layers: taps nmse %.3g, hidden nmse %.3g\n", et, eh);
+        CHECK_MSG(et <= 1e-3 && eh <= 1e-3, "taps nmse %g, hidden nmse %g", et, eh);   /* bf16 activations */
+
+        /* layer by layer, the hidden states crossing through the host: what one call gives */
+        gpu->tap = NULL;
+        llmi_layer_run r0 = {0, 1, true, h2, false}, r1 = {1, 2, false, h2, false};
+        CHECK_MSG(gpu->forward_layers(gpu, &bt, &r0, &st) == 0 && gpu->forward_layers(gpu, &bt, &r1, &st) == 0, "%s",
+                  st.msg);
+        double e2 = test_nmse(h2, hg, (long)hn);
+        CHECK_MSG(e2 <= 1e-10, "two calls vs one: hidden nmse %g", e2);
+
+        /* a tap's stop: nothing after the second tap (layer 0's attention output) */
+        lg.n = 0, lg.calls = 0, lg.stop_at = 1;
+        gpu->tap = tap_record;
+        llmi_layer_run rs = {0, 2, true, h2, false};
+        CHECK_MSG(gpu->forward_layers(gpu, &bt, &rs, &st) == 0, "%s", st.msg);
+        CHECK(rs.stopped && lg.calls == 2);
+        gpu->tap = NULL;
+
+        /* layer 1 replaced under the live backend: uploaded again */
+        llmi_layer keep = m.layers[1];
+        m.layers[1] = other.layers[1];
+        llmi_layer_run rw = {0, 2, true, h2, false};
+        CHECK_MSG(gpu->forward_layers(gpu, &bt, &rw, &st) == 0, "after the swap: %s", st.msg);
+        CHECK_MSG(backend_cuda_create(&m, &o, &fresh, &st) == 0, "%s", st.msg);
+        if (fresh && fresh->kv_alloc(fresh, 2 * FB_MAXB, &st) == 0) {
+            llmi_layer_run rf = {0, 2, true, hc, false};
+            CHECK_MSG(fresh->forward_layers(fresh, &bt, &rf, &st) == 0, "%s", st.msg);
+            double ef = test_nmse(h2, hc, (long)hn), ed = test_nmse(h2, hg, (long)hn);
+            CHECK_MSG(ef <= 1e-10, "swapped layer: live backend vs a new one, hidden nmse %g", ef);
+            CHECK_MSG(ed > 1e-6, "the swap changed nothing (nmse %g)", ed);
+        }
+        m.layers[1] = keep;
+    }
+    if (cpu) cpu->destroy(cpu);
+    if (gpu) gpu->destroy(gpu);
+    if (fresh) fresh->destroy(fresh);
+    free(lc.buf); free(lg.buf); free(hc); free(hg); free(h2);
+    cuda_tiny_free(&m);
+    cuda_tiny_free(&other);
+}
+
 #else /* built without CUDA */
 
 TEST(cuda_backend_unavailable) {

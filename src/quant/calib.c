@@ -158,7 +158,7 @@ static int calib_batch_out(quant_calib *c, int w0, int nw, int layer, llmi_statu
 }
 
 int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n_windows, int seqlen,
-                     llmi_dtype hidden_dtype, llmi_status *st) {
+                     llmi_dtype hidden_dtype, int gpu, llmi_status *st) {
     memset(c, 0, sizeof *c);
     const llmi_config *cfg = &v->model.cfg;
     if (hidden_dtype != LLMI_F32 && hidden_dtype != LLMI_BF16 && hidden_dtype != LLMI_F16)
@@ -171,14 +171,19 @@ int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n
     c->windows_per_batch = calib_windows_per_batch(n_windows, seqlen);
     c->blocks_per_window = (seqlen + CALIB_BLOCK - 1) / CALIB_BLOCK;
     const int W = c->windows_per_batch, T = seqlen, bpw = c->blocks_per_window;
-    /* The CPU backend's defaults, as `llmi generate` serves the model, over a window of one
-     * layer that moves down the model: each layer runs exactly as in the whole model (the
-     * KV cache is per layer), and the cache holds one layer's instead of every layer's. */
+    /* The backend's defaults, as `llmi generate` serves the model on that device (f32 KV on
+     * the CPU, bf16 on CUDA), over a window of one layer that moves down the model: each
+     * layer runs exactly as in the whole model (the KV cache is per layer), and the cache
+     * holds one layer's instead of every layer's.  The backend sees the window's layer
+     * change under it (the CPU packs it again, CUDA uploads it again). */
     c->window = v->model;
     c->window.cfg.n_layers = 1;
-    llmi_backend_opts bo = {.n_threads = 0, .kv_dtype = LLMI_KV_F32, .block_size = CALIB_BLOCK,
+    llmi_backend_opts bo = {.n_threads = 0, .gpu_index = gpu, .gpu_mem_util = LLMI_GPU_MEM_UTIL_DEFAULT,
+                            .kv_dtype = gpu >= 0 ? LLMI_KV_BF16 : LLMI_KV_F32, .block_size = CALIB_BLOCK,
                             .max_batch_tokens = W * T, .max_seqs = W};
-    if (backend_cpu_create(&c->window, &bo, &c->backend, st)) return st->code;
+    if (gpu >= 0 ? backend_cuda_create(&c->window, &bo, &c->backend, st)
+                 : backend_cpu_create(&c->window, &bo, &c->backend, st))
+        return st->code;
     if (c->backend->kv_alloc(c->backend, W * bpw, st)) goto fail;
     size_t n_all = (size_t)n_windows * T;
     c->hidden = malloc(n_all * (size_t)cfg->dim * (hidden_dtype == LLMI_F32 ? 4 : 2));

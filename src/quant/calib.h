@@ -49,7 +49,8 @@ typedef struct quant_calib {
     quant_view *view;
     llmi_model window;             /* one-layer window onto view->model: layers points at the layer
                                       being run, so the backend's KV cache holds one layer, not all */
-    llmi_backend *backend;         /* CPU backend over window */
+    llmi_backend *backend;         /* over window: the CPU backend, or the CUDA backend of the GPU
+                                      that quantizes (--device cuda) */
     llmi_tap_fn user_tap;          /* quant_calib_run's tap, told the real layer index */
     void *user_ctx;
     const int32_t *tokens;         /* (n_windows * seqlen) borrowed */
@@ -68,11 +69,12 @@ typedef struct quant_calib {
     const volatile sig_atomic_t *cancel; /* when set and non-zero, the run stops between batches */
 } quant_calib;
 
-/* Embeds the windows (n_windows, seqlen) of tokens and gets ready to run layer 0.  The
- * hidden states between layers are kept in hidden_dtype: fp32 (exactly what inference
- * computes), bf16 or fp16 (half the memory; every layer's input rounded once). */
+/* Embeds the windows (n_windows, seqlen) of tokens and gets ready to run layer 0, on the
+ * CPU backend, or on CUDA device gpu when gpu >= 0.  The hidden states between layers are
+ * kept (on the host) in hidden_dtype: fp32 (exactly what inference computes), bf16 or fp16
+ * (half the memory; every layer's input rounded once). */
 int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n_windows, int seqlen,
-                     llmi_dtype hidden_dtype, llmi_status *st);
+                     llmi_dtype hidden_dtype, int gpu, llmi_status *st);
 /* Bytes quant_calib_init allocates for these shapes (hidden states, staging, the CPU
  * backend's workspaces and KV cache): the memory estimate's calibration term. */
 size_t quant_calib_bytes(const llmi_config *c, int n_windows, int seqlen, llmi_dtype hidden_dtype);

@@ -16,6 +16,7 @@ int quant_cuda_create(quant_cuda **q, int gpu, llmi_status *st) {
 }
 void quant_cuda_destroy(quant_cuda *q) { (void)q; }
 const char *quant_cuda_device_name(const quant_cuda *q) { (void)q; return "none"; }
+int quant_cuda_gpu(const quant_cuda *q) { (void)q; return -1; }
 #define QC_NONE(...) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: built without CUDA")
 int quant_cuda_gram_begin(quant_cuda *q, int slot, int k, llmi_status *st) { (void)q, (void)slot, (void)k; QC_NONE(); }
 int quant_cuda_gram_acc(quant_cuda *q, int slot, const float *x, int n, float scale, llmi_status *st) {
@@ -89,6 +90,7 @@ struct quant_cuda {
 };
 
 const char *quant_cuda_device_name(const quant_cuda *q) { return q->name; }
+int quant_cuda_gpu(const quant_cuda *q) { return q->device; }
 
 void quant_cuda_destroy(quant_cuda *q) {
     if (!q) return;

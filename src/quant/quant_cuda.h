@@ -4,7 +4,7 @@
  * of calibration activations (cuBLAS syrk), GPTQ's H^-1 (cuSOLVER Cholesky and triangular
  * inverse in fp64) and column walk (kernels/quant_gptq.cu + cuBLAS for the lazy update),
  * and AWQ's scale search (fake quantization on the device, d H through cuBLAS).  The
- * calibration forward itself still runs on the CPU backend (see docs/QUANT.md).  Built
+ * calibration forward runs on the CUDA backend of the same GPU (quant/calib.c).  Built
  * without CUDA, quant_cuda_create says so and nothing else is reachable. */
 #ifndef LLMI_QUANT_CUDA_H
 #define LLMI_QUANT_CUDA_H
@@ -22,6 +22,8 @@ typedef struct quant_cuda quant_cuda;
 int quant_cuda_create(quant_cuda **q, int gpu, llmi_status *st);
 void quant_cuda_destroy(quant_cuda *q);
 const char *quant_cuda_device_name(const quant_cuda *q);
+/* The CUDA device index of q (the calibration forward's backend runs there). */
+int quant_cuda_gpu(const quant_cuda *q);
 
 /* Gram matrix slot (< QUANT_CUDA_SLOTS) of width k: zeroed by begin, += scale * x^T x for
  * host x (n, k) by acc, copied whole (both triangles) into host h (k, k) by end. */

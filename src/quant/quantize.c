@@ -372,7 +372,8 @@ int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *
     quant_view v = {0};
     quant_calib cal = {0};
     if (calib && (quant_view_init(&v, m, st) ||
-                  quant_calib_init(&cal, &v, tokens, n_windows, seqlen, o->hidden_dtype, st))) {
+                  quant_calib_init(&cal, &v, tokens, n_windows, seqlen, o->hidden_dtype,
+                                   o->cuda ? quant_cuda_gpu(o->cuda) : -1, st))) {
         quant_view_free(&v);
         return st->code;
     }

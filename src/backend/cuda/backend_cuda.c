@@ -62,7 +62,18 @@ typedef struct cuda_linear {
     size_t bytes;             /* on the GPU (for costs) */
 } cuda_linear;
 
+/* What a layer was uploaded from: forward_layers uploads a layer again when the caller has
+ * put other tensors there (the quantizer moves a one-layer window down the model and swaps
+ * its quantized linears in). */
+typedef struct cuda_layer_src {
+    const void *w[7];         /* data of q, k, v, o, gate, up, down */
+    llmi_dtype dt[7];
+    const float *f[6];        /* attn_norm, ffn_norm, bq, bk, bv, bo */
+} cuda_layer_src;
+
 typedef struct cuda_layer {
+    cuda_layer_src src;
+    size_t bytes;             /* device bytes of the buffers below */
     float *attn_norm;         /* (dim) */
     float *ffn_norm;          /* (dim) */
     cuda_linear qkv[3];       /* dense: [0] is (q_dim + 2*kv_dim, dim), wq rows then wk then wv;
@@ -97,8 +108,9 @@ typedef struct cuda_impl {
     void *lm_head;            /* (n_vocab, dim) bf16; == tok_embd when tied */
     float *out_norm;          /* (dim) */
     float *inv_freq;          /* (head_dim/2) */
-    void *i4_scratch;         /* (i4_scratch_elems) bf16: an int4 weight dequantized for a prefill GEMM */
-    size_t i4_scratch_elems;
+    void *i4_scratch;         /* (i4_scratch_cap) bf16: an int4 weight dequantized for a prefill GEMM */
+    size_t i4_scratch_elems;  /* the largest int4 linear uploaded */
+    size_t i4_scratch_cap;
     int i4_as_bf16;           /* int4 weights the W4A16 kernels cannot take, stored as bf16 */
 
     void *kv;                 /* (n_layers, 2, num_blocks, block_size, n_kv_heads, head_dim) kv dtype */
@@ -132,6 +144,9 @@ typedef struct cuda_impl {
     float *lp_h;                     /* (lp_cap, n_vocab) pinned: raw logits of the rows that asked */
     int lp_cap;
     int32_t *lp_slot;                /* (max_tokens) host: each logit row's lp_h row, or -1 */
+
+    float *tap_h;             /* (tap_cap) pinned: an activation handed to the tap, or hidden's delta */
+    size_t tap_cap;
 
     size_t weight_bytes, act_bytes;
 
@@ -245,6 +260,15 @@ static void linear_free(cuda_linear *w) {
     dfree((void *)w->q4.q); dfree((void *)w->q4.scales); dfree((void *)w->q4.zeros); dfree((void *)w->q4.g_idx);
 }
 
+static void layer_free(cuda_layer *L) {
+    dfree(L->attn_norm); dfree(L->ffn_norm); dfree(L->b_qkv); dfree(L->b_o);
+    for (int i = 0; i < 3; i++) linear_free(&L->qkv[i]);
+    for (int i = 0; i < 2; i++) linear_free(&L->gu[i]);
+    linear_free(&L->wo);
+    linear_free(&L->down);
+    memset(L, 0, sizeof *L);
+}
+
 static void cuda_destroy(llmi_backend *b) {
     if (!b) return;
     cuda_impl *im = b->impl;
@@ -252,14 +276,7 @@ static void cuda_destroy(llmi_backend *b) {
         cudaSetDevice(im->device);
         if (im->stream) cudaStreamSynchronize(im->stream);
         if (im->layers) {
-            for (int l = 0; l < b->model->cfg.n_layers; l++) {
-                cuda_layer *L = &im->layers[l];
-                dfree(L->attn_norm); dfree(L->ffn_norm); dfree(L->b_qkv); dfree(L->b_o);
-                for (int i = 0; i < 3; i++) linear_free(&L->qkv[i]);
-                for (int i = 0; i < 2; i++) linear_free(&L->gu[i]);
-                linear_free(&L->wo);
-                linear_free(&L->down);
-            }
+            for (int l = 0; l < b->model->cfg.n_layers; l++) layer_free(&im->layers[l]);
             free(im->layers);
         }
         if (im->lm_head != im->tok_embd) dfree(im->lm_head);
@@ -270,6 +287,7 @@ static void cuda_destroy(llmi_backend *b) {
         free(im->plan_dec); free(im->plan_tiles); free(im->seq_maxpos); free(im->lp_slot);
         hfree(im->sp_h); dfree(im->sp_d); hfree(im->tok_h); dfree(im->tok_d); hfree(im->hist_h); dfree(im->hist_d);
         hfree(im->lp_h);
+        hfree(im->tap_h);
         if (im->events) {
             for (int i = 0; i <= im->prof_cap; i++) cudaEventDestroy(im->events[i]);
             free(im->events);
@@ -507,6 +525,57 @@ static size_t workspace_needed(const llmi_config *c, size_t T, size_t attn_float
            i4_elems * e + T * (sizeof(llmi_cuda_sample_params) + 4);
 }
 
+static cuda_layer_src layer_src(const llmi_layer *L) {
+    cuda_layer_src s;
+    memset(&s, 0, sizeof s);
+    const llmi_tensor *ts[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    for (int i = 0; i < 7; i++) {
+        s.w[i] = ts[i]->data;
+        s.dt[i] = ts[i]->dtype;
+    }
+    const float *f[6] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo};
+    memcpy(s.f, f, sizeof f);
+    return s;
+}
+
+static bool layer_src_same(const cuda_layer_src *a, const cuda_layer_src *b) {
+    for (int i = 0; i < 7; i++)
+        if (a->w[i] != b->w[i] || a->dt[i] != b->dt[i]) return false;
+    for (int i = 0; i < 6; i++)
+        if (a->f[i] != b->f[i]) return false;
+    return true;
+}
+
+/* Layer L into D (empty): norms, biases and the three groups of linears. */
+static int upload_layer(cuda_impl *im, uploader *u, const llmi_config *c, const llmi_layer *L, cuda_layer *D,
+                        llmi_status *st) {
+    const size_t dim = (size_t)c->dim, qd = (size_t)im->q_dim, kvd = (size_t)im->kv_dim, before = im->weight_bytes;
+    const llmi_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->w_gate, &L->w_up};
+    const llmi_tensor *wo[1] = {&L->wo}, *dn[1] = {&L->w_down};
+    int one = 0;
+    int rc = upload_floats(im, &D->attn_norm, L->attn_norm, dim, st);
+    if (!rc) rc = upload_floats(im, &D->ffn_norm, L->ffn_norm, dim, st);
+    if (!rc) rc = upload_linears(im, u, qkv, 3, D->qkv, &D->n_qkv, st);
+    if (!rc && (L->bq || L->bk || L->bv)) {
+        /* a missing part of the bias is zero */
+        float *hb = calloc((size_t)im->qkv_dim, sizeof(float));
+        if (!hb) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
+        if (L->bq) memcpy(hb, L->bq, qd * sizeof(float));
+        if (L->bk) memcpy(hb + qd, L->bk, kvd * sizeof(float));
+        if (L->bv) memcpy(hb + qd + kvd, L->bv, kvd * sizeof(float));
+        rc = upload_floats(im, &D->b_qkv, hb, (size_t)im->qkv_dim, st);
+        /* the copy above returns once hb is staged */
+        free(hb);
+    }
+    if (!rc && L->bo) rc = upload_floats(im, &D->b_o, L->bo, dim, st);
+    if (!rc) rc = upload_linears(im, u, wo, 1, &D->wo, &one, st);
+    if (!rc) rc = upload_linears(im, u, gu, 2, D->gu, &D->n_gu, st);
+    if (!rc) rc = upload_linears(im, u, dn, 1, &D->down, &one, st);
+    D->bytes = im->weight_bytes - before;
+    if (!rc) D->src = layer_src(L);
+    return rc;
+}
+
 static int load_weights(llmi_backend *b, cuda_impl *im, llmi_status *st) {
     const llmi_model *m = b->model;
     const llmi_config *c = &m->cfg;
@@ -524,35 +593,7 @@ static int load_weights(llmi_backend *b, cuda_impl *im, llmi_status *st) {
     if (!rc) rc = upload_floats(im, &im->out_norm, m->out_norm, dim, st);
     if (!rc && !(im->layers = calloc((size_t)c->n_layers, sizeof *im->layers)))
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
-    for (int l = 0; !rc && l < c->n_layers; l++) {
-        const llmi_layer *L = &m->layers[l];
-        cuda_layer *D = &im->layers[l];
-        size_t qd = (size_t)im->q_dim, kvd = (size_t)im->kv_dim;
-        const llmi_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->w_gate, &L->w_up};
-        const llmi_tensor *wo[1] = {&L->wo}, *dn[1] = {&L->w_down};
-        int one = 0;
-        rc = upload_floats(im, &D->attn_norm, L->attn_norm, dim, st);
-        if (!rc) rc = upload_floats(im, &D->ffn_norm, L->ffn_norm, dim, st);
-        if (!rc) rc = upload_linears(im, &u, qkv, 3, D->qkv, &D->n_qkv, st);
-        if (!rc && (L->bq || L->bk || L->bv)) {
-            /* a missing part of the bias is zero */
-            float *hb = calloc((size_t)im->qkv_dim, sizeof(float));
-            if (!hb) {
-                rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
-                break;
-            }
-            if (L->bq) memcpy(hb, L->bq, qd * sizeof(float));
-            if (L->bk) memcpy(hb + qd, L->bk, kvd * sizeof(float));
-            if (L->bv) memcpy(hb + qd + kvd, L->bv, kvd * sizeof(float));
-            rc = upload_floats(im, &D->b_qkv, hb, (size_t)im->qkv_dim, st);
-            /* the copy above returns once hb is staged */
-            free(hb);
-        }
-        if (!rc && L->bo) rc = upload_floats(im, &D->b_o, L->bo, (size_t)dim, st);
-        if (!rc) rc = upload_linears(im, &u, wo, 1, &D->wo, &one, st);
-        if (!rc) rc = upload_linears(im, &u, gu, 2, D->gu, &D->n_gu, st);
-        if (!rc) rc = upload_linears(im, &u, dn, 1, &D->down, &one, st);
-    }
+    for (int l = 0; !rc && l < c->n_layers; l++) rc = upload_layer(im, &u, c, &m->layers[l], &im->layers[l], st);
     if (!rc && cudaStreamSynchronize(im->stream) != cudaSuccess)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: weight upload failed: %s", cudaGetErrorString(cudaGetLastError()));
     double dt = now_s() - t0;
@@ -581,6 +622,7 @@ static int alloc_workspaces(cuda_impl *im, const llmi_config *c, llmi_status *st
         dalloc(im, (void **)&im->sp_d, T * sizeof(llmi_cuda_sample_params), a, st) ||
         dalloc(im, (void **)&im->tok_d, T * sizeof(int32_t), a, st))
         return st->code;
+    im->i4_scratch_cap = im->i4_scratch_elems;
     im->act_bytes += GEMM_WORKSPACE;
     CU_CHECK(st, cudaMallocHost((void **)&im->sp_h, T * sizeof(llmi_cuda_sample_params)));
     CU_CHECK(st, cudaMallocHost((void **)&im->tok_h, T * sizeof(int32_t)));
@@ -762,24 +804,66 @@ static int logits_out(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int r0,
     return 0;
 }
 
-/* Everything between the index upload and the logits: enqueued on im->stream only, so it
- * can be captured into a graph (then with neither host_logits nor rows). */
-static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_status *st) {
+/* Grows the pinned tap buffer to n floats (the stream is idle: every use synchronizes). */
+static int tap_reserve(cuda_impl *im, size_t n, llmi_status *st) {
+    if (n <= im->tap_cap) return 0;
+    hfree(im->tap_h);
+    im->tap_h = NULL;
+    im->tap_cap = 0;
+    CU_CHECK(st, cudaMallocHost((void **)&im->tap_h, n * sizeof(float)));
+    im->tap_cap = n;
+    return 0;
+}
+
+/* The tap at (layer l, t), if one is set: x (n, width) on the device in dt, handed over as
+ * fp32 on the host, converted through im->gu (free at every tap point: nothing reads it
+ * between SwiGLU and the next gate/up GEMM).  Returns 0, LLMI_TAP_STOP or an error. */
+static int cuda_tap(llmi_backend *b, cuda_impl *im, int l, llmi_tap t, const void *x, llmi_dtype dt, int n, int width,
+                    llmi_status *st) {
+    if (!b->tap) return 0;
+    const size_t cnt = (size_t)n * (size_t)width;
+    const float *src = x;
+    if (dt != LLMI_F32) {
+        if (width > 2 * b->model->cfg.ffn_dim)
+            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: a tap of width %d exceeds its fp32 scratch", width);
+        CU_CHECK(st, llmi_cuda_to_f32(x, dt, (int64_t)cnt, im->gu, im->stream));
+        src = im->gu;
+    }
+    if (tap_reserve(im, cnt, st)) return st->code;
+    CU_CHECK(st, cudaMemcpyAsync(im->tap_h, src, cnt * sizeof(float), cudaMemcpyDeviceToHost, im->stream));
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    return b->tap(b->tap_ctx, l, t, im->tap_h, n, width, st);
+}
+
+/* Decoder layers [first, last) over the plan's batch, on the residual stream in im->x:
+ * layer `first` reads it as it is, each later one adds the previous layer's output
+ * (im->delta) inside its first norm, and the last layer's stays in im->delta.  Taps (only
+ * outside graph capture) may stop it: *stopped, 0 returned. */
+static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int first, int last, bool *stopped,
+                      llmi_status *st) {
     const llmi_config *c = &b->model->cfg;
     const int n = f->n, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim,
               qd = im->q_dim, kvd = im->kv_dim, W = im->qkv_dim;
     const size_t e = WDT_BYTES, row_bytes = kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)kvd);
     const double esz = (double)row_bytes / kvd;   /* bytes per KV value (q8: 34/32) */
     const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * row_bytes;   /* one of K or V */
+    *stopped = false;
+#define TAP(l, t, x, w)                                                      \
+    do {                                                                     \
+        int r_ = cuda_tap(b, im, (l), (t), (x), WDT, n, (w), st);            \
+        if (r_ == LLMI_TAP_STOP) {                                           \
+            *stopped = true;                                                 \
+            return 0;                                                        \
+        }                                                                    \
+        if (r_) return r_;                                                   \
+    } while (0)
 
-    CU_CHECK(st, llmi_cuda_embed(im->tok_embd, WDT, c->n_vocab, dim, f->tok, n, im->x, im->stream));
-    MARK(LLMI_OP_EMBED, cost_embed(n, dim, (double)dim * e, sizeof(float)));
-
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = first; l < last; l++) {
         const cuda_layer *L = &im->layers[l];
-        CU_CHECK(st, llmi_cuda_add_rmsnorm(im->x, l == 0 ? NULL : im->delta, L->attn_norm, NULL, n, dim, c->norm_eps,
-                                           im->xn, WDT, im->stream));
-        MARK(LLMI_OP_NORM, cost_rmsnorm(n, dim, l > 0, e));
+        CU_CHECK(st, llmi_cuda_add_rmsnorm(im->x, l == first ? NULL : im->delta, L->attn_norm, NULL, n, dim,
+                                           c->norm_eps, im->xn, WDT, im->stream));
+        MARK(LLMI_OP_NORM, cost_rmsnorm(n, dim, l > first, e));
+        TAP(l, LLMI_TAP_ATTN_IN, im->xn, dim);
 
         if (linears_run(im, L->qkv, L->n_qkv, im->xn, n, im->qkv, W, st)) return st->code;
         if (L->b_qkv) CU_CHECK(st, llmi_cuda_add_bias(im->qkv, W, L->b_qkv, n, W, im->stream));
@@ -801,6 +885,7 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
         CU_CHECK(st, llmi_cuda_attn_decode(&a, f->dec, f->n_dec, f->n_splits, im->attn_work, im->stream));
         CU_CHECK(st, llmi_cuda_attn_prefill(&a, f->tiles, f->n_tiles, im->stream));
         MARK(LLMI_OP_ATTN, cost_attention(f->ctx_sum, n, qd, kvd, esz, e));
+        TAP(l, LLMI_TAP_O_IN, im->att, qd);
 
         if (linear_run(im, &L->wo, im->att, n, im->delta, dim, st)) return st->code;
         if (L->b_o) CU_CHECK(st, llmi_cuda_add_bias(im->delta, dim, L->b_o, n, dim, im->stream));
@@ -809,16 +894,33 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
         CU_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, L->ffn_norm, NULL, n, dim, c->norm_eps, im->xn, WDT,
                                            im->stream));
         MARK(LLMI_OP_NORM, cost_rmsnorm(n, dim, true, e));
+        TAP(l, LLMI_TAP_MLP_IN, im->xn, dim);
 
         if (linears_run(im, L->gu, L->n_gu, im->xn, n, im->gu, 2 * ffn, st)) return st->code;
         MARK(LLMI_OP_MLP_UP, linears_cost(L->gu, L->n_gu, n));
 
         CU_CHECK(st, llmi_cuda_swiglu(im->gu, im->gu + ffn, 2 * ffn, n, ffn, im->act, WDT, im->stream));
         MARK(LLMI_OP_ACT, cost_swiglu(n, ffn, e));
+        TAP(l, LLMI_TAP_DOWN_IN, im->act, ffn);
 
         if (linear_run(im, &L->down, im->act, n, im->delta, dim, st)) return st->code;
         MARK(LLMI_OP_MLP_DOWN, linears_cost(&L->down, 1, n));
     }
+#undef TAP
+    return 0;
+}
+
+/* Everything between the index upload and the logits: enqueued on im->stream only, so it
+ * can be captured into a graph (then with neither host_logits nor rows, and no tap). */
+static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_status *st) {
+    const llmi_config *c = &b->model->cfg;
+    const int n = f->n, dim = c->dim;
+    const size_t e = WDT_BYTES;
+
+    CU_CHECK(st, llmi_cuda_embed(im->tok_embd, WDT, c->n_vocab, dim, f->tok, n, im->x, im->stream));
+    MARK(LLMI_OP_EMBED, cost_embed(n, dim, (double)dim * e, sizeof(float)));
+    bool stopped = false;
+    if (layers_run(b, im, f, 0, c->n_layers, &stopped, st)) return st->code;
 
     /* Only the rows that need logits get the final residual add, norm and lm_head. */
     for (int r0 = 0; r0 < f->nl; r0 += LOGIT_CHUNK) {
@@ -835,42 +937,48 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
     return 0;
 }
 
-static int forward_eager(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, fwd_plan f, llmi_status *st) {
+/* An eager forward's plan of bt into *f, and one upload of its index arrays into meta_d. */
+static int plan_batch(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, fwd_plan *f, llmi_status *st) {
     const llmi_config *c = &b->model->cfg;
     const int n = bt->n_tokens, nl = bt->n_logits;
-    f.n = n;
-    f.nl = nl;
-    f.max_blocks_per_seq = bt->max_blocks_per_seq;
+    f->n = n;
+    f->nl = nl;
+    f->max_blocks_per_seq = bt->max_blocks_per_seq;
     int max_pos = 0;
-    llmi_cuda_attn_plan(bt, c->head_dim, im->plan_dec, &f.n_dec, im->plan_tiles, &f.n_tiles, &max_pos);
-    f.n_splits = llmi_cuda_attn_splits(f.n_dec, c->n_kv_heads, c->n_heads, c->head_dim, max_pos, im->n_sms,
+    llmi_cuda_attn_plan(bt, c->head_dim, im->plan_dec, &f->n_dec, im->plan_tiles, &f->n_tiles, &max_pos);
+    f->n_splits = llmi_cuda_attn_splits(f->n_dec, c->n_kv_heads, c->n_heads, c->head_dim, max_pos, im->n_sms,
                                        im->attn_work_floats);
-    for (int i = 0; i < n; i++) f.ctx_sum += bt->positions[i] + 1;
+    for (int i = 0; i < n; i++) f->ctx_sum += bt->positions[i] + 1;
 
     /* one upload of every index array: tokens | positions | slots | seq_of_token |
      * block_tables (the step's widest table: only columns in use) | logit_rows | decode
      * list | tiles */
     size_t nbt = (size_t)bt->n_seqs * bt->max_blocks_per_seq;
-    size_t total = 4 * (size_t)n + nbt + (size_t)nl + (size_t)f.n_dec + 2 * (size_t)f.n_tiles;
+    size_t total = 4 * (size_t)n + nbt + (size_t)nl + (size_t)f->n_dec + 2 * (size_t)f->n_tiles;
     if (pair_reserve(im, (void **)&im->meta_h, (void **)&im->meta_d, &im->meta_cap, total, sizeof(int32_t), st))
         return st->code;
     int32_t *h = im->meta_h;
     size_t o_pos = n, o_slot = 2 * (size_t)n, o_seq = 3 * (size_t)n, o_bt = 4 * (size_t)n;
-    size_t o_lr = o_bt + nbt, o_dec = o_lr + nl, o_tiles = o_dec + f.n_dec;
+    size_t o_lr = o_bt + nbt, o_dec = o_lr + nl, o_tiles = o_dec + f->n_dec;
     memcpy(h, bt->tokens, n * sizeof(int32_t));
     memcpy(h + o_pos, bt->positions, n * sizeof(int32_t));
     memcpy(h + o_slot, bt->slot_mapping, n * sizeof(int32_t));
     memcpy(h + o_seq, bt->seq_of_token, n * sizeof(int32_t));
     memcpy(h + o_bt, bt->block_tables, nbt * sizeof(int32_t));
     if (nl) memcpy(h + o_lr, bt->logit_rows, nl * sizeof(int32_t));
-    if (f.n_dec) memcpy(h + o_dec, im->plan_dec, f.n_dec * sizeof(int32_t));
-    if (f.n_tiles) memcpy(h + o_tiles, im->plan_tiles, 2 * (size_t)f.n_tiles * sizeof(int32_t));
+    if (f->n_dec) memcpy(h + o_dec, im->plan_dec, f->n_dec * sizeof(int32_t));
+    if (f->n_tiles) memcpy(h + o_tiles, im->plan_tiles, 2 * (size_t)f->n_tiles * sizeof(int32_t));
     if (prof_start(b, im, st)) return st->code;
     CU_CHECK(st, cudaMemcpyAsync(im->meta_d, h, total * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
     const int32_t *d = im->meta_d;
-    f.tok = d; f.pos = d + o_pos; f.slot = d + o_slot; f.seq = d + o_seq; f.bt = d + o_bt;
-    f.lr = d + o_lr; f.dec = d + o_dec; f.tiles = d + o_tiles;
+    f->tok = d; f->pos = d + o_pos; f->slot = d + o_slot; f->seq = d + o_seq; f->bt = d + o_bt;
+    f->lr = d + o_lr; f->dec = d + o_dec; f->tiles = d + o_tiles;
     MARK(LLMI_OP_HOST, ((llmi_op_cost){.bytes = total * 4.0}));
+    return 0;
+}
+
+static int forward_eager(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, fwd_plan f, llmi_status *st) {
+    if (plan_batch(b, im, bt, &f, st)) return st->code;
     return forward_body(b, im, &f, st);
 }
 
@@ -1034,6 +1142,79 @@ static int cuda_forward_sample(llmi_backend *b, const llmi_batch *bt, const llmi
     return cuda_run(b, bt, NULL, rows, tokens, st);
 }
 
+/* Layers [first, last) as the model holds them now: a layer whose tensors were replaced
+ * since its upload (other data or dtype) is freed and uploaded again, and the int4
+ * prefill scratch grows with the widest int4 linear. */
+static int refresh_layers(llmi_backend *b, cuda_impl *im, int first, int last, llmi_status *st) {
+    const llmi_model *m = b->model;
+    uploader u;
+    bool staged = false;
+    int rc = 0;
+    for (int l = first; l < last && !rc; l++) {
+        const cuda_layer_src now = layer_src(&m->layers[l]);
+        if (layer_src_same(&im->layers[l].src, &now)) continue;
+        if (!staged) {
+            staged = true;
+            CU_CHECK(st, cudaStreamSynchronize(im->stream));   /* nothing in flight reads the old buffers */
+            if ((rc = uploader_init(&u, st))) break;
+        }
+        im->weight_bytes -= im->layers[l].bytes;
+        layer_free(&im->layers[l]);
+        rc = upload_layer(im, &u, &m->cfg, &m->layers[l], &im->layers[l], st);
+    }
+    if (staged && !rc && cudaStreamSynchronize(im->stream) != cudaSuccess)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: weight upload failed: %s", cudaGetErrorString(cudaGetLastError()));
+    if (staged) uploader_free(&u);
+    if (!rc && im->i4_scratch_elems > im->i4_scratch_cap) {
+        im->act_bytes -= im->i4_scratch_cap * WDT_BYTES;
+        dfree(im->i4_scratch);
+        im->i4_scratch = NULL;
+        im->i4_scratch_cap = 0;
+        if ((rc = dalloc(im, &im->i4_scratch, im->i4_scratch_elems * WDT_BYTES, &im->act_bytes, st))) return rc;
+        im->i4_scratch_cap = im->i4_scratch_elems;
+    }
+    return rc;
+}
+
+/* Layers [run->first_layer, run->last_layer) eagerly, on run->hidden or the embeddings,
+ * with the taps the CPU backend has (each activation handed over as fp32 on the host):
+ * what `llmi quantize --device cuda` calibrates through. */
+static int cuda_forward_layers(llmi_backend *b, const llmi_batch *bt, llmi_layer_run *run, llmi_status *st) {
+    cuda_impl *im = b->impl;
+    const llmi_config *c = &b->model->cfg;
+    if (check_batch(b, bt, st)) return st->code;
+    if (run->first_layer < 0 || run->last_layer > c->n_layers || run->first_layer > run->last_layer)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: layer range %d..%d outside the model's %d layers",
+                         run->first_layer, run->last_layer, c->n_layers);
+    CU_CHECK(st, cudaSetDevice(im->device));
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    if (refresh_layers(b, im, run->first_layer, run->last_layer, st)) return st->code;
+    llmi_batch nb = *bt;   /* no logits: the hidden states are the output */
+    nb.n_logits = 0;
+    fwd_plan f = {0};
+    if (plan_batch(b, im, &nb, &f, st)) return st->code;
+    const int n = bt->n_tokens, dim = c->dim;
+    const size_t bytes = (size_t)n * dim * sizeof(float);
+    if (run->embed)
+        CU_CHECK(st, llmi_cuda_embed(im->tok_embd, WDT, c->n_vocab, dim, f.tok, n, im->x, im->stream));
+    else
+        CU_CHECK(st, cudaMemcpyAsync(im->x, run->hidden, bytes, cudaMemcpyHostToDevice, im->stream));
+    if (layers_run(b, im, &f, run->first_layer, run->last_layer, &run->stopped, st)) return st->code;
+    if (!run->stopped) {
+        /* the residual plus the last layer's pending output: the sum the next layer's first
+         * norm would form */
+        const bool pending = run->last_layer > run->first_layer;
+        if (pending && tap_reserve(im, (size_t)n * dim, st)) return st->code;
+        if (pending) CU_CHECK(st, cudaMemcpyAsync(im->tap_h, im->delta, bytes, cudaMemcpyDeviceToHost, im->stream));
+        CU_CHECK(st, cudaMemcpyAsync(run->hidden, im->x, bytes, cudaMemcpyDeviceToHost, im->stream));
+        CU_CHECK(st, cudaStreamSynchronize(im->stream));
+        if (pending)
+            for (size_t i = 0; i < (size_t)n * dim; i++) run->hidden[i] += im->tap_h[i];
+    }
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+    return 0;
+}
+
 /* ---- creation ---- */
 
 static int pick_device(const llmi_backend_opts *o, int *count, llmi_status *st) {
@@ -1115,6 +1296,7 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     b->kv_write_block = cuda_kv_write_block;
     b->forward = cuda_forward;
     b->forward_sample = cuda_forward_sample;
+    b->forward_layers = cuda_forward_layers;
     b->memory = cuda_memory;
     b->destroy = cuda_destroy;
     im->device = o->gpu_index;
