@@ -49,13 +49,28 @@ static trng trng_make(const char *name) {
     return r;
 }
 
+/* A device copy of h, or bytes of zeros when h is NULL.  A failed copy here would linger as
+ * the runtime's last error and surface as the next launcher's failure, so it is reported
+ * where it happens and the buffer is not handed out. */
 static void *dup_to_dev(const void *h, size_t bytes) {
     void *d = NULL;
     if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess) return NULL;
-    if (bytes) cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    cudaError_t e = !bytes ? cudaSuccess : h ? cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) : cudaMemset(d, 0, bytes);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "  dup_to_dev(%zu bytes): %s\n", bytes, cudaGetErrorString(e));
+        cudaFree(d);
+        return NULL;
+    }
     return d;
 }
-static void to_host(void *h, const void *d, size_t bytes) { cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost); }
+/* h <- d; on failure h is filled with NaN bytes so that the comparison after it fails. */
+static void to_host(void *h, const void *d, size_t bytes) {
+    cudaError_t e = cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "  to_host(%zu bytes): %s\n", bytes, cudaGetErrorString(e));
+        memset(h, 0xff, bytes);
+    }
+}
 
 static const char *kv_name(llmi_kv_dtype t) { return kv_dtype_name(t); }
 /* cache (n_rows * n_heads rows of hd values, kv_dtype_row_bytes(t, hd) bytes each) <- x
