@@ -81,6 +81,9 @@ if [ "${1:-}" = --pack ]; then
   shakes=$ROOT/../shared/data/tinyshakespeare/input.txt
   [ -f "$shakes" ] && cp "$shakes" "$PACK/data/calib.txt"
   echo "$commit" > "$PACK/commit"
+  # what the binaries were built from, file by file: the device's copy of .git need not
+  # follow the working tree, so staleness is judged on the files themselves
+  git ls-files -z -- main.c Makefile src kernels tests | xargs -0 sha256sum > "$PACK/sources.sha256"
   echo "sm_$arch" > "$PACK/arch"
   model=$(scripts/fetch-model.sh --path 2> /dev/null)
   rm -rf .gpu-model-1 .gpu-model-2 .gpu-model-3
@@ -279,11 +282,13 @@ use_pack() {
 # The pack first: it was built from this tree by --pack just before the calls, and a build
 # here costs a minute or more of the session's 15 device minutes (GPU_CHECK_BUILD=1 builds).
 pack_commit=$(cat "$PACK/commit" 2> /dev/null)
-tree_commit=$(git rev-parse --short HEAD 2> /dev/null)
 if [ -x "$PACK/llmi" ] && [ "${GPU_CHECK_BUILD:-0}" != 1 ]; then
   use_pack
-  if [ -n "$tree_commit" ] && [ "${pack_commit%-dirty}" != "$tree_commit" ]; then
-    row "binaries (.gpu-pack)" FAIL "stale: pack of $pack_commit, tree at $tree_commit (rerun --pack); testing the pack anyway"
+  changed=$( [ -f "$PACK/sources.sha256" ] && sha256sum -c --quiet "$PACK/sources.sha256" 2>&1 | sed -n 's/: FAILED.*//p' | head -3 | tr '\n' ' ')
+  if [ ! -f "$PACK/sources.sha256" ]; then
+    row "binaries (.gpu-pack)" FAIL "pack of $pack_commit lists no sources (rerun --pack); testing the pack anyway"
+  elif [ -n "$changed" ]; then
+    row "binaries (.gpu-pack)" FAIL "stale: pack of $pack_commit, changed since: $changed(rerun --pack); testing the pack anyway"
   else
     row "binaries (.gpu-pack)" ok "$pack_commit $(cat "$PACK/arch" 2> /dev/null), not built here (GPU_CHECK_BUILD=1 builds)"
   fi

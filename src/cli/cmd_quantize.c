@@ -360,9 +360,9 @@ static int qc_memory(const llmi_model *m, const qc_args *a, bool calib, llmi_sta
     return 0;
 }
 
-/* --device: cuda (or auto with a GPU visible) puts the Gram matrices, GPTQ's
- * factorisation and column walk and AWQ's scale search on the GPU; the calibration
- * forward runs on the CPU backend either way. */
+/* --device: cuda (or auto with a GPU visible) puts the calibration forward (the CUDA
+ * backend, one layer at a time), the Gram matrices, GPTQ's factorisation and column walk
+ * and AWQ's scale search on the GPU. */
 static int qc_device(const qc_args *a, quant_cuda **cuda, llmi_status *st) {
     const char *d = a->mo.device;
     *cuda = NULL;
@@ -371,8 +371,8 @@ static int qc_device(const qc_args *a, quant_cuda **cuda, llmi_status *st) {
         return 0;
     }
     if (quant_cuda_create(cuda, a->mo.backend.gpu_index, st)) return st->code;
-    fprintf(stderr, "quantize: device cuda (%s): Gram matrices, GPTQ and AWQ's scale search on the GPU, calibration "
-            "forward on the CPU backend\n", quant_cuda_device_name(*cuda));
+    fprintf(stderr, "quantize: device cuda (%s): calibration forward, Gram matrices, GPTQ and AWQ's scale search "
+            "on the GPU\n", quant_cuda_device_name(*cuda));
     return 0;
 }
 
