@@ -14,38 +14,132 @@ __device__ __forceinline__ void i4_group(const llmi_i4g_dev &w, int row, int k, 
     *z = w.zeros[(size_t)g * w.rows + row];
 }
 
-/* One warp per output row; each lane takes 8 input columns (one u32 of nibbles) per step
- * and all n tokens, so the row's weights are read from memory exactly once. */
-__global__ void __launch_bounds__(256) llmi_int4_gemv_kernel(llmi_i4g_dev w, const void *x, llmi_dtype x_dt, int n,
+/* Activations of token t, columns k..k+7 (k a multiple of 8), as fp32: two 16-byte loads
+ * (fp32) or one (bf16); x rows are cols long, cols a multiple of 8, so each load is aligned
+ * when the buffer is. */
+template <typename XT>
+__device__ __forceinline__ void i4_load_x8(const XT *x, int64_t off, float v[8]);
+template <>
+__device__ __forceinline__ void i4_load_x8<float>(const float *x, int64_t off, float v[8]) {
+    float4 a = *(const float4 *)(x + off), b = *(const float4 *)(x + off + 4);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+template <>
+__device__ __forceinline__ void i4_load_x8<__nv_bfloat16>(const __nv_bfloat16 *x, int64_t off, float v[8]) {
+    uint4 u = *(const uint4 *)(x + off);
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
+/* (float)(q - z) for a nibble q and zero z, exact: 0x4B400000 is 1.5 * 2^23, whose last
+ * mantissa bits hold a small signed integer as is; one integer add and one float add where
+ * an int-to-float conversion would run at a quarter of the FMA rate. */
+__device__ __forceinline__ float i4_centered(uint32_t q, int zbias) {
+    return __int_as_float((int)q + zbias) - 12582912.0f;
+}
+
+#define I4_GEMV_ROWS 2    /* output rows per warp: each activation load serves both */
+#define I4_GEMV_UNROLL 4  /* u32 words per lane and row loaded before the first is used */
+
+/* The decode GEMV for NT tokens: a warp owns I4_GEMV_ROWS output rows; each lane takes one
+ * u32 of nibbles (8 input columns) per row and step, I4_GEMV_UNROLL steps' words loaded
+ * together, so the weights are read from memory exactly once, 128 contiguous bytes per warp
+ * and row.  Without g_idx the 8 columns share one group (group_size % 8 == 0): the scale is
+ * applied once per word to the sum of x * (q - z), each (q - z) exact.  With g_idx (act
+ * order) every column has its own group, as in i4_group. */
+template <int NT, typename XT>
+__global__ void __launch_bounds__(256) llmi_int4_gemv_kernel(llmi_i4g_dev w, const XT *x, int n, int gshift,
                                                              const float *bias, float *y, int ldy) {
-    int warp = (int)(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32), lane = threadIdx.x % 32;
-    if (warp >= w.rows) return;
-    int row = warp;
-    float acc[LLMI_I4_GEMV_MAX_N];
+    const int lane = threadIdx.x % 32;
+    const int row0 = (int)(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * I4_GEMV_ROWS;
+    if (row0 >= w.rows) return;
+    const int nwords = w.cols / 8, wpg = w.group_size / 8;
+    float acc[NT][I4_GEMV_ROWS];
 #pragma unroll
-    for (int t = 0; t < LLMI_I4_GEMV_MAX_N; t++) acc[t] = 0.0f;
-    const uint32_t *qr = (const uint32_t *)(w.q + (size_t)row * (w.cols / 2));
-    for (int c8 = lane; c8 < w.cols / 8; c8 += 32) {
-        uint32_t word = qr[c8];
-        int k0 = c8 * 8;
-        float s;
-        int z;
-        if (!w.g_idx) i4_group(w, row, k0, &s, &z); /* 8 columns share a group when gs % 8 == 0 */
+    for (int t = 0; t < NT; t++)
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            if (w.g_idx) i4_group(w, row, k0 + j, &s, &z);
-            float wv = __fmul_rn(s, (float)((int)((word >> (4 * j)) & 15u) - z));
+        for (int r = 0; r < I4_GEMV_ROWS; r++) acc[t][r] = 0.0f;
+    const uint32_t *qr[I4_GEMV_ROWS];
 #pragma unroll
-            for (int t = 0; t < LLMI_I4_GEMV_MAX_N; t++)
-                if (t < n) acc[t] = fmaf(llmi_load(x, x_dt, (int64_t)t * w.cols + k0 + j), wv, acc[t]);
+    for (int r = 0; r < I4_GEMV_ROWS; r++) {
+        int row = min(row0 + r, w.rows - 1); /* a missing last row repeats the one before, unstored */
+        qr[r] = (const uint32_t *)(w.q + (size_t)row * (w.cols / 2));
+    }
+    for (int base = 0; base < nwords; base += 32 * I4_GEMV_UNROLL) {
+        uint32_t word[I4_GEMV_UNROLL][I4_GEMV_ROWS];
+#pragma unroll
+        for (int u = 0; u < I4_GEMV_UNROLL; u++) {
+            int c = base + u * 32 + lane;
+#pragma unroll
+            for (int r = 0; r < I4_GEMV_ROWS; r++) word[u][r] = c < nwords ? __ldg(qr[r] + c) : 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < I4_GEMV_UNROLL; u++) {
+            int c = base + u * 32 + lane;
+            if (c >= nwords) break;
+            float wq[I4_GEMV_ROWS][8], sc[I4_GEMV_ROWS];
+#pragma unroll
+            for (int r = 0; r < I4_GEMV_ROWS; r++) {
+                int row = min(row0 + r, w.rows - 1);
+                if (!w.g_idx) {
+                    int g = gshift >= 0 ? c >> gshift : c / wpg;
+                    sc[r] = __half2float(__ushort_as_half(w.scales[(size_t)g * w.rows + row]));
+                    int zbias = 0x4B400000 - (int)w.zeros[(size_t)g * w.rows + row];
+#pragma unroll
+                    for (int j = 0; j < 8; j++) wq[r][j] = i4_centered((word[u][r] >> (4 * j)) & 15u, zbias);
+                } else {
+                    sc[r] = 1.0f;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        float s;
+                        int z;
+                        i4_group(w, row, c * 8 + j, &s, &z);
+                        wq[r][j] = __fmul_rn(s, i4_centered((word[u][r] >> (4 * j)) & 15u, 0x4B400000 - z));
+                    }
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                float xv[8];
+                i4_load_x8<XT>(x, (int64_t)t * w.cols + (int64_t)c * 8, xv);
+#pragma unroll
+                for (int r = 0; r < I4_GEMV_ROWS; r++) {
+                    float part = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) part = fmaf(xv[j], wq[r][j], part);
+                    acc[t][r] = fmaf(sc[r], part, acc[t][r]);
+                }
+            }
         }
     }
 #pragma unroll
-    for (int t = 0; t < LLMI_I4_GEMV_MAX_N; t++) {
+    for (int t = 0; t < NT; t++) {
         if (t >= n) break;
-        float v = llmi_warp_sum(acc[t]);
-        if (lane == 0) y[(size_t)t * ldy + row] = v + (bias ? bias[row] : 0.0f);
+#pragma unroll
+        for (int r = 0; r < I4_GEMV_ROWS; r++) {
+            float v = llmi_warp_sum(acc[t][r]);
+            int row = row0 + r;
+            if (lane == 0 && row < w.rows) y[(size_t)t * ldy + row] = v + (bias ? bias[row] : 0.0f);
+        }
     }
+}
+
+/* NT: the tokens the kernel is compiled for; n <= NT of them are real. */
+template <int NT>
+static void i4_gemv_launch(const llmi_i4g_dev *w, const void *x, llmi_dtype x_dt, int n, int gshift, const float *bias,
+                           float *y, int ldy, cudaStream_t s) {
+    int warps = llmi_div_up(w->rows, I4_GEMV_ROWS);
+    if (x_dt == LLMI_BF16)
+        llmi_int4_gemv_kernel<NT, __nv_bfloat16><<<llmi_div_up(warps, 8), 256, 0, s>>>(
+            *w, (const __nv_bfloat16 *)x, n, gshift, bias, y, ldy);
+    else
+        llmi_int4_gemv_kernel<NT, float><<<llmi_div_up(warps, 8), 256, 0, s>>>(*w, (const float *)x, n, gshift,
+                                                                               bias, y, ldy);
 }
 
 /* Tensor-core GEMM: block tile 64 tokens x 64 output rows, k step 32.  Eight warps each
@@ -131,7 +225,23 @@ extern "C" cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *
         (x_dt != LLMI_F32 && x_dt != LLMI_BF16))
         return cudaErrorInvalidValue;
     if (n <= LLMI_I4_GEMV_MAX_N) {
-        llmi_int4_gemv_kernel<<<llmi_div_up(w->rows, 8), 256, 0, s>>>(*w, x, x_dt, n, bias, y, ldy);
+        if ((uintptr_t)x % 16 != 0) return cudaErrorMisalignedAddress; /* 16-byte activation loads */
+        /* words per group as a shift when a power of two (32, 64, 128...): no division per word */
+        int wpg = w->group_size / 8, gshift = -1;
+        if ((wpg & (wpg - 1)) == 0)
+            for (gshift = 0; (1 << gshift) < wpg; gshift++) {}
+        switch (n) {
+        case 1: i4_gemv_launch<1>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
+        case 2: i4_gemv_launch<2>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
+        case 3: i4_gemv_launch<3>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
+        case 4: i4_gemv_launch<4>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
+        case 5: i4_gemv_launch<5>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
+        case 6: i4_gemv_launch<6>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
+        case 7: i4_gemv_launch<7>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
+        case 8: i4_gemv_launch<8>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
+        case 9: case 10: case 11: case 12: i4_gemv_launch<12>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
+        default: i4_gemv_launch<LLMI_I4_GEMV_MAX_N>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
+        }
     } else {
         dim3 grid(llmi_div_up(w->rows, I4_BN), llmi_div_up(n, I4_BM));
         llmi_int4_gemm_kernel<<<grid, 256, 0, s>>>(*w, x, x_dt, n, bias, y, ldy);

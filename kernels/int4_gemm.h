@@ -24,11 +24,12 @@ typedef struct llmi_i4g_dev {
 } llmi_i4g_dev;
 
 /* Batches of at most this many tokens run the GEMV. */
-#define LLMI_I4_GEMV_MAX_N 8
+#define LLMI_I4_GEMV_MAX_N 16
 
 /* y (n, ldy) f32, columns [0, rows) = x (n, cols) in x_dt (F32 or BF16) @ W^T (+ bias
- * (rows)).  n <= LLMI_I4_GEMV_MAX_N runs the decode GEMV (one warp per output row, the
- * weights read once, fp32 products); larger n the tensor-core GEMM that dequantizes
+ * (rows)).  n <= LLMI_I4_GEMV_MAX_N runs the decode GEMV (a warp per two output rows,
+ * the weights read once, fp32 products; x must be 16-byte aligned, else
+ * cudaErrorMisalignedAddress); larger n the tensor-core GEMM that dequantizes
  * 64x32 weight tiles to bf16 in shared memory next to bf16 activations (fp32
  * accumulation; bf16 keeps the activations' range, which fp16 would clip at 65504).
  * Needs cols and group_size multiples of 8. */

@@ -30,8 +30,10 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
         SKIP("no CUDA device");
     }
     unsigned long long s = test_seed() | 1;
-    for (int ao = 0; ao < 2; ao++) {
-        int rows = 200, cols = 384, gs = 64;
+    /* shape 1: an odd row count (the GEMV's warp pairs rows), a word count that is no
+     * multiple of 32 and a group of 5 words (no shift) */
+    for (int sa = 0; sa < 4; sa++) {
+        int ao = sa % 2, rows = sa < 2 ? 200 : 201, cols = sa < 2 ? 384 : 360, gs = sa < 2 ? 64 : 40;
         quant_grid g;
         llmi_status st = {0};
         CHECK(quant_grid_alloc(&g, rows, cols, gs, ao, &st) == 0);
@@ -45,8 +47,8 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
             for (int k = 0; k < cols; k++) g.g_idx[k] = (int32_t)((k * 7919) % g.n_groups);
         llmi_tensor t;
         CHECK(quant_tensor_from_grid(&g, &t, &st) == 0);
-        int ns[2] = {3, 70};
-        for (int ni = 0; ni < 2; ni++) {
+        int ns[5] = {1, 3, 11, LLMI_I4_GEMV_MAX_N, 70};
+        for (int ni = 0; ni < 5; ni++) {
             int n = ns[ni], ldy = rows + 5;
             float *x = malloc(sizeof(float) * n * cols), *y = malloc(sizeof(float) * n * ldy);
             float *yr = malloc(sizeof(float) * n * rows), *bias = malloc(sizeof(float) * rows);
@@ -79,8 +81,8 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
                 CHECK_MSG(nan_pad == n * 5, "n %d: columns past rows were written", n);
                 double e = test_nmse(yp, yr, (long)n * rows);
                 /* GEMV: fp32 products; GEMM: bf16 operands (the weights rounded once), fp32 accumulation */
-                CHECK_MSG(e < (n <= LLMI_I4_GEMV_MAX_N ? 1e-10 : 1e-4), "n %d act-order %d x %s: nmse %g", n, ao,
-                          bf ? "bf16" : "f32", e);
+                CHECK_MSG(e < (n <= LLMI_I4_GEMV_MAX_N ? 1e-10 : 1e-4), "%dx%d g%d n %d act-order %d x %s: nmse %g", rows,
+                          cols, gs, n, ao, bf ? "bf16" : "f32", e);
                 cudaFree(dx);
             }
             cudaFree((void *)w.q), cudaFree((void *)w.scales), cudaFree((void *)w.zeros), cudaFree((void *)w.g_idx);

@@ -36,7 +36,7 @@ int cuda_gemm_bucket(int n);
  * tiles in shared memory (n < CUDA_I4_DEQUANT_MIN_N), or a dequantization into a bf16
  * scratch matrix followed by the cuBLASLt GEMM (prefill-sized batches, where the GEMM's
  * speed outweighs writing the dense matrix once). */
-#define CUDA_I4_GEMV_MAX_N 8
+#define CUDA_I4_GEMV_MAX_N 16
 #define CUDA_I4_DEQUANT_MIN_N 128
 typedef enum { CUDA_I4_GEMV = 0, CUDA_I4_MMA, CUDA_I4_DEQUANT_GEMM } cuda_i4_path;
 cuda_i4_path cuda_i4_choose(int n);
