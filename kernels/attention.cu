@@ -5,15 +5,13 @@
  *    split) reads each KV tile once into shared memory and scores it against all the
  *    query heads of that KV head (GQA), with an online softmax; long contexts are split
  *    over positions and a combine pass merges the partial (m, l, o) triples.
- *  - prefill chunks: tiled causal flash-attention on tensor cores (wmma 16x16x16, bf16 or
- *    f16 inputs, fp32 accumulation).  One block per (64-token tile, query head); each of
- *    its 4 warps owns 16 query rows, so only the K/V tile loads need block barriers.
+ *  - prefill chunks: tiled causal flash-attention 2 on tensor cores (mma.sync m16n8k16,
+ *    bf16 or f16 inputs, fp32 accumulation).  One block per (64-token tile, query head);
+ *    each of its 4 warps owns 16 query rows and keeps their scores and output in
+ *    registers, so only the K/V tile loads need block barriers.
  * Both read K/V through the sequence's block table and mask positions > the token's own,
  * so prefill chunks and decode tokens can share one batch. */
-#include <mma.h>
 #include "common.cuh"
-
-using namespace nvcuda;
 
 #define DEC_T 32          /* KV positions per decode tile (one per lane in the softmax) */
 #define DEC_THREADS 128
@@ -225,71 +223,93 @@ template <typename T> struct tc_conv;
 template <> struct tc_conv<__nv_bfloat16> {
     static constexpr llmi_kv_dtype kv = LLMI_KV_BF16;   /* the cache dtype that is already T */
     static __device__ __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
+    /* two values as one 32-bit operand register, lo in the low half (the lower k index) */
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *(uint32_t *)&h;
+    }
+    static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
 };
 template <> struct tc_conv<__half> {
     static constexpr llmi_kv_dtype kv = LLMI_KV_F16;
     static __device__ __forceinline__ __half from(float v) { return __float2half_rn(v); }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *(uint32_t *)&h;
+    }
+    static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
 };
 
-struct pf_layout {
-    int ldq, ldk, lds, ldp, ldo;                  /* leading dims in elements */
-    size_t q_off, k_off, v_off, s_off, p_off, o_off, m_off, l_off, mp_off, bytes;
-};
-
-static __host__ __device__ size_t pf_align(size_t x) { return (x + 127) & ~(size_t)127; }
-
-template <typename T> static __host__ __device__ pf_layout pf_make_layout(int hd) {
-    pf_layout L;
-    L.ldq = hd + 8; L.ldk = hd + 8; L.lds = PF_BK + 4; L.ldp = PF_BK + 8; L.ldo = hd + 4;
-    size_t o = 0;
-    L.q_off = o; o = pf_align(o + (size_t)PF_BQ * L.ldq * sizeof(T));
-    L.k_off = o; o = pf_align(o + (size_t)PF_BK * L.ldk * sizeof(T));
-    L.v_off = o; o = pf_align(o + (size_t)PF_BK * L.ldk * sizeof(T));
-    L.s_off = o; o = pf_align(o + (size_t)PF_BQ * L.lds * sizeof(float));
-    L.p_off = o; o = pf_align(o + (size_t)PF_BQ * L.ldp * sizeof(T));
-    L.o_off = o; o = pf_align(o + (size_t)PF_BQ * L.ldo * sizeof(float));
-    L.m_off = o; o = pf_align(o + PF_BQ * sizeof(float));
-    L.l_off = o; o = pf_align(o + PF_BQ * sizeof(float));
-    L.mp_off = o; o = pf_align(o + sizeof(int));
-    L.bytes = o;
-    return L;
+/* The B operand of an m16n8k16 product from a row-major (k, n) tile in shared memory:
+ * lanes 0..15 name rows k0..k0+15 (16-byte aligned, 8 elements from column n0), and
+ * .trans hands each lane the column-pairs that mma's B fragment wants. */
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t b[2], const void *row) {
+    unsigned addr = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(b[0]), "=r"(b[1]) : "r"(addr));
 }
 
-/* grid (n_tiles, n_heads), block 32*PF_WARPS. */
-template <typename T>
+/* Shared memory (elements of T): Q (PF_BQ, hd+8) | K (PF_BK, hd+8) | V (PF_BK, hd+8); the
+ * 8-element pad puts the 8 rows one fragment load touches on distinct banks. */
+static __host__ __device__ int pf_ld(int hd) { return hd + 8; }
+template <typename T> static __host__ __device__ size_t pf_smem_bytes(int hd) {
+    return (size_t)(PF_BQ + 2 * PF_BK) * pf_ld(hd) * sizeof(T);
+}
+
+/* grid (n_tiles, n_heads), block 32*PF_WARPS; head_dim % 16 == 0 and <= HDMAX.
+ * Flash-attention 2 on mma.sync m16n8k16: each warp owns 16 query rows; its scores S
+ * (16, PF_BK), the probabilities P and the output O (16, hd) stay in registers in mma's
+ * fragment layout (PTX ISA, "matrix fragments for mma.m16n8k16": with g = lane / 4,
+ * q = lane % 4, a lane holds rows g and g + 8, columns 2q and 2q + 1 of each 8-column
+ * piece), so the online softmax is per lane plus a reduction over the 4 lanes of a row.
+ * Only the K/V tile loads need block barriers. */
+template <typename T, int HDMAX>
 __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_cuda_attn a, const int32_t *tiles) {
     extern __shared__ __align__(128) unsigned char smraw[];
-    const int hd = a.head_dim;
-    const pf_layout L = pf_make_layout<T>(hd);
-    T *Qs = (T *)(smraw + L.q_off), *Ks = (T *)(smraw + L.k_off), *Vs = (T *)(smraw + L.v_off);
-    float *Ss = (float *)(smraw + L.s_off), *Os = (float *)(smraw + L.o_off);
-    T *Ps = (T *)(smraw + L.p_off);
-    float *mrow = (float *)(smraw + L.m_off), *lrow = (float *)(smraw + L.l_off);
-    int *max_pos_sh = (int *)(smraw + L.mp_off);
+    const int hd = a.head_dim, ld = pf_ld(hd);
+    T *Qs = (T *)smraw, *Ks = Qs + PF_BQ * ld, *Vs = Ks + PF_BK * ld;
+    __shared__ int max_pos_sh;
 
     const int t0 = tiles[2 * blockIdx.x], nq = tiles[2 * blockIdx.x + 1];
     const int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q2 = 2 * (lane & 3);
     const int32_t *bt = a.block_tables + (int64_t)a.seq_of_token[t0] * a.max_blocks_per_seq;
 
     for (int i = tid; i < PF_BQ * hd; i += blockDim.x) {
         int r = i / hd, d = i % hd;
         float v = r < nq ? a.q[(int64_t)(t0 + r) * a.q_stride + (int64_t)h * hd + d] : 0.0f;
-        Qs[r * L.ldq + d] = tc_conv<T>::from(v);
-        Os[r * L.ldo + d] = 0.0f;
+        Qs[r * ld + d] = tc_conv<T>::from(v);
     }
-    if (tid < PF_BQ) { mrow[tid] = -INFINITY; lrow[tid] = 0.0f; }
     if (warp == 0) {
         int mp = -1;
         for (int r = lane; r < nq; r += 32) mp = max(mp, a.positions[t0 + r]);
         for (int o = 16; o > 0; o >>= 1) mp = max(mp, __shfl_xor_sync(0xffffffffu, mp, o));
-        if (lane == 0) *max_pos_sh = mp;
+        if (lane == 0) max_pos_sh = mp;
     }
     __syncthreads();
-    const int max_pos = *max_pos_sh;
+    const int max_pos = max_pos_sh;
     const bool same_type = a.kv_dt == tc_conv<T>::kv;
     const float ksc = kv_scale_of(a.kv_dt, a.k_scale, kvh), vsc = kv_scale_of(a.kv_dt, a.v_scale, kvh);
     const int r0 = warp * 16;   /* this warp's first query row */
+    /* positions of this lane's two rows (-1: a row past the tile, which every key masks) */
+    const int pos_r[2] = {r0 + g < nq ? a.positions[t0 + r0 + g] : -1, r0 + g + 8 < nq ? a.positions[t0 + r0 + g + 8] : -1};
+    int warp_max_pos = max(pos_r[0], pos_r[1]);
+    for (int o = 16; o > 0; o >>= 1) warp_max_pos = max(warp_max_pos, __shfl_xor_sync(0xffffffffu, warp_max_pos, o));
+    const int n_kd = hd / 16, n_jd = hd / 8;
+
+    float o_acc[HDMAX / 8][4];   /* O (16, hd): 8-column piece jd, fragment layout */
+#pragma unroll
+    for (int jd = 0; jd < HDMAX / 8; jd++) o_acc[jd][0] = o_acc[jd][1] = o_acc[jd][2] = o_acc[jd][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};   /* l: this lane's columns only */
 
     for (int kv0 = 0; kv0 <= max_pos; kv0 += PF_BK) {
         __syncthreads();   /* every warp is done with the previous K/V tile */
@@ -303,8 +323,8 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
                     kr = *(const uint4 *)((const uint16_t *)a.k_cache + off);
                     vr = *(const uint4 *)((const uint16_t *)a.v_cache + off);
                 }
-                *(uint4 *)(Ks + tt * L.ldk + d) = kr;
-                *(uint4 *)(Vs + tt * L.ldk + d) = vr;
+                *(uint4 *)(Ks + tt * ld + d) = kr;
+                *(uint4 *)(Vs + tt * ld + d) = vr;
             }
         } else {
             for (int i = tid; i < PF_BK * hd; i += blockDim.x) {
@@ -315,89 +335,118 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
                     kv = llmi_kv_load(a.k_cache, a.kv_dt, off) * ksc;
                     vv = llmi_kv_load(a.v_cache, a.kv_dt, off) * vsc;
                 }
-                Ks[tt * L.ldk + d] = tc_conv<T>::from(kv);
-                Vs[tt * L.ldk + d] = tc_conv<T>::from(vv);
+                Ks[tt * ld + d] = tc_conv<T>::from(kv);
+                Vs[tt * ld + d] = tc_conv<T>::from(vv);
             }
         }
         __syncthreads();
-        if (r0 >= nq) continue;   /* warp-uniform: rows past the tile have nothing to do */
+        if (kv0 > warp_max_pos) continue;   /* warp-uniform: every key of the tile is masked */
 
-        /* S (16, PF_BK) = Q_w (16, hd) @ K^T */
-        for (int j = 0; j < PF_BK / 16; j++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-            wmma::fill_fragment(c, 0.0f);
-            for (int kk = 0; kk < hd; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-                wmma::load_matrix_sync(fa, Qs + r0 * L.ldq + kk, L.ldq);
-                wmma::load_matrix_sync(fb, Ks + (16 * j) * L.ldk + kk, L.ldk);
-                wmma::mma_sync(c, fa, fb, c);
-            }
-            wmma::store_matrix_sync(Ss + r0 * L.lds + 16 * j, c, L.lds, wmma::mem_row_major);
-        }
-        __syncwarp();
-
-        /* online softmax over this warp's rows; P in the input type, O rows rescaled */
-        for (int i = 0; i < 16; i++) {
-            int r = r0 + i;
-            int pos_r = r < nq ? a.positions[t0 + r] : -1;
-            float s0, s1;
-            {
-                int c0 = lane, c1 = lane + 32;
-                s0 = kv0 + c0 <= pos_r ? Ss[r * L.lds + c0] * a.scale : -INFINITY;
-                s1 = kv0 + c1 <= pos_r ? Ss[r * L.lds + c1] * a.scale : -INFINITY;
-            }
-            float m_old = mrow[r];
-            float m_new = fmaxf(m_old, llmi_warp_max(fmaxf(s0, s1)));
-            float p0 = 0.0f, p1 = 0.0f, al = 1.0f;
-            if (m_new != -INFINITY) {
-                p0 = expf(s0 - m_new);
-                p1 = expf(s1 - m_new);
-                al = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-            }
-            float sum = llmi_warp_sum(p0 + p1);
-            Ps[r * L.ldp + lane] = tc_conv<T>::from(p0);
-            Ps[r * L.ldp + lane + 32] = tc_conv<T>::from(p1);
-            for (int d = lane; d < hd; d += 32) Os[r * L.ldo + d] *= al;
-            __syncwarp();
-            if (lane == 0) {
-                lrow[r] = lrow[r] * al + sum;
-                mrow[r] = m_new;
+        /* S (16, PF_BK) = Q_w (16, hd) @ K^T: piece j holds keys kv0 + 8j .. + 7 */
+        float sc[PF_BK / 8][4];
+#pragma unroll
+        for (int j = 0; j < PF_BK / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+        for (int kd = 0; kd < HDMAX / 16; kd++) {
+            if (kd >= n_kd) break;
+            const T *qa = Qs + (r0 + g) * ld + 16 * kd + q2;
+            uint32_t fa[4] = {*(const uint32_t *)qa, *(const uint32_t *)(qa + 8 * ld), *(const uint32_t *)(qa + 8),
+                              *(const uint32_t *)(qa + 8 * ld + 8)};
+#pragma unroll
+            for (int j = 0; j < PF_BK / 8; j++) {
+                const T *kb = Ks + (8 * j + g) * ld + 16 * kd + q2;
+                uint32_t fb[2] = {*(const uint32_t *)kb, *(const uint32_t *)(kb + 8)};
+                tc_conv<T>::mma(sc[j], fa, fb);
             }
         }
-        __syncwarp();
 
-        /* O_w (16, hd) += P_w (16, PF_BK) @ V (PF_BK, hd) */
-        for (int j = 0; j < hd / 16; j++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-            wmma::load_matrix_sync(c, Os + r0 * L.ldo + 16 * j, L.ldo, wmma::mem_row_major);
-            for (int kk = 0; kk < PF_BK; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-                wmma::load_matrix_sync(fa, Ps + r0 * L.ldp + kk, L.ldp);
-                wmma::load_matrix_sync(fb, Vs + kk * L.ldk + 16 * j, L.ldk);
-                wmma::mma_sync(c, fa, fb, c);
+        /* online softmax: element e of piece j is row g + 8 * (e / 2), key kv0 + 8j + q2 + e % 2 */
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < PF_BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = kv0 + 8 * j + q2 + (e & 1);
+                float v = key <= pos_r[e >> 1] ? sc[j][e] * a.scale : -INFINITY;
+                sc[j][e] = v;
+                mx[e >> 1] = fmaxf(mx[e >> 1], v);
             }
-            wmma::store_matrix_sync(Os + r0 * L.ldo + 16 * j, c, L.ldo, wmma::mem_row_major);
+        float alpha[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+            float m_new = fmaxf(m_run[i], mx[i]);
+            alpha[i] = m_new == -INFINITY ? 1.0f : m_run[i] == -INFINITY ? 0.0f : expf(m_run[i] - m_new);
+            m_run[i] = m_new;
         }
-        __syncwarp();
+        float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < PF_BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float m = m_run[e >> 1];
+                float p = m == -INFINITY ? 0.0f : expf(sc[j][e] - m);
+                sc[j][e] = p;
+                rs[e >> 1] += p;
+            }
+#pragma unroll
+        for (int i = 0; i < 2; i++) l_run[i] = l_run[i] * alpha[i] + rs[i];
+#pragma unroll
+        for (int jd = 0; jd < HDMAX / 8; jd++) {
+            o_acc[jd][0] *= alpha[0]; o_acc[jd][1] *= alpha[0];
+            o_acc[jd][2] *= alpha[1]; o_acc[jd][3] *= alpha[1];
+        }
+
+        /* O_w (16, hd) += P (16, PF_BK) @ V (PF_BK, hd): keys 16kk..16kk+15 are pieces 2kk, 2kk+1 */
+#pragma unroll
+        for (int kk = 0; kk < PF_BK / 16; kk++) {
+            uint32_t fa[4] = {tc_conv<T>::pack(sc[2 * kk][0], sc[2 * kk][1]), tc_conv<T>::pack(sc[2 * kk][2], sc[2 * kk][3]),
+                              tc_conv<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                              tc_conv<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+            const T *vrow = Vs + (16 * kk + (lane & 15)) * ld;
+#pragma unroll
+            for (int jd = 0; jd < HDMAX / 8; jd++) {
+                if (jd >= n_jd) break;
+                uint32_t fb[2];
+                ldsm_x2_trans(fb, vrow + 8 * jd);
+                tc_conv<T>::mma(o_acc[jd], fa, fb);
+            }
+        }
     }
-    __syncthreads();
-    for (int i = tid; i < PF_BQ * hd; i += blockDim.x) {
-        int r = i / hd, d = i % hd;
-        if (r >= nq) continue;
-        float l = lrow[r];
-        llmi_store(a.out, a.out_dt, (int64_t)(t0 + r) * a.out_stride + (int64_t)h * hd + d,
-                   l > 0 ? Os[r * L.ldo + d] / l : 0.0f);
+
+#pragma unroll
+    for (int i = 0; i < 2; i++) {   /* the row's sum over its 4 lanes */
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+    }
+#pragma unroll
+    for (int jd = 0; jd < HDMAX / 8; jd++) {
+        if (jd >= n_jd) break;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int r = r0 + g + 8 * (e >> 1), d = 8 * jd + q2 + (e & 1);
+            float l = l_run[e >> 1];
+            if (r < nq)
+                llmi_store(a.out, a.out_dt, (int64_t)(t0 + r) * a.out_stride + (int64_t)h * hd + d,
+                           l > 0 ? o_acc[jd][e] / l : 0.0f);
+        }
     }
 }
 
-template <typename T> static cudaError_t launch_prefill(const llmi_cuda_attn *a, const int32_t *tiles, int n_tiles,
-                                                        cudaStream_t s) {
-    pf_layout L = pf_make_layout<T>(a->head_dim);   /* above 48 KiB needs llmi_cuda_attn_init first */
-    llmi_attn_prefill_kernel<T><<<dim3((unsigned)n_tiles, (unsigned)a->n_heads), 32 * PF_WARPS, L.bytes, s>>>(*a, tiles);
+template <typename T, int HDMAX>
+static cudaError_t launch_prefill_hd(const llmi_cuda_attn *a, const int32_t *tiles, int n_tiles, cudaStream_t s) {
+    /* above 48 KiB needs llmi_cuda_attn_init first */
+    llmi_attn_prefill_kernel<T, HDMAX><<<dim3((unsigned)n_tiles, (unsigned)a->n_heads), 32 * PF_WARPS,
+                                         pf_smem_bytes<T>(a->head_dim), s>>>(*a, tiles);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
+}
+template <typename T> static cudaError_t launch_prefill(const llmi_cuda_attn *a, const int32_t *tiles, int n_tiles,
+                                                        cudaStream_t s) {
+    if (a->head_dim <= 64) return launch_prefill_hd<T, 64>(a, tiles, n_tiles, s);
+    if (a->head_dim <= 128) return launch_prefill_hd<T, 128>(a, tiles, n_tiles, s);
+    return launch_prefill_hd<T, 256>(a, tiles, n_tiles, s);
 }
 
 /* Raises a kernel's dynamic shared-memory limit when it needs more than the default 48 KiB.
@@ -416,8 +465,17 @@ extern "C" cudaError_t llmi_cuda_attn_init(int n_heads, int n_kv_heads, int head
     if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || head_dim <= 0) return cudaErrorInvalidValue;
     cudaError_t e = allow_smem(llmi_attn_decode_kernel, decode_smem_bytes(n_heads / n_kv_heads, head_dim));
     if (e == cudaSuccess && head_dim % 16 == 0 && head_dim <= 256) {
-        e = allow_smem(llmi_attn_prefill_kernel<__nv_bfloat16>, pf_make_layout<__nv_bfloat16>(head_dim).bytes);
-        if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half>, pf_make_layout<__half>(head_dim).bytes);
+        size_t pb = pf_smem_bytes<__nv_bfloat16>(head_dim), ph = pf_smem_bytes<__half>(head_dim);
+        if (head_dim <= 64) {
+            e = allow_smem(llmi_attn_prefill_kernel<__nv_bfloat16, 64>, pb);
+            if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half, 64>, ph);
+        } else if (head_dim <= 128) {
+            e = allow_smem(llmi_attn_prefill_kernel<__nv_bfloat16, 128>, pb);
+            if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half, 128>, ph);
+        } else {
+            e = allow_smem(llmi_attn_prefill_kernel<__nv_bfloat16, 256>, pb);
+            if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half, 256>, ph);
+        }
     }
     return e;
 }
