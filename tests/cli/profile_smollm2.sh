@@ -4,12 +4,16 @@
 # consistent with times, and --trace is valid Chrome trace JSON with one span per step.
 . "$(dirname "$0")/../lib/common.sh"
 need_model
-"$LLMI" profile --device cpu -m "$MODEL" -p 16 -n 6 -b 2 --peak-bw 20 --peak-flops 100 --trace "$TMP/trace.json" -o json \
-  >"$TMP/p.json" 2>"$TMP/err" || fail "profile failed: $(cat "$TMP/err")"
-"$LLMI" profile --device cpu -m "$MODEL" -p 8 -n 2 --warmup 0 -o md >"$TMP/p.md" 2>>"$TMP/err" || fail "profile md failed: $(cat "$TMP/err")"
+"$LLMI" profile --device cpu -m "$MODEL" -p 8 -n 2 --warmup 0 -o md >"$TMP/p.md" 2>"$TMP/err" || fail "profile md failed: $(cat "$TMP/err")"
 grep -q '^## ops' "$TMP/p.md" && grep -q '^## memory' "$TMP/p.md" && grep -q 'untimed' "$TMP/p.md" \
   || fail "md output lacks its tables: $(head -c 800 "$TMP/p.md")"
-python3 - "$TMP" <<'PY' || exit 1
+# The coverage check reads wall time: on a machine shared with other work a descheduled
+# moment between two ops shows as untimed, so the run gets three tries; a real gap in the
+# instrumentation fails all three.
+check_run() {
+"$LLMI" profile --device cpu -m "$MODEL" -p 16 -n 6 -b 2 --peak-bw 20 --peak-flops 100 --trace "$TMP/trace.json" -o json \
+  >"$TMP/p.json" 2>"$TMP/err" || fail "profile failed: $(cat "$TMP/err")"
+python3 - "$TMP" <<'PY'
 import json, math, sys
 d = sys.argv[1]
 doc = json.load(open(f"{d}/p.json"))
@@ -50,6 +54,12 @@ opsl = [e for e in ev if e["ph"] == "X" and e.get("cat") == "op"]
 assert len(opsl) >= 10 * total_steps
 print("profile ok:", {ph: rows[0]["step_ms"] for ph, rows in phases.items()})
 PY
+}
+for attempt in 1 2 3; do
+  check_run && break
+  [ "$attempt" -lt 3 ] || fail "profile checks failed three times (the last one above)"
+  echo "attempt $attempt failed (above); again"
+done
 # --spec draft with SmolLM2 as its own draft: every step after the prompt verifies 6 tokens
 # (5 proposals, all accepted, and the bonus), so the decode tokens come in verify steps; the
 # draft's proposing is host time there.  Without --spec, no verify phase.
