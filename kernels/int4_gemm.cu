@@ -205,17 +205,74 @@ __global__ void __launch_bounds__(256) llmi_int4_gemm_kernel(llmi_i4g_dev w, con
     }
 }
 
-__global__ void llmi_int4_dequant_kernel(llmi_i4g_dev w, void *out, llmi_dtype out_dt) {
-    int64_t total = (int64_t)w.rows * w.cols;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        int row = (int)(i / w.cols), k = (int)(i % w.cols);
-        uint8_t b = w.q[(size_t)row * (w.cols / 2) + k / 2];
-        float s;
-        int z;
-        i4_group(w, row, k, &s, &z);
-        float v = __fmul_rn(s, (float)((int)((k & 1) ? (b >> 4) : (b & 15)) - z));
-        llmi_store(out, out_dt, i, v);
+/* Grid (chunks of 8 columns in a row / 256 rounded up, min(rows, 65535)), rows strided by
+ * gridDim.y: a thread turns 8 columns of a row into scale * (q - zero) each.  VEC (cols and
+ * group_size multiples of 8, out 16-byte aligned: every linear the W4A16 kernels take) reads
+ * them as one u32 of nibbles with one group and writes one or two 16-byte stores; otherwise
+ * (an odd shape that load dequantizes once) column by column. */
+template <bool VEC>
+__global__ void llmi_int4_dequant_kernel(llmi_i4g_dev w, void *out, llmi_dtype out_dt, int gshift) {
+    const int nchunks = (w.cols + 7) / 8, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= nchunks) return;
+    for (int row = blockIdx.y; row < w.rows; row += gridDim.y) {
+        const size_t off = (size_t)row * w.cols + (size_t)c * 8;
+        if (!VEC) {
+            for (int j = 0; j < 8 && c * 8 + j < w.cols; j++) {
+                int k = c * 8 + j;
+                uint8_t b = w.q[(size_t)row * (w.cols / 2) + k / 2];
+                float sc;
+                int z;
+                i4_group(w, row, k, &sc, &z);
+                llmi_store(out, out_dt, (int64_t)off + j, __fmul_rn(sc, i4_centered((k & 1) ? b >> 4 : b & 15u, 0x4B400000 - z)));
+            }
+            continue;
+        }
+        uint32_t word = __ldg((const uint32_t *)(w.q + (size_t)row * (w.cols / 2)) + c);
+        float v[8];
+        if (!w.g_idx) {
+            int g = gshift >= 0 ? c >> gshift : c / (w.group_size / 8);
+            float sc = __half2float(__ushort_as_half(w.scales[(size_t)g * w.rows + row]));
+            int zbias = 0x4B400000 - (int)w.zeros[(size_t)g * w.rows + row];
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = __fmul_rn(sc, i4_centered((word >> (4 * j)) & 15u, zbias));
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float sc;
+                int z;
+                i4_group(w, row, c * 8 + j, &sc, &z);
+                v[j] = __fmul_rn(sc, i4_centered((word >> (4 * j)) & 15u, 0x4B400000 - z));
+            }
+        }
+        if (out_dt == LLMI_F32) {
+            float4 *o = (float4 *)((float *)out + off);
+            o[0] = make_float4(v[0], v[1], v[2], v[3]);
+            o[1] = make_float4(v[4], v[5], v[6], v[7]);
+        } else {
+            uint32_t h[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                uint16_t lo, hi;
+                if (out_dt == LLMI_BF16) {
+                    lo = __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * i]));
+                    hi = __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * i + 1]));
+                } else {
+                    lo = __half_as_ushort(__float2half_rn(v[2 * i]));
+                    hi = __half_as_ushort(__float2half_rn(v[2 * i + 1]));
+                }
+                h[i] = (uint32_t)lo | (uint32_t)hi << 16;
+            }
+            *(uint4 *)((uint16_t *)out + off) = make_uint4(h[0], h[1], h[2], h[3]);
+        }
     }
+}
+
+/* Words per group as a shift when a power of two (32, 64, 128...), else -1: no division per word. */
+static int i4_group_shift(const llmi_i4g_dev *w) {
+    int wpg = w->group_size / 8, gshift = -1;
+    if ((wpg & (wpg - 1)) == 0)
+        for (gshift = 0; (1 << gshift) < wpg; gshift++) {}
+    return gshift;
 }
 
 extern "C" cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *x, llmi_dtype x_dt, int n,
@@ -226,10 +283,7 @@ extern "C" cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *
         return cudaErrorInvalidValue;
     if (n <= LLMI_I4_GEMV_MAX_N) {
         if ((uintptr_t)x % 16 != 0) return cudaErrorMisalignedAddress; /* 16-byte activation loads */
-        /* words per group as a shift when a power of two (32, 64, 128...): no division per word */
-        int wpg = w->group_size / 8, gshift = -1;
-        if ((wpg & (wpg - 1)) == 0)
-            for (gshift = 0; (1 << gshift) < wpg; gshift++) {}
+        int gshift = i4_group_shift(w);
         switch (n) {
         case 1: i4_gemv_launch<1>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
         case 2: i4_gemv_launch<2>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
@@ -250,11 +304,12 @@ extern "C" cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *
 }
 
 extern "C" cudaError_t llmi_cuda_int4_dequant(const llmi_i4g_dev *w, void *out, llmi_dtype out_dt, cudaStream_t s) {
-    int64_t total = (int64_t)w->rows * w->cols;
-    if (total <= 0) return cudaSuccess;
+    if ((int64_t)w->rows * w->cols <= 0) return cudaSuccess;
     if (out_dt != LLMI_F32 && out_dt != LLMI_F16 && out_dt != LLMI_BF16) return cudaErrorInvalidValue;
-    int64_t g = (total + 255) / 256;
-    if (g > 65535L * 16) g = 65535L * 16;
-    llmi_int4_dequant_kernel<<<(unsigned)g, 256, 0, s>>>(*w, out, out_dt);
+    dim3 grid((unsigned)llmi_div_up((w->cols + 7) / 8, 256), (unsigned)(w->rows < 65535 ? w->rows : 65535));
+    if (w->cols % 8 == 0 && w->group_size > 0 && w->group_size % 8 == 0 && (uintptr_t)out % 16 == 0)
+        llmi_int4_dequant_kernel<true><<<grid, 256, 0, s>>>(*w, out, out_dt, i4_group_shift(w));
+    else
+        llmi_int4_dequant_kernel<false><<<grid, 256, 0, s>>>(*w, out, out_dt, -1);
     return cudaGetLastError();
 }

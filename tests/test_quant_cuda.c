@@ -98,12 +98,18 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
                               tqc_up(t.qzeros, (size_t)g.n_groups * rows),
                               ao ? tqc_up(t.g_idx, (size_t)cols * 4) : NULL, rows, cols, gs};
             void *dd = NULL;
-            cudaMalloc(&dd, sizeof(uint16_t) * rows * cols);
-            CHECK(llmi_cuda_int4_dequant(&w, dd, LLMI_BF16, 0) == cudaSuccess);
-            cudaMemcpy(hb, dd, sizeof(uint16_t) * rows * cols, cudaMemcpyDeviceToHost);
-            int bad = 0;
-            for (long i = 0; i < (long)rows * cols; i++) bad += hb[i] != f32_to_bf16(dq[i]);
-            CHECK_MSG(bad == 0, "act-order %d: %d bf16 values differ from quant_dequant_row", ao, bad);
+            cudaMalloc(&dd, sizeof(uint16_t) * (rows * cols + 1));
+            /* at the allocation's start (16-byte stores) and one element in (column by column,
+             * as for a matrix placed at an odd offset) */
+            for (int shift = 0; shift < 2; shift++) {
+                uint16_t *dst = (uint16_t *)dd + shift;
+                CHECK(llmi_cuda_int4_dequant(&w, dst, LLMI_BF16, 0) == cudaSuccess);
+                cudaMemcpy(hb, dst, sizeof(uint16_t) * rows * cols, cudaMemcpyDeviceToHost);
+                int bad = 0;
+                for (long i = 0; i < (long)rows * cols; i++) bad += hb[i] != f32_to_bf16(dq[i]);
+                CHECK_MSG(bad == 0, "act-order %d shift %d: %d bf16 values differ from quant_dequant_row", ao, shift,
+                          bad);
+            }
             cudaFree((void *)w.q), cudaFree((void *)w.scales), cudaFree((void *)w.zeros), cudaFree((void *)w.g_idx);
             cudaFree(dd);
             free(dq), free(hb);
