@@ -277,7 +277,6 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
     extern __shared__ __align__(128) unsigned char smraw[];
     const int hd = a.head_dim, ld = pf_ld(hd);
     T *Qs = (T *)smraw, *Ks = Qs + PF_BQ * ld, *Vs = Ks + PF_BK * ld;
-    __shared__ int max_pos_sh;
 
     const int t0 = tiles[2 * blockIdx.x], nq = tiles[2 * blockIdx.x + 1];
     const int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
@@ -289,14 +288,12 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
         float v = r < nq ? a.q[(int64_t)(t0 + r) * a.q_stride + (int64_t)h * hd + d] : 0.0f;
         Qs[r * ld + d] = tc_conv<T>::from(v);
     }
-    if (warp == 0) {
-        int mp = -1;
-        for (int r = lane; r < nq; r += 32) mp = max(mp, a.positions[t0 + r]);
-        for (int o = 16; o > 0; o >>= 1) mp = max(mp, __shfl_xor_sync(0xffffffffu, mp, o));
-        if (lane == 0) max_pos_sh = mp;
-    }
+    /* the tile's last key, found by every warp alike (no static shared memory beside the
+     * dynamic buffer, whose 16-byte alignment the vector copies rely on) */
+    int max_pos = -1;
+    for (int r = lane; r < nq; r += 32) max_pos = max(max_pos, a.positions[t0 + r]);
+    for (int o = 16; o > 0; o >>= 1) max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, o));
     __syncthreads();
-    const int max_pos = max_pos_sh;
     const bool same_type = a.kv_dt == tc_conv<T>::kv;
     const float ksc = kv_scale_of(a.kv_dt, a.k_scale, kvh), vsc = kv_scale_of(a.kv_dt, a.v_scale, kvh);
     const int r0 = warp * 16;   /* this warp's first query row */
