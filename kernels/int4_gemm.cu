@@ -1,8 +1,8 @@
-/* int4_gemm.cu — owns the W4A16 kernels for LLMI_I4G (GPTQ/AWQ) weights: a decode GEMV,
- * a tensor-core GEMM for prefill, and dequantization to a dense matrix.  Layouts and
+/* int4_gemm.cu — owns the W4A16 kernels for LLMI_I4G (GPTQ/AWQ) weights: a GEMV for up to
+ * LLMI_I4_GEMV_MAX_N tokens a pass (decode and small batches), and dequantization to a dense
+ * matrix (prefill's cuBLASLt path, and load).  Layouts and
  * semantics: int4_gemm.h; CPU twin cpu_matmul on LLMI_I4G. */
 #include <cuda_fp16.h>
-#include <mma.h>
 #include "common.cuh"
 #include "int4_gemm.h"
 
@@ -142,69 +142,6 @@ static void i4_gemv_launch(const llmi_i4g_dev *w, const void *x, llmi_dtype x_dt
                                                                                bias, y, ldy);
 }
 
-/* Tensor-core GEMM: block tile 64 tokens x 64 output rows, k step 32.  Eight warps each
- * own a 16x32 piece of the 64x64 tile (two 16x16 wmma accumulators). */
-#define I4_BM 64
-#define I4_BN 64
-#define I4_BK 32
-
-__global__ void __launch_bounds__(256) llmi_int4_gemm_kernel(llmi_i4g_dev w, const void *x, llmi_dtype x_dt, int n,
-                                                             const float *bias, float *y, int ldy) {
-    using namespace nvcuda;
-    __shared__ __align__(32) __nv_bfloat16 xs[I4_BM][I4_BK + 8];  /* (tokens, k) activations in bf16 */
-    __shared__ __align__(32) __nv_bfloat16 ws[I4_BN][I4_BK + 8];  /* (rows, k) dequantized weights */
-    __shared__ __align__(32) float cs[I4_BM][I4_BN + 4]; /* (tokens, rows) fp32 results */
-    int m0 = blockIdx.y * I4_BM, r0 = blockIdx.x * I4_BN;
-    int tid = threadIdx.x, warp = tid / 32;
-    int wm = (warp / 2) * 16, wn = (warp % 2) * 32;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
-    wmma::fill_fragment(acc[0], 0.0f);
-    wmma::fill_fragment(acc[1], 0.0f);
-    for (int k0 = 0; k0 < w.cols; k0 += I4_BK) {
-        for (int i = tid; i < I4_BM * I4_BK; i += blockDim.x) {
-            int m = i / I4_BK, k = i % I4_BK;
-            float v = (m0 + m < n && k0 + k < w.cols) ? llmi_load(x, x_dt, (int64_t)(m0 + m) * w.cols + k0 + k) : 0.0f;
-            xs[m][k] = __float2bfloat16_rn(v);
-        }
-        for (int i = tid; i < I4_BN * I4_BK / 2; i += blockDim.x) {
-            int r = i / (I4_BK / 2), kk = (i % (I4_BK / 2)) * 2, row = r0 + r, k = k0 + kk;
-            float v0 = 0.0f, v1 = 0.0f;
-            if (row < w.rows && k < w.cols) {
-                uint8_t b = w.q[(size_t)row * (w.cols / 2) + k / 2];
-                float s;
-                int z;
-                i4_group(w, row, k, &s, &z);
-                v0 = __fmul_rn(s, (float)((int)(b & 15) - z));
-                if (w.g_idx) i4_group(w, row, k + 1, &s, &z);
-                v1 = __fmul_rn(s, (float)((int)(b >> 4) - z));
-            }
-            ws[r][kk] = __float2bfloat16_rn(v0);
-            ws[r][kk + 1] = __float2bfloat16_rn(v1);
-        }
-        __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < I4_BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-            wmma::load_matrix_sync(a, &xs[wm][kk], I4_BK + 8);
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                /* ws is (rows, k) row-major = W^T (k, rows) col-major */
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
-                wmma::load_matrix_sync(b, &ws[wn + 16 * j][kk], I4_BK + 8);
-                wmma::mma_sync(acc[j], a, b, acc[j]);
-            }
-        }
-        __syncthreads();
-    }
-    wmma::store_matrix_sync(&cs[wm][wn], acc[0], I4_BN + 4, wmma::mem_row_major);
-    wmma::store_matrix_sync(&cs[wm][wn + 16], acc[1], I4_BN + 4, wmma::mem_row_major);
-    __syncthreads();
-    for (int i = tid; i < I4_BM * I4_BN; i += blockDim.x) {
-        int m = i / I4_BN, r = i % I4_BN;
-        if (m0 + m < n && r0 + r < w.rows) y[(size_t)(m0 + m) * ldy + r0 + r] = cs[m][r] + (bias ? bias[r0 + r] : 0.0f);
-    }
-}
-
 /* Grid (chunks of 8 columns in a row / 256 rounded up, min(rows, 65535)), rows strided by
  * gridDim.y: a thread turns 8 columns of a row into scale * (q - zero) each.  VEC (cols and
  * group_size multiples of 8, out 16-byte aligned: every linear the W4A16 kernels take) reads
@@ -281,26 +218,30 @@ extern "C" cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *
     if (w->cols % 8 != 0 || w->group_size <= 0 || w->group_size % 8 != 0 || ldy < w->rows ||
         (x_dt != LLMI_F32 && x_dt != LLMI_BF16))
         return cudaErrorInvalidValue;
-    if (n <= LLMI_I4_GEMV_MAX_N) {
-        if ((uintptr_t)x % 16 != 0) return cudaErrorMisalignedAddress; /* 16-byte activation loads */
-        int gshift = i4_group_shift(w);
-        switch (n) {
-        case 1: i4_gemv_launch<1>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
-        case 2: i4_gemv_launch<2>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
-        case 3: i4_gemv_launch<3>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
-        case 4: i4_gemv_launch<4>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
-        case 5: i4_gemv_launch<5>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
-        case 6: i4_gemv_launch<6>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
-        case 7: i4_gemv_launch<7>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
-        case 8: i4_gemv_launch<8>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
-        case 9: case 10: case 11: case 12: i4_gemv_launch<12>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
-        default: i4_gemv_launch<LLMI_I4_GEMV_MAX_N>(w, x, x_dt, n, gshift, bias, y, ldy, s); break;
+    if ((uintptr_t)x % 16 != 0) return cudaErrorMisalignedAddress; /* 16-byte activation loads */
+    const int gshift = i4_group_shift(w);
+    const size_t x_row = (size_t)w->cols * (x_dt == LLMI_BF16 ? 2 : 4);
+    /* LLMI_I4_GEMV_MAX_N tokens per pass: each pass reads the weights once */
+    for (int t0 = 0; t0 < n; t0 += LLMI_I4_GEMV_MAX_N) {
+        const int nt = n - t0 < LLMI_I4_GEMV_MAX_N ? n - t0 : LLMI_I4_GEMV_MAX_N;
+        const void *xt = (const char *)x + (size_t)t0 * x_row;
+        float *yt = y + (size_t)t0 * ldy;
+        switch (nt) {
+        case 1: i4_gemv_launch<1>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
+        case 2: i4_gemv_launch<2>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
+        case 3: i4_gemv_launch<3>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
+        case 4: i4_gemv_launch<4>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
+        case 5: i4_gemv_launch<5>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
+        case 6: i4_gemv_launch<6>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
+        case 7: i4_gemv_launch<7>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
+        case 8: i4_gemv_launch<8>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
+        case 9: case 10: case 11: case 12: i4_gemv_launch<12>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
+        default: i4_gemv_launch<LLMI_I4_GEMV_MAX_N>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
         }
-    } else {
-        dim3 grid(llmi_div_up(w->rows, I4_BN), llmi_div_up(n, I4_BM));
-        llmi_int4_gemm_kernel<<<grid, 256, 0, s>>>(*w, x, x_dt, n, bias, y, ldy);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
     }
-    return cudaGetLastError();
+    return cudaSuccess;
 }
 
 extern "C" cudaError_t llmi_cuda_int4_dequant(const llmi_i4g_dev *w, void *out, llmi_dtype out_dt, cudaStream_t s) {

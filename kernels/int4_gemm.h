@@ -23,16 +23,14 @@ typedef struct llmi_i4g_dev {
     int rows, cols, group_size;
 } llmi_i4g_dev;
 
-/* Batches of at most this many tokens run the GEMV. */
+/* Tokens per GEMV pass (each pass reads the weights once). */
 #define LLMI_I4_GEMV_MAX_N 16
 
 /* y (n, ldy) f32, columns [0, rows) = x (n, cols) in x_dt (F32 or BF16) @ W^T (+ bias
- * (rows)).  n <= LLMI_I4_GEMV_MAX_N runs the decode GEMV (a warp per two output rows,
- * the weights read once, fp32 products; x must be 16-byte aligned, else
- * cudaErrorMisalignedAddress); larger n the tensor-core GEMM that dequantizes
- * 64x32 weight tiles to bf16 in shared memory next to bf16 activations (fp32
- * accumulation; bf16 keeps the activations' range, which fp16 would clip at 65504).
- * Needs cols and group_size multiples of 8. */
+ * (rows)), fp32 products: a GEMV (a warp per two output rows) over passes of up to
+ * LLMI_I4_GEMV_MAX_N tokens.  Needs cols and group_size multiples of 8 and x 16-byte
+ * aligned (else cudaErrorMisalignedAddress).  Prefill-sized batches go through
+ * llmi_cuda_int4_dequant and a dense GEMM instead (the caller's choice). */
 cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *x, llmi_dtype x_dt, int n, const float *bias,
                                   float *y, int ldy, cudaStream_t s);
 /* out (rows, cols) in out_dt (F32, F16 or BF16): the dense weight, each value

@@ -914,8 +914,8 @@ static llmi_tensor i4_weight(trng *r, int rows, int cols, int gs, bool act_order
 }
 
 /* Issue 8 item 9: int4 linears kept packed on the GPU and served by the W4A16 kernels:
- * a 150-token prefill (dequantize + cuBLASLt), a 20-token one (tensor-core tiles) and a
- * decode token (GEMV) against the CPU's int4 matmul; the memory report shows int4 bytes. */
+ * a 150-token prefill (dequantize + cuBLASLt), a 20-token one (two GEMV passes) and a
+ * decode token (one pass) against the CPU's int4 matmul; the memory report shows int4 bytes. */
 TEST(cuda_backend_int4) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_backend_int4");
@@ -945,7 +945,7 @@ TEST(cuda_backend_int4) {
         double e2 = test_nmse(got + 170L * nv, ref + 170L * nv, nv);
         size_t w = 0;
         gpu->memory(gpu, &w, NULL, NULL);
-        printf("  int4: logits nmse %.3g (dequant+GEMM) %.3g (tiles) %.3g (GEMV); weights on GPU %.2f MB (linears as "
+        printf("  int4: logits nmse %.3g (dequant+GEMM) %.3g (GEMV, 2 passes) %.3g (GEMV); weights on GPU %.2f MB (linears as "
                "bf16 would be %.2f MB)\n", e0, e1, e2, w / 1e6, bf16_linear_bytes / 1e6);
         CHECK_MSG(e0 <= 1e-3 && e1 <= 1e-3 && e2 <= 1e-3, "int4 logits nmse %g %g %g", e0, e1, e2);
         size_t embd = 2 * (size_t)nv * m.cfg.dim * 2;

@@ -80,9 +80,9 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
                 }
                 CHECK_MSG(nan_pad == n * 5, "n %d: columns past rows were written", n);
                 double e = test_nmse(yp, yr, (long)n * rows);
-                /* GEMV: fp32 products; GEMM: bf16 operands (the weights rounded once), fp32 accumulation */
-                CHECK_MSG(e < (n <= LLMI_I4_GEMV_MAX_N ? 1e-10 : 1e-4), "%dx%d g%d n %d act-order %d x %s: nmse %g", rows,
-                          cols, gs, n, ao, bf ? "bf16" : "f32", e);
+                /* fp32 products over passes of LLMI_I4_GEMV_MAX_N tokens: only the summation order differs */
+                CHECK_MSG(e < 1e-10, "%dx%d g%d n %d act-order %d x %s: nmse %g", rows, cols, gs, n, ao,
+                          bf ? "bf16" : "f32", e);
                 cudaFree(dx);
             }
             cudaFree((void *)w.q), cudaFree((void *)w.scales), cudaFree((void *)w.zeros), cudaFree((void *)w.g_idx);

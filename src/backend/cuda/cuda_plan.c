@@ -30,9 +30,7 @@ int cuda_gemm_bucket(int n) {
 }
 
 cuda_i4_path cuda_i4_choose(int n) {
-    if (n <= CUDA_I4_GEMV_MAX_N) return CUDA_I4_GEMV;
-    if (n < CUDA_I4_DEQUANT_MIN_N) return CUDA_I4_MMA;
-    return CUDA_I4_DEQUANT_GEMM;
+    return n < CUDA_I4_DEQUANT_MIN_N ? CUDA_I4_GEMV : CUDA_I4_DEQUANT_GEMM;
 }
 
 size_t cuda_weight_bytes(const llmi_tensor *t, bool keep_int4) {

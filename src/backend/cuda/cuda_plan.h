@@ -32,13 +32,14 @@ bool cuda_graph_eligible(const llmi_batch *bt, int block_size, int graph_stride,
 int cuda_gemm_bucket(int n);
 
 /* Which kernel an int4 (LLMI_I4G) linear runs for a batch of n tokens: the GEMV (weights
- * read once, n <= CUDA_I4_GEMV_MAX_N), the tensor-core kernel that dequantizes weight
- * tiles in shared memory (n < CUDA_I4_DEQUANT_MIN_N), or a dequantization into a bf16
- * scratch matrix followed by the cuBLASLt GEMM (prefill-sized batches, where the GEMM's
- * speed outweighs writing the dense matrix once). */
+ * read once per CUDA_I4_GEMV_MAX_N tokens; n < CUDA_I4_DEQUANT_MIN_N), or a dequantization
+ * into a bf16 scratch matrix followed by the cuBLASLt GEMM (where writing and reading the
+ * dense matrix, ~4.5 bytes a weight, costs less than the GEMV's passes: from 33 tokens, by
+ * the GEMV's ~16 FMAs a weight a pass; the H200 figures in docs/PERF.md are the first
+ * version's). */
 #define CUDA_I4_GEMV_MAX_N 16
-#define CUDA_I4_DEQUANT_MIN_N 128
-typedef enum { CUDA_I4_GEMV = 0, CUDA_I4_MMA, CUDA_I4_DEQUANT_GEMM } cuda_i4_path;
+#define CUDA_I4_DEQUANT_MIN_N 33
+typedef enum { CUDA_I4_GEMV = 0, CUDA_I4_DEQUANT_GEMM } cuda_i4_path;
 cuda_i4_path cuda_i4_choose(int n);
 
 /* Bytes the CUDA backend keeps on the GPU for weight t: int4 tensors it serves with the
