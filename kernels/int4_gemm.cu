@@ -226,18 +226,12 @@ extern "C" cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *
         const int nt = n - t0 < LLMI_I4_GEMV_MAX_N ? n - t0 : LLMI_I4_GEMV_MAX_N;
         const void *xt = (const char *)x + (size_t)t0 * x_row;
         float *yt = y + (size_t)t0 * ldy;
-        switch (nt) {
-        case 1: i4_gemv_launch<1>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
-        case 2: i4_gemv_launch<2>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
-        case 3: i4_gemv_launch<3>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
-        case 4: i4_gemv_launch<4>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
-        case 5: i4_gemv_launch<5>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
-        case 6: i4_gemv_launch<6>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
-        case 7: i4_gemv_launch<7>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
-        case 8: i4_gemv_launch<8>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
-        case 9: case 10: case 11: case 12: i4_gemv_launch<12>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
-        default: i4_gemv_launch<LLMI_I4_GEMV_MAX_N>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s); break;
-        }
+        /* compiled for 1, 2, 4, 8 and 16 tokens (each a few hundred KiB of machine code) */
+        if (nt == 1) i4_gemv_launch<1>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s);
+        else if (nt == 2) i4_gemv_launch<2>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s);
+        else if (nt <= 4) i4_gemv_launch<4>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s);
+        else if (nt <= 8) i4_gemv_launch<8>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s);
+        else i4_gemv_launch<LLMI_I4_GEMV_MAX_N>(w, xt, x_dt, nt, gshift, bias, yt, ldy, s);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }

@@ -76,6 +76,9 @@ if [ "${1:-}" = --pack ]; then
       cp -L "$lib" "$PACK/lib/"
     done
   done
+  # compressed (the GPU code, ~6 MB per binary, shrinks several-fold): a call carries the
+  # tree, the pack and a third of the model within 64 MiB
+  gzip -9 "$PACK/llmi" "$PACK/llmi_tests"
   wiki=$ROOT/../shared/data/wikitext-2-raw/wiki.test.raw
   [ -f "$wiki" ] && cp "$wiki" "$PACK/data/"
   shakes=$ROOT/../shared/data/tinyshakespeare/input.txt
@@ -276,14 +279,22 @@ fi
 # ---- binaries: build here, or the carried pack ---------------------------------------------
 LLMI=$ROOT/llmi
 TESTS=$ROOT/build/llmi_tests
+# the pack's binaries, unpacked on every call (a second call may carry a newer pack)
+PACK_BIN=$PACK
+if [ -f "$PACK/llmi.gz" ] && [ -f "$PACK/llmi_tests.gz" ]; then
+  PACK_BIN=$(mktemp -d /tmp/llmi-gpu-bin.XXXXXX)
+  for b in llmi llmi_tests; do
+    gunzip -c "$PACK/$b.gz" > "$PACK_BIN/$b" && chmod +x "$PACK_BIN/$b" || rm -f "$PACK_BIN/$b"
+  done
+fi
 use_pack() {
-  LLMI=$PACK/llmi TESTS=$PACK/llmi_tests
+  LLMI=$PACK_BIN/llmi TESTS=$PACK_BIN/llmi_tests
   export LD_LIBRARY_PATH="$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 # The pack first: it was built from this tree by --pack just before the calls, and a build
 # here costs a minute or more of the session's 15 device minutes (GPU_CHECK_BUILD=1 builds).
 pack_commit=$(cat "$PACK/commit" 2> /dev/null)
-if [ -x "$PACK/llmi" ] && [ "${GPU_CHECK_BUILD:-0}" != 1 ]; then
+if [ -x "$PACK_BIN/llmi" ] && [ "${GPU_CHECK_BUILD:-0}" != 1 ]; then
   use_pack
   changed=$( [ -f "$PACK/sources.sha256" ] && sha256sum -c --quiet "$PACK/sources.sha256" 2>&1 | sed -n 's/: FAILED.*//p' | head -3 | tr '\n' ' ')
   if [ ! -f "$PACK/sources.sha256" ]; then
@@ -294,14 +305,14 @@ if [ -x "$PACK/llmi" ] && [ "${GPU_CHECK_BUILD:-0}" != 1 ]; then
     row "binaries (.gpu-pack)" ok "$pack_commit $(cat "$PACK/arch" 2> /dev/null), not built here (GPU_CHECK_BUILD=1 builds)"
   fi
 elif ! command -v nvcc > /dev/null; then
-  if [ -x "$PACK/llmi" ]; then
+  if [ -x "$PACK_BIN/llmi" ]; then
     use_pack; row "build" "not available" "nvcc not found; using .gpu-pack ($(cat "$PACK/commit" "$PACK/arch" 2> /dev/null | tr '\n' ' '))"
   else
     row "build" FAIL "nvcc not found and no .gpu-pack: a CPU-only build would test nothing here"; finish
   fi
 elif t0=$(date +%s); run build 300 ${MAKE:-make} -j"${JOBS:-16}" CUDA=1 CUDA_ARCH="$ARCH" all tools; then
   row "build (make CUDA=1 CUDA_ARCH=$ARCH)" ok "$(( $(date +%s) - t0 )) s"
-elif [ -x "$PACK/llmi" ]; then
+elif [ -x "$PACK_BIN/llmi" ]; then
   use_pack
   row "build (make CUDA=1 CUDA_ARCH=$ARCH)" "not available" "make: $(first_match build '(error|No such|fatal).*' | cut -c1-50); using .gpu-pack ($(cat "$PACK/commit" 2> /dev/null))"
 else
