@@ -12,8 +12,10 @@ static int ql_int(const cJSON *o, const char *a, const char *b, int def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, a);
     if (!v && b) v = cJSON_GetObjectItemCaseSensitive(o, b);
     if (!v) return def;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble) return -999999;
-    return (int)v->valuedouble;
+    /* range first: converting a double outside int's range is undefined behaviour */
+    double d = v->valuedouble;
+    if (!cJSON_IsNumber(v) || !(d >= -1e9 && d <= 1e9) || d != (double)(int)d) return -999999;
+    return (int)d;
 }
 
 static int ql_bool(const cJSON *o, const char *a, bool def, bool *out) {
