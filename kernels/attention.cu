@@ -220,35 +220,27 @@ extern "C" cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int3
 #define PF_WARPS 4
 
 template <typename T> struct tc_conv;
-template <> struct tc_conv<__nv_bfloat16> {
-    static constexpr llmi_kv_dtype kv = LLMI_KV_BF16;   /* the cache dtype that is already T */
-    static __device__ __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
-    /* two values as one 32-bit operand register, lo in the low half (the lower k index) */
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-        return *(uint32_t *)&h;
-    }
-    static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    }
-};
-template <> struct tc_conv<__half> {
-    static constexpr llmi_kv_dtype kv = LLMI_KV_F16;
-    static __device__ __forceinline__ __half from(float v) { return __float2half_rn(v); }
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __half2 h = __floats2half2_rn(lo, hi);
-        return *(uint32_t *)&h;
-    }
-    static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    }
-};
+/* T's cache dtype (the one already in T), its rounding, two values packed as one 32-bit
+ * operand (lo in the low half: the lower k index) and mma.sync m16n8k16 with T inputs and
+ * fp32 accumulation; the two types differ only in these names. */
+#define LLMI_TC_CONV(T, T2, KV, FROM, PACK2, PTX_T)                                                            \
+    template <> struct tc_conv<T> {                                                                            \
+        static constexpr llmi_kv_dtype kv = KV;                                                                \
+        static __device__ __forceinline__ T from(float v) { return FROM(v); }                                 \
+        static __device__ __forceinline__ uint32_t pack(float lo, float hi) {                                  \
+            T2 h = PACK2(lo, hi);                                                                              \
+            return *(uint32_t *)&h;                                                                            \
+        }                                                                                                      \
+        static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {     \
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX_T "." PTX_T ".f32 {%0,%1,%2,%3}, "       \
+                         "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                              \
+                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                      \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                  \
+        }                                                                                                      \
+    };
+LLMI_TC_CONV(__nv_bfloat16, __nv_bfloat162, LLMI_KV_BF16, __float2bfloat16_rn, __floats2bfloat162_rn, "bf16")
+LLMI_TC_CONV(__half, __half2, LLMI_KV_F16, __float2half_rn, __floats2half2_rn, "f16")
+#undef LLMI_TC_CONV
 
 /* The B operand of an m16n8k16 product from a row-major (k, n) tile in shared memory:
  * lanes 0..15 name rows k0..k0+15 (16-byte aligned, 8 elements from column n0), and

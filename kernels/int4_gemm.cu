@@ -42,6 +42,29 @@ __device__ __forceinline__ float i4_centered(uint32_t q, int zbias) {
     return __int_as_float((int)q + zbias) - 12582912.0f;
 }
 
+/* The 8 columns c*8 .. c*8+7 of a row from their u32 of nibbles: v[j] = (q - z) exactly and
+ * the group's scale returned, to be applied once; with g_idx (act order: a group per column)
+ * v[j] = scale * (q - z) already, as i4_group gives it, and 1 is returned.  gshift: words
+ * per group as a shift, or -1 to divide. */
+__device__ __forceinline__ float i4_word(const llmi_i4g_dev &w, int row, int c, uint32_t word, int gshift,
+                                         float v[8]) {
+    if (!w.g_idx) {
+        int g = gshift >= 0 ? c >> gshift : c / (w.group_size / 8);
+        int zbias = 0x4B400000 - (int)w.zeros[(size_t)g * w.rows + row];
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = i4_centered((word >> (4 * j)) & 15u, zbias);
+        return __half2float(__ushort_as_half(w.scales[(size_t)g * w.rows + row]));
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float s;
+        int z;
+        i4_group(w, row, c * 8 + j, &s, &z);
+        v[j] = __fmul_rn(s, i4_centered((word >> (4 * j)) & 15u, 0x4B400000 - z));
+    }
+    return 1.0f;
+}
+
 #define I4_GEMV_ROWS 2    /* output rows per warp: each activation load serves both */
 #define I4_GEMV_UNROLL 4  /* u32 words per lane and row loaded before the first is used */
 
@@ -57,17 +80,18 @@ __global__ void __launch_bounds__(256) llmi_int4_gemv_kernel(llmi_i4g_dev w, con
     const int lane = threadIdx.x % 32;
     const int row0 = (int)(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * I4_GEMV_ROWS;
     if (row0 >= w.rows) return;
-    const int nwords = w.cols / 8, wpg = w.group_size / 8;
+    const int nwords = w.cols / 8;
     float acc[NT][I4_GEMV_ROWS];
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int r = 0; r < I4_GEMV_ROWS; r++) acc[t][r] = 0.0f;
+    int rows[I4_GEMV_ROWS];   /* a missing last row repeats the one before, unstored */
     const uint32_t *qr[I4_GEMV_ROWS];
 #pragma unroll
     for (int r = 0; r < I4_GEMV_ROWS; r++) {
-        int row = min(row0 + r, w.rows - 1); /* a missing last row repeats the one before, unstored */
-        qr[r] = (const uint32_t *)(w.q + (size_t)row * (w.cols / 2));
+        rows[r] = min(row0 + r, w.rows - 1);
+        qr[r] = (const uint32_t *)(w.q + (size_t)rows[r] * (w.cols / 2));
     }
     for (int base = 0; base < nwords; base += 32 * I4_GEMV_UNROLL) {
         uint32_t word[I4_GEMV_UNROLL][I4_GEMV_ROWS];
@@ -83,25 +107,7 @@ __global__ void __launch_bounds__(256) llmi_int4_gemv_kernel(llmi_i4g_dev w, con
             if (c >= nwords) break;
             float wq[I4_GEMV_ROWS][8], sc[I4_GEMV_ROWS];
 #pragma unroll
-            for (int r = 0; r < I4_GEMV_ROWS; r++) {
-                int row = min(row0 + r, w.rows - 1);
-                if (!w.g_idx) {
-                    int g = gshift >= 0 ? c >> gshift : c / wpg;
-                    sc[r] = __half2float(__ushort_as_half(w.scales[(size_t)g * w.rows + row]));
-                    int zbias = 0x4B400000 - (int)w.zeros[(size_t)g * w.rows + row];
-#pragma unroll
-                    for (int j = 0; j < 8; j++) wq[r][j] = i4_centered((word[u][r] >> (4 * j)) & 15u, zbias);
-                } else {
-                    sc[r] = 1.0f;
-#pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        float s;
-                        int z;
-                        i4_group(w, row, c * 8 + j, &s, &z);
-                        wq[r][j] = __fmul_rn(s, i4_centered((word[u][r] >> (4 * j)) & 15u, 0x4B400000 - z));
-                    }
-                }
-            }
+            for (int r = 0; r < I4_GEMV_ROWS; r++) sc[r] = i4_word(w, rows[r], c, word[u][r], gshift, wq[r]);
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 if (t >= n) break;
@@ -166,21 +172,9 @@ __global__ void llmi_int4_dequant_kernel(llmi_i4g_dev w, void *out, llmi_dtype o
         }
         uint32_t word = __ldg((const uint32_t *)(w.q + (size_t)row * (w.cols / 2)) + c);
         float v[8];
-        if (!w.g_idx) {
-            int g = gshift >= 0 ? c >> gshift : c / (w.group_size / 8);
-            float sc = __half2float(__ushort_as_half(w.scales[(size_t)g * w.rows + row]));
-            int zbias = 0x4B400000 - (int)w.zeros[(size_t)g * w.rows + row];
+        float sc = i4_word(w, row, c, word, gshift, v);   /* 1 with g_idx: v scaled already */
 #pragma unroll
-            for (int j = 0; j < 8; j++) v[j] = __fmul_rn(sc, i4_centered((word >> (4 * j)) & 15u, zbias));
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                float sc;
-                int z;
-                i4_group(w, row, c * 8 + j, &sc, &z);
-                v[j] = __fmul_rn(sc, i4_centered((word >> (4 * j)) & 15u, 0x4B400000 - z));
-            }
-        }
+        for (int j = 0; j < 8; j++) v[j] = __fmul_rn(sc, v[j]);
         if (out_dt == LLMI_F32) {
             float4 *o = (float4 *)((float *)out + off);
             o[0] = make_float4(v[0], v[1], v[2], v[3]);

@@ -296,10 +296,10 @@ use_pack() {
 pack_commit=$(cat "$PACK/commit" 2> /dev/null)
 if [ -x "$PACK_BIN/llmi" ] && [ "${GPU_CHECK_BUILD:-0}" != 1 ]; then
   use_pack
-  changed=$( [ -f "$PACK/sources.sha256" ] && sha256sum -c --quiet "$PACK/sources.sha256" 2>&1 | sed -n 's/: FAILED.*//p' | head -3 | tr '\n' ' ')
   if [ ! -f "$PACK/sources.sha256" ]; then
     row "binaries (.gpu-pack)" FAIL "pack of $pack_commit lists no sources (rerun --pack); testing the pack anyway"
-  elif [ -n "$changed" ]; then
+  elif changed=$(sha256sum -c --quiet "$PACK/sources.sha256" 2>&1 | sed -n 's/: FAILED.*//p' | head -3 | tr '\n' ' ')
+       [ -n "$changed" ]; then
     row "binaries (.gpu-pack)" FAIL "stale: pack of $pack_commit, changed since: $changed(rerun --pack); testing the pack anyway"
   else
     row "binaries (.gpu-pack)" ok "$pack_commit $(cat "$PACK/arch" 2> /dev/null), not built here (GPU_CHECK_BUILD=1 builds)"
