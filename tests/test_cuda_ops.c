@@ -372,6 +372,10 @@ TEST(cuda_attention) {
     attention_case(t_, &r, 128, LLMI_KV_Q8, 0);
     attention_case(t_, &r, 40, LLMI_KV_FP8, 2);   /* fp8 at a head_dim off the tensor-core path */
     attention_case(t_, &r, 128, LLMI_KV_BF16, 0);
+    /* the other tensor-core instantiations: 80 runs HDMAX 128 with 5 of its 8 k-steps, 256
+     * the largest (its O fragment alone is 128 registers a lane) */
+    attention_case(t_, &r, 80, LLMI_KV_BF16, 0);
+    attention_case(t_, &r, 256, LLMI_KV_F16, 0);
     /* head_dim not a multiple of 16: everything on the decode path; 36 also takes its
      * scalar K/V loads for 16-bit caches, 40 the 16-byte ones */
     attention_case(t_, &r, 36, LLMI_KV_F16, 0);
