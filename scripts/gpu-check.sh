@@ -36,6 +36,11 @@
 #       most 64 MiB; all of these and gpu-check-out/ are git-ignored).  Carry ".gpu-pack"
 #       and one part per call: the script stashes parts in /tmp/llmi-gpu-model and
 #       assembles the model once all three have arrived on the (still warm) machine.
+#   scripts/gpu-check.sh --refs    after --pack, on the build machine (~50 min on 2 cores, no device
+#       time): runs e2e's cpu steps with the pack's llmi and keeps their outputs in .gpu-ref/
+#       (git-ignored), copied into .gpu-pack/ref now and by every later --pack while the CPU
+#       path's sources are unchanged; on the device e2e then runs only the cuda side of each
+#       comparison (the "cpu references" row says how many came from the pack).
 #
 # Files: only $OUT/gpu-check.log (every step's command, exit status and output tails),
 # $OUT/gpu-check.tsv (the table) and $OUT/gpu-check-raw.tar.gz (each step's stdout and
@@ -53,6 +58,33 @@ PACK=$ROOT/.gpu-pack
 STASH=/tmp/llmi-gpu-model
 MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
 ALL_PHASES=unit,sanitize,e2e,smol,bench,tput,hf,quant
+
+# ---- CPU references computed ahead of the device (--refs) ----------------------------------
+# e2e compares the cuda backend with the cpu backend of the same binary; on the device those
+# cpu runs took ~300 of a session's 900 s (SmolLM2: greedy 24 s, batch 63 s, perplexity 96 s
+# for each KV type).  --refs runs them here with the pack's binary and keeps each output
+# under a key of what it depends on: the CPU path's sources (cpu-sources: the files minus
+# the CUDA ones, compiler flags in the Makefile), the arguments, and the content of every
+# file or directory an argument names.  The device reuses an output whose key matches and
+# runs the step itself otherwise.  The CPU backend's output does not depend on the thread
+# count (compared byte for byte at 1 and 2 threads, timings aside), and the pack's binary is
+# the same on both machines (-march=x86-64-v3); libm comes from each machine's system.
+REFSTORE=$ROOT/.gpu-ref
+cpu_sources_hash() {
+  git ls-files -z -- main.c Makefile src kernels | grep -zvE '^(src/backend/cuda/|kernels/.*\.cu$)' |
+    xargs -0 sha256sum | sha256sum | cut -c1-16
+}
+# the refs made by this tree's CPU path, into the pack (carried with it)
+copy_refs() {
+  local h n=0 f
+  h=$(cat "$PACK/cpu-sources" 2> /dev/null) || return 0
+  mkdir -p "$PACK/ref"
+  for f in "$REFSTORE"/*.meta; do
+    [ -f "$f" ] && grep -q "^cpu_sources $h\$" "$f" || continue
+    cp "${f%.meta}".* "$PACK/ref/" && n=$((n + 1))
+  done
+  echo "gpu-check: $n cpu references for sources $h in .gpu-pack/ref$([ $n = 0 ] && echo ' (none: scripts/gpu-check.sh --refs makes them, ~50 min here, no device time)')"
+}
 
 # ---- --pack ----------------------------------------------------------------------------
 if [ "${1:-}" = --pack ]; then
@@ -87,6 +119,8 @@ if [ "${1:-}" = --pack ]; then
   # what the binaries were built from, file by file: the device's copy of .git need not
   # follow the working tree, so staleness is judged on the files themselves
   git ls-files -z -- main.c Makefile src kernels tests | xargs -0 sha256sum > "$PACK/sources.sha256"
+  cpu_sources_hash > "$PACK/cpu-sources"
+  copy_refs
   echo "sm_$arch" > "$PACK/arch"
   model=$(scripts/fetch-model.sh --path 2> /dev/null)
   rm -rf .gpu-model-1 .gpu-model-2 .gpu-model-3
@@ -105,20 +139,24 @@ if [ "${1:-}" = --pack ]; then
   tree=$(git ls-files -z | xargs -0 du -cb 2> /dev/null | tail -1 | cut -f1)
   echo "gpu-check --pack: $(du -sh "$PACK" | cut -f1) in .gpu-pack (sm_$arch, commit $(cat "$PACK/commit")); tracked tree $((tree / 1048576)) MiB"
   echo "  calls (15 device minutes in all; make them back to back: a machine idle 30 s is gone, the model parts with it):"
-  echo "    1. run(command=\"BUDGET=250 bash scripts/gpu-check.sh --phase unit,sanitize,bench\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=310)"
-  echo "    2. run(command=\"BUDGET=240 bash scripts/gpu-check.sh --phase e2e,hf\", carry=[\".gpu-pack\", \".gpu-model-2\"], timeout_s=300)"
-  echo "    3. run(command=\"BUDGET=240 bash scripts/gpu-check.sh --phase tput\", carry=[\".gpu-pack\", \".gpu-model-3\"], timeout_s=290)"
-  echo "  then give_back; smol (SmolLM2 end to end, its parts assembled by then) and quant need time left over or a later session"
-  echo "  (2026-11-26 on an H200: unit 25 s, sanitize 100 s, bench 130 s, smol 190 s; the first call's start took under a minute)"
+  echo "    1. run(command=\"BUDGET=200 bash scripts/gpu-check.sh --phase unit,sanitize,bench\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=250)"
+  echo "    2. run(command=\"BUDGET=200 bash scripts/gpu-check.sh --phase e2e,hf\", carry=[\".gpu-pack\", \".gpu-model-2\"], timeout_s=250)"
+  echo "    3. run(command=\"BUDGET=<budget_left_s - 60> bash scripts/gpu-check.sh --phase smol,tput,quant\", carry=[\".gpu-pack\", \".gpu-model-3\"], timeout_s=<BUDGET + 40>)"
+  echo "  then give_back.  e2e and smol take their cpu side from .gpu-pack/ref when --refs made it (see the count above);"
+  echo "  without it SmolLM2's cpu runs alone take ~300 s of device time."
+  echo "  (2026-11-26 on an H200: cold start < 1 min; tests 2 s, memcheck 4 s, racecheck 23 s, bench 130 s with the old int4"
+  echo "  kernel (its int4 bench 79 s); the SmolLM2 cuda runs 2-3 s each)"
   exit 0
 fi
 
 PHASES=$ALL_PHASES
+REFS_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --phase) PHASES=${2:-}; shift 2 ;;
     --phase=*) PHASES=${1#--phase=}; shift ;;
-    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+    --refs) REFS_ONLY=1; shift ;;
+    -h|--help) sed -n '2,53p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)"; exit 2 ;;
   esac
 done
@@ -127,6 +165,12 @@ for p in ${PHASES//,/ }; do
   case ",$ALL_PHASES," in *",$p,"*) ;; *) echo "gpu-check: unknown phase '$p' (phases: $ALL_PHASES)"; exit 2 ;; esac
 done
 has_phase() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
+if [ "$REFS_ONLY" = 1 ]; then
+  [ -f "$PACK/cpu-sources" ] && [ -f "$PACK/llmi.gz" ] || { echo "gpu-check --refs: no .gpu-pack (run --pack first)"; exit 1; }
+  [ "$(cpu_sources_hash)" = "$(cat "$PACK/cpu-sources")" ] ||
+    { echo "gpu-check --refs: the CPU sources changed since --pack (rerun --pack)"; exit 1; }
+  PHASES=e2e GPU_CHECK_DEVICE=cuda
+fi
 
 DEV=${GPU_CHECK_DEVICE:-cuda}
 case "$DEV" in cuda|cpu) ;; *) echo "gpu-check: GPU_CHECK_DEVICE must be cuda or cpu"; exit 2 ;; esac
@@ -146,6 +190,7 @@ printf 'check\tresult\tfigure\n' > "$TABLE"
 declare -a ROWS=()
 T_START=$(date +%s)
 BUDGET=${BUDGET:-560}
+[ "$REFS_ONLY" = 1 ] && BUDGET=${BUDGET_REFS:-36000}
 
 row() {   # row CHECK RESULT FIGURE
   ROWS+=("$1|$2|$3")
@@ -162,6 +207,11 @@ print_table() {
   done
 }
 finish() {
+  if [ "$REFS_ONLY" = 1 ]; then
+    row "cpu references (--refs)" "$([ $REF_RUN -gt 0 ] && echo ok || echo FAIL)" "$REF_RUN made into .gpu-ref/ with the pack's llmi"
+  elif [ $((REF_USED + REF_RUN)) -gt 0 ]; then
+    row "cpu references" ok "$REF_USED from .gpu-pack/ref (made $REF_FROM), $REF_RUN run here"
+  fi
   print_table | tee -a "$LOG"
   cp "$LOG" "$TABLE" "$OUTDIR/"
   # every step's stdout and stderr, if small enough to come back (16 MiB a file)
@@ -171,8 +221,9 @@ finish() {
   local bad=0
   for r in "${ROWS[@]}"; do
     IFS='|' read -r _ s _ <<< "$r"
-    case "$s" in ok|"not available"*) ;; *) bad=1 ;; esac
+    case "$s" in ok|"not available"*) ;; "not run (refs)") [ "$REFS_ONLY" = 1 ] || bad=1 ;; *) bad=1 ;; esac
   done
+  [ "$REFS_ONLY" = 1 ] && copy_refs
   exit $bad
 }
 
@@ -187,6 +238,10 @@ STATUS=
 declare -A LIMIT=()
 run() {
   local name=$1 secs=$2; shift 2
+  if [ "$REFS_ONLY" = 1 ] && { [[ " $* " == *" --device $DEV "* ]] || [ "$1" = python3 ]; }; then
+    : > "$WORK/$name.out"; echo "not run: --refs runs the cpu steps only" > "$WORK/$name.err"; STATUS="not run (refs)"; return 1
+  fi
+  [ "$REFS_ONLY" = 1 ] && secs=$((secs * 20))   # limits sized for the device's 16 cores, not 2
   local left=$(( BUDGET - ($(date +%s) - T_START) ))
   [ "$secs" -gt "$left" ] && secs=$left
   if [ "$secs" -lt 20 ]; then
@@ -204,6 +259,41 @@ run() {
   elif [ $rc -eq 0 ]; then STATUS=ok
   else STATUS=FAIL; fi
   [ "$STATUS" = ok ]
+}
+# ref_key ARGS... (the binary left out): the key of a cpu step's output, see --refs
+declare -A FILE_HASH=()
+ref_key() {
+  { cat "$PACK/cpu-sources"
+    local a
+    for a in "$@"; do
+      if [ -f "$a" ]; then
+        [ -n "${FILE_HASH[$a]:-}" ] || FILE_HASH[$a]=$(sha256sum < "$a" | cut -c1-64)
+        echo "file ${FILE_HASH[$a]}"
+      elif [ -d "$a" ]; then
+        echo "dir $(cd "$a" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-64)"
+      else printf 'arg %s\n' "$a"; fi
+    done; } | sha256sum | cut -c1-24
+}
+# run_cpu NAME SECONDS LLMI ARGS...: a cpu step, its output taken from the pack's refs when
+# they hold it (--refs stores it there instead)
+REF_USED=0 REF_RUN=0 REF_FROM=
+run_cpu() {
+  local name=$1 secs=$2 key=
+  [ -f "$PACK/cpu-sources" ] && key=$(ref_key "${@:4}")
+  if [ -n "$key" ] && [ -f "$PACK/ref/$key.out.gz" ] && [ "$REFS_ONLY" != 1 ]; then
+    gunzip -c "$PACK/ref/$key.out.gz" > "$WORK/$name.out"; gunzip -c "$PACK/ref/$key.err.gz" > "$WORK/$name.err"
+    REF_FROM=$(sed -n 's/^made //p' "$PACK/ref/$key.meta")
+    echo "\$ ${*:3} : cpu reference $key from .gpu-pack/ref ($REF_FROM)" >> "$LOG"
+    REF_USED=$((REF_USED + 1)); STATUS=ok; return 0
+  fi
+  run "$@" || return 1
+  REF_RUN=$((REF_RUN + 1))
+  if [ "$REFS_ONLY" = 1 ] && [ -n "$key" ]; then
+    mkdir -p "$REFSTORE"
+    gzip -c "$WORK/$name.out" > "$REFSTORE/$key.out.gz"; gzip -c "$WORK/$name.err" > "$REFSTORE/$key.err.gz"
+    { echo "cpu_sources $(cat "$PACK/cpu-sources")"; echo "made $(date -u +%F) on $(uname -n), pack $(cat "$PACK/commit")"
+      echo "args ${*:4}"; } > "$REFSTORE/$key.meta"
+  fi
 }
 last_line() { tail -n 1 "$WORK/$1.$2" 2> /dev/null | cut -c1-${3:-90}; }
 # why NAME: a failed step's figure: the time limit that killed it, or its last stderr line
@@ -237,7 +327,8 @@ for pkg in cublas cusolver cusparse nvjitlink; do
 done
 echo "gpu-check: phases $PHASES, budget ${BUDGET}s, device $DEV$([ "$DEV" = cpu ] && echo ' (rehearsal: CPU figures)'), commit $(git rev-parse --short HEAD 2> /dev/null || echo '?')" | tee -a "$LOG"
 HAVE_GPU=0
-if ! command -v nvidia-smi > /dev/null; then
+if [ "$REFS_ONLY" = 1 ]; then :   # the cpu steps only: no device wanted
+elif ! command -v nvidia-smi > /dev/null; then
   row device "no GPU" "nvidia-smi not found"
 elif ! gpu=$(nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader 2>> "$LOG" | head -1) || [ -z "$gpu" ]; then
   row device "no GPU" "nvidia-smi lists no GPU"
@@ -328,10 +419,14 @@ fi
 # Does the cuda backend start at all?  Every later GPU step needs it: without it they are
 # reported "no GPU" (or the probe's failure) instead of each failing its own way.
 GPU_OK=0
-run cuda-probe 90 "$LLMI" generate --device "$DEV" -m testdata/hf/llama-gqa-rope3 -p "The capital of France is" -n 4 --temp 0 --no-stats
-[ "$STATUS" = ok ] && GPU_OK=1
-PROBE_STATUS=$STATUS
-row "cuda backend starts" "$STATUS" "$([ $GPU_OK = 1 ] && echo "generate --device $DEV on a tiny HF model" || why cuda-probe)"
+if [ "$REFS_ONLY" = 1 ]; then
+  GPU_OK=1   # every device step reports "not run (refs)" by itself
+else
+  run cuda-probe 90 "$LLMI" generate --device "$DEV" -m testdata/hf/llama-gqa-rope3 -p "The capital of France is" -n 4 --temp 0 --no-stats
+  [ "$STATUS" = ok ] && GPU_OK=1
+  PROBE_STATUS=$STATUS
+  row "cuda backend starts" "$STATUS" "$([ $GPU_OK = 1 ] && echo "generate --device $DEV on a tiny HF model" || why cuda-probe)"
+fi
 # gpu_gate LABEL...: true when the GPU steps can run; else one row per label saying why not
 gpu_gate() {
   [ $GPU_OK = 1 ] && return 0
@@ -393,10 +488,10 @@ if has_phase e2e || { has_phase smol && [ -n "$SMOL" ]; }; then
     [ -d "$mdl" ] && prompts=$WORK/prompts-short.jsonl
     label="greedy $NGEN tokens cuda vs cpu $name"
     gpu_gate "$label" || continue
+    run_cpu "gen-cpu-$name" 200 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$mdl" --device cpu
+    [ "$STATUS" = ok ] || { row "$label" "$STATUS" "cpu: $(why "gen-cpu-$name")"; continue; }
     run "gen-cuda-$name" 120 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$mdl" --device "$DEV"
     [ "$STATUS" = ok ] || { row "$label" "$STATUS" "cuda: $(why "gen-cuda-$name")"; continue; }
-    run "gen-cpu-$name" 200 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$mdl" --device cpu
-    [ "$STATUS" = ok ] || { row "$label" "$STATUS" "cpu: $(why "gen-cpu-$name")"; continue; }
     compare_rows "$label" "$name" "$WORK/gen-cpu-$name.out" "$WORK/gen-cuda-$name.out"
   done
   # speculation on the device: verification steps take the host-sampled path with K+1
@@ -437,10 +532,10 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
   nblk=$([ "$SCALE" = 1 ] && echo 160 || echo 12)
   label="batch 64, chunk 48, $nblk blocks: cuda vs cpu alone"
   if ! gpu_gate "$label"; then :
+  elif ! run_cpu batch-cpu 240 "$LLMI" "${b_args[@]}" --device cpu --max-seqs 1; then
+    row "$label" "$STATUS" "cpu: $(why batch-cpu)"
   elif ! run batch-cuda 150 "$LLMI" "${b_args[@]}" --device "$DEV" --max-seqs 64 --max-batch-tokens 256 --prefill-chunk 48 --num-blocks "$nblk"; then
     row "$label" "$STATUS" "cuda: $(why batch-cuda)"
-  elif ! run batch-cpu 240 "$LLMI" "${b_args[@]}" --device cpu --max-seqs 1; then
-    row "$label" "$STATUS" "cpu: $(why batch-cpu)"
   else
     pre=$(grep -oE '"preempted":[0-9]+' "$WORK/batch-cuda.out" | awk -F: '{s += $2} END {print s + 0}')
     compare_rows "$label" batch "$WORK/batch-cpu.out" "$WORK/batch-cuda.out"
@@ -452,10 +547,10 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
   if ! gpu_gate "$label"; then :
   elif [ -z "$SMOL" ] || [ -z "$DATA" ]; then
     row "$label" "not available" "needs SmolLM2 and wiki.test.raw (in .gpu-pack/data)"
+  elif ! run_cpu ppl-cpu 200 "$LLMI" bench -m "$SMOL" --device cpu --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv; then
+    row "$label" "$STATUS" "cpu: $(why ppl-cpu)"
   elif ! run ppl-cuda 120 "$LLMI" bench -m "$SMOL" --device "$DEV" --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv; then
     row "$label" "$STATUS" "cuda: $(why ppl-cuda)"
-  elif ! run ppl-cpu 200 "$LLMI" bench -m "$SMOL" --device cpu --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv; then
-    row "$label" "$STATUS" "cpu: $(why ppl-cpu)"
   else
     a=$(csv_col "$WORK/ppl-cpu.out" ppl); b=$(csv_col "$WORK/ppl-cuda.out" ppl)
     rel=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) { d = (b - a) / a; if (d < 0) d = -d; printf "%.3f", 100 * d } }')
@@ -471,12 +566,12 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
     if ! gpu_gate "$label"; then :
     elif [ -z "$SMOL" ] || [ -z "$DATA" ]; then
       row "$label" "not available" "needs SmolLM2 and wiki.test.raw (in .gpu-pack/data)"
+    elif ! run_cpu "ppl-cpu-$kt" 200 "$LLMI" bench -m "$kvq_model" --device cpu --kv-type "$kt" --ppl "$DATA" -c "$PPL_CTX" \
+        --chunks "$chunks" -o csv; then
+      row "$label" "$STATUS" "cpu: $(why "ppl-cpu-$kt")"
     elif ! run "ppl-cuda-$kt" 120 "$LLMI" bench -m "$kvq_model" --device "$DEV" --kv-type "$kt" --ppl "$DATA" -c "$PPL_CTX" \
         --chunks "$chunks" -o csv; then
       row "$label" "$STATUS" "cuda: $(why "ppl-cuda-$kt")"
-    elif ! run "ppl-cpu-$kt" 200 "$LLMI" bench -m "$kvq_model" --device cpu --kv-type "$kt" --ppl "$DATA" -c "$PPL_CTX" \
-        --chunks "$chunks" -o csv; then
-      row "$label" "$STATUS" "cpu: $(why "ppl-cpu-$kt")"
     else
       a=$(csv_col "$WORK/ppl-cpu-$kt.out" ppl); b=$(csv_col "$WORK/ppl-cuda-$kt.out" ppl)
       rel=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) { d = (b - a) / a; if (d < 0) d = -d; printf "%.3f", 100 * d } }')
