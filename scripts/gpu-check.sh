@@ -210,7 +210,7 @@ finish() {
   if [ "$REFS_ONLY" = 1 ]; then
     row "cpu references (--refs)" "$([ $REF_RUN -gt 0 ] && echo ok || echo FAIL)" "$REF_RUN made into .gpu-ref/ with the pack's llmi"
   elif [ $((REF_USED + REF_RUN)) -gt 0 ]; then
-    row "cpu references" ok "$REF_USED from .gpu-pack/ref (made $REF_FROM), $REF_RUN run here"
+    row "cpu references" ok "$REF_USED from .gpu-pack/ref${REF_FROM:+ (made $REF_FROM)}, $REF_RUN run here"
   fi
   print_table | tee -a "$LOG"
   cp "$LOG" "$TABLE" "$OUTDIR/"
