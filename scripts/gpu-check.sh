@@ -238,9 +238,6 @@ STATUS=
 declare -A LIMIT=()
 run() {
   local name=$1 secs=$2; shift 2
-  if [ "$REFS_ONLY" = 1 ] && { [[ " $* " == *" --device $DEV "* ]] || [ "$1" = python3 ]; }; then
-    : > "$WORK/$name.out"; echo "not run: --refs runs the cpu steps only" > "$WORK/$name.err"; STATUS="not run (refs)"; return 1
-  fi
   [ "$REFS_ONLY" = 1 ] && secs=$((secs * 20))   # limits sized for the device's 16 cores, not 2
   local left=$(( BUDGET - ($(date +%s) - T_START) ))
   [ "$secs" -gt "$left" ] && secs=$left
@@ -259,6 +256,14 @@ run() {
   elif [ $rc -eq 0 ]; then STATUS=ok
   else STATUS=FAIL; fi
   [ "$STATUS" = ok ]
+}
+# run_dev NAME SECONDS CMD...: a step of the device's own, a cuda run or a comparison with
+# one, which --refs (the cpu steps only) leaves out
+run_dev() {
+  if [ "$REFS_ONLY" = 1 ]; then
+    : > "$WORK/$1.out"; echo "not run: --refs runs the cpu steps only" > "$WORK/$1.err"; STATUS="not run (refs)"; return 1
+  fi
+  run "$@"
 }
 # ref_key ARGS... (the binary left out): the key of a cpu step's output, see --refs
 declare -A FILE_HASH=()
@@ -468,7 +473,7 @@ fi
 NGEN=$((64 / SCALE))
 gen_args=(generate --temp 0 -n "$NGEN" --ignore-eos --logprobs 5 --json --no-stats)
 compare_rows() {   # compare_rows LABEL NAME REF GOT : the compare_topk rule, one row
-  run "$2-cmp" 60 python3 scripts/gpu-compare.py "$3" "$4"
+  run_dev "$2-cmp" 60 python3 scripts/gpu-compare.py "$3" "$4"
   row "$1" "$STATUS" "$(grep -m1 '^summary' "$WORK/$2-cmp.out" | cut -c10-160)"
   grep '^FAIL' "$WORK/$2-cmp.out" | head -5 >> "$LOG"
 }
@@ -490,7 +495,7 @@ if has_phase e2e || { has_phase smol && [ -n "$SMOL" ]; }; then
     gpu_gate "$label" || continue
     run_cpu "gen-cpu-$name" 200 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$mdl" --device cpu
     [ "$STATUS" = ok ] || { row "$label" "$STATUS" "cpu: $(why "gen-cpu-$name")"; continue; }
-    run "gen-cuda-$name" 120 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$mdl" --device "$DEV"
+    run_dev "gen-cuda-$name" 120 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$mdl" --device "$DEV"
     [ "$STATUS" = ok ] || { row "$label" "$STATUS" "cuda: $(why "gen-cuda-$name")"; continue; }
     compare_rows "$label" "$name" "$WORK/gen-cpu-$name.out" "$WORK/gen-cuda-$name.out"
   done
@@ -505,7 +510,7 @@ if has_phase e2e || { has_phase smol && [ -n "$SMOL" ]; }; then
     if ! gpu_gate "$label"; then :
     elif [ ! -s "$WORK/gen-cpu-$name.out" ]; then
       row "$label" "not available" "the cpu reference of the greedy step did not run"
-    elif ! run gen-cuda-spec 120 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$SMOL" --device "$DEV" --spec ngram --spec-k 4; then
+    elif ! run_dev gen-cuda-spec 120 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$SMOL" --device "$DEV" --spec ngram --spec-k 4; then
       row "$label" "$STATUS" "cuda: $(why gen-cuda-spec)"
     else
       compare_rows "$label" spec "$WORK/gen-cpu-$name.out" "$WORK/gen-cuda-spec.out"
@@ -534,7 +539,7 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
   if ! gpu_gate "$label"; then :
   elif ! run_cpu batch-cpu 240 "$LLMI" "${b_args[@]}" --device cpu --max-seqs 1; then
     row "$label" "$STATUS" "cpu: $(why batch-cpu)"
-  elif ! run batch-cuda 150 "$LLMI" "${b_args[@]}" --device "$DEV" --max-seqs 64 --max-batch-tokens 256 --prefill-chunk 48 --num-blocks "$nblk"; then
+  elif ! run_dev batch-cuda 150 "$LLMI" "${b_args[@]}" --device "$DEV" --max-seqs 64 --max-batch-tokens 256 --prefill-chunk 48 --num-blocks "$nblk"; then
     row "$label" "$STATUS" "cuda: $(why batch-cuda)"
   else
     pre=$(grep -oE '"preempted":[0-9]+' "$WORK/batch-cuda.out" | awk -F: '{s += $2} END {print s + 0}')
@@ -549,7 +554,7 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
     row "$label" "not available" "needs SmolLM2 and wiki.test.raw (in .gpu-pack/data)"
   elif ! run_cpu ppl-cpu 200 "$LLMI" bench -m "$SMOL" --device cpu --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv; then
     row "$label" "$STATUS" "cpu: $(why ppl-cpu)"
-  elif ! run ppl-cuda 120 "$LLMI" bench -m "$SMOL" --device "$DEV" --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv; then
+  elif ! run_dev ppl-cuda 120 "$LLMI" bench -m "$SMOL" --device "$DEV" --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv; then
     row "$label" "$STATUS" "cuda: $(why ppl-cuda)"
   else
     a=$(csv_col "$WORK/ppl-cpu.out" ppl); b=$(csv_col "$WORK/ppl-cuda.out" ppl)
@@ -569,7 +574,7 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
     elif ! run_cpu "ppl-cpu-$kt" 200 "$LLMI" bench -m "$kvq_model" --device cpu --kv-type "$kt" --ppl "$DATA" -c "$PPL_CTX" \
         --chunks "$chunks" -o csv; then
       row "$label" "$STATUS" "cpu: $(why "ppl-cpu-$kt")"
-    elif ! run "ppl-cuda-$kt" 120 "$LLMI" bench -m "$kvq_model" --device "$DEV" --kv-type "$kt" --ppl "$DATA" -c "$PPL_CTX" \
+    elif ! run_dev "ppl-cuda-$kt" 120 "$LLMI" bench -m "$kvq_model" --device "$DEV" --kv-type "$kt" --ppl "$DATA" -c "$PPL_CTX" \
         --chunks "$chunks" -o csv; then
       row "$label" "$STATUS" "cuda: $(why "ppl-cuda-$kt")"
     else
