@@ -208,7 +208,7 @@ static int i4_group_shift(const llmi_i4g_dev *w) {
 
 extern "C" cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *x, llmi_dtype x_dt, int n,
                                              const float *bias, float *y, int ldy, cudaStream_t s) {
-    if (n <= 0) return cudaSuccess;
+    if (n <= 0 || w->rows <= 0) return cudaSuccess;   /* (a grid of 0 blocks is a launch error) */
     if (w->cols % 8 != 0 || w->group_size <= 0 || w->group_size % 8 != 0 || ldy < w->rows ||
         (x_dt != LLMI_F32 && x_dt != LLMI_BF16))
         return cudaErrorInvalidValue;

@@ -32,6 +32,12 @@ static int rec_tap(void *ctx, int layer, llmi_tap tap, const float *x, int n, in
     return 0;
 }
 
+static int count_tap(void *ctx, int layer, llmi_tap tap, const float *x, int n, int width, llmi_status *st) {
+    (void)layer, (void)x, (void)n, (void)width, (void)st;
+    ((int *)ctx)[tap]++;
+    return 0;
+}
+
 static void rec_init(tap_rec *r, const llmi_config *c) {
     memset(r, 0, sizeof *r);
     r->width[LLMI_TAP_ATTN_IN] = c->dim;
@@ -92,6 +98,20 @@ TEST(calib_taps_equal_inference_forward) {
                          .seq_of_token = seq, .n_seqs = 1, .query_start = qs, .block_tables = table,
                          .max_blocks_per_seq = nb, .n_logits = 1, .logit_rows = &row};
         CHECK(b->forward(b, &bt, logits, &st) == 0);
+    }
+    /* tap_skip: the taps it names are not handed over (the cuda backend would copy each
+     * one to the host), every other one is, at every layer */
+    {
+        int calls[LLMI_TAP_COUNT] = {0};
+        unsigned skip = 1u << LLMI_TAP_ATTN_IN | 1u << LLMI_TAP_DOWN_IN;
+        b->tap = count_tap, b->tap_ctx = calls, b->tap_skip = skip;
+        llmi_batch bt = {.n_tokens = CAL_LEN, .tokens = tokens, .positions = pos, .slot_mapping = slot,
+                         .seq_of_token = seq, .n_seqs = 1, .query_start = qs, .block_tables = table,
+                         .max_blocks_per_seq = nb, .n_logits = 1, .logit_rows = &row};
+        CHECK(b->forward(b, &bt, logits, &st) == 0);
+        for (int t = 0; t < LLMI_TAP_COUNT; t++)
+            CHECK_MSG(calls[t] == (skip >> t & 1u ? 0 : c->n_layers), "tap %d: %d calls, skip mask %#x", t, calls[t],
+                      skip);
     }
     b->destroy(b);
 

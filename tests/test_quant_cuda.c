@@ -41,7 +41,8 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
         for (size_t i = 0; i < (size_t)rows * g.n_groups; i++) {
             s ^= s << 13, s ^= s >> 7, s ^= s << 17;
             g.scales[i] = f32_to_fp16(0.001f + (float)(s % 1000) * 1e-5f);
-            g.zeros[i] = (uint8_t)(s >> 20) & 15;
+            /* 0..16: a GPTQ v1 checkpoint's stored zero 15 is 16 once its +1 is added back */
+            g.zeros[i] = (uint8_t)((s >> 20) % 17);
         }
         if (ao)
             for (int k = 0; k < cols; k++) g.g_idx[k] = (int32_t)((k * 7919) % g.n_groups);
@@ -72,7 +73,9 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
                 void *dx = bf ? tqc_up(xb, sizeof(uint16_t) * n * cols) : tqc_up(x, sizeof(float) * n * cols);
                 cudaMemset(dy, 0xff, sizeof(float) * n * ldy);
                 CHECK(llmi_cuda_int4_matmul(&w, dx, bf ? LLMI_BF16 : LLMI_F32, n, db, dy, ldy, 0) == cudaSuccess);
-                cudaMemcpy(y, dy, sizeof(float) * n * ldy, cudaMemcpyDeviceToHost);
+                /* a fault in the kernel surfaces here, named, not as a wrong nmse */
+                CHECK(cudaDeviceSynchronize() == cudaSuccess);
+                CHECK(cudaMemcpy(y, dy, sizeof(float) * n * ldy, cudaMemcpyDeviceToHost) == cudaSuccess);
                 int nan_pad = 0;
                 for (int i = 0; i < n; i++) {
                     memcpy(yp + (size_t)i * rows, y + (size_t)i * ldy, sizeof(float) * rows);
@@ -104,7 +107,8 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
             for (int shift = 0; shift < 2; shift++) {
                 uint16_t *dst = (uint16_t *)dd + shift;
                 CHECK(llmi_cuda_int4_dequant(&w, dst, LLMI_BF16, 0) == cudaSuccess);
-                cudaMemcpy(hb, dst, sizeof(uint16_t) * rows * cols, cudaMemcpyDeviceToHost);
+                CHECK(cudaDeviceSynchronize() == cudaSuccess);
+                CHECK(cudaMemcpy(hb, dst, sizeof(uint16_t) * rows * cols, cudaMemcpyDeviceToHost) == cudaSuccess);
                 int bad = 0;
                 for (long i = 0; i < (long)rows * cols; i++) bad += hb[i] != f32_to_bf16(dq[i]);
                 CHECK_MSG(bad == 0, "act-order %d shift %d: %d bf16 values differ from quant_dequant_row", ao, shift,

@@ -110,6 +110,8 @@ struct llmi_backend {
     llmi_op_stats stats;
     llmi_tap_fn tap;               /* when set, forward and forward_layers call it at every tap */
     void *tap_ctx;
+    unsigned tap_skip;             /* taps (bits 1 << llmi_tap) not handed to tap: the cuda backend
+                                      copies each one it hands over to the host */
     void *impl;
 
     /* Bytes of KV storage one block takes across all layers (K and V). */

@@ -336,7 +336,10 @@ int quant_calib_layer(quant_calib *c, unsigned want, bool advance, quant_tap_sta
     int rc = 0;
     for (int t = 0; t < LLMI_TAP_COUNT && c->cuda && !rc; t++)
         if (stats[t].gram) rc = quant_cuda_gram_begin(c->cuda, t, stats[t].cols, st);
+    /* the stop tap is always a wanted one; the others would cost the cuda backend a copy each */
+    c->backend->tap_skip = ~want & ((1u << LLMI_TAP_COUNT) - 1);
     if (!rc) rc = quant_calib_run(c, tap_collect, &acc, advance, st);
+    c->backend->tap_skip = 0;
     for (int t = 0; t < LLMI_TAP_COUNT && !rc; t++) {
         if (!stats[t].gram) continue;
         if (c->cuda) rc = quant_cuda_gram_end(c->cuda, t, stats[t].gram, st);

@@ -115,20 +115,23 @@ int quant_cuda_create(quant_cuda **out, int gpu, llmi_status *st) {
     q->device = gpu;
     int rc = 0;
     struct cudaDeviceProp prop;
-    if (cudaSetDevice(gpu) != cudaSuccess || cudaGetDeviceProperties(&prop, gpu) != cudaSuccess ||
-        cudaStreamCreateWithFlags(&q->stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cublasCreate(&q->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(q->blas, q->stream) != CUBLAS_STATUS_SUCCESS ||
-        cusolverDnCreate(&q->solver) != CUSOLVER_STATUS_SUCCESS ||
-        cusolverDnSetStream(q->solver, q->stream) != CUSOLVER_STATUS_SUCCESS ||
-        cudaMalloc((void **)&q->scalar, sizeof(double)) != cudaSuccess)
-        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot set up GPU %d (stream, cuBLAS, cuSOLVER): %s", gpu,
-                       cudaGetErrorString(cudaGetLastError()));
+    cudaError_t ce = cudaSetDevice(gpu);
+    if (!ce) ce = cudaGetDeviceProperties(&prop, gpu);
+    if (!ce) ce = cudaStreamCreateWithFlags(&q->stream, cudaStreamNonBlocking);
+    if (!ce) ce = cudaMalloc((void **)&q->scalar, sizeof(double));
+    if (ce) rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot set up GPU %d: %s", gpu, cudaGetErrorString(ce));
+    cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
+    if (!rc && (bs = cublasCreate(&q->blas)) == CUBLAS_STATUS_SUCCESS && (bs = cublasSetStream(q->blas, q->stream)) == CUBLAS_STATUS_SUCCESS)
+        bs = cublasSetMathMode(q->blas, CUBLAS_PEDANTIC_MATH);   /* exact fp32 GEMMs: the CPU twin's, not TF32's */
+    if (bs) rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cuBLAS on GPU %d: %s", gpu, cublasGetStatusString(bs));
+    cusolverStatus_t ss = CUSOLVER_STATUS_SUCCESS;
+    if (!rc && (ss = cusolverDnCreate(&q->solver)) == CUSOLVER_STATUS_SUCCESS)
+        ss = cusolverDnSetStream(q->solver, q->stream);
+    if (ss) rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cuSOLVER on GPU %d: status %d", gpu, (int)ss);
     if (rc) {
         quant_cuda_destroy(q);
         return rc;
     }
-    /* exact fp32 GEMMs: the CPU twin's results, not TF32's */
-    cublasSetMathMode(q->blas, CUBLAS_PEDANTIC_MATH);
     snprintf(q->name, sizeof q->name, "%.127s", prop.name);
     *out = q;
     return 0;
@@ -203,6 +206,8 @@ static int qc_factor(quant_cuda *q, double *a, int n, llmi_status *st) {
         cudaMemcpyAsync(&info, dinfo, sizeof(int), cudaMemcpyDeviceToHost, q->stream) != cudaSuccess ||
         cudaStreamSynchronize(q->stream) != cudaSuccess)
         rc = (llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: Cholesky of a %dx%d Hessian failed to run", n, n), -1);
+    if (!rc && info < 0)
+        rc = (llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: Cholesky rejected its argument %d", -info), -1);
     if (!rc && info > 0) rc = 1;
     if (!rc && (cusolverDnXtrtri_bufferSize(q->solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, n, CUDA_R_64F, a,
                                             n, &dws, &hws) != CUSOLVER_STATUS_SUCCESS ||
@@ -228,31 +233,36 @@ int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int cols, const quant
     for (int k = 0; !rc && k < cols; k++) dead8[k] = hv->dead[k];
     cudaFree(q->u), cudaFree(q->perm), cudaFree(q->dead);
     q->u = NULL, q->perm = NULL, q->dead = NULL, q->u_cols = 0;
-    if (!rc && (cudaMalloc((void **)&hd, (size_t)cols * cols * sizeof(float)) != cudaSuccess ||
-                cudaMalloc((void **)&a, (size_t)cols * cols * sizeof(double)) != cudaSuccess ||
-                cudaMalloc((void **)&q->u, (size_t)cols * cols * sizeof(float)) != cudaSuccess ||
-                cudaMalloc((void **)&q->perm, (size_t)cols * sizeof(int32_t)) != cudaSuccess ||
-                cudaMalloc((void **)&q->dead, (size_t)cols) != cudaSuccess ||
-                cudaMemcpyAsync(hd, h, (size_t)cols * cols * sizeof(float), cudaMemcpyHostToDevice, q->stream) ||
-                cudaMemcpyAsync(q->perm, hv->perm, (size_t)cols * sizeof(int32_t), cudaMemcpyHostToDevice, q->stream) ||
-                cudaMemcpyAsync(q->dead, dead8, (size_t)cols, cudaMemcpyHostToDevice, q->stream)))
-        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot place a %dx%d Hessian on the GPU: %s", cols, cols,
-                       cudaGetErrorString(cudaGetLastError()));
+    cudaError_t ce = cudaSuccess;
+    if (!rc) {
+        ce = cudaMalloc((void **)&hd, (size_t)cols * cols * sizeof(float));
+        if (!ce) ce = cudaMalloc((void **)&a, (size_t)cols * cols * sizeof(double));
+        if (!ce) ce = cudaMalloc((void **)&q->u, (size_t)cols * cols * sizeof(float));
+        if (!ce) ce = cudaMalloc((void **)&q->perm, (size_t)cols * sizeof(int32_t));
+        if (!ce) ce = cudaMalloc((void **)&q->dead, (size_t)cols);
+        if (!ce) ce = cudaMemcpyAsync(hd, h, (size_t)cols * cols * sizeof(float), cudaMemcpyHostToDevice, q->stream);
+        if (!ce) ce = cudaMemcpyAsync(q->perm, hv->perm, (size_t)cols * sizeof(int32_t), cudaMemcpyHostToDevice, q->stream);
+        if (!ce) ce = cudaMemcpyAsync(q->dead, dead8, (size_t)cols, cudaMemcpyHostToDevice, q->stream);
+        if (ce)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot place a %dx%d Hessian on the GPU: %s", cols, cols,
+                           cudaGetErrorString(ce));
+    }
     double damp = o->damp_percent > 0 ? o->damp_percent : 0.01;
     int f = 1;
     for (int attempt = 0; !rc && attempt < 6 && f == 1; attempt++, damp *= 10.0) {
-        if (llmi_cuda_quant_hinv_fill(hd, q->perm, q->dead, cols, damp * mean, a, q->stream) != cudaSuccess)
-            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: hinv_fill launch failed");
+        if ((ce = llmi_cuda_quant_hinv_fill(hd, q->perm, q->dead, cols, damp * mean, a, q->stream)) != cudaSuccess)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: hinv_fill: %s", cudaGetErrorString(ce));
         else if ((f = qc_factor(q, a, cols, st)) < 0 || (f != 0 && f != 1))
             rc = st->code;
     }
     if (!rc && f == 1)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "gptq: Hessian of a %dx%d layer is not positive definite even with "
                        "dampening %.3g", cols, cols, damp / 10.0);
-    if (!rc && llmi_cuda_quant_hinv_upper(a, cols, q->u, q->stream) != cudaSuccess)
-        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: hinv_upper launch failed");
-    if (!rc && cudaStreamSynchronize(q->stream) != cudaSuccess)
-        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: %s", cudaGetErrorString(cudaGetLastError()));
+    if (!rc && (ce = llmi_cuda_quant_hinv_upper(a, cols, q->u, q->stream)) != cudaSuccess)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: hinv_upper: %s", cudaGetErrorString(ce));
+    if (!rc && (ce = cudaStreamSynchronize(q->stream)) != cudaSuccess)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: preparing a %dx%d Hessian: %s", cols, cols,
+                       cudaGetErrorString(ce));
     cudaFree(hd), cudaFree(a), free(dead8);
     if (rc) {
         quant_gptq_hinv_free(hv);
@@ -265,7 +275,8 @@ int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int cols, const quant
 
 int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_gptq_hinv *hv,
                           const quant_gptq_opts *o, quant_grid *g, double *err, llmi_status *st) {
-    const int cols = hv->cols, gs = o->group_size, bs = 128;
+    /* the lazy-update block, as gptq.c takes it (et and the block kernel hold at most 128 columns) */
+    const int cols = hv->cols, gs = o->group_size, bs = o->block_size > 0 && o->block_size <= 128 ? o->block_size : 128;
     if (q->u_cols != cols) return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: apply without its prepare");
     if (quant_grid_alloc(g, rows, cols, gs, o->desc_act, st)) return st->code;
     float *wd = NULL, *wt = NULL, *et = NULL, *s_row = NULL;
@@ -274,37 +285,50 @@ int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_g
     uint16_t *sd = NULL;
     const size_t rc_n = (size_t)rows * cols, sg = (size_t)g->n_groups * rows;
     int rc = 0;
-    if (cudaMalloc((void **)&wd, rc_n * sizeof(float)) || cudaMalloc((void **)&wt, rc_n * sizeof(float)) ||
-        cudaMalloc((void **)&et, (size_t)bs * rows * sizeof(float)) || cudaMalloc((void **)&s_row, rows * sizeof(float)) ||
-        cudaMalloc((void **)&z_row, rows * sizeof(int32_t)) || cudaMalloc((void **)&qd, rc_n) ||
-        cudaMalloc((void **)&zd, sg) || cudaMalloc((void **)&sd, sg * sizeof(uint16_t)) ||
-        cudaMemcpyAsync(wd, w, rc_n * sizeof(float), cudaMemcpyHostToDevice, q->stream) ||
-        cudaMemsetAsync(q->scalar, 0, sizeof(double), q->stream) ||
-        llmi_cuda_gptq_load(wd, q->perm, q->dead, rows, cols, wt, q->stream))
+    cudaError_t ce = cudaMalloc((void **)&wd, rc_n * sizeof(float));
+    if (!ce) ce = cudaMalloc((void **)&wt, rc_n * sizeof(float));
+    if (!ce) ce = cudaMalloc((void **)&et, (size_t)bs * rows * sizeof(float));
+    if (!ce) ce = cudaMalloc((void **)&s_row, rows * sizeof(float));
+    if (!ce) ce = cudaMalloc((void **)&z_row, rows * sizeof(int32_t));
+    if (!ce) ce = cudaMalloc((void **)&qd, rc_n);
+    if (!ce) ce = cudaMalloc((void **)&zd, sg);
+    if (!ce) ce = cudaMalloc((void **)&sd, sg * sizeof(uint16_t));
+    if (!ce) ce = cudaMemcpyAsync(wd, w, rc_n * sizeof(float), cudaMemcpyHostToDevice, q->stream);
+    if (!ce) ce = cudaMemsetAsync(q->scalar, 0, sizeof(double), q->stream);
+    if (!ce) ce = llmi_cuda_gptq_load(wd, q->perm, q->dead, rows, cols, wt, q->stream);
+    if (ce)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot place a %dx%d layer on the GPU: %s", rows, cols,
-                       cudaGetErrorString(cudaGetLastError()));
+                       cudaGetErrorString(ce));
     const float one = 1.0f, minus = -1.0f;
     for (int i1 = 0; i1 < cols && !rc; i1 += bs) {
         const int i2 = i1 + bs < cols ? i1 + bs : cols, nb = i2 - i1, m = cols - i2;
-        if (llmi_cuda_gptq_block(wt, q->u, rows, cols, i1, i2, gs, o->sym, q->perm, qd, sd, zd, et, s_row, z_row,
-                                 q->scalar, q->stream) != cudaSuccess) {
-            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: gptq_block launch failed");
+        if ((ce = llmi_cuda_gptq_block(wt, q->u, rows, cols, i1, i2, gs, o->sym, q->perm, qd, sd, zd, et, s_row, z_row,
+                                       q->scalar, q->stream)) != cudaSuccess) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: gptq_block: %s", cudaGetErrorString(ce));
             break;
         }
         /* wt[i2:, :] (m, rows) -= U[i1:i2, i2:]^T (m, nb) et (nb, rows), all row-major:
          * column-major that is wt' (rows, m) -= et' (rows, nb) U'^T with U' = U[i1:i2, i2:]^T. */
-        if (m > 0 && cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_T, rows, m, nb, &minus, et, rows,
-                                 q->u + (size_t)i1 * cols + i2, cols, &one, wt + (size_t)i2 * rows,
-                                 rows) != CUBLAS_STATUS_SUCCESS)
-            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: lazy-update GEMM failed");
+        cublasStatus_t bs_ = m > 0 ? cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_T, rows, m, nb, &minus, et, rows,
+                                                 q->u + (size_t)i1 * cols + i2, cols, &one, wt + (size_t)i2 * rows, rows)
+                                   : CUBLAS_STATUS_SUCCESS;
+        if (bs_ != CUBLAS_STATUS_SUCCESS)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: lazy-update GEMM: %s", cublasGetStatusString(bs_));
     }
     double loss = 0.0;
-    if (!rc && (cudaMemcpyAsync(g->q, qd, rc_n, cudaMemcpyDeviceToHost, q->stream) ||
-                cudaMemcpyAsync(g->scales, sd, sg * sizeof(uint16_t), cudaMemcpyDeviceToHost, q->stream) ||
-                cudaMemcpyAsync(g->zeros, zd, sg, cudaMemcpyDeviceToHost, q->stream) ||
-                cudaMemcpyAsync(&loss, q->scalar, sizeof(double), cudaMemcpyDeviceToHost, q->stream) ||
-                cudaStreamSynchronize(q->stream)))
-        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: %s", cudaGetErrorString(cudaGetLastError()));
+    if (!rc) {
+        ce = cudaMemcpyAsync(g->q, qd, rc_n, cudaMemcpyDeviceToHost, q->stream);
+        if (!ce) ce = cudaMemcpyAsync(g->scales, sd, sg * sizeof(uint16_t), cudaMemcpyDeviceToHost, q->stream);
+        if (!ce) ce = cudaMemcpyAsync(g->zeros, zd, sg, cudaMemcpyDeviceToHost, q->stream);
+        if (!ce) ce = cudaMemcpyAsync(&loss, q->scalar, sizeof(double), cudaMemcpyDeviceToHost, q->stream);
+        if (!ce) ce = cudaStreamSynchronize(q->stream);
+        if (ce) rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: a %dx%d layer's walk: %s", rows, cols, cudaGetErrorString(ce));
+    }
+    /* cuSOLVER's Cholesky is not documented to report a NaN through info, as the CPU's
+     * does (it stops at !(d > 0)): a non-finite error is that, caught here */
+    if (!rc && !isfinite(loss))
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "gptq: a %dx%d layer's quantization error is not finite (NaN or inf in "
+                       "its weights or Hessian)", rows, cols);
     cudaFree(wd), cudaFree(wt), cudaFree(et), cudaFree(s_row), cudaFree(z_row), cudaFree(qd), cudaFree(zd), cudaFree(sd);
     if (rc) {
         quant_grid_free(g);
@@ -342,16 +366,17 @@ int quant_cuda_awq_search_scale(quant_cuda *q, float *const *ws, const int *rows
     for (int a = 0; a < n_grid && !rc; a++) {
         quant_awq_scales(x_mean, cols, (float)a / (float)n_grid, s);
         double loss = 0;
-        if (cudaMemcpyAsync(sd, s, (size_t)cols * sizeof(float), cudaMemcpyHostToDevice, q->stream) ||
-            llmi_cuda_awq_fake_quant_err(wd, sd, total, cols, group_size, d, q->stream) ||
-            /* t = d H: row-major (total, cols) is column-major (cols, total) = H d' */
-            cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_N, cols, total, cols, &one, hd, cols, d, cols, &zero, t,
-                        cols) != CUBLAS_STATUS_SUCCESS ||
-            llmi_cuda_quant_dot(d, t, wn, q->scalar, q->stream) ||
-            cudaMemcpyAsync(&loss, q->scalar, sizeof(double), cudaMemcpyDeviceToHost, q->stream) ||
-            cudaStreamSynchronize(q->stream)) {
+        cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
+        cudaError_t ce = cudaMemcpyAsync(sd, s, (size_t)cols * sizeof(float), cudaMemcpyHostToDevice, q->stream);
+        if (!ce) ce = llmi_cuda_awq_fake_quant_err(wd, sd, total, cols, group_size, d, q->stream);
+        /* t = d H: row-major (total, cols) is column-major (cols, total) = H d' */
+        if (!ce) bs = cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_N, cols, total, cols, &one, hd, cols, d, cols, &zero, t, cols);
+        if (!ce && !bs) ce = llmi_cuda_quant_dot(d, t, wn, q->scalar, q->stream);
+        if (!ce && !bs) ce = cudaMemcpyAsync(&loss, q->scalar, sizeof(double), cudaMemcpyDeviceToHost, q->stream);
+        if (!ce && !bs) ce = cudaStreamSynchronize(q->stream);
+        if (ce || bs) {
             rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: AWQ scale search: %s",
-                           cudaGetErrorString(cudaGetLastError()));
+                           bs ? cublasGetStatusString(bs) : cudaGetErrorString(ce));
             break;
         }
         if (loss < best) {

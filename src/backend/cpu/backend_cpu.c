@@ -165,7 +165,7 @@ static void cpu_matmul_1(cpu_impl *im, const llmi_tensor *w, const float *x, int
 
 /* Calls the tap, if any; returns 1 when the forward must stop here. */
 static int tap(llmi_backend *b, int l, llmi_tap t, const float *x, int n, int width, int *rc, llmi_status *st) {
-    if (!b->tap) return 0;
+    if (!b->tap || (b->tap_skip >> t & 1u)) return 0;
     int r = b->tap(b->tap_ctx, l, t, x, n, width, st);
     if (r == LLMI_TAP_STOP) return 1;
     *rc = r;

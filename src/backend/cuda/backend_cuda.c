@@ -820,7 +820,7 @@ static int tap_reserve(cuda_impl *im, size_t n, llmi_status *st) {
  * between SwiGLU and the next gate/up GEMM).  Returns 0, LLMI_TAP_STOP or an error. */
 static int cuda_tap(llmi_backend *b, cuda_impl *im, int l, llmi_tap t, const void *x, llmi_dtype dt, int n, int width,
                     llmi_status *st) {
-    if (!b->tap) return 0;
+    if (!b->tap || (b->tap_skip >> t & 1u)) return 0;
     const size_t cnt = (size_t)n * (size_t)width;
     const float *src = x;
     if (dt != LLMI_F32) {
