@@ -50,14 +50,21 @@ static __device__ __forceinline__ void load_kv16(const void *cache, llmi_kv_dtyp
         dst[j] = dt == LLMI_KV_BF16 ? __bfloat162float(__ushort_as_bfloat16(h[j])) : __half2float(__ushort_as_half(h[j]));
 }
 
-/* grid (n_kv_heads, n_tokens_listed, n_splits), block DEC_THREADS.  Shared (floats):
- * qs (G, hd) | ks (DEC_T, hd+1; padded so per-position dot products hit distinct banks)
- * | vs (DEC_T, hd) | S (G, DEC_T) | acc (G, hd) | m, l, alpha (G). */
+/* The decode kernel's rows in shared memory hold head_dim rounded up to 4 floats (hd4), so
+ * its products read 16 bytes at a time: scalar fp32 reads made it shared-memory bound (two
+ * loads per multiply-add).  K's rows take 4 more: a quarter-warp's 16-byte reads of 8
+ * consecutive positions then start on distinct banks. */
+static __host__ __device__ int dec_hd4(int hd) { return (hd + 3) / 4 * 4; }
+static __host__ __device__ int dec_ldk(int hd) { return dec_hd4(hd) + 4; }
+
+/* grid (n_kv_heads, n_tokens_listed, n_splits), block DEC_THREADS.  Shared (floats, hd4 =
+ * dec_hd4(hd), columns hd..hd4 zero): qs (G, hd4) | ks (DEC_T, dec_ldk(hd)) | vs (DEC_T, hd4)
+ * | S (G, DEC_T) | acc (G, hd4) | m, l, alpha (G). */
 __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits, float *work) {
-    extern __shared__ float sm[];
-    const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads, hdp = hd + 1;
-    float *qs = sm, *ks = qs + G * hd, *vs = ks + DEC_T * hdp, *S = vs + DEC_T * hd, *acc = S + G * DEC_T;
-    float *mrow = acc + G * hd, *lrow = mrow + G, *alpha = lrow + G;
+    extern __shared__ __align__(16) float sm[];
+    const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads, hd4 = dec_hd4(hd), ldk = dec_ldk(hd), hq = hd4 / 4;
+    float *qs = sm, *ks = qs + G * hd4, *vs = ks + DEC_T * ldk, *S = vs + DEC_T * hd4, *acc = S + G * DEC_T;
+    float *mrow = acc + G * hd4, *lrow = mrow + G, *alpha = lrow + G;
     const int item = blockIdx.y, kvh = blockIdx.x, split = blockIdx.z;
     const int t = tokens[item];
     const int pos = a.positions[t];
@@ -71,10 +78,17 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
     const int vw = kv_vec_width(a.kv_dt, hd);
     const float ksc = kv_scale_of(a.kv_dt, a.k_scale, kvh), vsc = kv_scale_of(a.kv_dt, a.v_scale, kvh);
 
-    for (int i = tid; i < G * hd; i += blockDim.x) {
-        qs[i] = a.q[(int64_t)t * a.q_stride + (int64_t)h0 * hd + i];
+    for (int i = tid; i < G * hd4; i += blockDim.x) {
+        int g = i / hd4, d = i % hd4;
+        qs[i] = d < hd ? a.q[(int64_t)t * a.q_stride + (int64_t)(h0 + g) * hd + d] : 0.0f;
         acc[i] = 0.0f;
     }
+    if (hd4 != hd)   /* the pad columns, which the tile loads never write, read as zeros */
+        for (int i = tid; i < DEC_T * (hd4 - hd); i += blockDim.x) {
+            int tt = i / (hd4 - hd), d = hd + i % (hd4 - hd);
+            ks[tt * ldk + d] = 0.0f;
+            vs[tt * hd4 + d] = 0.0f;
+        }
     for (int g = tid; g < G; g += blockDim.x) { mrow[g] = -INFINITY; lrow[g] = 0.0f; }
     __syncthreads();
 
@@ -85,25 +99,29 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
             for (int i = tid; i < nt * hv; i += blockDim.x) {
                 int tt = i / hv, d = (i % hv) * vw;
                 int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, t0 + tt, kvh) + d;
-                load_kv16(a.k_cache, a.kv_dt, off, ks + tt * hdp + d);
-                load_kv16(a.v_cache, a.kv_dt, off, vs + tt * hd + d);
+                load_kv16(a.k_cache, a.kv_dt, off, ks + tt * ldk + d);
+                load_kv16(a.v_cache, a.kv_dt, off, vs + tt * hd4 + d);
             }
         } else {
             for (int i = tid; i < nt * hd; i += blockDim.x) {
                 int tt = i / hd, d = i % hd;
                 int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, t0 + tt, kvh) + d;
-                ks[tt * hdp + d] = llmi_kv_load(a.k_cache, a.kv_dt, off) * ksc;
-                vs[tt * hd + d] = llmi_kv_load(a.v_cache, a.kv_dt, off) * vsc;
+                ks[tt * ldk + d] = llmi_kv_load(a.k_cache, a.kv_dt, off) * ksc;
+                vs[tt * hd4 + d] = llmi_kv_load(a.v_cache, a.kv_dt, off) * vsc;
             }
         }
         __syncthreads();
+        /* a warp's lanes score 32 positions against one query head: q's reads are broadcasts */
         for (int i = tid; i < G * DEC_T; i += blockDim.x) {
             int g = i / DEC_T, tt = i % DEC_T;
             if (tt >= nt) continue;
-            const float *qg = qs + g * hd, *kt = ks + tt * hdp;
-            float dot = 0.0f;
-            for (int d = 0; d < hd; d++) dot += qg[d] * kt[d];
-            S[i] = dot * a.scale;
+            const float4 *qg = (const float4 *)(qs + g * hd4), *kt = (const float4 *)(ks + tt * ldk);
+            float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+            for (int c = 0; c < hq; c++) {
+                float4 x = qg[c], y = kt[c];
+                d0 = fmaf(x.x, y.x, d0), d1 = fmaf(x.y, y.y, d1), d2 = fmaf(x.z, y.z, d2), d3 = fmaf(x.w, y.w, d3);
+            }
+            S[i] = ((d0 + d1) + (d2 + d3)) * a.scale;
         }
         __syncthreads();
         for (int g = warp; g < G; g += nw) {
@@ -122,21 +140,30 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
             }
         }
         __syncthreads();
-        for (int i = tid; i < G * hd; i += blockDim.x) {
-            int g = i / hd, d = i % hd;
+        /* 4 output columns a thread: 16-byte reads of V and acc, p a broadcast */
+        for (int i = tid; i < G * hq; i += blockDim.x) {
+            int g = i / hq, c = i % hq;
             const float *pg = S + g * DEC_T;
-            float o = acc[i] * alpha[g];
-            for (int tt = 0; tt < nt; tt++) o += pg[tt] * vs[tt * hd + d];
-            acc[i] = o;
+            const float4 *vc = (const float4 *)vs + c;
+            const float al = alpha[g];
+            float4 o = ((float4 *)acc)[i];
+            o.x *= al, o.y *= al, o.z *= al, o.w *= al;
+            for (int tt = 0; tt < nt; tt++) {
+                float p = pg[tt];
+                float4 v = vc[tt * hq];
+                o.x = fmaf(p, v.x, o.x), o.y = fmaf(p, v.y, o.y), o.z = fmaf(p, v.z, o.z), o.w = fmaf(p, v.w, o.w);
+            }
+            ((float4 *)acc)[i] = o;
         }
         __syncthreads();
     }
 
     if (n_splits == 1) {
         for (int i = tid; i < G * hd; i += blockDim.x) {
-            int g = i / hd;
+            int g = i / hd, d = i % hd;
             float l = lrow[g];
-            llmi_store(a.out, a.out_dt, (int64_t)t * a.out_stride + (int64_t)h0 * hd + i, l > 0 ? acc[i] / l : 0.0f);
+            llmi_store(a.out, a.out_dt, (int64_t)t * a.out_stride + (int64_t)h0 * hd + i,
+                       l > 0 ? acc[g * hd4 + d] / l : 0.0f);
         }
         return;
     }
@@ -145,7 +172,7 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
     float *wo = work, *wml = work + n_items * a.n_heads * n_splits * (int64_t)hd;
     for (int i = tid; i < G * hd; i += blockDim.x) {
         int g = i / hd, d = i % hd;
-        wo[(((int64_t)item * a.n_heads + h0 + g) * n_splits + split) * hd + d] = acc[i];
+        wo[(((int64_t)item * a.n_heads + h0 + g) * n_splits + split) * hd + d] = acc[g * hd4 + d];
     }
     for (int g = tid; g < G; g += blockDim.x) {
         int64_t j = (((int64_t)item * a.n_heads + h0 + g) * n_splits + split) * 2;
@@ -174,8 +201,8 @@ __global__ void llmi_attn_combine_kernel(llmi_cuda_attn a, const int32_t *tokens
 }
 
 static size_t decode_smem_bytes(int G, int hd) {
-    return sizeof(float) * ((size_t)2 * G * hd + (size_t)DEC_T * (hd + 1) + (size_t)DEC_T * hd + (size_t)G * DEC_T +
-                            3 * (size_t)G);
+    return sizeof(float) * ((size_t)2 * G * dec_hd4(hd) + (size_t)DEC_T * dec_ldk(hd) + (size_t)DEC_T * dec_hd4(hd) +
+                            (size_t)G * DEC_T + 3 * (size_t)G);
 }
 
 extern "C" size_t llmi_cuda_attn_work_floats(int n_decode, int n_heads, int head_dim, int n_splits) {
