@@ -122,7 +122,7 @@ TEST(calib_taps_equal_inference_forward) {
     CHECK(quant_calib_init(&qc, &v, tokens, CAL_WINDOWS, CAL_LEN, LLMI_F32, -1, &st) == 0);
     CHECK(qc.windows_per_batch == CAL_WINDOWS);   /* batched: several windows per forward */
     cal.cal = &qc;
-    for (int l = 0; l < c->n_layers; l++) CHECK(quant_calib_run(&qc, rec_tap, &cal, true, &st) == 0);
+    for (int l = 0; l < c->n_layers; l++) CHECK(quant_calib_run(&qc, rec_tap, &cal, 0, true, &st) == 0);
 
     for (int l = 0; l < c->n_layers; l++)
         for (int t = 0; t < LLMI_TAP_COUNT; t++) {

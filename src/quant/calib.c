@@ -281,7 +281,7 @@ static int calib_tap(void *ctx, int layer, llmi_tap tap, const float *x, int n, 
     return c->user_tap(c->user_ctx, c->next_layer, tap, x, n, width, st);
 }
 
-int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance, llmi_status *st) {
+int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, unsigned skip, bool advance, llmi_status *st) {
     const llmi_config *cfg = &c->view->model.cfg;
     const int l = c->next_layer, T = c->seqlen, W = c->windows_per_batch;
     if (l >= cfg->n_layers) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: calibration is past the last layer");
@@ -291,6 +291,7 @@ int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance
     c->user_ctx = tap_ctx;
     b->tap = tap ? calib_tap : NULL;
     b->tap_ctx = c;
+    b->tap_skip = skip;
     int rc = 0;
     for (int w0 = 0; w0 < c->n_windows && !rc; w0 += W) {
         if (c->cancel && *c->cancel) {
@@ -311,6 +312,7 @@ int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance
     }
     b->tap = NULL;
     b->tap_ctx = NULL;
+    b->tap_skip = 0;
     if (!rc && advance) c->next_layer++;
     return rc;
 }
@@ -336,10 +338,8 @@ int quant_calib_layer(quant_calib *c, unsigned want, bool advance, quant_tap_sta
     int rc = 0;
     for (int t = 0; t < LLMI_TAP_COUNT && c->cuda && !rc; t++)
         if (stats[t].gram) rc = quant_cuda_gram_begin(c->cuda, t, stats[t].cols, st);
-    /* the stop tap is always a wanted one; the others would cost the cuda backend a copy each */
-    c->backend->tap_skip = ~want & ((1u << LLMI_TAP_COUNT) - 1);
-    if (!rc) rc = quant_calib_run(c, tap_collect, &acc, advance, st);
-    c->backend->tap_skip = 0;
+    /* (the stop tap is always a wanted one) */
+    if (!rc) rc = quant_calib_run(c, tap_collect, &acc, ~want & ((1u << LLMI_TAP_COUNT) - 1), advance, st);
     for (int t = 0; t < LLMI_TAP_COUNT && !rc; t++) {
         if (!stats[t].gram) continue;
         if (c->cuda) rc = quant_cuda_gram_end(c->cuda, t, stats[t].gram, st);

@@ -81,9 +81,10 @@ size_t quant_calib_bytes(const llmi_config *c, int n_windows, int seqlen, llmi_d
 void quant_calib_free(quant_calib *c);
 /* Runs layer c->next_layer over every window, as the view serves it now, with tap
  * installed as the backend's tap (it may stop the layer early; c->batch_window tells
- * which windows the current forward holds).  advance: the layer must run to its end, and
- * hidden moves to its output (next_layer + 1). */
-int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, bool advance, llmi_status *st);
+ * which windows the current forward holds) at every tap but those in skip (bits
+ * 1 << llmi_tap: each tap handed over costs the cuda backend a copy to the host).
+ * advance: the layer must run to its end, and hidden moves to its output (next_layer + 1). */
+int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, unsigned skip, bool advance, llmi_status *st);
 /* Runs layer c->next_layer over every window, as the view serves it now, filling
  * stats[t] (allocated here) for each tap t whose bit is set in want.  advance: run the
  * whole layer and move hidden to its output (next_layer + 1); otherwise stop after the

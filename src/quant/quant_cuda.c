@@ -120,13 +120,12 @@ int quant_cuda_create(quant_cuda **out, int gpu, llmi_status *st) {
     if (!ce) ce = cudaStreamCreateWithFlags(&q->stream, cudaStreamNonBlocking);
     if (!ce) ce = cudaMalloc((void **)&q->scalar, sizeof(double));
     if (ce) rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot set up GPU %d: %s", gpu, cudaGetErrorString(ce));
-    cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
-    if (!rc && (bs = cublasCreate(&q->blas)) == CUBLAS_STATUS_SUCCESS && (bs = cublasSetStream(q->blas, q->stream)) == CUBLAS_STATUS_SUCCESS)
-        bs = cublasSetMathMode(q->blas, CUBLAS_PEDANTIC_MATH);   /* exact fp32 GEMMs: the CPU twin's, not TF32's */
+    cublasStatus_t bs = rc ? CUBLAS_STATUS_SUCCESS : cublasCreate(&q->blas);
+    if (!rc && !bs) bs = cublasSetStream(q->blas, q->stream);
+    if (!rc && !bs) bs = cublasSetMathMode(q->blas, CUBLAS_PEDANTIC_MATH);   /* exact fp32: the CPU twin's, not TF32 */
     if (bs) rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cuBLAS on GPU %d: %s", gpu, cublasGetStatusString(bs));
-    cusolverStatus_t ss = CUSOLVER_STATUS_SUCCESS;
-    if (!rc && (ss = cusolverDnCreate(&q->solver)) == CUSOLVER_STATUS_SUCCESS)
-        ss = cusolverDnSetStream(q->solver, q->stream);
+    cusolverStatus_t ss = rc ? CUSOLVER_STATUS_SUCCESS : cusolverDnCreate(&q->solver);
+    if (!rc && !ss) ss = cusolverDnSetStream(q->solver, q->stream);
     if (ss) rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cuSOLVER on GPU %d: status %d", gpu, (int)ss);
     if (rc) {
         quant_cuda_destroy(q);
@@ -241,7 +240,8 @@ int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int cols, const quant
         if (!ce) ce = cudaMalloc((void **)&q->perm, (size_t)cols * sizeof(int32_t));
         if (!ce) ce = cudaMalloc((void **)&q->dead, (size_t)cols);
         if (!ce) ce = cudaMemcpyAsync(hd, h, (size_t)cols * cols * sizeof(float), cudaMemcpyHostToDevice, q->stream);
-        if (!ce) ce = cudaMemcpyAsync(q->perm, hv->perm, (size_t)cols * sizeof(int32_t), cudaMemcpyHostToDevice, q->stream);
+        if (!ce)
+            ce = cudaMemcpyAsync(q->perm, hv->perm, (size_t)cols * sizeof(int32_t), cudaMemcpyHostToDevice, q->stream);
         if (!ce) ce = cudaMemcpyAsync(q->dead, dead8, (size_t)cols, cudaMemcpyHostToDevice, q->stream);
         if (ce)
             rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot place a %dx%d Hessian on the GPU: %s", cols, cols,
@@ -309,11 +309,11 @@ int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_g
         }
         /* wt[i2:, :] (m, rows) -= U[i1:i2, i2:]^T (m, nb) et (nb, rows), all row-major:
          * column-major that is wt' (rows, m) -= et' (rows, nb) U'^T with U' = U[i1:i2, i2:]^T. */
-        cublasStatus_t bs_ = m > 0 ? cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_T, rows, m, nb, &minus, et, rows,
-                                                 q->u + (size_t)i1 * cols + i2, cols, &one, wt + (size_t)i2 * rows, rows)
-                                   : CUBLAS_STATUS_SUCCESS;
-        if (bs_ != CUBLAS_STATUS_SUCCESS)
-            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: lazy-update GEMM: %s", cublasGetStatusString(bs_));
+        if (m == 0) continue;
+        cublasStatus_t lazy = cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_T, rows, m, nb, &minus, et, rows,
+                                          q->u + (size_t)i1 * cols + i2, cols, &one, wt + (size_t)i2 * rows, rows);
+        if (lazy != CUBLAS_STATUS_SUCCESS)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: lazy-update GEMM: %s", cublasGetStatusString(lazy));
     }
     double loss = 0.0;
     if (!rc) {
@@ -322,7 +322,9 @@ int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_g
         if (!ce) ce = cudaMemcpyAsync(g->zeros, zd, sg, cudaMemcpyDeviceToHost, q->stream);
         if (!ce) ce = cudaMemcpyAsync(&loss, q->scalar, sizeof(double), cudaMemcpyDeviceToHost, q->stream);
         if (!ce) ce = cudaStreamSynchronize(q->stream);
-        if (ce) rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: a %dx%d layer's walk: %s", rows, cols, cudaGetErrorString(ce));
+        if (ce)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: a %dx%d layer's walk: %s", rows, cols,
+                           cudaGetErrorString(ce));
     }
     /* cuSOLVER's Cholesky is not documented to report a NaN through info, as the CPU's
      * does (it stops at !(d > 0)): a non-finite error is that, caught here */
@@ -370,7 +372,9 @@ int quant_cuda_awq_search_scale(quant_cuda *q, float *const *ws, const int *rows
         cudaError_t ce = cudaMemcpyAsync(sd, s, (size_t)cols * sizeof(float), cudaMemcpyHostToDevice, q->stream);
         if (!ce) ce = llmi_cuda_awq_fake_quant_err(wd, sd, total, cols, group_size, d, q->stream);
         /* t = d H: row-major (total, cols) is column-major (cols, total) = H d' */
-        if (!ce) bs = cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_N, cols, total, cols, &one, hd, cols, d, cols, &zero, t, cols);
+        if (!ce)
+            bs = cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_N, cols, total, cols, &one, hd, cols, d, cols, &zero, t,
+                             cols);
         if (!ce && !bs) ce = llmi_cuda_quant_dot(d, t, wn, q->scalar, q->stream);
         if (!ce && !bs) ce = cudaMemcpyAsync(&loss, q->scalar, sizeof(double), cudaMemcpyDeviceToHost, q->stream);
         if (!ce && !bs) ce = cudaStreamSynchronize(q->stream);
