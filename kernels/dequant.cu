@@ -1,7 +1,8 @@
 /* dequant.cu — owns the load-time conversion of stored weights (GGUF Q8_0/Q4_0/Q4_1,
- * f32/f16/bf16) to the GEMM dtype (bf16, or f16 for fp16 models).  Twin:
- * tensor_dequant_row, whose products it reproduces without fused multiply-adds so the
- * fp32 value before the final rounding is the same. */
+ * f32/f16/bf16) to the GEMM dtype (bf16, or f16 for fp16 models), and the conversions of
+ * activations between fp32 and a stored dtype.  Twins: tensor_dequant_row, whose products
+ * it reproduces without fused multiply-adds so the fp32 value before the final rounding is
+ * the same; f32_to_bf16 / f32_to_fp16 (core/dtype.h) for the stores. */
 #include "common.cuh"
 
 __device__ __forceinline__ float half_bits(const uint8_t *p) {
@@ -46,6 +47,15 @@ __global__ void llmi_to_f32_kernel(const void *src, llmi_dtype src_dt, int64_t n
         dst[i] = llmi_load(src, src_dt, i);
 }
 
+__global__ void llmi_sum_store_kernel(const float *a, const float *b, int64_t n, void *dst, llmi_dtype dst_dt,
+                                      int32_t *overflow) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = b ? a[i] + b[i] : a[i];
+        llmi_store(dst, dst_dt, i, v);
+        if (overflow && isfinite(v) && !isfinite(llmi_load(dst, dst_dt, i))) atomicAdd(overflow, 1);
+    }
+}
+
 static unsigned grid_for(int64_t n) {
     int64_t g = (n + 255) / 256;
     if (g > 65535L * 16) g = 65535L * 16;
@@ -66,6 +76,19 @@ extern "C" cudaError_t llmi_cuda_dequant(const void *src, llmi_dtype src_dt, int
 extern "C" cudaError_t llmi_cuda_to_f32(const void *src, llmi_dtype src_dt, int64_t n, float *dst, cudaStream_t s) {
     if (n <= 0) return cudaSuccess;
     llmi_to_f32_kernel<<<grid_for(n), 256, 0, s>>>(src, src_dt, n, dst);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t llmi_cuda_sum_store(const float *a, const float *b, int64_t n, void *dst, llmi_dtype dst_dt,
+                                           int32_t *overflow, cudaStream_t s) {
+    if (dst_dt != LLMI_BF16 && dst_dt != LLMI_F16 && dst_dt != LLMI_F32) return cudaErrorInvalidValue;
+    if (overflow) {
+        cudaError_t e = cudaMemsetAsync(overflow, 0, sizeof *overflow, s);
+        if (e != cudaSuccess) return e;
+    }
+    if (n <= 0) return cudaSuccess;
+    llmi_sum_store_kernel<<<grid_for(n), 256, 0, s>>>(a, b, n, dst, dst_dt, overflow);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }

@@ -128,8 +128,13 @@ cudaError_t llmi_cuda_sample(float *logits, int n_rows, int n_vocab, const llmi_
  * contiguous GGUF blocks); n_elems a multiple of dtype_block_elems(src_dt). */
 cudaError_t llmi_cuda_dequant(const void *src, llmi_dtype src_dt, int64_t n_elems, void *dst, llmi_dtype dst_dt,
                               cudaStream_t s);
-/* dst (n) f32 <- src (n) in F16/BF16 (tests and debugging). */
+/* dst (n) f32 <- src (n) in F32/F16/BF16. */
 cudaError_t llmi_cuda_to_f32(const void *src, llmi_dtype src_dt, int64_t n, float *dst, cudaStream_t s);
+/* dst (n) in dst_dt (F32, F16 or BF16) <- a + b (b NULL: a), summed in fp32 and rounded
+ * once to nearest even; overflow (device, or NULL) := how many sums finite in fp32 the
+ * dtype could not hold (F16 past 65504). */
+cudaError_t llmi_cuda_sum_store(const float *a, const float *b, int64_t n, void *dst, llmi_dtype dst_dt,
+                                int32_t *overflow, cudaStream_t s);
 
 /* ---- gemm.cu (cuBLASLt) ---- */
 /* y (n, ldy) f32, columns [0, rows) = x (n, cols) @ W^T with W (rows, cols) and x in dt

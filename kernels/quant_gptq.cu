@@ -67,6 +67,31 @@ __global__ void qk_mirror(float *h, int k) {
     if (j < i) h[idx] = h[(int64_t)j * k + i];
 }
 
+/* A block sums 32 columns: its 8 warps take every 8th row, so a warp reads 32 neighbours
+ * of one row; the 8 partial sums are added in a fixed order. */
+__global__ void qk_abs_mean_acc(const void *x, llmi_dtype dt, int n, int k, float scale, float *m) {
+    __shared__ float part[8][32];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    float acc = 0.0f;
+    if (c < k)
+        for (int t = threadIdx.y; t < n; t += 8) acc += fabsf(llmi_load(x, dt, (int64_t)t * k + c));
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < k) {
+        float sum = 0.0f;
+        for (int w = 0; w < 8; w++) sum += part[w][threadIdx.x];
+        m[c] += sum * scale;
+    }
+}
+
+cudaError_t llmi_cuda_quant_abs_mean_acc(const void *x, llmi_dtype dt, int n, int k, float scale, float *m,
+                                         cudaStream_t s) {
+    if (n <= 0 || k <= 0) return cudaSuccess;
+    qk_abs_mean_acc<<<(unsigned)((k + 31) / 32), dim3(32, 8), 0, s>>>(x, dt, n, k, scale, m);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
 cudaError_t llmi_cuda_quant_mirror(float *h, int k, cudaStream_t s) {
     int64_t n = (int64_t)k * k;
     qk_mirror<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(h, k);

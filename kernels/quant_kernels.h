@@ -1,8 +1,9 @@
 /* quant_kernels.h — owns the C-callable launchers of the offline quantizer's device kernels
  * (kernels/quant_gptq.cu), tier 2: raw device pointers, shapes, a stream; the cuBLAS and
  * cuSOLVER calls around them and the checks are tier 3, src/quant/quant_cuda.c.  CPU
- * twins: quant_gram_mirror (src/quant/linalg.c), quant_gptq_prepare's matrix setup and
- * quant_gptq_apply's in-block walk (src/quant/gptq.c), awq_fake_quant (src/quant/awq.c);
+ * twins: quant_abs_mean_acc and quant_gram_mirror (src/quant/linalg.c),
+ * quant_gptq_prepare's matrix setup and quant_gptq_apply's in-block walk
+ * (src/quant/gptq.c), awq_fake_quant (src/quant/awq.c);
  * the group parameters are quant_range_params' (src/core/int4_pack.c), bit for bit.
  * Layouts: h, u (n, n) row-major fp32; the GPTQ working weights are transposed, wt (cols,
  * rows), so the threads of a block (one per row) read consecutive addresses. */
@@ -12,11 +13,16 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
+#include "core/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* m (k) += scale * sum over rows of |x| for x (n, k) in dt (F32, F16 or BF16): AWQ's mean
+ * input magnitude, quant_abs_mean_acc's twin. */
+cudaError_t llmi_cuda_quant_abs_mean_acc(const void *x, llmi_dtype dt, int n, int k, float scale, float *m,
+                                         cudaStream_t s);
 /* h (k, k): the lower triangle := the upper one. */
 cudaError_t llmi_cuda_quant_mirror(float *h, int k, cudaStream_t s);
 /* a (n, n) fp64 = J P^T H P J + damp I, P the permutation perm (position -> column),

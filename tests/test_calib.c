@@ -38,6 +38,13 @@ static int count_tap(void *ctx, int layer, llmi_tap tap, const float *x, int n, 
     return 0;
 }
 
+static int dev_tap(void *ctx, int layer, llmi_tap tap, const void *x, llmi_dtype dt, int n, int width,
+                   llmi_status *st) {
+    (void)layer, (void)x, (void)dt, (void)n, (void)width, (void)st;
+    ((int *)ctx)[tap]++;
+    return 0;
+}
+
 static void rec_init(tap_rec *r, const llmi_config *c) {
     memset(r, 0, sizeof *r);
     r->width[LLMI_TAP_ATTN_IN] = c->dim;
@@ -112,6 +119,19 @@ TEST(calib_taps_equal_inference_forward) {
         for (int t = 0; t < LLMI_TAP_COUNT; t++)
             CHECK_MSG(calls[t] == (skip >> t & 1u ? 0 : c->n_layers), "tap %d: %d calls, skip mask %#x", t, calls[t],
                       skip);
+        /* a tap on the device is the cuda backend's: the CPU says so and runs nothing */
+        b->tap = NULL, b->tap_skip = 0, b->tap_device = dev_tap;
+        memset(calls, 0, sizeof calls);
+        llmi_status es = {0};
+        CHECK(b->forward(b, &bt, logits, &es) == LLMI_E_USAGE && strstr(es.msg, "device") != NULL);
+        CHECK(calls[0] == 0);
+        b->tap_device = NULL;
+        /* and so are hidden states in a device's memory */
+        float dummy = 0;
+        llmi_layer_run run = {.first_layer = 0, .last_layer = 1, .hidden_device = &dummy, .hidden_dtype = LLMI_BF16};
+        es = (llmi_status){0};
+        CHECK(b->forward_layers(b, &bt, &run, &es) == LLMI_E_USAGE && strstr(es.msg, "device") != NULL);
+        CHECK(dummy == 0);
     }
     b->destroy(b);
 
@@ -119,7 +139,7 @@ TEST(calib_taps_equal_inference_forward) {
     quant_view v;
     quant_calib qc;
     CHECK(quant_view_init(&v, &m, &st) == 0);
-    CHECK(quant_calib_init(&qc, &v, tokens, CAL_WINDOWS, CAL_LEN, LLMI_F32, -1, &st) == 0);
+    CHECK(quant_calib_init(&qc, &v, tokens, CAL_WINDOWS, CAL_LEN, LLMI_F32, NULL, &st) == 0);
     CHECK(qc.windows_per_batch == CAL_WINDOWS);   /* batched: several windows per forward */
     cal.cal = &qc;
     for (int l = 0; l < c->n_layers; l++) CHECK(quant_calib_run(&qc, rec_tap, &cal, 0, true, &st) == 0);

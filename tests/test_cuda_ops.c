@@ -490,6 +490,51 @@ TEST(cuda_dequant) {
     }
 }
 
+/* The sum of two fp32 buffers stored in each activation dtype (how forward_layers hands
+ * the calibration's hidden states over on the device) against the host's sum and
+ * f32_to_bf16 / f32_to_fp16, bit for bit, with F16's overflow count; and b NULL. */
+TEST(cuda_sum_store) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_sum_store");
+    const int n = 70001;
+    float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+    int big = 0;
+    for (int i = 0; i < n; i++) {
+        a[i] = trng_unif(&r) * (i % 97 == 0 ? 200000.0f : 30.0f);
+        b[i] = trng_unif(&r) * 30.0f;
+        big += fabsf(a[i] + b[i]) >= 65520.0f;   /* rounds to fp16 infinity */
+    }
+    float *da = dup_to_dev(a, sizeof(float) * n), *db = dup_to_dev(b, sizeof(float) * n);
+    void *dd = dup_to_dev(NULL, sizeof(float) * n);
+    int32_t *dov = dup_to_dev(NULL, sizeof(int32_t));
+    uint32_t *got = malloc(sizeof(float) * n);
+    const llmi_dtype dts[3] = {LLMI_F32, LLMI_BF16, LLMI_F16};
+    for (int k = 0; k < 6 && da && db && dd && dov; k++) {
+        const llmi_dtype dt = dts[k % 3];
+        const bool with_b = k < 3;
+        CHECK(llmi_cuda_sum_store(da, with_b ? db : NULL, n, dd, dt, dov, 0) == cudaSuccess);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess);
+        int32_t ov = -1;
+        to_host(&ov, dov, sizeof ov);
+        to_host(got, dd, (dt == LLMI_F32 ? 4 : 2) * (size_t)n);
+        int bad = 0, want_ov = 0;
+        for (int i = 0; i < n; i++) {
+            const float v = with_b ? a[i] + b[i] : a[i];
+            uint32_t want, have;
+            if (dt == LLMI_F32) memcpy(&want, &v, 4), have = got[i];
+            else want = dt == LLMI_BF16 ? f32_to_bf16(v) : f32_to_fp16(v), have = ((uint16_t *)got)[i];
+            bad += want != have;
+            want_ov += dt == LLMI_F16 && !isfinite(fp16_to_f32((uint16_t)want));
+        }
+        CHECK_MSG(bad == 0, "%s%s: %d of %d values differ from the host's rounding", dtype_name(dt),
+                  with_b ? "" : " (b NULL)", bad, n);
+        CHECK_MSG(ov == want_ov, "%s: overflow count %d, want %d", dtype_name(dt), ov, want_ov);
+        if (dt == LLMI_F16 && with_b) CHECK_MSG(want_ov == big && big > 100, "only %d fp16 overflows drawn", big);
+    }
+    cudaFree(da), cudaFree(db), cudaFree(dd), cudaFree(dov);
+    free(a), free(b), free(got);
+}
+
 TEST(cuda_argmax) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_argmax");
@@ -980,6 +1025,31 @@ static int tap_record(void *ctx, int layer, llmi_tap tap, const float *x, int n_
     return g->calls++ == g->stop_at ? LLMI_TAP_STOP : 0;
 }
 
+/* The one tap call a device tap test expects, copied to the host as fp32. */
+typedef struct dev_tap_log {
+    float *x;                 /* (n) */
+    size_t n;
+    int calls, width;
+    llmi_dtype dt;
+} dev_tap_log;
+static int dev_tap_check(void *ctx, int layer, llmi_tap tap, const void *x, llmi_dtype dt, int n_tokens, int width,
+                         llmi_status *st) {
+    (void)layer, (void)tap;
+    dev_tap_log *d = ctx;
+    if (d->calls++) return llmi_fail(st, LLMI_E_RUNTIME, "device tap called twice");
+    d->n = (size_t)n_tokens * width, d->width = width, d->dt = dt;
+    d->x = malloc(d->n * sizeof(float));
+    float *dx = dup_to_dev(NULL, d->n * sizeof(float));
+    if (!d->x || !dx || llmi_cuda_to_f32(x, dt, (int64_t)d->n, dx, 0) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) {
+        cudaFree(dx);
+        return llmi_fail(st, LLMI_E_RUNTIME, "device tap: cannot read x");
+    }
+    to_host(d->x, dx, d->n * sizeof(float));
+    cudaFree(dx);
+    return 0;
+}
+
 /* forward_layers on CUDA (the calibration forward of `llmi quantize --device cuda`)
  * against the CPU backend: the embeddings, every tap of both layers and the hidden states
  * out; the same in two calls of one layer; a tap's stop; and a layer replaced under the
@@ -1016,7 +1086,8 @@ TEST(cuda_backend_forward_layers) {
         CHECK(gpu->forward_layers != NULL);
         cpu->tap = tap_record, cpu->tap_ctx = &lc;
         gpu->tap = tap_record, gpu->tap_ctx = &lg;
-        llmi_layer_run rc = {0, 2, true, hc, false}, rg = {0, 2, true, hg, false};
+        llmi_layer_run rc = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = hc};
+        llmi_layer_run rg = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = hg};
         CHECK_MSG(cpu->forward_layers(cpu, &bt, &rc, &st) == 0, "cpu: %s", st.msg);
         CHECK_MSG(gpu->forward_layers(gpu, &bt, &rg, &st) == 0, "cuda: %s", st.msg);
         CHECK(!rc.stopped && !rg.stopped && lc.calls == 8 && lg.calls == 8 && lc.n == cap && lg.n == cap);
@@ -1026,16 +1097,65 @@ TEST(cuda_backend_forward_layers) {
 
         /* layer by layer, the hidden states crossing through the host: what one call gives */
         gpu->tap = NULL;
-        llmi_layer_run r0 = {0, 1, true, h2, false}, r1 = {1, 2, false, h2, false};
+        llmi_layer_run r0 = {.first_layer = 0, .last_layer = 1, .embed = true, .hidden = h2};
+        llmi_layer_run r1 = {.first_layer = 1, .last_layer = 2, .hidden = h2};
         CHECK_MSG(gpu->forward_layers(gpu, &bt, &r0, &st) == 0 && gpu->forward_layers(gpu, &bt, &r1, &st) == 0, "%s",
                   st.msg);
         double e2 = test_nmse(h2, hg, (long)hn);
         CHECK_MSG(e2 <= 1e-10, "two calls vs one: hidden nmse %g", e2);
 
+        /* the same two calls with the hidden states kept on the device in bf16 (the
+         * calibration's): each output is the host path's fp32 sum rounded once, bit for bit
+         * (cuBLAS and the kernels are deterministic on one GPU), and a tap on the device sees
+         * the activation the host tap saw */
+        {
+            uint16_t *hb = malloc(hn * 2);
+            float *h3 = malloc(hn * sizeof(float));
+            void *dh = dup_to_dev(NULL, hn * 2);
+            int bad0 = -1, bad1 = -1;
+            llmi_layer_run d0 = {.first_layer = 0, .last_layer = 1, .embed = true, .hidden_device = dh,
+                                 .hidden_dtype = LLMI_BF16};
+            llmi_layer_run h0 = {.first_layer = 0, .last_layer = 1, .embed = true, .hidden = h3};
+            if (dh && gpu->forward_layers(gpu, &bt, &d0, &st) == 0 && gpu->forward_layers(gpu, &bt, &h0, &st) == 0) {
+                to_host(hb, dh, hn * 2);
+                bad0 = 0;
+                for (size_t i = 0; i < hn; i++) bad0 += hb[i] != f32_to_bf16(h3[i]);
+                for (size_t i = 0; i < hn; i++) h3[i] = bf16_to_f32(hb[i]);
+                llmi_layer_run d1 = {.first_layer = 1, .last_layer = 2, .hidden_device = dh, .hidden_dtype = LLMI_BF16};
+                llmi_layer_run h1 = {.first_layer = 1, .last_layer = 2, .hidden = h3};
+                dev_tap_log dl = {0};
+                gpu->tap_device = dev_tap_check;
+                gpu->tap_ctx = &dl;
+                gpu->tap_skip = ~(1u << LLMI_TAP_DOWN_IN);
+                if (gpu->forward_layers(gpu, &bt, &d1, &st) == 0) {
+                    gpu->tap_device = NULL, gpu->tap_skip = 0;
+                    gpu->tap = tap_record;
+                    lg.n = 0, lg.calls = 0, lg.stop_at = -1;
+                    gpu->tap_ctx = &lg;
+                    gpu->tap_skip = ~(1u << LLMI_TAP_DOWN_IN);
+                    CHECK_MSG(gpu->forward_layers(gpu, &bt, &h1, &st) == 0, "%s", st.msg);
+                    to_host(hb, dh, hn * 2);
+                    bad1 = 0;
+                    for (size_t i = 0; i < hn; i++) bad1 += hb[i] != f32_to_bf16(h3[i]);
+                    CHECK_MSG(dl.calls == 1 && lg.calls == 1 && dl.dt == LLMI_BF16 && dl.width == c->ffn_dim &&
+                              dl.n == (size_t)n * c->ffn_dim, "device tap: %d calls of width %d, host tap %d calls",
+                              dl.calls, dl.width, lg.calls);
+                    double et2 = dl.x ? test_nmse(dl.x, lg.buf, (long)dl.n) : 1.0;
+                    CHECK_MSG(et2 == 0, "device tap vs host tap: nmse %g", et2);
+                    free(dl.x);
+                }
+                gpu->tap = NULL, gpu->tap_device = NULL, gpu->tap_skip = 0;
+            }
+            CHECK_MSG(bad0 == 0 && bad1 == 0, "hidden on the device: %d and %d values differ from the host's (%s)",
+                      bad0, bad1, st.msg);
+            cudaFree(dh);
+            free(hb), free(h3);
+        }
+
         /* a tap's stop: nothing after the second tap (layer 0's attention output) */
         lg.n = 0, lg.calls = 0, lg.stop_at = 1;
         gpu->tap = tap_record;
-        llmi_layer_run rs = {0, 2, true, h2, false};
+        llmi_layer_run rs = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = h2};
         CHECK_MSG(gpu->forward_layers(gpu, &bt, &rs, &st) == 0, "%s", st.msg);
         CHECK(rs.stopped && lg.calls == 2);
         gpu->tap = NULL;
@@ -1043,11 +1163,11 @@ TEST(cuda_backend_forward_layers) {
         /* layer 1 replaced under the live backend: uploaded again */
         llmi_layer keep = m.layers[1];
         m.layers[1] = other.layers[1];
-        llmi_layer_run rw = {0, 2, true, h2, false};
+        llmi_layer_run rw = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = h2};
         CHECK_MSG(gpu->forward_layers(gpu, &bt, &rw, &st) == 0, "after the swap: %s", st.msg);
         CHECK_MSG(backend_cuda_create(&m, &o, &fresh, &st) == 0, "%s", st.msg);
         if (fresh && fresh->kv_alloc(fresh, 2 * FB_MAXB, &st) == 0) {
-            llmi_layer_run rf = {0, 2, true, hc, false};
+            llmi_layer_run rf = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = hc};
             CHECK_MSG(fresh->forward_layers(fresh, &bt, &rf, &st) == 0, "%s", st.msg);
             double ef = test_nmse(h2, hc, (long)hn), ed = test_nmse(h2, hg, (long)hn);
             CHECK_MSG(ef <= 1e-10, "swapped layer: live backend vs a new one, hidden nmse %g", ef);

@@ -10,6 +10,8 @@
 #include "backend/cpu/ops.h"
 #include "quant/linalg.h"
 #include "quant/quant_cuda.h"
+#include "quant/calib.h"
+#include "model/model.h"
 #include "test.h"
 
 #ifdef LLMI_CUDA
@@ -124,9 +126,12 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
 }
 
 
-/* The Hessian X^T X (cuBLAS syrk + the mirror kernel) against quant_gram_acc, then GPTQ's
- * factorisation and column walk against quant_gptq_prepare/apply on that Hessian.  Widths
- * off the 128-column block (320 = 2.5 blocks), two accumulation calls, correlated inputs. */
+/* The Hessian X^T X (cuBLAS syrk + the mirror kernel) and the mean |x| against
+ * quant_gram_acc and quant_abs_mean_acc, from host fp32 and from device bf16 (the
+ * calibration tap's path: a tensor-core GEMM on bf16 values, exact products, fp32 sums),
+ * then GPTQ's factorisation and column walk against quant_gptq_prepare/apply on that
+ * Hessian.  Widths off the 128-column block (320 = 2.5 blocks), two accumulation calls,
+ * correlated inputs. */
 TEST(quant_cuda_gram_and_gptq_vs_cpu) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -137,6 +142,7 @@ TEST(quant_cuda_gram_and_gptq_vs_cpu) {
     const int k = 320, n = 333, rows = 96, split = 150;
     float *x = malloc(sizeof(float) * n * k), *w = malloc(sizeof(float) * rows * k);
     float *hc = calloc((size_t)k * k, sizeof(float)), *hg = malloc(sizeof(float) * k * k);
+    float *mc = calloc((size_t)k, sizeof(float)), *mg = malloc(sizeof(float) * k);
     for (int t = 0; t < n; t++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         const float common = (float)(s % 2001) / 1000 - 1;   /* shared by every channel: off-diagonal mass */
@@ -149,17 +155,48 @@ TEST(quant_cuda_gram_and_gptq_vs_cpu) {
     CHECK(quant_gram_acc(x, split, k, 2.0f / n, hc) == 0);
     CHECK(quant_gram_acc(x + (size_t)split * k, n - split, k, 2.0f / n, hc) == 0);
     quant_gram_mirror(hc, k);
+    quant_abs_mean_acc(x, split, k, 1.0f / n, mc);
+    quant_abs_mean_acc(x + (size_t)split * k, n - split, k, 1.0f / n, mc);
 
     llmi_status st = {0};
     quant_cuda *q = NULL;
     if (quant_cuda_create(&q, 0, &st) || quant_cuda_gram_begin(q, 1, k, &st) ||
         quant_cuda_gram_acc(q, 1, x, split, 2.0f / n, &st) ||
         quant_cuda_gram_acc(q, 1, x + (size_t)split * k, n - split, 2.0f / n, &st) ||
-        quant_cuda_gram_end(q, 1, hg, &st)) {
+        quant_cuda_gram_end(q, 1, hg, mg, &st)) {
         CHECK_MSG(0, "%s", st.msg);
         if (q) quant_cuda_destroy(q);
-        free(x), free(w), free(hc), free(hg);
+        free(x), free(w), free(hc), free(hg), free(mc), free(mg);
         return;
+    }
+    /* xmean was accumulated with scale 2/n alongside the Gram matrix: twice mc */
+    double em = 0;
+    for (int c = 0; c < k; c++) em = fmax(em, fabs(mg[c] - 2 * mc[c]) / (2 * mc[c]));
+    CHECK_MSG(em < 1e-5, "mean |x|: max relative difference %g", em);
+    {
+        /* the same from bf16 on the device, against the CPU on the bf16-rounded values */
+        uint16_t *xb = malloc(sizeof(uint16_t) * n * k);
+        float *xr = malloc(sizeof(float) * n * k), *hr = calloc((size_t)k * k, sizeof(float));
+        float *hb = malloc(sizeof(float) * k * k), *mr = calloc((size_t)k, sizeof(float));
+        for (long i = 0; i < (long)n * k; i++) xb[i] = f32_to_bf16(x[i]), xr[i] = bf16_to_f32(xb[i]);
+        CHECK(quant_gram_acc(xr, n, k, 1.0f / n, hr) == 0);
+        quant_gram_mirror(hr, k);
+        quant_abs_mean_acc(xr, n, k, 1.0f / n, mr);
+        uint16_t *xd = tqc_up(xb, sizeof(uint16_t) * n * k);
+        CHECK(xd != NULL);
+        if (xd && (quant_cuda_gram_begin(q, 3, k, &st) ||
+                   quant_cuda_gram_acc_device(q, 3, xd, LLMI_BF16, split, 1.0f / n, &st) ||
+                   quant_cuda_gram_acc_device(q, 3, xd + (size_t)split * k, LLMI_BF16, n - split, 1.0f / n, &st) ||
+                   quant_cuda_gram_end(q, 3, hb, mg, &st)))
+            CHECK_MSG(0, "bf16 on the device: %s", st.msg);
+        else if (xd) {
+            double eb = test_nmse(hb, hr, (long)k * k), mb = 0;
+            for (int c = 0; c < k; c++) mb = fmax(mb, fabs(mg[c] - mr[c]) / mr[c]);
+            CHECK_MSG(eb < 1e-10, "bf16 Gram matrix nmse %g", eb);
+            CHECK_MSG(mb < 1e-5, "bf16 mean |x|: max relative difference %g", mb);
+        }
+        cudaFree(xd);
+        free(xb), free(xr), free(hr), free(hb), free(mr);
     }
     int asym = 0;
     for (int i = 0; i < k; i++)
@@ -199,7 +236,82 @@ TEST(quant_cuda_gram_and_gptq_vs_cpu) {
         quant_gptq_hinv_free(&hvc), quant_gptq_hinv_free(&hvg);
     }
     quant_cuda_destroy(q);
-    free(x), free(w), free(hc), free(hg);
+    free(x), free(w), free(hc), free(hg), free(mc), free(mg);
+}
+
+/* The calibration of `llmi quantize --device cuda` (quant/calib.c with a quant_cuda: the
+ * CUDA backend's forward, its taps read on the device, the hidden states kept there in
+ * bf16) against the CPU's on the Llama-3-style HF test model (GQA, llama3 rope_scaling):
+ * a pass stopped at o_proj's input as GPTQ runs one, then every layer's four Gram
+ * matrices and mean |x| with the layer run to its end.  The GPU feeds bf16 activations to
+ * its GEMMs (and its taps), the CPU fp32: the bound is that rounding's. */
+TEST(quant_cuda_calibration_vs_cpu) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        (void)cudaGetLastError();
+        SKIP("no CUDA device");
+    }
+    const char *td = getenv("TESTDATA");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/hf/llama-gqa-rope3", td && *td ? td : "testdata");
+    llmi_model m;
+    llmi_status st = {0};
+    llmi_load_opts lo = {.no_tokenizer = true};
+    if (model_load(dir, &lo, &m, &st)) {
+        CHECK_MSG(0, "%s", st.msg);
+        return;
+    }
+    enum { NW = 3, LEN = 40 };
+    int32_t tokens[NW * LEN];
+    unsigned long long seed = test_seed();
+    for (int i = 0; i < NW * LEN; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        tokens[i] = (int32_t)((seed >> 33) % (unsigned long long)m.cfg.n_vocab);
+    }
+    quant_view vc = {0}, vg = {0};
+    quant_calib cc = {0}, cg = {0};
+    quant_cuda *q = NULL;
+    int ok = quant_view_init(&vc, &m, &st) == 0 && quant_view_init(&vg, &m, &st) == 0 &&
+             quant_cuda_create(&q, 0, &st) == 0 &&
+             quant_calib_init(&cc, &vc, tokens, NW, LEN, LLMI_BF16, NULL, &st) == 0 &&
+             quant_calib_init(&cg, &vg, tokens, NW, LEN, LLMI_BF16, q, &st) == 0;
+    CHECK_MSG(ok, "%s", st.msg);
+    const unsigned all = (1u << LLMI_TAP_COUNT) - 1;
+    for (int l = 0; ok && l < m.cfg.n_layers; l++)
+        for (int pass = 0; pass < 2 && ok; pass++) {
+            /* layer 0: first a pass that stops after o_proj's input, as GPTQ's are */
+            if (pass == 0 && l > 0) continue;
+            const unsigned want = pass == 0 ? 1u << LLMI_TAP_O_IN : all;
+            quant_tap_stats tc[LLMI_TAP_COUNT], tg[LLMI_TAP_COUNT];
+            if (quant_calib_layer(&cc, want, pass == 1, tc, &st)) {
+                CHECK_MSG(0, "layer %d on the cpu: %s", l, st.msg);
+                ok = 0;
+                break;
+            }
+            if (quant_calib_layer(&cg, want, pass == 1, tg, &st)) {
+                CHECK_MSG(0, "layer %d on the gpu: %s", l, st.msg);
+                for (int t = 0; t < LLMI_TAP_COUNT; t++) quant_tap_stats_free(&tc[t]);
+                ok = 0;
+                break;
+            }
+            for (int t = 0; t < LLMI_TAP_COUNT; t++) {
+                if (!(want >> t & 1u)) {
+                    CHECK(!tc[t].gram && !tg[t].gram);
+                    continue;
+                }
+                const long k = tc[t].cols;
+                double eg = test_nmse(tg[t].gram, tc[t].gram, k * k), em = test_nmse(tg[t].xmean, tc[t].xmean, k);
+                printf("  layer %d tap %d%s: Gram nmse %.3g, mean |x| nmse %.3g\n", l, t, pass ? "" : " (stopped)", eg,
+                       em);
+                CHECK_MSG(eg <= 1e-3 && em <= 1e-3, "layer %d tap %d: Gram nmse %g, mean |x| nmse %g", l, t, eg, em);
+                quant_tap_stats_free(&tc[t]), quant_tap_stats_free(&tg[t]);
+            }
+            CHECK(cc.next_layer == cg.next_layer && cc.next_layer == l + pass);
+        }
+    quant_calib_free(&cc), quant_calib_free(&cg);
+    if (q) quant_cuda_destroy(q);
+    quant_view_free(&vc), quant_view_free(&vg);
+    model_free(&m);
 }
 
 #endif

@@ -88,6 +88,13 @@ typedef enum {
 #define LLMI_TAP_STOP (-1)
 typedef int (*llmi_tap_fn)(void *ctx, int layer, llmi_tap tap, const float *x, int n_tokens, int width,
                            llmi_status *st);
+/* The CUDA backend's other way to hand a tap over: x (n_tokens, width) of dtype dt (the
+ * backend's activation type) stays in the device memory of the backend's GPU, valid until
+ * the call returns, with the backend's stream idle.  A caller that reduces activations on
+ * that GPU (`llmi quantize --device cuda`: Gram matrices) skips a copy to the host and
+ * back.  Same returns as llmi_tap_fn. */
+typedef int (*llmi_tap_device_fn)(void *ctx, int layer, llmi_tap tap, const void *x, llmi_dtype dt, int n_tokens,
+                                  int width, llmi_status *st);
 
 /* A partial forward: layers [first_layer, last_layer) over a batch, on hidden states the
  * caller holds between calls (calibration runs a model one layer at a time). */
@@ -97,6 +104,12 @@ typedef struct llmi_layer_run {
     float *hidden;                 /* (n_tokens, dim) in: the input of first_layer (unless embed);
                                       out: the output of last_layer - 1 (unless a tap stopped it) */
     bool stopped;                  /* out: a tap returned LLMI_TAP_STOP */
+    void *hidden_device;           /* CUDA only, instead of hidden when set: (n_tokens, dim) in
+                                      hidden_dtype in the memory of the backend's GPU, in and out as
+                                      hidden, rounded once from the fp32 sum (the calibration keeps
+                                      its hidden states there between layers) */
+    llmi_dtype hidden_dtype;       /* of hidden_device: F32, BF16 or F16 */
+    long overflow;                 /* out, F16 hidden_device: sums finite in fp32 it could not hold */
 } llmi_layer_run;
 
 typedef struct llmi_backend llmi_backend;
@@ -110,8 +123,10 @@ struct llmi_backend {
     llmi_op_stats stats;
     llmi_tap_fn tap;               /* when set, forward and forward_layers call it at every tap */
     void *tap_ctx;
-    unsigned tap_skip;             /* taps (bits 1 << llmi_tap) not handed to tap: the cuda backend
-                                      copies each one it hands over to the host */
+    llmi_tap_device_fn tap_device; /* CUDA only, instead of tap (with tap_ctx and tap_skip); a backend
+                                      without device memory refuses a forward with it set */
+    unsigned tap_skip;             /* taps (bits 1 << llmi_tap) not handed over: the cuda backend
+                                      copies each one it hands to tap to the host */
     void *impl;
 
     /* Bytes of KV storage one block takes across all layers (K and V). */

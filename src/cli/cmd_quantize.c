@@ -418,6 +418,9 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
     if (calib_run)
         fprintf(stderr, "quantize: %ld windows x %ld tokens of %s, hidden states in %s\n", a.nsamples, a.seqlen,
                 a.calib, dtype_name(a.q.hidden_dtype));
+    /* the device first: with cuda the calibration's hidden states are not the host's */
+    if ((rc = qc_device(&a, &cuda, st))) goto done;
+    a.q.cuda = cuda;
     if ((rc = qc_memory(&m, &a, calib_run, st)) || a.dry_run) goto done;
     if (a.q.method != QUANT_RTN || a.calib) {
         if (a.load_stats) {
@@ -427,8 +430,6 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
         }
         if (a.save_stats && (rc = quant_stats_init(&sout, &m.cfg, st))) goto done;
     }
-    if ((rc = qc_device(&a, &cuda, st))) goto done;
-    a.q.cuda = cuda;
     if ((rc = quant_writer_open(&w, a.out, a.force, &m, &a.q, input, st))) goto done;
     qc_prog prog = {.tty = isatty(STDERR_FILENO), .t0 = qc_now()};
     quant_progress qp = {.fn = qc_progress, .ctx = &prog};

@@ -112,44 +112,62 @@ static int calib_windows_per_batch(int n_windows, int seqlen) {
     return w > n_windows ? n_windows : w;
 }
 
-size_t quant_calib_bytes(const llmi_config *c, int n_windows, int seqlen, llmi_dtype hidden_dtype) {
+size_t quant_calib_bytes(const llmi_config *c, int n_windows, int seqlen, llmi_dtype hidden_dtype, bool on_gpu) {
     const int W = calib_windows_per_batch(n_windows, seqlen), bpw = (seqlen + CALIB_BLOCK - 1) / CALIB_BLOCK;
+    size_t bytes = (size_t)W * seqlen * 4 * sizeof(int32_t);                      /* batch index arrays */
+    if (on_gpu) return bytes;   /* hidden states, workspaces and KV in the GPU's memory */
     size_t esz = hidden_dtype == LLMI_F32 ? 4 : 2;
-    size_t bytes = (size_t)n_windows * seqlen * c->dim * esz;                     /* hidden */
+    bytes += (size_t)n_windows * seqlen * c->dim * esz;                           /* hidden */
     if (hidden_dtype != LLMI_F32) bytes += (size_t)W * seqlen * c->dim * sizeof(float); /* stage */
     llmi_config one = *c;   /* the backend sees a one-layer window (quant_calib.window) */
     one.n_layers = 1;
     bytes += backend_cpu_workspace_bytes(c, W * seqlen);
     bytes += (size_t)W * bpw * backend_kv_block_bytes(&one, CALIB_BLOCK, LLMI_KV_F32);
-    bytes += (size_t)W * seqlen * 4 * sizeof(int32_t);                            /* batch index arrays */
     return bytes;
 }
 
-/* Windows [w0, w0 + nw) of hidden as fp32 for the forward: hidden itself when it is
- * fp32, else converted into the stage. */
-static float *calib_batch_in(quant_calib *c, int w0, int nw) {
+/* Where windows [w0, ...) of hidden are for a forward that writes them: on the GPU when
+ * they are kept there, else fp32 on the host (hidden itself, or the stage). */
+static void calib_batch_target(quant_calib *c, int w0, llmi_layer_run *run) {
+    const size_t off = (size_t)w0 * c->seqlen * c->view->model.cfg.dim;
+    const size_t esz = c->hidden_dtype == LLMI_F32 ? 4 : 2;
+    if (c->cuda) {
+        run->hidden_device = (char *)c->hidden + off * esz;
+        run->hidden_dtype = c->hidden_dtype;
+    } else {
+        run->hidden = c->hidden_dtype == LLMI_F32 ? (float *)c->hidden + off : c->stage;
+    }
+}
+
+/* Windows [w0, w0 + nw) of hidden as a forward's input: the target, with the stage
+ * filled from hidden when that is how the host holds them. */
+static void calib_batch_in(quant_calib *c, int w0, int nw, llmi_layer_run *run) {
+    calib_batch_target(c, w0, run);
+    if (c->cuda || c->hidden_dtype == LLMI_F32) return;
     const size_t off = (size_t)w0 * c->seqlen * c->view->model.cfg.dim;
     const size_t n = (size_t)nw * c->seqlen * c->view->model.cfg.dim;
-    if (c->hidden_dtype == LLMI_F32) return (float *)c->hidden + off;
     const uint16_t *h = (const uint16_t *)c->hidden + off;
     const bool bf = c->hidden_dtype == LLMI_BF16;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) c->stage[i] = bf ? bf16_to_f32(h[i]) : fp16_to_f32(h[i]);
-    return c->stage;
 }
 
-/* The stage back into hidden (a layer's output); fp16 refuses what it cannot hold. */
-static int calib_batch_out(quant_calib *c, int w0, int nw, int layer, llmi_status *st) {
-    if (c->hidden_dtype == LLMI_F32) return 0;
-    const size_t off = (size_t)w0 * c->seqlen * c->view->model.cfg.dim;
-    const size_t n = (size_t)nw * c->seqlen * c->view->model.cfg.dim;
-    uint16_t *h = (uint16_t *)c->hidden + off;
-    const bool bf = c->hidden_dtype == LLMI_BF16;
+/* A forward's output (a layer's) into hidden: the stage rounded into it on the host (the
+ * GPU has rounded its own); fp16 refuses what it cannot hold. */
+static int calib_batch_out(quant_calib *c, int w0, int nw, int layer, const llmi_layer_run *run, llmi_status *st) {
     long bad = 0;
+    if (c->cuda) {
+        bad = run->overflow;
+    } else if (c->hidden_dtype != LLMI_F32) {
+        const size_t off = (size_t)w0 * c->seqlen * c->view->model.cfg.dim;
+        const size_t n = (size_t)nw * c->seqlen * c->view->model.cfg.dim;
+        uint16_t *h = (uint16_t *)c->hidden + off;
+        const bool bf = c->hidden_dtype == LLMI_BF16;
 #pragma omp parallel for schedule(static) reduction(+ : bad)
-    for (size_t i = 0; i < n; i++) {
-        h[i] = bf ? f32_to_bf16(c->stage[i]) : f32_to_fp16(c->stage[i]);
-        bad += !bf && isfinite(c->stage[i]) && !isfinite(fp16_to_f32(h[i]));
+        for (size_t i = 0; i < n; i++) {
+            h[i] = bf ? f32_to_bf16(c->stage[i]) : f32_to_fp16(c->stage[i]);
+            bad += !bf && isfinite(c->stage[i]) && !isfinite(fp16_to_f32(h[i]));
+        }
     }
     if (bad)
         return llmi_fail(st, LLMI_E_RUNTIME, "quantize: %ld hidden values after layer %d are beyond fp16's range "
@@ -158,12 +176,14 @@ static int calib_batch_out(quant_calib *c, int w0, int nw, int layer, llmi_statu
 }
 
 int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n_windows, int seqlen,
-                     llmi_dtype hidden_dtype, int gpu, llmi_status *st) {
+                     llmi_dtype hidden_dtype, struct quant_cuda *cuda, llmi_status *st) {
     memset(c, 0, sizeof *c);
+    const int gpu = cuda ? quant_cuda_gpu(cuda) : -1;
     const llmi_config *cfg = &v->model.cfg;
     if (hidden_dtype != LLMI_F32 && hidden_dtype != LLMI_BF16 && hidden_dtype != LLMI_F16)
         return llmi_fail(st, LLMI_E_USAGE, "quantize: calibration hidden states must be f32, bf16 or f16");
     c->view = v;
+    c->cuda = cuda;
     c->tokens = tokens;
     c->n_windows = n_windows;
     c->seqlen = seqlen;
@@ -185,15 +205,19 @@ int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n
                  : backend_cpu_create(&c->window, &bo, &c->backend, st))
         return st->code;
     if (c->backend->kv_alloc(c->backend, W * bpw, st)) goto fail;
-    size_t n_all = (size_t)n_windows * T;
-    c->hidden = malloc(n_all * (size_t)cfg->dim * (hidden_dtype == LLMI_F32 ? 4 : 2));
-    if (hidden_dtype != LLMI_F32) c->stage = malloc((size_t)W * T * cfg->dim * sizeof(float));
+    const size_t hidden_bytes = (size_t)n_windows * T * (size_t)cfg->dim * (hidden_dtype == LLMI_F32 ? 4 : 2);
+    if (cuda) {
+        if (quant_cuda_alloc(cuda, hidden_bytes, "the calibration hidden states", &c->hidden, st)) goto fail;
+    } else {
+        c->hidden = malloc(hidden_bytes);
+        if (hidden_dtype != LLMI_F32) c->stage = malloc((size_t)W * T * cfg->dim * sizeof(float));
+    }
     c->pos = malloc((size_t)W * T * sizeof(int32_t));
     c->slot = malloc((size_t)W * T * sizeof(int32_t));
     c->seq_of = malloc((size_t)W * T * sizeof(int32_t));
     c->query_start = malloc((size_t)(W + 1) * sizeof(int32_t));
     c->tables = malloc((size_t)W * bpw * sizeof(int32_t));
-    if (!c->hidden || (hidden_dtype != LLMI_F32 && !c->stage) || !c->pos || !c->slot || !c->seq_of ||
+    if (!c->hidden || (!cuda && hidden_dtype != LLMI_F32 && !c->stage) || !c->pos || !c->slot || !c->seq_of ||
         !c->query_start || !c->tables) {
         llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for %d x %d calibration hidden states", n_windows, T);
         goto fail;
@@ -217,10 +241,10 @@ int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n
         llmi_batch bt = {.n_tokens = nw * T, .tokens = tokens + (size_t)w0 * T, .positions = c->pos,
                          .slot_mapping = c->slot, .seq_of_token = c->seq_of, .n_seqs = nw,
                          .query_start = c->query_start, .block_tables = c->tables, .max_blocks_per_seq = bpw};
-        llmi_layer_run run = {.first_layer = 0, .last_layer = 0, .embed = true,
-                              .hidden = hidden_dtype == LLMI_F32 ? (float *)c->hidden + (size_t)w0 * T * cfg->dim
-                                                                 : c->stage};
-        if (c->backend->forward_layers(c->backend, &bt, &run, st) || calib_batch_out(c, w0, nw, -1, st)) goto fail;
+        llmi_layer_run run = {.first_layer = 0, .last_layer = 0, .embed = true};
+        calib_batch_target(c, w0, &run);
+        if (c->backend->forward_layers(c->backend, &bt, &run, st) || calib_batch_out(c, w0, nw, -1, &run, st))
+            goto fail;
     }
     return LLMI_OK;
 fail:
@@ -230,7 +254,8 @@ fail:
 
 void quant_calib_free(quant_calib *c) {
     if (c->backend) c->backend->destroy(c->backend);
-    free(c->hidden);
+    if (c->cuda) quant_cuda_free(c->cuda, c->hidden);
+    else free(c->hidden);
     free(c->stage);
     free(c->pos);
     free(c->slot);
@@ -258,19 +283,20 @@ static int tap_collect(void *ctx, int layer, llmi_tap tap, const float *x, int n
     tap_acc *a = ctx;
     if (a->want & (1u << tap)) {
         quant_tap_stats *s = &a->stats[tap];
-        if (a->cuda) {
-            if (quant_cuda_gram_acc(a->cuda, (int)tap, x, n, a->inv_n, st)) return st->code;
-        } else if (quant_gram_acc(x, n, width, a->inv_n, s->gram)) {
+        if (quant_gram_acc(x, n, width, a->inv_n, s->gram))
             return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory accumulating layer %d's Gram matrix", layer);
-        }
-        float *xm = s->xmean;
-#pragma omp parallel for schedule(static)
-        for (int k = 0; k < width; k++) {
-            float acc = 0.0f;
-            for (int t = 0; t < n; t++) acc += fabsf(x[(size_t)t * width + k]);
-            xm[k] += acc * a->inv_n;
-        }
+        quant_abs_mean_acc(x, n, width, a->inv_n, s->xmean);
     }
+    return (int)tap == a->stop ? LLMI_TAP_STOP : 0;
+}
+
+/* tap_collect on the GPU: the activation stays where the CUDA backend computed it. */
+static int tap_collect_device(void *ctx, int layer, llmi_tap tap, const void *x, llmi_dtype dt, int n, int width,
+                              llmi_status *st) {
+    tap_acc *a = ctx;
+    (void)layer, (void)width;
+    if ((a->want & (1u << tap)) && quant_cuda_gram_acc_device(a->cuda, (int)tap, x, dt, n, a->inv_n, st))
+        return st->code;
     return (int)tap == a->stop ? LLMI_TAP_STOP : 0;
 }
 
@@ -281,15 +307,26 @@ static int calib_tap(void *ctx, int layer, llmi_tap tap, const float *x, int n, 
     return c->user_tap(c->user_ctx, c->next_layer, tap, x, n, width, st);
 }
 
-int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, unsigned skip, bool advance, llmi_status *st) {
+static int calib_tap_device(void *ctx, int layer, llmi_tap tap, const void *x, llmi_dtype dt, int n, int width,
+                            llmi_status *st) {
+    quant_calib *c = ctx;
+    (void)layer;
+    return c->user_tap_device(c->user_ctx, c->next_layer, tap, x, dt, n, width, st);
+}
+
+/* quant_calib_run with the tap on the host (tap) or on the device (tap_device, CUDA only). */
+static int calib_run(quant_calib *c, llmi_tap_fn tap, llmi_tap_device_fn tap_device, void *tap_ctx, unsigned skip,
+                     bool advance, llmi_status *st) {
     const llmi_config *cfg = &c->view->model.cfg;
     const int l = c->next_layer, T = c->seqlen, W = c->windows_per_batch;
     if (l >= cfg->n_layers) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: calibration is past the last layer");
     llmi_backend *b = c->backend;
     c->window.layers = c->view->model.layers + l;
     c->user_tap = tap;
+    c->user_tap_device = tap_device;
     c->user_ctx = tap_ctx;
     b->tap = tap ? calib_tap : NULL;
+    b->tap_device = tap_device ? calib_tap_device : NULL;
     b->tap_ctx = c;
     b->tap_skip = skip;
     int rc = 0;
@@ -303,18 +340,27 @@ int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, unsigned ski
                          .slot_mapping = c->slot, .seq_of_token = c->seq_of, .n_seqs = nw,
                          .query_start = c->query_start, .block_tables = c->tables,
                          .max_blocks_per_seq = c->blocks_per_window};
-        llmi_layer_run run = {.first_layer = 0, .last_layer = 1, .hidden = calib_batch_in(c, w0, nw)};
+        llmi_layer_run run = {.first_layer = 0, .last_layer = 1};
+        calib_batch_in(c, w0, nw, &run);
         c->batch_window = w0;
         rc = b->forward_layers(b, &bt, &run, st);
         if (!rc && advance && run.stopped)
             rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize: a tap stopped layer %d that had to run to its end", l);
-        if (!rc && advance) rc = calib_batch_out(c, w0, nw, l, st);
+        /* the forward wrote its output over its input (in place on the GPU or in fp32) */
+        if (!rc && !advance && !run.stopped)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize: layer %d ran to its end in a pass that does not advance", l);
+        if (!rc && advance) rc = calib_batch_out(c, w0, nw, l, &run, st);
     }
     b->tap = NULL;
+    b->tap_device = NULL;
     b->tap_ctx = NULL;
     b->tap_skip = 0;
     if (!rc && advance) c->next_layer++;
     return rc;
+}
+
+int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, unsigned skip, bool advance, llmi_status *st) {
+    return calib_run(c, tap, NULL, tap_ctx, skip, advance, st);
 }
 
 int quant_calib_layer(quant_calib *c, unsigned want, bool advance, quant_tap_stats stats[LLMI_TAP_COUNT],
@@ -339,10 +385,12 @@ int quant_calib_layer(quant_calib *c, unsigned want, bool advance, quant_tap_sta
     for (int t = 0; t < LLMI_TAP_COUNT && c->cuda && !rc; t++)
         if (stats[t].gram) rc = quant_cuda_gram_begin(c->cuda, t, stats[t].cols, st);
     /* (the stop tap is always a wanted one) */
-    if (!rc) rc = quant_calib_run(c, tap_collect, &acc, ~want & ((1u << LLMI_TAP_COUNT) - 1), advance, st);
+    const unsigned skip = ~want & ((1u << LLMI_TAP_COUNT) - 1);
+    if (!rc) rc = c->cuda ? calib_run(c, NULL, tap_collect_device, &acc, skip, advance, st)
+                          : calib_run(c, tap_collect, NULL, &acc, skip, advance, st);
     for (int t = 0; t < LLMI_TAP_COUNT && !rc; t++) {
         if (!stats[t].gram) continue;
-        if (c->cuda) rc = quant_cuda_gram_end(c->cuda, t, stats[t].gram, st);
+        if (c->cuda) rc = quant_cuda_gram_end(c->cuda, t, stats[t].gram, stats[t].xmean, st);
         else quant_gram_mirror(stats[t].gram, stats[t].cols);
     }
     if (rc)

@@ -52,38 +52,43 @@ typedef struct quant_calib {
     llmi_backend *backend;         /* over window: the CPU backend, or the CUDA backend of the GPU
                                       that quantizes (--device cuda) */
     llmi_tap_fn user_tap;          /* quant_calib_run's tap, told the real layer index */
+    llmi_tap_device_fn user_tap_device; /* the same on the device (Gram matrices on the GPU) */
     void *user_ctx;
     const int32_t *tokens;         /* (n_windows * seqlen) borrowed */
     int n_windows, seqlen, windows_per_batch;
     llmi_dtype hidden_dtype;       /* LLMI_F32, LLMI_BF16 or LLMI_F16: how hidden is stored */
-    void *hidden;                  /* (n_windows * seqlen, dim) input of the next layer, in hidden_dtype */
-    float *stage;                  /* (windows_per_batch * seqlen, dim) one batch in fp32, or NULL when
-                                      hidden is fp32 and the forward runs on it in place */
+    void *hidden;                  /* (n_windows * seqlen, dim) input of the next layer, in hidden_dtype:
+                                      host memory, or the GPU's with cuda */
+    float *stage;                  /* (windows_per_batch * seqlen, dim) host: one batch in fp32, or NULL
+                                      when hidden is fp32 or on the GPU and the forward runs on it in place */
     int next_layer;                /* the layer hidden feeds */
     int batch_window;              /* first window of the forward running now (for taps) */
     int32_t *pos, *slot, *seq_of;  /* (windows_per_batch * seqlen) */
     int32_t *query_start;          /* (windows_per_batch + 1) */
     int32_t *tables;               /* (windows_per_batch, blocks_per_window) */
     int blocks_per_window;
-    struct quant_cuda *cuda;       /* when set, the Gram matrices accumulate on this GPU */
+    struct quant_cuda *cuda;       /* when set, the forward, hidden and the Gram matrices are on this GPU */
     const volatile sig_atomic_t *cancel; /* when set and non-zero, the run stops between batches */
 } quant_calib;
 
 /* Embeds the windows (n_windows, seqlen) of tokens and gets ready to run layer 0, on the
- * CPU backend, or on CUDA device gpu when gpu >= 0.  The hidden states between layers are
- * kept (on the host) in hidden_dtype: fp32 (exactly what inference computes), bf16 or fp16
- * (half the memory; every layer's input rounded once). */
+ * CPU backend, or with cuda on the CUDA backend of its GPU, where the Gram matrices then
+ * accumulate too.  The hidden states between layers are kept in hidden_dtype: fp32
+ * (exactly what inference computes), bf16 or fp16 (half the memory; every layer's input
+ * rounded once), on the host, or in the GPU's memory with cuda. */
 int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n_windows, int seqlen,
-                     llmi_dtype hidden_dtype, int gpu, llmi_status *st);
-/* Bytes quant_calib_init allocates for these shapes (hidden states, staging, the CPU
- * backend's workspaces and KV cache): the memory estimate's calibration term. */
-size_t quant_calib_bytes(const llmi_config *c, int n_windows, int seqlen, llmi_dtype hidden_dtype);
+                     llmi_dtype hidden_dtype, struct quant_cuda *cuda, llmi_status *st);
+/* Host bytes quant_calib_init allocates for these shapes (hidden states, staging, the CPU
+ * backend's workspaces and KV cache; on_gpu: the batch's index arrays only): the memory
+ * estimate's calibration term. */
+size_t quant_calib_bytes(const llmi_config *c, int n_windows, int seqlen, llmi_dtype hidden_dtype, bool on_gpu);
 void quant_calib_free(quant_calib *c);
 /* Runs layer c->next_layer over every window, as the view serves it now, with tap
  * installed as the backend's tap (it may stop the layer early; c->batch_window tells
  * which windows the current forward holds) at every tap but those in skip (bits
  * 1 << llmi_tap: each tap handed over costs the cuda backend a copy to the host).
- * advance: the layer must run to its end, and hidden moves to its output (next_layer + 1). */
+ * advance: the layer must run to its end, and hidden moves to its output (next_layer + 1);
+ * otherwise the tap must stop it (a layer run to its end writes its output in place). */
 int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, unsigned skip, bool advance, llmi_status *st);
 /* Runs layer c->next_layer over every window, as the view serves it now, filling
  * stats[t] (allocated here) for each tap t whose bit is set in want.  advance: run the

@@ -74,6 +74,15 @@ void quant_gram_mirror(float *h, int k) {
         for (int j = 0; j < i; j++) h[(size_t)i * k + j] = h[(size_t)j * k + i];
 }
 
+void quant_abs_mean_acc(const float *x, int n, int k, float scale, float *m) {
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < k; c++) {
+        float acc = 0.0f;
+        for (int t = 0; t < n; t++) acc += fabsf(x[(size_t)t * k + c]);
+        m[c] += acc * scale;
+    }
+}
+
 /* ---- C -= A B, fp32 and fp64 from one source --------------------------------------- */
 #define GM_KC 256    /* K panel */
 #define GM_MB 64     /* rows of C per task */

@@ -14,6 +14,9 @@
  * its (256, k) packing buffer cannot be allocated. */
 int quant_gram_acc(const float *x, int n, int k, float scale, float *h);
 void quant_gram_mirror(float *h, int k);
+/* m (k) += scale * sum over rows of |x| for x (n, k): AWQ's mean input magnitude, in the
+ * pass that accumulates the Gram matrix (each column summed in fp32, then scaled). */
+void quant_abs_mean_acc(const float *x, int n, int k, float scale, float *m);
 
 /* C (m, n; ldc) -= A (m, kk; lda) @ B, B (kk, n; ldb) row-major, or B^T stored (n, kk)
  * when b_trans.  b_lower: B's entry (p, j) is zero for p < j (a lower-triangular B),

@@ -18,12 +18,26 @@ void quant_cuda_destroy(quant_cuda *q) { (void)q; }
 const char *quant_cuda_device_name(const quant_cuda *q) { (void)q; return "none"; }
 int quant_cuda_gpu(const quant_cuda *q) { (void)q; return -1; }
 #define QC_NONE(...) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: built without CUDA")
+int quant_cuda_alloc(quant_cuda *q, size_t bytes, const char *what, void **p, llmi_status *st) {
+    (void)q, (void)bytes, (void)what;
+    *p = NULL;
+    QC_NONE();
+}
+void quant_cuda_free(quant_cuda *q, void *p) { (void)q, (void)p; }
 int quant_cuda_gram_begin(quant_cuda *q, int slot, int k, llmi_status *st) { (void)q, (void)slot, (void)k; QC_NONE(); }
 int quant_cuda_gram_acc(quant_cuda *q, int slot, const float *x, int n, float scale, llmi_status *st) {
     (void)q, (void)slot, (void)x, (void)n, (void)scale;
     QC_NONE();
 }
-int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, llmi_status *st) { (void)q, (void)slot, (void)h; QC_NONE(); }
+int quant_cuda_gram_acc_device(quant_cuda *q, int slot, const void *x, llmi_dtype dt, int n, float scale,
+                               llmi_status *st) {
+    (void)q, (void)slot, (void)x, (void)dt, (void)n, (void)scale;
+    QC_NONE();
+}
+int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, float *xmean, llmi_status *st) {
+    (void)q, (void)slot, (void)h, (void)xmean;
+    QC_NONE();
+}
 int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv,
                             llmi_status *st) {
     (void)q, (void)h, (void)cols, (void)o, (void)hv;
@@ -79,6 +93,7 @@ struct quant_cuda {
     cublasHandle_t blas;
     cusolverDnHandle_t solver;
     float *gram[QUANT_CUDA_SLOTS];  /* (k, k) each, device */
+    float *xmean[QUANT_CUDA_SLOTS]; /* (k) each, device: the slot's mean |x| */
     int gram_k[QUANT_CUDA_SLOTS];
     float *x;                       /* (x_cap) device: one batch of activations or weights */
     size_t x_cap;
@@ -95,7 +110,7 @@ int quant_cuda_gpu(const quant_cuda *q) { return q->device; }
 void quant_cuda_destroy(quant_cuda *q) {
     if (!q) return;
     cudaSetDevice(q->device);
-    for (int i = 0; i < QUANT_CUDA_SLOTS; i++) cudaFree(q->gram[i]);
+    for (int i = 0; i < QUANT_CUDA_SLOTS; i++) cudaFree(q->gram[i]), cudaFree(q->xmean[i]);
     cudaFree(q->x), cudaFree(q->u), cudaFree(q->perm), cudaFree(q->dead), cudaFree(q->scalar);
     if (q->solver) cusolverDnDestroy(q->solver);
     if (q->blas) cublasDestroy(q->blas);
@@ -146,18 +161,69 @@ static int qc_reserve_x(quant_cuda *q, size_t floats, llmi_status *st) {
     return 0;
 }
 
+int quant_cuda_alloc(quant_cuda *q, size_t bytes, const char *what, void **p, llmi_status *st) {
+    *p = NULL;
+    QC_CUDA(st, cudaSetDevice(q->device));
+    if (cudaMalloc(p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        size_t free_b = 0, total = 0;
+        cudaMemGetInfo(&free_b, &total);
+        return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot allocate %.2f GiB for %s on GPU %d (%.2f GiB free)",
+                         (double)bytes / 1073741824.0, what, q->device, (double)free_b / 1073741824.0);
+    }
+    return 0;
+}
+
+void quant_cuda_free(quant_cuda *q, void *p) {
+    if (!p) return;
+    cudaSetDevice(q->device);
+    cudaFree(p);
+}
+
 /* ---- Gram matrices ---- */
 
 int quant_cuda_gram_begin(quant_cuda *q, int slot, int k, llmi_status *st) {
     QC_CUDA(st, cudaSetDevice(q->device));
     if (q->gram_k[slot] != k) {
-        cudaFree(q->gram[slot]);
-        q->gram[slot] = NULL;
+        cudaFree(q->gram[slot]), cudaFree(q->xmean[slot]);
+        q->gram[slot] = q->xmean[slot] = NULL;
         q->gram_k[slot] = 0;
         QC_CUDA(st, cudaMalloc((void **)&q->gram[slot], (size_t)k * k * sizeof(float)));
+        QC_CUDA(st, cudaMalloc((void **)&q->xmean[slot], (size_t)k * sizeof(float)));
         q->gram_k[slot] = k;
     }
     QC_CUDA(st, cudaMemsetAsync(q->gram[slot], 0, (size_t)k * k * sizeof(float), q->stream));
+    QC_CUDA(st, cudaMemsetAsync(q->xmean[slot], 0, (size_t)k * sizeof(float), q->stream));
+    return 0;
+}
+
+int quant_cuda_gram_acc_device(quant_cuda *q, int slot, const void *x, llmi_dtype dt, int n, float scale,
+                               llmi_status *st) {
+    const int k = q->gram_k[slot];
+    if (dt != LLMI_F32 && dt != LLMI_BF16 && dt != LLMI_F16)
+        return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: activations in %s have no Gram matrix path", dtype_name(dt));
+    if (n <= 0) return 0;
+    /* x (n, k) row-major is x^T (k, n) column-major: h += scale * (x^T)(x^T)^T.  Column-major
+     * lower is row-major upper, the triangle quant_gram_mirror (and the mirror kernel) copy
+     * from; the 16-bit path's GEMM fills both, and the mirror makes them equal. */
+    const float one = 1.0f;
+    if (dt == LLMI_F32) {
+        QC_BLAS(st, cublasSsyrk(q->blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, k, n, &scale, x, k, &one, q->gram[slot],
+                                k));
+    } else {
+        /* pedantic math would refuse tensor cores; the products of 16-bit values are exact in
+         * fp32 and the sums are fp32 (CUBLAS_COMPUTE_32F), so default math loses nothing */
+        const cudaDataType t = dt == LLMI_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+        QC_BLAS(st, cublasSetMathMode(q->blas, CUBLAS_DEFAULT_MATH));
+        cublasStatus_t gs = cublasGemmEx(q->blas, CUBLAS_OP_N, CUBLAS_OP_T, k, k, n, &scale, x, t, k, x, t, k, &one,
+                                         q->gram[slot], CUDA_R_32F, k, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        QC_BLAS(st, cublasSetMathMode(q->blas, CUBLAS_PEDANTIC_MATH));
+        QC_BLAS(st, gs);
+    }
+    QC_CUDA(st, llmi_cuda_quant_abs_mean_acc(x, dt, n, k, scale, q->xmean[slot], q->stream));
+    /* x is the caller's again when this returns */
+    QC_CUDA(st, cudaStreamSynchronize(q->stream));
     return 0;
 }
 
@@ -165,20 +231,17 @@ int quant_cuda_gram_acc(quant_cuda *q, int slot, const float *x, int n, float sc
     const int k = q->gram_k[slot];
     if (qc_reserve_x(q, (size_t)n * k, st)) return st->code;
     QC_CUDA(st, cudaMemcpyAsync(q->x, x, (size_t)n * k * sizeof(float), cudaMemcpyHostToDevice, q->stream));
-    /* x (n, k) row-major is x^T (k, n) column-major: h += scale * (x^T)(x^T)^T.  Column-major
-     * lower is row-major upper, the triangle quant_gram_mirror (and the mirror kernel) copy from */
-    const float one = 1.0f;
-    QC_BLAS(st, cublasSsyrk(q->blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, k, n, &scale, q->x, k, &one, q->gram[slot], k));
-    /* the host buffer is the caller's again when this returns */
-    QC_CUDA(st, cudaStreamSynchronize(q->stream));
-    return 0;
+    return quant_cuda_gram_acc_device(q, slot, q->x, LLMI_F32, n, scale, st);
 }
 
-int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, llmi_status *st) {
+int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, float *xmean, llmi_status *st) {
     const int k = q->gram_k[slot];
-    /* the row-major upper triangle is filled (see gram_acc): its lower := upper */
+    /* the row-major upper triangle is filled (see gram_acc_device): its lower := upper */
     QC_CUDA(st, llmi_cuda_quant_mirror(q->gram[slot], k, q->stream));
     QC_CUDA(st, cudaMemcpyAsync(h, q->gram[slot], (size_t)k * k * sizeof(float), cudaMemcpyDeviceToHost, q->stream));
+    if (xmean)
+        QC_CUDA(st, cudaMemcpyAsync(xmean, q->xmean[slot], (size_t)k * sizeof(float), cudaMemcpyDeviceToHost,
+                                    q->stream));
     QC_CUDA(st, cudaStreamSynchronize(q->stream));
     return 0;
 }

@@ -10,6 +10,7 @@
 #define LLMI_QUANT_CUDA_H
 
 #include <stdbool.h>
+#include "core/dtype.h"
 #include "core/int4.h"
 #include "core/status.h"
 #include "quant/quant.h"
@@ -25,11 +26,22 @@ const char *quant_cuda_device_name(const quant_cuda *q);
 /* The CUDA device index of q (the calibration forward's backend runs there). */
 int quant_cuda_gpu(const quant_cuda *q);
 
-/* Gram matrix slot (< QUANT_CUDA_SLOTS) of width k: zeroed by begin, += scale * x^T x for
- * host x (n, k) by acc, copied whole (both triangles) into host h (k, k) by end. */
+/* bytes of device memory on q's GPU into *p (what: named in the error), and back. */
+int quant_cuda_alloc(quant_cuda *q, size_t bytes, const char *what, void **p, llmi_status *st);
+void quant_cuda_free(quant_cuda *q, void *p);
+
+/* Gram matrix slot (< QUANT_CUDA_SLOTS) of width k, with its inputs' mean magnitude:
+ * zeroed by begin; acc adds scale * x^T x and scale * the column sums of |x| for host x
+ * (n, k) fp32, acc_device the same for x (n, k) in dt (F32, BF16 or F16) already in the
+ * memory of q's GPU (a calibration tap of the CUDA backend; bf16 products are exact in
+ * the fp32 accumulation, so its tensor-core GEMM loses nothing against fp32 math on the
+ * same values); both return with x free again.  end copies the matrix whole (both
+ * triangles) into host h (k, k) and the magnitudes into host xmean (k) when not NULL. */
 int quant_cuda_gram_begin(quant_cuda *q, int slot, int k, llmi_status *st);
 int quant_cuda_gram_acc(quant_cuda *q, int slot, const float *x, int n, float scale, llmi_status *st);
-int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, llmi_status *st);
+int quant_cuda_gram_acc_device(quant_cuda *q, int slot, const void *x, llmi_dtype dt, int n, float scale,
+                               llmi_status *st);
+int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, float *xmean, llmi_status *st);
 
 /* quant_gptq_prepare on the device: hv gets perm and dead on the host; U stays on the
  * device (hv->u is NULL) for the quant_cuda_gptq_apply calls that follow. */

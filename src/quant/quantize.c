@@ -66,7 +66,7 @@ void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windo
         view += (size_t)rows * cols / 2 + (size_t)rows * (cols / o->group_size) * 3;
     }
     e->source = model_weights_from_file(m) ? layer_src : m->weight_bytes;
-    e->calib = calib ? quant_calib_bytes(c, n_windows, seqlen, o->hidden_dtype) : 0;
+    e->calib = calib ? quant_calib_bytes(c, n_windows, seqlen, o->hidden_dtype, o->cuda != NULL) : 0;
     e->layer = grids + (calib ? view : 0);
     size_t step = 0;
     if (o->method == QUANT_AWQ) {
@@ -372,12 +372,10 @@ int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *
     quant_view v = {0};
     quant_calib cal = {0};
     if (calib && (quant_view_init(&v, m, st) ||
-                  quant_calib_init(&cal, &v, tokens, n_windows, seqlen, o->hidden_dtype,
-                                   o->cuda ? quant_cuda_gpu(o->cuda) : -1, st))) {
+                  quant_calib_init(&cal, &v, tokens, n_windows, seqlen, o->hidden_dtype, o->cuda, st))) {
         quant_view_free(&v);
         return st->code;
     }
-    cal.cuda = o->cuda;
     cal.cancel = o->cancel;
     /* the embedding rows the windows touched are not needed again */
     if (calib) model_release_pages(m, m->tok_embd.data, m->tok_embd.row_bytes * (size_t)m->tok_embd.rows);

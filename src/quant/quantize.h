@@ -48,7 +48,8 @@ typedef struct quant_mem {
     size_t source;             /* source weights resident: the whole model when it lives in memory
                                   (--dummy), else one layer of the mapped file at a time */
     size_t calib;              /* hidden states (n_windows * seqlen * dim), fp32 batch stage, CPU backend
-                                  workspaces and KV of one batch of windows */
+                                  workspaces and KV of one batch of windows (with o->cuda all in
+                                  the GPU's memory: the batch's index arrays only) */
     size_t layer;              /* one layer's int4 grids and their served copies */
     size_t step;               /* the largest step: Hessian + its factorisation + fp32 weights + walk */
     size_t writer;             /* streaming writer buffers */

@@ -153,6 +153,8 @@ static void cpu_destroy(llmi_backend *b) {
 static int check_batch(const llmi_backend *b, const llmi_batch *bt, llmi_status *st) {
     cpu_impl *im = b->impl;
     if (!im->kv) return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: forward before kv_alloc");
+    if (b->tap_device)
+        return llmi_fail(st, LLMI_E_USAGE, "cpu backend: taps on the device are the cuda backend's (set tap instead)");
     batch_limits lim = {.who = "cpu", .max_tokens = im->max_tokens, .max_seqs = im->max_seqs,
                         .n_vocab = b->model->cfg.n_vocab, .num_blocks = b->num_blocks,
                         .block_size = b->opts.block_size};
@@ -306,6 +308,8 @@ static int cpu_forward_layers(llmi_backend *b, const llmi_batch *bt, llmi_layer_
     if (run->first_layer < 0 || run->last_layer > m->cfg.n_layers || run->first_layer > run->last_layer)
         return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: layer range %d..%d outside the model's %d layers",
                          run->first_layer, run->last_layer, m->cfg.n_layers);
+    if (run->hidden_device)
+        return llmi_fail(st, LLMI_E_USAGE, "cpu backend: hidden states on a device are the cuda backend's");
     int prev_threads = threads_enter(b);
     double t0 = omp_get_wtime();
     if (run->embed) {

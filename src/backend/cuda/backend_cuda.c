@@ -815,12 +815,17 @@ static int tap_reserve(cuda_impl *im, size_t n, llmi_status *st) {
     return 0;
 }
 
-/* The tap at (layer l, t), if one is set: x (n, width) on the device in dt, handed over as
- * fp32 on the host, converted through im->gu (free at every tap point: nothing reads it
- * between SwiGLU and the next gate/up GEMM).  Returns 0, LLMI_TAP_STOP or an error. */
+/* The tap at (layer l, t), if one is set: x (n, width) on the device in dt, handed over
+ * where it is (tap_device) or as fp32 on the host, converted through im->gu (free at
+ * every tap point: nothing reads it between SwiGLU and the next gate/up GEMM).  Returns 0,
+ * LLMI_TAP_STOP or an error. */
 static int cuda_tap(llmi_backend *b, cuda_impl *im, int l, llmi_tap t, const void *x, llmi_dtype dt, int n, int width,
                     llmi_status *st) {
-    if (!b->tap || (b->tap_skip >> t & 1u)) return 0;
+    if ((!b->tap && !b->tap_device) || (b->tap_skip >> t & 1u)) return 0;
+    if (b->tap_device) {
+        CU_CHECK(st, cudaStreamSynchronize(im->stream));
+        return b->tap_device(b->tap_ctx, l, t, x, dt, n, width, st);
+    }
     const size_t cnt = (size_t)n * (size_t)width;
     const float *src = x;
     if (dt != LLMI_F32) {
@@ -1105,7 +1110,8 @@ static int sample_prepare(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, 
  * the raw logits of the rows that ask). */
 static int cuda_run(llmi_backend *b, const llmi_batch *bt, float *logits, const llmi_sample_row *rows, int32_t *tokens,
                     llmi_status *st) {
-    if (b->tap) return llmi_fail(st, LLMI_E_USAGE, "cuda backend: activation taps are not supported (use the cpu backend)");
+    if (b->tap || b->tap_device)
+        return llmi_fail(st, LLMI_E_USAGE, "cuda backend: activation taps are not supported by forward (use forward_layers)");
     cuda_impl *im = b->impl;
     if (check_batch(b, bt, st)) return st->code;
     CU_CHECK(st, cudaSetDevice(im->device));
@@ -1176,9 +1182,10 @@ static int refresh_layers(llmi_backend *b, cuda_impl *im, int first, int last, l
     return rc;
 }
 
-/* Layers [run->first_layer, run->last_layer) eagerly, on run->hidden or the embeddings,
- * with the taps the CPU backend has (each activation handed over as fp32 on the host):
- * what `llmi quantize --device cuda` calibrates through. */
+/* Layers [run->first_layer, run->last_layer) eagerly, on run->hidden (host) or
+ * run->hidden_device (this GPU) or the embeddings, with the taps the CPU backend has (each
+ * activation handed over as fp32 on the host, or where it is to tap_device): what
+ * `llmi quantize --device cuda` calibrates through. */
 static int cuda_forward_layers(llmi_backend *b, const llmi_batch *bt, llmi_layer_run *run, llmi_status *st) {
     cuda_impl *im = b->impl;
     const llmi_config *c = &b->model->cfg;
@@ -1195,12 +1202,28 @@ static int cuda_forward_layers(llmi_backend *b, const llmi_batch *bt, llmi_layer
     if (plan_batch(b, im, &nb, &f, st)) return st->code;
     const int n = bt->n_tokens, dim = c->dim;
     const size_t bytes = (size_t)n * dim * sizeof(float);
+    const llmi_dtype hdt = run->hidden_dtype;
+    if (run->hidden_device && hdt != LLMI_F32 && hdt != LLMI_BF16 && hdt != LLMI_F16)
+        return llmi_fail(st, LLMI_E_USAGE, "cuda backend: hidden states on the device in %s (f32, bf16 or f16 only)",
+                         dtype_name(hdt));
+    run->overflow = 0;
     if (run->embed)
         CU_CHECK(st, llmi_cuda_embed(im->tok_embd, WDT, c->n_vocab, dim, f.tok, n, im->x, im->stream));
+    else if (run->hidden_device)
+        CU_CHECK(st, llmi_cuda_to_f32(run->hidden_device, hdt, (int64_t)n * dim, im->x, im->stream));
     else
         CU_CHECK(st, cudaMemcpyAsync(im->x, run->hidden, bytes, cudaMemcpyHostToDevice, im->stream));
     if (layers_run(b, im, &f, run->first_layer, run->last_layer, &run->stopped, st)) return st->code;
-    if (!run->stopped) {
+    if (!run->stopped && run->hidden_device) {
+        /* the same sum as below, rounded once into hidden_device; the overflow count goes
+         * through the sampler's token buffers, which a forward_layers call never uses */
+        const bool pending = run->last_layer > run->first_layer;
+        CU_CHECK(st, llmi_cuda_sum_store(im->x, pending ? im->delta : NULL, (int64_t)n * dim, run->hidden_device, hdt,
+                                         im->tok_d, im->stream));
+        CU_CHECK(st, cudaMemcpyAsync(im->tok_h, im->tok_d, sizeof(int32_t), cudaMemcpyDeviceToHost, im->stream));
+        CU_CHECK(st, cudaStreamSynchronize(im->stream));
+        run->overflow = im->tok_h[0];
+    } else if (!run->stopped) {
         /* the residual plus the last layer's pending output: the sum the next layer's first
          * norm would form */
         const bool pending = run->last_layer > run->first_layer;
