@@ -244,8 +244,9 @@ TEST(quant_cuda_gram_and_gptq_vs_cpu) {
  * bf16) against the CPU's on the Llama-3-style HF test model (GQA, llama3 rope_scaling):
  * a pass stopped at o_proj's input as GPTQ runs one, then every layer's four Gram
  * matrices and mean |x| with the layer run to its end.  The GPU feeds bf16 activations to
- * its GEMMs (and its taps), the CPU fp32: the bound is that rounding's. */
-TEST(quant_cuda_calibration_vs_cpu) {
+ * its GEMMs (and its taps), the CPU fp32: the bound is that rounding's.  (Named outside
+ * gpu-check's racecheck list, "quant_cuda": a whole forward under racecheck takes minutes.) */
+TEST(calib_cuda_vs_cpu) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         (void)cudaGetLastError();
