@@ -36,18 +36,29 @@ static __device__ __forceinline__ float kv_scale_of(llmi_kv_dtype dt, const floa
     return dt == LLMI_KV_FP8 && scale ? scale[kvh] : 1.0f;
 }
 
-/* dst[0 .. 16 bytes of elements) as fp32 <- cache[off ..], off a multiple of the width. */
-static __device__ __forceinline__ void load_kv16(const void *cache, llmi_kv_dtype dt, int64_t off, float *dst) {
+/* dst[0 .. 16 bytes of elements) as fp32 <- cache[off ..], off a multiple of the width,
+ * dst 16-byte aligned in shared memory; chunk: which 16-byte run of its row this is.  The
+ * stores are 16 bytes wide, and a 16-bit run's two fp32 halves go out in the order bit 2
+ * of chunk picks, so each store of 8 neighbouring runs (a quarter-warp) covers the 8
+ * 16-byte bank groups once.  Stored a float at a time, a warp hit each bank 4 (K) or 8 (V)
+ * times per store: by a count ~1,536 shared-memory wavefronts per 32-position tile at
+ * head_dim 128, more than the products' ~1,280; now ~256. */
+static __device__ __forceinline__ void load_kv16(const void *cache, llmi_kv_dtype dt, int64_t off, int chunk,
+                                                 float *dst) {
     if (dt == LLMI_KV_F32) {
-        float4 v = *(const float4 *)((const float *)cache + off);
-        dst[0] = v.x; dst[1] = v.y; dst[2] = v.z; dst[3] = v.w;
+        *(float4 *)dst = *(const float4 *)((const float *)cache + off);
         return;
     }
     uint4 raw = *(const uint4 *)((const uint16_t *)cache + off);
     const unsigned short *h = (const unsigned short *)&raw;
+    float f[8];
 #pragma unroll
     for (int j = 0; j < 8; j++)
-        dst[j] = dt == LLMI_KV_BF16 ? __bfloat162float(__ushort_as_bfloat16(h[j])) : __half2float(__ushort_as_half(h[j]));
+        f[j] = dt == LLMI_KV_BF16 ? __bfloat162float(__ushort_as_bfloat16(h[j])) : __half2float(__ushort_as_half(h[j]));
+    const float4 lo = make_float4(f[0], f[1], f[2], f[3]), hi = make_float4(f[4], f[5], f[6], f[7]);
+    const int first = chunk >> 2 & 1;
+    ((float4 *)dst)[first] = first ? hi : lo;
+    ((float4 *)dst)[first ^ 1] = first ? lo : hi;
 }
 
 /* The decode kernel's rows in shared memory hold head_dim rounded up to 4 floats (hd4), so
@@ -97,10 +108,10 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
         if (vw > 1) {   /* 16-byte loads: vw elements of a (position, head) row per thread */
             const int hv = hd / vw;
             for (int i = tid; i < nt * hv; i += blockDim.x) {
-                int tt = i / hv, d = (i % hv) * vw;
+                int tt = i / hv, c = i % hv, d = c * vw;
                 int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, t0 + tt, kvh) + d;
-                load_kv16(a.k_cache, a.kv_dt, off, ks + tt * ldk + d);
-                load_kv16(a.v_cache, a.kv_dt, off, vs + tt * hd4 + d);
+                load_kv16(a.k_cache, a.kv_dt, off, c, ks + tt * ldk + d);
+                load_kv16(a.v_cache, a.kv_dt, off, c, vs + tt * hd4 + d);
             }
         } else {
             for (int i = tid; i < nt * hd; i += blockDim.x) {
