@@ -52,7 +52,8 @@ __global__ void llmi_sum_store_kernel(const float *a, const float *b, int64_t n,
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float v = b ? a[i] + b[i] : a[i];
         llmi_store(dst, dst_dt, i, v);
-        if (overflow && isfinite(v) && !isfinite(llmi_load(dst, dst_dt, i))) atomicAdd(overflow, 1);
+        if (overflow && dst_dt == LLMI_F16 && isfinite(v) && !isfinite(llmi_load(dst, dst_dt, i)))
+            atomicAdd(overflow, 1);
     }
 }
 

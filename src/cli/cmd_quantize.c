@@ -357,6 +357,15 @@ static int qc_memory(const llmi_model *m, const qc_args *a, bool calib, llmi_sta
         return llmi_fail(st, LLMI_E_USAGE, "quantize: needs ~%.2f GiB but only %.2f GiB is available (%.2f free + "
                          "%.2f held); lower --nsamples or --seqlen, or use --calib-dtype bf16", qc_gib(e.total),
                          qc_gib(avail + held), qc_gib(avail), qc_gib(held));
+    if (!a->q.cuda) return 0;
+    size_t gpu_free = 0;
+    if (quant_cuda_mem_free(a->q.cuda, &gpu_free, st)) return st->code;
+    fprintf(stderr, "quantize: needs ~%.2f GiB on GPU %d (%.2f free): hidden states, the calibration forward's "
+            "layer, Gram matrices, the largest step\n", qc_gib(e.device), quant_cuda_gpu(a->q.cuda), qc_gib(gpu_free));
+    if (e.device > gpu_free)
+        return llmi_fail(st, LLMI_E_USAGE, "quantize: needs ~%.2f GiB but only %.2f GiB is free on GPU %d (%s); lower "
+                         "--nsamples or --seqlen, or use --calib-dtype bf16", qc_gib(e.device), qc_gib(gpu_free),
+                         quant_cuda_gpu(a->q.cuda), quant_cuda_device_name(a->q.cuda));
     return 0;
 }
 

@@ -126,6 +126,20 @@ size_t quant_calib_bytes(const llmi_config *c, int n_windows, int seqlen, llmi_d
     return bytes;
 }
 
+size_t quant_calib_device_bytes(const llmi_config *c, int n_windows, int seqlen, llmi_dtype hidden_dtype) {
+    const int W = calib_windows_per_batch(n_windows, seqlen), bpw = (seqlen + CALIB_BLOCK - 1) / CALIB_BLOCK;
+    const size_t B = (size_t)W * seqlen, dim = (size_t)c->dim, ffn = (size_t)c->ffn_dim;
+    const size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    llmi_config one = *c;
+    one.n_layers = 1;
+    size_t bytes = (size_t)n_windows * seqlen * dim * (hidden_dtype == LLMI_F32 ? 4 : 2);   /* hidden */
+    bytes += 2 * (size_t)c->n_vocab * dim * 2;                                 /* embeddings, lm_head (bf16) */
+    bytes += (dim * (qd + 2 * kvd) + qd * dim + 3 * dim * ffn) * 2;            /* one layer's weights (bf16) */
+    bytes += B * (dim * 4 + dim * 2 + (qd + 2 * kvd) * 4 + qd * 2 + dim * 4 + 2 * ffn * 4 + ffn * 2); /* activations */
+    bytes += (size_t)W * bpw * backend_kv_block_bytes(&one, CALIB_BLOCK, LLMI_KV_BF16);
+    return bytes;
+}
+
 /* Where windows [w0, ...) of hidden are for a forward that writes them: on the GPU when
  * they are kept there, else fp32 on the host (hidden itself, or the stage). */
 static void calib_batch_target(quant_calib *c, int w0, llmi_layer_run *run) {
@@ -279,10 +293,18 @@ typedef struct tap_acc {
     float inv_n;                    /* 1 / all calibration tokens */
 } tap_acc;
 
+/* A wanted tap whose width is not its statistics' would overrun them. */
+static int tap_width_check(const tap_acc *a, int layer, llmi_tap tap, int width, llmi_status *st) {
+    if (width == a->stats[tap].cols) return 0;
+    return llmi_fail(st, LLMI_E_RUNTIME, "quantize: layer %d tap %d is %d wide, its statistics %d", layer, (int)tap,
+                     width, a->stats[tap].cols);
+}
+
 static int tap_collect(void *ctx, int layer, llmi_tap tap, const float *x, int n, int width, llmi_status *st) {
     tap_acc *a = ctx;
     if (a->want & (1u << tap)) {
         quant_tap_stats *s = &a->stats[tap];
+        if (tap_width_check(a, layer, tap, width, st)) return st->code;
         if (quant_gram_acc(x, n, width, a->inv_n, s->gram))
             return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory accumulating layer %d's Gram matrix", layer);
         quant_abs_mean_acc(x, n, width, a->inv_n, s->xmean);
@@ -294,8 +316,8 @@ static int tap_collect(void *ctx, int layer, llmi_tap tap, const float *x, int n
 static int tap_collect_device(void *ctx, int layer, llmi_tap tap, const void *x, llmi_dtype dt, int n, int width,
                               llmi_status *st) {
     tap_acc *a = ctx;
-    (void)layer, (void)width;
-    if ((a->want & (1u << tap)) && quant_cuda_gram_acc_device(a->cuda, (int)tap, x, dt, n, a->inv_n, st))
+    if ((a->want & (1u << tap)) && (tap_width_check(a, layer, tap, width, st) ||
+                                    quant_cuda_gram_acc_device(a->cuda, (int)tap, x, dt, n, a->inv_n, st)))
         return st->code;
     return (int)tap == a->stop ? LLMI_TAP_STOP : 0;
 }

@@ -82,6 +82,9 @@ int quant_calib_init(quant_calib *c, quant_view *v, const int32_t *tokens, int n
  * backend's workspaces and KV cache; on_gpu: the batch's index arrays only): the memory
  * estimate's calibration term. */
 size_t quant_calib_bytes(const llmi_config *c, int n_windows, int seqlen, llmi_dtype hidden_dtype, bool on_gpu);
+/* GPU bytes of the same with cuda: the hidden states, and the CUDA backend's embeddings,
+ * one layer's bf16 weights, activations and KV for one batch (an estimate). */
+size_t quant_calib_device_bytes(const llmi_config *c, int n_windows, int seqlen, llmi_dtype hidden_dtype);
 void quant_calib_free(quant_calib *c);
 /* Runs layer c->next_layer over every window, as the view serves it now, with tap
  * installed as the backend's tap (it may stop the layer early; c->batch_window tells

@@ -24,6 +24,11 @@ int quant_cuda_alloc(quant_cuda *q, size_t bytes, const char *what, void **p, ll
     QC_NONE();
 }
 void quant_cuda_free(quant_cuda *q, void *p) { (void)q, (void)p; }
+int quant_cuda_mem_free(quant_cuda *q, size_t *free_bytes, llmi_status *st) {
+    (void)q;
+    *free_bytes = 0;
+    QC_NONE();
+}
 int quant_cuda_gram_begin(quant_cuda *q, int slot, int k, llmi_status *st) { (void)q, (void)slot, (void)k; QC_NONE(); }
 int quant_cuda_gram_acc(quant_cuda *q, int slot, const float *x, int n, float scale, llmi_status *st) {
     (void)q, (void)slot, (void)x, (void)n, (void)scale;
@@ -181,6 +186,14 @@ void quant_cuda_free(quant_cuda *q, void *p) {
     cudaFree(p);
 }
 
+int quant_cuda_mem_free(quant_cuda *q, size_t *free_bytes, llmi_status *st) {
+    size_t total = 0;
+    *free_bytes = 0;
+    QC_CUDA(st, cudaSetDevice(q->device));
+    QC_CUDA(st, cudaMemGetInfo(free_bytes, &total));
+    return 0;
+}
+
 /* ---- Gram matrices ---- */
 
 int quant_cuda_gram_begin(quant_cuda *q, int slot, int k, llmi_status *st) {
@@ -213,7 +226,8 @@ int quant_cuda_gram_acc_device(quant_cuda *q, int slot, const void *x, llmi_dtyp
                                 k));
     } else {
         /* pedantic math would refuse tensor cores; the products of 16-bit values are exact in
-         * fp32 and the sums are fp32 (CUBLAS_COMPUTE_32F), so default math loses nothing */
+         * fp32 and the sums are fp32 (CUBLAS_COMPUTE_32F: the tensor cores' accumulation, a
+         * few ulps from round-to-nearest at every add) */
         const cudaDataType t = dt == LLMI_BF16 ? CUDA_R_16BF : CUDA_R_16F;
         QC_BLAS(st, cublasSetMathMode(q->blas, CUBLAS_DEFAULT_MATH));
         cublasStatus_t gs = cublasGemmEx(q->blas, CUBLAS_OP_N, CUBLAS_OP_T, k, k, n, &scale, x, t, k, x, t, k, &one,

@@ -29,13 +29,15 @@ int quant_cuda_gpu(const quant_cuda *q);
 /* bytes of device memory on q's GPU into *p (what: named in the error), and back. */
 int quant_cuda_alloc(quant_cuda *q, size_t bytes, const char *what, void **p, llmi_status *st);
 void quant_cuda_free(quant_cuda *q, void *p);
+/* The memory free on q's GPU now (cudaMemGetInfo). */
+int quant_cuda_mem_free(quant_cuda *q, size_t *free_bytes, llmi_status *st);
 
 /* Gram matrix slot (< QUANT_CUDA_SLOTS) of width k, with its inputs' mean magnitude:
  * zeroed by begin; acc adds scale * x^T x and scale * the column sums of |x| for host x
  * (n, k) fp32, acc_device the same for x (n, k) in dt (F32, BF16 or F16) already in the
- * memory of q's GPU (a calibration tap of the CUDA backend; bf16 products are exact in
- * the fp32 accumulation, so its tensor-core GEMM loses nothing against fp32 math on the
- * same values); both return with x free again.  end copies the matrix whole (both
+ * memory of q's GPU (a calibration tap of the CUDA backend: a tensor-core GEMM, whose
+ * products of 16-bit values are exact in fp32 and whose fp32 sums round a few ulps
+ * differently from an fp32 syrk's); both return with x free again.  end copies the matrix whole (both
  * triangles) into host h (k, k) and the magnitudes into host xmean (k) when not NULL. */
 int quant_cuda_gram_begin(quant_cuda *q, int slot, int k, llmi_status *st);
 int quant_cuda_gram_acc(quant_cuda *q, int slot, const float *x, int n, float scale, llmi_status *st);

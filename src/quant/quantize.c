@@ -47,6 +47,7 @@ int quant_check_shapes(const llmi_config *c, const quant_opts *o, llmi_status *s
 
 #define QM_ERR_ROWS 256          /* rows per chunk of the output-error measurement */
 #define QM_RUNTIME (128u << 20)  /* the binary, libraries, thread stacks, allocator slack */
+#define QM_GPU_RUNTIME ((size_t)512 << 20)  /* logit chunk, cuBLAS/cuSOLVER workspaces, allocator */
 
 static size_t qm_grid_bytes(size_t rows, size_t cols, int gs) { return rows * cols + rows * (cols / gs) * 3 + cols * 4; }
 
@@ -115,6 +116,27 @@ void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windo
             e->stats += (size_t)c->n_layers * ((size_t)cols * cols + cols) * 4;
         }
     e->total = e->source + e->calib + e->layer + e->step + e->writer + e->stats + QM_RUNTIME;
+    if (o->cuda) {
+        /* quant_cuda: every tap's Gram slot stays allocated; GPTQ's prepare holds H, its fp64
+         * copy, U and cuSOLVER's workspace (~24 cols^2 bytes), its walk U and the weights
+         * (~9 rows cols); AWQ's search three fp32 copies of a group's weights and H */
+        size_t grams = 0, gstep = 0;
+        for (int k = 0; k < QS_COUNT; k++) {
+            int rows, cols, total = 0, maxr = 0;
+            for (int i = qm_sets[k].first; i < qm_sets[k].last; i++) {
+                quant_linear_shape(c, i, &rows, &cols);
+                total += rows, maxr = rows > maxr ? rows : maxr;
+            }
+            const size_t cc = (size_t)cols * cols;
+            grams += (cc + (size_t)cols) * 4;
+            size_t s = o->method == QUANT_AWQ ? 12 * (size_t)total * cols + 4 * cc
+                                              : (24 * cc > 4 * cc + 9 * (size_t)maxr * cols ? 24 * cc
+                                                                                           : 4 * cc + 9 * (size_t)maxr * cols);
+            if (s > gstep) gstep = s;
+        }
+        e->device = (calib ? quant_calib_device_bytes(c, n_windows, seqlen, o->hidden_dtype) + grams : 0) + gstep +
+                    QM_GPU_RUNTIME;
+    }
 }
 
 /* ---- one layer ----------------------------------------------------------------------- */

@@ -55,6 +55,9 @@ typedef struct quant_mem {
     size_t writer;             /* streaming writer buffers */
     size_t stats;              /* --save-stats: every layer's Gram matrices, kept until the end */
     size_t total;
+    size_t device;             /* with o->cuda, the GPU's (an estimate): the calibration's (hidden
+                                  states, the forward's one layer, activations and KV), the four
+                                  Gram matrices and the largest GPTQ/AWQ step, plus slack */
 } quant_mem;
 void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windows, int seqlen, bool calib,
                            bool save_stats, quant_mem *e);
