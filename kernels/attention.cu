@@ -22,59 +22,57 @@ static __device__ __forceinline__ int64_t kv_index(const int32_t *bt, int block_
     return ((blk * block_size + pos % block_size) * n_kv_heads + kvh) * (int64_t)head_dim;
 }
 
-/* Elements per 16-byte load of a KV row segment (8 for f16/bf16, 4 for f32), or 1 when
- * head_dim does not divide into them (then rows are not 16-byte aligned either) and for
- * q8/fp8, which are read element by element (llmi_kv_load). */
-static __device__ __forceinline__ int kv_vec_width(llmi_kv_dtype dt, int hd) {
-    if (dt == LLMI_KV_Q8 || dt == LLMI_KV_FP8) return 1;
-    int w = dt == LLMI_KV_F32 ? 4 : 8;
-    return hd % w == 0 ? w : 1;
-}
-
 /* The fp8 scale of KV head kvh (1 for the other dtypes, which carry no scale). */
 static __device__ __forceinline__ float kv_scale_of(llmi_kv_dtype dt, const float *scale, int kvh) {
     return dt == LLMI_KV_FP8 && scale ? scale[kvh] : 1.0f;
 }
 
-/* dst[0 .. 16 bytes of elements) as fp32 <- cache[off ..], off a multiple of the width,
- * dst 16-byte aligned in shared memory; chunk: which 16-byte run of its row this is.  The
- * stores are 16 bytes wide, and a 16-bit run's two fp32 halves go out in the order bit 2
- * of chunk picks, so each store of 8 neighbouring runs (a quarter-warp) covers the 8
- * 16-byte bank groups once.  Stored a float at a time, a warp hit each bank 4 (K) or 8 (V)
- * times per store: by a count ~1,536 shared-memory wavefronts per 32-position tile at
- * head_dim 128, more than the products' ~1,280; now ~256. */
-static __device__ __forceinline__ void load_kv16(const void *cache, llmi_kv_dtype dt, int64_t off, int chunk,
-                                                 float *dst) {
-    if (dt == LLMI_KV_F32) {
-        *(float4 *)dst = *(const float4 *)((const float *)cache + off);
-        return;
-    }
-    uint4 raw = *(const uint4 *)((const uint16_t *)cache + off);
-    const unsigned short *h = (const unsigned short *)&raw;
-    float f[8];
+/* ---- decode ----
+ * The K/V tiles in shared memory hold the cache's own values when they are bf16 or f16
+ * and head_dim is a multiple of 8 (KT = that type: 16-byte copies, half the bytes of fp32,
+ * converted as the products read them), fp32 otherwise (KT = float: f32, q8 and fp8
+ * caches, converted and scaled as they are loaded, and 16-bit rows that 16-byte loads
+ * cannot cover).  q, the scores and the output accumulator are fp32 either way, and each
+ * product adds its terms in the same order, so both tile types give the same bits.
+ * Counted per 32-position tile at head_dim 128, G 4 (128-byte shared-memory wavefronts):
+ * fp32 tiles with one float read per multiply-add ~2,048 for the products and ~1,536 for
+ * the stores (a float at a time, each bank hit 4 or 8 times); 16-byte reads ~1,280; bf16
+ * tiles ~768 and ~128, in 21 KiB a block instead of 37. */
+template <typename KT> struct dec_tile;
+template <> struct dec_tile<float> {
+    /* rows of head_dim rounded up to 4 (zeros past it), read 16 bytes at a time; K's 4
+     * longer so a quarter-warp's reads of 8 positions start on distinct banks */
+    static __host__ __device__ int ld(int hd) { return (hd + 3) / 4 * 4; }
+    static __host__ __device__ int ldk(int hd) { return ld(hd) + 4; }
+};
+static __device__ __forceinline__ float dec_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+static __device__ __forceinline__ float dec_f32(__half v) { return __half2float(v); }
+template <typename T> struct dec_tile16 {
+    /* K's rows an odd number of 16-byte units, for the same reason */
+    static __host__ __device__ int ld(int hd) { return hd; }
+    static __host__ __device__ int ldk(int hd) { return 8 * (hd / 8 | 1); }
+    static __device__ __forceinline__ void to_f32(const T *p, float *f, int n) {
 #pragma unroll
-    for (int j = 0; j < 8; j++)
-        f[j] = dt == LLMI_KV_BF16 ? __bfloat162float(__ushort_as_bfloat16(h[j])) : __half2float(__ushort_as_half(h[j]));
-    const float4 lo = make_float4(f[0], f[1], f[2], f[3]), hi = make_float4(f[4], f[5], f[6], f[7]);
-    const int first = chunk >> 2 & 1;
-    ((float4 *)dst)[first] = first ? hi : lo;
-    ((float4 *)dst)[first ^ 1] = first ? lo : hi;
-}
+        for (int j = 0; j < n; j++) f[j] = dec_f32(p[j]);
+    }
+};
+template <> struct dec_tile<__nv_bfloat16> : dec_tile16<__nv_bfloat16> {};
+template <> struct dec_tile<__half> : dec_tile16<__half> {};
 
-/* The decode kernel's rows in shared memory hold head_dim rounded up to 4 floats (hd4), so
- * its products read 16 bytes at a time: scalar fp32 reads made it shared-memory bound (two
- * loads per multiply-add).  K's rows take 4 more: a quarter-warp's 16-byte reads of 8
- * consecutive positions then start on distinct banks. */
 static __host__ __device__ int dec_hd4(int hd) { return (hd + 3) / 4 * 4; }
-static __host__ __device__ int dec_ldk(int hd) { return dec_hd4(hd) + 4; }
 
-/* grid (n_kv_heads, n_tokens_listed, n_splits), block DEC_THREADS.  Shared (floats, hd4 =
- * dec_hd4(hd), columns hd..hd4 zero): qs (G, hd4) | ks (DEC_T, dec_ldk(hd)) | vs (DEC_T, hd4)
- * | S (G, DEC_T) | acc (G, hd4) | m, l, alpha (G). */
+/* grid (n_kv_heads, n_tokens_listed, n_splits), block DEC_THREADS.  Shared, hd4 =
+ * dec_hd4(hd) (columns hd..hd4 zero): qs (G, hd4) f32 | ks (DEC_T, ldk) KT | vs (DEC_T,
+ * ld) KT | S (G, DEC_T) f32 | acc (G, hd4) f32 | m, l, alpha (G) f32. */
+template <typename KT>
 __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits, float *work) {
     extern __shared__ __align__(16) float sm[];
-    const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads, hd4 = dec_hd4(hd), ldk = dec_ldk(hd), hq = hd4 / 4;
-    float *qs = sm, *ks = qs + G * hd4, *vs = ks + DEC_T * ldk, *S = vs + DEC_T * hd4, *acc = S + G * DEC_T;
+    constexpr bool f32_tile = sizeof(KT) == 4;
+    const int hd = a.head_dim, G = a.n_heads / a.n_kv_heads, hd4 = dec_hd4(hd), hq = hd4 / 4;
+    const int ld = dec_tile<KT>::ld(hd), ldk = dec_tile<KT>::ldk(hd);
+    float *qs = sm;
+    KT *ks = (KT *)(qs + G * hd4), *vs = ks + DEC_T * ldk;
+    float *S = (float *)(vs + DEC_T * ld), *acc = S + G * DEC_T;
     float *mrow = acc + G * hd4, *lrow = mrow + G, *alpha = lrow + G;
     const int item = blockIdx.y, kvh = blockIdx.x, split = blockIdx.z;
     const int t = tokens[item];
@@ -86,7 +84,8 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
     const int chunk = ((pos + n_splits) / n_splits + DEC_T - 1) / DEC_T * DEC_T;
     const int start = split * chunk, end = min(pos + 1, start + chunk);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
-    const int vw = kv_vec_width(a.kv_dt, hd);
+    /* fp32 tiles from an f32 cache: 16-byte loads where rows allow, else one element at a time */
+    const int vw = f32_tile && a.kv_dt == LLMI_KV_F32 && hd % 4 == 0 ? 4 : 1;
     const float ksc = kv_scale_of(a.kv_dt, a.k_scale, kvh), vsc = kv_scale_of(a.kv_dt, a.v_scale, kvh);
 
     for (int i = tid; i < G * hd4; i += blockDim.x) {
@@ -94,43 +93,57 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
         qs[i] = d < hd ? a.q[(int64_t)t * a.q_stride + (int64_t)(h0 + g) * hd + d] : 0.0f;
         acc[i] = 0.0f;
     }
-    if (hd4 != hd)   /* the pad columns, which the tile loads never write, read as zeros */
+    if constexpr (f32_tile)   /* the pad columns, which the tile loads never write, read as zeros */
         for (int i = tid; i < DEC_T * (hd4 - hd); i += blockDim.x) {
             int tt = i / (hd4 - hd), d = hd + i % (hd4 - hd);
             ks[tt * ldk + d] = 0.0f;
-            vs[tt * hd4 + d] = 0.0f;
+            vs[tt * ld + d] = 0.0f;
         }
     for (int g = tid; g < G; g += blockDim.x) { mrow[g] = -INFINITY; lrow[g] = 0.0f; }
     __syncthreads();
 
     for (int t0 = start; t0 < end; t0 += DEC_T) {
         const int nt = min(DEC_T, end - t0);
-        if (vw > 1) {   /* 16-byte loads: vw elements of a (position, head) row per thread */
-            const int hv = hd / vw;
+        if (!f32_tile || vw > 1) {   /* 16-byte copies: 8 16-bit values or 4 floats a thread */
+            const int per = f32_tile ? 4 : 8, hv = hd / per;
             for (int i = tid; i < nt * hv; i += blockDim.x) {
-                int tt = i / hv, c = i % hv, d = c * vw;
+                int tt = i / hv, d = (i % hv) * per;
                 int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, t0 + tt, kvh) + d;
-                load_kv16(a.k_cache, a.kv_dt, off, c, ks + tt * ldk + d);
-                load_kv16(a.v_cache, a.kv_dt, off, c, vs + tt * hd4 + d);
+                *(uint4 *)(ks + tt * ldk + d) = *(const uint4 *)((const KT *)a.k_cache + off);
+                *(uint4 *)(vs + tt * ld + d) = *(const uint4 *)((const KT *)a.v_cache + off);
             }
-        } else {
+        } else if constexpr (f32_tile) {
             for (int i = tid; i < nt * hd; i += blockDim.x) {
                 int tt = i / hd, d = i % hd;
                 int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, t0 + tt, kvh) + d;
                 ks[tt * ldk + d] = llmi_kv_load(a.k_cache, a.kv_dt, off) * ksc;
-                vs[tt * hd4 + d] = llmi_kv_load(a.v_cache, a.kv_dt, off) * vsc;
+                vs[tt * ld + d] = llmi_kv_load(a.v_cache, a.kv_dt, off) * vsc;
             }
         }
         __syncthreads();
-        /* a warp's lanes score 32 positions against one query head: q's reads are broadcasts */
+        /* a warp's lanes score 32 positions against one query head: q's reads are broadcasts;
+         * column c goes to partial sum c % 4 on both tile types */
         for (int i = tid; i < G * DEC_T; i += blockDim.x) {
             int g = i / DEC_T, tt = i % DEC_T;
             if (tt >= nt) continue;
-            const float4 *qg = (const float4 *)(qs + g * hd4), *kt = (const float4 *)(ks + tt * ldk);
+            const float4 *qg = (const float4 *)(qs + g * hd4);
             float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
-            for (int c = 0; c < hq; c++) {
-                float4 x = qg[c], y = kt[c];
-                d0 = fmaf(x.x, y.x, d0), d1 = fmaf(x.y, y.y, d1), d2 = fmaf(x.z, y.z, d2), d3 = fmaf(x.w, y.w, d3);
+            if constexpr (f32_tile) {
+                const float4 *kt = (const float4 *)(ks + tt * ldk);
+                for (int c = 0; c < hq; c++) {
+                    float4 x = qg[c], y = kt[c];
+                    d0 = fmaf(x.x, y.x, d0), d1 = fmaf(x.y, y.y, d1), d2 = fmaf(x.z, y.z, d2), d3 = fmaf(x.w, y.w, d3);
+                }
+            } else {
+                const uint4 *kt = (const uint4 *)(ks + tt * ldk);
+                for (int c = 0; c < hd / 8; c++) {
+                    uint4 raw = kt[c];
+                    float k[8];
+                    dec_tile<KT>::to_f32((const KT *)&raw, k, 8);
+                    float4 x = qg[2 * c], y = qg[2 * c + 1];
+                    d0 = fmaf(x.x, k[0], d0), d1 = fmaf(x.y, k[1], d1), d2 = fmaf(x.z, k[2], d2), d3 = fmaf(x.w, k[3], d3);
+                    d0 = fmaf(y.x, k[4], d0), d1 = fmaf(y.y, k[5], d1), d2 = fmaf(y.z, k[6], d2), d3 = fmaf(y.w, k[7], d3);
+                }
             }
             S[i] = ((d0 + d1) + (d2 + d3)) * a.scale;
         }
@@ -151,17 +164,24 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
             }
         }
         __syncthreads();
-        /* 4 output columns a thread: 16-byte reads of V and acc, p a broadcast */
+        /* 4 output columns a thread: V's 4 values of a row in one read, acc's 16 bytes, p a broadcast */
         for (int i = tid; i < G * hq; i += blockDim.x) {
             int g = i / hq, c = i % hq;
             const float *pg = S + g * DEC_T;
-            const float4 *vc = (const float4 *)vs + c;
             const float al = alpha[g];
             float4 o = ((float4 *)acc)[i];
             o.x *= al, o.y *= al, o.z *= al, o.w *= al;
             for (int tt = 0; tt < nt; tt++) {
                 float p = pg[tt];
-                float4 v = vc[tt * hq];
+                float4 v;
+                if constexpr (f32_tile) {
+                    v = ((const float4 *)(vs + tt * ld))[c];
+                } else {
+                    uint2 raw = ((const uint2 *)(vs + tt * ld))[c];
+                    float f[4];
+                    dec_tile<KT>::to_f32((const KT *)&raw, f, 4);
+                    v = make_float4(f[0], f[1], f[2], f[3]);
+                }
                 o.x = fmaf(p, v.x, o.x), o.y = fmaf(p, v.y, o.y), o.z = fmaf(p, v.z, o.z), o.w = fmaf(p, v.w, o.w);
             }
             ((float4 *)acc)[i] = o;
@@ -211,9 +231,18 @@ __global__ void llmi_attn_combine_kernel(llmi_cuda_attn a, const int32_t *tokens
     }
 }
 
-static size_t decode_smem_bytes(int G, int hd) {
-    return sizeof(float) * ((size_t)2 * G * dec_hd4(hd) + (size_t)DEC_T * dec_ldk(hd) + (size_t)DEC_T * dec_hd4(hd) +
-                            (size_t)G * DEC_T + 3 * (size_t)G);
+template <typename KT> static size_t decode_smem_bytes(int G, int hd) {
+    return sizeof(float) * ((size_t)2 * G * dec_hd4(hd) + (size_t)G * DEC_T + 3 * (size_t)G) +
+           sizeof(KT) * (size_t)DEC_T * (dec_tile<KT>::ldk(hd) + dec_tile<KT>::ld(hd));
+}
+
+/* shared memory above 48 KiB needs llmi_cuda_attn_init first */
+template <typename KT>
+static void launch_decode(const llmi_cuda_attn *a, const int32_t *tokens, int n, int n_splits, float *work,
+                          cudaStream_t s) {
+    const size_t smem = decode_smem_bytes<KT>(a->n_heads / a->n_kv_heads, a->head_dim);
+    dim3 grid((unsigned)a->n_kv_heads, (unsigned)n, (unsigned)n_splits);
+    llmi_attn_decode_kernel<KT><<<grid, DEC_THREADS, smem, s>>>(*a, tokens, n_splits, work);
 }
 
 extern "C" size_t llmi_cuda_attn_work_floats(int n_decode, int n_heads, int head_dim, int n_splits) {
@@ -240,10 +269,12 @@ extern "C" cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int3
     if (n <= 0) return cudaSuccess;
     if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0 || n_splits < 1 || n > 65535) return cudaErrorInvalidValue;
     if (n_splits > 1 && !work) return cudaErrorInvalidValue;
-    int G = a->n_heads / a->n_kv_heads;
-    size_t smem = decode_smem_bytes(G, a->head_dim);   /* above 48 KiB needs llmi_cuda_attn_init first */
-    dim3 grid((unsigned)a->n_kv_heads, (unsigned)n, (unsigned)n_splits);
-    llmi_attn_decode_kernel<<<grid, DEC_THREADS, smem, s>>>(*a, tokens, n_splits, work);
+    if (a->kv_dt == LLMI_KV_BF16 && a->head_dim % 8 == 0)
+        launch_decode<__nv_bfloat16>(a, tokens, n, n_splits, work, s);
+    else if (a->kv_dt == LLMI_KV_F16 && a->head_dim % 8 == 0)
+        launch_decode<__half>(a, tokens, n, n_splits, work, s);
+    else
+        launch_decode<float>(a, tokens, n, n_splits, work, s);
     LLMI_LAUNCH_CHECK();
     if (n_splits > 1) {
         llmi_attn_combine_kernel<<<dim3((unsigned)a->n_heads, (unsigned)n), 128, 0, s>>>(*a, tokens, n_splits, work);
@@ -490,7 +521,12 @@ template <typename K> static cudaError_t allow_smem(K kernel, size_t bytes) {
 
 extern "C" cudaError_t llmi_cuda_attn_init(int n_heads, int n_kv_heads, int head_dim) {
     if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || head_dim <= 0) return cudaErrorInvalidValue;
-    cudaError_t e = allow_smem(llmi_attn_decode_kernel, decode_smem_bytes(n_heads / n_kv_heads, head_dim));
+    const int G = n_heads / n_kv_heads;
+    cudaError_t e = allow_smem(llmi_attn_decode_kernel<float>, decode_smem_bytes<float>(G, head_dim));
+    if (e == cudaSuccess && head_dim % 8 == 0) {
+        e = allow_smem(llmi_attn_decode_kernel<__nv_bfloat16>, decode_smem_bytes<__nv_bfloat16>(G, head_dim));
+        if (e == cudaSuccess) e = allow_smem(llmi_attn_decode_kernel<__half>, decode_smem_bytes<__half>(G, head_dim));
+    }
     if (e == cudaSuccess && head_dim % 16 == 0 && head_dim <= 256) {
         size_t pb = pf_smem_bytes<__nv_bfloat16>(head_dim), ph = pf_smem_bytes<__half>(head_dim);
         if (head_dim <= 64) {
