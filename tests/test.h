@@ -6,8 +6,10 @@
 #define LLMI_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "model/model.h"
 
 typedef struct test_ctx { int failures; int skipped; const char *name; } test_ctx;
 typedef void (*test_fn)(test_ctx *);
@@ -53,5 +55,10 @@ double test_nmse(const float *a, const float *ref, long n);
 /* This run's seed: LLMI_TEST_SEED when set, else fresh from the clock.  The runner
  * prints it once at the start so a failure can be replayed with LLMI_TEST_SEED=N. */
 unsigned long long test_seed(void);
+
+/* testdata/hf/NAME (TESTDATA names another testdata directory) loaded without its
+ * tokenizer; n tokens drawn below n_vocab from this run's seed (the same on every call). */
+int test_load_hf(const char *name, llmi_model *m, llmi_status *st);
+void test_random_tokens(int32_t *tokens, int n, int n_vocab);
 
 #endif

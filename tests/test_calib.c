@@ -62,24 +62,16 @@ static void rec_free(tap_rec *r, int n_layers) {
 }
 
 TEST(calib_taps_equal_inference_forward) {
-    const char *td = getenv("TESTDATA");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/hf/llama-gqa-rope3", td && *td ? td : "testdata");
     llmi_model m;
     llmi_status st = {0};
-    llmi_load_opts lo = {.no_tokenizer = true};
-    if (model_load(dir, &lo, &m, &st)) {
+    if (test_load_hf("llama-gqa-rope3", &m, &st)) {
         CHECK_MSG(0, "%s", st.msg);
         return;
     }
     const llmi_config *c = &m.cfg;
     CHECK(c->rope_scaling == LLMI_ROPE_SCALING_LLAMA3 && c->n_kv_heads < c->n_heads && c->n_layers <= 8);
-    unsigned long long seed = test_seed();
     int32_t tokens[CAL_WINDOWS * CAL_LEN];
-    for (int i = 0; i < CAL_WINDOWS * CAL_LEN; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        tokens[i] = (int32_t)((seed >> 33) % (unsigned long long)c->n_vocab);
-    }
+    test_random_tokens(tokens, CAL_WINDOWS * CAL_LEN, c->n_vocab);
 
     /* Inference: each window alone, as `llmi generate` would prefill it. */
     tap_rec inf, cal;

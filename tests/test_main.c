@@ -28,6 +28,22 @@ double test_nmse(const float *a, const float *ref, long n) {
 
 unsigned long long test_seed(void) { return g_seed; }
 
+int test_load_hf(const char *name, llmi_model *m, llmi_status *st) {
+    const char *td = getenv("TESTDATA");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/hf/%s", td && *td ? td : "testdata", name);
+    llmi_load_opts lo = {.no_tokenizer = true};
+    return model_load(dir, &lo, m, st);
+}
+
+void test_random_tokens(int32_t *tokens, int n, int n_vocab) {
+    unsigned long long s = g_seed;
+    for (int i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        tokens[i] = (int32_t)((s >> 33) % (unsigned long long)n_vocab);
+    }
+}
+
 static int cmp_entry(const void *a, const void *b) {
     return strcmp(((const test_entry *)a)->name, ((const test_entry *)b)->name);
 }

@@ -255,23 +255,15 @@ TEST(calib_cuda_vs_cpu) {
         (void)cudaGetLastError();
         SKIP("no CUDA device");
     }
-    const char *td = getenv("TESTDATA");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/hf/llama-gqa-rope3", td && *td ? td : "testdata");
     llmi_model m;
     llmi_status st = {0};
-    llmi_load_opts lo = {.no_tokenizer = true};
-    if (model_load(dir, &lo, &m, &st)) {
+    if (test_load_hf("llama-gqa-rope3", &m, &st)) {
         CHECK_MSG(0, "%s", st.msg);
         return;
     }
     enum { NW = 60, LEN = 40 };
     static int32_t tokens[NW * LEN];
-    unsigned long long seed = test_seed();
-    for (int i = 0; i < NW * LEN; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        tokens[i] = (int32_t)((seed >> 33) % (unsigned long long)m.cfg.n_vocab);
-    }
+    test_random_tokens(tokens, NW * LEN, m.cfg.n_vocab);
     quant_cuda *q = NULL;
     CHECK_MSG(quant_cuda_create(&q, 0, &st) == 0, "%s", st.msg);
     const llmi_dtype dts[3] = {LLMI_BF16, LLMI_F16, LLMI_F32};

@@ -51,6 +51,16 @@ int quant_check_shapes(const llmi_config *c, const quant_opts *o, llmi_status *s
 
 static size_t qm_grid_bytes(size_t rows, size_t cols, int gs) { return rows * cols + rows * (cols / gs) * 3 + cols * 4; }
 
+/* Set k's input width, and its linears' rows summed and the most of one. */
+static void qm_set_rows(const llmi_config *c, int k, int *cols, int *total, int *maxr) {
+    int rows;
+    *total = *maxr = 0;
+    for (int i = qm_sets[k].first; i < qm_sets[k].last; i++) {
+        quant_linear_shape(c, i, &rows, cols);
+        *total += rows, *maxr = rows > *maxr ? rows : *maxr;
+    }
+}
+
 void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windows, int seqlen, bool calib,
                            bool save_stats, quant_mem *e) {
     const llmi_config *c = &m->cfg;
@@ -74,11 +84,8 @@ void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windo
         /* every set's Gram matrix and every fp32 linear at once, then one group's search */
         size_t grams = 0, search = 0;
         for (int k = 0; k < QS_COUNT; k++) {
-            int rows, cols, total = 0, maxr = 0;
-            for (int i = qm_sets[k].first; i < qm_sets[k].last; i++) {
-                quant_linear_shape(c, i, &rows, &cols);
-                total += rows, maxr = rows > maxr ? rows : maxr;
-            }
+            int cols, total, maxr;
+            qm_set_rows(c, k, &cols, &total, &maxr);
             grams += (size_t)cols * cols * 4 * (save_stats ? 2 : 1) + (size_t)cols * 1024;
             size_t s = (size_t)cols * ((size_t)total * 8 + (size_t)maxr * 8 + 256 * 4);
             if (s > search) search = s;
@@ -86,11 +93,8 @@ void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windo
         step = grams + params * 4 + search;
     } else {
         for (int k = 0; k < QS_COUNT; k++) {
-            int rows, cols, maxr = 0;
-            for (int i = qm_sets[k].first; i < qm_sets[k].last; i++) {
-                quant_linear_shape(c, i, &rows, &cols);
-                maxr = rows > maxr ? rows : maxr;
-            }
+            int cols, total, maxr;
+            qm_set_rows(c, k, &cols, &total, &maxr);
             size_t cc = (size_t)cols * cols, s;
             size_t h = cc * 4 * (save_stats ? 2 : 1);
             size_t err = (size_t)QM_ERR_ROWS * cols * 16 + (size_t)cols * 1024;   /* 2 x (2 nr, cols) + packing */
@@ -122,11 +126,8 @@ void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windo
          * (~9 rows cols); AWQ's search three fp32 copies of a group's weights and H */
         size_t grams = 0, gstep = 0;
         for (int k = 0; k < QS_COUNT; k++) {
-            int rows, cols, total = 0, maxr = 0;
-            for (int i = qm_sets[k].first; i < qm_sets[k].last; i++) {
-                quant_linear_shape(c, i, &rows, &cols);
-                total += rows, maxr = rows > maxr ? rows : maxr;
-            }
+            int cols, total, maxr;
+            qm_set_rows(c, k, &cols, &total, &maxr);
             const size_t cc = (size_t)cols * cols;
             grams += (cc + (size_t)cols) * 4;
             size_t s = o->method == QUANT_AWQ ? 12 * (size_t)total * cols + 4 * cc
