@@ -1,9 +1,11 @@
 /* calib.h — owns how `llmi quantize` sees activations: calibration windows run through
- * the engine's own CPU forward (backend->forward_layers), one decoder layer at a time,
- * and the statistics of every linear's input are read at the backend's activation taps
- * (backend.h), as llama.cpp's eval callback does.  So GPTQ and AWQ calibrate on exactly
- * what inference computes: the same RoPE (scaling included), norms, attention and matmul
- * kernels, with the layers quantized so far served from their int4 grids.
+ * the engine's own forward (backend->forward_layers of the CPU backend, or of the CUDA
+ * backend with --device cuda, where hidden states and taps stay on the GPU), one decoder
+ * layer at a time, and the statistics of every linear's input are read at the backend's
+ * activation taps (backend.h), as llama.cpp's eval callback does.  So GPTQ and AWQ
+ * calibrate on exactly what inference computes: the same RoPE (scaling included), norms,
+ * attention and matmul kernels, with the layers quantized so far served from their int4
+ * grids.
  *
  * quant_view is the model as it will be served after quantization: a shallow copy of
  * the source model whose linears, norms and biases can be replaced one by one.  The
