@@ -34,10 +34,12 @@ static __device__ __forceinline__ float kv_scale_of(llmi_kv_dtype dt, const floa
  * caches, converted and scaled as they are loaded, and 16-bit rows that 16-byte loads
  * cannot cover).  q, the scores and the output accumulator are fp32 either way, and each
  * product adds its terms in the same order, so both tile types give the same bits.
- * Counted per 32-position tile at head_dim 128, G 4 (128-byte shared-memory wavefronts):
- * fp32 tiles with one float read per multiply-add ~2,048 for the products and ~1,536 for
- * the stores (a float at a time, each bank hit 4 or 8 times); 16-byte reads ~1,280; bf16
- * tiles ~768 and ~128, in 21 KiB a block instead of 37. */
+ * Counted per 32-position tile at head_dim 128, G 4 (128-byte shared-memory wavefronts,
+ * a 16-byte read that every lane takes from one address counted as 4): fp32 tiles with one
+ * float read per multiply-add ~2,048 for the products and ~1,536 for the stores (a float
+ * at a time, each bank hit 4 or 8 times); 16-byte fp32 reads ~1,700; bf16 tiles ~1,200
+ * and ~128 (q's broadcasts then the largest part: scoring a position against all G heads
+ * in one lane would read and convert K once), in 21 KiB a block instead of 37. */
 template <typename KT> struct dec_tile;
 template <> struct dec_tile<float> {
     /* rows of head_dim rounded up to 4 (zeros past it), read 16 bytes at a time; K's 4
