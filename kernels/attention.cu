@@ -40,11 +40,12 @@ static __device__ __forceinline__ float kv_scale_of(llmi_kv_dtype dt, const floa
  * at a time, each bank hit 4 or 8 times); 16-byte fp32 reads ~1,700; bf16 tiles ~1,200
  * and ~128 (q's broadcasts then the largest part: scoring a position against all G heads
  * in one lane would read and convert K once), in 21 KiB a block instead of 37. */
+static __host__ __device__ int dec_hd4(int hd) { return (hd + 3) / 4 * 4; }
 template <typename KT> struct dec_tile;
 template <> struct dec_tile<float> {
     /* rows of head_dim rounded up to 4 (zeros past it), read 16 bytes at a time; K's 4
      * longer so a quarter-warp's reads of 8 positions start on distinct banks */
-    static __host__ __device__ int ld(int hd) { return (hd + 3) / 4 * 4; }
+    static __host__ __device__ int ld(int hd) { return dec_hd4(hd); }
     static __host__ __device__ int ldk(int hd) { return ld(hd) + 4; }
 };
 static __device__ __forceinline__ float dec_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -60,8 +61,6 @@ template <typename T> struct dec_tile16 {
 };
 template <> struct dec_tile<__nv_bfloat16> : dec_tile16<__nv_bfloat16> {};
 template <> struct dec_tile<__half> : dec_tile16<__half> {};
-
-static __host__ __device__ int dec_hd4(int hd) { return (hd + 3) / 4 * 4; }
 
 /* grid (n_kv_heads, n_tokens_listed, n_splits), block DEC_THREADS.  Shared, hd4 =
  * dec_hd4(hd) (columns hd..hd4 zero): qs (G, hd4) f32 | ks (DEC_T, ldk) KT | vs (DEC_T,

@@ -127,7 +127,7 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
 
 
 /* The Hessian X^T X (cuBLAS syrk + the mirror kernel) and the mean |x| against
- * quant_gram_acc and quant_abs_mean_acc, from host fp32 and from device bf16 (the
+ * quant_gram_acc and quant_abs_mean_acc, from fp32 and from bf16 on the device (the
  * calibration tap's path: a tensor-core GEMM on bf16 values, exact products, fp32 sums),
  * then GPTQ's factorisation and column walk against quant_gptq_prepare/apply on that
  * Hessian.  Widths off the 128-column block (320 = 2.5 blocks), two accumulation calls,
@@ -160,15 +160,19 @@ TEST(quant_cuda_gram_and_gptq_vs_cpu) {
 
     llmi_status st = {0};
     quant_cuda *q = NULL;
-    if (quant_cuda_create(&q, 0, &st) || quant_cuda_gram_begin(q, 1, k, &st) ||
-        quant_cuda_gram_acc(q, 1, x, split, 2.0f / n, &st) ||
-        quant_cuda_gram_acc(q, 1, x + (size_t)split * k, n - split, 2.0f / n, &st) ||
+    float *xd32 = NULL;
+    if (quant_cuda_create(&q, 0, &st) || !(xd32 = tqc_up(x, sizeof(float) * n * k)) ||
+        quant_cuda_gram_begin(q, 1, k, &st) ||
+        quant_cuda_gram_acc_device(q, 1, xd32, LLMI_F32, split, 2.0f / n, &st) ||
+        quant_cuda_gram_acc_device(q, 1, xd32 + (size_t)split * k, LLMI_F32, n - split, 2.0f / n, &st) ||
         quant_cuda_gram_end(q, 1, hg, mg, &st)) {
-        CHECK_MSG(0, "%s", st.msg);
+        CHECK_MSG(0, "%s", xd32 ? st.msg : "cannot upload x");
         if (q) quant_cuda_destroy(q);
+        cudaFree(xd32);
         free(x), free(w), free(hc), free(hg), free(mc), free(mg);
         return;
     }
+    cudaFree(xd32);
     /* xmean was accumulated with scale 2/n alongside the Gram matrix: twice mc */
     double em = 0;
     for (int c = 0; c < k; c++) em = fmax(em, fabs(mg[c] - 2 * mc[c]) / (2 * mc[c]));

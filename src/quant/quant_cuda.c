@@ -30,10 +30,6 @@ int quant_cuda_mem_free(quant_cuda *q, size_t *free_bytes, llmi_status *st) {
     QC_NONE();
 }
 int quant_cuda_gram_begin(quant_cuda *q, int slot, int k, llmi_status *st) { (void)q, (void)slot, (void)k; QC_NONE(); }
-int quant_cuda_gram_acc(quant_cuda *q, int slot, const float *x, int n, float scale, llmi_status *st) {
-    (void)q, (void)slot, (void)x, (void)n, (void)scale;
-    QC_NONE();
-}
 int quant_cuda_gram_acc_device(quant_cuda *q, int slot, const void *x, llmi_dtype dt, int n, float scale,
                                llmi_status *st) {
     (void)q, (void)slot, (void)x, (void)dt, (void)n, (void)scale;
@@ -100,8 +96,6 @@ struct quant_cuda {
     float *gram[QUANT_CUDA_SLOTS];  /* (k, k) each, device */
     float *xmean[QUANT_CUDA_SLOTS]; /* (k) each, device: the slot's mean |x| */
     int gram_k[QUANT_CUDA_SLOTS];
-    float *x;                       /* (x_cap) device: one batch of activations or weights */
-    size_t x_cap;
     float *u;                       /* (u_cols, u_cols) device: U of the last prepare */
     int u_cols;
     int32_t *perm;                  /* (u_cols) device */
@@ -116,7 +110,7 @@ void quant_cuda_destroy(quant_cuda *q) {
     if (!q) return;
     cudaSetDevice(q->device);
     for (int i = 0; i < QUANT_CUDA_SLOTS; i++) cudaFree(q->gram[i]), cudaFree(q->xmean[i]);
-    cudaFree(q->x), cudaFree(q->u), cudaFree(q->perm), cudaFree(q->dead), cudaFree(q->scalar);
+    cudaFree(q->u), cudaFree(q->perm), cudaFree(q->dead), cudaFree(q->scalar);
     if (q->solver) cusolverDnDestroy(q->solver);
     if (q->blas) cublasDestroy(q->blas);
     if (q->stream) cudaStreamDestroy(q->stream);
@@ -153,16 +147,6 @@ int quant_cuda_create(quant_cuda **out, int gpu, llmi_status *st) {
     }
     snprintf(q->name, sizeof q->name, "%.127s", prop.name);
     *out = q;
-    return 0;
-}
-
-static int qc_reserve_x(quant_cuda *q, size_t floats, llmi_status *st) {
-    if (floats <= q->x_cap) return 0;
-    cudaFree(q->x);
-    q->x = NULL;
-    q->x_cap = 0;
-    QC_CUDA(st, cudaMalloc((void **)&q->x, floats * sizeof(float)));
-    q->x_cap = floats;
     return 0;
 }
 
@@ -239,13 +223,6 @@ int quant_cuda_gram_acc_device(quant_cuda *q, int slot, const void *x, llmi_dtyp
     /* x is the caller's again when this returns */
     QC_CUDA(st, cudaStreamSynchronize(q->stream));
     return 0;
-}
-
-int quant_cuda_gram_acc(quant_cuda *q, int slot, const float *x, int n, float scale, llmi_status *st) {
-    const int k = q->gram_k[slot];
-    if (qc_reserve_x(q, (size_t)n * k, st)) return st->code;
-    QC_CUDA(st, cudaMemcpyAsync(q->x, x, (size_t)n * k * sizeof(float), cudaMemcpyHostToDevice, q->stream));
-    return quant_cuda_gram_acc_device(q, slot, q->x, LLMI_F32, n, scale, st);
 }
 
 int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, float *xmean, llmi_status *st) {

@@ -33,14 +33,13 @@ void quant_cuda_free(quant_cuda *q, void *p);
 int quant_cuda_mem_free(quant_cuda *q, size_t *free_bytes, llmi_status *st);
 
 /* Gram matrix slot (< QUANT_CUDA_SLOTS) of width k, with its inputs' mean magnitude:
- * zeroed by begin; acc adds scale * x^T x and scale * the column sums of |x| for host x
- * (n, k) fp32, acc_device the same for x (n, k) in dt (F32, BF16 or F16) already in the
- * memory of q's GPU (a calibration tap of the CUDA backend: a tensor-core GEMM, whose
- * products of 16-bit values are exact in fp32 and whose fp32 sums round a few ulps
- * differently from an fp32 syrk's); both return with x free again.  end copies the matrix whole (both
- * triangles) into host h (k, k) and the magnitudes into host xmean (k) when not NULL. */
+ * zeroed by begin; acc_device adds scale * x^T x and scale * the column sums of |x| for x
+ * (n, k) in dt in the memory of q's GPU (a calibration tap of the CUDA backend) and
+ * returns with x free again: fp32 through a pedantic syrk, bf16/f16 through a tensor-core
+ * GEMM (products of 16-bit values are exact in fp32, its fp32 sums round a few ulps
+ * differently from a syrk's).  end copies the matrix whole (both triangles) into host h
+ * (k, k) and the magnitudes into host xmean (k) when not NULL. */
 int quant_cuda_gram_begin(quant_cuda *q, int slot, int k, llmi_status *st);
-int quant_cuda_gram_acc(quant_cuda *q, int slot, const float *x, int n, float scale, llmi_status *st);
 int quant_cuda_gram_acc_device(quant_cuda *q, int slot, const void *x, llmi_dtype dt, int n, float scale,
                                llmi_status *st);
 int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, float *xmean, llmi_status *st);

@@ -130,9 +130,8 @@ void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windo
             qm_set_rows(c, k, &cols, &total, &maxr);
             const size_t cc = (size_t)cols * cols;
             grams += (cc + (size_t)cols) * 4;
-            size_t s = o->method == QUANT_AWQ ? 12 * (size_t)total * cols + 4 * cc
-                                              : (24 * cc > 4 * cc + 9 * (size_t)maxr * cols ? 24 * cc
-                                                                                           : 4 * cc + 9 * (size_t)maxr * cols);
+            const size_t prep = 24 * cc, walk = 4 * cc + 9 * (size_t)maxr * cols;
+            size_t s = o->method == QUANT_AWQ ? 12 * (size_t)total * cols + 4 * cc : prep > walk ? prep : walk;
             if (s > gstep) gstep = s;
         }
         e->device = (calib ? quant_calib_device_bytes(c, n_windows, seqlen, o->hidden_dtype) + grams : 0) + gstep +

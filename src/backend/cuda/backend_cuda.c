@@ -145,7 +145,7 @@ typedef struct cuda_impl {
     int lp_cap;
     int32_t *lp_slot;                /* (max_tokens) host: each logit row's lp_h row, or -1 */
 
-    float *tap_h;             /* (tap_cap) pinned: an activation handed to the tap, or hidden's delta */
+    float *tap_h;             /* (tap_cap) pinned: an activation handed to the tap */
     size_t tap_cap;
 
     size_t weight_bytes, act_bytes;
@@ -1214,25 +1214,22 @@ static int cuda_forward_layers(llmi_backend *b, const llmi_batch *bt, llmi_layer
     else
         CU_CHECK(st, cudaMemcpyAsync(im->x, run->hidden, bytes, cudaMemcpyHostToDevice, im->stream));
     if (layers_run(b, im, &f, run->first_layer, run->last_layer, &run->stopped, st)) return st->code;
-    if (!run->stopped && run->hidden_device) {
-        /* the same sum as below, rounded once into hidden_device; the overflow count goes
-         * through the sampler's token buffers, which a forward_layers call never uses */
+    if (!run->stopped) {
+        /* the residual plus the last layer's pending output, the sum the next layer's first
+         * norm would form, rounded once into hidden_device, or in place in fp32 for the host;
+         * the overflow count goes through the sampler's token buffers, which a
+         * forward_layers call never uses */
         const bool pending = run->last_layer > run->first_layer;
-        CU_CHECK(st, llmi_cuda_sum_store(im->x, pending ? im->delta : NULL, (int64_t)n * dim, run->hidden_device, hdt,
-                                         im->tok_d, im->stream));
-        CU_CHECK(st, cudaMemcpyAsync(im->tok_h, im->tok_d, sizeof(int32_t), cudaMemcpyDeviceToHost, im->stream));
+        void *dst = run->hidden_device ? run->hidden_device : (void *)im->x;
+        CU_CHECK(st, llmi_cuda_sum_store(im->x, pending ? im->delta : NULL, (int64_t)n * dim, dst,
+                                         run->hidden_device ? hdt : LLMI_F32, run->hidden_device ? im->tok_d : NULL,
+                                         im->stream));
+        if (run->hidden_device)
+            CU_CHECK(st, cudaMemcpyAsync(im->tok_h, im->tok_d, sizeof(int32_t), cudaMemcpyDeviceToHost, im->stream));
+        else
+            CU_CHECK(st, cudaMemcpyAsync(run->hidden, im->x, bytes, cudaMemcpyDeviceToHost, im->stream));
         CU_CHECK(st, cudaStreamSynchronize(im->stream));
-        run->overflow = im->tok_h[0];
-    } else if (!run->stopped) {
-        /* the residual plus the last layer's pending output: the sum the next layer's first
-         * norm would form */
-        const bool pending = run->last_layer > run->first_layer;
-        if (pending && tap_reserve(im, (size_t)n * dim, st)) return st->code;
-        if (pending) CU_CHECK(st, cudaMemcpyAsync(im->tap_h, im->delta, bytes, cudaMemcpyDeviceToHost, im->stream));
-        CU_CHECK(st, cudaMemcpyAsync(run->hidden, im->x, bytes, cudaMemcpyDeviceToHost, im->stream));
-        CU_CHECK(st, cudaStreamSynchronize(im->stream));
-        if (pending)
-            for (size_t i = 0; i < (size_t)n * dim; i++) run->hidden[i] += im->tap_h[i];
+        if (run->hidden_device) run->overflow = im->tok_h[0];
     }
     CU_CHECK(st, cudaStreamSynchronize(im->stream));
     return 0;
