@@ -4,6 +4,7 @@
 #   make CUDA=0     skip CUDA even when nvcc exists (CUDA=1: fail when nvcc is missing)
 #   make test       build both, run the whole suite (tests/run.sh)
 #   make fuzz       libFuzzer targets (clang, ASan+UBSan) in build-fuzz/ (docs/RELIABILITY.md)
+#   make emu        the CUDA backend on the CPU emulator (tests/cuda-emu/, ASan+UBSan) in build-emu/
 CC      ?= gcc
 SAN     ?= 0
 NVCC    ?= $(shell command -v nvcc 2>/dev/null)
@@ -70,7 +71,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 FUZZ_NAMES  := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
 
-.PHONY: all test clean san tools fuzz kernel-bench FORCE
+.PHONY: all test clean san tools fuzz kernel-bench emu FORCE
 all: $(BIN)
 
 $(BIN): $(BUILD)/main.o $(OBJS) $(BUILD)/version.o $(CU_OBJS)
@@ -133,13 +134,55 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
+
+# The CUDA backend's host code and kernels built against tests/cuda-emu's emulated runtime
+# (no nvcc, no GPU), under ASan/UBSan: the suite runs the CUDA unit tests and a greedy
+# comparison through it where no GPU is visible (docs/TESTING.md says what it cannot show).
+EMU_DIR      := tests/cuda-emu
+EMU_SAN      := -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+EMU_CFLAGS   := -std=c11 -D_GNU_SOURCE $(WARN) -fopenmp -MMD -MP -DLLMI_CUDA -I$(EMU_DIR)/include -Isrc -Ikernels \
+                $(PKG_CFLAGS) -O1 -g -march=native $(EMU_SAN)
+EMU_CXXFLAGS := -std=c++20 -O1 -g -march=native $(EMU_SAN) -MMD -MP -I$(EMU_DIR)/include -Isrc -Ikernels \
+                -Wall -Wno-unused-parameter -Wno-unused-variable -Wno-unused-function -Wno-unknown-pragmas
+EMU_OBJS     := $(SRCS:%.c=build-emu/%.o) build-emu/version.o $(CU_SRCS:kernels/%.cu=build-emu/kernels/%.o) \
+                build-emu/cuda-emu/runtime.o build-emu/cuda-emu/blas.o
+EMU_LIBS     := $(EMU_SAN) $(PKG_LIBS) -fopenmp -lm -lpthread
+
+emu: build-emu/llmi_tests build-emu/llmi
+build-emu/llmi_tests: $(TEST_SRCS:%.c=build-emu/%.o) $(EMU_OBJS)
+	$(CXX) -o $@ $^ $(EMU_LIBS)
+build-emu/llmi: build-emu/main.o $(EMU_OBJS)
+	$(CXX) -o $@ $^ $(EMU_LIBS)
+build-emu/version.o: $(BUILD)/version.c
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_CFLAGS) -c $< -o $@
+build-emu/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_CFLAGS) -c $< -o $@
+# the kernels as C++: launches, shared memory and inline PTX rewritten for the emulator
+build-emu/kernels/%.cpp: kernels/%.cu $(EMU_DIR)/transform.py
+	@mkdir -p $(dir $@)
+	python3 $(EMU_DIR)/transform.py $< $@
+build-emu/kernels/%.o: build-emu/kernels/%.cpp
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+build-emu/cuda-emu/runtime.o: $(EMU_DIR)/runtime.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+# the emulated cuBLAS/cuSOLVER loops checked their operands already: optimized, no sanitizer
+build-emu/cuda-emu/blas.o: $(EMU_DIR)/blas.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 -O3 -g -march=native -fopenmp -MMD -MP -I$(EMU_DIR)/include -Wall -Wno-unused-parameter -c $< -o $@
+.SECONDARY: $(CU_SRCS:kernels/%.cu=build-emu/kernels/%.cpp)
+
 test:
 	$(MAKE) all tools
 	$(MAKE) SAN=1 all tools
+	$(MAKE) emu
 	bash tests/run.sh
 
 clean:
-	rm -rf build build-cpu build-san build-fuzz llmi llmi-san
+	rm -rf build build-cpu build-san build-fuzz build-emu llmi llmi-san
 
 -include $(OBJS:.o=.d) $(TEST_OBJS:.o=.d) $(BUILD)/main.d $(CU_OBJS:.o=.d) $(wildcard $(BUILD)/tests/fuzz/*.d)
 -include $(wildcard $(FUZZ_OBJS:.o=.d) build-fuzz/tests/fuzz/*.d)
+-include $(wildcard $(EMU_OBJS:.o=.d) build-emu/tests/*.d build-emu/main.d)

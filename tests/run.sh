@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests (under ASan/UBSan), the CUDA unit tests (from the CUDA
-# build, only when a GPU is visible), then every tests/cli/*.sh.
+# build when a GPU is visible, else from the CPU emulation of CUDA, build-emu), then every
+# tests/cli/*.sh.
 # A CLI test is a script that exits 0 on pass, 77 to skip; it gets
 #   LLMI      the optimized binary      LLMI_SAN  the ASan/UBSan binary
+#   LLMI_EMU  the CUDA build on the CPU emulation (build-emu/llmi)
 #   MODEL     the default SmolLM2 GGUF  TESTDATA  testdata/    SHARED  ../shared
 # Ends with the line "N passed, N failed, N skipped".  A skip is not a pass: the suite
 # fails when anything skipped, unless LLMI_ALLOW_SKIP=1.  Without a visible GPU the CUDA
-# unit tests are not run at all (neither passed nor skipped), and the summary says so.
+# unit tests run on the emulation only, and the summary says so.
 set -u
 cd "$(dirname "$0")/.."
-export LLMI="$PWD/llmi" LLMI_SAN="$PWD/llmi-san" TESTDATA="$PWD/testdata" SHARED="$(cd .. && pwd)/shared"
+export LLMI="$PWD/llmi" LLMI_SAN="$PWD/llmi-san" LLMI_EMU="$PWD/build-emu/llmi" TESTDATA="$PWD/testdata" SHARED="$(cd .. && pwd)/shared"
 export MODEL="${MODEL:-$(scripts/fetch-model.sh --path)}"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:exitcode=99" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=98"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
@@ -59,7 +61,11 @@ fi
 
 if [ -z "$filter" ] || [ "$filter" = unit ] || [ "$filter" = cuda ]; then
   if ! gpu_visible; then
-    notes+=("CUDA unit tests not run: no GPU visible")
+    # No GPU: the same tests through the CPU emulation of CUDA (tests/cuda-emu, make emu).
+    # It runs the host code and the kernels' logic, not the GPU: the note says so.
+    echo "== CUDA unit tests (CPU emulation: build-emu, no GPU visible)"
+    unit_run cuda-emu build-emu/llmi_tests cuda
+    notes+=("CUDA unit tests run on the CPU emulation only: no GPU visible")
   elif [ ! -x build/llmi_tests ]; then
     # A GPU nobody tests is a skip, not a pass.
     echo "skip cuda unit tests: a GPU is visible but llmi was built without CUDA (no nvcc)"

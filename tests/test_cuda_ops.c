@@ -178,8 +178,14 @@ TEST(cuda_rope_kv) {
     const int n = 11, nh = 6, nkv = 2, bs = 16, nblocks = 5;
     const float k_scale[2] = {0.5f, 1.0f}, v_scale[2] = {2.0f, 0.25f};
     float *d_ks = dup_to_dev(k_scale, sizeof k_scale), *d_vs = dup_to_dev(v_scale, sizeof v_scale);
-    int32_t pos[11], slot[11];
-    for (int i = 0; i < n; i++) { pos[i] = trng_int(&r, 5000); slot[i] = i * 7 % (nblocks * bs); }
+    /* two padding rows (slot -1, as a graph bucket's): rotated, never written to the cache;
+     * the CPU twin, which has no such rows, writes them to a scratch slot past the cache */
+    int32_t pos[11], slot[11], slot_ref[11];
+    for (int i = 0; i < n; i++) {
+        pos[i] = trng_int(&r, 5000);
+        slot[i] = i == 3 || i == 8 ? -1 : i * 7 % (nblocks * bs);
+        slot_ref[i] = slot[i] < 0 ? nblocks * bs : slot[i];
+    }
     for (int kt = 0; kt < LLMI_KV_DTYPE_COUNT; kt++) {
         llmi_kv_dtype dt = (llmi_kv_dtype)kt;
         const int hd = dt == LLMI_KV_Q8 ? 64 : 34;   /* q8: whole 32-value blocks per head */
@@ -197,9 +203,10 @@ TEST(cuda_rope_kv) {
             memcpy(k + (size_t)t * kvd, qkv + (size_t)t * W + qd, kvd * 4);
             memcpy(v + (size_t)t * kvd, qkv + (size_t)t * W + qd + kvd, kvd * 4);
         }
-        void *kc = calloc(1, cache_bytes), *vc = calloc(1, cache_bytes);
+        const size_t slot_bytes = kv_dtype_row_bytes(dt, kvd);
+        void *kc = calloc(1, cache_bytes + slot_bytes), *vc = calloc(1, cache_bytes + slot_bytes);
         void *kg = malloc(cache_bytes), *vg = malloc(cache_bytes);
-        cpu_rope_kv_write(q, k, v, pos, slot, n, nh, nkv, hd, inv_freq, kc, vc, dt, k_scale, v_scale);
+        cpu_rope_kv_write(q, k, v, pos, slot_ref, n, nh, nkv, hd, inv_freq, kc, vc, dt, k_scale, v_scale);
         float *d_qkv = dup_to_dev(qkv, sizeof(float) * n * W), *d_if = dup_to_dev(inv_freq, sizeof(float) * hd / 2);
         int32_t *d_pos = dup_to_dev(pos, sizeof pos), *d_slot = dup_to_dev(slot, sizeof slot);
         void *d_kc = dup_to_dev(NULL, cache_bytes), *d_vc = dup_to_dev(NULL, cache_bytes);

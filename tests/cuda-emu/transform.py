@@ -1,0 +1,42 @@
+"""transform.py KERNEL.cu OUT.cpp: a kernels/ source as C++ for the CPU emulation of CUDA
+(tests/cuda-emu): each `k<<<grid, block[, smem[, stream]]>>>(args)` becomes
+emu_launch_named("k", k, grid, block, smem, stream, args); each static `__shared__` variable a
+reference to per-block storage (emu_static_smem, keyed by its place in the file); each
+`extern __shared__` array a pointer to the launch's dynamic shared memory; the two inline
+PTX instructions llmi uses (mma.sync m16n8k16, ldmatrix .x2.trans) calls of their
+emulations (include/emu_block.h).  Any other inline assembly stops the build."""
+import re, sys
+src = open(sys.argv[1]).read()
+counter = [0]
+def dyn(m):
+    return f"{m.group(2)} *{m.group(3)} = ({m.group(2)} *)emu_dyn_smem();"
+src = re.sub(r"extern __shared__ __align__\((\d+)\) ([\w ]+?) (\w+)\[\];", dyn, src)
+src = re.sub(r"extern __shared__ ([\w ]+?) (\w+)\[\];", lambda m: f"{m.group(1)} *{m.group(2)} = ({m.group(1)} *)emu_dyn_smem();", src)
+def stat(m):
+    counter[0] += 1
+    ty, name, dims = m.group(1).strip(), m.group(2), m.group(3) or ""
+    i = counter[0]
+    if dims:
+        return f"auto &{name} = *reinterpret_cast<{ty}(*){dims}>(emu_static_smem({i}, sizeof({ty}{dims})));"
+    return f"auto &{name} = *reinterpret_cast<{ty} *>(emu_static_smem({i}, sizeof({ty})));"
+src, n_st = re.subn(r"__shared__ (?:__align__\(\d+\) )?([\w: ]+?) (\w+)((?:\[[^\]]+\])*);", stat, src)
+def split_top(s):
+    out, depth, cur = [], 0, ""
+    for ch in s:
+        if ch in "([{": depth += 1
+        if ch in ")]}": depth -= 1
+        if ch == "," and depth == 0: out.append(cur); cur = ""
+        else: cur += ch
+    out.append(cur)
+    return [x.strip() for x in out]
+def launch(m):
+    k, cfg, args = m.group(1), split_top(m.group(2)), m.group(3)
+    while len(cfg) < 4: cfg.append("0")
+    a = f", {args}" if args.strip() else ""
+    return f'emu_launch_named("{k}", {k}, {cfg[0]}, {cfg[1]}, {cfg[2]}, {cfg[3]}{a});'
+src, n_l = re.subn(r"([\w:]+(?:<[^<>;]*>)?)\s*<<<(.*?)>>>\s*\((.*?)\);", launch, src, flags=re.S)
+src, n_m = re.subn(r'asm volatile\("mma\.sync.*?\);', "emu_mma_m16n8k16(PTX_T, d, a, b);", src, flags=re.S)
+src, n_d = re.subn(r'asm volatile\("ldmatrix.*?\);', "emu_ldsm_x2_trans(b, row);", src, flags=re.S)
+assert 'asm' not in re.sub(r'#.*', '', src), "asm left in " + sys.argv[1]
+sys.stderr.write(f"{sys.argv[1]}: static smem {n_st}, launches {n_l}, mma {n_m}, ldmatrix {n_d}\n")
+open(sys.argv[2], "w").write(src)
