@@ -7,15 +7,17 @@
 # and the exit status.  And the unit runner counts a real SKIP as a skip.
 . "$(dirname "$0")/../lib/common.sh"
 R="$TMP/tree"
-mkdir -p "$R/tests/cli" "$R/scripts" "$R/build-san" "$R/build" "$R/bin"
+mkdir -p "$R/tests/cli" "$R/scripts" "$R/build-san" "$R/build" "$R/build-emu" "$R/bin"
 cp "$(dirname "$0")/../run.sh" "$R/tests/run.sh"
 printf '#!/bin/sh\necho /nonexistent-model.gguf\n' >"$R/scripts/fetch-model.sh"
 printf '#!/bin/sh\necho "ok   a"\necho "skip b"\necho "3 passed, 0 failed, 2 skipped"\n' >"$R/build-san/llmi_tests"
-# The CUDA build's unit binary adds nothing, so the counts hold with or without a GPU here.
+# The CUDA build's unit binary (with a GPU) and the emulated one (without) add nothing, so
+# the counts hold with or without a GPU here.
 printf '#!/bin/sh\necho "0 passed, 0 failed, 0 skipped"\n' >"$R/build/llmi_tests"
+cp "$R/build/llmi_tests" "$R/build-emu/llmi_tests"
 printf '#!/bin/sh\nexit 0\n' >"$R/tests/cli/a_pass.sh"
 printf '#!/bin/sh\necho "no reference here"\nexit 77\n' >"$R/tests/cli/b_skip.sh"
-chmod +x "$R/scripts/fetch-model.sh" "$R/build-san/llmi_tests" "$R/build/llmi_tests"
+chmod +x "$R/scripts/fetch-model.sh" "$R/build-san/llmi_tests" "$R/build/llmi_tests" "$R/build-emu/llmi_tests"
 
 # run_case NAME WANT_RC WANT_SUMMARY [ENV...] -- [RUN.SH ARGS...]
 run_case() {

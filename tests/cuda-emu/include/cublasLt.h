@@ -1,3 +1,4 @@
+/* cublasLt.h (emulated) — the cuBLASLt calls, descriptors and attributes llmi uses; blas.cpp defines them. */
 #pragma once
 #include "cublas_api.h"
 typedef struct cublasLtContext *cublasLtHandle_t;

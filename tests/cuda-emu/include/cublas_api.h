@@ -1,3 +1,4 @@
+/* cublas_api.h (emulated) — the status, operation, fill, math and compute enums cuBLAS, cuBLASLt and cuSOLVER share. */
 #pragma once
 #include "cuda_runtime_api.h"
 typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_ALLOC_FAILED = 3,

@@ -1,3 +1,4 @@
+/* cublas_v2.h (emulated) — the cuBLAS calls llmi makes, as declared by the real header; blas.cpp defines them. */
 #pragma once
 #include "cublas_api.h"
 typedef struct cublasContext *cublasHandle_t;

@@ -1,4 +1,6 @@
-/* Fake CUDA runtime API (host side) for the CPU emulator: C-compatible declarations. */
+/* cuda_runtime_api.h (emulated) — owns the host-side runtime API llmi calls, C-compatible: error
+ * codes, copy kinds, stream/event/graph handles, device and function attributes; runtime.cpp
+ * defines the calls (docs/TESTING.md, "CUDA on the CPU emulation"). */
 #ifndef EMU_CUDA_RUNTIME_API_H
 #define EMU_CUDA_RUNTIME_API_H
 #include <stddef.h>

@@ -1,3 +1,4 @@
+/* cusolverDn.h (emulated) — the cuSOLVER calls llmi makes; blas.cpp defines them. */
 #pragma once
 #include "cublas_api.h"
 typedef struct cusolverDnContext *cusolverDnHandle_t;
