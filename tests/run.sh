@@ -68,7 +68,7 @@ if [ -z "$filter" ] || [ "$filter" = unit ] || [ "$filter" = cuda ]; then
     # the kernel tests again with each block's threads run last to first: a missing barrier
     # shows in one order or the other
     LLMI_EMU_ORDER=reverse unit_run cuda-emu-reverse build-emu/llmi_tests cuda_add_rmsnorm cuda_attention cuda_rope_kv \
-      cuda_swiglu cuda_embed cuda_dequant cuda_sum_store cuda_argmax cuda_gemm
+      cuda_swiglu cuda_embed cuda_dequant cuda_sum_store cuda_argmax cuda_gemm cuda_sample
     notes+=("CUDA unit tests run on the CPU emulation only: no GPU visible")
   elif [ ! -x build/llmi_tests ]; then
     # A GPU nobody tests is a skip, not a pass.

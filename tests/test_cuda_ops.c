@@ -56,6 +56,9 @@ static void *dup_to_dev(const void *h, size_t bytes) {
     void *d = NULL;
     if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess) return NULL;
     cudaError_t e = !bytes ? cudaSuccess : h ? cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) : cudaMemset(d, 0, bytes);
+    /* both may still be in flight on the legacy stream when they return (cudaMemset on device
+     * memory, a copy from pageable memory), which the backend's non-blocking stream does not wait for */
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         fprintf(stderr, "  dup_to_dev(%zu bytes): %s\n", bytes, cudaGetErrorString(e));
         cudaFree(d);

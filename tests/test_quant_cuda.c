@@ -22,6 +22,9 @@ static void *tqc_up(const void *h, size_t n) {
     void *d = NULL;
     if (cudaMalloc(&d, n ? n : 1) != cudaSuccess) return NULL;
     cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+    /* a copy from pageable memory may still be in flight when cudaMemcpy returns, and only
+     * the legacy stream is ordered after it: the quantizer's own stream is not */
+    cudaDeviceSynchronize();
     return d;
 }
 

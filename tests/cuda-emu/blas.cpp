@@ -10,7 +10,7 @@
 #include <memory>
 
 void emu_error(const char *fmt, ...);
-void emu_enqueue(cudaStream_t s, const char *what, std::function<void()> op);
+long emu_enqueue(cudaStream_t s, const char *what, std::function<void()> op);
 bool emu_dev_range(const void *p, size_t n);
 static bool dev_range(const void *p, size_t n) { return emu_dev_range(p, n); }
 

@@ -19,6 +19,7 @@
 #endif
 #include <unistd.h>
 #include <algorithm>
+#include <climits>
 #include <deque>
 #include <memory>
 #include <string>
@@ -85,6 +86,18 @@ static int mem_kind(const void *p, size_t n, bool *whole) {
 bool emu_dev_range(const void *p, size_t n) {
     bool w;
     return mem_kind(p, n, &w) == 1 && w;
+}
+/* A kernel's pointer argument must be NULL or point into (or just past) device or pinned
+ * memory: a pageable host pointer is an illegal address on the GPU. */
+void emu_check_kernel_ptr(const char *kernel, int index, const void *p) {
+    if (!p) return;
+    uintptr_t a = (uintptr_t)p;
+    {
+        std::lock_guard<std::mutex> g(g_mu);
+        auto it = g_allocs.upper_bound(a);
+        if (it != g_allocs.begin() && a <= std::prev(it)->first + std::prev(it)->second.n) return;
+    }
+    emu_error("launch of %s: pointer argument %d (%p) is not device or pinned memory", kernel, index, p);
 }
 static const char *kind_name(int k) { return k == 1 ? "device" : k == 2 ? "pinned host" : "pageable host"; }
 
@@ -167,52 +180,67 @@ extern "C" cudaError_t cudaMallocHost(void **p, size_t n) { return emu_alloc(p, 
 extern "C" cudaError_t cudaFreeHost(void *p) { return emu_release(p, false); }
 
 /* ---------------- streams, queue, capture ---------------- */
-struct Op { cudaStream_t s; std::string what; std::function<void()> fn; };
+/* Work queued on a stream.  `ordered`: the legacy stream or a blocking one, which CUDA orders
+ * against each other; a cudaStreamNonBlocking stream is ordered only against itself. */
+struct Op { cudaStream_t s; bool ordered; long seq; std::string what; std::function<void()> fn; };
 struct CUgraph_st { std::vector<Op> ops; };
 struct CUgraphExec_st { std::vector<Op> ops; };
 struct CUstream_st { bool capturing = false; CUgraph_st *graph = nullptr; unsigned flags = 0; };
-struct CUevent_st { double t = -1; bool timing = true; };
+struct CUevent_st { double t = -1; bool timing = true; cudaStream_t s = nullptr; long seq = 0; };
 static std::deque<Op> g_queue;
+static long g_seq;
 static thread_local bool t_flushing;
 static std::vector<CUstream_st *> g_streams;
+static const cudaStream_t ALL_STREAMS = (cudaStream_t)~(uintptr_t)0;
+static bool is_ordered(cudaStream_t s) { return !s || !(s->flags & cudaStreamNonBlocking); }
 
 static double now_ms() {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
-static void flush_all() {
+/* Runs, in submission order, the queued work that `target` has to wait for up to its
+ * operation number `upto`: its own, and for the legacy or a blocking stream everything on
+ * those; ALL_STREAMS runs everything.  Other streams' work stays queued, as it may still be
+ * running on a GPU: a host that reads its results now reads them stale. */
+static void run_ops(cudaStream_t target, long upto) {
     if (t_flushing) return;
     t_flushing = true;
+    const bool ordered = target != ALL_STREAMS && is_ordered(target);
     for (;;) {
         Op op;
         {
             std::lock_guard<std::mutex> g(g_mu);
-            if (g_queue.empty()) break;
-            op = std::move(g_queue.front());
-            g_queue.pop_front();
+            auto it = g_queue.begin();
+            for (; it != g_queue.end() && it->seq <= upto; ++it)
+                if (target == ALL_STREAMS || (ordered ? it->ordered : it->s == target)) break;
+            if (it == g_queue.end() || it->seq > upto) break;
+            op = std::move(*it);
+            g_queue.erase(it);
         }
         op.fn();
     }
     t_flushing = false;
 }
+static void flush_all() { run_ops(ALL_STREAMS, LONG_MAX); }
 static bool any_capturing() {
     for (auto *s : g_streams) if (s->capturing) return true;
     return false;
 }
-/* a synchronising call: illegal on (or, for the legacy stream, beside) a capturing stream */
-static cudaError_t sync_point(cudaStream_t s, const char *what) {
+/* a call that waits for the legacy stream: illegal beside a capturing stream */
+static cudaError_t capture_check(cudaStream_t s, const char *what) {
     if ((s && s->capturing) || (!s && any_capturing())) {
         emu_error("%s during stream capture", what);
         return set_err(cudaErrorStreamCaptureUnsupported);
     }
-    flush_all();
     return cudaSuccess;
 }
-void emu_enqueue(cudaStream_t s, const char *what, std::function<void()> op) {
-    if (s && s->capturing) { s->graph->ops.push_back(Op{s, what, std::move(op)}); return; }
+/* queues op on s (or records it into s's capture); returns its operation number */
+long emu_enqueue(cudaStream_t s, const char *what, std::function<void()> op) {
+    if (s && s->capturing) { s->graph->ops.push_back(Op{s, true, 0, what, std::move(op)}); return 0; }
     std::lock_guard<std::mutex> g(g_mu);
-    g_queue.push_back(Op{s, what, std::move(op)});
+    g_queue.push_back(Op{s, is_ordered(s), ++g_seq, what, std::move(op)});
+    return g_seq;
 }
 extern "C" cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
 extern "C" cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
@@ -222,14 +250,22 @@ extern "C" cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    flush_all();
+    run_ops(s, LONG_MAX);   /* (CUDA lets it finish later; its queue must not outlive it here) */
     for (size_t i = 0; i < g_streams.size(); i++) if (g_streams[i] == s) g_streams.erase(g_streams.begin() + (long)i);
     if (s && s->capturing) emu_error("cudaStreamDestroy on a capturing stream");
     delete s;
     return cudaSuccess;
 }
-extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) { return sync_point(s, "cudaStreamSynchronize"); }
-extern "C" cudaError_t cudaDeviceSynchronize(void) { return sync_point(NULL, "cudaDeviceSynchronize"); }
+extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    cudaError_t e = capture_check(s, "cudaStreamSynchronize");
+    if (!e) run_ops(s, LONG_MAX);
+    return e;
+}
+extern "C" cudaError_t cudaDeviceSynchronize(void) {
+    cudaError_t e = capture_check(NULL, "cudaDeviceSynchronize");
+    if (!e) flush_all();
+    return e;
+}
 extern "C" cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode) {
     if (!s) return set_err(cudaErrorStreamCaptureUnsupported);
     if (s->capturing) return set_err(cudaErrorInvalidValue);
@@ -265,10 +301,15 @@ extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) 
 }
 extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e) { flush_all(); delete e; return cudaSuccess; }
 extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    emu_enqueue(s, "event", [e]() { e->t = now_ms(); });
+    e->s = s;
+    e->seq = emu_enqueue(s, "event", [e]() { e->t = now_ms(); });
     return cudaSuccess;
 }
-extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return sync_point(NULL, "cudaEventSynchronize"); }
+/* waits for the work before the event's last record on its stream, not for everything */
+extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (e->seq) run_ops(e->s, e->seq);
+    return cudaSuccess;
+}
 extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     if (!a->timing || !b->timing || a->t < 0 || b->t < 0) return set_err(cudaErrorInvalidResourceHandle);
     *ms = (float)(b->t - a->t);
@@ -313,8 +354,7 @@ static cudaError_t copy_async(void *dst, const void *src, size_t n, enum cudaMem
     }
     if (dk == 0 && sk != 0) {
         /* into pageable memory: returns when the copy is done */
-        emu_enqueue(s, what, [dst, src, n]() { memcpy(dst, src, n); });
-        flush_all();
+        run_ops(s, emu_enqueue(s, what, [dst, src, n]() { memcpy(dst, src, n); }));
         return cudaSuccess;
     }
     emu_enqueue(s, what, [dst, src, n]() { memmove(dst, src, n); });
@@ -323,20 +363,26 @@ static cudaError_t copy_async(void *dst, const void *src, size_t n, enum cudaMem
 extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s) {
     return copy_async(dst, src, n, k, s, "cudaMemcpyAsync");
 }
+/* On the legacy stream, returning as CUDA's "API synchronization behavior" says: a copy
+ * from pageable memory to the device once the source is staged (the transfer may not have
+ * finished), from pinned memory to the device or into host memory once done, device to
+ * device at once. */
 extern "C" cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k) {
-    cudaError_t e = sync_point(NULL, "cudaMemcpy");
+    cudaError_t e = capture_check(NULL, "cudaMemcpy");
     if (e) return e;
     int dk, sk;
     if (!check_copy(dst, src, n, k, "cudaMemcpy", &dk, &sk)) return set_err(cudaErrorInvalidValue);
-    memmove(dst, src, n);
-    return cudaSuccess;
+    if (dk != 1 && sk != 1) { flush_all(); memmove(dst, src, n); return cudaSuccess; }
+    e = copy_async(dst, src, n, k, NULL, "cudaMemcpy");
+    if (!e && !(sk == 0 && dk == 1) && !(sk == 1 && dk == 1)) run_ops(NULL, g_seq);
+    return e;
 }
 extern "C" cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                          size_t height, enum cudaMemcpyKind k, cudaStream_t s) {
     if (width > dpitch || width > spitch) return set_err(cudaErrorInvalidValue);
     if (height == 0 || width == 0) return cudaSuccess;
     int dk, sk;
-    if (!check_copy(dst, src, 0, k, "cudaMemcpy2DAsync", &dk, &sk)) return set_err(cudaErrorInvalidValue);
+    if (!check_copy(dst, src, 1, k, "cudaMemcpy2DAsync", &dk, &sk)) return set_err(cudaErrorInvalidValue);
     const size_t dn = dpitch * (height - 1) + width, sn = spitch * (height - 1) + width;
     bool dw, sw;
     mem_kind(dst, dn, &dw); mem_kind(src, sn, &sw);
@@ -356,8 +402,8 @@ extern "C" cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *s
         });
         return cudaSuccess;
     }
-    emu_enqueue(s, "cudaMemcpy2DAsync", fn);
-    if (dk == 0 && sk != 0) flush_all();
+    long q = emu_enqueue(s, "cudaMemcpy2DAsync", fn);
+    if (dk == 0 && sk != 0) run_ops(s, q);
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
@@ -367,12 +413,11 @@ extern "C" cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
     emu_enqueue(s, "cudaMemsetAsync", [=]() { memset(p, v, n); });
     return cudaSuccess;
 }
+/* device memory: queued on the legacy stream, returning at once (asynchronous, as CUDA's
+ * "API synchronization behavior" says of cudaMemset on device memory) */
 extern "C" cudaError_t cudaMemset(void *p, int v, size_t n) {
-    cudaError_t e = sync_point(NULL, "cudaMemset");
-    if (e) return e;
-    e = cudaMemsetAsync(p, v, n, NULL);
-    flush_all();
-    return e;
+    cudaError_t e = capture_check(NULL, "cudaMemset");
+    return e ? e : cudaMemsetAsync(p, v, n, NULL);
 }
 
 /* ---------------- kernels ---------------- */

@@ -35,8 +35,21 @@ def launch(m):
     a = f", {args}" if args.strip() else ""
     return f'emu_launch_named("{k}", {k}, {cfg[0]}, {cfg[1]}, {cfg[2]}, {cfg[3]}{a});'
 src, n_l = re.subn(r"([\w:]+(?:<[^<>;]*>)?)\s*<<<(.*?)>>>\s*\((.*?)\);", launch, src, flags=re.S)
-src, n_m = re.subn(r'asm volatile\("mma\.sync.*?\);', "emu_mma_m16n8k16(PTX_T, d, a, b);", src, flags=re.S)
-src, n_d = re.subn(r'asm volatile\("ldmatrix.*?\);', "emu_ldsm_x2_trans(b, row);", src, flags=re.S)
+# only the exact instructions the emulations model: another shape, layout or operand binding
+# must get its own emulation, not this one's
+MMA = ('asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX_T "." PTX_T ".f32 {%0,%1,%2,%3}, "'
+       '"{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"'
+       ': "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])'
+       ': "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));')
+LDSM = 'asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(b[0]), "=r"(b[1]) : "r"(addr));'
+def asm_stmt(kind, want, repl):
+    def f(m):
+        got = re.sub(r"\s|\\\n", "", m.group(0))
+        assert got == re.sub(r"\s", "", want), f"{sys.argv[1]}: unmodelled {kind}: {m.group(0)}"
+        return repl
+    return f
+src, n_m = re.subn(r'asm volatile\("mma\.sync.*?\);', asm_stmt("mma", MMA, "emu_mma_m16n8k16(PTX_T, d, a, b);"), src, flags=re.S)
+src, n_d = re.subn(r'asm volatile\("ldmatrix.*?\);', asm_stmt("ldmatrix", LDSM, "emu_ldsm_x2_trans(b, row);"), src, flags=re.S)
 assert 'asm' not in re.sub(r'#.*', '', src), "asm left in " + sys.argv[1]
 sys.stderr.write(f"{sys.argv[1]}: static smem {n_st}, launches {n_l}, mma {n_m}, ldmatrix {n_d}\n")
 open(sys.argv[2], "w").write(src)

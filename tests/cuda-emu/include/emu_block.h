@@ -214,12 +214,21 @@ static inline unsigned __cvta_generic_to_shared(const void *) { return 0; }
 void emu_run_blocks(const void *fn, const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
 /* checks the configuration (sets the last error as CUDA would), then queues the launch on s */
 int emu_launch_check(const void *fn, const char *name, dim3 grid, dim3 block, size_t smem);
-void emu_enqueue(cudaStream_t s, const char *what, std::function<void()> op);
+long emu_enqueue(cudaStream_t s, const char *what, std::function<void()> op);
+void emu_check_kernel_ptr(const char *kernel, int index, const void *p);
+/* pointer arguments are checked; structs of pointers (llmi_cuda_attn, ...) are not */
+template <class T> static inline void emu_check_arg(const char *kernel, int index, const T &v) {
+    if constexpr (std::is_pointer_v<T>) emu_check_kernel_ptr(kernel, index, (const void *)v);
+}
 template <class... P, class... A>
 void emu_launch_named(const char *name, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A &&...args) {
     if (emu_launch_check((const void *)kernel, name, grid, block, smem)) return;
     /* arguments converted to the parameter types now and copied, as the launch does */
     std::tuple<std::decay_t<P>...> t{std::forward<A>(args)...};
+    std::apply([&](const auto &...v) {
+        int i = 0;
+        (emu_check_arg(name, i++, v), ...);
+    }, t);
     emu_enqueue(s, name, [=]() {
         emu_run_blocks((const void *)kernel, name, grid, block, smem, [&]() { std::apply(kernel, t); });
     });

@@ -12,6 +12,7 @@
 #include <functional>
 #include <mutex>
 #include <map>
+#include <tuple>
 #include <type_traits>
 #define __global__
 #define __device__
