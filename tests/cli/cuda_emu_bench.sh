@@ -6,20 +6,14 @@
 # checked: an RTN int4 copy of the model must report its packed weights on the device (about
 # a quarter of bf16's plus scales), not a bf16 copy (issue 8, part 1, point 9).
 . "$(dirname "$0")/../lib/common.sh"
-[ -x "$LLMI_EMU" ] || fail "$LLMI_EMU not built (make emu)"
+need_emu
 M="$TESTDATA/hf/llama-gqa-rope3"
-emu() {
-  local name=$1; shift
-  LLMI_EMU_STATS=1 "$LLMI_EMU" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" ||
-    fail "$name exited $?: $(grep -m3 -E 'EMU|ERROR|error|llmi' "$TMP/$name.err")"
-  ! grep -q "EMU ERROR" "$TMP/$name.err" || fail "$name: $(grep -m3 'EMU ERROR' "$TMP/$name.err")"
-}
 # col FILE NAME [ROW]: a CSV column's value (ROW 1 = the first data row)
 col() { python3 -c 'import csv,sys; r=list(csv.DictReader(open(sys.argv[1]))); print(r[int(sys.argv[3])-1][sys.argv[2]])' "$@"; }
 positive() { python3 -c 'import sys; v=float(sys.argv[1]); sys.exit(0 if v > 0 else 1)' "$1" 2>/dev/null; }
 
 # decode at batch 1 and 8 (the graph path), prefill-only TTFT
-emu bench bench -m "$M" --device cuda --kv-type bf16 -o csv -p 24 -n 6 -b 1,8 -r 1
+emu_run bench bench -m "$M" --device cuda --kv-type bf16 -o csv -p 24 -n 6 -b 1,8 -r 1
 [ "$(grep -c '^' "$TMP/bench.out")" -eq 3 ] || fail "bench: want a header and 2 rows: $(cat "$TMP/bench.out")"
 for r in 1 2; do
   [ "$(col "$TMP/bench.out" backend $r)" = cuda ] || fail "bench row $r: backend is not cuda"
@@ -32,14 +26,14 @@ bf16_mib=$(col "$TMP/bench.out" mem_backend_weights_mib 1)
 echo "bench: 2 rows, decode graphs ran, backend weights $bf16_mib MiB (bf16)"
 
 # offline throughput, gpu-check's tput line
-emu tput bench -m "$M" --device cuda --kv-type bf16 -o csv --num-requests 12 --input-len 10 --output-len 6
+emu_run tput bench -m "$M" --device cuda --kv-type bf16 -o csv --num-requests 12 --input-len 10 --output-len 6
 [ "$(col "$TMP/tput.out" output_tokens 1)" = 72 ] || fail "tput: output_tokens $(col "$TMP/tput.out" output_tokens 1), want 12 x 6"
 positive "$(col "$TMP/tput.out" output_tps 1)" || fail "tput: output_tps missing"
 echo "tput: 12 requests, 72 output tokens"
 
 # RTN int4 on the device: packed weights, W4A16 kernels at batch 1 and 4
 "$LLMI" quantize -m "$M" --method rtn --group-size 32 -o "$TMP/i4" --force >"$TMP/q.log" 2>&1 || fail "quantize: $(tail -2 "$TMP/q.log")"
-emu int4 bench -m "$TMP/i4" --device cuda --kv-type bf16 -o csv -p 24 -n 6 -b 1,4 -r 1
+emu_run int4 bench -m "$TMP/i4" --device cuda --kv-type bf16 -o csv -p 24 -n 6 -b 1,4 -r 1
 [ "$(col "$TMP/int4.out" weight_dtype 1)" = I4G ] || fail "int4: weight_dtype $(col "$TMP/int4.out" weight_dtype 1)"
 i4_mib=$(col "$TMP/int4.out" mem_backend_weights_mib 1)
 # the embeddings, norms and lm_head stay bf16 in both; the linears shrink ~3.6x (scales and zeros included)
@@ -56,7 +50,7 @@ print(f"int4: backend weights {i4:.3f} MiB, bf16 {bf16:.3f} MiB, linears alone {
 PY
 
 # llmi profile: every op of both phases timed by events
-emu profile profile -m "$M" --device cuda -b 1 -p 24 -n 4 -o csv
+emu_run profile profile -m "$M" --device cuda -b 1 -p 24 -n 4 -o csv
 for ph in prefill decode; do
   for op in embed norm qkv rope_kv attn o_proj mlp_up act mlp_down lm_head sample; do
     grep -q "^$ph,$op," "$TMP/profile.out" || fail "profile: no $ph $op row"

@@ -10,7 +10,7 @@
 # and the kernels' logic; it says nothing of GPU timing or memory ordering (docs/TESTING.md).
 # Prompts: wikitext-2 lines drawn with the run's seed; kept on failure.
 . "$(dirname "$0")/../lib/common.sh"
-[ -x "$LLMI_EMU" ] || fail "$LLMI_EMU not built (make emu)"
+need_emu
 M="$TESTDATA/hf/llama-gqa-rope3"
 N=12 NGEN=32
 echo "seed $SEED"
@@ -26,15 +26,10 @@ PY
 gen=(generate -m "$M" --prompts "$TMP/prompts.txt" -n $NGEN --temp 0 --ignore-eos --logprobs 5 --json --no-stats)
 # the emulator's own checks (a divergent warp operation, a copy in the wrong direction, a
 # synchronising call during capture, ...) print "EMU ERROR" and make it exit 97
-emu() {
-  local name=$1; shift
-  LLMI_EMU_STATS=1 "$LLMI_EMU" "${gen[@]}" --device cuda "$@" >"$TMP/$name.json" 2>"$TMP/$name.err" ||
-    fail "emulated cuda run '$name' exited $?: $(grep -m3 -E 'EMU|ERROR|error' "$TMP/$name.err")"
-  ! grep -q "EMU ERROR" "$TMP/$name.err" || fail "$name: $(grep -m3 'EMU ERROR' "$TMP/$name.err")"
-}
+emu() { local name=$1; shift; emu_run "$name" "${gen[@]}" --device cuda "$@"; }
 compare() {
-  python3 scripts/gpu-compare.py "$TMP/cpu.json" "$TMP/$1.json" >"$TMP/$1.cmp" 2>&1 ||
-    { KEEP+=("$TMP/cpu.json" "$TMP/$1.json" "$TMP/$1.cmp"); fail "$1: cuda vs cpu: $(grep -m3 -E '^FAIL|^summary' "$TMP/$1.cmp")"; }
+  python3 scripts/gpu-compare.py "$TMP/cpu.json" "$TMP/$1.out" >"$TMP/$1.cmp" 2>&1 ||
+    { KEEP+=("$TMP/cpu.json" "$TMP/$1.out" "$TMP/$1.cmp"); fail "$1: cuda vs cpu: $(grep -m3 -E '^FAIL|^summary' "$TMP/$1.cmp")"; }
   echo "$1: $(grep -m1 '^summary' "$TMP/$1.cmp")"
 }
 "$LLMI" "${gen[@]}" --device cpu >"$TMP/cpu.json" 2>"$TMP/cpu.err" || fail "cpu run: $(head -3 "$TMP/cpu.err")"
@@ -46,7 +41,7 @@ echo "batched: $(grep 'EMU stats' "$TMP/batched.err")"
 # 12 blocks of 16 positions hold about a third of what 12 requests reach: preemption
 emu preempt --max-seqs $N --max-batch-tokens 64 --prefill-chunk 16 --num-blocks 12 --block-size 16
 compare preempt
-pre=$(grep -oE '"preempted":[0-9]+' "$TMP/preempt.json" | awk -F: '{s += $2} END {print s + 0}')
+pre=$(grep -oE '"preempted":[0-9]+' "$TMP/preempt.out" | awk -F: '{s += $2} END {print s + 0}')
 [ "$pre" -gt 0 ] || fail "preempt: no request was preempted with 12 KV blocks"
 echo "preempt: $pre preemptions"
 emu spec --spec ngram --spec-k 4

@@ -12,7 +12,6 @@
 void emu_error(const char *fmt, ...);
 long emu_enqueue(cudaStream_t s, const char *what, std::function<void()> op);
 bool emu_dev_range(const void *p, size_t n);
-static bool dev_range(const void *p, size_t n) { return emu_dev_range(p, n); }
 
 struct cublasContext { cudaStream_t s = nullptr; cublasMath_t math = CUBLAS_DEFAULT_MATH; };
 struct cublasLtContext { int x; };
@@ -63,7 +62,7 @@ static bool operand_ok(const char *who, const char *which, const void *p, cudaDa
     if (rows <= 0 || cols <= 0) return true;
     if (ld < rows) { emu_error("%s: %s ld %lld < rows %lld", who, which, (long long)ld, (long long)rows); return false; }
     size_t n = ((size_t)(cols - 1) * (size_t)ld + (size_t)rows) * tsize(t);
-    if (!dev_range(p, n)) { emu_error("%s: %s (%lld x %lld, ld %lld) is not inside one device allocation", who, which, (long long)rows, (long long)cols, (long long)ld); return false; }
+    if (!emu_dev_range(p, n)) { emu_error("%s: %s (%lld x %lld, ld %lld) is not inside one device allocation", who, which, (long long)rows, (long long)cols, (long long)ld); return false; }
     return true;
 }
 
@@ -203,7 +202,7 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t 
         emu_error("cublasLtMatmul: types A %d B %d C %d D %d not emulated", Ad->t, Bd->t, Cd->t, Dd->t);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    if (ws_bytes && !dev_range(ws, ws_bytes)) { emu_error("cublasLtMatmul: workspace not device memory"); return CUBLAS_STATUS_INVALID_VALUE; }
+    if (ws_bytes && !emu_dev_range(ws, ws_bytes)) { emu_error("cublasLtMatmul: workspace not device memory"); return CUBLAS_STATUS_INVALID_VALUE; }
     if (!operand_ok("cublasLtMatmul", "A", A, Ad->t, Ad->rows, Ad->cols, Ad->ld) ||
         !operand_ok("cublasLtMatmul", "B", B, Bd->t, Bd->rows, Bd->cols, Bd->ld) ||
         !operand_ok("cublasLtMatmul", "D", D, Dd->t, Dd->rows, Dd->cols, Dd->ld))
@@ -228,7 +227,7 @@ extern "C" cusolverStatus_t cusolverDnDpotrf_bufferSize(cusolverDnHandle_t, cubl
 extern "C" cusolverStatus_t cusolverDnDpotrf(cusolverDnHandle_t h, cublasFillMode_t uplo, int n, double *A, int lda,
                                              double *work, int lwork, int *info) {
     if (uplo != CUBLAS_FILL_MODE_LOWER) { emu_error("cusolverDnDpotrf: only lower emulated"); return CUSOLVER_STATUS_INVALID_VALUE; }
-    if (!operand_ok("cusolverDnDpotrf", "A", A, CUDA_R_64F, n, n, lda) || !dev_range(work, (size_t)lwork * 8) || !dev_range(info, 4))
+    if (!operand_ok("cusolverDnDpotrf", "A", A, CUDA_R_64F, n, n, lda) || !emu_dev_range(work, (size_t)lwork * 8) || !emu_dev_range(info, 4))
         return CUSOLVER_STATUS_INVALID_VALUE;
     emu_enqueue(h->s, "cusolverDnDpotrf", [=]() {
         *info = 0;
@@ -261,7 +260,7 @@ extern "C" cusolverStatus_t cusolverDnXtrtri(cusolverDnHandle_t h, cublasFillMod
         return CUSOLVER_STATUS_INVALID_VALUE;
     }
     double *A = (double *)Av;
-    if (!operand_ok("cusolverDnXtrtri", "A", A, CUDA_R_64F, n, n, lda) || !dev_range(dwork, dws) || !dev_range(info, 4))
+    if (!operand_ok("cusolverDnXtrtri", "A", A, CUDA_R_64F, n, n, lda) || !emu_dev_range(dwork, dws) || !emu_dev_range(info, 4))
         return CUSOLVER_STATUS_INVALID_VALUE;
     emu_enqueue(h->s, "cusolverDnXtrtri", [=]() {
         *info = 0;

@@ -90,13 +90,8 @@ bool emu_dev_range(const void *p, size_t n) {
 /* A kernel's pointer argument must be NULL or point into (or just past) device or pinned
  * memory: a pageable host pointer is an illegal address on the GPU. */
 void emu_check_kernel_ptr(const char *kernel, int index, const void *p) {
-    if (!p) return;
-    uintptr_t a = (uintptr_t)p;
-    {
-        std::lock_guard<std::mutex> g(g_mu);
-        auto it = g_allocs.upper_bound(a);
-        if (it != g_allocs.begin() && a <= std::prev(it)->first + std::prev(it)->second.n) return;
-    }
+    bool w;
+    if (!p || mem_kind(p, 1, &w) || mem_kind((const char *)p - 1, 1, &w)) return;
     emu_error("launch of %s: pointer argument %d (%p) is not device or pinned memory", kernel, index, p);
 }
 static const char *kind_name(int k) { return k == 1 ? "device" : k == 2 ? "pinned host" : "pageable host"; }
@@ -317,14 +312,15 @@ extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_
 }
 
 /* ---------------- copies ---------------- */
-static bool check_copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, const char *what, int *dk_out,
-                       int *sk_out) {
+/* The kinds of memory a copy touches, checked against its direction; dn and sn bytes from
+ * dst and src must each lie inside one allocation. */
+static bool check_copy(void *dst, size_t dn, const void *src, size_t sn, enum cudaMemcpyKind k, const char *what,
+                       int *dk_out, int *sk_out) {
     bool dw, sw;
-    int dk = mem_kind(dst, n, &dw), sk = mem_kind(src, n, &sw);
+    int dk = mem_kind(dst, dn, &dw), sk = mem_kind(src, sn, &sw);
     *dk_out = dk; *sk_out = sk;
-    if (n == 0) return true;
     if (!dw || !sw) {
-        emu_error("%s of %zu bytes runs past the end of its %s allocation", what, n, !dw ? "destination" : "source");
+        emu_error("%s runs past the end of its %s allocation", what, !dw ? "destination" : "source");
         return false;
     }
     bool ok = true;
@@ -338,30 +334,33 @@ static bool check_copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
     if (!ok) emu_error("%s kind %d but destination is %s memory and source %s memory", what, (int)k, kind_name(dk), kind_name(sk));
     return ok;
 }
-static cudaError_t copy_async(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s, const char *what) {
-    int dk, sk;
-    if (!check_copy(dst, src, n, k, what, &dk, &sk)) return set_err(cudaErrorInvalidValue);
-    if (s && s->capturing && (dk == 0 || sk == 0)) {
+/* height rows of width bytes, dpitch and spitch apart (a plain copy: one row), queued on s.
+ * From pageable memory the rows are staged now, so the caller may reuse its buffer at once;
+ * into pageable memory the call returns when the copy is done.  dk, sk: the memory kinds. */
+static cudaError_t copy_rows_async(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                                   enum cudaMemcpyKind k, cudaStream_t s, const char *what, int *dk, int *sk) {
+    *dk = *sk = 0;
+    if (width > dpitch || width > spitch) return set_err(cudaErrorInvalidValue);
+    if (!width || !height) return cudaSuccess;
+    const size_t dn = dpitch * (height - 1) + width, sn = spitch * (height - 1) + width;
+    if (!check_copy(dst, dn, src, sn, k, what, dk, sk)) return set_err(cudaErrorInvalidValue);
+    if (s && s->capturing && (*dk == 0 || *sk == 0)) {
         emu_error("%s with pageable host memory during stream capture", what);
         return set_err(cudaErrorStreamCaptureUnsupported);
     }
-    if (sk == 0 && dk != 0) {
-        /* from pageable memory: staged now, so the caller may reuse its buffer at once */
-        std::shared_ptr<std::vector<unsigned char>> copy = std::make_shared<std::vector<unsigned char>>(
-            (const unsigned char *)src, (const unsigned char *)src + n);
-        emu_enqueue(s, what, [dst, copy, n]() { memcpy(dst, copy->data(), n); });
-        return cudaSuccess;
-    }
-    if (dk == 0 && sk != 0) {
-        /* into pageable memory: returns when the copy is done */
-        run_ops(s, emu_enqueue(s, what, [dst, src, n]() { memcpy(dst, src, n); }));
-        return cudaSuccess;
-    }
-    emu_enqueue(s, what, [dst, src, n]() { memmove(dst, src, n); });
+    std::shared_ptr<std::vector<unsigned char>> staged;
+    if (*sk == 0 && *dk != 0)
+        staged = std::make_shared<std::vector<unsigned char>>((const unsigned char *)src, (const unsigned char *)src + sn);
+    long q = emu_enqueue(s, what, [=]() {
+        const unsigned char *from = staged ? staged->data() : (const unsigned char *)src;
+        for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, from + r * spitch, width);
+    });
+    if (*dk == 0 && *sk != 0) run_ops(s, q);
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s) {
-    return copy_async(dst, src, n, k, s, "cudaMemcpyAsync");
+    int dk, sk;
+    return copy_rows_async(dst, n, src, n, n, 1, k, s, "cudaMemcpyAsync", &dk, &sk);
 }
 /* On the legacy stream, returning as CUDA's "API synchronization behavior" says: a copy
  * from pageable memory to the device once the source is staged (the transfer may not have
@@ -371,40 +370,14 @@ extern "C" cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cud
     cudaError_t e = capture_check(NULL, "cudaMemcpy");
     if (e) return e;
     int dk, sk;
-    if (!check_copy(dst, src, n, k, "cudaMemcpy", &dk, &sk)) return set_err(cudaErrorInvalidValue);
-    if (dk != 1 && sk != 1) { flush_all(); memmove(dst, src, n); return cudaSuccess; }
-    e = copy_async(dst, src, n, k, NULL, "cudaMemcpy");
-    if (!e && !(sk == 0 && dk == 1) && !(sk == 1 && dk == 1)) run_ops(NULL, g_seq);
+    e = copy_rows_async(dst, n, src, n, n, 1, k, NULL, "cudaMemcpy", &dk, &sk);
+    if (!e && (dk == 2 || sk == 2 || (dk == 0 && sk == 0))) run_ops(NULL, g_seq);
     return e;
 }
 extern "C" cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                          size_t height, enum cudaMemcpyKind k, cudaStream_t s) {
-    if (width > dpitch || width > spitch) return set_err(cudaErrorInvalidValue);
-    if (height == 0 || width == 0) return cudaSuccess;
     int dk, sk;
-    if (!check_copy(dst, src, 1, k, "cudaMemcpy2DAsync", &dk, &sk)) return set_err(cudaErrorInvalidValue);
-    const size_t dn = dpitch * (height - 1) + width, sn = spitch * (height - 1) + width;
-    bool dw, sw;
-    mem_kind(dst, dn, &dw); mem_kind(src, sn, &sw);
-    if (!dw || !sw) { emu_error("cudaMemcpy2DAsync runs past the end of its %s", !dw ? "destination" : "source"); return set_err(cudaErrorInvalidValue); }
-    if (s && s->capturing && (dk == 0 || sk == 0)) {
-        emu_error("cudaMemcpy2DAsync with pageable host memory during stream capture");
-        return set_err(cudaErrorStreamCaptureUnsupported);
-    }
-    auto fn = [=]() {
-        for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
-    };
-    if (sk == 0 && dk != 0) {
-        std::shared_ptr<std::vector<unsigned char>> copy = std::make_shared<std::vector<unsigned char>>(
-            (const unsigned char *)src, (const unsigned char *)src + sn);
-        emu_enqueue(s, "cudaMemcpy2DAsync", [=]() {
-            for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, copy->data() + r * spitch, width);
-        });
-        return cudaSuccess;
-    }
-    long q = emu_enqueue(s, "cudaMemcpy2DAsync", fn);
-    if (dk == 0 && sk != 0) run_ops(s, q);
-    return cudaSuccess;
+    return copy_rows_async(dst, dpitch, src, spitch, width, height, k, s, "cudaMemcpy2DAsync", &dk, &sk);
 }
 extern "C" cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
     bool w;
@@ -464,7 +437,6 @@ int emu_launch_check(const void *fn, const char *name, dim3 grid, dim3 block, si
 }
 void *emu_static_smem(int id, size_t bytes) {
     EmuBlock *b = emu_blk;
-    std::lock_guard<std::mutex> g(b->static_mu);
     auto it = b->statics.find(id);
     if (it != b->statics.end()) {
         if (it->second.second != bytes) emu_error("static shared variable %d: size %zu then %zu", id, it->second.second, bytes);
@@ -536,7 +508,7 @@ static void __attribute__((noreturn, used)) fiber_entry() {
     fiber_to_sched(f, true);
     __builtin_unreachable();
 }
-void emu_run_blocks(const void *, const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
+void emu_run_blocks(const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
     const int nt = (int)(block.x * block.y * block.z);
     const long nb = (long)grid.x * grid.y * grid.z;
     static thread_local std::vector<EmuFiber> pool;

@@ -28,3 +28,14 @@ expect_error() {
   grep -qF -- "$word" "$err" || fail "'$*' error does not mention '$word': $(cat "$err")"
   echo "ok: $* -> rc=$rc: $(cat "$err")"
 }
+
+# The CPU emulation of CUDA's llmi (build-emu/llmi, tests/cuda-emu), for the cuda_emu_* tests.
+need_emu() { [ -x "$LLMI_EMU" ] || fail "$LLMI_EMU not built (make emu)"; }
+# emu_run NAME ARGS...: runs it with ARGS, stdout to $TMP/NAME.out, stderr (with the
+# emulator's "EMU stats" line) to $TMP/NAME.err; fails on a non-zero exit or an emulator error.
+emu_run() {
+  local name=$1; shift
+  LLMI_EMU_STATS=1 "$LLMI_EMU" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" ||
+    fail "emulated run '$name' exited $?: $(grep -m3 -E 'EMU|ERROR|error|llmi' "$TMP/$name.err")"
+  ! grep -q "EMU ERROR" "$TMP/$name.err" || fail "$name: $(grep -m3 'EMU ERROR' "$TMP/$name.err")"
+}

@@ -29,7 +29,6 @@ struct EmuBlock {
     unsigned char *smem;
     size_t smem_bytes;
     EmuWarp *warps;
-    std::mutex static_mu;
     std::map<int, std::pair<void *, size_t>> statics;   /* static __shared__ variables by declaration */
     explicit EmuBlock(int n) { bar.needed = n; }
 };
@@ -211,7 +210,7 @@ static inline void emu_ldsm_x2_trans(uint32_t r[2], const void *row) {
 static inline unsigned __cvta_generic_to_shared(const void *) { return 0; }
 
 /* ---- launch ---- */
-void emu_run_blocks(const void *fn, const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
+void emu_run_blocks(const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
 /* checks the configuration (sets the last error as CUDA would), then queues the launch on s */
 int emu_launch_check(const void *fn, const char *name, dim3 grid, dim3 block, size_t smem);
 long emu_enqueue(cudaStream_t s, const char *what, std::function<void()> op);
@@ -230,7 +229,7 @@ void emu_launch_named(const char *name, void (*kernel)(P...), dim3 grid, dim3 bl
         (emu_check_arg(name, i++, v), ...);
     }, t);
     emu_enqueue(s, name, [=]() {
-        emu_run_blocks((const void *)kernel, name, grid, block, smem, [&]() { std::apply(kernel, t); });
+        emu_run_blocks(name, grid, block, smem, [&]() { std::apply(kernel, t); });
     });
 }
 #define emu_launch(k, ...) emu_launch_named(#k, k, __VA_ARGS__)
