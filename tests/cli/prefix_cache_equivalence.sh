@@ -12,7 +12,7 @@ import json, random, sys
 rnd = random.Random(int(sys.argv[4]))
 lines = [l.strip() for l in open(sys.argv[1], encoding="utf-8") if len(l.strip()) > 200 and not l.startswith(" =")]
 system = ""
-while len(system) < 1800:          # ~500 SmolLM2 tokens
+while len(system) < 2600:          # ~500-650 SmolLM2 tokens (4-5 characters each)
     system += rnd.choice(lines) + "\n"
 qs = [json.loads(l)["prompt"] for l in open(sys.argv[2], encoding="utf-8")]
 rnd.shuffle(qs)
