@@ -50,7 +50,10 @@
 # whole script on the CPU: every "cuda" step runs with --device cpu on small shapes: the
 # tiny testdata/hf/llama-gqa-rope3 for SmolLM2 and (as --dummy config.json) for
 # llama-3-8b, 4 requests, lengths / 16, so each row's parsing runs on real output; its
-# figures are CPU figures, not results); CALIB (calibration text for the quant phase), SYNTH8B.
+# figures are CPU figures, not results), GPU_CHECK_DEVICE=emu (the same small shapes with
+# every cuda step on the CPU emulation of CUDA: build-emu/llmi and build-emu/llmi_tests from
+# `make emu`, so the device steps' command lines and parsing run on the cuda backend's own
+# output; no figure is a device result); CALIB (calibration text for the quant phase), SYNTH8B.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -159,7 +162,7 @@ while [ $# -gt 0 ]; do
     --phase) PHASES=${2:-}; shift 2 ;;
     --phase=*) PHASES=${1#--phase=}; shift ;;
     --refs) REFS_ONLY=1; shift ;;
-    -h|--help) sed -n '2,53p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)"; exit 2 ;;
   esac
 done
@@ -176,9 +179,12 @@ if [ "$REFS_ONLY" = 1 ]; then
 fi
 
 DEV=${GPU_CHECK_DEVICE:-cuda}
-case "$DEV" in cuda|cpu) ;; *) echo "gpu-check: GPU_CHECK_DEVICE must be cuda or cpu"; exit 2 ;; esac
+case "$DEV" in cuda|cpu|emu) ;; *) echo "gpu-check: GPU_CHECK_DEVICE must be cuda, cpu or emu"; exit 2 ;; esac
+# what the device steps pass to --device: the emulation is llmi's cuda backend, on the CPU
+DEVFLAG=$DEV
+[ "$DEV" = emu ] && DEVFLAG=cuda
 TINY=testdata/hf/llama-gqa-rope3
-if [ "$DEV" = cpu ]; then
+if [ "$DEV" != cuda ]; then
   BIG=$TINY/config.json BIG_NAME="tiny llama (rehearsal)" NREQ=4 SCALE=16 GS=32 REPS=1 PPL_CTX=128 MODEL=${MODEL:-$TINY}
 else
   BIG=llama-3-8b BIG_NAME=llama-3-8b NREQ=1000 SCALE=1 GS=128 REPS=3 PPL_CTX=512
@@ -333,9 +339,11 @@ for pkg in cublas cusolver cusparse nvjitlink; do
   d=$(python3 -c "import nvidia.$pkg as c; print(list(c.__path__)[0] + '/lib')" 2> /dev/null)
   [ -n "$d" ] && [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
 done
-echo "gpu-check: phases $PHASES, budget ${BUDGET}s, device $DEV$([ "$DEV" = cpu ] && echo ' (rehearsal: CPU figures)'), commit $(git rev-parse --short HEAD 2> /dev/null || echo '?')" | tee -a "$LOG"
+echo "gpu-check: phases $PHASES, budget ${BUDGET}s, device $DEV$(case $DEV in cpu) echo ' (rehearsal: CPU figures)' ;; emu) echo ' (rehearsal: the cuda backend on the CPU emulation of CUDA, tests/cuda-emu; no figure is a device result)' ;; esac), commit $(git rev-parse --short HEAD 2> /dev/null || echo '?')" | tee -a "$LOG"
 HAVE_GPU=0
 if [ "$REFS_ONLY" = 1 ]; then :   # the cpu steps only: no device wanted
+elif [ "$DEV" = emu ]; then
+  row device ok "none: CPU emulation of CUDA (build-emu/, make emu)"
 elif ! command -v nvidia-smi > /dev/null; then
   row device "no GPU" "nvidia-smi not found"
 elif ! gpu=$(nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader 2>> "$LOG" | head -1) || [ -z "$gpu" ]; then
@@ -378,6 +386,7 @@ fi
 # ---- binaries: build here, or the carried pack ---------------------------------------------
 LLMI=$ROOT/llmi
 TESTS=$ROOT/build/llmi_tests
+LLMI_DEV=   # the binary of the device steps: $LLMI, but for the emulation's build-emu/llmi
 # the pack's binaries, unpacked on every call (a second call may carry a newer pack)
 PACK_BIN=$PACK
 if [ -f "$PACK/llmi.gz" ] && [ -f "$PACK/llmi_tests.gz" ]; then
@@ -393,7 +402,14 @@ use_pack() {
 # The pack first: it was built from this tree by --pack just before the calls, and a build
 # here costs a minute or more of the session's 15 device minutes (GPU_CHECK_BUILD=1 builds).
 pack_commit=$(cat "$PACK/commit" 2> /dev/null)
-if [ -x "$PACK_BIN/llmi" ] && [ "${GPU_CHECK_BUILD:-0}" != 1 ]; then
+if [ "$DEV" = emu ]; then
+  # this tree's builds as they are: make (the cpu steps) and make emu (the device steps)
+  TESTS=$ROOT/build-emu/llmi_tests LLMI_DEV=$ROOT/build-emu/llmi
+  for b in "$LLMI" "$TESTS" "$LLMI_DEV"; do
+    [ -x "$b" ] || { row "binaries" FAIL "${b#"$ROOT"/} not built (make && make emu)"; finish; }
+  done
+  row "binaries (this tree)" ok "llmi for the cpu steps, build-emu/llmi (ASan/UBSan) for the cuda steps"
+elif [ -x "$PACK_BIN/llmi" ] && [ "${GPU_CHECK_BUILD:-0}" != 1 ]; then
   use_pack
   if [ ! -f "$PACK/sources.sha256" ]; then
     row "binaries (.gpu-pack)" FAIL "pack of $pack_commit lists no sources (rerun --pack); testing the pack anyway"
@@ -417,6 +433,7 @@ elif [ -x "$PACK_BIN/llmi" ]; then
 else
   row "build (make CUDA=1 CUDA_ARCH=$ARCH)" "$STATUS" "$(first_match build '(error|fatal).*')"; finish
 fi
+LLMI_DEV=${LLMI_DEV:-$LLMI}
 # a binary without CUDA would report every GPU step as skipped: refuse it loudly
 if run cuda-built 30 "$TESTS" cuda_backend_unavailable && grep -q '^ok   cuda_backend_unavailable' "$WORK/cuda-built.out"; then
   row "binaries have CUDA" FAIL "$TESTS was built without CUDA"; finish
@@ -430,10 +447,10 @@ GPU_OK=0
 if [ "$REFS_ONLY" = 1 ]; then
   GPU_OK=1   # every device step reports "not run (refs)" by itself
 else
-  run cuda-probe 90 "$LLMI" generate --device "$DEV" -m testdata/hf/llama-gqa-rope3 -p "The capital of France is" -n 4 --temp 0 --no-stats
+  run cuda-probe 90 "$LLMI_DEV" generate --device "$DEVFLAG" -m testdata/hf/llama-gqa-rope3 -p "The capital of France is" -n 4 --temp 0 --no-stats
   [ "$STATUS" = ok ] && GPU_OK=1
   PROBE_STATUS=$STATUS
-  row "cuda backend starts" "$STATUS" "$([ $GPU_OK = 1 ] && echo "generate --device $DEV on a tiny HF model" || why cuda-probe)"
+  row "cuda backend starts" "$STATUS" "$([ $GPU_OK = 1 ] && echo "generate --device $DEVFLAG on a tiny HF model" || why cuda-probe)"
 fi
 # gpu_gate LABEL...: true when the GPU steps can run; else one row per label saying why not
 gpu_gate() {
@@ -461,7 +478,9 @@ if has_phase unit; then
   fi
 fi
 if has_phase sanitize && gpu_gate "compute-sanitizer memcheck" "compute-sanitizer racecheck"; then
-  if ! command -v compute-sanitizer > /dev/null; then
+  if [ "$DEV" = emu ]; then
+    row "compute-sanitizer" "not available" "emulation: the unit row ran under ASan/UBSan with its barrier and lane checks"
+  elif ! command -v compute-sanitizer > /dev/null; then
     row "compute-sanitizer" "not available" "not on PATH"
   else
     run memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 "$TESTS" cuda
@@ -498,7 +517,7 @@ if has_phase e2e || { has_phase smol && [ -n "$SMOL" ]; }; then
     gpu_gate "$label" || continue
     run_cpu "gen-cpu-$name" 200 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$mdl" --device cpu
     [ "$STATUS" = ok ] || { row "$label" "$STATUS" "cpu: $(why "gen-cpu-$name")"; continue; }
-    run_dev "gen-cuda-$name" 120 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$mdl" --device "$DEV"
+    run_dev "gen-cuda-$name" 120 "$LLMI_DEV" "${gen_args[@]}" --prompts "$prompts" -m "$mdl" --device "$DEVFLAG"
     [ "$STATUS" = ok ] || { row "$label" "$STATUS" "cuda: $(why "gen-cuda-$name")"; continue; }
     compare_rows "$label" "$name" "$WORK/gen-cpu-$name.out" "$WORK/gen-cuda-$name.out"
   done
@@ -513,7 +532,7 @@ if has_phase e2e || { has_phase smol && [ -n "$SMOL" ]; }; then
     if ! gpu_gate "$label"; then :
     elif [ ! -s "$WORK/gen-cpu-$name.out" ]; then
       row "$label" "not available" "the cpu reference of the greedy step did not run"
-    elif ! run_dev gen-cuda-spec 120 "$LLMI" "${gen_args[@]}" --prompts "$prompts" -m "$SMOL" --device "$DEV" --spec ngram --spec-k 4; then
+    elif ! run_dev gen-cuda-spec 120 "$LLMI_DEV" "${gen_args[@]}" --prompts "$prompts" -m "$SMOL" --device "$DEVFLAG" --spec ngram --spec-k 4; then
       row "$label" "$STATUS" "cuda: $(why gen-cuda-spec)"
     else
       compare_rows "$label" spec "$WORK/gen-cpu-$name.out" "$WORK/gen-cuda-spec.out"
@@ -542,7 +561,7 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
   if ! gpu_gate "$label"; then :
   elif ! run_cpu batch-cpu 240 "$LLMI" "${b_args[@]}" --device cpu --max-seqs 1; then
     row "$label" "$STATUS" "cpu: $(why batch-cpu)"
-  elif ! run_dev batch-cuda 150 "$LLMI" "${b_args[@]}" --device "$DEV" --max-seqs 64 --max-batch-tokens 256 --prefill-chunk 48 --num-blocks "$nblk"; then
+  elif ! run_dev batch-cuda 150 "$LLMI_DEV" "${b_args[@]}" --device "$DEVFLAG" --max-seqs 64 --max-batch-tokens 256 --prefill-chunk 48 --num-blocks "$nblk"; then
     row "$label" "$STATUS" "cuda: $(why batch-cuda)"
   else
     pre=$(grep -oE '"preempted":[0-9]+' "$WORK/batch-cuda.out" | awk -F: '{s += $2} END {print s + 0}')
@@ -557,7 +576,7 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
     row "$label" "not available" "needs SmolLM2 and wiki.test.raw (in .gpu-pack/data)"
   elif ! run_cpu ppl-cpu 200 "$LLMI" bench -m "$SMOL" --device cpu --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv; then
     row "$label" "$STATUS" "cpu: $(why ppl-cpu)"
-  elif ! run_dev ppl-cuda 120 "$LLMI" bench -m "$SMOL" --device "$DEV" --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv; then
+  elif ! run_dev ppl-cuda 120 "$LLMI_DEV" bench -m "$SMOL" --device "$DEVFLAG" --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv; then
     row "$label" "$STATUS" "cuda: $(why ppl-cuda)"
   else
     a=$(csv_col "$WORK/ppl-cpu.out" ppl); b=$(csv_col "$WORK/ppl-cuda.out" ppl)
@@ -577,7 +596,7 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
     elif ! run_cpu "ppl-cpu-$kt" 200 "$LLMI" bench -m "$kvq_model" --device cpu --kv-type "$kt" --ppl "$DATA" -c "$PPL_CTX" \
         --chunks "$chunks" -o csv; then
       row "$label" "$STATUS" "cpu: $(why "ppl-cpu-$kt")"
-    elif ! run_dev "ppl-cuda-$kt" 120 "$LLMI" bench -m "$kvq_model" --device "$DEV" --kv-type "$kt" --ppl "$DATA" -c "$PPL_CTX" \
+    elif ! run_dev "ppl-cuda-$kt" 120 "$LLMI_DEV" bench -m "$kvq_model" --device "$DEVFLAG" --kv-type "$kt" --ppl "$DATA" -c "$PPL_CTX" \
         --chunks "$chunks" -o csv; then
       row "$label" "$STATUS" "cuda: $(why "ppl-cuda-$kt")"
     else
@@ -590,10 +609,11 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
 fi
 
 # ---- bench: llama-3-8b on the device ---------------------------------------------------------
-L3=(--dummy "$BIG" --device "$DEV" --kv-type bf16 -o csv)
+L3=(--dummy "$BIG" --device "$DEVFLAG" --kv-type bf16 -o csv)
 if has_phase bench; then
   BW= PEAK=
   if ! gpu_gate "measured ceilings (torch)"; then :
+  elif [ "$DEV" = emu ]; then row "measured ceilings (torch)" "not available" "emulation: no device to measure"
   elif run peaks 90 python3 scripts/gpu-peaks.py; then
     BW=$(awk '/^bandwidth_gbs/ {print $2}' "$WORK/peaks.out"); PEAK=$(awk '/^bf16_tflops/ {print $2}' "$WORK/peaks.out")
     row "measured ceilings (torch)" ok "copy ${BW} GB/s, bf16 GEMM ${PEAK} TFLOP/s"
@@ -601,7 +621,7 @@ if has_phase bench; then
     row "measured ceilings (torch)" "$([ "$STATUS" = FAIL ] && grep -q 'not installed' "$WORK/peaks.out" && echo 'not available' || echo "$STATUS")" "$([ "$STATUS" = timeout ] && why peaks || last_line peaks out 70)"
   fi
   if ! gpu_gate "$BIG_NAME bf16 decode b1 (target 170)" "$BIG_NAME bf16 decode b32"; then :
-  elif run bench-b1 150 "$LLMI" bench "${L3[@]}" -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1,32 -r "$REPS"; then
+  elif run bench-b1 150 "$LLMI_DEV" bench "${L3[@]}" -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1,32 -r "$REPS"; then
     d1=$(csv_col "$WORK/bench-b1.out" decode_tps_mean 1); d32=$(csv_col "$WORK/bench-b1.out" decode_tps_mean 2)
     wmib=$(csv_col "$WORK/bench-b1.out" mem_backend_weights_mib 1)
     gbs=$(awk -v t="$d1" -v w="$wmib" 'BEGIN { printf "%.0f", t * w * 1048576 / 1e9 }')
@@ -611,7 +631,7 @@ if has_phase bench; then
     row "$BIG_NAME bf16 decode b1 (target 170)" "$STATUS" "$(why bench-b1)"
   fi
   if ! gpu_gate "$BIG_NAME TTFT p$((2048 / SCALE)) (target 55 ms)"; then :
-  elif run bench-ttft 120 "$LLMI" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 -r "$REPS"; then
+  elif run bench-ttft 120 "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 -r "$REPS"; then
     ttft=$(csv_col "$WORK/bench-ttft.out" ttft_ms_mean 1)
     params=$(csv_col "$WORK/bench-ttft.out" params_m 1)
     tfl=$(awk -v t="$ttft" -v p="$params" -v n=$((2048 / SCALE)) 'BEGIN { if (t > 0) printf "%.3g", 2 * p * 1e6 * n / (t / 1e3) / 1e12 }')
@@ -619,7 +639,9 @@ if has_phase bench; then
   else
     row "$BIG_NAME TTFT p$((2048 / SCALE)) (target 55 ms)" "$STATUS" "$(why bench-ttft)"
   fi
+  # kept in /tmp on the device, where a later call reuses it; a rehearsal's own, in its work dir
   I4=/tmp/llmi-$(basename "$BIG_NAME" | tr -c "a-z0-9\n" -)-int4
+  [ "$SCALE" = 1 ] || I4=$WORK/int4
   if ! gpu_gate "$BIG_NAME int4 decode b1 (target 400)" "$BIG_NAME int4 decode b16"; then :
   else
     if [ ! -f "$I4/config.json" ]; then
@@ -628,7 +650,7 @@ if has_phase bench; then
       # bench's sweep draws random ids, but -m loads a tokenizer: a tiny one fits any vocabulary
       [ -f "$I4/config.json" ] && cp testdata/hf/llama-gqa-rope3/tokenizer*.json "$I4/"
     fi
-    if [ -f "$I4/config.json" ] && run bench-int4 150 "$LLMI" bench -m "$I4" --device "$DEV" --kv-type bf16 -o csv -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1,16 -r "$REPS"; then
+    if [ -f "$I4/config.json" ] && run bench-int4 150 "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 -o csv -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1,16 -r "$REPS"; then
       i1=$(csv_col "$WORK/bench-int4.out" decode_tps_mean 1); i16=$(csv_col "$WORK/bench-int4.out" decode_tps_mean 2)
       wmib=$(csv_col "$WORK/bench-int4.out" mem_backend_weights_mib 1)
       row "$BIG_NAME int4 decode b1 (target 400)" ok "$(num "$i1") tok/s; weights on the device $(num "$wmib") MiB"
@@ -647,7 +669,7 @@ if has_phase tput; then
     il=$((il / SCALE)); ol=$((ol / SCALE))
     label="throughput $il/$ol x$NREQ (target $target)"
     gpu_gate "$label" || continue
-    if run "tput-$il-$ol" 320 "$LLMI" bench "${L3[@]}" --num-requests "$NREQ" --input-len "$il" --output-len "$ol"; then
+    if run "tput-$il-$ol" 320 "$LLMI_DEV" bench "${L3[@]}" --num-requests "$NREQ" --input-len "$il" --output-len "$ol"; then
       row "$label" ok "$(num "$(csv_col "$WORK/tput-$il-$ol.out" output_tps)") output tok/s, $(csv_col "$WORK/tput-$il-$ol.out" preemptions) preemptions"
     else
       row "$label" "$STATUS" "$(why "tput-$il-$ol")"
@@ -666,12 +688,14 @@ if has_phase quant; then
   elif [ -z "$SMOL" ]; then
     row "quantize smollm2 cuda vs cpu" "not available" "no SmolLM2 here (carry .gpu-model-N or set MODEL=)"
   else
+    qchunks=$([ "$SCALE" = 1 ] && echo 20 || echo 2)
     for meth in gptq awq; do
-      for qd in cpu "$DEV"; do
+      for qd in cpu "$DEVFLAG"; do
+        qbin=$LLMI; [ "$qd" = cpu ] || qbin=$LLMI_DEV
         [ "$qd" = cpu ] || gpu_gate "quantize smollm2 $meth $qd" || continue
         t0=$(date +%s.%N)
         # g64: SmolLM2's 576 is no multiple of 128; the rehearsal's tiny model needs 32
-        if run "quant-$meth-$qd" 200 "$LLMI" quantize -m "$SMOL" --method "$meth" --group-size $((SCALE > 1 ? 32 : 64)) \
+        if run "quant-$meth-$qd" 200 "$qbin" quantize -m "$SMOL" --method "$meth" --group-size $((SCALE > 1 ? 32 : 64)) \
             --calib "$qcalib" --nsamples 8 --seqlen $((512 / SCALE)) --device "$qd" --force -o "$WORK/q-$meth-$qd"; then
           row "quantize smollm2 $meth $qd" ok "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f s wall", b - a }')"
         else
@@ -680,9 +704,30 @@ if has_phase quant; then
         [ "$qd" = cpu ] && [ "$DEV" = cpu ] && break
       done
       # (the rehearsal compares the CPU file with itself, so the parsing runs on real output)
-      if [ -d "$WORK/q-$meth-cpu" ] && [ -d "$WORK/q-$meth-$DEV" ]; then
-        run "quant-cmp-$meth" 60 python3 scripts/quant-compare.py "$WORK/q-$meth-cpu" "$WORK/q-$meth-$DEV"
-        row "quantize $meth $DEV vs cpu files" "$STATUS" "$(last_line "quant-cmp-$meth" out 100)"
+      if [ -d "$WORK/q-$meth-cpu" ] && [ -d "$WORK/q-$meth-$DEVFLAG" ]; then
+        run "quant-cmp-$meth" 60 python3 scripts/quant-compare.py "$WORK/q-$meth-cpu" "$WORK/q-$meth-$DEVFLAG"
+        row "quantize $meth $DEVFLAG vs cpu files" "$STATUS" "$(last_line "quant-cmp-$meth" out 100)"
+        # The files differ word for word (the GPU calibrates in bf16, and GPTQ's walk and AWQ's
+        # grid turn rounding into other choices: docs/QUANT.md), so their quality is what must
+        # agree: both files' perplexity on the device, 1% apart at most.
+        qlabel="quantize $meth $DEVFLAG vs cpu file: WikiText-2 ppl ($qchunks x $PPL_CTX)"
+        if [ -z "$DATA" ]; then
+          row "$qlabel" "not available" "needs wiki.test.raw (in .gpu-pack/data)"
+        else
+          qppl=()
+          for qd in cpu "$DEVFLAG"; do
+            run_dev "quant-ppl-$meth-$qd" 120 "$LLMI_DEV" bench -m "$WORK/q-$meth-$qd" --device "$DEVFLAG" --ppl "$DATA" \
+              -c "$PPL_CTX" --chunks "$qchunks" -o csv || break
+            qppl+=("$(csv_col "$WORK/quant-ppl-$meth-$qd.out" ppl)")
+          done
+          if [ "${#qppl[@]}" != 2 ]; then
+            row "$qlabel" "$STATUS" "$(why "quant-ppl-$meth-$qd")"
+          else
+            rel=$(awk -v a="${qppl[0]}" -v b="${qppl[1]}" 'BEGIN { if (a > 0) { d = (b - a) / a; if (d < 0) d = -d; printf "%.3f", 100 * d } }')
+            res=$(awk -v r="$rel" 'BEGIN { print (r != "" && r + 0 <= 1) ? "ok" : "FAIL" }')
+            row "$qlabel" "$res" "cpu file $(num "${qppl[0]}"), $DEVFLAG file $(num "${qppl[1]}"): ${rel:-?}% (limit 1%)"
+          fi
+        fi
       fi
     done
   fi
@@ -697,7 +742,7 @@ if has_phase quant; then
       row "quantize 8b gptq 4x512 cuda" "not available" "no synthetic 8B (SYNTH8B=, or numpy for make-synthetic-hf.py)"
     else
       t0=$(date +%s.%N)
-      if run quant-8b 400 "$LLMI" quantize -m "$synth" --method gptq --group-size 128 --calib "${qcalib:-README}" \
+      if run quant-8b 400 "$LLMI_DEV" quantize -m "$synth" --method gptq --group-size 128 --calib "${qcalib:-README}" \
           --nsamples 4 --seqlen 512 --device cuda --force -o "$WORK/q-8b-gptq"; then
         row "quantize 8b gptq 4x512 cuda" ok "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f s wall", b - a }'); $(first_match quant-8b 'peak RSS[^;]*')"
       else

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh, the one command a device session runs, rehearsed on the CPU emulation
+# of CUDA (GPU_CHECK_DEVICE=emu): its e2e, bench and tput phases at the rehearsal's small
+# shapes, every cuda step on build-emu/llmi and every cpu step on ./llmi.  A device session
+# has 15 minutes in all, so the script's own plumbing (its command lines, the parsing of each
+# step's stdout apart from its stderr, the comparisons' rules, the table) must already work
+# here: exit 0, and every row the three phases promise present and ok (or, where the
+# rehearsal cannot have it, "not available").  The figures are the emulator's, not results.
+. "$(dirname "$0")/../lib/common.sh"
+need_emu
+ROOT=$(dirname "$TESTDATA")
+# (MODEL unset: the suite exports SmolLM2 there, and the rehearsal wants its tiny model)
+env -u MODEL OUT=$TMP/gc GPU_CHECK_DEVICE=emu BUDGET=500 bash "$ROOT/scripts/gpu-check.sh" --phase e2e,bench,tput >"$TMP/gc.log" 2>&1
+rc=$?
+work=$(sed -n 's/.*; work dir \(\/tmp\/gpu-check\.[A-Za-z0-9]*\))$/\1/p' "$TMP/gc.log")
+[ -n "$work" ] && [ -d "$work" ] && rm -rf "$work"
+[ -f "$TMP/gc/gpu-check.tsv" ] || fail "gpu-check wrote no table (exit $rc): $(tail -5 "$TMP/gc.log")"
+python3 - "$TMP/gc/gpu-check.tsv" "$rc" <<'PY' || fail "gpu-check's table: $(sed -n '/^check /,$p' "$TMP/gc.log" | grep -v '| ok ')"
+import sys
+rows = {}
+for line in open(sys.argv[1], encoding="utf-8").read().splitlines()[1:]:
+    check, result, figure = line.split("\t")
+    rows[check] = (result, figure)
+models = ["llama-gqa-rope3", "llama-attn-bias", "llama-headdim", "mistral-sharded", "qwen2-bias-tied"]
+want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
+           + [f"greedy 4 tokens cuda vs cpu {m}" for m in models]
+           + ["greedy --spec ngram cuda vs cpu without (llama-gqa-rope3)",
+              "batch 64, chunk 48, 12 blocks: cuda vs cpu alone", "batch 64 forced preemption",
+              "WikiText-2 ppl cuda vs cpu (2 x 128)", "WikiText-2 ppl --kv-type q8 cuda vs cpu (2 x 128)",
+              "WikiText-2 ppl --kv-type fp8 cuda vs cpu (2 x 128)"]
+           + [f"tiny llama (rehearsal) {r}" for r in ("bf16 decode b1 (target 170)", "bf16 decode b32",
+              "TTFT p128 (target 55 ms)", "int4 decode b1 (target 400)", "int4 decode b16")]
+           + ["throughput 8/8 x4 (target 15000)", "throughput 128/8 x4 (target 2300)",
+              "throughput 62/62 x4 (target 10000)", "cpu references"])
+may_be_missing = {"spec ngram on cuda: proposals verified", "measured ceilings (torch)"}
+bad = [f"{c}: {rows[c][0]} {rows[c][1]}" if c in rows else f"{c}: no row" for c in want_ok
+       if rows.get(c, ("",))[0] != "ok"]
+bad += [f"{c}: {r} {f}" for c, (r, f) in rows.items()
+        if c not in want_ok and not (c in may_be_missing and r in ("ok", "not available"))]
+assert not bad, "; ".join(bad)
+assert sys.argv[2] == "0", f"exit {sys.argv[2]} with every row ok"
+# the figures parsed from each step's stdout are numbers, not the fallbacks of a failed parse
+for c in want_ok:
+    assert "?" not in rows[c][1] and rows[c][1], f"{c}: figure '{rows[c][1]}'"
+print(f"gpu-check on the emulation: exit 0, {len(rows)} rows, {sum(r == 'ok' for r, _ in rows.values())} ok")
+print("\n".join(f"  {c}: {f}" for c, (r, f) in rows.items() if c.startswith(("batch", "WikiText", "throughput 62"))))
+PY
