@@ -65,10 +65,12 @@ if [ -z "$filter" ] || [ "$filter" = unit ] || [ "$filter" = cuda ]; then
     # It runs the host code and the kernels' logic, not the GPU: the note says so.
     echo "== CUDA unit tests (CPU emulation: build-emu, no GPU visible)"
     unit_run cuda-emu build-emu/llmi_tests cuda
-    # the kernel tests again with each block's threads run last to first: a missing barrier
-    # shows in one order or the other
+    # the kernel tests again with each block's threads, and a launch's blocks, run last to
+    # first: a missing barrier, or a block that counts on another's order, shows in one
+    # order or the other
     LLMI_EMU_ORDER=reverse unit_run cuda-emu-reverse build-emu/llmi_tests cuda_add_rmsnorm cuda_attention cuda_rope_kv \
-      cuda_swiglu cuda_embed cuda_dequant cuda_sum_store cuda_argmax cuda_gemm cuda_sample
+      cuda_swiglu cuda_embed cuda_dequant cuda_sum_store cuda_argmax cuda_gemm cuda_sample cuda_backend_int4 \
+      quant_cuda_int4_matmul_vs_cpu quant_cuda_gram_and_gptq_vs_cpu
     notes+=("CUDA unit tests run on the CPU emulation only: no GPU visible")
   elif [ ! -x build/llmi_tests ]; then
     # A GPU nobody tests is a skip, not a pass.

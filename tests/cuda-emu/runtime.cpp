@@ -483,7 +483,8 @@ static void fiber_to_sched(EmuFiber *f, bool exiting) {
 }
 /* Threads run in thread order between barriers, so a thread that reads what a lower thread
  * writes without a barrier between sees the new value, as a race would show on a GPU;
- * LLMI_EMU_ORDER=reverse runs them last to first, which shows the other direction. */
+ * LLMI_EMU_ORDER=reverse runs them (and a launch's blocks) last to first, which shows the
+ * other direction. */
 static bool emu_reverse() {
     static const bool r = getenv("LLMI_EMU_ORDER") && !strcmp(getenv("LLMI_EMU_ORDER"), "reverse");
     return r;
@@ -532,7 +533,10 @@ void emu_run_blocks(const char *name, dim3 grid, dim3 block, size_t smem, const 
     t_fibers = &pool; t_runq = &runq; t_body = &body;
     blockDim = block; gridDim = grid;
     emu_blk = &B;
-    for (long b = 0; b < nb; b++) {
+    /* blocks one after another, in reverse too: a block that depends on another of the same
+     * launch having run (or not yet) shows in one of the two orders */
+    for (long i = 0; i < nb; i++) {
+        const long b = emu_reverse() ? nb - 1 - i : i;
         blockIdx = uint3{(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y)};
         memset(B.smem, emu_fill_byte, smem);
         runq.clear();
