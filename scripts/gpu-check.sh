@@ -294,7 +294,8 @@ ref_key() {
 REF_USED=0 REF_RUN=0 REF_FROM=
 run_cpu() {
   local name=$1 secs=$2 key=
-  [ -f "$PACK/cpu-sources" ] && key=$(ref_key "${@:4}")
+  # (not for the emulation, whose cpu steps run this tree's ./llmi, not the pack's)
+  [ -f "$PACK/cpu-sources" ] && [ "$DEV" != emu ] && key=$(ref_key "${@:4}")
   if [ -n "$key" ] && [ -f "$PACK/ref/$key.out.gz" ] && [ "$REFS_ONLY" != 1 ]; then
     gunzip -c "$PACK/ref/$key.out.gz" > "$WORK/$name.out"; gunzip -c "$PACK/ref/$key.err.gz" > "$WORK/$name.err"
     REF_FROM=$(sed -n 's/^made //p' "$PACK/ref/$key.meta")
