@@ -685,6 +685,38 @@ if has_phase quant; then
   for f in "${CALIB:-}" "$PACK/data/calib.txt" "$ROOT/../shared/data/tinyshakespeare/input.txt"; do
     [ -n "$f" ] && [ -s "$f" ] && qcalib=$f && break
   done
+  # First, as only a device can measure it: the 5-minute target is for GPTQ of an 8B with
+  # 128 x 2048 calibration tokens.  Its layers all cost the same, so 4 of Llama-3-8B's 32 (real
+  # shapes, synthetic weights: a 3.6 GiB file made in seconds, not 16 GB) measure it inside a
+  # call: the whole run's time plus 28 more layers at the measured per-layer mean.  (The
+  # emulation runs it on SYNTH8B= when given, a tiny model at the rehearsal's sizes, for the
+  # parsing.)
+  synth=${SYNTH8B:-/tmp/llmi-synth-8b-4l}
+  label="quantize 8b gptq $((128 / SCALE))x$((2048 / SCALE)) cuda, 4 of 32 layers (target 300 s for 32)"
+  if [ "$DEV" = cpu ] || { [ "$DEV" = emu ] && [ -z "${SYNTH8B:-}" ]; }; then
+    row "$label" "not available" "rehearsal: an 8B layer on the CPU takes minutes"
+  elif gpu_gate "$label"; then
+    if [ ! -f "$synth/model.safetensors" ] && python3 -c 'import numpy' 2> /dev/null; then
+      run synth8b 180 python3 scripts/make-synthetic-hf.py "$synth" --layers 4 --tokenizer testdata/tokenizer/smollm2 || true
+    fi
+    if [ ! -f "$synth/model.safetensors" ]; then
+      row "$label" "not available" "no synthetic 8B (SYNTH8B=, or numpy for make-synthetic-hf.py)"
+    elif [ -z "$qcalib" ]; then
+      row "$label" "not available" "no calibration text (CALIB=, or .gpu-pack/data/calib.txt)"
+    else
+      t0=$(date +%s.%N)
+      if run quant-8b 400 "$LLMI_DEV" quantize -m "$synth" --method gptq --group-size "$GS" --calib "$qcalib" \
+          --nsamples $((128 / SCALE)) --seqlen $((2048 / SCALE)) --device cuda --force -o "$WORK/q-8b-gptq"; then
+        wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+        per=$(grep -oE '; [0-9.]+s, ETA' "$WORK/quant-8b.err" | grep -oE '[0-9.]+' | tr '\n' ' ')
+        est=$(echo "$per" | awk -v w="$wall" '{ for (i = 1; i <= NF; i++) s += $i; if (NF) printf "%.0f", w + (32 - NF) * s / NF }')
+        row "$label" ok "$wall s wall, layers ${per:-?}s: ~${est:-?} s for 32 layers; $(first_match quant-8b 'peak RSS[^;]*')"
+      else
+        row "$label" "$STATUS" "$(why quant-8b)"
+      fi
+      rm -rf "$WORK/q-8b-gptq"
+    fi
+  fi
   if [ -z "$qcalib" ]; then
     row "quantize cuda vs cpu" "not available" "no calibration text (CALIB=, or .gpu-pack/data/calib.txt)"
   elif [ -z "$SMOL" ]; then
@@ -732,37 +764,6 @@ if has_phase quant; then
         fi
       fi
     done
-  fi
-  # The 5-minute target is for GPTQ of an 8B with 128 x 2048 calibration tokens.  Its layers
-  # all cost the same, so 4 of Llama-3-8B's 32 (real shapes, synthetic weights: a 3.9 GB file
-  # made in seconds, not 16 GB) measure it inside a call: the whole run's time plus 28 more
-  # layers at the measured per-layer mean.  (The emulation runs it on SYNTH8B= when given, a
-  # tiny model at the rehearsal's sizes, for the parsing.)
-  synth=${SYNTH8B:-/tmp/llmi-synth-8b-4l}
-  label="quantize 8b gptq $((128 / SCALE))x$((2048 / SCALE)) cuda, 4 of 32 layers (target 300 s for 32)"
-  if [ "$DEV" = cpu ] || { [ "$DEV" = emu ] && [ -z "${SYNTH8B:-}" ]; }; then
-    row "$label" "not available" "rehearsal: an 8B layer on the CPU takes minutes"
-  elif gpu_gate "$label"; then
-    if [ ! -f "$synth/model.safetensors" ] && python3 -c 'import numpy' 2> /dev/null; then
-      run synth8b 180 python3 scripts/make-synthetic-hf.py "$synth" --layers 4 --tokenizer testdata/tokenizer/smollm2 || true
-    fi
-    if [ ! -f "$synth/model.safetensors" ]; then
-      row "$label" "not available" "no synthetic 8B (SYNTH8B=, or numpy for make-synthetic-hf.py)"
-    elif [ -z "$qcalib" ]; then
-      row "$label" "not available" "no calibration text (CALIB=, or .gpu-pack/data/calib.txt)"
-    else
-      t0=$(date +%s.%N)
-      if run quant-8b 400 "$LLMI_DEV" quantize -m "$synth" --method gptq --group-size "$GS" --calib "$qcalib" \
-          --nsamples $((128 / SCALE)) --seqlen $((2048 / SCALE)) --device cuda --force -o "$WORK/q-8b-gptq"; then
-        wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-        per=$(grep -oE '; [0-9.]+s, ETA' "$WORK/quant-8b.err" | grep -oE '[0-9.]+' | tr '\n' ' ')
-        est=$(echo "$per" | awk -v w="$wall" '{ for (i = 1; i <= NF; i++) s += $i; if (NF) printf "%.0f", w + (32 - NF) * s / NF }')
-        row "$label" ok "$wall s wall, layers ${per:-?}s: ~${est:-?} s for 32 layers; $(first_match quant-8b 'peak RSS[^;]*')"
-      else
-        row "$label" "$STATUS" "$(why quant-8b)"
-      fi
-      rm -rf "$WORK/q-8b-gptq"
-    fi
   fi
 fi
 
