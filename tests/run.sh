@@ -71,6 +71,9 @@ if [ -z "$filter" ] || [ "$filter" = unit ] || [ "$filter" = cuda ]; then
     LLMI_EMU_ORDER=reverse unit_run cuda-emu-reverse build-emu/llmi_tests cuda_add_rmsnorm cuda_attention cuda_rope_kv \
       cuda_swiglu cuda_embed cuda_dequant cuda_sum_store cuda_argmax cuda_gemm cuda_sample cuda_backend_int4 \
       quant_cuda_int4_matmul_vs_cpu quant_cuda_gram_and_gptq_vs_cpu
+    # and the GEMMs with cuBLASLt refusing an algorithm outside the n it was chosen for, so
+    # that gemm.cu's fallback (an exact entry for that n) runs
+    LLMI_EMU_LT_EXACT_N=1 unit_run cuda-emu-exact-n build-emu/llmi_tests cuda_gemm cuda_backend_forward_layers cuda_backend_int4
     notes+=("CUDA unit tests run on the CPU emulation only: no GPU visible")
   elif [ ! -x build/llmi_tests ]; then
     # A GPU nobody tests is a skip, not a pass.

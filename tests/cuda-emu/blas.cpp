@@ -161,8 +161,12 @@ extern "C" cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPre
     return CUBLAS_STATUS_SUCCESS;
 }
 /* the algorithm remembers the alignments it was promised: a matmul with operands less aligned
- * is refused, as a real kernel chosen for them may be */
-struct EmuAlgo { uint32_t magic, align[4]; uint64_t ws; };
+ * is refused, as a real kernel chosen for them may be.  It remembers the n it was chosen for
+ * too: with LLMI_EMU_LT_EXACT_N=1 a matmul with another n is refused (CUBLAS_STATUS_NOT_SUPPORTED),
+ * as cuBLASLt may refuse an algorithm outside the shape it was asked for, so that the caller's
+ * fallback (gemm.cu's exact entry for n) runs here too. */
+struct EmuAlgo { uint32_t magic, align[4]; uint64_t ws; int64_t n; };
+static_assert(sizeof(EmuAlgo) <= sizeof(cublasLtMatmulAlgo_t), "EmuAlgo fits the opaque algo");
 extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
                                                          cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
                                                          cublasLtMatmulPreference_t p, int req, cublasLtMatmulHeuristicResult_t *res, int *n_res) {
@@ -170,9 +174,9 @@ extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cubla
     for (int i = 0; i < 4; i++)
         if (p->align[i] & (p->align[i] - 1)) return CUBLAS_STATUS_INVALID_VALUE;
     memset(res, 0, sizeof *res);
-    EmuAlgo a{0xA160A160u, {p->align[0], p->align[1], p->align[2], p->align[3]}, 0};
+    EmuAlgo a{0xA160A160u, {p->align[0], p->align[1], p->align[2], p->align[3]}, 0, (int64_t)(d->tb ? B->rows : B->cols)};
     memcpy(&res->algo, &a, sizeof a);
-    (void)d; (void)A; (void)B; (void)C; (void)D;
+    (void)A; (void)C; (void)D;
     *n_res = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -193,6 +197,8 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t 
         if (ptr_align(ptrs[i], ls[i]->ld * (int64_t)tsize(ls[i]->t)) < a.align[i]) return CUBLAS_STATUS_NOT_SUPPORTED;
     const int64_t m = d->ta ? Ad->cols : Ad->rows, k = d->ta ? Ad->rows : Ad->cols;
     const int64_t kb = d->tb ? Bd->cols : Bd->rows, n = d->tb ? Bd->rows : Bd->cols;
+    if (n != a.n && getenv("LLMI_EMU_LT_EXACT_N") && !strcmp(getenv("LLMI_EMU_LT_EXACT_N"), "1"))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     if (k != kb || (int64_t)Cd->rows != m || (int64_t)Cd->cols != n || Dd->rows != Cd->rows || Dd->cols != Cd->cols) {
         emu_error("cublasLtMatmul: shapes disagree: op(A) %lldx%lld op(B) %lldx%lld C %llux%llu", (long long)m, (long long)k,
                   (long long)kb, (long long)n, (unsigned long long)Cd->rows, (unsigned long long)Cd->cols);
