@@ -319,6 +319,14 @@ why() {
   else echo "exit status non-zero, no stderr"; fi
 }
 num() { awk -v x="$1" 'BEGIN { if (x == "") print "?"; else printf "%.1f", x }'; }
+# ppl_row LABEL LIMIT NAME_A A NAME_B B: a row comparing two perplexities, ok when B is within
+# LIMIT percent of A
+ppl_row() {
+  local rel res
+  rel=$(awk -v a="$4" -v b="$6" 'BEGIN { if (a > 0) { d = (b - a) / a; if (d < 0) d = -d; printf "%.3f", 100 * d } }')
+  res=$(awk -v r="$rel" -v l="$2" 'BEGIN { print (r != "" && r + 0 <= l + 0) ? "ok" : "FAIL" }')
+  row "$1" "$res" "$3 $(num "$4"), $5 $(num "$6"): ${rel:-?}% (limit $2%)"
+}
 # first_match NAME REGEX: the first match in the step's stdout or stderr, else its last stderr line
 first_match() {
   local m; m=$(grep -ohE "$2" "$WORK/$1.out" "$WORK/$1.err" 2> /dev/null | head -1)
@@ -582,9 +590,7 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
     row "$label" "$STATUS" "cuda: $(why ppl-cuda)"
   else
     a=$(csv_col "$WORK/ppl-cpu.out" ppl); b=$(csv_col "$WORK/ppl-cuda.out" ppl)
-    rel=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) { d = (b - a) / a; if (d < 0) d = -d; printf "%.3f", 100 * d } }')
-    res=$(awk -v r="$rel" 'BEGIN { print (r != "" && r + 0 <= 0.5) ? "ok" : "FAIL" }')
-    row "$label" "$res" "cpu $(num "$a"), cuda $(num "$b"): ${rel:-?}% (limit 0.5%)"
+    ppl_row "$label" 0.5 cpu "$a" cuda "$b"
   fi
   # quantized KV: the same windows with q8 and fp8 caches on both devices (the bytes written
   # are the same on both; attention differs by summation order and the f16 tensor cores)
@@ -603,9 +609,7 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
       row "$label" "$STATUS" "cuda: $(why "ppl-cuda-$kt")"
     else
       a=$(csv_col "$WORK/ppl-cpu-$kt.out" ppl); b=$(csv_col "$WORK/ppl-cuda-$kt.out" ppl)
-      rel=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) { d = (b - a) / a; if (d < 0) d = -d; printf "%.3f", 100 * d } }')
-      res=$(awk -v r="$rel" 'BEGIN { print (r != "" && r + 0 <= 0.5) ? "ok" : "FAIL" }')
-      row "$label" "$res" "cpu $(num "$a"), cuda $(num "$b"): ${rel:-?}% (limit 0.5%)"
+      ppl_row "$label" 0.5 cpu "$a" cuda "$b"
     fi
   done
 fi
@@ -757,9 +761,7 @@ if has_phase quant; then
           if [ "${#qppl[@]}" != 2 ]; then
             row "$qlabel" "$STATUS" "$(why "quant-ppl-$meth-$qd")"
           else
-            rel=$(awk -v a="${qppl[0]}" -v b="${qppl[1]}" 'BEGIN { if (a > 0) { d = (b - a) / a; if (d < 0) d = -d; printf "%.3f", 100 * d } }')
-            res=$(awk -v r="$rel" 'BEGIN { print (r != "" && r + 0 <= 1) ? "ok" : "FAIL" }')
-            row "$qlabel" "$res" "cpu file $(num "${qppl[0]}"), $DEVFLAG file $(num "${qppl[1]}"): ${rel:-?}% (limit 1%)"
+            ppl_row "$qlabel" 1 "cpu file" "${qppl[0]}" "$DEVFLAG file" "${qppl[1]}"
           fi
         fi
       fi

@@ -71,22 +71,11 @@ extern "C" cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = new cublasConte
 extern "C" cublasStatus_t cublasDestroy(cublasHandle_t h) { cudaDeviceSynchronize(); delete h; return CUBLAS_STATUS_SUCCESS; }
 extern "C" cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) { h->s = s; return CUBLAS_STATUS_SUCCESS; }
 extern "C" cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { h->math = m; return CUBLAS_STATUS_SUCCESS; }
-extern "C" cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                                      const float *alpha, const float *A, int lda, const float *B, int ldb,
-                                      const float *beta, float *C, int ldc) {
-    if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
-    if (!operand_ok("cublasSgemm", "A", A, CUDA_R_32F, ta ? k : m, ta ? m : k, lda) ||
-        !operand_ok("cublasSgemm", "B", B, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb) ||
-        !operand_ok("cublasSgemm", "C", C, CUDA_R_32F, m, n, ldc))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    double al = *alpha, be = *beta;
-    emu_enqueue(h->s, "cublasSgemm", [=]() { gemm_ref(ta, tb, m, n, k, al, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, be, C, CUDA_R_32F, ldc); });
-    return CUBLAS_STATUS_SUCCESS;
-}
 extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                        const void *alpha, const void *A, cudaDataType at, int lda, const void *B,
                                        cudaDataType bt, int ldb, const void *beta, void *C, cudaDataType ct, int ldc,
                                        cublasComputeType_t ctype, cublasGemmAlgo_t) {
+    if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
     if (ctype == CUBLAS_COMPUTE_32F && h->math == CUBLAS_PEDANTIC_MATH && at != CUDA_R_32F) {
         emu_error("cublasGemmEx: 16-bit inputs under CUBLAS_PEDANTIC_MATH (refused on tensor cores)");
         return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -97,6 +86,13 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, c
     double al = *(const float *)alpha, be = *(const float *)beta;
     emu_enqueue(h->s, "cublasGemmEx", [=]() { gemm_ref(ta, tb, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc); });
     return CUBLAS_STATUS_SUCCESS;
+}
+/* the fp32 GEMM is GemmEx's on fp32 operands */
+extern "C" cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                      const float *alpha, const float *A, int lda, const float *B, int ldb,
+                                      const float *beta, float *C, int ldc) {
+    return cublasGemmEx(h, ta, tb, m, n, k, alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, beta, C, CUDA_R_32F, ldc,
+                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 extern "C" cublasStatus_t cublasSsyrk(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, int n, int k,
                                       const float *alpha, const float *A, int lda, const float *beta, float *C, int ldc) {
@@ -197,8 +193,8 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t 
         if (ptr_align(ptrs[i], ls[i]->ld * (int64_t)tsize(ls[i]->t)) < a.align[i]) return CUBLAS_STATUS_NOT_SUPPORTED;
     const int64_t m = d->ta ? Ad->cols : Ad->rows, k = d->ta ? Ad->rows : Ad->cols;
     const int64_t kb = d->tb ? Bd->cols : Bd->rows, n = d->tb ? Bd->rows : Bd->cols;
-    if (n != a.n && getenv("LLMI_EMU_LT_EXACT_N") && !strcmp(getenv("LLMI_EMU_LT_EXACT_N"), "1"))
-        return CUBLAS_STATUS_NOT_SUPPORTED;
+    static const bool exact_n = getenv("LLMI_EMU_LT_EXACT_N") && !strcmp(getenv("LLMI_EMU_LT_EXACT_N"), "1");
+    if (exact_n && n != a.n) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (k != kb || (int64_t)Cd->rows != m || (int64_t)Cd->cols != n || Dd->rows != Cd->rows || Dd->cols != Cd->cols) {
         emu_error("cublasLtMatmul: shapes disagree: op(A) %lldx%lld op(B) %lldx%lld C %llux%llu", (long long)m, (long long)k,
                   (long long)kb, (long long)n, (unsigned long long)Cd->rows, (unsigned long long)Cd->cols);

@@ -87,11 +87,15 @@ bool emu_dev_range(const void *p, size_t n) {
     bool w;
     return mem_kind(p, n, &w) == 1 && w;
 }
+/* NULL, or into (or just past) device or pinned memory: what a kernel may be given */
+static bool gpu_addressable(const void *p) {
+    bool w;
+    return !p || mem_kind(p, 1, &w) || mem_kind((const char *)p - 1, 1, &w);
+}
 /* A kernel's pointer argument must be NULL or point into (or just past) device or pinned
  * memory: a pageable host pointer is an illegal address on the GPU. */
 void emu_check_kernel_ptr(const char *kernel, int index, const void *p) {
-    bool w;
-    if (!p || mem_kind(p, 1, &w) || mem_kind((const char *)p - 1, 1, &w)) return;
+    if (gpu_addressable(p)) return;
     emu_error("launch of %s: pointer argument %d (%p) is not device or pinned memory", kernel, index, p);
 }
 /* A struct argument (llmi_cuda_attn, the int4 weight views, ...) crosses to the GPU by
@@ -104,8 +108,7 @@ void emu_check_kernel_struct(const char *kernel, int index, const void *s, size_
     for (size_t o = 0; o + sizeof(uintptr_t) <= n; o += sizeof(uintptr_t)) {
         uintptr_t w;
         memcpy(&w, (const char *)s + o, sizeof w);
-        bool whole;
-        if (!w || mem_kind((void *)w, 1, &whole) || mem_kind((const char *)w - 1, 1, &whole)) continue;
+        if (gpu_addressable((const void *)w)) continue;
         const char *where = __asan_locate_address((void *)w, nullptr, 0, nullptr, nullptr);
         if (where && (!strcmp(where, "heap") || !strcmp(where, "stack") || !strcmp(where, "global")))
             emu_error("launch of %s: argument %d, a struct, holds at byte %zu a pointer to pageable host memory "
