@@ -98,26 +98,6 @@ void emu_check_kernel_ptr(const char *kernel, int index, const void *p) {
     if (gpu_addressable(p)) return;
     emu_error("launch of %s: pointer argument %d (%p) is not device or pinned memory", kernel, index, p);
 }
-/* A struct argument (llmi_cuda_attn, the int4 weight views, ...) crosses to the GPU by
- * value with the pointers it holds: each 8-byte word that is not device or pinned memory but
- * points into this process's heap, stack or globals (as ASan's allocator and shadow map say;
- * a word that only looks like an address, two ints say, lies elsewhere) would be an illegal
- * address there. */
-void emu_check_kernel_struct(const char *kernel, int index, const void *s, size_t n) {
-#if defined(__SANITIZE_ADDRESS__)
-    for (size_t o = 0; o + sizeof(uintptr_t) <= n; o += sizeof(uintptr_t)) {
-        uintptr_t w;
-        memcpy(&w, (const char *)s + o, sizeof w);
-        if (gpu_addressable((const void *)w)) continue;
-        const char *where = __asan_locate_address((void *)w, nullptr, 0, nullptr, nullptr);
-        if (where && (!strcmp(where, "heap") || !strcmp(where, "stack") || !strcmp(where, "global")))
-            emu_error("launch of %s: argument %d, a struct, holds at byte %zu a pointer to pageable host memory "
-                      "(%s, %p)", kernel, index, o, where, (void *)w);
-    }
-#else
-    (void)kernel, (void)index, (void)s, (void)n;
-#endif
-}
 static const char *kind_name(int k) { return k == 1 ? "device" : k == 2 ? "pinned host" : "pageable host"; }
 
 static thread_local cudaError_t t_last = cudaSuccess;
