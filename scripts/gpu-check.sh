@@ -13,6 +13,9 @@
 #   smol   e2e's SmolLM2 rows alone (for the call that brings the model's last part)
 #   bench  the GPU's measured bandwidth and bf16 peak; llmi bench --dummy llama-3-8b: batch-1
 #          decode (tok/s, GB/s), TTFT at 2048, batch 32; RTN int4 at batch 1 and 16
+#   profile  llmi profile on the device: where a step's time goes op by op (bf16 prefill at
+#          2048 and decode at batch 1; the RTN int4 model of bench at batch 1 and 16), the
+#          four largest ops of each in the table, the whole tables in the raw tar
 #   tput   offline throughput, 1000 requests at 128/128, 2048/128, 1000/1000 (the longest last)
 #   quant  llmi quantize --device cuda against --device cpu on SmolLM2 (GPTQ and AWQ, g64,
 #          8 x 512 calibration tokens: wall time of each, how close the files are by
@@ -61,7 +64,7 @@ ROOT=$PWD
 PACK=$ROOT/.gpu-pack
 STASH=/tmp/llmi-gpu-model
 MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-ALL_PHASES=unit,sanitize,e2e,smol,bench,tput,quant,hf
+ALL_PHASES=unit,sanitize,e2e,smol,bench,profile,tput,quant,hf
 
 # ---- CPU references computed ahead of the device (--refs) ----------------------------------
 # e2e compares the cuda backend with the cpu backend of the same binary; on the device those
@@ -146,13 +149,14 @@ if [ "${1:-}" = --pack ]; then
   tree=$(git ls-files -z | xargs -0 du -cb 2> /dev/null | tail -1 | cut -f1)
   echo "gpu-check --pack: $(du -sh "$PACK" | cut -f1) in .gpu-pack (sm_$arch, commit $(cat "$PACK/commit")); tracked tree $((tree / 1048576)) MiB"
   echo "  calls (15 device minutes in all; make them back to back: a machine idle 30 s is gone, the model parts with it):"
-  echo "    1. run(command=\"BUDGET=200 bash scripts/gpu-check.sh --phase unit,sanitize,bench\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=250)"
+  echo "    1. run(command=\"BUDGET=240 bash scripts/gpu-check.sh --phase unit,sanitize,bench,profile\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=290)"
   echo "    2. run(command=\"BUDGET=330 bash scripts/gpu-check.sh --phase e2e,tput\", carry=[\".gpu-pack\", \".gpu-model-2\"], timeout_s=380)"
   echo "    3. run(command=\"BUDGET=<budget_left_s - 60> bash scripts/gpu-check.sh --phase smol,quant,hf\", carry=[\".gpu-pack\", \".gpu-model-3\"], timeout_s=<BUDGET + 40>)"
   echo "  then give_back.  e2e and smol take their cpu side from .gpu-pack/ref when --refs made it (see the count above);"
   echo "  without it SmolLM2's cpu runs alone take ~300 s of device time."
-  echo "  (2026-11-26 on an H200: cold start < 1 min; tests 2 s, memcheck 4 s, racecheck 23 s, bench 130 s with the old int4"
-  echo "  kernel (its int4 bench 79 s); the SmolLM2 cuda runs 2-3 s each)"
+  echo "  (2026-11-27 on an H200: cold start ~30 s; call 1 without profile 133 s (tests 4 s, memcheck 4 s, racecheck 23 s,"
+  echo "  bench ~100 s); tput 285 s (17 + 99 + 169); the 8B quantize row 71 s, hf 178 s; the HF models' cpu runs < 1 s each."
+  echo "  A gap of over 30 s between calls loses the machine and the model parts it holds: the third call then has no SmolLM2)"
   exit 0
 fi
 
@@ -277,7 +281,10 @@ run_dev() {
 }
 # ref_key ARGS... (the binary left out): the key of a cpu step's output, see --refs
 declare -A FILE_HASH=()
-ref_key() {
+ref_key() { ref_key_parts "$@" | sha256sum | cut -c1-24; }
+# ref_key_parts ARGS...: what the key hashes, a line per part (kept in each reference's .meta,
+# and logged on the device when no reference matches, to show which part differs)
+ref_key_parts() {
   { cat "$PACK/cpu-sources"
     local a
     for a in "$@"; do
@@ -285,9 +292,13 @@ ref_key() {
         [ -n "${FILE_HASH[$a]:-}" ] || FILE_HASH[$a]=$(sha256sum < "$a" | cut -c1-64)
         echo "file ${FILE_HASH[$a]}"
       elif [ -d "$a" ]; then
-        echo "dir $(cd "$a" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-64)"
+        # the files a loader reads, not whatever else a directory holds (on the device,
+        # where the first calls' steps ran in this tree, no reference matched in 2026-11-27's
+        # session while every key matched in a copy of the tree here)
+        echo "dir $(cd "$a" && find . -maxdepth 1 -type f \( -name '*.json' -o -name '*.safetensors' -o -name '*.gguf' \
+          -o -name '*.model' -o -name '*.txt' \) -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum | sha256sum | cut -c1-64)"
       else printf 'arg %s\n' "$a"; fi
-    done; } | sha256sum | cut -c1-24
+    done; }
 }
 # run_cpu NAME SECONDS LLMI ARGS...: a cpu step, its output taken from the pack's refs when
 # they hold it (--refs stores it there instead)
@@ -302,13 +313,16 @@ run_cpu() {
     echo "\$ ${*:3} : cpu reference $key from .gpu-pack/ref ($REF_FROM)" >> "$LOG"
     REF_USED=$((REF_USED + 1)); STATUS=ok; return 0
   fi
+  if [ -n "$key" ] && [ "$REFS_ONLY" != 1 ] && [ -d "$PACK/ref" ]; then
+    { echo "  no cpu reference $key in .gpu-pack/ref; its parts:"; ref_key_parts "${@:4}" | sed 's/^/    /'; } >> "$LOG"
+  fi
   run "$@" || return 1
   REF_RUN=$((REF_RUN + 1))
   if [ "$REFS_ONLY" = 1 ] && [ -n "$key" ]; then
     mkdir -p "$REFSTORE"
     gzip -c "$WORK/$name.out" > "$REFSTORE/$key.out.gz"; gzip -c "$WORK/$name.err" > "$REFSTORE/$key.err.gz"
     { echo "cpu_sources $(cat "$PACK/cpu-sources")"; echo "made $(date -u +%F) on $(uname -n), pack $(cat "$PACK/commit")"
-      echo "args ${*:4}"; } > "$REFSTORE/$key.meta"
+      echo "args ${*:4}"; ref_key_parts "${@:4}" | sed 's/^/part /'; } > "$REFSTORE/$key.meta"
   fi
 }
 last_line() { tail -n 1 "$WORK/$1.$2" 2> /dev/null | cut -c1-${3:-90}; }
@@ -665,6 +679,44 @@ if has_phase bench; then
       row "$BIG_NAME int4 decode b1 (target 400)" "$STATUS" "$(why bench-int4)"
     fi
   fi
+fi
+
+# ---- profile: where the time goes, op by op (llmi profile: events per op, no graph) ----------
+# The rows name the largest ops of each phase; the whole tables are in the raw tar.
+# profile_row LABEL NAME PHASE: the four ops of PHASE with the largest share of its step
+profile_row() {
+  local top
+  top=$(awk -F, -v ph="$3" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+      $0 == "" { exit }
+      $c["phase"] == ph { printf "%s %s %.2f %.0f\n", $c["share_pct"], $c["op"], $c["ms_per_step"], $c["gb_per_s"] }' \
+      "$WORK/$2.out" | sort -gr | head -4 |
+      awk '{ printf "%s%s %.0f%% %.2f ms%s", (NR > 1 ? ", " : ""), $2, $1, $3, ($4 > 0 ? " " $4 " GB/s" : "") }')
+  local step; step=$(awk -F, -v ph="$3" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+      $c["phase"] == ph { print $c["step_ms"]; exit }' "$WORK/$2.out")
+  if [ -n "$top" ]; then row "$1" ok "step $(num "$step") ms: $top"
+  else row "$1" FAIL "no $3 rows in the profile"; fi
+}
+if has_phase profile; then
+  label="profile $BIG_NAME bf16 p$((2048 / SCALE)) b1"
+  if ! gpu_gate "$label prefill" "$label decode"; then :
+  elif run prof-bf16 90 "$LLMI_DEV" profile --dummy "$BIG" --device "$DEVFLAG" --kv-type bf16 -b 1 -p $((2048 / SCALE)) -n $((32 / SCALE + 1)) -o csv; then
+    profile_row "$label prefill" prof-bf16 prefill
+    profile_row "$label decode" prof-bf16 decode
+  else
+    row "$label" "$STATUS" "$(why prof-bf16)"
+  fi
+  I4=/tmp/llmi-$(basename "$BIG_NAME" | tr -c "a-z0-9\n" -)-int4
+  [ "$SCALE" = 1 ] || I4=$WORK/int4
+  for b in 1 16; do
+    label="profile $BIG_NAME int4 decode b$b"
+    if ! gpu_gate "$label"; then :
+    elif [ ! -f "$I4/config.json" ]; then row "$label" "not available" "no int4 model (the bench phase makes it)"
+    elif run "prof-int4-b$b" 90 "$LLMI_DEV" profile -m "$I4" --device "$DEVFLAG" --kv-type bf16 -b "$b" -p $((128 / SCALE)) -n $((32 / SCALE + 1)) -o csv; then
+      profile_row "$label" "prof-int4-b$b" decode
+    else
+      row "$label" "$STATUS" "$(why "prof-int4-b$b")"
+    fi
+  done
 fi
 
 # ---- tput: offline throughput, 1000 requests ---------------------------------------------------

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh, the one command a device session runs, rehearsed on the CPU emulation
-# of CUDA (GPU_CHECK_DEVICE=emu): its e2e, bench and tput phases at the rehearsal's small
+# of CUDA (GPU_CHECK_DEVICE=emu): its e2e, bench, profile and tput phases at the rehearsal's small
 # shapes, every cuda step on build-emu/llmi and every cpu step on ./llmi.  A device session
 # has 15 minutes in all, so the script's own plumbing (its command lines, the parsing of each
 # step's stdout apart from its stderr, the comparisons' rules, the table) must already work
@@ -10,7 +10,7 @@
 need_emu
 ROOT=$(dirname "$TESTDATA")
 # (MODEL unset: the suite exports SmolLM2 there, and the rehearsal wants its tiny model)
-env -u MODEL OUT=$TMP/gc GPU_CHECK_DEVICE=emu BUDGET=500 bash "$ROOT/scripts/gpu-check.sh" --phase e2e,bench,tput >"$TMP/gc.log" 2>&1
+env -u MODEL OUT=$TMP/gc GPU_CHECK_DEVICE=emu BUDGET=500 bash "$ROOT/scripts/gpu-check.sh" --phase e2e,bench,profile,tput >"$TMP/gc.log" 2>&1
 rc=$?
 work=$(sed -n 's/.*; work dir \(\/tmp\/gpu-check\.[A-Za-z0-9]*\))$/\1/p' "$TMP/gc.log")
 [ -n "$work" ] && [ -d "$work" ] && rm -rf "$work"
@@ -30,6 +30,8 @@ want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
               "WikiText-2 ppl --kv-type fp8 cuda vs cpu (2 x 128)"]
            + [f"tiny llama (rehearsal) {r}" for r in ("bf16 decode b1 (target 170)", "bf16 decode b32",
               "TTFT p128 (target 55 ms)", "int4 decode b1 (target 400)", "int4 decode b16")]
+           + [f"profile tiny llama (rehearsal) {r}" for r in ("bf16 p128 b1 prefill", "bf16 p128 b1 decode",
+              "int4 decode b1", "int4 decode b16")]
            + ["throughput 8/8 x4 (target 15000)", "throughput 128/8 x4 (target 2300)",
               "throughput 62/62 x4 (target 10000)", "cpu references"])
 may_be_missing = {"spec ngram on cuda: proposals verified", "measured ceilings (torch)"}
@@ -42,6 +44,13 @@ assert sys.argv[2] == "0", f"exit {sys.argv[2]} with every row ok"
 # the figures parsed from each step's stdout are numbers, not the fallbacks of a failed parse
 for c in want_ok:
     assert "?" not in rows[c][1] and rows[c][1], f"{c}: figure '{rows[c][1]}'"
+# a profile row names ops with their share and time, the int4 ones their linears
+import re
+for c in want_ok:
+    if c.startswith("profile "):
+        assert re.fullmatch(r"step [0-9.]+ ms: ([a-z_]+ [0-9]+% [0-9.]+ ms( [0-9]+ GB/s)?(, |$))+", rows[c][1]), f"{c}: figure '{rows[c][1]}'"
+        if "int4" in c:
+            assert re.search(r"mlp_up|qkv|mlp_down|o_proj", rows[c][1]), f"{c}: no linear among the largest ops"
 print(f"gpu-check on the emulation: exit 0, {len(rows)} rows, {sum(r == 'ok' for r, _ in rows.values())} ok")
 print("\n".join(f"  {c}: {f}" for c, (r, f) in rows.items() if c.startswith(("batch", "WikiText", "throughput 62"))))
 PY
