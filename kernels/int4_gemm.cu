@@ -135,10 +135,130 @@ __global__ void __launch_bounds__(256) llmi_int4_gemv_kernel(llmi_i4g_dev w, con
     }
 }
 
-/* NT: the tokens the kernel is compiled for; n <= NT of them are real. */
+/* The GEMV for rows of whole 16-byte chunks (cols % 32 == 0, q 16-byte aligned): a block of
+ * I4C_THREADS threads owns I4C_ROWS output rows and splits their columns, thread t taking
+ * chunks t, t + I4C_THREADS, ... of 32 columns (4 words), I4C_UNROLL chunks a row loaded
+ * before the first is used.  Against the warp kernel above: one 16-byte load where that
+ * takes four 4-byte ones, and a grid of rows / 2 blocks whatever the width, so a
+ * 1024-row k/v projection still fills every SM and each SM holds ~4x the bytes in flight
+ * (the warp kernel reached ~0.8 TB/s of packed weights on an H200 at one token,
+ * 2026-11-27).  With groups of 32 columns or more (gshift >= 2) a chunk's 4 words share
+ * one group: its scale and zero are read once a chunk, and (q - z) takes three
+ * instructions a nibble.  Partial sums: warp shuffles, then
+ * shared memory across the block's warps. */
+#define I4C_THREADS 128
+#define I4C_ROWS 2
+#define I4C_UNROLL 2
+template <int NT, typename XT>
+__global__ void __launch_bounds__(I4C_THREADS) llmi_int4_gemv_chunk_kernel(llmi_i4g_dev w, const XT *x, int n,
+                                                                         int gshift, const float *bias, float *y,
+                                                                         int ldy) {
+    __shared__ float partial[I4C_THREADS / 32][NT][I4C_ROWS];   /* a warp's sums */
+    const int row0 = blockIdx.x * I4C_ROWS, nchunks = w.cols / 32;
+    const bool chunk_group = !w.g_idx && gshift >= 2;
+    float acc[NT][I4C_ROWS];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int r = 0; r < I4C_ROWS; r++) acc[t][r] = 0.0f;
+    int rows[I4C_ROWS];   /* a missing last row repeats the one before, unstored */
+    const uint4 *qr[I4C_ROWS];
+#pragma unroll
+    for (int r = 0; r < I4C_ROWS; r++) {
+        rows[r] = min(row0 + r, w.rows - 1);
+        qr[r] = (const uint4 *)(w.q + (size_t)rows[r] * (w.cols / 2));
+    }
+    for (int base = threadIdx.x; base < nchunks; base += I4C_THREADS * I4C_UNROLL) {
+        uint4 chunk[I4C_UNROLL][I4C_ROWS];
+#pragma unroll
+        for (int u = 0; u < I4C_UNROLL; u++) {
+            const int c = base + u * I4C_THREADS;
+#pragma unroll
+            for (int r = 0; r < I4C_ROWS; r++) chunk[u][r] = c < nchunks ? __ldg(qr[r] + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < I4C_UNROLL; u++) {
+            const int c = base + u * I4C_THREADS;
+            if (c >= nchunks) break;
+            float sc[I4C_ROWS], zoff[I4C_ROWS];
+            if (chunk_group) {
+                const int g = (c * 4) >> gshift;
+#pragma unroll
+                for (int r = 0; r < I4C_ROWS; r++) {
+                    sc[r] = __half2float(__ushort_as_half(w.scales[(size_t)g * w.rows + rows[r]]));
+                    zoff[r] = 8388608.0f + (float)w.zeros[(size_t)g * w.rows + rows[r]];
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int cw = c * 4 + k;   /* the word: columns cw*8 .. cw*8+7 */
+                float wq[I4C_ROWS][8];
+#pragma unroll
+                for (int r = 0; r < I4C_ROWS; r++) {
+                    const uint32_t word = k == 0 ? chunk[u][r].x : k == 1 ? chunk[u][r].y : k == 2 ? chunk[u][r].z
+                                                                                                   : chunk[u][r].w;
+                    if (chunk_group) {
+                        /* 2^23 + q, its bits one AND-OR (lop3) of the shifted word, minus
+                         * 2^23 + z: (q - z) exactly in three instructions, not i4_centered's four */
+#pragma unroll
+                        for (int j = 0; j < 8; j++)
+                            wq[r][j] = __uint_as_float(0x4B000000u | ((word >> (4 * j)) & 15u)) - zoff[r];
+                    } else {
+                        sc[r] = i4_word(w, rows[r], cw, word, gshift, wq[r]);
+                    }
+                }
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t >= n) break;
+                    float xv[8];
+                    i4_load_x8<XT>(x, (int64_t)t * w.cols + (int64_t)cw * 8, xv);
+#pragma unroll
+                    for (int r = 0; r < I4C_ROWS; r++) {
+                        float part = 0.0f;
+#pragma unroll
+                        for (int j = 0; j < 8; j++) part = fmaf(xv[j], wq[r][j], part);
+                        acc[t][r] = fmaf(sc[r], part, acc[t][r]);
+                    }
+                }
+            }
+        }
+    }
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= n) break;
+#pragma unroll
+        for (int r = 0; r < I4C_ROWS; r++) {
+            const float v = llmi_warp_sum(acc[t][r]);
+            if (lane == 0) partial[warp][t][r] = v;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < NT * I4C_ROWS; i += I4C_THREADS) {
+        const int t = i / I4C_ROWS, r = i % I4C_ROWS, row = row0 + r;
+        if (t >= n || row >= w.rows) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < I4C_THREADS / 32; k++) v += partial[k][t][r];
+        y[(size_t)t * ldy + row] = v + (bias ? bias[row] : 0.0f);
+    }
+}
+
+/* NT: the tokens the kernel is compiled for; n <= NT of them are real.  The chunk kernel
+ * where the shape allows it and w->warp_gemv does not ask for the warp one. */
 template <int NT>
 static void i4_gemv_launch(const llmi_i4g_dev *w, const void *x, llmi_dtype x_dt, int n, int gshift, const float *bias,
                            float *y, int ldy, cudaStream_t s) {
+    if (!w->warp_gemv && w->cols % 32 == 0 && (uintptr_t)w->q % 16 == 0) {
+        const int blocks = llmi_div_up(w->rows, I4C_ROWS);
+        if (x_dt == LLMI_BF16)
+            llmi_int4_gemv_chunk_kernel<NT, __nv_bfloat16><<<blocks, I4C_THREADS, 0, s>>>(
+                *w, (const __nv_bfloat16 *)x, n, gshift, bias, y, ldy);
+        else
+            llmi_int4_gemv_chunk_kernel<NT, float><<<blocks, I4C_THREADS, 0, s>>>(*w, (const float *)x, n, gshift,
+                                                                                  bias, y, ldy);
+        return;
+    }
     int warps = llmi_div_up(w->rows, I4_GEMV_ROWS);
     if (x_dt == LLMI_BF16)
         llmi_int4_gemv_kernel<NT, __nv_bfloat16><<<llmi_div_up(warps, 8), 256, 0, s>>>(

@@ -7,6 +7,7 @@
 #ifndef LLMI_INT4_GEMM_H
 #define LLMI_INT4_GEMM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
@@ -21,13 +22,17 @@ typedef struct llmi_i4g_dev {
     const uint8_t *zeros;    /* (n_groups, rows) */
     const int32_t *g_idx;    /* (cols) or NULL */
     int rows, cols, group_size;
+    /* the warp-per-two-rows GEMV even where the chunked one applies (LLMI_I4_GEMV=warp in
+     * the CUDA backend), so that a device session can time both */
+    bool warp_gemv;
 } llmi_i4g_dev;
 
 /* Tokens per GEMV pass (each pass reads the weights once). */
 #define LLMI_I4_GEMV_MAX_N 16
 
 /* y (n, ldy) f32, columns [0, rows) = x (n, cols) in x_dt (F32 or BF16) @ W^T (+ bias
- * (rows)), fp32 products: a GEMV (a warp per two output rows) over passes of up to
+ * (rows)), fp32 products: a GEMV (a block per two output rows splitting their 16-byte
+ * chunks where cols % 32 == 0 and q is 16-byte aligned, else a warp per two rows) over passes of up to
  * LLMI_I4_GEMV_MAX_N tokens.  Needs cols and group_size multiples of 8 and x 16-byte
  * aligned (else cudaErrorMisalignedAddress).  Prefill-sized batches go through
  * llmi_cuda_int4_dequant and a dense GEMM instead (the caller's choice). */

@@ -675,6 +675,14 @@ if has_phase bench; then
       wmib=$(csv_col "$WORK/bench-int4.out" mem_backend_weights_mib 1)
       row "$BIG_NAME int4 decode b1 (target 400)" ok "$(num "$i1") tok/s; weights on the device $(num "$wmib") MiB"
       row "$BIG_NAME int4 decode b16" ok "$(num "$i16") tok/s"
+      # the same on the warp GEMV that the chunk GEMV replaced (unmeasured when written):
+      # both in one call, so the table says which is faster on this device
+      if run bench-int4-warp 100 env LLMI_I4_GEMV=warp "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 -o csv \
+          -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1,16 -r 1; then
+        row "$BIG_NAME int4 decode b1, b16 on the warp GEMV" ok "$(num "$(csv_col "$WORK/bench-int4-warp.out" decode_tps_mean 1)"), $(num "$(csv_col "$WORK/bench-int4-warp.out" decode_tps_mean 2)") tok/s (chunk GEMV: $(num "$i1"), $(num "$i16"))"
+      else
+        row "$BIG_NAME int4 decode b1, b16 on the warp GEMV" "$STATUS" "$(why bench-int4-warp)"
+      fi
     elif [ -f "$I4/config.json" ]; then
       row "$BIG_NAME int4 decode b1 (target 400)" "$STATUS" "$(why bench-int4)"
     fi
@@ -766,7 +774,9 @@ if has_phase quant; then
         wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
         per=$(grep -oE '; [0-9.]+s, ETA' "$WORK/quant-8b.err" | grep -oE '[0-9.]+' | tr '\n' ' ')
         est=$(echo "$per" | awk -v w="$wall" '{ for (i = 1; i <= NF; i++) s += $i; if (NF) printf "%.0f", w + (32 - NF) * s / NF }')
-        row "$label" ok "$wall s wall, layers ${per:-?}s: ~${est:-?} s for 32 layers; $(first_match quant-8b 'peak RSS[^;]*')"
+        # where the last layer's time went, by stage (quantize prints them after the ETA)
+        stages=$(grep -E 'rel\. output error' "$WORK/quant-8b.err" | tail -1 | sed -n 's/.*ETA [^;)]*; \([^)]*\)).*/\1/p')
+        row "$label" ok "$wall s wall, layers ${per:-?}s: ~${est:-?} s for 32 layers; $(first_match quant-8b 'peak RSS[^;]*')${stages:+; last layer: $stages}"
       else
         row "$label" "$STATUS" "$(why quant-8b)"
       fi

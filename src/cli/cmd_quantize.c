@@ -299,7 +299,7 @@ static void qc_eta(double s, char *buf, size_t n) {
 }
 
 static void qc_progress(quant_progress *p, int layer, int n_layers, int step, int n_steps, const char *what,
-                        const double *errs, double layer_seconds) {
+                        const double *errs, const quant_layer_times *times) {
     qc_prog *q = p->ctx;
     double done = layer + (double)step / n_steps, el = qc_now() - q->t0;
     char eta[32];
@@ -319,7 +319,17 @@ static void qc_progress(quant_progress *p, int layer, int n_layers, int step, in
     fprintf(stderr, "quantize: layer %2d/%d", layer + 1, n_layers);
     for (int i = 0; i < QL_COUNT; i++)
         if (!isnan(errs[i])) fprintf(stderr, " %s %.2e", short_names[i], errs[i]);
-    fprintf(stderr, "  (rel. output error; %.1fs, ETA %s)\n", layer_seconds, layer + 1 < n_layers ? eta : "0s");
+    /* the stages that took time, so that a slow layer says where */
+    static const char *const stage_names[QT_COUNT] = {"calibrate", "load", "solve", "quantize", "error", "serve",
+                                                      "write"};
+    char stages[160] = "";
+    size_t len = 0;
+    for (int i = 0; i < QT_COUNT && len < sizeof stages; i++)
+        if (times->stage[i] >= 0.05)
+            len += (size_t)snprintf(stages + len, sizeof stages - len, "%s %s %.1f", len ? "," : ";", stage_names[i],
+                                    times->stage[i]);
+    fprintf(stderr, "  (rel. output error; %.1fs, ETA %s%s%s)\n", times->total, layer + 1 < n_layers ? eta : "0s",
+            stages, len ? " s" : "");
     fflush(stderr);
 }
 

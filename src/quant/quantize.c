@@ -223,7 +223,15 @@ typedef struct qm_run {
     const quant_stats *in;
     quant_stats *out;
     int layer, step, n_steps;
+    quant_layer_times times;       /* the current layer's */
 } qm_run;
+
+/* Adds the seconds since *t0 to stage s and restarts the clock. */
+static void qm_lap(qm_run *q, quant_stage s, double *t0) {
+    double t = qm_now();
+    q->times.stage[s] += t - *t0;
+    *t0 = t;
+}
 
 static int qm_cancelled(const quant_opts *o, llmi_status *st) {
     return o->cancel && *o->cancel ? llmi_fail(st, LLMI_E_INTERRUPT, "quantize: interrupted") : 0;
@@ -231,7 +239,7 @@ static int qm_cancelled(const quant_opts *o, llmi_status *st) {
 
 static void qm_step(qm_run *q, const char *what) {
     quant_progress *p = q->o->progress;
-    if (p && ++q->step < q->n_steps) p->fn(p, q->layer, q->m->cfg.n_layers, q->step, q->n_steps, what, NULL, 0);
+    if (p && ++q->step < q->n_steps) p->fn(p, q->layer, q->m->cfg.n_layers, q->step, q->n_steps, what, NULL, NULL);
 }
 
 /* GPTQ (or RTN with error reporting) of set k of layer l on the statistics h = X^T X / n:
@@ -247,15 +255,18 @@ static int qm_quantize_set(qm_run *q, int k, quant_block *b, float *h, quant_gri
                           .damp_percent = o->damp_percent, .block_size = 128};
     quant_gptq_hinv hv = {0};
     bool gptq = o->method == QUANT_GPTQ && h;
+    double t0 = qm_now();
     if (gptq) {
         for (size_t i = 0; i < (size_t)cols * cols; i++) h[i] *= 2.0f;   /* GPTQ's H = 2 X^T X / n */
         if (o->cuda ? quant_cuda_gptq_prepare(o->cuda, h, cols, &go, &hv, st) : quant_gptq_prepare(h, cols, &go, &hv, st))
             return st->code;
+        qm_lap(q, QT_SOLVE, &t0);
     }
     int rc = 0;
     for (int i = qm_sets[k].first; i < qm_sets[k].last && !rc; i++) {
         quant_linear_shape(c, i, &rows, &cols);
         if ((rc = qm_cancelled(o, st)) || (rc = quant_block_load_linears(q->m, q->layer, i, i + 1, b, st))) break;
+        qm_lap(q, QT_LOAD, &t0);
         if (gptq) {
             double loss;
             rc = o->cuda ? quant_cuda_gptq_apply(o->cuda, b->w[i], rows, &hv, &go, &grids[i], &loss, st)
@@ -263,9 +274,12 @@ static int qm_quantize_set(qm_run *q, int k, quant_block *b, float *h, quant_gri
         } else {
             rc = quant_rtn(b->w[i], rows, cols, o->group_size, o->sym, QUANT_STYLE_GPTQ, &grids[i], st);
         }
+        qm_lap(q, QT_QUANTIZE, &t0);
         if (!rc && h && isnan(errs[i] = qm_rel_err(b->w[i], &grids[i], h, st))) rc = st->code;
+        qm_lap(q, QT_ERROR, &t0);
         if (!rc && q->v) rc = quant_view_set_linear(q->v, q->layer, i, &grids[i], st);
         quant_block_drop_linear(b, i);
+        qm_lap(q, QT_SERVE, &t0);
     }
     quant_gptq_hinv_free(&hv);
     return rc;
@@ -280,9 +294,11 @@ static int qm_gptq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *e
         float *h = NULL, *xm = NULL;
         int rows, cols;
         quant_linear_shape(c, qm_sets[k].first, &rows, &cols);
+        double t0 = qm_now();
         if (q->cal && (rc = quant_calib_layer(q->cal, 1u << k, false, ts, st))) break;
         qm_step(q, "calibrate");
         if (q->cal || q->in) rc = qm_input_stats(l, k, cols, &ts[k], q->in, q->out, &h, &xm, st);
+        qm_lap(q, QT_CALIBRATE, &t0);
         free(xm);
         if (!rc) rc = qm_quantize_set(q, k, b, h, grids, errs, st);
         qm_step(q, qm_set_names[k]);
@@ -291,7 +307,9 @@ static int qm_gptq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *e
     }
     if (!rc && q->cal) {
         quant_tap_stats ts[LLMI_TAP_COUNT] = {{0}};
+        double t0 = qm_now();
         rc = quant_calib_layer(q->cal, 0, true, ts, st);
+        qm_lap(q, QT_CALIBRATE, &t0);
     }
     return rc;
 }
@@ -304,9 +322,12 @@ static int qm_awq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *er
     const int l = q->layer;
     quant_tap_stats ts[LLMI_TAP_COUNT] = {{0}};
     int rc = 0;
+    double t0 = qm_now();
     if (q->cal) rc = quant_calib_layer(q->cal, (1u << LLMI_TAP_COUNT) - 1, true, ts, st);
     qm_step(q, "calibrate");
+    qm_lap(q, QT_CALIBRATE, &t0);
     if (!rc) rc = quant_block_load_linears(q->m, l, 0, QL_COUNT, b, st);
+    qm_lap(q, QT_LOAD, &t0);
     struct { int prev; int cols; } groups[QS_COUNT] = {
         {-1, c->dim}, {QL_V, c->n_heads * c->head_dim}, {-2, c->dim}, {QL_UP, c->ffn_dim}};
     float *hs[QS_COUNT] = {0};
@@ -360,6 +381,7 @@ static int qm_awq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *er
         }
         free(xm), free(s);
         qm_step(q, qm_set_names[gi]);
+        qm_lap(q, QT_QUANTIZE, &t0);
     }
     for (int gi = 0; gi < QS_COUNT && !rc; gi++)
         for (int i = qm_sets[gi].first; i < qm_sets[gi].last && !rc; i++) {
@@ -373,7 +395,9 @@ static int qm_awq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *er
             memcpy(orig, b->w[i], (size_t)rows * cols * sizeof(float));
             if (o->awq_clip && i != QL_Q && i != QL_K) quant_awq_clip(b->w[i], rows, cols, hs[gi], o->group_size, 10);
             rc = quant_rtn(b->w[i], rows, cols, o->group_size, false, QUANT_STYLE_AWQ, &grids[i], st);
+            qm_lap(q, QT_QUANTIZE, &t0);
             if (!rc && isnan(errs[i] = qm_rel_err(orig, &grids[i], hs[gi], st))) rc = st->code;
+            qm_lap(q, QT_ERROR, &t0);
             free(orig);
         }
     for (int gi = 0; gi < QS_COUNT; gi++) free(hs[gi]);
@@ -407,6 +431,7 @@ int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *
     for (int l = 0; l < c->n_layers && !rc; l++) {
         double tl = qm_now();
         q.layer = l, q.step = 0;
+        q.times = (quant_layer_times){0};
         quant_block b;
         if ((rc = qm_cancelled(o, st)) || (rc = quant_block_load(m, l, 0, 0, &b, st))) break;
         double errs[QL_COUNT];
@@ -426,13 +451,15 @@ int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *
         } else {
             rc = qm_gptq_layer(&q, &b, grids, errs, st);
         }
+        double tw = qm_now();
         if (!rc) rc = sink(sink_ctx, l, grids, &b, st);
+        qm_lap(&q, QT_WRITE, &tw);
         for (int i = 0; i < QL_COUNT; i++) quant_grid_free(&grids[i]);
         quant_block_free(&b);
         if (calib) quant_view_release_layer(&v, l, m);
         quant_source_release_layer(m, l);
-        if (!rc && o->progress)
-            o->progress->fn(o->progress, l, c->n_layers, q.n_steps, q.n_steps, "done", errs, qm_now() - tl);
+        q.times.total = qm_now() - tl;
+        if (!rc && o->progress) o->progress->fn(o->progress, l, c->n_layers, q.n_steps, q.n_steps, "done", errs, &q.times);
     }
     quant_calib_free(&cal);
     quant_view_free(&v);

@@ -30,11 +30,29 @@ typedef struct quant_opts {
                                   with LLMI_E_INTERRUPT at the next linear or calibration batch */
 } quant_opts;
 
+/* Where a layer's wall time went, in seconds, by stage (the rest, between stages, is
+ * total minus their sum): so that a slow run on a device says which stage to look at. */
+typedef enum {
+    QT_CALIBRATE,   /* calibration forwards through the served model, Gram matrices */
+    QT_LOAD,        /* the layer's linears from the source file as fp32 */
+    QT_SOLVE,       /* GPTQ's damped Cholesky and inverse of H, once per input set */
+    QT_QUANTIZE,    /* the GPTQ column walk, AWQ's searches, RTN */
+    QT_ERROR,       /* each linear's relative output error */
+    QT_SERVE,       /* the quantized linear handed to the served model */
+    QT_WRITE,       /* packing and writing the layer */
+    QT_COUNT
+} quant_stage;
+typedef struct quant_layer_times {
+    double total;
+    double stage[QT_COUNT];
+} quant_layer_times;
+
 /* Progress: after each step of a layer (step < n_steps), and when the layer is done
- * (step == n_steps, with each linear's relative output error |X(W-Q)^T|^2 / |XW^T|^2). */
+ * (step == n_steps, with each linear's relative output error |X(W-Q)^T|^2 / |XW^T|^2 and
+ * the layer's times; errs and times are NULL before). */
 typedef struct quant_progress {
     void (*fn)(struct quant_progress *p, int layer, int n_layers, int step, int n_steps, const char *what,
-               const double *errs, double layer_seconds);
+               const double *errs, const quant_layer_times *times);
     void *ctx;
 } quant_progress;
 

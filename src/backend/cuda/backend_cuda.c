@@ -151,6 +151,7 @@ typedef struct cuda_impl {
     size_t weight_bytes, act_bytes;
 
     bool graphs_on;           /* decode graphs enabled (LLMI_CUDA_GRAPHS=0 turns them off) */
+    bool i4_warp_gemv;        /* LLMI_I4_GEMV=warp: int4 linears on the warp GEMV (llmi_i4g_dev.warp_gemv) */
     int graph_max_bucket;     /* largest bucket: min(max_seqs, LOGIT_CHUNK, max_tokens) rounded down to 2^k */
     int graph_mbps;           /* block-table stride of graph batches, from the engine's context */
     cuda_graph_slot graphs[CUDA_GRAPH_BUCKETS];    /* bucket 2^k at [k] */
@@ -385,7 +386,8 @@ static int upload_i4g_parts(cuda_impl *im, const llmi_tensor *t, llmi_i4g_dev *w
     if (check_i4g(t, st)) return st->code;
     size_t qb = (size_t)t->rows * (size_t)t->cols / 2, gb = (size_t)t->n_groups * (size_t)t->rows;
     void *q = NULL, *sc = NULL, *z = NULL, *gi = NULL;
-    *w = (llmi_i4g_dev){.rows = (int)t->rows, .cols = (int)t->cols, .group_size = t->group_size};
+    *w = (llmi_i4g_dev){.rows = (int)t->rows, .cols = (int)t->cols, .group_size = t->group_size,
+                        .warp_gemv = im->i4_warp_gemv};
     if (dalloc(im, &q, qb, counter, st)) return st->code;
     w->q = q;
     if (dalloc(im, &sc, gb * 2, counter, st)) return st->code;
@@ -1326,6 +1328,8 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     im->q_dim = c->n_heads * c->head_dim;
     im->kv_dim = c->n_kv_heads * c->head_dim;
     im->qkv_dim = im->q_dim + 2 * im->kv_dim;
+    const char *i4_env = getenv("LLMI_I4_GEMV");
+    im->i4_warp_gemv = i4_env && strcmp(i4_env, "warp") == 0;
     /* split-K partials for up to max(max_seqs, 64) decode tokens at 16 splits */
     int dec_tokens = o->max_seqs > 64 ? o->max_seqs : 64;
     if (dec_tokens > o->max_batch_tokens) dec_tokens = o->max_batch_tokens;
