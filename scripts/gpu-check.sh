@@ -683,6 +683,13 @@ if has_phase bench; then
       else
         row "$BIG_NAME int4 decode b1, b16 on the warp GEMV" "$STATUS" "$(why bench-int4-warp)"
       fi
+      # batch 16 through the dequantization and cuBLASLt instead of the GEMV
+      if run bench-int4-dq 100 env LLMI_I4_DEQUANT_MIN_N=9 "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 \
+          -o csv -p $((512 / SCALE)) -n $((128 / SCALE)) -b 16 -r 1; then
+        row "$BIG_NAME int4 decode b16 by dequant + GEMM" ok "$(num "$(csv_col "$WORK/bench-int4-dq.out" decode_tps_mean 1)") tok/s (GEMV: $(num "$i16"))"
+      else
+        row "$BIG_NAME int4 decode b16 by dequant + GEMM" "$STATUS" "$(why bench-int4-dq)"
+      fi
     elif [ -f "$I4/config.json" ]; then
       row "$BIG_NAME int4 decode b1 (target 400)" "$STATUS" "$(why bench-int4)"
     fi

@@ -75,11 +75,21 @@ TEST(cuda_plan_gemm_buckets) {
 }
 
 TEST(cuda_plan_int4_paths) {
-    CHECK(cuda_i4_choose(1) == CUDA_I4_GEMV && cuda_i4_choose(CUDA_I4_GEMV_MAX_N) == CUDA_I4_GEMV);
+    const int dmin = CUDA_I4_DEQUANT_MIN_N;
+    CHECK(cuda_i4_choose(1, dmin) == CUDA_I4_GEMV && cuda_i4_choose(CUDA_I4_GEMV_MAX_N, dmin) == CUDA_I4_GEMV);
     /* two GEMV passes still beat writing and reading the dense matrix */
-    CHECK(cuda_i4_choose(CUDA_I4_GEMV_MAX_N + 1) == CUDA_I4_GEMV && cuda_i4_choose(2 * CUDA_I4_GEMV_MAX_N) == CUDA_I4_GEMV);
-    CHECK(cuda_i4_choose(CUDA_I4_DEQUANT_MIN_N) == CUDA_I4_DEQUANT_GEMM && cuda_i4_choose(2048) == CUDA_I4_DEQUANT_GEMM);
+    CHECK(cuda_i4_choose(CUDA_I4_GEMV_MAX_N + 1, dmin) == CUDA_I4_GEMV &&
+          cuda_i4_choose(2 * CUDA_I4_GEMV_MAX_N, dmin) == CUDA_I4_GEMV);
+    CHECK(cuda_i4_choose(dmin, dmin) == CUDA_I4_DEQUANT_GEMM && cuda_i4_choose(2048, dmin) == CUDA_I4_DEQUANT_GEMM);
     CHECK(CUDA_I4_DEQUANT_MIN_N == 2 * CUDA_I4_GEMV_MAX_N + 1);
+    /* LLMI_I4_DEQUANT_MIN_N moves the switch; a value that is no token count is refused */
+    CHECK(cuda_i4_choose(9, 9) == CUDA_I4_DEQUANT_GEMM && cuda_i4_choose(8, 9) == CUDA_I4_GEMV);
+    int v = 0;
+    CHECK(cuda_i4_dequant_min_n(NULL, &v) == 0 && v == CUDA_I4_DEQUANT_MIN_N);
+    CHECK(cuda_i4_dequant_min_n("9", &v) == 0 && v == 9);
+    CHECK(cuda_i4_dequant_min_n("1", &v) == 0 && v == 1);
+    const char *bad[] = {"", "0", "-3", "9x", "x", "65537", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK_MSG(cuda_i4_dequant_min_n(bad[i], &v) == -1, "'%s'", bad[i]);
     /* a 4096 x 4096 group-128 int4 weight: 8 MiB of nibbles + 96 KiB of scales and zeros,
      * not the 32 MiB it takes as bf16 */
     llmi_tensor t = {.dtype = LLMI_I4G, .rows = 4096, .cols = 4096, .group_size = 128, .n_groups = 32};

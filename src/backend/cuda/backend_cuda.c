@@ -152,6 +152,7 @@ typedef struct cuda_impl {
 
     bool graphs_on;           /* decode graphs enabled (LLMI_CUDA_GRAPHS=0 turns them off) */
     bool i4_warp_gemv;        /* LLMI_I4_GEMV=warp: int4 linears on the warp GEMV (llmi_i4g_dev.warp_gemv) */
+    int i4_dequant_min_n;     /* int4 batches from this many tokens dequantize and GEMM (cuda_i4_choose) */
     int graph_max_bucket;     /* largest bucket: min(max_seqs, LOGIT_CHUNK, max_tokens) rounded down to 2^k */
     int graph_mbps;           /* block-table stride of graph batches, from the engine's context */
     cuda_graph_slot graphs[CUDA_GRAPH_BUCKETS];    /* bucket 2^k at [k] */
@@ -742,7 +743,7 @@ static int prof_collect(llmi_backend *b, cuda_impl *im, llmi_status *st) {
 static int linear_run(cuda_impl *im, const cuda_linear *w, const void *x, int n, float *y, int ldy, llmi_status *st) {
     const void *dense = w->dense;
     if (!dense) {
-        cuda_i4_path path = cuda_i4_choose(n);
+        cuda_i4_path path = cuda_i4_choose(n, im->i4_dequant_min_n);
         if (path != CUDA_I4_DEQUANT_GEMM) {
             CU_CHECK(st, llmi_cuda_int4_matmul(&w->q4, x, WDT, n, NULL, y, ldy, im->stream));
             return 0;
@@ -1344,6 +1345,10 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     if (cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking) != cudaSuccess)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: cannot create a stream on GPU %d: %s", o->gpu_index,
                        cudaGetErrorString(cudaGetLastError()));
+    const char *dmin_env = getenv("LLMI_I4_DEQUANT_MIN_N");
+    if (!rc && cuda_i4_dequant_min_n(dmin_env, &im->i4_dequant_min_n))
+        rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_I4_DEQUANT_MIN_N=%s: not a token count from 1 to 65536",
+                       dmin_env);
     if (!rc && cudaMemGetInfo(&free_b, &total) != cudaSuccess)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: cudaMemGetInfo: %s", cudaGetErrorString(cudaGetLastError()));
     if (!rc && need_w + need_ws > free_b)

@@ -1,5 +1,8 @@
 /* cuda_plan.c — the CUDA backend's host-only decisions (see cuda_plan.h). */
 #include "backend/cuda/cuda_plan.h"
+
+#include <errno.h>
+#include <stdlib.h>
 #include "backend/backend.h"
 
 int cuda_graph_bucket(int n) {
@@ -29,8 +32,19 @@ int cuda_gemm_bucket(int n) {
     return (n + CUDA_GRAPH_MAX - 1) / CUDA_GRAPH_MAX * CUDA_GRAPH_MAX;
 }
 
-cuda_i4_path cuda_i4_choose(int n) {
-    return n < CUDA_I4_DEQUANT_MIN_N ? CUDA_I4_GEMV : CUDA_I4_DEQUANT_GEMM;
+cuda_i4_path cuda_i4_choose(int n, int dequant_min_n) {
+    return n < dequant_min_n ? CUDA_I4_GEMV : CUDA_I4_DEQUANT_GEMM;
+}
+
+int cuda_i4_dequant_min_n(const char *env, int *n) {
+    *n = CUDA_I4_DEQUANT_MIN_N;
+    if (!env) return 0;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(env, &end, 10);
+    if (errno || end == env || *end || v < 1 || v > 65536) return -1;
+    *n = (int)v;
+    return 0;
 }
 
 size_t cuda_weight_bytes(const llmi_tensor *t, bool keep_int4) {

@@ -40,7 +40,13 @@ int cuda_gemm_bucket(int n);
 #define CUDA_I4_GEMV_MAX_N 16
 #define CUDA_I4_DEQUANT_MIN_N 33
 typedef enum { CUDA_I4_GEMV = 0, CUDA_I4_DEQUANT_GEMM } cuda_i4_path;
-cuda_i4_path cuda_i4_choose(int n);
+/* dequant_min_n: the batch from which the dequantization path runs (CUDA_I4_DEQUANT_MIN_N,
+ * or LLMI_I4_DEQUANT_MIN_N's value: at batch 16 on the H200 the GEMV took 30 ms a step,
+ * which writing and reading the dense matrix may beat; a device session times both) */
+cuda_i4_path cuda_i4_choose(int n, int dequant_min_n);
+/* LLMI_I4_DEQUANT_MIN_N's value (env, may be NULL) as *n, else CUDA_I4_DEQUANT_MIN_N; -1
+ * when it is not a whole number from 1 to 65536. */
+int cuda_i4_dequant_min_n(const char *env, int *n);
 
 /* Bytes the CUDA backend keeps on the GPU for weight t: int4 tensors it serves with the
  * W4A16 kernels (keep_int4) as packed nibbles + fp16 scales + u8 zeros (+ int32 g_idx),
