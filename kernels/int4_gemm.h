@@ -7,7 +7,6 @@
 #ifndef LLMI_INT4_GEMM_H
 #define LLMI_INT4_GEMM_H
 
-#include <stdbool.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
@@ -16,23 +15,34 @@ extern "C" {
 #endif
 #include "core/dtype.h"
 
+/* LLMI_I4_AUTO: the tensor-core kernel from LLMI_I4_MMA_MIN_N tokens where the shape allows,
+ * else the chunk GEMV where it allows, else the warp GEMV; LLMI_I4_CHUNK: no tensor cores;
+ * LLMI_I4_WARP: the warp GEMV only. */
+typedef enum { LLMI_I4_AUTO = 0, LLMI_I4_CHUNK, LLMI_I4_WARP } llmi_i4_kernel;
+
 typedef struct llmi_i4g_dev {
     const uint8_t *q;        /* (rows, cols/2) */
     const uint16_t *scales;  /* (n_groups, rows) fp16 bits */
     const uint8_t *zeros;    /* (n_groups, rows) */
     const int32_t *g_idx;    /* (cols) or NULL */
     int rows, cols, group_size;
-    /* the warp-per-two-rows GEMV even where the chunked one applies (LLMI_I4_GEMV=warp in
-     * the CUDA backend), so that a device session can time both */
-    bool warp_gemv;
+    /* which kernels may serve it (LLMI_I4_GEMV in the CUDA backend), so that a device
+     * session can time each: see llmi_cuda_int4_matmul */
+    llmi_i4_kernel kernel;
 } llmi_i4g_dev;
 
 /* Tokens per GEMV pass (each pass reads the weights once). */
 #define LLMI_I4_GEMV_MAX_N 16
+/* The tensor-core kernel: from this many tokens, in passes of up to LLMI_I4_MMA_MAX_N. */
+#define LLMI_I4_MMA_MIN_N 5
+#define LLMI_I4_MMA_MAX_N 32
 
 /* y (n, ldy) f32, columns [0, rows) = x (n, cols) in x_dt (F32 or BF16) @ W^T (+ bias
- * (rows)), fp32 products: a GEMV (a block per two output rows splitting their 16-byte
- * chunks where cols % 32 == 0 and q is 16-byte aligned, else a warp per two rows) over passes of up to
+ * (rows)), fp32 products.  From LLMI_I4_MMA_MIN_N tokens, with bf16 x, no g_idx, cols % 64
+ * == 0 and group_size % 16 == 0: tensor cores (mma.sync m16n8k16 on the exact bf16 (q - z)
+ * and x, each group's fp32 sums scaled once) in passes of up to LLMI_I4_MMA_MAX_N tokens;
+ * else a GEMV (a block per two output rows splitting their 16-byte chunks where cols % 32
+ * == 0 and q is 16-byte aligned, else a warp per two rows) over passes of up to
  * LLMI_I4_GEMV_MAX_N tokens.  Needs cols and group_size multiples of 8 and x 16-byte
  * aligned (else cudaErrorMisalignedAddress).  Prefill-sized batches go through
  * llmi_cuda_int4_dequant and a dense GEMM instead (the caller's choice). */

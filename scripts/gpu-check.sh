@@ -675,18 +675,24 @@ if has_phase bench; then
       wmib=$(csv_col "$WORK/bench-int4.out" mem_backend_weights_mib 1)
       row "$BIG_NAME int4 decode b1 (target 400)" ok "$(num "$i1") tok/s; weights on the device $(num "$wmib") MiB"
       row "$BIG_NAME int4 decode b16" ok "$(num "$i16") tok/s"
-      # the same on the warp GEMV that the chunk GEMV replaced (unmeasured when written):
-      # both in one call, so the table says which is faster on this device
+      # the kernels the defaults replaced (unmeasured when written), in the same call, so the
+      # table says which is faster on this device: the warp GEMV at batch 1 and 16, the chunk
+      # GEMV (no tensor cores) and the dequantization + GEMM at 16
       if run bench-int4-warp 100 env LLMI_I4_GEMV=warp "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 -o csv \
           -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1,16 -r 1; then
-        row "$BIG_NAME int4 decode b1, b16 on the warp GEMV" ok "$(num "$(csv_col "$WORK/bench-int4-warp.out" decode_tps_mean 1)"), $(num "$(csv_col "$WORK/bench-int4-warp.out" decode_tps_mean 2)") tok/s (chunk GEMV: $(num "$i1"), $(num "$i16"))"
+        row "$BIG_NAME int4 decode b1, b16 on the warp GEMV" ok "$(num "$(csv_col "$WORK/bench-int4-warp.out" decode_tps_mean 1)"), $(num "$(csv_col "$WORK/bench-int4-warp.out" decode_tps_mean 2)") tok/s (default: chunk GEMV $(num "$i1"), tensor cores $(num "$i16"))"
       else
         row "$BIG_NAME int4 decode b1, b16 on the warp GEMV" "$STATUS" "$(why bench-int4-warp)"
       fi
-      # batch 16 through the dequantization and cuBLASLt instead of the GEMV
+      if run bench-int4-chunk 100 env LLMI_I4_GEMV=chunk "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 \
+          -o csv -p $((512 / SCALE)) -n $((128 / SCALE)) -b 16 -r 1; then
+        row "$BIG_NAME int4 decode b16 on the chunk GEMV" ok "$(num "$(csv_col "$WORK/bench-int4-chunk.out" decode_tps_mean 1)") tok/s (tensor cores: $(num "$i16"))"
+      else
+        row "$BIG_NAME int4 decode b16 on the chunk GEMV" "$STATUS" "$(why bench-int4-chunk)"
+      fi
       if run bench-int4-dq 100 env LLMI_I4_DEQUANT_MIN_N=9 "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 \
           -o csv -p $((512 / SCALE)) -n $((128 / SCALE)) -b 16 -r 1; then
-        row "$BIG_NAME int4 decode b16 by dequant + GEMM" ok "$(num "$(csv_col "$WORK/bench-int4-dq.out" decode_tps_mean 1)") tok/s (GEMV: $(num "$i16"))"
+        row "$BIG_NAME int4 decode b16 by dequant + GEMM" ok "$(num "$(csv_col "$WORK/bench-int4-dq.out" decode_tps_mean 1)") tok/s (tensor cores: $(num "$i16"))"
       else
         row "$BIG_NAME int4 decode b16 by dequant + GEMM" "$STATUS" "$(why bench-int4-dq)"
       fi

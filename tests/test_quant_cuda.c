@@ -37,11 +37,14 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
     unsigned long long s = test_seed() | 1;
     /* shape 1: an odd row count (the GEMV's warp pairs rows), a word count that is no
      * multiple of 32 and a group of 5 words (no shift) */
-    /* shapes 3 and 4: whole 16-byte chunks (cols % 32 == 0) more than a block's threads take
-     * at once (145 of them), so the chunk GEMV loops and leaves threads idle on the last pass,
-     * its groups of 32 columns one per chunk; the warp GEMV on the same shapes too */
+    /* shapes 5 and 6: whole 16-byte chunks (cols % 32 == 0) more than a block's threads take
+     * at once (146 of them), so the chunk GEMV loops and leaves threads idle on the last pass,
+     * its groups of 32 columns one per chunk; 73 segments of 64 columns for the tensor-core
+     * kernel's 8 warps, two groups to a segment, and 67 rows (a partial last block of 16).
+     * Shapes 1 (g64) and 5 (g32) without act order take the tensor-core kernel from
+     * LLMI_I4_MMA_MIN_N tokens with bf16 activations (n 11, 16, 70: passes of 32, 32, 6) */
     for (int sa = 0; sa < 6; sa++) {
-        int ao = sa % 2, rows = sa < 2 ? 200 : sa < 4 ? 201 : 67, cols = sa < 2 ? 384 : sa < 4 ? 360 : 4640,
+        int ao = sa % 2, rows = sa < 2 ? 200 : sa < 4 ? 201 : 67, cols = sa < 2 ? 384 : sa < 4 ? 360 : 4672,
             gs = sa < 2 ? 64 : sa < 4 ? 40 : 32;
         quant_grid g;
         llmi_status st = {0};
@@ -68,14 +71,20 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
             for (int i = 0; i < rows; i++) bias[i] = (float)i / rows;
             llmi_i4g_dev w = {tqc_up(t.data, (size_t)rows * cols / 2), tqc_up(t.qscales, (size_t)g.n_groups * rows * 2),
                               tqc_up(t.qzeros, (size_t)g.n_groups * rows),
-                              ao ? tqc_up(t.g_idx, (size_t)cols * 4) : NULL, rows, cols, gs, false};
+                              ao ? tqc_up(t.g_idx, (size_t)cols * 4) : NULL, rows, cols, gs, LLMI_I4_AUTO};
             float *db = tqc_up(bias, sizeof(float) * rows), *dy = NULL;
             cudaMalloc((void **)&dy, sizeof(float) * n * ldy);
             /* f32 activations, then the bf16 ones the forward feeds (the CPU gets the same rounded values) */
-            /* then both again on the warp GEMV (the chunk one's shapes: 1, 2, 5, 6) */
-            for (int xi = 0; xi < 4; xi++) {
+            /* f32 and bf16 activations on each kernel choice: auto (tensor cores where they
+             * apply), the GEMVs only (the chunk one where it applies), the warp GEMV only */
+            const llmi_i4_kernel kinds[3] = {LLMI_I4_AUTO, LLMI_I4_CHUNK, LLMI_I4_WARP};
+            for (int xi = 0; xi < 6; xi++) {
                 const bool bf = xi % 2 == 1;
-                w.warp_gemv = xi >= 2;
+                w.kernel = kinds[xi / 2];
+                const bool mma = w.kernel == LLMI_I4_AUTO && bf && !ao && cols % 64 == 0 && gs % 16 == 0 &&
+                                 n >= LLMI_I4_MMA_MIN_N;
+                const char *kname = mma ? "tensor-core" : w.kernel != LLMI_I4_WARP && cols % 32 == 0 ? "chunk GEMV"
+                                                                                                  : "warp GEMV";
                 for (int i = 0; i < n * cols; i++) {
                     xb[i] = f32_to_bf16(x[i]);
                     xr[i] = bf ? bf16_to_f32(xb[i]) : x[i];
@@ -94,9 +103,11 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
                 }
                 CHECK_MSG(nan_pad == n * 5, "n %d: columns past rows were written", n);
                 double e = test_nmse(yp, yr, (long)n * rows);
-                /* fp32 products over passes of LLMI_I4_GEMV_MAX_N tokens: only the summation order differs */
-                CHECK_MSG(e < 1e-10, "%dx%d g%d n %d act-order %d x %s %s: nmse %g", rows, cols, gs, n, ao,
-                          bf ? "bf16" : "f32", w.warp_gemv || cols % 32 ? "warp GEMV" : "chunk GEMV", e);
+                /* fp32 products over passes of LLMI_I4_GEMV_MAX_N tokens: only the summation order
+                 * differs; the tensor cores' products of bf16 (q - z) and x are exact too, their
+                 * fp32 sums rounded as the hardware does */
+                CHECK_MSG(e < (mma ? 1e-9 : 1e-10), "%dx%d g%d n %d act-order %d x %s %s: nmse %g", rows, cols, gs, n,
+                          ao, bf ? "bf16" : "f32", kname, e);
                 cudaFree(dx);
             }
             cudaFree((void *)w.q), cudaFree((void *)w.scales), cudaFree((void *)w.zeros), cudaFree((void *)w.g_idx);
@@ -110,7 +121,7 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
             for (int rr = 0; rr < rows; rr++) quant_dequant_row(&t, rr, dq + (size_t)rr * cols);
             llmi_i4g_dev w = {tqc_up(t.data, (size_t)rows * cols / 2), tqc_up(t.qscales, (size_t)g.n_groups * rows * 2),
                               tqc_up(t.qzeros, (size_t)g.n_groups * rows),
-                              ao ? tqc_up(t.g_idx, (size_t)cols * 4) : NULL, rows, cols, gs, false};
+                              ao ? tqc_up(t.g_idx, (size_t)cols * 4) : NULL, rows, cols, gs, LLMI_I4_AUTO};
             void *dd = NULL;
             cudaMalloc(&dd, sizeof(uint16_t) * (rows * cols + 1));
             /* at the allocation's start (16-byte stores) and one element in (column by column,

@@ -151,7 +151,7 @@ typedef struct cuda_impl {
     size_t weight_bytes, act_bytes;
 
     bool graphs_on;           /* decode graphs enabled (LLMI_CUDA_GRAPHS=0 turns them off) */
-    bool i4_warp_gemv;        /* LLMI_I4_GEMV=warp: int4 linears on the warp GEMV (llmi_i4g_dev.warp_gemv) */
+    llmi_i4_kernel i4_kernel; /* LLMI_I4_GEMV=warp|chunk: the int4 kernels allowed (llmi_i4g_dev.kernel) */
     int i4_dequant_min_n;     /* int4 batches from this many tokens dequantize and GEMM (cuda_i4_choose) */
     int graph_max_bucket;     /* largest bucket: min(max_seqs, LOGIT_CHUNK, max_tokens) rounded down to 2^k */
     int graph_mbps;           /* block-table stride of graph batches, from the engine's context */
@@ -388,7 +388,7 @@ static int upload_i4g_parts(cuda_impl *im, const llmi_tensor *t, llmi_i4g_dev *w
     size_t qb = (size_t)t->rows * (size_t)t->cols / 2, gb = (size_t)t->n_groups * (size_t)t->rows;
     void *q = NULL, *sc = NULL, *z = NULL, *gi = NULL;
     *w = (llmi_i4g_dev){.rows = (int)t->rows, .cols = (int)t->cols, .group_size = t->group_size,
-                        .warp_gemv = im->i4_warp_gemv};
+                        .kernel = im->i4_kernel};
     if (dalloc(im, &q, qb, counter, st)) return st->code;
     w->q = q;
     if (dalloc(im, &sc, gb * 2, counter, st)) return st->code;
@@ -1329,8 +1329,6 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     im->q_dim = c->n_heads * c->head_dim;
     im->kv_dim = c->n_kv_heads * c->head_dim;
     im->qkv_dim = im->q_dim + 2 * im->kv_dim;
-    const char *i4_env = getenv("LLMI_I4_GEMV");
-    im->i4_warp_gemv = i4_env && strcmp(i4_env, "warp") == 0;
     /* split-K partials for up to max(max_seqs, 64) decode tokens at 16 splits */
     int dec_tokens = o->max_seqs > 64 ? o->max_seqs : 64;
     if (dec_tokens > o->max_batch_tokens) dec_tokens = o->max_batch_tokens;
@@ -1345,6 +1343,12 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     if (cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking) != cudaSuccess)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: cannot create a stream on GPU %d: %s", o->gpu_index,
                        cudaGetErrorString(cudaGetLastError()));
+    const char *i4_env = getenv("LLMI_I4_GEMV");
+    im->i4_kernel = LLMI_I4_AUTO;
+    if (i4_env && strcmp(i4_env, "warp") == 0) im->i4_kernel = LLMI_I4_WARP;
+    else if (i4_env && strcmp(i4_env, "chunk") == 0) im->i4_kernel = LLMI_I4_CHUNK;
+    else if (!rc && i4_env && strcmp(i4_env, "auto") != 0)
+        rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_I4_GEMV=%s: not auto, chunk or warp", i4_env);
     const char *dmin_env = getenv("LLMI_I4_DEQUANT_MIN_N");
     if (!rc && cuda_i4_dequant_min_n(dmin_env, &im->i4_dequant_min_n))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_I4_DEQUANT_MIN_N=%s: not a token count from 1 to 65536",
