@@ -149,7 +149,7 @@ if [ "${1:-}" = --pack ]; then
   tree=$(git ls-files -z | xargs -0 du -cb 2> /dev/null | tail -1 | cut -f1)
   echo "gpu-check --pack: $(du -sh "$PACK" | cut -f1) in .gpu-pack (sm_$arch, commit $(cat "$PACK/commit")); tracked tree $((tree / 1048576)) MiB"
   echo "  calls (15 device minutes in all; make them back to back: a machine idle 30 s is gone, the model parts with it):"
-  echo "    1. run(command=\"BUDGET=240 bash scripts/gpu-check.sh --phase unit,sanitize,bench,profile\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=290)"
+  echo "    1. run(command=\"BUDGET=280 bash scripts/gpu-check.sh --phase unit,sanitize,bench,profile\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=320)"
   echo "    2. run(command=\"BUDGET=330 bash scripts/gpu-check.sh --phase e2e,tput\", carry=[\".gpu-pack\", \".gpu-model-2\"], timeout_s=380)"
   echo "    3. run(command=\"BUDGET=<budget_left_s - 60> bash scripts/gpu-check.sh --phase smol,quant,hf\", carry=[\".gpu-pack\", \".gpu-model-3\"], timeout_s=<BUDGET + 40>)"
   echo "  then give_back.  e2e and smol take their cpu side from .gpu-pack/ref when --refs made it (see the count above);"
