@@ -1,43 +1,66 @@
 /* activation.cu — owns SwiGLU (twin: cpu_swiglu) and the bias add of biased projections. */
 #include "common.cuh"
 
-__global__ void llmi_swiglu_kernel(const float *gate, const float *up, int in_stride, int64_t n, int d, void *out,
+/* same expression as the twin: g / (1 + exp(-g)) * up */
+__device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+/* grid (column quads / 256 rounded up, min(n, 65535)), rows strided by gridDim.y: a thread
+ * turns columns 4j..4j+3 of a row.  VEC (d and in_stride multiples of 4, the buffers
+ * 16-byte aligned) reads each input as one 16-byte load and writes one 16-byte (f32) or
+ * 8-byte (bf16, f16) store; no 64-bit division per element, which the one-thread-per-
+ * element version spent (prefill's act took 5.2 ms of a 2048-token llama-3-8b TTFT on an
+ * H200, 2026-11-26, where reading and writing its bytes takes ~2.3). */
+template <bool VEC>
+__global__ void llmi_swiglu_kernel(const float *gate, const float *up, int in_stride, int n, int d, void *out,
                                    llmi_dtype out_dt) {
-    int64_t total = n * d;
-    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (int64_t)gridDim.x * blockDim.x) {
-        int64_t t = idx / d, j = idx % d;
-        float g = gate[t * in_stride + j];
-        /* same expression as the twin: g / (1 + exp(-g)) * up */
-        llmi_store(out, out_dt, idx, g / (1.0f + expf(-g)) * up[t * in_stride + j]);
+    const int j0 = (int)(blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (j0 >= d) return;
+    for (int t = blockIdx.y; t < n; t += gridDim.y) {
+        const float *gr = gate + (int64_t)t * in_stride, *ur = up + (int64_t)t * in_stride;
+        const int64_t o = (int64_t)t * d + j0;
+        if (!VEC) {
+            for (int j = 0; j < 4 && j0 + j < d; j++) llmi_store(out, out_dt, o + j, swiglu1(gr[j0 + j], ur[j0 + j]));
+            continue;
+        }
+        const float4 g = *(const float4 *)(gr + j0), u = *(const float4 *)(ur + j0);
+        const float v[4] = {swiglu1(g.x, u.x), swiglu1(g.y, u.y), swiglu1(g.z, u.z), swiglu1(g.w, u.w)};
+        if (out_dt == LLMI_F32) {
+            *(float4 *)((float *)out + o) = make_float4(v[0], v[1], v[2], v[3]);
+        } else {
+            uint16_t h[4];
+            for (int j = 0; j < 4; j++)
+                h[j] = out_dt == LLMI_BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v[j]))
+                                           : __half_as_ushort(__float2half_rn(v[j]));
+            *(uint2 *)((uint16_t *)out + o) = make_uint2((uint32_t)h[0] | (uint32_t)h[1] << 16,
+                                                         (uint32_t)h[2] | (uint32_t)h[3] << 16);
+        }
     }
 }
 
-__global__ void llmi_add_bias_kernel(float *y, int stride, const float *bias, int64_t n, int cols) {
-    int64_t total = n * cols;
-    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (int64_t)gridDim.x * blockDim.x) {
-        int64_t t = idx / cols, j = idx % cols;
-        y[t * stride + j] += bias[j];
-    }
-}
-
-static unsigned llmi_grid_for(int64_t total) {
-    int64_t g = (total + 255) / 256;
-    return (unsigned)(g < 65535 * 8 ? (g > 0 ? g : 1) : 65535 * 8);
+/* grid (cols / 256 rounded up, min(n, 65535)), rows strided by gridDim.y */
+__global__ void llmi_add_bias_kernel(float *y, int stride, const float *bias, int n, int cols) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    const float b = bias[j];
+    for (int t = blockIdx.y; t < n; t += gridDim.y) y[(int64_t)t * stride + j] += b;
 }
 
 extern "C" cudaError_t llmi_cuda_swiglu(const float *gate, const float *up, int in_stride, int n, int d, void *out,
                                         llmi_dtype out_dt, cudaStream_t s) {
     if (n <= 0 || d <= 0) return cudaSuccess;
-    llmi_swiglu_kernel<<<llmi_grid_for((int64_t)n * d), 256, 0, s>>>(gate, up, in_stride, n, d, out, out_dt);
+    const dim3 grid((unsigned)llmi_div_up(llmi_div_up(d, 4), 256), (unsigned)(n < 65535 ? n : 65535));
+    const bool vec = d % 4 == 0 && in_stride % 4 == 0 && (uintptr_t)gate % 16 == 0 && (uintptr_t)up % 16 == 0 &&
+                     (uintptr_t)out % 16 == 0;
+    if (vec) llmi_swiglu_kernel<true><<<grid, 256, 0, s>>>(gate, up, in_stride, n, d, out, out_dt);
+    else llmi_swiglu_kernel<false><<<grid, 256, 0, s>>>(gate, up, in_stride, n, d, out, out_dt);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }
 
 extern "C" cudaError_t llmi_cuda_add_bias(float *y, int stride, const float *bias, int n, int cols, cudaStream_t s) {
     if (n <= 0 || cols <= 0) return cudaSuccess;
-    llmi_add_bias_kernel<<<llmi_grid_for((int64_t)n * cols), 256, 0, s>>>(y, stride, bias, n, cols);
+    const dim3 grid((unsigned)llmi_div_up(cols, 256), (unsigned)(n < 65535 ? n : 65535));
+    llmi_add_bias_kernel<<<grid, 256, 0, s>>>(y, stride, bias, n, cols);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }

@@ -246,9 +246,40 @@ TEST(cuda_rope_kv) {
     cudaFree(d_ks); cudaFree(d_vs);
 }
 
+/* SwiGLU at d = 333 (the column-by-column path) and d = 512 (16-byte loads and stores; the
+ * forward's shape), f32 and bf16 out; then the bias add at d = 333. */
+static void swiglu_case(test_ctx *t_, trng *r, int n, int d, llmi_dtype out_dt) {
+    float *gu = malloc(sizeof(float) * n * 2 * d), *g = malloc(sizeof(float) * n * d), *u = malloc(sizeof(float) * n * d);
+    float *ref = malloc(sizeof(float) * n * d), *got = malloc(sizeof(float) * n * d);
+    uint16_t *got16 = malloc(sizeof(uint16_t) * n * d);
+    for (int i = 0; i < n * 2 * d; i++) gu[i] = 6 * trng_unif(r);
+    for (int t = 0; t < n; t++) {
+        memcpy(g + (size_t)t * d, gu + (size_t)t * 2 * d, d * 4);
+        memcpy(u + (size_t)t * d, gu + (size_t)t * 2 * d + d, d * 4);
+    }
+    cpu_swiglu(g, u, n, d, ref);
+    float *d_gu = dup_to_dev(gu, sizeof(float) * n * 2 * d), *d_out = dup_to_dev(NULL, sizeof(float) * n * d);
+    CHECK(llmi_cuda_swiglu(d_gu, d_gu + d, 2 * d, n, d, d_out, out_dt, 0) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    if (out_dt == LLMI_F32) {
+        to_host(got, d_out, sizeof(float) * n * d);
+    } else {
+        to_host(got16, d_out, sizeof(uint16_t) * n * d);
+        for (int i = 0; i < n * d; i++) got[i] = bf16_to_f32(got16[i]);
+    }
+    /* bf16: one rounding of each value (relative error <= 2^-9) */
+    double e = test_nmse(got, ref, (long)n * d), lim = out_dt == LLMI_F32 ? 1e-7 : 1e-5;
+    CHECK_MSG(e <= lim, "swiglu %dx%d %s: nmse %g", n, d, out_dt == LLMI_F32 ? "f32" : "bf16", e);
+    cudaFree(d_gu); cudaFree(d_out);
+    free(gu); free(g); free(u); free(ref); free(got); free(got16);
+}
+
 TEST(cuda_swiglu) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_swiglu");
+    swiglu_case(t_, &r, 5, 512, LLMI_F32);
+    swiglu_case(t_, &r, 5, 512, LLMI_BF16);
+    swiglu_case(t_, &r, 3, 333, LLMI_BF16);
     const int n = 7, d = 333;
     float *gu = malloc(sizeof(float) * n * 2 * d), *g = malloc(sizeof(float) * n * d), *u = malloc(sizeof(float) * n * d);
     float *ref = malloc(sizeof(float) * n * d), *got = malloc(sizeof(float) * n * d);
