@@ -79,10 +79,14 @@ ALL_PHASES=unit,sanitize,e2e,smol,bench,profile,tput,quant,hf
 # threads, timings aside), and the pack's binary is the same on both machines
 # (-march=x86-64-v3); libm comes from each machine's system.
 REFSTORE=$ROOT/.gpu-ref
+# (kernels/: only the headers a hashed file includes; the others, like int4_gemm.h, are the
+# CUDA side's)
 cpu_sources_hash() {
-  git ls-files -z -- main.c Makefile src kernels |
-    grep -zvE '^(src/backend/cuda/|kernels/.*\.cu$|src/quant/|src/cli/cmd_quantize\.c$)' |
-    xargs -0 sha256sum | sha256sum | cut -c1-16
+  local files hdrs
+  files=$(git ls-files -- main.c Makefile src | grep -vE '^(src/backend/cuda/|src/quant/|src/cli/cmd_quantize\.c$)')
+  hdrs=$(for h in $(git ls-files -- 'kernels/*.h'); do
+           grep -qlE "#include \"(kernels/)?$(basename "$h")\"" $files && echo "$h"; done)
+  printf '%s\n' $files $hdrs | sort | xargs sha256sum | sha256sum | cut -c1-16
 }
 # the refs made by this tree's CPU path, into the pack (carried with it)
 copy_refs() {
