@@ -66,6 +66,42 @@ __device__ __forceinline__ float i4_word(const llmi_i4g_dev &w, int row, int c, 
     return 1.0f;
 }
 
+/* A GEMV's start: its NT x R sums zeroed, and its R rows from row0 (a missing last row
+ * repeats the one before, unstored) with their packed nibbles as V (u32 or 16-byte) words. */
+template <int NT, int R, typename V>
+__device__ __forceinline__ void i4_gemv_begin(const llmi_i4g_dev &w, int row0, float (&acc)[NT][R], int (&rows)[R],
+                                              const V *(&qr)[R]) {
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[t][r] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        rows[r] = min(row0 + r, w.rows - 1);
+        qr[r] = (const V *)(w.q + (size_t)rows[r] * (w.cols / 2));
+    }
+}
+
+/* A GEMV's inner step: acc[t][r] += sc[r] * sum_j x[t][8 cw + j] * wq[r][j] for the n <= NT
+ * real tokens, each activation load serving all R rows. */
+template <int NT, int R, typename XT>
+__device__ __forceinline__ void i4_gemv_word(const XT *x, int cols, int n, int cw, const float (&wq)[R][8],
+                                             const float (&sc)[R], float (&acc)[NT][R]) {
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= n) break;
+        float xv[8];
+        i4_load_x8<XT>(x, (int64_t)t * cols + (int64_t)cw * 8, xv);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float part = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) part = fmaf(xv[j], wq[r][j], part);
+            acc[t][r] = fmaf(sc[r], part, acc[t][r]);
+        }
+    }
+}
+
 #define I4_GEMV_ROWS 2    /* output rows per warp: each activation load serves both */
 #define I4_GEMV_UNROLL 4  /* u32 words per lane and row loaded before the first is used */
 
@@ -83,17 +119,9 @@ __global__ void __launch_bounds__(256) llmi_int4_gemv_kernel(llmi_i4g_dev w, con
     if (row0 >= w.rows) return;
     const int nwords = w.cols / 8;
     float acc[NT][I4_GEMV_ROWS];
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-#pragma unroll
-        for (int r = 0; r < I4_GEMV_ROWS; r++) acc[t][r] = 0.0f;
-    int rows[I4_GEMV_ROWS];   /* a missing last row repeats the one before, unstored */
+    int rows[I4_GEMV_ROWS];
     const uint32_t *qr[I4_GEMV_ROWS];
-#pragma unroll
-    for (int r = 0; r < I4_GEMV_ROWS; r++) {
-        rows[r] = min(row0 + r, w.rows - 1);
-        qr[r] = (const uint32_t *)(w.q + (size_t)rows[r] * (w.cols / 2));
-    }
+    i4_gemv_begin(w, row0, acc, rows, qr);
     for (int base = 0; base < nwords; base += 32 * I4_GEMV_UNROLL) {
         uint32_t word[I4_GEMV_UNROLL][I4_GEMV_ROWS];
 #pragma unroll
@@ -109,19 +137,7 @@ __global__ void __launch_bounds__(256) llmi_int4_gemv_kernel(llmi_i4g_dev w, con
             float wq[I4_GEMV_ROWS][8], sc[I4_GEMV_ROWS];
 #pragma unroll
             for (int r = 0; r < I4_GEMV_ROWS; r++) sc[r] = i4_word(w, rows[r], c, word[u][r], gshift, wq[r]);
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                if (t >= n) break;
-                float xv[8];
-                i4_load_x8<XT>(x, (int64_t)t * w.cols + (int64_t)c * 8, xv);
-#pragma unroll
-                for (int r = 0; r < I4_GEMV_ROWS; r++) {
-                    float part = 0.0f;
-#pragma unroll
-                    for (int j = 0; j < 8; j++) part = fmaf(xv[j], wq[r][j], part);
-                    acc[t][r] = fmaf(sc[r], part, acc[t][r]);
-                }
-            }
+            i4_gemv_word(x, w.cols, n, c, wq, sc, acc);
         }
     }
 #pragma unroll
@@ -158,17 +174,9 @@ __global__ void __launch_bounds__(I4C_THREADS) llmi_int4_gemv_chunk_kernel(llmi_
     const int row0 = blockIdx.x * I4C_ROWS, nchunks = w.cols / 32;
     const bool chunk_group = !w.g_idx && gshift >= 2;
     float acc[NT][I4C_ROWS];
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-#pragma unroll
-        for (int r = 0; r < I4C_ROWS; r++) acc[t][r] = 0.0f;
-    int rows[I4C_ROWS];   /* a missing last row repeats the one before, unstored */
+    int rows[I4C_ROWS];
     const uint4 *qr[I4C_ROWS];
-#pragma unroll
-    for (int r = 0; r < I4C_ROWS; r++) {
-        rows[r] = min(row0 + r, w.rows - 1);
-        qr[r] = (const uint4 *)(w.q + (size_t)rows[r] * (w.cols / 2));
-    }
+    i4_gemv_begin(w, row0, acc, rows, qr);
     for (int base = threadIdx.x; base < nchunks; base += I4C_THREADS * I4C_UNROLL) {
         uint4 chunk[I4C_UNROLL][I4C_ROWS];
 #pragma unroll
@@ -208,19 +216,7 @@ __global__ void __launch_bounds__(I4C_THREADS) llmi_int4_gemv_chunk_kernel(llmi_
                         sc[r] = i4_word(w, rows[r], cw, word, gshift, wq[r]);
                     }
                 }
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    if (t >= n) break;
-                    float xv[8];
-                    i4_load_x8<XT>(x, (int64_t)t * w.cols + (int64_t)cw * 8, xv);
-#pragma unroll
-                    for (int r = 0; r < I4C_ROWS; r++) {
-                        float part = 0.0f;
-#pragma unroll
-                        for (int j = 0; j < 8; j++) part = fmaf(xv[j], wq[r][j], part);
-                        acc[t][r] = fmaf(sc[r], part, acc[t][r]);
-                    }
-                }
+                i4_gemv_word(x, w.cols, n, cw, wq, sc, acc);
             }
         }
     }
@@ -276,6 +272,19 @@ __device__ __forceinline__ uint32_t i4_pair_bf16(uint32_t b, float zoff) {
     return *(uint32_t *)&h;
 }
 
+/* A group's sums into the totals, scaled (rows g: sa, g + 8: sb, in C's fragment layout),
+ * and zeroed for the next group. */
+template <int NTILE>
+__device__ __forceinline__ void i4_mma_flush(float sa, float sb, float (&part)[NTILE][4], float (&acc)[NTILE][4]) {
+#pragma unroll
+    for (int nt = 0; nt < NTILE; nt++) {
+        acc[nt][0] = fmaf(sa, part[nt][0], acc[nt][0]), acc[nt][1] = fmaf(sa, part[nt][1], acc[nt][1]);
+        acc[nt][2] = fmaf(sb, part[nt][2], acc[nt][2]), acc[nt][3] = fmaf(sb, part[nt][3], acc[nt][3]);
+#pragma unroll
+        for (int i = 0; i < 4; i++) part[nt][i] = 0.0f;
+    }
+}
+
 template <int NTILE>
 __global__ void __launch_bounds__(32 * I4M_WARPS) llmi_int4_mma_kernel(llmi_i4g_dev w, const __nv_bfloat16 *x, int n,
                                                                        const float *bias, float *y, int ldy) {
@@ -312,15 +321,7 @@ __global__ void __launch_bounds__(32 * I4M_WARPS) llmi_int4_mma_kernel(llmi_i4g_
             for (int s = 0; s < 4; s++) {
                 const int k0 = seg * 64 + s * 16;
                 if (s == 0 || k0 % w.group_size == 0) {
-                    if (s != 0) {   /* the group before ends here: its sums, scaled */
-#pragma unroll
-                        for (int nt = 0; nt < NTILE; nt++) {
-                            acc[nt][0] = fmaf(sa, part[nt][0], acc[nt][0]), acc[nt][1] = fmaf(sa, part[nt][1], acc[nt][1]);
-                            acc[nt][2] = fmaf(sb, part[nt][2], acc[nt][2]), acc[nt][3] = fmaf(sb, part[nt][3], acc[nt][3]);
-#pragma unroll
-                            for (int i = 0; i < 4; i++) part[nt][i] = 0.0f;
-                        }
-                    }
+                    if (s != 0) i4_mma_flush(sa, sb, part, acc);   /* the group before ends here */
                     const size_t gi = (size_t)(k0 / w.group_size) * w.rows;
                     sa = __half2float(__ushort_as_half(w.scales[gi + ra]));
                     sb = __half2float(__ushort_as_half(w.scales[gi + rb]));
@@ -339,13 +340,7 @@ __global__ void __launch_bounds__(32 * I4M_WARPS) llmi_int4_mma_kernel(llmi_i4g_
                     i4_mma(part[nt], afrag, bfrag);
                 }
             }
-#pragma unroll
-            for (int nt = 0; nt < NTILE; nt++) {
-                acc[nt][0] = fmaf(sa, part[nt][0], acc[nt][0]), acc[nt][1] = fmaf(sa, part[nt][1], acc[nt][1]);
-                acc[nt][2] = fmaf(sb, part[nt][2], acc[nt][2]), acc[nt][3] = fmaf(sb, part[nt][3], acc[nt][3]);
-#pragma unroll
-                for (int i = 0; i < 4; i++) part[nt][i] = 0.0f;
-            }
+            i4_mma_flush(sa, sb, part, acc);
         }
     }
     /* the C fragment: rows g, g + 8; tokens 2t, 2t + 1 of each tile of 8 */
