@@ -317,12 +317,15 @@ __global__ void __launch_bounds__(32 * I4M_WARPS) llmi_int4_mma_kernel(llmi_i4g_
             const int seg = base + u * I4M_WARPS;
             if (seg >= nseg) break;   /* (the same for the whole warp) */
             float sa = 0.0f, sb = 0.0f, za = 0.0f, zb = 0.0f;
+            int group_end = 0;   /* the column after the current group: a division per group, not per step */
 #pragma unroll
             for (int s = 0; s < 4; s++) {
                 const int k0 = seg * 64 + s * 16;
-                if (s == 0 || k0 % w.group_size == 0) {
+                if (s == 0 || k0 >= group_end) {
                     if (s != 0) i4_mma_flush(sa, sb, part, acc);   /* the group before ends here */
-                    const size_t gi = (size_t)(k0 / w.group_size) * w.rows;
+                    const int g = k0 / w.group_size;
+                    group_end = (g + 1) * w.group_size;
+                    const size_t gi = (size_t)g * w.rows;
                     sa = __half2float(__ushort_as_half(w.scales[gi + ra]));
                     sb = __half2float(__ushort_as_half(w.scales[gi + rb]));
                     za = 8388608.0f + (float)w.zeros[gi + ra];
@@ -330,8 +333,10 @@ __global__ void __launch_bounds__(32 * I4M_WARPS) llmi_int4_mma_kernel(llmi_i4g_
                 }
                 /* step s's 16 columns are lane s's 8 bytes (of this row group) */
                 const int src = (lane & ~3) | s;
-                const uint32_t a_lo = __shfl_sync(0xffffffffu, va[u].x, src), a_hi = __shfl_sync(0xffffffffu, va[u].y, src);
-                const uint32_t b_lo = __shfl_sync(0xffffffffu, vb[u].x, src), b_hi = __shfl_sync(0xffffffffu, vb[u].y, src);
+                const uint32_t a_lo = __shfl_sync(0xffffffffu, va[u].x, src);
+                const uint32_t a_hi = __shfl_sync(0xffffffffu, va[u].y, src);
+                const uint32_t b_lo = __shfl_sync(0xffffffffu, vb[u].x, src);
+                const uint32_t b_hi = __shfl_sync(0xffffffffu, vb[u].y, src);
                 const uint32_t afrag[4] = {i4_pair_bf16(a_lo >> (8 * t), za), i4_pair_bf16(b_lo >> (8 * t), zb),
                                            i4_pair_bf16(a_hi >> (8 * t), za), i4_pair_bf16(b_hi >> (8 * t), zb)};
 #pragma unroll
@@ -451,8 +456,6 @@ extern "C" cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *
         (x_dt != LLMI_F32 && x_dt != LLMI_BF16))
         return cudaErrorInvalidValue;
     if ((uintptr_t)x % 16 != 0) return cudaErrorMisalignedAddress; /* 16-byte activation loads */
-    const int gshift = i4_group_shift(w);
-    const size_t x_row = (size_t)w->cols * (x_dt == LLMI_BF16 ? 2 : 4);
     if (w->kernel == LLMI_I4_AUTO && n >= LLMI_I4_MMA_MIN_N && x_dt == LLMI_BF16 && !w->g_idx && w->cols % 64 == 0 &&
         w->group_size % 16 == 0 && (uintptr_t)w->q % 8 == 0) {
         const int blocks = llmi_div_up(w->rows, 16);
@@ -468,6 +471,8 @@ extern "C" cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *
         }
         return cudaSuccess;
     }
+    const int gshift = i4_group_shift(w);
+    const size_t x_row = (size_t)w->cols * (x_dt == LLMI_BF16 ? 2 : 4);
     /* LLMI_I4_GEMV_MAX_N tokens per pass: each pass reads the weights once */
     for (int t0 = 0; t0 < n; t0 += LLMI_I4_GEMV_MAX_N) {
         const int nt = n - t0 < LLMI_I4_GEMV_MAX_N ? n - t0 : LLMI_I4_GEMV_MAX_N;

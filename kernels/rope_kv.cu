@@ -66,8 +66,10 @@ extern "C" cudaError_t llmi_cuda_rope_kv(float *q, int q_stride, float *k, int k
                                          const float *v_scale, cudaStream_t s) {
     if (n <= 0) return cudaSuccess;
     if (kv_dt == LLMI_KV_Q8 && head_dim % KV_Q8_BLOCK != 0) return cudaErrorInvalidValue;   /* blocks within a head, as the CPU */
-    llmi_rope_kv_kernel<<<n, 128, (size_t)(head_dim / 2) * 2 * sizeof(float), s>>>(q, q_stride, k, k_stride, v, v_stride, positions, slot_mapping, n_heads,
-                                          n_kv_heads, head_dim, inv_freq, k_cache, v_cache, kv_dt, k_scale, v_scale);
+    const size_t trig_bytes = (size_t)(head_dim / 2) * 2 * sizeof(float);
+    llmi_rope_kv_kernel<<<n, 128, trig_bytes, s>>>(q, q_stride, k, k_stride, v, v_stride, positions, slot_mapping,
+                                                   n_heads, n_kv_heads, head_dim, inv_freq, k_cache, v_cache, kv_dt,
+                                                   k_scale, v_scale);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }

@@ -634,6 +634,22 @@ fi
 
 # ---- bench: llama-3-8b on the device ---------------------------------------------------------
 L3=(--dummy "$BIG" --device "$DEVFLAG" --kv-type bf16 -o csv)
+# the RTN int4 copy bench makes and profile reads: kept in /tmp on the device, where a later
+# call reuses it; a rehearsal's own, in its work dir
+I4=/tmp/llmi-$(basename "$BIG_NAME" | tr -c "a-z0-9\n" -)-int4
+[ "$SCALE" = 1 ] || I4=$WORK/int4
+# int4_variant NAME ENV BATCHES LABEL DEFAULT: the int4 bench at BATCHES with ENV set (a
+# kernel the default replaced), one row quoting its decode tok/s beside DEFAULT's
+int4_variant() {
+  if run "bench-int4-$1" 100 env "$2" "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 -o csv \
+      -p $((512 / SCALE)) -n $((128 / SCALE)) -b "$3" -r 1; then
+    local tps; tps=$(csv_col "$WORK/bench-int4-$1.out" decode_tps_mean 1)
+    [ "$3" = 1,16 ] && tps="$(num "$tps"), $(num "$(csv_col "$WORK/bench-int4-$1.out" decode_tps_mean 2)")" || tps=$(num "$tps")
+    row "$4" ok "$tps tok/s ($5)"
+  else
+    row "$4" "$STATUS" "$(why "bench-int4-$1")"
+  fi
+}
 if has_phase bench; then
   BW= PEAK=
   if ! gpu_gate "measured ceilings (torch)"; then :
@@ -663,9 +679,6 @@ if has_phase bench; then
   else
     row "$BIG_NAME TTFT p$((2048 / SCALE)) (target 55 ms)" "$STATUS" "$(why bench-ttft)"
   fi
-  # kept in /tmp on the device, where a later call reuses it; a rehearsal's own, in its work dir
-  I4=/tmp/llmi-$(basename "$BIG_NAME" | tr -c "a-z0-9\n" -)-int4
-  [ "$SCALE" = 1 ] || I4=$WORK/int4
   if ! gpu_gate "$BIG_NAME int4 decode b1 (target 400)" "$BIG_NAME int4 decode b16"; then :
   else
     if [ ! -f "$I4/config.json" ]; then
@@ -682,24 +695,10 @@ if has_phase bench; then
       # the kernels the defaults replaced (unmeasured when written), in the same call, so the
       # table says which is faster on this device: the warp GEMV at batch 1 and 16, the chunk
       # GEMV (no tensor cores) and the dequantization + GEMM at 16
-      if run bench-int4-warp 100 env LLMI_I4_GEMV=warp "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 -o csv \
-          -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1,16 -r 1; then
-        row "$BIG_NAME int4 decode b1, b16 on the warp GEMV" ok "$(num "$(csv_col "$WORK/bench-int4-warp.out" decode_tps_mean 1)"), $(num "$(csv_col "$WORK/bench-int4-warp.out" decode_tps_mean 2)") tok/s (default: chunk GEMV $(num "$i1"), tensor cores $(num "$i16"))"
-      else
-        row "$BIG_NAME int4 decode b1, b16 on the warp GEMV" "$STATUS" "$(why bench-int4-warp)"
-      fi
-      if run bench-int4-chunk 100 env LLMI_I4_GEMV=chunk "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 \
-          -o csv -p $((512 / SCALE)) -n $((128 / SCALE)) -b 16 -r 1; then
-        row "$BIG_NAME int4 decode b16 on the chunk GEMV" ok "$(num "$(csv_col "$WORK/bench-int4-chunk.out" decode_tps_mean 1)") tok/s (tensor cores: $(num "$i16"))"
-      else
-        row "$BIG_NAME int4 decode b16 on the chunk GEMV" "$STATUS" "$(why bench-int4-chunk)"
-      fi
-      if run bench-int4-dq 100 env LLMI_I4_DEQUANT_MIN_N=9 "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 \
-          -o csv -p $((512 / SCALE)) -n $((128 / SCALE)) -b 16 -r 1; then
-        row "$BIG_NAME int4 decode b16 by dequant + GEMM" ok "$(num "$(csv_col "$WORK/bench-int4-dq.out" decode_tps_mean 1)") tok/s (tensor cores: $(num "$i16"))"
-      else
-        row "$BIG_NAME int4 decode b16 by dequant + GEMM" "$STATUS" "$(why bench-int4-dq)"
-      fi
+      int4_variant warp LLMI_I4_GEMV=warp 1,16 "$BIG_NAME int4 decode b1, b16 on the warp GEMV" \
+        "default: chunk GEMV $(num "$i1"), tensor cores $(num "$i16")"
+      int4_variant chunk LLMI_I4_GEMV=chunk 16 "$BIG_NAME int4 decode b16 on the chunk GEMV" "tensor cores: $(num "$i16")"
+      int4_variant dq LLMI_I4_DEQUANT_MIN_N=9 16 "$BIG_NAME int4 decode b16 by dequant + GEMM" "tensor cores: $(num "$i16")"
     elif [ -f "$I4/config.json" ]; then
       row "$BIG_NAME int4 decode b1 (target 400)" "$STATUS" "$(why bench-int4)"
     fi
@@ -730,8 +729,6 @@ if has_phase profile; then
   else
     row "$label" "$STATUS" "$(why prof-bf16)"
   fi
-  I4=/tmp/llmi-$(basename "$BIG_NAME" | tr -c "a-z0-9\n" -)-int4
-  [ "$SCALE" = 1 ] || I4=$WORK/int4
   for b in 1 16; do
     label="profile $BIG_NAME int4 decode b$b"
     if ! gpu_gate "$label"; then :
