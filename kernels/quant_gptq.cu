@@ -99,20 +99,24 @@ cudaError_t llmi_cuda_quant_mirror(float *h, int k, cudaStream_t s) {
     return cudaSuccess;
 }
 
-__global__ void qk_hinv_fill(const float *h, const int32_t *perm, const uint8_t *dead, int n, double damp, double *a) {
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)n * n) return;
-    int i = (int)(idx / n), j = (int)(idx % n);
-    int pi = perm[n - 1 - i], pj = perm[n - 1 - j];
-    double v = h[(int64_t)pi * n + pj];
-    if (i == j) v = (dead[pi] ? 1.0 : v) + damp;
-    a[idx] = v;
+/* Rows of a by blockIdx.y (grid-strided past 65535): no 64-bit division per element. */
+__global__ void qk_hinv_fill(const float *h, float h_scale, const int32_t *perm, const uint8_t *dead, int n,
+                             double damp, double *a) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    const int pj = perm[n - 1 - j];
+    for (int i = blockIdx.y; i < n; i += gridDim.y) {
+        const int pi = perm[n - 1 - i];
+        double v = h_scale * h[(int64_t)pi * n + pj];
+        if (i == j) v = (dead[pi] ? 1.0 : v) + damp;
+        a[(int64_t)i * n + j] = v;
+    }
 }
 
-cudaError_t llmi_cuda_quant_hinv_fill(const float *h, const int32_t *perm, const uint8_t *dead, int n, double damp,
-                                      double *a, cudaStream_t s) {
-    int64_t nn = (int64_t)n * n;
-    qk_hinv_fill<<<(unsigned)((nn + 255) / 256), 256, 0, s>>>(h, perm, dead, n, damp, a);
+cudaError_t llmi_cuda_quant_hinv_fill(const float *h, float h_scale, const int32_t *perm, const uint8_t *dead, int n,
+                                      double damp, double *a, cudaStream_t s) {
+    if (n <= 0) return cudaSuccess;
+    qk_hinv_fill<<<dim3((unsigned)((n + 255) / 256), (unsigned)(n < 65535 ? n : 65535)), 256, 0, s>>>(h, h_scale, perm, dead, n, damp, a);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }
@@ -148,22 +152,32 @@ cudaError_t llmi_cuda_gptq_load(const float *w, const int32_t *perm, const uint8
     return cudaSuccess;
 }
 
-/* One thread per row walks the block's columns in order (rows are independent given U);
- * U's rows are the same for every thread, so they come through the read-only cache. */
-__global__ void qk_gptq_block(float *wt, const float *__restrict__ u, int rows, int cols, int i1, int i2, int gs,
-                              int sym, const int32_t *perm, uint8_t *q, uint16_t *scales, uint8_t *zeros, float *et,
-                              float *s_row, int32_t *z_row, double *loss) {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
+/* One thread per row walks the block's columns in order (rows are independent given U).
+ * The block's columns of the CTA's rows sit in shared memory (wb, one column of it per
+ * thread): the walk's ~nb^2/2 read-modify-writes per row are then shared-memory latency,
+ * not L2's.  U's rows are the same for every thread and come through the read-only cache.
+ * Columns past i2 that a group reaches are read from wt, as the lazy updates left them;
+ * the block's own columns are not written back (nothing reads them again). */
+#define QK_WALK_THREADS 64
+#define QK_WALK_MAX_BLOCK 128
+__global__ void __launch_bounds__(QK_WALK_THREADS)
+qk_gptq_block(const float *wt, const float *__restrict__ u, int rows, int cols, int i1, int i2, int gs, int sym,
+              const int32_t *perm, uint8_t *q, uint16_t *scales, uint8_t *zeros, float *et, float *s_row,
+              int32_t *z_row, double *loss) {
+    __shared__ float wb[QK_WALK_MAX_BLOCK * QK_WALK_THREADS];   /* (i2 - i1, threads) */
+    __shared__ double red[32];
+    const int t = threadIdx.x, r = blockIdx.x * QK_WALK_THREADS + t;
     double acc = 0.0;
     if (r < rows) {
+        for (int j = i1; j < i2; j++) wb[(j - i1) * QK_WALK_THREADS + t] = wt[(int64_t)j * rows + r];
         float s = s_row[r];
         int z = z_row[r];
         for (int i = i1; i < i2; i++) {
             const float *ui = u + (int64_t)i * cols;
             if (i % gs == 0) {
-                float mn = wt[(int64_t)i * rows + r], mx = mn;
-                for (int k = 1; k < gs; k++) {
-                    float v = wt[(int64_t)(i + k) * rows + r];
+                float mn = wb[(i - i1) * QK_WALK_THREADS + t], mx = mn;
+                for (int k = i + 1; k < i + gs; k++) {
+                    float v = k < i2 ? wb[(k - i1) * QK_WALK_THREADS + t] : wt[(int64_t)k * rows + r];
                     mn = fminf(mn, v), mx = fmaxf(mx, v);
                 }
                 uint16_t sh;
@@ -172,27 +186,52 @@ __global__ void qk_gptq_block(float *wt, const float *__restrict__ u, int rows, 
                 zeros[(int64_t)(i / gs) * rows + r] = (uint8_t)z;
                 s = __half2float(__ushort_as_half(sh));
             }
-            float w = wt[(int64_t)i * rows + r];
+            float w = wb[(i - i1) * QK_WALK_THREADS + t];
             int qi = qk_q(w, s, z);
             q[(int64_t)r * cols + perm[i]] = (uint8_t)qi;
             float e = (w - s * (float)(qi - z)) / __ldg(ui + i);
             acc += (double)e * e;
             et[(int64_t)(i - i1) * rows + r] = e;
-            for (int j = i + 1; j < i2; j++) wt[(int64_t)j * rows + r] -= e * __ldg(ui + j);
+            for (int j = i + 1; j < i2; j++) wb[(j - i1) * QK_WALK_THREADS + t] -= e * __ldg(ui + j);
         }
         s_row[r] = s;
         z_row[r] = z;
     }
-    __shared__ double red[32];
     double blk = qk_block_sum(acc, red);
-    if (threadIdx.x == 0) atomicAdd(loss, blk);
+    if (t == 0) atomicAdd(loss, blk);
 }
 
-cudaError_t llmi_cuda_gptq_block(float *wt, const float *u, int rows, int cols, int i1, int i2, int group_size,
+cudaError_t llmi_cuda_gptq_block(const float *wt, const float *u, int rows, int cols, int i1, int i2, int group_size,
                                  int sym, const int32_t *perm, uint8_t *q, uint16_t *scales, uint8_t *zeros, float *et,
                                  float *s_row, int32_t *z_row, double *loss, cudaStream_t s) {
-    qk_gptq_block<<<(unsigned)((rows + 127) / 128), 128, 0, s>>>(wt, u, rows, cols, i1, i2, group_size, sym, perm, q,
-                                                               scales, zeros, et, s_row, z_row, loss);
+    if (i2 - i1 > QK_WALK_MAX_BLOCK || i2 <= i1) return cudaErrorInvalidValue;
+    qk_gptq_block<<<(unsigned)((rows + QK_WALK_THREADS - 1) / QK_WALK_THREADS), QK_WALK_THREADS, 0, s>>>(
+        wt, u, rows, cols, i1, i2, group_size, sym, perm, q, scales, zeros, et, s_row, z_row, loss);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
+/* One thread per position i, selected rows by blockIdx.y (grid-strided past 65535). */
+__global__ void qk_err_rows(const float *w, const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,
+                            const int32_t *perm, int rows, int cols, int gs, int stride, int n_sel, float *out) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= cols) return;
+    const int c = perm[i];
+    const int64_t g = i / gs;
+    for (int j = blockIdx.y; j < n_sel; j += gridDim.y) {
+        const int64_t r = (int64_t)j * stride;
+        const float wv = w[r * cols + c], sv = __half2float(__ushort_as_half(scales[g * rows + r]));
+        out[(int64_t)j * cols + c] = wv - sv * (float)((int)q[r * cols + c] - (int)zeros[g * rows + r]);
+        out[(int64_t)(n_sel + j) * cols + c] = wv;
+    }
+}
+
+cudaError_t llmi_cuda_quant_err_rows(const float *w, const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,
+                                     const int32_t *perm, int rows, int cols, int gs, int stride, int n_sel,
+                                     float *out, cudaStream_t s) {
+    if (n_sel <= 0 || cols <= 0) return cudaSuccess;
+    qk_err_rows<<<dim3((unsigned)((cols + 255) / 256), (unsigned)(n_sel < 65535 ? n_sel : 65535)), 256, 0, s>>>(w, q, scales, zeros, perm, rows,
+                                                                                     cols, gs, stride, n_sel, out);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }
@@ -241,7 +280,9 @@ __global__ void qk_dot(const float *a, const float *b, size_t n, double *out) {
 cudaError_t llmi_cuda_quant_dot(const float *a, const float *b, size_t n, double *out, cudaStream_t s) {
     cudaError_t e = cudaMemsetAsync(out, 0, sizeof(double), s);
     if (e != cudaSuccess) return e;
-    qk_dot<<<1024, 256, 0, s>>>(a, b, n, out);
+    if (n == 0) return cudaSuccess;
+    const size_t blocks = (n + 255) / 256;   /* at most 1024, each thread then striding */
+    qk_dot<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, s>>>(a, b, n, out);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }

@@ -25,22 +25,32 @@ cudaError_t llmi_cuda_quant_abs_mean_acc(const void *x, llmi_dtype dt, int n, in
                                          cudaStream_t s);
 /* h (k, k): the lower triangle := the upper one. */
 cudaError_t llmi_cuda_quant_mirror(float *h, int k, cudaStream_t s);
-/* a (n, n) fp64 = J P^T H P J + damp I, P the permutation perm (position -> column),
- * dead columns' diagonal 1: the matrix whose Cholesky factor gives GPTQ's H^-1. */
-cudaError_t llmi_cuda_quant_hinv_fill(const float *h, const int32_t *perm, const uint8_t *dead, int n, double damp,
-                                      double *a, cudaStream_t s);
+/* a (n, n) fp64 = J P^T (h_scale H) P J + damp I, P the permutation perm (position ->
+ * column), dead columns' diagonal 1: the matrix whose Cholesky factor gives GPTQ's H^-1.
+ * h_scale * H is formed in fp32, as the host scales H before its fill. */
+cudaError_t llmi_cuda_quant_hinv_fill(const float *h, float h_scale, const int32_t *perm, const uint8_t *dead, int n,
+                                      double damp, double *a, cudaStream_t s);
 /* u (n, n) row-major fp32 = J X J for X = L^-1 held column-major in x (cuSOLVER's layout). */
 cudaError_t llmi_cuda_quant_hinv_upper(const double *x, int n, float *u, cudaStream_t s);
 /* wt (cols, rows) = w (rows, cols) with columns permuted (wt[i] = w[:, perm[i]]), dead ones 0. */
 cudaError_t llmi_cuda_gptq_load(const float *w, const int32_t *perm, const uint8_t *dead, int rows, int cols, float *wt,
                                 cudaStream_t s);
-/* The in-block column walk of GPTQ over positions [i1, i2) for every row: group
- * parameters when a group starts (fp16 scale, GPTQ style), q into q (rows, cols) at the
- * original column perm[i], the scaled error into et (i2 - i1, rows), the in-block update
- * of wt; s_row, z_row (rows) carry each row's current group; loss += sum e^2 (fp64). */
-cudaError_t llmi_cuda_gptq_block(float *wt, const float *u, int rows, int cols, int i1, int i2, int group_size,
+/* The in-block column walk of GPTQ over positions [i1, i2) (at most 128) for every row:
+ * group parameters when a group starts (fp16 scale, GPTQ style), q into q (rows, cols) at
+ * the original column perm[i], the scaled error into et (i2 - i1, rows); the in-block
+ * updates stay in the kernel (wt is read, its block columns left as they were, and the
+ * caller's lazy update adds the block's errors to the later columns); s_row, z_row (rows)
+ * carry each row's current group; loss += sum e^2 (fp64). */
+cudaError_t llmi_cuda_gptq_block(const float *wt, const float *u, int rows, int cols, int i1, int i2, int group_size,
                                  int sym, const int32_t *perm, uint8_t *q, uint16_t *scales, uint8_t *zeros, float *et,
                                  float *s_row, int32_t *z_row, double *loss, cudaStream_t s);
+/* The rows the relative output error measures, r = j * stride for j < n_sel: out (2 n_sel,
+ * cols) holds D = W - dequant(q) in rows [0, n_sel) and W in rows [n_sel, 2 n_sel), from w
+ * (rows, cols), q (rows, cols) at original columns, scales and zeros (groups, rows) of
+ * position i's group i / gs, perm (cols) position -> column.  quantize.c's qm_rel_err twin. */
+cudaError_t llmi_cuda_quant_err_rows(const float *w, const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,
+                                     const int32_t *perm, int rows, int cols, int gs, int stride, int n_sel,
+                                     float *out, cudaStream_t s);
 /* AWQ: d (rows, cols) = w - fakequant(w * sc) / sc, RTN in AWQ style per group of gs. */
 cudaError_t llmi_cuda_awq_fake_quant_err(const float *w, const float *sc, int rows, int cols, int gs, float *d,
                                          cudaStream_t s);

@@ -10,6 +10,7 @@
 #include "backend/cpu/ops.h"
 #include "quant/linalg.h"
 #include "quant/quant_cuda.h"
+#include "quant/quantize.h"
 #include "quant/calib.h"
 #include "model/model.h"
 #include "test.h"
@@ -229,36 +230,79 @@ TEST(quant_cuda_gram_and_gptq_vs_cpu) {
     double e = test_nmse(hg, hc, (long)k * k);
     CHECK_MSG(e < 1e-10, "Gram matrix nmse %g (a triangle left zero gives ~0.5)", e);
 
+    /* H three ways: the host's uploaded; half of it with h_scale 2 (the quantizer's GPTQ
+     * scaling on the device: the same fp32 values, so the same grid bit for bit); and Gram
+     * slot 1 where gram_end left it (never on the host) */
+    float *hhalf = malloc(sizeof(float) * k * k);
+    for (long i = 0; i < (long)k * k; i++) hhalf[i] = 0.5f * hc[i];
     for (int ao = 0; ao < 2; ao++) {
         quant_gptq_opts o = {.group_size = 64, .sym = ao == 0, .desc_act = ao == 1, .damp_percent = 0.01f,
                              .block_size = 128};
-        quant_gptq_hinv hvc = {0}, hvg = {0};
-        quant_grid gc = {0}, gg = {0};
-        double ec = 0, eg = 0;
+        quant_gptq_hinv hvc = {0}, hvg = {0}, hvh = {0}, hvs = {0};
+        quant_grid gc = {0}, gg = {0}, gh = {0}, gs = {0};
+        double ec = 0, eg = 0, eh = 0, es = 0, rg = -1, rh = -1, rs = -1;
         if (quant_gptq_prepare(hc, k, &o, &hvc, &st) || quant_gptq_apply(w, rows, &hvc, &o, &gc, &ec, &st) ||
-            quant_cuda_gptq_prepare(q, hc, k, &o, &hvg, &st) ||
-            quant_cuda_gptq_apply(q, w, rows, &hvg, &o, &gg, &eg, &st)) {
+            quant_cuda_gptq_prepare(q, hc, -1, 1.0f, k, &o, &hvg, &st) ||
+            quant_cuda_gptq_apply(q, w, rows, &hvg, &o, &gg, &eg, &rg, &st) ||
+            quant_cuda_gptq_prepare(q, hhalf, -1, 2.0f, k, &o, &hvh, &st) ||
+            quant_cuda_gptq_apply(q, w, rows, &hvh, &o, &gh, &eh, &rh, &st) ||
+            quant_cuda_gptq_prepare(q, NULL, 1, 1.0f, k, &o, &hvs, &st) ||
+            quant_cuda_gptq_apply(q, w, rows, &hvs, &o, &gs, &es, &rs, &st)) {
             CHECK_MSG(0, "act-order %d: %s", ao, st.msg);
-            quant_grid_free(&gc), quant_grid_free(&gg);
-            quant_gptq_hinv_free(&hvc), quant_gptq_hinv_free(&hvg);
+            quant_grid_free(&gc), quant_grid_free(&gg), quant_grid_free(&gh), quant_grid_free(&gs);
+            quant_gptq_hinv_free(&hvc), quant_gptq_hinv_free(&hvg), quant_gptq_hinv_free(&hvh);
+            quant_gptq_hinv_free(&hvs);
             continue;
         }
-        int perm_diff = 0, q_diff = 0;
+        int perm_diff = 0, q_diff = 0, half_diff = 0, slot_diff = 0;
         for (int c = 0; c < k; c++) perm_diff += hvc.perm[c] != hvg.perm[c];
-        for (long i = 0; i < (long)rows * k; i++) q_diff += gc.q[i] != gg.q[i];
+        for (long i = 0; i < (long)rows * k; i++)
+            q_diff += gc.q[i] != gg.q[i], half_diff += gh.q[i] != gg.q[i], slot_diff += gs.q[i] != gg.q[i];
         CHECK_MSG(perm_diff == 0, "act-order %d: %d column positions differ", ao, perm_diff);
         /* fp64 Cholesky on both sides; the device's fused multiply-adds move values that sit on a
          * rounding boundary, and a flipped value moves the rest of its row a little */
         CHECK_MSG(q_diff <= rows * k / 100, "act-order %d: %d of %d int4 values differ", ao, q_diff, rows * k);
+        CHECK_MSG(half_diff == 0 && eh == eg, "act-order %d: H/2 with h_scale 2: %d int4 values differ, loss %g vs %g",
+                  ao, half_diff, eh, eg);
+        /* the slot's H is the device's own sums (nmse ~1e-10 from the host's, above) */
+        CHECK_MSG(slot_diff <= rows * k / 100, "act-order %d: from the Gram slot %d of %d int4 values differ", ao,
+                  slot_diff, rows * k);
         CHECK_MSG(fabs(eg - ec) <= 0.02 * ec, "act-order %d: GPTQ loss %g on the GPU, %g on the CPU", ao, eg, ec);
         float *dc = malloc(sizeof(float) * rows * k), *dg = malloc(sizeof(float) * rows * k);
         quant_grid_dequant(&gc, dc), quant_grid_dequant(&gg, dg);
         e = test_nmse(dg, dc, (long)rows * k);
         CHECK_MSG(e < 1e-3, "act-order %d: dequantized weights nmse %g", ao, e);
+        /* the device's relative output error of its own grid, against tr(D H D^T) / tr(W H W^T)
+         * here in fp64 (every row: 96 x 320^2 is far under the sampling budget) */
+        double num = 0, den = 0;
+        for (int r = 0; r < rows; r++)
+            for (int i = 0; i < k; i++) {
+                const float *hi = hc + (size_t)i * k;
+                double ti = 0, ui = 0;
+                for (int j = 0; j < k; j++) {
+                    ti += (double)hi[j] * (w[(size_t)r * k + j] - dg[(size_t)r * k + j]);
+                    ui += (double)hi[j] * w[(size_t)r * k + j];
+                }
+                num += ti * (w[(size_t)r * k + i] - dg[(size_t)r * k + i]);
+                den += ui * w[(size_t)r * k + i];
+            }
+        CHECK_MSG(quant_err_stride(rows, k) == 1, "stride %d", quant_err_stride(rows, k));
+        CHECK_MSG(fabs(rg - num / den) <= 1e-4 * (num / den) && fabs(rh - rg) <= 1e-6 * rg,
+                  "act-order %d: relative output error %g on the GPU (%g from H/2 x 2), %g here", ao, rg, rh,
+                  num / den);
+        CHECK_MSG(fabs(rs - rg) <= 1e-3 * rg, "act-order %d: relative output error %g from the slot, %g", ao, rs, rg);
         free(dc), free(dg);
-        quant_grid_free(&gc), quant_grid_free(&gg);
-        quant_gptq_hinv_free(&hvc), quant_gptq_hinv_free(&hvg);
+        quant_grid_free(&gc), quant_grid_free(&gg), quant_grid_free(&gh), quant_grid_free(&gs);
+        quant_gptq_hinv_free(&hvc), quant_gptq_hinv_free(&hvg), quant_gptq_hinv_free(&hvh), quant_gptq_hinv_free(&hvs);
     }
+    /* a slot's H whose width is not the prepare's is refused, not read past */
+    {
+        quant_gptq_opts o = {.group_size = 64, .damp_percent = 0.01f, .block_size = 128};
+        quant_gptq_hinv hv = {0};
+        CHECK(quant_cuda_gptq_prepare(q, NULL, 1, 1.0f, k + 64, &o, &hv, &st) != 0);
+        CHECK_MSG(strstr(st.msg, "Gram matrix") != NULL, "%s", st.msg);
+    }
+    free(hhalf);
     quant_cuda_destroy(q);
     free(x), free(w), free(hc), free(hg), free(mc), free(mg);
 }

@@ -322,14 +322,22 @@ static void qc_progress(quant_progress *p, int layer, int n_layers, int step, in
     /* the stages that took time, so that a slow layer says where */
     static const char *const stage_names[QT_COUNT] = {"calibrate", "load", "solve", "quantize", "error", "serve",
                                                       "write"};
-    char stages[160] = "";
+    char stages[320] = "";
     size_t len = 0;
     for (int i = 0; i < QT_COUNT && len < sizeof stages; i++)
         if (times->stage[i] >= 0.05)
             len += (size_t)snprintf(stages + len, sizeof stages - len, "%s %s %.1f", len ? "," : ";", stage_names[i],
                                     times->stage[i]);
-    fprintf(stderr, "  (rel. output error; %.1fs, ETA %s%s%s)\n", times->total, layer + 1 < n_layers ? eta : "0s",
-            stages, len ? " s" : "");
+    if (len) len += (size_t)snprintf(stages + len, sizeof stages - len, " s");
+    /* --device cuda: what the device calls inside those stages waited for */
+    size_t gpu_at = len;
+    for (int i = 0; i < QCT_COUNT && len < sizeof stages; i++)
+        if (times->gpu[i] >= 0.05)
+            len += (size_t)snprintf(stages + len, sizeof stages - len, "%s %s %.1f", len > gpu_at ? "," : "; gpu",
+                                    quant_cuda_stage_names[i], times->gpu[i]);
+    if (len > gpu_at && len < sizeof stages) snprintf(stages + len, sizeof stages - len, " s");
+    fprintf(stderr, "  (rel. output error; %.1fs, ETA %s%s)\n", times->total, layer + 1 < n_layers ? eta : "0s",
+            stages);
     fflush(stderr);
 }
 

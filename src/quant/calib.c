@@ -395,23 +395,24 @@ int quant_calib_layer(quant_calib *c, unsigned want, bool advance, quant_tap_sta
         if (!(want & (1u << t))) continue;
         int cols = tap_cols(cfg, (llmi_tap)t);
         stats[t].cols = cols;
+        if (!advance) acc.stop = t;
+        if (c->cuda && c->grams_stay_on_gpu) continue;
         stats[t].gram = calloc((size_t)cols * cols, sizeof(float));
         stats[t].xmean = calloc((size_t)cols, sizeof(float));
         if (!stats[t].gram || !stats[t].xmean) {
             for (int u = 0; u <= t; u++) quant_tap_stats_free(&stats[u]);
             return llmi_fail(st, LLMI_E_RUNTIME, "quantize: out of memory for a %dx%d Gram matrix", cols, cols);
         }
-        if (!advance) acc.stop = t;
     }
     int rc = 0;
     for (int t = 0; t < LLMI_TAP_COUNT && c->cuda && !rc; t++)
-        if (stats[t].gram) rc = quant_cuda_gram_begin(c->cuda, t, stats[t].cols, st);
+        if (stats[t].cols) rc = quant_cuda_gram_begin(c->cuda, t, stats[t].cols, st);
     /* (the stop tap is always a wanted one) */
     const unsigned skip = ~want & ((1u << LLMI_TAP_COUNT) - 1);
     if (!rc) rc = c->cuda ? calib_run(c, NULL, tap_collect_device, &acc, skip, advance, st)
                           : calib_run(c, tap_collect, NULL, &acc, skip, advance, st);
     for (int t = 0; t < LLMI_TAP_COUNT && !rc; t++) {
-        if (!stats[t].gram) continue;
+        if (!stats[t].cols) continue;
         if (c->cuda) rc = quant_cuda_gram_end(c->cuda, t, stats[t].gram, stats[t].xmean, st);
         else quant_gram_mirror(stats[t].gram, stats[t].cols);
     }

@@ -70,6 +70,8 @@ typedef struct quant_calib {
     int32_t *tables;               /* (windows_per_batch, blocks_per_window) */
     int blocks_per_window;
     struct quant_cuda *cuda;       /* when set, the forward, hidden and the Gram matrices are on this GPU */
+    bool grams_stay_on_gpu;        /* with cuda: quant_calib_layer leaves each Gram matrix in its tap's
+                                      slot of cuda (stats[t].gram and .xmean NULL, .cols set) */
     const volatile sig_atomic_t *cancel; /* when set and non-zero, the run stops between batches */
 } quant_calib;
 
@@ -96,7 +98,8 @@ void quant_calib_free(quant_calib *c);
  * otherwise the tap must stop it (a layer run to its end writes its output in place). */
 int quant_calib_run(quant_calib *c, llmi_tap_fn tap, void *tap_ctx, unsigned skip, bool advance, llmi_status *st);
 /* Runs layer c->next_layer over every window, as the view serves it now, filling
- * stats[t] (allocated here) for each tap t whose bit is set in want.  advance: run the
+ * stats[t] (allocated here; on the GPU only with c->grams_stay_on_gpu) for each tap t
+ * whose bit is set in want.  advance: run the
  * whole layer and move hidden to its output (next_layer + 1); otherwise stop after the
  * last wanted tap, so the layer can be run again once more of it is quantized. */
 int quant_calib_layer(quant_calib *c, unsigned want, bool advance, quant_tap_stats stats[LLMI_TAP_COUNT],

@@ -46,7 +46,7 @@ static float *gptq_hinv_upper(double *a, int n, int *rc) {
     return shrunk ? shrunk : u;
 }
 
-int quant_gptq_order(const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv, double *mean_diag,
+int quant_gptq_order(const float *h_diag, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv, double *mean_diag,
                      llmi_status *st) {
     memset(hv, 0, sizeof *hv);
     hv->cols = cols;
@@ -60,7 +60,7 @@ int quant_gptq_order(const float *h, int cols, const quant_gptq_opts *o, quant_g
     }
     /* Inputs that never fire carry no information: pin them (H_kk = 1), drop their weights. */
     for (int k = 0; k < cols; k++) {
-        diag[k] = h[(size_t)k * cols + k];
+        diag[k] = h_diag[k];
         hv->perm[k] = k;
         if (diag[k] == 0.0f) hv->dead[k] = true, diag[k] = 1.0f;
     }
@@ -74,7 +74,12 @@ int quant_gptq_order(const float *h, int cols, const quant_gptq_opts *o, quant_g
 
 int quant_gptq_prepare(const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv, llmi_status *st) {
     double mean;
-    if (quant_gptq_order(h, cols, o, hv, &mean, st)) return st->code;
+    float *h_diag = malloc((size_t)cols * sizeof(float)); /* (cols) */
+    if (!h_diag) return llmi_fail(st, LLMI_E_RUNTIME, "gptq: out of memory for a %dx%d Hessian", cols, cols);
+    for (int k = 0; k < cols; k++) h_diag[k] = h[(size_t)k * cols + k];
+    int order_rc = quant_gptq_order(h_diag, cols, o, hv, &mean, st);
+    free(h_diag);
+    if (order_rc) return st->code;
     double *a = malloc((size_t)cols * cols * sizeof(double)); /* (cols, cols) J P^T H P J, then U */
     if (!a) {
         quant_gptq_hinv_free(hv);

@@ -34,8 +34,8 @@ typedef struct quant_gptq_hinv {
     float damp;              /* the dampening that made H positive definite (x mean diag) */
 } quant_gptq_hinv;
 /* The column order (act-order or identity), dead inputs and mean of diag H (dead ones
- * counted as 1) of h (cols, cols): allocates hv->perm and hv->dead. */
-int quant_gptq_order(const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv, double *mean_diag,
+ * counted as 1) from H's diagonal h_diag (cols): allocates hv->perm and hv->dead. */
+int quant_gptq_order(const float *h_diag, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv, double *mean_diag,
                      llmi_status *st);
 /* h (cols, cols) = (2/n) sum x x^T of the layer's inputs (not modified).  Peak memory:
  * one fp64 (cols, cols) buffer, which ends as hv->u in fp32. */

@@ -4,8 +4,13 @@
  * llmi_status naming file, line and call. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "quant/awq.h"
 #include "quant/quant_cuda.h"
+#include "quant/quantize.h"
+
+const char *const quant_cuda_stage_names[QCT_COUNT] = {"gram", "gram_end", "factor", "upload", "walk", "error",
+                                                       "download"};
 
 #ifndef LLMI_CUDA
 
@@ -39,16 +44,17 @@ int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, float *xmean, llmi_st
     (void)q, (void)slot, (void)h, (void)xmean;
     QC_NONE();
 }
-int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv,
-                            llmi_status *st) {
-    (void)q, (void)h, (void)cols, (void)o, (void)hv;
+int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int slot, float h_scale, int cols, const quant_gptq_opts *o,
+                            quant_gptq_hinv *hv, llmi_status *st) {
+    (void)q, (void)h, (void)slot, (void)h_scale, (void)cols, (void)o, (void)hv;
     QC_NONE();
 }
 int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_gptq_hinv *hv,
-                          const quant_gptq_opts *o, quant_grid *g, double *err, llmi_status *st) {
-    (void)q, (void)w, (void)rows, (void)hv, (void)o, (void)g, (void)err;
+                          const quant_gptq_opts *o, quant_grid *g, double *err, double *rel_err, llmi_status *st) {
+    (void)q, (void)w, (void)rows, (void)hv, (void)o, (void)g, (void)err, (void)rel_err;
     QC_NONE();
 }
+void quant_cuda_take_times(quant_cuda *q, double t[QCT_COUNT]) { (void)q, (void)t; }
 int quant_cuda_awq_search_scale(quant_cuda *q, float *const *ws, const int *rows, int n_lin, int cols,
                                 const float *x_mean, const float *h, int group_size, int n_grid, float *best_s,
                                 double *best_loss, llmi_status *st) {
@@ -100,8 +106,29 @@ struct quant_cuda {
     int u_cols;
     int32_t *perm;                  /* (u_cols) device */
     uint8_t *dead;                  /* (u_cols) device */
+    float *h_own;                   /* (h_own_cols, h_own_cols) device: a host H the last prepare uploaded */
+    int h_own_cols;
+    const float *h_cur;             /* (u_cols, u_cols) device: the last prepare's H (h_own or a Gram slot) */
     double *scalar;                 /* (1) device: losses and dots */
+    double times[QCT_COUNT];        /* seconds by stage since quant_cuda_take_times */
 };
+
+static double qc_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Adds the seconds since *t0 to stage s and restarts the clock. */
+static void qc_lap(quant_cuda *q, quant_cuda_stage s, double *t0) {
+    double t = qc_now();
+    q->times[s] += t - *t0;
+    *t0 = t;
+}
+
+void quant_cuda_take_times(quant_cuda *q, double t[QCT_COUNT]) {
+    for (int i = 0; i < QCT_COUNT; i++) t[i] += q->times[i], q->times[i] = 0;
+}
 
 const char *quant_cuda_device_name(const quant_cuda *q) { return q->name; }
 int quant_cuda_gpu(const quant_cuda *q) { return q->device; }
@@ -110,7 +137,7 @@ void quant_cuda_destroy(quant_cuda *q) {
     if (!q) return;
     cudaSetDevice(q->device);
     for (int i = 0; i < QUANT_CUDA_SLOTS; i++) cudaFree(q->gram[i]), cudaFree(q->xmean[i]);
-    cudaFree(q->u), cudaFree(q->perm), cudaFree(q->dead), cudaFree(q->scalar);
+    cudaFree(q->u), cudaFree(q->perm), cudaFree(q->dead), cudaFree(q->h_own), cudaFree(q->scalar);
     if (q->solver) cusolverDnDestroy(q->solver);
     if (q->blas) cublasDestroy(q->blas);
     if (q->stream) cudaStreamDestroy(q->stream);
@@ -182,6 +209,7 @@ int quant_cuda_mem_free(quant_cuda *q, size_t *free_bytes, llmi_status *st) {
 
 int quant_cuda_gram_begin(quant_cuda *q, int slot, int k, llmi_status *st) {
     QC_CUDA(st, cudaSetDevice(q->device));
+    if (q->h_cur == q->gram[slot]) q->h_cur = NULL;   /* the last prepare's H is gone */
     if (q->gram_k[slot] != k) {
         cudaFree(q->gram[slot]), cudaFree(q->xmean[slot]);
         q->gram[slot] = q->xmean[slot] = NULL;
@@ -201,6 +229,7 @@ int quant_cuda_gram_acc_device(quant_cuda *q, int slot, const void *x, llmi_dtyp
     if (dt != LLMI_F32 && dt != LLMI_BF16 && dt != LLMI_F16)
         return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: activations in %s have no Gram matrix path", dtype_name(dt));
     if (n <= 0) return 0;
+    double t0 = qc_now();
     /* x (n, k) row-major is x^T (k, n) column-major: h += scale * (x^T)(x^T)^T.  Column-major
      * lower is row-major upper, the triangle quant_gram_mirror (and the mirror kernel) copy
      * from; the 16-bit path's GEMM fills both, and the mirror makes them equal. */
@@ -222,18 +251,23 @@ int quant_cuda_gram_acc_device(quant_cuda *q, int slot, const void *x, llmi_dtyp
     QC_CUDA(st, llmi_cuda_quant_abs_mean_acc(x, dt, n, k, scale, q->xmean[slot], q->stream));
     /* x is the caller's again when this returns */
     QC_CUDA(st, cudaStreamSynchronize(q->stream));
+    qc_lap(q, QCT_GRAM, &t0);
     return 0;
 }
 
 int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, float *xmean, llmi_status *st) {
     const int k = q->gram_k[slot];
+    double t0 = qc_now();
     /* the row-major upper triangle is filled (see gram_acc_device): its lower := upper */
     QC_CUDA(st, llmi_cuda_quant_mirror(q->gram[slot], k, q->stream));
-    QC_CUDA(st, cudaMemcpyAsync(h, q->gram[slot], (size_t)k * k * sizeof(float), cudaMemcpyDeviceToHost, q->stream));
+    if (h)
+        QC_CUDA(st, cudaMemcpyAsync(h, q->gram[slot], (size_t)k * k * sizeof(float), cudaMemcpyDeviceToHost,
+                                    q->stream));
     if (xmean)
         QC_CUDA(st, cudaMemcpyAsync(xmean, q->xmean[slot], (size_t)k * sizeof(float), cudaMemcpyDeviceToHost,
                                     q->stream));
     QC_CUDA(st, cudaStreamSynchronize(q->stream));
+    qc_lap(q, QCT_GRAM_END, &t0);
     return 0;
 }
 
@@ -274,12 +308,49 @@ static int qc_factor(quant_cuda *q, double *a, int n, llmi_status *st) {
     return rc;
 }
 
-int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv,
-                            llmi_status *st) {
+/* H's diagonal (cols) from device h (cols, cols) into host diag, times h_scale in fp32 (as
+ * the host's scaled H holds it). */
+static int qc_diag(quant_cuda *q, const float *h, int cols, float h_scale, float *diag, llmi_status *st) {
+    QC_CUDA(st, cudaMemcpy2DAsync(diag, sizeof(float), h, ((size_t)cols + 1) * sizeof(float), sizeof(float),
+                                  (size_t)cols, cudaMemcpyDeviceToHost, q->stream));
+    QC_CUDA(st, cudaStreamSynchronize(q->stream));
+    for (int k = 0; k < cols; k++) diag[k] *= h_scale;
+    return 0;
+}
+
+int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int slot, float h_scale, int cols, const quant_gptq_opts *o,
+                            quant_gptq_hinv *hv, llmi_status *st) {
+    memset(hv, 0, sizeof *hv);
+    double t0 = qc_now();
+    const size_t cc = (size_t)cols * cols;
+    QC_CUDA(st, cudaSetDevice(q->device));
+    q->h_cur = NULL;
+    const float *hsrc;   /* (cols, cols) device */
+    if (h) {
+        if (q->h_own_cols != cols) {
+            cudaFree(q->h_own);
+            q->h_own = NULL, q->h_own_cols = 0;
+            if (cudaMalloc((void **)&q->h_own, cc * sizeof(float)) != cudaSuccess) {
+                q->h_own = NULL;
+                return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot place a %dx%d Hessian on the GPU: %s",
+                                 cols, cols, cudaGetErrorString(cudaGetLastError()));
+            }
+            q->h_own_cols = cols;
+        }
+        QC_CUDA(st, cudaMemcpyAsync(q->h_own, h, cc * sizeof(float), cudaMemcpyHostToDevice, q->stream));
+        hsrc = q->h_own;
+    } else {
+        if (slot < 0 || slot >= QUANT_CUDA_SLOTS || !q->gram[slot] || q->gram_k[slot] != cols)
+            return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: no %dx%d Gram matrix in slot %d to prepare", cols, cols,
+                             slot);
+        hsrc = q->gram[slot];
+    }
+    float *diag = malloc((size_t)cols * sizeof(float)); /* (cols) */
+    if (!diag) return llmi_fail(st, LLMI_E_RUNTIME, "gptq: out of memory");
     double mean;
-    if (quant_gptq_order(h, cols, o, hv, &mean, st)) return st->code;
-    int rc = 0;
-    float *hd = NULL;
+    int rc = qc_diag(q, hsrc, cols, h_scale, diag, st) || quant_gptq_order(diag, cols, o, hv, &mean, st) ? st->code : 0;
+    free(diag);
+    if (rc) return rc;
     double *a = NULL;
     uint8_t *dead8 = malloc((size_t)cols);
     if (!dead8) rc = llmi_fail(st, LLMI_E_RUNTIME, "gptq: out of memory");
@@ -288,23 +359,22 @@ int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int cols, const quant
     q->u = NULL, q->perm = NULL, q->dead = NULL, q->u_cols = 0;
     cudaError_t ce = cudaSuccess;
     if (!rc) {
-        ce = cudaMalloc((void **)&hd, (size_t)cols * cols * sizeof(float));
-        if (!ce) ce = cudaMalloc((void **)&a, (size_t)cols * cols * sizeof(double));
-        if (!ce) ce = cudaMalloc((void **)&q->u, (size_t)cols * cols * sizeof(float));
+        ce = cudaMalloc((void **)&a, cc * sizeof(double));
+        if (!ce) ce = cudaMalloc((void **)&q->u, cc * sizeof(float));
         if (!ce) ce = cudaMalloc((void **)&q->perm, (size_t)cols * sizeof(int32_t));
         if (!ce) ce = cudaMalloc((void **)&q->dead, (size_t)cols);
-        if (!ce) ce = cudaMemcpyAsync(hd, h, (size_t)cols * cols * sizeof(float), cudaMemcpyHostToDevice, q->stream);
         if (!ce)
             ce = cudaMemcpyAsync(q->perm, hv->perm, (size_t)cols * sizeof(int32_t), cudaMemcpyHostToDevice, q->stream);
         if (!ce) ce = cudaMemcpyAsync(q->dead, dead8, (size_t)cols, cudaMemcpyHostToDevice, q->stream);
         if (ce)
-            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot place a %dx%d Hessian on the GPU: %s", cols, cols,
-                           cudaGetErrorString(ce));
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot place a %dx%d Hessian's factor on the GPU: %s",
+                           cols, cols, cudaGetErrorString(ce));
     }
     double damp = o->damp_percent > 0 ? o->damp_percent : 0.01;
     int f = 1;
     for (int attempt = 0; !rc && attempt < 6 && f == 1; attempt++, damp *= 10.0) {
-        if ((ce = llmi_cuda_quant_hinv_fill(hd, q->perm, q->dead, cols, damp * mean, a, q->stream)) != cudaSuccess)
+        if ((ce = llmi_cuda_quant_hinv_fill(hsrc, h_scale, q->perm, q->dead, cols, damp * mean, a, q->stream)) !=
+            cudaSuccess)
             rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: hinv_fill: %s", cudaGetErrorString(ce));
         else if ((f = qc_factor(q, a, cols, st)) < 0 || (f != 0 && f != 1))
             rc = st->code;
@@ -317,22 +387,56 @@ int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int cols, const quant
     if (!rc && (ce = cudaStreamSynchronize(q->stream)) != cudaSuccess)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: preparing a %dx%d Hessian: %s", cols, cols,
                        cudaGetErrorString(ce));
-    cudaFree(hd), cudaFree(a), free(dead8);
+    cudaFree(a), free(dead8);
+    qc_lap(q, QCT_FACTOR, &t0);
     if (rc) {
         quant_gptq_hinv_free(hv);
         return rc;
     }
     q->u_cols = cols;
+    q->h_cur = hsrc;
     hv->damp = (float)(damp / 10.0);
     return 0;
 }
 
+/* *rel_err of a walked linear: w (rows, cols) its fp32 weights and qd, sd, zd its grid,
+ * all on the device, through the last prepare's H (its scale cancels in the ratio). */
+static int qc_rel_err(quant_cuda *q, const float *w, const uint8_t *qd, const uint16_t *sd, const uint8_t *zd, int rows,
+                      int cols, int gs, double *rel_err, llmi_status *st) {
+    const int stride = quant_err_stride(rows, cols), n_sel = (rows + stride - 1) / stride;
+    const size_t n = (size_t)n_sel * cols;   /* one half of dw */
+    float *dw = NULL, *t = NULL;             /* (2 n_sel, cols) each: D's rows then W's; then those times H */
+    double num = 0, den = 0;
+    int rc = 0;
+    cudaError_t ce = cudaMalloc((void **)&dw, 2 * n * sizeof(float));
+    if (!ce) ce = cudaMalloc((void **)&t, 2 * n * sizeof(float));
+    if (!ce) ce = llmi_cuda_quant_err_rows(w, qd, sd, zd, q->perm, rows, cols, gs, stride, n_sel, dw, q->stream);
+    /* t = dw H, row-major: column-major that is H' dw' with H' = H (symmetric) */
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t bs = ce ? CUBLAS_STATUS_SUCCESS
+                           : cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_N, cols, 2 * n_sel, cols, &one, q->h_cur, cols,
+                                         dw, cols, &zero, t, cols);
+    if (!ce && !bs) ce = llmi_cuda_quant_dot(dw, t, n, q->scalar, q->stream);
+    if (!ce && !bs) ce = cudaMemcpyAsync(&num, q->scalar, sizeof(double), cudaMemcpyDeviceToHost, q->stream);
+    if (!ce && !bs) ce = cudaStreamSynchronize(q->stream);
+    if (!ce && !bs) ce = llmi_cuda_quant_dot(dw + n, t + n, n, q->scalar, q->stream);
+    if (!ce && !bs) ce = cudaMemcpyAsync(&den, q->scalar, sizeof(double), cudaMemcpyDeviceToHost, q->stream);
+    if (!ce && !bs) ce = cudaStreamSynchronize(q->stream);
+    if (ce || bs)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: a %dx%d layer's output error: %s", rows, cols,
+                       bs ? cublasGetStatusString(bs) : cudaGetErrorString(ce));
+    cudaFree(dw), cudaFree(t);
+    if (!rc) *rel_err = den > 0 ? num / den : 0.0;
+    return rc;
+}
+
 int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_gptq_hinv *hv,
-                          const quant_gptq_opts *o, quant_grid *g, double *err, llmi_status *st) {
+                          const quant_gptq_opts *o, quant_grid *g, double *err, double *rel_err, llmi_status *st) {
     /* the lazy-update block, as gptq.c takes it (et and the block kernel hold at most 128 columns) */
     const int cols = hv->cols, gs = o->group_size, bs = o->block_size > 0 && o->block_size <= 128 ? o->block_size : 128;
-    if (q->u_cols != cols) return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: apply without its prepare");
+    if (q->u_cols != cols || !q->h_cur) return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: apply without its prepare");
     if (quant_grid_alloc(g, rows, cols, gs, o->desc_act, st)) return st->code;
+    double t0 = qc_now();
     float *wd = NULL, *wt = NULL, *et = NULL, *s_row = NULL;
     int32_t *z_row = NULL;
     uint8_t *qd = NULL, *zd = NULL;
@@ -350,9 +454,11 @@ int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_g
     if (!ce) ce = cudaMemcpyAsync(wd, w, rc_n * sizeof(float), cudaMemcpyHostToDevice, q->stream);
     if (!ce) ce = cudaMemsetAsync(q->scalar, 0, sizeof(double), q->stream);
     if (!ce) ce = llmi_cuda_gptq_load(wd, q->perm, q->dead, rows, cols, wt, q->stream);
+    if (!ce) ce = cudaStreamSynchronize(q->stream);
     if (ce)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot place a %dx%d layer on the GPU: %s", rows, cols,
                        cudaGetErrorString(ce));
+    qc_lap(q, QCT_UPLOAD, &t0);
     const float one = 1.0f, minus = -1.0f;
     for (int i1 = 0; i1 < cols && !rc; i1 += bs) {
         const int i2 = i1 + bs < cols ? i1 + bs : cols, nb = i2 - i1, m = cols - i2;
@@ -371,21 +477,33 @@ int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_g
     }
     double loss = 0.0;
     if (!rc) {
-        ce = cudaMemcpyAsync(g->q, qd, rc_n, cudaMemcpyDeviceToHost, q->stream);
-        if (!ce) ce = cudaMemcpyAsync(g->scales, sd, sg * sizeof(uint16_t), cudaMemcpyDeviceToHost, q->stream);
-        if (!ce) ce = cudaMemcpyAsync(g->zeros, zd, sg, cudaMemcpyDeviceToHost, q->stream);
-        if (!ce) ce = cudaMemcpyAsync(&loss, q->scalar, sizeof(double), cudaMemcpyDeviceToHost, q->stream);
+        ce = cudaMemcpyAsync(&loss, q->scalar, sizeof(double), cudaMemcpyDeviceToHost, q->stream);
         if (!ce) ce = cudaStreamSynchronize(q->stream);
         if (ce)
             rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: a %dx%d layer's walk: %s", rows, cols,
                            cudaGetErrorString(ce));
     }
+    qc_lap(q, QCT_WALK, &t0);
     /* cuSOLVER's Cholesky is not documented to report a NaN through info, as the CPU's
      * does (it stops at !(d > 0)): a non-finite error is that, caught here */
     if (!rc && !isfinite(loss))
         rc = llmi_fail(st, LLMI_E_RUNTIME, "gptq: a %dx%d layer's quantization error is not finite (NaN or inf in "
                        "its weights or Hessian)", rows, cols);
-    cudaFree(wd), cudaFree(wt), cudaFree(et), cudaFree(s_row), cudaFree(z_row), cudaFree(qd), cudaFree(zd), cudaFree(sd);
+    /* the walk's buffers go back before the error measure takes its own */
+    cudaFree(wt), cudaFree(et), cudaFree(s_row), cudaFree(z_row);
+    if (!rc) rc = qc_rel_err(q, wd, qd, sd, zd, rows, cols, gs, rel_err, st);
+    qc_lap(q, QCT_ERROR, &t0);
+    if (!rc) {
+        ce = cudaMemcpyAsync(g->q, qd, rc_n, cudaMemcpyDeviceToHost, q->stream);
+        if (!ce) ce = cudaMemcpyAsync(g->scales, sd, sg * sizeof(uint16_t), cudaMemcpyDeviceToHost, q->stream);
+        if (!ce) ce = cudaMemcpyAsync(g->zeros, zd, sg, cudaMemcpyDeviceToHost, q->stream);
+        if (!ce) ce = cudaStreamSynchronize(q->stream);
+        if (ce)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: a %dx%d layer's grid to the host: %s", rows, cols,
+                           cudaGetErrorString(ce));
+    }
+    cudaFree(wd), cudaFree(qd), cudaFree(zd), cudaFree(sd);
+    qc_lap(q, QCT_DOWNLOAD, &t0);
     if (rc) {
         quant_grid_free(g);
         return rc;

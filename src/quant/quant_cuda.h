@@ -37,20 +37,37 @@ int quant_cuda_mem_free(quant_cuda *q, size_t *free_bytes, llmi_status *st);
  * (n, k) in dt in the memory of q's GPU (a calibration tap of the CUDA backend) and
  * returns with x free again: fp32 through a pedantic syrk, bf16/f16 through a tensor-core
  * GEMM (products of 16-bit values are exact in fp32, its fp32 sums round a few ulps
- * differently from a syrk's).  end copies the matrix whole (both triangles) into host h
- * (k, k) and the magnitudes into host xmean (k) when not NULL. */
+ * differently from a syrk's).  end makes the matrix whole (both triangles) and copies it
+ * into host h (k, k) and the magnitudes into host xmean (k), each when not NULL: with h
+ * NULL the matrix stays on the device only, for quant_cuda_gptq_prepare, until the slot's
+ * next begin. */
 int quant_cuda_gram_begin(quant_cuda *q, int slot, int k, llmi_status *st);
 int quant_cuda_gram_acc_device(quant_cuda *q, int slot, const void *x, llmi_dtype dt, int n, float scale,
                                llmi_status *st);
 int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, float *xmean, llmi_status *st);
-
-/* quant_gptq_prepare on the device: hv gets perm and dead on the host; U stays on the
- * device (hv->u is NULL) for the quant_cuda_gptq_apply calls that follow. */
-int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int cols, const quant_gptq_opts *o, quant_gptq_hinv *hv,
-                            llmi_status *st);
+/* quant_gptq_prepare on the device of H = h_scale * (host h (cols, cols), uploaded; or,
+ * when h is NULL, Gram slot `slot` as gram_end left it): hv gets perm and dead on the host;
+ * U and H stay on the device (hv->u is NULL) for the quant_cuda_gptq_apply calls that
+ * follow.  (GPTQ's H is 2 X^T X / n: h_scale 2 on a Gram matrix; the host path scales in
+ * place, bit for bit the same.) */
+int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int slot, float h_scale, int cols, const quant_gptq_opts *o,
+                            quant_gptq_hinv *hv, llmi_status *st);
+/* quant_gptq_apply on the device, and *rel_err = the relative output error
+ * |X(W-Q)^T|^2 / |XW^T|^2 = tr(D H D^T) / tr(W H W^T) (D = W - Q) through the prepare's H,
+ * over the rows quant_err_stride picks: quantize.c's measure on the host, here beside the
+ * weights. */
 int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_gptq_hinv *hv,
-                          const quant_gptq_opts *o, quant_grid *g, double *err, llmi_status *st);
-
+                          const quant_gptq_opts *o, quant_grid *g, double *err, double *rel_err, llmi_status *st);
+/* Where the calls above spent their wall time (each waits for its GPU work), so that a
+ * slow layer on a device says which part: the Gram accumulation (the calibration taps),
+ * gram_end's copies, the prepare's factorisation (diagonal, fill, Cholesky, inverse),
+ * apply's weight upload, column walk, error measure and result download. */
+typedef enum {
+    QCT_GRAM, QCT_GRAM_END, QCT_FACTOR, QCT_UPLOAD, QCT_WALK, QCT_ERROR, QCT_DOWNLOAD, QCT_COUNT
+} quant_cuda_stage;
+extern const char *const quant_cuda_stage_names[QCT_COUNT];
+/* t[i] += the seconds of stage i since the last call; the counters restart at 0. */
+void quant_cuda_take_times(quant_cuda *q, double t[QCT_COUNT]);
 /* quant_awq_search_scale on the device (same arguments, host arrays). */
 int quant_cuda_awq_search_scale(quant_cuda *q, float *const *ws, const int *rows, int n_lin, int cols,
                                 const float *x_mean, const float *h, int group_size, int n_grid, float *best_s,

@@ -121,16 +121,19 @@ void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windo
         }
     e->total = e->source + e->calib + e->layer + e->step + e->writer + e->stats + QM_RUNTIME;
     if (o->cuda) {
-        /* quant_cuda: every tap's Gram slot stays allocated; GPTQ's prepare holds H, its fp64
-         * copy, U and cuSOLVER's workspace (~24 cols^2 bytes), its walk U and the weights
-         * (~9 rows cols); AWQ's search three fp32 copies of a group's weights and H */
+        /* quant_cuda: every tap's Gram slot stays allocated; GPTQ's prepare holds H (a slot's,
+         * or an uploaded copy), its fp64 copy, U and cuSOLVER's workspace (~24 cols^2 bytes),
+         * its walk U, H and the weights (~9 rows cols), then the error's selected rows (D and
+         * W, and those times H); AWQ's search three fp32 copies of a group's weights and H */
         size_t grams = 0, gstep = 0;
         for (int k = 0; k < QS_COUNT; k++) {
             int cols, total, maxr;
             qm_set_rows(c, k, &cols, &total, &maxr);
             const size_t cc = (size_t)cols * cols;
             grams += (cc + (size_t)cols) * 4;
-            const size_t prep = 24 * cc, walk = 4 * cc + 9 * (size_t)maxr * cols;
+            const int stride = quant_err_stride(maxr, cols);
+            const size_t n_sel = (size_t)(maxr + stride - 1) / stride;
+            const size_t prep = 24 * cc, walk = 8 * cc + 9 * (size_t)maxr * cols + 16 * n_sel * cols;
             size_t s = o->method == QUANT_AWQ ? 12 * (size_t)total * cols + 4 * cc : prep > walk ? prep : walk;
             if (s > gstep) gstep = s;
         }
@@ -141,13 +144,16 @@ void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windo
 
 /* ---- one layer ----------------------------------------------------------------------- */
 
-/* Relative output error |X(W-Q)^T|^2 / |XW^T|^2 = tr(D H D^T) / tr(W H W^T), D = W - Q.
- * Exact over all rows when that costs at most 2^34 multiply-adds; otherwise over every
- * s-th row (an estimate; an 8B down_proj would cost 1.7e12). */
+int quant_err_stride(int rows, int cols) {
+    const double cost = 2.0 * rows * (double)cols * cols, budget = 17179869184.0;
+    return cost > budget ? (int)ceil(cost / budget) : 1;
+}
+
+/* Relative output error |X(W-Q)^T|^2 / |XW^T|^2 = tr(D H D^T) / tr(W H W^T), D = W - Q,
+ * over the rows quant_err_stride picks (quant_cuda_gptq_apply measures it on the GPU). */
 static double qm_rel_err(const float *w, const quant_grid *g, const float *h, llmi_status *st) {
     const int rows = g->rows, cols = g->cols;
-    const double cost = 2.0 * rows * (double)cols * cols, budget = 17179869184.0;
-    const int stride = cost > budget ? (int)ceil(cost / budget) : 1;
+    const int stride = quant_err_stride(rows, cols);
     float *d = malloc((size_t)QM_ERR_ROWS * cols * 2 * sizeof(float)); /* (2 nr, cols): nr rows of D, then of W */
     float *t = malloc((size_t)QM_ERR_ROWS * cols * 2 * sizeof(float)); /* (2 nr, cols): -(those rows) H */
     double num = 0, den = 0;
@@ -242,10 +248,11 @@ static void qm_step(qm_run *q, const char *what) {
     if (p && ++q->step < q->n_steps) p->fn(p, q->layer, q->m->cfg.n_layers, q->step, q->n_steps, what, NULL, NULL);
 }
 
-/* GPTQ (or RTN with error reporting) of set k of layer l on the statistics h = X^T X / n:
- * one factorisation for the set, then each linear loaded, walked and dropped; each
- * result is served by the view from then on, so later sets calibrate on it. */
-static int qm_quantize_set(qm_run *q, int k, quant_block *b, float *h, quant_grid *grids, double *errs,
+/* GPTQ (or RTN with error reporting) of set k of layer l on the statistics h = X^T X / n
+ * (host h, or Gram slot k of o->cuda when h_on_gpu): one factorisation for the set, then
+ * each linear loaded, walked and dropped; each result is served by the view from then on,
+ * so later sets calibrate on it. */
+static int qm_quantize_set(qm_run *q, int k, quant_block *b, float *h, bool h_on_gpu, quant_grid *grids, double *errs,
                            llmi_status *st) {
     const llmi_config *c = &q->m->cfg;
     const quant_opts *o = q->o;
@@ -254,12 +261,15 @@ static int qm_quantize_set(qm_run *q, int k, quant_block *b, float *h, quant_gri
     quant_gptq_opts go = {.group_size = o->group_size, .sym = o->sym, .desc_act = o->desc_act,
                           .damp_percent = o->damp_percent, .block_size = 128};
     quant_gptq_hinv hv = {0};
-    bool gptq = o->method == QUANT_GPTQ && h;
+    const bool gptq = o->method == QUANT_GPTQ && (h || h_on_gpu);
     double t0 = qm_now();
-    if (gptq) {
-        for (size_t i = 0; i < (size_t)cols * cols; i++) h[i] *= 2.0f;   /* GPTQ's H = 2 X^T X / n */
-        if (o->cuda ? quant_cuda_gptq_prepare(o->cuda, h, cols, &go, &hv, st) : quant_gptq_prepare(h, cols, &go, &hv, st))
-            return st->code;
+    /* GPTQ's H = 2 X^T X / n */
+    if (gptq && o->cuda) {
+        if (quant_cuda_gptq_prepare(o->cuda, h_on_gpu ? NULL : h, k, 2.0f, cols, &go, &hv, st)) return st->code;
+        qm_lap(q, QT_SOLVE, &t0);
+    } else if (gptq) {
+        for (size_t i = 0; i < (size_t)cols * cols; i++) h[i] *= 2.0f;
+        if (quant_gptq_prepare(h, cols, &go, &hv, st)) return st->code;
         qm_lap(q, QT_SOLVE, &t0);
     }
     int rc = 0;
@@ -267,16 +277,18 @@ static int qm_quantize_set(qm_run *q, int k, quant_block *b, float *h, quant_gri
         quant_linear_shape(c, i, &rows, &cols);
         if ((rc = qm_cancelled(o, st)) || (rc = quant_block_load_linears(q->m, q->layer, i, i + 1, b, st))) break;
         qm_lap(q, QT_LOAD, &t0);
-        if (gptq) {
-            double loss;
-            rc = o->cuda ? quant_cuda_gptq_apply(o->cuda, b->w[i], rows, &hv, &go, &grids[i], &loss, st)
-                         : quant_gptq_apply(b->w[i], rows, &hv, &go, &grids[i], &loss, st);
+        double loss;
+        if (gptq && o->cuda) {
+            /* the walk and the error measure on the device, where the weights and H are */
+            rc = quant_cuda_gptq_apply(o->cuda, b->w[i], rows, &hv, &go, &grids[i], &loss, &errs[i], st);
+            qm_lap(q, QT_QUANTIZE, &t0);
         } else {
-            rc = quant_rtn(b->w[i], rows, cols, o->group_size, o->sym, QUANT_STYLE_GPTQ, &grids[i], st);
+            rc = gptq ? quant_gptq_apply(b->w[i], rows, &hv, &go, &grids[i], &loss, st)
+                      : quant_rtn(b->w[i], rows, cols, o->group_size, o->sym, QUANT_STYLE_GPTQ, &grids[i], st);
+            qm_lap(q, QT_QUANTIZE, &t0);
+            if (!rc && h && isnan(errs[i] = qm_rel_err(b->w[i], &grids[i], h, st))) rc = st->code;
+            qm_lap(q, QT_ERROR, &t0);
         }
-        qm_lap(q, QT_QUANTIZE, &t0);
-        if (!rc && h && isnan(errs[i] = qm_rel_err(b->w[i], &grids[i], h, st))) rc = st->code;
-        qm_lap(q, QT_ERROR, &t0);
         if (!rc && q->v) rc = quant_view_set_linear(q->v, q->layer, i, &grids[i], st);
         quant_block_drop_linear(b, i);
         qm_lap(q, QT_SERVE, &t0);
@@ -288,6 +300,8 @@ static int qm_quantize_set(qm_run *q, int k, quant_block *b, float *h, quant_gri
 static int qm_gptq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *errs, llmi_status *st) {
     const llmi_config *c = &q->m->cfg;
     const int l = q->layer;
+    /* GPTQ on a GPU from its own calibration: H never leaves the device */
+    const bool h_on_gpu = q->cal && q->cal->cuda && q->cal->grams_stay_on_gpu;
     int rc = 0;
     for (int k = 0; k < QS_COUNT && !rc; k++) {
         quant_tap_stats ts[LLMI_TAP_COUNT] = {{0}};
@@ -297,10 +311,10 @@ static int qm_gptq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *e
         double t0 = qm_now();
         if (q->cal && (rc = quant_calib_layer(q->cal, 1u << k, false, ts, st))) break;
         qm_step(q, "calibrate");
-        if (q->cal || q->in) rc = qm_input_stats(l, k, cols, &ts[k], q->in, q->out, &h, &xm, st);
+        if (!h_on_gpu && (q->cal || q->in)) rc = qm_input_stats(l, k, cols, &ts[k], q->in, q->out, &h, &xm, st);
         qm_lap(q, QT_CALIBRATE, &t0);
         free(xm);
-        if (!rc) rc = qm_quantize_set(q, k, b, h, grids, errs, st);
+        if (!rc) rc = qm_quantize_set(q, k, b, h, h_on_gpu, grids, errs, st);
         qm_step(q, qm_set_names[k]);
         free(h);
         for (int t = 0; t < LLMI_TAP_COUNT; t++) quant_tap_stats_free(&ts[t]);
@@ -423,6 +437,8 @@ int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *
         return st->code;
     }
     cal.cancel = o->cancel;
+    /* GPTQ's Hessians stay where the GPU made them unless statistics are saved */
+    cal.grams_stay_on_gpu = o->cuda && o->method == QUANT_GPTQ && !out;
     /* the embedding rows the windows touched are not needed again */
     if (calib) model_release_pages(m, m->tok_embd.data, m->tok_embd.row_bytes * (size_t)m->tok_embd.rows);
     qm_run q = {.m = m, .o = o, .v = calib ? &v : NULL, .cal = calib ? &cal : NULL, .in = in, .out = out,
@@ -459,6 +475,7 @@ int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *
         if (calib) quant_view_release_layer(&v, l, m);
         quant_source_release_layer(m, l);
         q.times.total = qm_now() - tl;
+        if (o->cuda) quant_cuda_take_times(o->cuda, q.times.gpu);
         if (!rc && o->progress) o->progress->fn(o->progress, l, c->n_layers, q.n_steps, q.n_steps, "done", errs, &q.times);
     }
     quant_calib_free(&cal);

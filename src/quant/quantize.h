@@ -13,6 +13,7 @@
 #include "quant/quant.h"
 #include "quant/calib.h"
 #include "quant/calib_stats.h"
+#include "quant/quant_cuda.h"
 
 typedef struct quant_opts {
     quant_method method;
@@ -45,7 +46,13 @@ typedef enum {
 typedef struct quant_layer_times {
     double total;
     double stage[QT_COUNT];
+    double gpu[QCT_COUNT];     /* --device cuda: the device calls' share of the stages */
 } quant_layer_times;
+
+/* The relative output error of a (rows, cols) linear is measured over rows 0, s, 2s, ...:
+ * every row when that costs at most 2^34 multiply-adds (2 rows cols^2), else the stride s
+ * that keeps it there (an estimate; an 8B down_proj would cost 1.7e12). */
+int quant_err_stride(int rows, int cols);
 
 /* Progress: after each step of a layer (step < n_steps), and when the layer is done
  * (step == n_steps, with each linear's relative output error |X(W-Q)^T|^2 / |XW^T|^2 and
