@@ -44,6 +44,7 @@ extern "C" int llmi_cuda_gemm_init(llmi_cuda_gemm *g, llmi_dtype dt, size_t work
     LT_CHECK(st, cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wb, sizeof wb));
     if (workspace_bytes) RT_CHECK(st, cudaMalloc(&g->workspace, workspace_bytes));
     g->workspace_bytes = workspace_bytes;
+    g->tune = 1;
     g->cache = (llmi_cuda_gemm_algo *)calloc(LLMI_GEMM_CACHE, sizeof *g->cache);
     if (!g->cache) return llmi_fail(st, LLMI_E_RUNTIME, "cuda gemm: out of host memory");
     return 0;
@@ -64,6 +65,8 @@ extern "C" void llmi_cuda_gemm_free(llmi_cuda_gemm *g) {
     if (g->desc) cublasLtMatmulDescDestroy((cublasLtMatmulDesc_t)g->desc);
     if (g->handle) cublasLtDestroy((cublasLtHandle_t)g->handle);
     if (g->workspace) cudaFree(g->workspace);
+    for (int i = 0; i < 2; i++)
+        if (g->tune_ev[i]) cudaEventDestroy((cudaEvent_t)g->tune_ev[i]);
     memset(g, 0, sizeof *g);
 }
 
@@ -94,9 +97,49 @@ static int algo_set_n(llmi_cuda_gemm_algo *a, int64_t n, llmi_status *st) {
     return 0;
 }
 
-/* The cached entry for (m, k, key_n, ldc, align), asking the heuristic for key_n tokens on a miss. */
-static int algo_for(llmi_cuda_gemm *g, int64_t m, int64_t k, int64_t key_n, int64_t ldc, int64_t align,
-                    llmi_cuda_gemm_algo **out, llmi_status *st) {
+/* The first `count` heuristic results, timed on the operands at n tokens (a's layouts set
+ * to n): the index of the fastest that runs, 0 when none does (the caller's run then
+ * reports why). */
+static int tune_pick(llmi_cuda_gemm *g, llmi_cuda_gemm_algo *a, const cublasLtMatmulHeuristicResult_t *res, int count,
+                     const void *w, const void *x, float *y, cudaStream_t s, int *pick, llmi_status *st) {
+    *pick = 0;
+    for (int i = 0; i < 2; i++)
+        if (!g->tune_ev[i]) {
+            cudaEvent_t e;
+            RT_CHECK(st, cudaEventCreate(&e));
+            g->tune_ev[i] = e;
+        }
+    cudaEvent_t e0 = (cudaEvent_t)g->tune_ev[0], e1 = (cudaEvent_t)g->tune_ev[1];
+    const float alpha = 1.0f, beta = 0.0f;
+    float best = 0;
+    bool any = false;
+    for (int i = 0; i < count; i++) {
+        bool ran = true;
+        RT_CHECK(st, cudaEventRecord(e0, s));
+        /* the first run is the warm-up, and the check that this algorithm takes n */
+        for (int r = 0; r <= LLMI_GEMM_TUNE_REPS && ran; r++) {
+            if (r == 1) RT_CHECK(st, cudaEventRecord(e0, s));
+            ran = cublasLtMatmul((cublasLtHandle_t)g->handle, (cublasLtMatmulDesc_t)g->desc, &alpha, w,
+                                 (cublasLtMatrixLayout_t)a->a_desc, x, (cublasLtMatrixLayout_t)a->b_desc, &beta, y,
+                                 (cublasLtMatrixLayout_t)a->c_desc, y, (cublasLtMatrixLayout_t)a->c_desc,
+                                 &res[i].algo, g->workspace, g->workspace_bytes, s) == CUBLAS_STATUS_SUCCESS;
+            g->tune_runs += ran;
+        }
+        RT_CHECK(st, cudaEventRecord(e1, s));
+        RT_CHECK(st, cudaEventSynchronize(e1));
+        float ms = 0;
+        RT_CHECK(st, cudaEventElapsedTime(&ms, e0, e1));
+        if (ran && (!any || ms < best)) best = ms, *pick = i, any = true;
+    }
+    if (any) g->tuned_keys++;
+    return 0;
+}
+
+/* The cached entry for (m, k, key_n, ldc, align), asking the heuristic for key_n tokens on a
+ * miss (and, with g->tune > 1 outside a graph capture, timing its candidates on w, x, y at
+ * n tokens). */
+static int algo_for(llmi_cuda_gemm *g, int64_t m, int64_t k, int64_t key_n, int64_t ldc, int64_t align, const void *w,
+                    const void *x, int64_t n, float *y, cudaStream_t s, llmi_cuda_gemm_algo **out, llmi_status *st) {
     const uint64_t h = key_hash(m, k, key_n, ldc, align);
     llmi_cuda_gemm_algo *victim = NULL;
     for (int p = 0; p < LLMI_GEMM_PROBE; p++) {
@@ -118,6 +161,7 @@ static int algo_for(llmi_cuda_gemm *g, int64_t m, int64_t k, int64_t key_n, int6
     a->b_desc = B;
     LT_CHECK(st, cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, (uint64_t)m, (uint64_t)key_n, ldc));   /* y^T: (m, n), ld ldc */
     a->c_desc = C;
+    a->cur_n = key_n;
     /* A, B, C and D (D is C) alignments, unpacked from the key */
     const uint32_t al[4] = {(uint32_t)(align >> 18) & 511u, (uint32_t)(align >> 9) & 511u, (uint32_t)align & 511u,
                             (uint32_t)align & 511u};
@@ -127,19 +171,27 @@ static int algo_for(llmi_cuda_gemm *g, int64_t m, int64_t k, int64_t key_n, int6
     for (int i = 0; i < 4; i++)
         LT_CHECK(st, cublasLtMatmulPreferenceSetAttribute((cublasLtMatmulPreference_t)g->pref, which[i], &al[i],
                                                           sizeof al[i]));
-    cublasLtMatmulHeuristicResult_t res;
-    int n_res = 0;
+    /* timing needs the stream to run: during a graph capture the heuristic's first is taken */
+    int want = g->tune < 1 ? 1 : g->tune > LLMI_GEMM_TUNE_MAX ? LLMI_GEMM_TUNE_MAX : g->tune;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (want > 1) RT_CHECK(st, cudaStreamIsCapturing(s, &cs));
+    if (cs != cudaStreamCaptureStatusNone) want = 1;
+    cublasLtMatmulHeuristicResult_t res[LLMI_GEMM_TUNE_MAX];
+    int n_res = 0, pick = 0;
     g->heuristic_calls++;
     LT_CHECK(st, cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)g->handle, (cublasLtMatmulDesc_t)g->desc, A, B, C,
-                                                C, (cublasLtMatmulPreference_t)g->pref, 1, &res, &n_res));
+                                                C, (cublasLtMatmulPreference_t)g->pref, want, res, &n_res));
     if (n_res < 1) {
         algo_release(a);
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda gemm: cuBLASLt has no algorithm for %s %lldx%lldx%lld",
                          dtype_name(g->dt), (long long)m, (long long)key_n, (long long)k);
     }
-    memcpy(a->algo, &res.algo, sizeof res.algo);
+    if (n_res > 1 && (algo_set_n(a, n, st) || tune_pick(g, a, res, n_res, w, x, y, s, &pick, st))) {
+        algo_release(a);
+        return st->code;
+    }
+    memcpy(a->algo, &res[pick].algo, sizeof res[pick].algo);
     a->m = m; a->k = k; a->key_n = key_n; a->ldc = ldc; a->align = align;
-    a->cur_n = key_n;
     a->last_use = ++g->clock;
     *out = a;
     return 0;
@@ -155,7 +207,7 @@ extern "C" int llmi_cuda_gemm_run(llmi_cuda_gemm *g, const void *w, int64_t rows
     const int64_t align = ((int64_t)lt_align(w, in_ld) << 18) | ((int64_t)lt_align(x, in_ld) << 9) |
                           (int64_t)lt_align(y, (uint64_t)ldy * 4);
     llmi_cuda_gemm_algo *a;
-    if (algo_for(g, rows, cols, key_n, ldy, align, &a, st) || algo_set_n(a, n, st)) return st->code;
+    if (algo_for(g, rows, cols, key_n, ldy, align, w, x, n, y, s, &a, st) || algo_set_n(a, n, st)) return st->code;
     const float alpha = 1.0f, beta = 0.0f;
     cublasLtMatmulAlgo_t algo;
     memcpy(&algo, a->algo, sizeof algo);

@@ -143,9 +143,15 @@ cudaError_t llmi_cuda_sum_store(const float *a, const float *b, int64_t n, void 
  * key_n, ldy, the operands' alignments): key_n >= n is the token count the caller buckets n into (the heuristic is
  * asked once per key for key_n tokens, and every n sharing the key reuses its answer).
  * Should cuBLASLt refuse a bucket's algorithm for a smaller n, that n gets an exact entry
- * of its own (counted in exact_fallbacks).  One backend and one stream at a time. */
+ * of its own (counted in exact_fallbacks).  With tune > 1 a new key asks for the
+ * heuristic's best `tune` candidates and keeps the fastest on the call's own operands
+ * (each run once, then timed over LLMI_GEMM_TUNE_REPS runs with events), unless the stream
+ * is capturing a graph: then the first is taken untimed.  One backend and one stream at a
+ * time. */
 #define LLMI_GEMM_CACHE 512      /* entries; a power of two */
 #define LLMI_GEMM_PROBE 8        /* slots searched from a key's hash */
+#define LLMI_GEMM_TUNE_MAX 16    /* candidates a key may time */
+#define LLMI_GEMM_TUNE_REPS 3
 typedef struct llmi_cuda_gemm_algo {
     int64_t m, k, key_n, ldc;    /* m = rows of W, k = cols; 0 m: empty */
     int64_t align;               /* alignments (<= 256 bytes) of W, x, y packed 9 bits each */
@@ -165,6 +171,10 @@ typedef struct llmi_cuda_gemm {
     long clock;                  /* calls so far, the last_use stamp */
     long heuristic_calls;        /* how many keys were asked (tests check the cache) */
     long exact_fallbacks;        /* exact entries made for an n whose bucket algorithm cuBLASLt refused */
+    int tune;                    /* candidates timed per new key, 1..LLMI_GEMM_TUNE_MAX (init: 1, untimed) */
+    long tuned_keys;             /* keys whose algorithm was chosen by timing */
+    long tune_runs;              /* GEMMs run to time them */
+    void *tune_ev[2];            /* cudaEvent_t, made on the first timing */
 } llmi_cuda_gemm;
 int llmi_cuda_gemm_init(llmi_cuda_gemm *g, llmi_dtype dt, size_t workspace_bytes, llmi_status *st);
 void llmi_cuda_gemm_free(llmi_cuda_gemm *g);

@@ -679,6 +679,16 @@ if has_phase bench; then
   else
     row "$BIG_NAME TTFT p$((2048 / SCALE)) (target 55 ms)" "$STATUS" "$(why bench-ttft)"
   fi
+  # GEMM autotuning (off by default until a device shows it pays): cuBLASLt's best 8
+  # candidates timed per GEMM shape in the warm-up, against the heuristic's first above
+  tlabel="$BIG_NAME TTFT p$((2048 / SCALE)) with LLMI_GEMM_TUNE=8"
+  if ! gpu_gate "$tlabel"; then :
+  elif run bench-ttft-tune 120 env LLMI_GEMM_TUNE=8 "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 \
+      -r "$REPS"; then
+    row "$tlabel" ok "$(num "$(csv_col "$WORK/bench-ttft-tune.out" ttft_ms_mean 1)") ms (heuristic's first: $(num "${ttft:-0}") ms)"
+  else
+    row "$tlabel" "$STATUS" "$(why bench-ttft-tune)"
+  fi
   if ! gpu_gate "$BIG_NAME int4 decode b1 (target 400)" "$BIG_NAME int4 decode b16"; then :
   else
     if [ ! -f "$I4/config.json" ]; then

@@ -469,6 +469,65 @@ TEST(cuda_gemm) {
     }
 }
 
+/* Autotuning (g.tune > 1): a new key times the heuristic's candidates on the call's own
+ * operands and keeps one; the result is the GEMM's all the same; the same key later is a
+ * cache hit (nothing timed again); a new key met while the stream captures a graph takes
+ * the heuristic's first untimed (timing would synchronize a capturing stream), and the
+ * graph computes the product.  (The emulator offers three candidates.) */
+TEST(cuda_gemm_tune) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_gemm_tune");
+    const int rows = 70, cols = 96, n = 9;
+    uint16_t *w = malloc((size_t)rows * cols * 2), *xh = malloc((size_t)n * cols * 2);
+    float *xf = malloc(sizeof(float) * n * cols), *ref = malloc(sizeof(float) * n * rows);
+    float *got = malloc(sizeof(float) * n * rows);
+    for (int i = 0; i < rows * cols; i++) w[i] = f32_to_bf16(trng_unif(&r));
+    for (int i = 0; i < n * cols; i++) xh[i] = f32_to_bf16(trng_unif(&r)), xf[i] = bf16_to_f32(xh[i]);
+    llmi_tensor t = {.dtype = LLMI_BF16, .rows = rows, .cols = cols, .row_bytes = (size_t)cols * 2, .data = w};
+    cpu_matmul(&t, xf, n, NULL, ref);
+    void *d_w = dup_to_dev(w, (size_t)rows * cols * 2), *d_x = dup_to_dev(xh, (size_t)n * cols * 2);
+    float *d_y = dup_to_dev(NULL, sizeof(float) * n * rows);
+    llmi_cuda_gemm g;
+    llmi_status st = {0};
+    cudaStream_t s = NULL;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    CHECK_MSG(llmi_cuda_gemm_init(&g, LLMI_BF16, (size_t)4 << 20, &st) == 0, "%s", st.msg);
+    CHECK(g.tune == 1);
+    g.tune = 4;
+    for (int rep = 0; rep < 2; rep++) {
+        cudaMemsetAsync(d_y, 0xff, sizeof(float) * n * rows, s);
+        CHECK_MSG(llmi_cuda_gemm_run(&g, d_w, rows, cols, d_x, n, 16, d_y, rows, s, &st) == 0, "%s", st.msg);
+        CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+        to_host(got, d_y, sizeof(float) * n * rows);
+        double e = test_nmse(got, ref, (long)n * rows);
+        CHECK_MSG(e <= 5e-4, "tuned, call %d: nmse %g", rep, e);
+        CHECK_MSG(g.tuned_keys == 1 && g.heuristic_calls == 1, "call %d: %ld keys tuned, %ld heuristic calls", rep,
+                  g.tuned_keys, g.heuristic_calls);
+        CHECK_MSG(g.tune_runs == 3 * (1 + LLMI_GEMM_TUNE_REPS), "call %d: %ld timing runs", rep, g.tune_runs);
+    }
+    /* a new key (7 tokens, bucket 8) while capturing: untimed, and the graph is the product */
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    int rc = llmi_cuda_gemm_run(&g, d_w, rows, cols, d_x, 7, 8, d_y, rows, s, &st);
+    CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+    CHECK_MSG(rc == 0, "%s", st.msg);
+    CHECK_MSG(g.tuned_keys == 1 && g.heuristic_calls == 2, "captured: %ld keys tuned, %ld heuristic calls",
+              g.tuned_keys, g.heuristic_calls);
+    cudaMemsetAsync(d_y, 0xff, sizeof(float) * n * rows, s);
+    CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess && cudaGraphLaunch(exec, s) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+    to_host(got, d_y, sizeof(float) * 7 * rows);
+    double e = test_nmse(got, ref, 7L * rows);
+    CHECK_MSG(e <= 5e-4, "captured: nmse %g", e);
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    llmi_cuda_gemm_free(&g);
+    cudaStreamDestroy(s);
+    cudaFree(d_w); cudaFree(d_x); cudaFree(d_y);
+    free(w); free(xh); free(xf); free(ref); free(got);
+}
+
 TEST(cuda_dequant) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_dequant");

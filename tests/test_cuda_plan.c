@@ -90,6 +90,12 @@ TEST(cuda_plan_int4_paths) {
     CHECK(cuda_i4_dequant_min_n("1", &v) == 0 && v == 1);
     const char *bad[] = {"", "0", "-3", "9x", "x", "65537", "99999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK_MSG(cuda_i4_dequant_min_n(bad[i], &v) == -1, "'%s'", bad[i]);
+    CHECK(cuda_gemm_tune(NULL, &v) == 0 && v == 1);
+    CHECK(cuda_gemm_tune("8", &v) == 0 && v == 8);
+    CHECK(cuda_gemm_tune("16", &v) == 0 && v == CUDA_GEMM_TUNE_MAX);
+    const char *bad_tune[] = {"0", "17", "8x", "", "-1"};
+    for (size_t i = 0; i < sizeof bad_tune / sizeof *bad_tune; i++)
+        CHECK_MSG(cuda_gemm_tune(bad_tune[i], &v) == -1, "LLMI_GEMM_TUNE '%s'", bad_tune[i]);
     /* a 4096 x 4096 group-128 int4 weight: 8 MiB of nibbles + 96 KiB of scales and zeros,
      * not the 32 MiB it takes as bf16 */
     llmi_tensor t = {.dtype = LLMI_I4G, .rows = 4096, .cols = 4096, .group_size = 128, .n_groups = 32};

@@ -161,7 +161,9 @@ extern "C" cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPre
  * too: with LLMI_EMU_LT_EXACT_N=1 a matmul with another n is refused (CUBLAS_STATUS_NOT_SUPPORTED),
  * as cuBLASLt may refuse an algorithm outside the shape it was asked for, so that the caller's
  * fallback (gemm.cu's exact entry for n) runs here too. */
-struct EmuAlgo { uint32_t magic, align[4]; uint64_t ws; int64_t n; };
+/* variant: which of the heuristic's candidates (all compute the same; llmi's autotuning
+ * times them) */
+struct EmuAlgo { uint32_t magic, align[4]; uint64_t ws; int64_t n; uint32_t variant; };
 static_assert(sizeof(EmuAlgo) <= sizeof(cublasLtMatmulAlgo_t), "EmuAlgo fits the opaque algo");
 extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
                                                          cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
@@ -169,11 +171,15 @@ extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cubla
     if (req < 1) return CUBLAS_STATUS_INVALID_VALUE;
     for (int i = 0; i < 4; i++)
         if (p->align[i] & (p->align[i] - 1)) return CUBLAS_STATUS_INVALID_VALUE;
-    memset(res, 0, sizeof *res);
-    EmuAlgo a{0xA160A160u, {p->align[0], p->align[1], p->align[2], p->align[3]}, 0, (int64_t)(d->tb ? B->rows : B->cols)};
-    memcpy(&res->algo, &a, sizeof a);
+    const int n = req < 3 ? req : 3;   /* up to three candidates, as a real heuristic offers several */
+    memset(res, 0, sizeof *res * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        EmuAlgo a{0xA160A160u, {p->align[0], p->align[1], p->align[2], p->align[3]}, 0,
+                  (int64_t)(d->tb ? B->rows : B->cols), (uint32_t)i};
+        memcpy(&res[i].algo, &a, sizeof a);
+    }
     (void)A; (void)C; (void)D;
-    *n_res = 1;
+    *n_res = n;
     return CUBLAS_STATUS_SUCCESS;
 }
 static uint32_t ptr_align(const void *p, int64_t ld_bytes) {

@@ -272,6 +272,11 @@ extern "C" cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCap
     s->graph = new CUgraph_st;
     return cudaSuccess;
 }
+extern "C" cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status) {
+    /* the legacy stream is never captured here */
+    *status = s && s->capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
 extern "C" cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
     if (!s || !s->capturing) return set_err(cudaErrorInvalidValue);
     s->capturing = false;

@@ -45,6 +45,7 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     } while (0)
 
 _Static_assert(CUDA_I4_GEMV_MAX_N == LLMI_I4_GEMV_MAX_N, "cuda_plan.h and int4_gemm.h disagree on the GEMV batch");
+_Static_assert(CUDA_GEMM_TUNE_MAX == LLMI_GEMM_TUNE_MAX, "cuda_plan.h and kernels.h disagree on the tuning limit");
 
 /* Staging for the weight upload: two pinned host buffers and two device buffers, so the
  * memcpy out of the mmap, the host-to-device copy and the dequant of neighbouring chunks
@@ -1360,7 +1361,13 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
                        "(weights %.2f GiB + workspaces %.2f GiB for %d batch tokens), %.2f GiB free of %.2f GiB",
                        o->gpu_index, prop.name, (need_w + need_ws) / 1073741824.0, need_w / 1073741824.0,
                        need_ws / 1073741824.0, o->max_batch_tokens, free_b / 1073741824.0, total / 1073741824.0);
+    const char *tune_env = getenv("LLMI_GEMM_TUNE");
+    int tune = 1;
+    if (!rc && cuda_gemm_tune(tune_env, &tune))
+        rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_GEMM_TUNE=%s: not a candidate count from 1 to %d",
+                       tune_env, CUDA_GEMM_TUNE_MAX);
     if (!rc) rc = llmi_cuda_gemm_init(&im->gemm, WDT, GEMM_WORKSPACE, st);
+    if (!rc) im->gemm.tune = tune;
     if (!rc) rc = load_weights(b, im, st);
     if (!rc) rc = alloc_workspaces(im, c, st);
     if (!rc) rc = graphs_init(b, im, st);

@@ -36,16 +36,21 @@ cuda_i4_path cuda_i4_choose(int n, int dequant_min_n) {
     return n < dequant_min_n ? CUDA_I4_GEMV : CUDA_I4_DEQUANT_GEMM;
 }
 
-int cuda_i4_dequant_min_n(const char *env, int *n) {
-    *n = CUDA_I4_DEQUANT_MIN_N;
+/* A whole number in [lo, hi] from env into *n, else dflt when env is NULL; -1 when it is not. */
+static int env_count(const char *env, int dflt, long lo, long hi, int *n) {
+    *n = dflt;
     if (!env) return 0;
     char *end = NULL;
     errno = 0;
     long v = strtol(env, &end, 10);
-    if (errno || end == env || *end || v < 1 || v > 65536) return -1;
+    if (errno || end == env || *end || v < lo || v > hi) return -1;
     *n = (int)v;
     return 0;
 }
+
+int cuda_i4_dequant_min_n(const char *env, int *n) { return env_count(env, CUDA_I4_DEQUANT_MIN_N, 1, 65536, n); }
+
+int cuda_gemm_tune(const char *env, int *n) { return env_count(env, 1, 1, CUDA_GEMM_TUNE_MAX, n); }
 
 size_t cuda_weight_bytes(const llmi_tensor *t, bool keep_int4) {
     size_t rows = (size_t)t->rows, cols = (size_t)t->cols;

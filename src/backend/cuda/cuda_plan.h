@@ -47,6 +47,11 @@ cuda_i4_path cuda_i4_choose(int n, int dequant_min_n);
 /* LLMI_I4_DEQUANT_MIN_N's value (env, may be NULL) as *n, else CUDA_I4_DEQUANT_MIN_N; -1
  * when it is not a whole number from 1 to 65536. */
 int cuda_i4_dequant_min_n(const char *env, int *n);
+/* LLMI_GEMM_TUNE's value (env, may be NULL) as *n: how many of cuBLASLt's candidates each new
+ * GEMM shape times (llmi_cuda_gemm.tune), 1 (the heuristic's first, untimed) when unset; -1
+ * when it is not a whole number from 1 to CUDA_GEMM_TUNE_MAX. */
+#define CUDA_GEMM_TUNE_MAX 16
+int cuda_gemm_tune(const char *env, int *n);
 
 /* Bytes the CUDA backend keeps on the GPU for weight t: int4 tensors it serves with the
  * W4A16 kernels (keep_int4) as packed nibbles + fp16 scales + u8 zeros (+ int32 g_idx),
