@@ -265,24 +265,6 @@ extern "C" int llmi_cuda_attn_splits(int n_decode, int n_kv_heads, int n_heads, 
     return (int)splits;
 }
 
-extern "C" cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int32_t *tokens, int n, int n_splits,
-                                             float *work, cudaStream_t s) {
-    if (n <= 0) return cudaSuccess;
-    if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0 || n_splits < 1 || n > 65535) return cudaErrorInvalidValue;
-    if (n_splits > 1 && !work) return cudaErrorInvalidValue;
-    if (a->kv_dt == LLMI_KV_BF16 && a->head_dim % 8 == 0)
-        launch_decode<__nv_bfloat16>(a, tokens, n, n_splits, work, s);
-    else if (a->kv_dt == LLMI_KV_F16 && a->head_dim % 8 == 0)
-        launch_decode<__half>(a, tokens, n, n_splits, work, s);
-    else
-        launch_decode<float>(a, tokens, n, n_splits, work, s);
-    LLMI_LAUNCH_CHECK();
-    if (n_splits > 1) {
-        llmi_attn_combine_kernel<<<dim3((unsigned)a->n_heads, (unsigned)n), 128, 0, s>>>(*a, tokens, n_splits, work);
-        LLMI_LAUNCH_CHECK();
-    }
-    return cudaSuccess;
-}
 
 /* ---- prefill: tensor cores ---- */
 #define PF_BQ LLMI_ATTN_TILE_Q   /* query rows per block (16 per warp) */
@@ -508,6 +490,225 @@ template <typename T> static cudaError_t launch_prefill(const llmi_cuda_attn *a,
     return launch_prefill_hd<T, 256>(a, tiles, n_tiles, s);
 }
 
+/* ---- decode on tensor cores ----
+ * For bf16/f16 caches with head_dim % 16 == 0 and G = n_heads / n_kv_heads <= 16 query heads
+ * per KV head (llmi_cuda_attn.decode_tc): one block per (KV head, token, split) as the fp32
+ * kernel's, whose chunking, partials and combine it shares.  The G heads are the rows of an
+ * m16n8k16 product (rows G..15 zero), so a KV position is read once for all of them.  Each
+ * of the DT_WARPS warps streams its own 16-position tiles (positions start + 16 w, then every
+ * 64th) through its own shared K/V tile with the prefill's online softmax in registers, and
+ * needs no block barrier until the warps' (m, l, O) are merged at the end.  q and the
+ * probabilities are rounded to the cache type as the prefill's are (the fp32 kernel keeps them
+ * fp32: ~1e-5 NMSE apart). */
+#define DT_WARPS 4
+#define DT_BK 16   /* positions per warp tile */
+
+/* K/V tiles (DT_WARPS, 2, DT_BK, hd + 8) of T; the merge reuses them as fp32 m, l
+ * (DT_WARPS, 16) each and O (DT_WARPS, G, hd), which fit for G <= 16. */
+template <typename T> static __host__ __device__ size_t dt_smem_bytes(int hd) {
+    return (size_t)DT_WARPS * 2 * DT_BK * pf_ld(hd) * sizeof(T);
+}
+
+template <typename T, int HDMAX>
+__global__ void __launch_bounds__(32 * DT_WARPS)
+llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits, float *work) {
+    extern __shared__ __align__(128) unsigned char smraw[];
+    const int hd = a.head_dim, ld = pf_ld(hd), G = a.n_heads / a.n_kv_heads;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q2 = 2 * (lane & 3);
+    T *Ks = (T *)smraw + (size_t)warp * 2 * DT_BK * ld, *Vs = Ks + DT_BK * ld;
+    const int item = blockIdx.y, kvh = blockIdx.x, split = blockIdx.z;
+    const int t = tokens[item];
+    const int pos = a.positions[t];
+    const int32_t *bt = a.block_tables + (int64_t)a.seq_of_token[t] * a.max_blocks_per_seq;
+    const int h0 = kvh * G;
+    const int chunk = ((pos + n_splits) / n_splits + DEC_T - 1) / DEC_T * DEC_T;   /* the fp32 kernel's */
+    const int start = split * chunk, end = min(pos + 1, start + chunk);
+    const int n_kd = hd / 16, n_jd = hd / 8, hv = hd / 8;
+
+    /* Q (16, hd) as mma's A fragments: rows g and g + 8 of this lane, heads h0 + row */
+    uint32_t qf[HDMAX / 16][4];
+    const float *qt = a.q + (int64_t)t * a.q_stride + (int64_t)h0 * hd;
+#pragma unroll
+    for (int kd = 0; kd < HDMAX / 16; kd++) {
+        if (kd >= n_kd) break;
+#pragma unroll
+        for (int f = 0; f < 4; f++) {
+            const int r = g + 8 * (f & 1), c = 16 * kd + q2 + 8 * (f >> 1);
+            qf[kd][f] = r < G ? tc_conv<T>::pack(qt[(int64_t)r * hd + c], qt[(int64_t)r * hd + c + 1])
+                              : tc_conv<T>::pack(0.0f, 0.0f);
+        }
+    }
+    float o_acc[HDMAX / 8][4];
+#pragma unroll
+    for (int jd = 0; jd < HDMAX / 8; jd++) o_acc[jd][0] = o_acc[jd][1] = o_acc[jd][2] = o_acc[jd][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};   /* l: this lane's columns only */
+
+    for (int kv0 = start + warp * DT_BK; kv0 < end; kv0 += DT_WARPS * DT_BK) {
+        __syncwarp();   /* the warp is done with its previous tile */
+        for (int i = lane; i < DT_BK * hv; i += 32) {
+            const int tt = i / hv, d = (i % hv) * 8, p = kv0 + tt;
+            uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);   /* past end: zeros, never NaN */
+            if (p < end) {
+                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + d;
+                kr = *(const uint4 *)((const uint16_t *)a.k_cache + off);
+                vr = *(const uint4 *)((const uint16_t *)a.v_cache + off);
+            }
+            *(uint4 *)(Ks + tt * ld + d) = kr;
+            *(uint4 *)(Vs + tt * ld + d) = vr;
+        }
+        __syncwarp();
+
+        /* S (16, DT_BK) = Q K^T: piece j holds positions kv0 + 8j .. + 7 */
+        float sc[DT_BK / 8][4];
+#pragma unroll
+        for (int j = 0; j < DT_BK / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+        for (int kd = 0; kd < HDMAX / 16; kd++) {
+            if (kd >= n_kd) break;
+#pragma unroll
+            for (int j = 0; j < DT_BK / 8; j++) {
+                const T *kb = Ks + (8 * j + g) * ld + 16 * kd + q2;
+                uint32_t fb[2] = {*(const uint32_t *)kb, *(const uint32_t *)(kb + 8)};
+                tc_conv<T>::mma(sc[j], qf[kd], fb);
+            }
+        }
+        /* online softmax: element e of piece j is row g + 8 (e / 2), position kv0 + 8j + q2 + e % 2 */
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < DT_BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = kv0 + 8 * j + q2 + (e & 1) < end ? sc[j][e] * a.scale : -INFINITY;
+                sc[j][e] = v;
+                mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            }
+        float alpha[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+            float m_new = fmaxf(m_run[i], mx[i]);
+            alpha[i] = m_new == -INFINITY ? 1.0f : m_run[i] == -INFINITY ? 0.0f : expf(m_run[i] - m_new);
+            m_run[i] = m_new;
+        }
+        float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < DT_BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float m = m_run[e >> 1];
+                float p = m == -INFINITY ? 0.0f : expf(sc[j][e] - m);
+                sc[j][e] = p;
+                rs[e >> 1] += p;
+            }
+#pragma unroll
+        for (int i = 0; i < 2; i++) l_run[i] = l_run[i] * alpha[i] + rs[i];
+#pragma unroll
+        for (int jd = 0; jd < HDMAX / 8; jd++) {
+            o_acc[jd][0] *= alpha[0]; o_acc[jd][1] *= alpha[0];
+            o_acc[jd][2] *= alpha[1]; o_acc[jd][3] *= alpha[1];
+        }
+        /* O (16, hd) += P (16, DT_BK) V (DT_BK, hd) */
+        const uint32_t fa[4] = {tc_conv<T>::pack(sc[0][0], sc[0][1]), tc_conv<T>::pack(sc[0][2], sc[0][3]),
+                                tc_conv<T>::pack(sc[1][0], sc[1][1]), tc_conv<T>::pack(sc[1][2], sc[1][3])};
+        const T *vrow = Vs + (lane & 15) * ld;
+#pragma unroll
+        for (int jd = 0; jd < HDMAX / 8; jd++) {
+            if (jd >= n_jd) break;
+            uint32_t fb[2];
+            ldsm_x2_trans(fb, vrow + 8 * jd);
+            tc_conv<T>::mma(o_acc[jd], fa, fb);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {   /* the row's sum over its 4 lanes */
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+    }
+
+    /* the warps' states into shared memory (over the tiles), then merged per (head, column) */
+    __syncthreads();
+    float *Ms = (float *)smraw, *Ls = Ms + DT_WARPS * 16, *Os = Ls + DT_WARPS * 16;
+    if ((lane & 3) == 0)
+        for (int i = 0; i < 2; i++) Ms[warp * 16 + g + 8 * i] = m_run[i], Ls[warp * 16 + g + 8 * i] = l_run[i];
+#pragma unroll
+    for (int jd = 0; jd < HDMAX / 8; jd++) {
+        if (jd >= n_jd) break;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = g + 8 * (e >> 1), d = 8 * jd + q2 + (e & 1);
+            if (r < G) Os[((int64_t)warp * G + r) * hd + d] = o_acc[jd][e];
+        }
+    }
+    __syncthreads();
+    const int64_t n_items = gridDim.y;
+    float *wo = work, *wml = work ? work + n_items * a.n_heads * n_splits * (int64_t)hd : NULL;
+    for (int i = tid; i < G * hd; i += blockDim.x) {
+        const int r = i / hd, d = i % hd;
+        float M = -INFINITY;
+        for (int w = 0; w < DT_WARPS; w++) M = fmaxf(M, Ms[w * 16 + r]);
+        float L = 0.0f, o = 0.0f;
+        for (int w = 0; w < DT_WARPS; w++) {
+            const float mw = Ms[w * 16 + r];
+            if (mw == -INFINITY) continue;
+            const float f = expf(mw - M);
+            L += f * Ls[w * 16 + r];
+            o += f * Os[((int64_t)w * G + r) * hd + d];
+        }
+        if (n_splits == 1) {
+            llmi_store(a.out, a.out_dt, (int64_t)t * a.out_stride + (int64_t)(h0 + r) * hd + d, L > 0 ? o / L : 0.0f);
+            continue;
+        }
+        /* partials as the fp32 kernel's: o (items, n_heads, n_splits, hd), (m, l) after them */
+        const int64_t j = ((int64_t)item * a.n_heads + h0 + r) * n_splits + split;
+        wo[j * hd + d] = o;
+        if (d == 0) wml[2 * j] = M, wml[2 * j + 1] = L;
+    }
+}
+
+template <typename T, int HDMAX>
+static void launch_decode_tc(const llmi_cuda_attn *a, const int32_t *tokens, int n, int n_splits, float *work,
+                             cudaStream_t s) {
+    dim3 grid((unsigned)a->n_kv_heads, (unsigned)n, (unsigned)n_splits);
+    llmi_attn_decode_tc_kernel<T, HDMAX><<<grid, 32 * DT_WARPS, dt_smem_bytes<T>(a->head_dim), s>>>(*a, tokens,
+                                                                                                   n_splits, work);
+}
+template <typename T>
+static void launch_decode_tc_hd(const llmi_cuda_attn *a, const int32_t *tokens, int n, int n_splits, float *work,
+                                cudaStream_t s) {
+    if (a->head_dim <= 64) launch_decode_tc<T, 64>(a, tokens, n, n_splits, work, s);
+    else if (a->head_dim <= 128) launch_decode_tc<T, 128>(a, tokens, n, n_splits, work, s);
+    else launch_decode_tc<T, 256>(a, tokens, n, n_splits, work, s);
+}
+/* The tensor-core decode takes this shape and cache. */
+static bool decode_tc_ok(const llmi_cuda_attn *a) {
+    return a->decode_tc && (a->kv_dt == LLMI_KV_BF16 || a->kv_dt == LLMI_KV_F16) && a->head_dim % 16 == 0 &&
+           a->head_dim <= 256 && a->n_heads / a->n_kv_heads <= 16;
+}
+
+extern "C" cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int32_t *tokens, int n, int n_splits,
+                                             float *work, cudaStream_t s) {
+    if (n <= 0) return cudaSuccess;
+    if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0 || n_splits < 1 || n > 65535) return cudaErrorInvalidValue;
+    if (n_splits > 1 && !work) return cudaErrorInvalidValue;
+    if (decode_tc_ok(a) && a->kv_dt == LLMI_KV_BF16)
+        launch_decode_tc_hd<__nv_bfloat16>(a, tokens, n, n_splits, work, s);
+    else if (decode_tc_ok(a))
+        launch_decode_tc_hd<__half>(a, tokens, n, n_splits, work, s);
+    else if (a->kv_dt == LLMI_KV_BF16 && a->head_dim % 8 == 0)
+        launch_decode<__nv_bfloat16>(a, tokens, n, n_splits, work, s);
+    else if (a->kv_dt == LLMI_KV_F16 && a->head_dim % 8 == 0)
+        launch_decode<__half>(a, tokens, n, n_splits, work, s);
+    else
+        launch_decode<float>(a, tokens, n, n_splits, work, s);
+    LLMI_LAUNCH_CHECK();
+    if (n_splits > 1) {
+        llmi_attn_combine_kernel<<<dim3((unsigned)a->n_heads, (unsigned)n), 128, 0, s>>>(*a, tokens, n_splits, work);
+        LLMI_LAUNCH_CHECK();
+    }
+    return cudaSuccess;
+}
+
 /* Raises a kernel's dynamic shared-memory limit when it needs more than the default 48 KiB.
  * The limit is per kernel, not per backend: never lower what another live backend (the
  * target beside a draft model with a smaller head_dim) still launches with. */
@@ -527,6 +728,19 @@ extern "C" cudaError_t llmi_cuda_attn_init(int n_heads, int n_kv_heads, int head
     if (e == cudaSuccess && head_dim % 8 == 0) {
         e = allow_smem(llmi_attn_decode_kernel<__nv_bfloat16>, decode_smem_bytes<__nv_bfloat16>(G, head_dim));
         if (e == cudaSuccess) e = allow_smem(llmi_attn_decode_kernel<__half>, decode_smem_bytes<__half>(G, head_dim));
+    }
+    if (e == cudaSuccess && head_dim % 16 == 0 && head_dim <= 256 && G <= 16) {
+        size_t db = dt_smem_bytes<__nv_bfloat16>(head_dim), dh = dt_smem_bytes<__half>(head_dim);
+        if (head_dim <= 64) {
+            e = allow_smem(llmi_attn_decode_tc_kernel<__nv_bfloat16, 64>, db);
+            if (e == cudaSuccess) e = allow_smem(llmi_attn_decode_tc_kernel<__half, 64>, dh);
+        } else if (head_dim <= 128) {
+            e = allow_smem(llmi_attn_decode_tc_kernel<__nv_bfloat16, 128>, db);
+            if (e == cudaSuccess) e = allow_smem(llmi_attn_decode_tc_kernel<__half, 128>, dh);
+        } else {
+            e = allow_smem(llmi_attn_decode_tc_kernel<__nv_bfloat16, 256>, db);
+            if (e == cudaSuccess) e = allow_smem(llmi_attn_decode_tc_kernel<__half, 256>, dh);
+        }
     }
     if (e == cudaSuccess && head_dim % 16 == 0 && head_dim <= 256) {
         size_t pb = pf_smem_bytes<__nv_bfloat16>(head_dim), ph = pf_smem_bytes<__half>(head_dim);

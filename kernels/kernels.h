@@ -75,6 +75,9 @@ typedef struct llmi_cuda_attn {
     void *out;                   /* (n_tokens, out_stride) in out_dt; head h at out + h*head_dim */
     int out_stride;
     llmi_dtype out_dt;
+    int decode_tc;               /* decode on tensor cores where the cache and shape allow (bf16/f16,
+                                    head_dim % 16 == 0 and <= 256, <= 16 query heads per KV head),
+                                    q and the probabilities rounded to the cache type; 0: fp32 */
 } llmi_cuda_attn;
 
 /* Sets the attention kernels' shared-memory limits for these head shapes (cudaFuncSetAttribute

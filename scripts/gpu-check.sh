@@ -679,6 +679,17 @@ if has_phase bench; then
   else
     row "$BIG_NAME TTFT p$((2048 / SCALE)) (target 55 ms)" "$STATUS" "$(why bench-ttft)"
   fi
+  # decode attention at a large batch and long contexts (offline throughput's bottleneck):
+  # the tensor-core kernel (the default) against the fp32 one it replaced, in the same call
+  dlabel="$BIG_NAME decode b$((128 / SCALE)) p$((1024 / SCALE)): tensor-core vs fp32 attention"
+  if ! gpu_gate "$dlabel"; then :
+  elif run bench-dec-tc 100 "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1 &&
+       run bench-dec-fp32 100 env LLMI_ATTN_DECODE=fp32 "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) \
+         -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1; then
+    row "$dlabel" ok "$(num "$(csv_col "$WORK/bench-dec-tc.out" decode_tps_mean 1)") vs $(num "$(csv_col "$WORK/bench-dec-fp32.out" decode_tps_mean 1)") tok/s"
+  else
+    row "$dlabel" "$STATUS" "$([ -f "$WORK/bench-dec-fp32.err" ] && why bench-dec-fp32 || why bench-dec-tc)"
+  fi
   # GEMM autotuning (off by default until a device shows it pays): cuBLASLt's best 8
   # candidates timed per GEMM shape in the warm-up, against the heuristic's first above
   tlabel="$BIG_NAME TTFT p$((2048 / SCALE)) with LLMI_GEMM_TUNE=8"

@@ -153,6 +153,20 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
  * then GPTQ's factorisation and column walk against quant_gptq_prepare/apply on that
  * Hessian.  Widths off the 128-column block (320 = 2.5 blocks), two accumulation calls,
  * correlated inputs. */
+/* tr(D H D^T) / tr(W H W^T) in fp64, D = w - dq, all (rows, k), h (k, k). */
+static double tqc_rel_err(const float *w, const float *dq, const float *h, int rows, int k) {
+    double num = 0, den = 0;
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < k; i++) {
+            const float *hi = h + (size_t)i * k, *wr = w + (size_t)r * k, *qr = dq + (size_t)r * k;
+            double ti = 0, ui = 0;
+            for (int j = 0; j < k; j++) ti += (double)hi[j] * (wr[j] - qr[j]), ui += (double)hi[j] * wr[j];
+            num += ti * (wr[i] - qr[i]);
+            den += ui * wr[i];
+        }
+    return num / den;
+}
+
 TEST(quant_cuda_gram_and_gptq_vs_cpu) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -272,25 +286,16 @@ TEST(quant_cuda_gram_and_gptq_vs_cpu) {
         quant_grid_dequant(&gc, dc), quant_grid_dequant(&gg, dg);
         e = test_nmse(dg, dc, (long)rows * k);
         CHECK_MSG(e < 1e-3, "act-order %d: dequantized weights nmse %g", ao, e);
-        /* the device's relative output error of its own grid, against tr(D H D^T) / tr(W H W^T)
-         * here in fp64 (every row: 96 x 320^2 is far under the sampling budget) */
-        double num = 0, den = 0;
-        for (int r = 0; r < rows; r++)
-            for (int i = 0; i < k; i++) {
-                const float *hi = hc + (size_t)i * k;
-                double ti = 0, ui = 0;
-                for (int j = 0; j < k; j++) {
-                    ti += (double)hi[j] * (w[(size_t)r * k + j] - dg[(size_t)r * k + j]);
-                    ui += (double)hi[j] * w[(size_t)r * k + j];
-                }
-                num += ti * (w[(size_t)r * k + i] - dg[(size_t)r * k + i]);
-                den += ui * w[(size_t)r * k + i];
-            }
+        /* each device grid's relative output error, against tr(D H D^T) / tr(W H W^T) of that
+         * grid here in fp64 (every row: 96 x 320^2 is far under the sampling budget) */
         CHECK_MSG(quant_err_stride(rows, k) == 1, "stride %d", quant_err_stride(rows, k));
-        CHECK_MSG(fabs(rg - num / den) <= 1e-4 * (num / den) && fabs(rh - rg) <= 1e-6 * rg,
-                  "act-order %d: relative output error %g on the GPU (%g from H/2 x 2), %g here", ao, rg, rh,
-                  num / den);
-        CHECK_MSG(fabs(rs - rg) <= 1e-3 * rg, "act-order %d: relative output error %g from the slot, %g", ao, rs, rg);
+        const double want_g = tqc_rel_err(w, dg, hc, rows, k);
+        quant_grid_dequant(&gs, dc);
+        const double want_s = tqc_rel_err(w, dc, hc, rows, k);
+        CHECK_MSG(fabs(rg - want_g) <= 1e-4 * want_g && fabs(rh - rg) <= 1e-6 * rg,
+                  "act-order %d: relative output error %g on the GPU (%g from H/2 x 2), %g here", ao, rg, rh, want_g);
+        CHECK_MSG(fabs(rs - want_s) <= 1e-4 * want_s, "act-order %d: relative output error %g from the slot, %g here",
+                  ao, rs, want_s);
         free(dc), free(dg);
         quant_grid_free(&gc), quant_grid_free(&gg), quant_grid_free(&gh), quant_grid_free(&gs);
         quant_gptq_hinv_free(&hvc), quant_gptq_hinv_free(&hvg), quant_gptq_hinv_free(&hvh), quant_gptq_hinv_free(&hvs);

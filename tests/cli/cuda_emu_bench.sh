@@ -60,15 +60,17 @@ echo "profile: prefill and decode rows for all 11 ops"
 
 # the kernel knobs a device session times (int4 kernels, GEMM autotuning): a value that names
 # nothing is refused with one line naming the variable, before any work, not ignored
-for bad in "LLMI_I4_GEMV=tensor" "LLMI_I4_DEQUANT_MIN_N=0" "LLMI_I4_DEQUANT_MIN_N=9x" "LLMI_GEMM_TUNE=17"; do
+for bad in "LLMI_I4_GEMV=tensor" "LLMI_I4_DEQUANT_MIN_N=0" "LLMI_I4_DEQUANT_MIN_N=9x" "LLMI_GEMM_TUNE=17" \
+           "LLMI_ATTN_DECODE=simt"; do
   rc=0
   env "$bad" "$LLMI_EMU" bench -m "$TMP/i4" --device cuda -o csv -p 4 -n 2 -b 1 -r 1 >"$TMP/knob.out" 2>"$TMP/knob.err" || rc=$?
   [ "$rc" = 2 ] || fail "$bad: exit $rc, want 2: $(tail -2 "$TMP/knob.err")"
   grep -q "${bad%%=*}=${bad#*=}: not" "$TMP/knob.err" || fail "$bad: no line naming it: $(tail -2 "$TMP/knob.err")"
   [ ! -s "$TMP/knob.out" ] || fail "$bad: wrote a report: $(head -2 "$TMP/knob.out")"
 done
-for good in "LLMI_I4_GEMV=warp" "LLMI_I4_GEMV=chunk" "LLMI_I4_DEQUANT_MIN_N=3" "LLMI_GEMM_TUNE=4"; do
+for good in "LLMI_I4_GEMV=warp" "LLMI_I4_GEMV=chunk" "LLMI_I4_DEQUANT_MIN_N=3" "LLMI_GEMM_TUNE=4" \
+            "LLMI_ATTN_DECODE=fp32"; do
   env "$good" "$LLMI_EMU" bench -m "$TMP/i4" --device cuda -o csv -p 4 -n 2 -b 1,4 -r 1 >"$TMP/knob.out" 2>"$TMP/knob.err" ||
     fail "$good: $(tail -2 "$TMP/knob.err")"
 done
-echo "kernel knobs: 4 bad values refused, 4 good ones run"
+echo "kernel knobs: 5 bad values refused, 5 good ones run"

@@ -153,6 +153,7 @@ typedef struct cuda_impl {
 
     bool graphs_on;           /* decode graphs enabled (LLMI_CUDA_GRAPHS=0 turns them off) */
     llmi_i4_kernel i4_kernel; /* LLMI_I4_GEMV=warp|chunk: the int4 kernels allowed (llmi_i4g_dev.kernel) */
+    int decode_tc;            /* LLMI_ATTN_DECODE=tc (default) | fp32: llmi_cuda_attn.decode_tc */
     int i4_dequant_min_n;     /* int4 batches from this many tokens dequantize and GEMM (cuda_i4_choose) */
     int graph_max_bucket;     /* largest bucket: min(max_seqs, LOGIT_CHUNK, max_tokens) rounded down to 2^k */
     int graph_mbps;           /* block-table stride of graph batches, from the engine's context */
@@ -889,7 +890,7 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
             .positions = f->pos, .seq_of_token = f->seq, .block_tables = f->bt,
             .max_blocks_per_seq = f->max_blocks_per_seq, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
             .block_size = b->opts.block_size, .scale = 1.0f / sqrtf((float)hd), .out = im->att, .out_stride = qd,
-            .out_dt = WDT,
+            .out_dt = WDT, .decode_tc = im->decode_tc,
         };
         CU_CHECK(st, llmi_cuda_attn_decode(&a, f->dec, f->n_dec, f->n_splits, im->attn_work, im->stream));
         CU_CHECK(st, llmi_cuda_attn_prefill(&a, f->tiles, f->n_tiles, im->stream));
@@ -1350,6 +1351,10 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     else if (i4_env && strcmp(i4_env, "chunk") == 0) im->i4_kernel = LLMI_I4_CHUNK;
     else if (!rc && i4_env && strcmp(i4_env, "auto") != 0)
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_I4_GEMV=%s: not auto, chunk or warp", i4_env);
+    const char *dec_env = getenv("LLMI_ATTN_DECODE");
+    im->decode_tc = !dec_env || strcmp(dec_env, "tc") == 0;
+    if (!rc && dec_env && strcmp(dec_env, "tc") != 0 && strcmp(dec_env, "fp32") != 0)
+        rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_ATTN_DECODE=%s: not tc or fp32", dec_env);
     const char *dmin_env = getenv("LLMI_I4_DEQUANT_MIN_N");
     if (!rc && cuda_i4_dequant_min_n(dmin_env, &im->i4_dequant_min_n))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_I4_DEQUANT_MIN_N=%s: not a token count from 1 to 65536",
