@@ -268,6 +268,81 @@ cudaError_t llmi_cuda_awq_fake_quant_err(const float *w, const float *sc, int ro
     return cudaSuccess;
 }
 
+/* AWQ's clipping search: a block per (group, QK_CLIP_ROWS rows) holds the group's H block
+ * in shared memory; each warp takes a row at a time, its lanes the group's columns k = lane,
+ * lane + 32, ...; d goes through shared memory so each lane can form its columns' (H d)_a. */
+#define QK_CLIP_WARPS 4
+#define QK_CLIP_ROWS 16
+static size_t qk_clip_smem(int gs) { return ((size_t)gs * gs + (size_t)QK_CLIP_WARPS * gs) * sizeof(float); }
+
+__global__ void __launch_bounds__(32 * QK_CLIP_WARPS)
+qk_awq_clip(const float *w, int rows, int cols, const float *hb, int gs, int n_shrink, float *best_mv) {
+    extern __shared__ __align__(16) float csm[];
+    float *hg = csm, *dw = csm + (size_t)gs * gs + (size_t)(threadIdx.x >> 5) * gs;   /* (gs, gs) | (warps, gs) */
+    const int g = blockIdx.x, ng = cols / gs, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int i = threadIdx.x; i < gs * gs; i += blockDim.x) hg[i] = hb[(int64_t)g * gs * gs + i];
+    __syncthreads();
+    const int r_end = min(rows, (int)(blockIdx.y + 1) * QK_CLIP_ROWS);
+    for (int r = (int)blockIdx.y * QK_CLIP_ROWS + warp; r < r_end; r += QK_CLIP_WARPS) {
+        const float *x = w + (int64_t)r * cols + (int64_t)g * gs;
+        float amax = 0.0f;
+        for (int k = lane; k < gs; k += 32) amax = fmaxf(amax, fabsf(x[k]));
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        double best = INFINITY;
+        float best_v = amax;
+        for (int i = 0; i < n_shrink; i++) {
+            const float mv = amax * (1.0f - (float)i / 20.0f);
+            float mn = INFINITY, mx = -INFINITY;
+            for (int k = lane; k < gs; k += 32) {
+                const float c = fminf(fmaxf(x[k], -mv), mv);
+                mn = fminf(mn, c), mx = fmaxf(mx, c);
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            }
+            uint16_t sh;
+            int z;
+            qk_range_params(mn, mx, 0, 1, &sh, &z);
+            const float sc = __half2float(__ushort_as_half(sh));
+            __syncwarp();   /* every lane is done reading the previous candidate's d */
+            for (int k = lane; k < gs; k += 32) {
+                const float c = fminf(fmaxf(x[k], -mv), mv);
+                dw[k] = x[k] - sc * (float)(qk_q(c, sc, z) - z);
+            }
+            __syncwarp();
+            double part = 0.0;
+            for (int a = lane; a < gs; a += 32) {
+                double t = 0.0;
+                for (int b = 0; b < gs; b++) t += (double)hg[a * gs + b] * dw[b];
+                part += t * dw[a];
+            }
+            for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+            if (part < best) best = part, best_v = mv;
+        }
+        if (lane == 0) best_mv[(int64_t)r * ng + g] = best_v;
+    }
+}
+
+cudaError_t llmi_cuda_awq_clip_init(int gs) {
+    if (gs <= 0 || gs > LLMI_AWQ_CLIP_MAX_GS) return cudaErrorInvalidValue;
+    const size_t bytes = qk_clip_smem(gs);
+    if (bytes <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(qk_awq_clip, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+cudaError_t llmi_cuda_awq_clip_search(const float *w, int rows, int cols, const float *hb, int gs, int n_shrink,
+                                      float *best_mv, cudaStream_t s) {
+    if (rows <= 0) return cudaSuccess;
+    if (gs <= 0 || gs > LLMI_AWQ_CLIP_MAX_GS || cols % gs != 0) return cudaErrorInvalidValue;
+    const int row_blocks = (rows + QK_CLIP_ROWS - 1) / QK_CLIP_ROWS;
+    if (row_blocks > 65535) return cudaErrorInvalidValue;
+    qk_awq_clip<<<dim3((unsigned)(cols / gs), (unsigned)row_blocks), 32 * QK_CLIP_WARPS, qk_clip_smem(gs), s>>>(
+        w, rows, cols, hb, gs, n_shrink, best_mv);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
 __global__ void qk_dot(const float *a, const float *b, size_t n, double *out) {
     double acc = 0.0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)

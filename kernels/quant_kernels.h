@@ -54,6 +54,15 @@ cudaError_t llmi_cuda_quant_err_rows(const float *w, const uint8_t *q, const uin
 /* AWQ: d (rows, cols) = w - fakequant(w * sc) / sc, RTN in AWQ style per group of gs. */
 cudaError_t llmi_cuda_awq_fake_quant_err(const float *w, const float *sc, int rows, int cols, int gs, float *d,
                                          cudaStream_t s);
+/* AWQ's clipping search, quant_awq_clip_search's twin: best_mv (rows, cols / gs) = for each
+ * (row, group) of w (rows, cols) the max_val amax (1 - i/20), i < n_shrink, whose clipped
+ * AWQ-style RTN error d minimises d^T H_g d, H_g = hb[g] (cols / gs, gs, gs): H's diagonal
+ * blocks, all the search reads; the first of equal losses (sums in fp64, in another order
+ * than the CPU's).  gs <= LLMI_AWQ_CLIP_MAX_GS; llmi_cuda_awq_clip_init(gs) once first. */
+#define LLMI_AWQ_CLIP_MAX_GS 128
+cudaError_t llmi_cuda_awq_clip_search(const float *w, int rows, int cols, const float *hb, int gs, int n_shrink,
+                                      float *best_mv, cudaStream_t s);
+cudaError_t llmi_cuda_awq_clip_init(int gs);
 /* out (one fp64, device) = sum a[i] * b[i] over n. */
 cudaError_t llmi_cuda_quant_dot(const float *a, const float *b, size_t n, double *out, cudaStream_t s);
 

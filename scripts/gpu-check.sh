@@ -19,8 +19,9 @@
 #   tput   offline throughput, 1000 requests at 128/128, 2048/128, 1000/1000 (the longest last)
 #   quant  llmi quantize --device cuda against --device cpu on SmolLM2 (GPTQ and AWQ, g64,
 #          8 x 512 calibration tokens: wall time of each, how close the files are by
-#          scripts/quant-compare.py), and GPTQ 128 x 2048 of 4 of a synthetic Llama-3-8B's 32 layers
-#          on the GPU (the 32-layer time extrapolated from them)
+#          scripts/quant-compare.py), and GPTQ 128 x 2048 then AWQ 128 x 512 of 4 of a synthetic
+#          Llama-3-8B's 32 layers on the GPU (the 32-layer times extrapolated from them, each
+#          with its last layer's seconds by stage and by device call)
 #   hf     transformers (static cache) on the same shapes, when torch is there
 # It ends with a table  check | result | figure  where a result is ok, FAIL, timeout, no GPU
 # (the step needs a GPU this machine does not have), not available (a tool or file is
@@ -790,11 +791,32 @@ if has_phase quant; then
   # call: the whole run's time plus 28 more layers at the measured per-layer mean.  (The
   # emulation runs it on SYNTH8B= when given, a tiny model at the rehearsal's sizes, for the
   # parsing.)
+  # AWQ beside it (the issue asks for both on the 8B; AWQ's own 128 x 512 default), after GPTQ,
+  # whose row the budget must reach first.
   synth=${SYNTH8B:-/tmp/llmi-synth-8b-4l}
+  # q8b_row METHOD SEQLEN LABEL: one method's 4 layers and the 32-layer estimate
+  q8b_row() {
+    local t0 wall per est stages
+    t0=$(date +%s.%N)
+    if run "quant-8b-$1" 400 "$LLMI_DEV" quantize -m "$synth" --method "$1" --group-size "$GS" --calib "$qcalib" \
+        --nsamples $((128 / SCALE)) --seqlen "$2" --device cuda --force -o "$WORK/q-8b-$1"; then
+      wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+      per=$(grep -oE '; [0-9.]+s, ETA' "$WORK/quant-8b-$1.err" | grep -oE '[0-9.]+' | tr '\n' ' ')
+      est=$(echo "$per" | awk -v w="$wall" '{ for (i = 1; i <= NF; i++) s += $i; if (NF) printf "%.0f", w + (32 - NF) * s / NF }')
+      # where the last layer's time went, by stage and by device call (after the ETA)
+      stages=$(grep -E 'rel\. output error' "$WORK/quant-8b-$1.err" | tail -1 | sed -n 's/.*ETA [^;)]*; \([^)]*\)).*/\1/p')
+      row "$3" ok "$wall s wall, layers ${per:-?}s: ~${est:-?} s for 32 layers; $(first_match "quant-8b-$1" 'peak RSS[^;]*')${stages:+; last layer: $stages}"
+    else
+      row "$3" "$STATUS" "$(why "quant-8b-$1")"
+    fi
+    rm -rf "$WORK/q-8b-$1"
+  }
   label="quantize 8b gptq $((128 / SCALE))x$((2048 / SCALE)) cuda, 4 of 32 layers (target 300 s for 32)"
+  alabel="quantize 8b awq $((128 / SCALE))x$((512 / SCALE)) cuda, 4 of 32 layers"
   if [ "$DEV" = cpu ] || { [ "$DEV" = emu ] && [ -z "${SYNTH8B:-}" ]; }; then
     row "$label" "not available" "rehearsal: an 8B layer on the CPU takes minutes"
-  elif gpu_gate "$label"; then
+    row "$alabel" "not available" "rehearsal: an 8B layer on the CPU takes minutes"
+  elif gpu_gate "$label" "$alabel"; then
     if [ ! -f "$synth/model.safetensors" ] && python3 -c 'import numpy' 2> /dev/null; then
       run synth8b 180 python3 scripts/make-synthetic-hf.py "$synth" --layers 4 --tokenizer testdata/tokenizer/smollm2 || true
     fi
@@ -803,19 +825,8 @@ if has_phase quant; then
     elif [ -z "$qcalib" ]; then
       row "$label" "not available" "no calibration text (CALIB=, or .gpu-pack/data/calib.txt)"
     else
-      t0=$(date +%s.%N)
-      if run quant-8b 400 "$LLMI_DEV" quantize -m "$synth" --method gptq --group-size "$GS" --calib "$qcalib" \
-          --nsamples $((128 / SCALE)) --seqlen $((2048 / SCALE)) --device cuda --force -o "$WORK/q-8b-gptq"; then
-        wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-        per=$(grep -oE '; [0-9.]+s, ETA' "$WORK/quant-8b.err" | grep -oE '[0-9.]+' | tr '\n' ' ')
-        est=$(echo "$per" | awk -v w="$wall" '{ for (i = 1; i <= NF; i++) s += $i; if (NF) printf "%.0f", w + (32 - NF) * s / NF }')
-        # where the last layer's time went, by stage (quantize prints them after the ETA)
-        stages=$(grep -E 'rel\. output error' "$WORK/quant-8b.err" | tail -1 | sed -n 's/.*ETA [^;)]*; \([^)]*\)).*/\1/p')
-        row "$label" ok "$wall s wall, layers ${per:-?}s: ~${est:-?} s for 32 layers; $(first_match quant-8b 'peak RSS[^;]*')${stages:+; last layer: $stages}"
-      else
-        row "$label" "$STATUS" "$(why quant-8b)"
-      fi
-      rm -rf "$WORK/q-8b-gptq"
+      q8b_row gptq $((2048 / SCALE)) "$label"
+      q8b_row awq $((512 / SCALE)) "$alabel"
     fi
   fi
   if [ -z "$qcalib" ]; then

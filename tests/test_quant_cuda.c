@@ -11,6 +11,7 @@
 #include "quant/linalg.h"
 #include "quant/quant_cuda.h"
 #include "quant/quantize.h"
+#include "quant/awq.h"
 #include "quant/calib.h"
 #include "model/model.h"
 #include "test.h"
@@ -310,6 +311,70 @@ TEST(quant_cuda_gram_and_gptq_vs_cpu) {
     free(hhalf);
     quant_cuda_destroy(q);
     free(x), free(w), free(hc), free(hg), free(mc), free(mg);
+}
+
+/* AWQ's clipping search on the device (quant_cuda_awq_clip) against quant_awq_clip on the
+ * same weights and a correlated H: the (row, group) max values it picks, at group sizes 32,
+ * 64 and 128 (128: a 64 KiB H block, past the default shared-memory limit) and 160 (searched
+ * on the CPU: the same clip exactly).  Ties and fp64 sums in another order may flip a
+ * near-equal pair; a wrong group block or candidate flips most. */
+TEST(quant_cuda_awq_clip_vs_cpu) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        (void)cudaGetLastError();
+        SKIP("no CUDA device");
+    }
+    unsigned long long s = test_seed() | 1;
+    const int k = 640, n = 200, rows = 37;
+    float *x = malloc(sizeof(float) * n * k), *h = calloc((size_t)k * k, sizeof(float));
+    float *w = malloc(sizeof(float) * rows * k), *wc = malloc(sizeof(float) * rows * k);
+    float *wg = malloc(sizeof(float) * rows * k);
+    for (int t = 0; t < n; t++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        const float common = (float)(s % 2001) / 1000 - 1;
+        for (int c = 0; c < k; c++) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            x[(size_t)t * k + c] = 0.7f * common + (float)(s % 2001) / 1000 - 1;
+        }
+    }
+    /* weights with outliers, so that clipping pays on some groups and not on others */
+    for (int i = 0; i < rows * k; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        w[i] = (float)(s % 2001) / 20000 - 0.05f + (s % 97 == 0 ? 0.4f : 0.0f);
+    }
+    CHECK(quant_gram_acc(x, n, k, 1.0f / n, h) == 0);
+    quant_gram_mirror(h, k);
+    llmi_status st = {0};
+    quant_cuda *q = NULL;
+    CHECK_MSG(quant_cuda_create(&q, 0, &st) == 0, "%s", st.msg);
+    const int gss[4] = {32, 64, 128, 160};
+    for (int gi = 0; gi < 4 && q; gi++) {
+        const int gs = gss[gi], ng = k / gs;
+        memcpy(wc, w, sizeof(float) * rows * k), memcpy(wg, w, sizeof(float) * rows * k);
+        if (quant_awq_clip(wc, rows, k, h, gs, 10, &st) || quant_cuda_awq_clip(q, wg, rows, k, h, gs, 10, &st)) {
+            CHECK_MSG(0, "gs %d: %s", gs, st.msg);
+            continue;
+        }
+        int differ = 0, clipped = 0;
+        for (int r = 0; r < rows; r++)
+            for (int g = 0; g < ng; g++) {
+                float mc = 0, mg = 0, ma = 0;
+                for (int c = g * gs; c < (g + 1) * gs; c++) {
+                    mc = fmaxf(mc, fabsf(wc[(size_t)r * k + c])), mg = fmaxf(mg, fabsf(wg[(size_t)r * k + c]));
+                    ma = fmaxf(ma, fabsf(w[(size_t)r * k + c]));
+                }
+                differ += mc != mg;
+                clipped += mc < ma;
+            }
+        printf("  awq clip gs %d: %d of %d groups clipped on the cpu, %d pick another max\n", gs, clipped, rows * ng,
+               differ);
+        CHECK_MSG(clipped > 0 && clipped < rows * ng, "gs %d: %d of %d groups clipped: the test clips nothing or all",
+                  gs, clipped, rows * ng);
+        CHECK_MSG(gs > 128 ? differ == 0 : differ <= rows * ng / 100 + 1, "gs %d: %d of %d groups differ", gs, differ,
+                  rows * ng);
+    }
+    if (q) quant_cuda_destroy(q);
+    free(x), free(h), free(w), free(wc), free(wg);
 }
 
 /* The calibration of `llmi quantize --device cuda` (quant/calib.c with a quant_cuda: the

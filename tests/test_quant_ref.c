@@ -110,7 +110,8 @@ TEST(quant_awq_clip_matches_reference_auto_clip) {
         SKIP("testdata/quant/algo missing (scripts/make-quant-algo-refs.py)");
     static float wc[QR_ROWS * QR_COLS];
     memcpy(wc, w, sizeof w);
-    quant_awq_clip(wc, QR_ROWS, QR_COLS, h, QR_GS, 10);
+    llmi_status st = {0};
+    CHECK_MSG(quant_awq_clip(wc, QR_ROWS, QR_COLS, h, QR_GS, 10, &st) == 0, "%s", st.msg);
     int diff = 0, clipped = 0;
     for (int r = 0; r < QR_ROWS; r++)
         for (int gi = 0; gi < QR_NG; gi++) {

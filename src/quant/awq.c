@@ -86,7 +86,8 @@ int quant_awq_search_scale(float *const *ws, const int *rows, int n_lin, int col
     return 0;
 }
 
-void quant_awq_clip(float *w, int rows, int cols, const float *h, int group_size, int n_shrink) {
+void quant_awq_clip_search(const float *w, int rows, int cols, const float *h, int group_size, int n_shrink,
+                           float *best_mv) {
     int ng = cols / group_size;
 #pragma omp parallel
     {
@@ -96,15 +97,15 @@ void quant_awq_clip(float *w, int rows, int cols, const float *h, int group_size
 #pragma omp for collapse(2) schedule(static)
         for (int g = 0; g < ng; g++)
             for (int r = 0; r < rows; r++) {
+                const float *x = w + (size_t)r * cols + (size_t)g * group_size;
+                float amax = 0;
+                for (int k = 0; k < group_size; k++) amax = fmaxf(amax, fabsf(x[k]));
+                best_mv[(size_t)r * ng + g] = amax;   /* (also what an allocation failure leaves) */
                 if (!hg || !d || !cw) continue;
                 for (int i = 0; i < group_size; i++)
                     memcpy(hg + (size_t)i * group_size, h + (size_t)(g * group_size + i) * cols + g * group_size,
                            (size_t)group_size * sizeof(float));
-                float *x = w + (size_t)r * cols + (size_t)g * group_size;
-                float amax = 0;
-                for (int k = 0; k < group_size; k++) amax = fmaxf(amax, fabsf(x[k]));
                 double best = INFINITY;
-                float best_mv = amax;
                 for (int i = 0; i < n_shrink; i++) {
                     float mv = amax * (1.0f - (float)i / 20.0f);
                     for (int k = 0; k < group_size; k++) cw[k] = fminf(fmaxf(x[k], -mv), mv);
@@ -119,10 +120,29 @@ void quant_awq_clip(float *w, int rows, int cols, const float *h, int group_size
                         for (int b = 0; b < group_size; b++) t += (double)hg[(size_t)a * group_size + b] * d[b];
                         loss += t * d[a];
                     }
-                    if (loss < best) best = loss, best_mv = mv;
+                    if (loss < best) best = loss, best_mv[(size_t)r * ng + g] = mv;
                 }
-                for (int k = 0; k < group_size; k++) x[k] = fminf(fmaxf(x[k], -best_mv), best_mv);
             }
         free(hg), free(d), free(cw);
     }
+}
+
+void quant_awq_clip_apply(float *w, int rows, int cols, int group_size, const float *best_mv) {
+    const int ng = cols / group_size;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < cols; k++) {
+            const float mv = best_mv[(size_t)r * ng + k / group_size];
+            float *x = w + (size_t)r * cols + k;
+            *x = fminf(fmaxf(*x, -mv), mv);
+        }
+}
+
+int quant_awq_clip(float *w, int rows, int cols, const float *h, int group_size, int n_shrink, llmi_status *st) {
+    float *best_mv = malloc((size_t)rows * (cols / group_size) * sizeof(float)); /* (rows, groups) */
+    if (!best_mv) return llmi_fail(st, LLMI_E_RUNTIME, "awq: out of memory for a %dx%d clipping search", rows, cols);
+    quant_awq_clip_search(w, rows, cols, h, group_size, n_shrink, best_mv);
+    quant_awq_clip_apply(w, rows, cols, group_size, best_mv);
+    free(best_mv);
+    return 0;
 }

@@ -10,7 +10,7 @@
 #include "quant/quantize.h"
 
 const char *const quant_cuda_stage_names[QCT_COUNT] = {"gram", "gram_end", "factor", "upload", "walk", "error",
-                                                       "download"};
+                                                       "download", "clip"};
 
 #ifndef LLMI_CUDA
 
@@ -55,6 +55,11 @@ int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_g
     QC_NONE();
 }
 void quant_cuda_take_times(quant_cuda *q, double t[QCT_COUNT]) { (void)q, (void)t; }
+int quant_cuda_awq_clip(quant_cuda *q, float *w, int rows, int cols, const float *h, int group_size, int n_shrink,
+                        llmi_status *st) {
+    (void)q, (void)w, (void)rows, (void)cols, (void)h, (void)group_size, (void)n_shrink;
+    QC_NONE();
+}
 int quant_cuda_awq_search_scale(quant_cuda *q, float *const *ws, const int *rows, int n_lin, int cols,
                                 const float *x_mean, const float *h, int group_size, int n_grid, float *best_s,
                                 double *best_loss, llmi_status *st) {
@@ -110,6 +115,7 @@ struct quant_cuda {
     int h_own_cols;
     const float *h_cur;             /* (u_cols, u_cols) device: the last prepare's H (h_own or a Gram slot) */
     double *scalar;                 /* (1) device: losses and dots */
+    int clip_gs;                    /* the group size llmi_cuda_awq_clip_init was run for, 0: none */
     double times[QCT_COUNT];        /* seconds by stage since quant_cuda_take_times */
 };
 
@@ -562,6 +568,45 @@ int quant_cuda_awq_search_scale(quant_cuda *q, float *const *ws, const int *rows
     }
     cudaFree(wd), cudaFree(d), cudaFree(t), cudaFree(hd), cudaFree(sd), free(s);
     if (!rc) *best_loss = best;
+    return rc;
+}
+
+int quant_cuda_awq_clip(quant_cuda *q, float *w, int rows, int cols, const float *h, int group_size, int n_shrink,
+                        llmi_status *st) {
+    if (group_size > LLMI_AWQ_CLIP_MAX_GS) return quant_awq_clip(w, rows, cols, h, group_size, n_shrink, st);
+    double t0 = qc_now();
+    const int gs = group_size, ng = cols / gs;
+    QC_CUDA(st, cudaSetDevice(q->device));
+    if (q->clip_gs != gs) {
+        QC_CUDA(st, llmi_cuda_awq_clip_init(gs));
+        q->clip_gs = gs;
+    }
+    float *hb = malloc((size_t)ng * gs * gs * sizeof(float));   /* (ng, gs, gs): H's diagonal blocks */
+    float *mv = malloc((size_t)rows * ng * sizeof(float));      /* (rows, ng) */
+    float *wd = NULL, *hbd = NULL, *mvd = NULL;
+    int rc = hb && mv ? 0 : llmi_fail(st, LLMI_E_RUNTIME, "awq: out of memory for a %dx%d clipping search", rows, cols);
+    for (int g = 0; !rc && g < ng; g++)
+        for (int a = 0; a < gs; a++)
+            memcpy(hb + ((size_t)g * gs + a) * gs, h + ((size_t)g * gs + a) * cols + (size_t)g * gs,
+                   (size_t)gs * sizeof(float));
+    cudaError_t ce = cudaSuccess;
+    if (!rc) {
+        ce = cudaMalloc((void **)&wd, (size_t)rows * cols * sizeof(float));
+        if (!ce) ce = cudaMalloc((void **)&hbd, (size_t)ng * gs * gs * sizeof(float));
+        if (!ce) ce = cudaMalloc((void **)&mvd, (size_t)rows * ng * sizeof(float));
+        if (!ce) ce = cudaMemcpyAsync(wd, w, (size_t)rows * cols * sizeof(float), cudaMemcpyHostToDevice, q->stream);
+        if (!ce) ce = cudaMemcpyAsync(hbd, hb, (size_t)ng * gs * gs * sizeof(float), cudaMemcpyHostToDevice, q->stream);
+        if (!ce) ce = llmi_cuda_awq_clip_search(wd, rows, cols, hbd, gs, n_shrink, mvd, q->stream);
+        if (!ce) ce = cudaMemcpyAsync(mv, mvd, (size_t)rows * ng * sizeof(float), cudaMemcpyDeviceToHost, q->stream);
+        if (!ce) ce = cudaStreamSynchronize(q->stream);
+        if (ce)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: AWQ clipping search of a %dx%d layer: %s", rows, cols,
+                           cudaGetErrorString(ce));
+    }
+    if (!rc) quant_awq_clip_apply(w, rows, cols, gs, mv);
+    cudaFree(wd), cudaFree(hbd), cudaFree(mvd);
+    free(hb), free(mv);
+    qc_lap(q, QCT_CLIP, &t0);
     return rc;
 }
 

@@ -58,12 +58,18 @@ int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int slot, float h_sca
  * weights. */
 int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_gptq_hinv *hv,
                           const quant_gptq_opts *o, quant_grid *g, double *err, double *rel_err, llmi_status *st);
+/* quant_awq_clip on the device: the search there (on H's diagonal blocks, all it reads),
+ * the clip of w (rows, cols, host) in place here.  Group sizes above
+ * LLMI_AWQ_CLIP_MAX_GS (128) search on the CPU (their H block outgrows shared memory). */
+int quant_cuda_awq_clip(quant_cuda *q, float *w, int rows, int cols, const float *h, int group_size, int n_shrink,
+                        llmi_status *st);
 /* Where the calls above spent their wall time (each waits for its GPU work), so that a
  * slow layer on a device says which part: the Gram accumulation (the calibration taps),
  * gram_end's copies, the prepare's factorisation (diagonal, fill, Cholesky, inverse),
- * apply's weight upload, column walk, error measure and result download. */
+ * apply's weight upload, column walk, error measure and result download, AWQ's clipping
+ * search (with its copies). */
 typedef enum {
-    QCT_GRAM, QCT_GRAM_END, QCT_FACTOR, QCT_UPLOAD, QCT_WALK, QCT_ERROR, QCT_DOWNLOAD, QCT_COUNT
+    QCT_GRAM, QCT_GRAM_END, QCT_FACTOR, QCT_UPLOAD, QCT_WALK, QCT_ERROR, QCT_DOWNLOAD, QCT_CLIP, QCT_COUNT
 } quant_cuda_stage;
 extern const char *const quant_cuda_stage_names[QCT_COUNT];
 /* t[i] += the seconds of stage i since the last call; the counters restart at 0. */

@@ -407,8 +407,10 @@ static int qm_awq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *er
                 break;
             }
             memcpy(orig, b->w[i], (size_t)rows * cols * sizeof(float));
-            if (o->awq_clip && i != QL_Q && i != QL_K) quant_awq_clip(b->w[i], rows, cols, hs[gi], o->group_size, 10);
-            rc = quant_rtn(b->w[i], rows, cols, o->group_size, false, QUANT_STYLE_AWQ, &grids[i], st);
+            if (o->awq_clip && i != QL_Q && i != QL_K)
+                rc = o->cuda ? quant_cuda_awq_clip(o->cuda, b->w[i], rows, cols, hs[gi], o->group_size, 10, st)
+                             : quant_awq_clip(b->w[i], rows, cols, hs[gi], o->group_size, 10, st);
+            if (!rc) rc = quant_rtn(b->w[i], rows, cols, o->group_size, false, QUANT_STYLE_AWQ, &grids[i], st);
             qm_lap(q, QT_QUANTIZE, &t0);
             if (!rc && isnan(errs[i] = qm_rel_err(orig, &grids[i], hs[gi], st))) rc = st->code;
             qm_lap(q, QT_ERROR, &t0);
