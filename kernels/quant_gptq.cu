@@ -312,9 +312,11 @@ qk_awq_clip(const float *w, int rows, int cols, const float *hb, int gs, int n_s
             }
             __syncwarp();
             double part = 0.0;
+            /* H is symmetric: (H d)_a read down column a, so the lanes' reads are consecutive
+             * words (row a would put all 32 on one bank at gs 128) */
             for (int a = lane; a < gs; a += 32) {
                 double t = 0.0;
-                for (int b = 0; b < gs; b++) t += (double)hg[a * gs + b] * dw[b];
+                for (int b = 0; b < gs; b++) t += (double)hg[b * gs + a] * dw[b];
                 part += t * dw[a];
             }
             for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);

@@ -56,7 +56,7 @@ cudaError_t llmi_cuda_awq_fake_quant_err(const float *w, const float *sc, int ro
                                          cudaStream_t s);
 /* AWQ's clipping search, quant_awq_clip_search's twin: best_mv (rows, cols / gs) = for each
  * (row, group) of w (rows, cols) the max_val amax (1 - i/20), i < n_shrink, whose clipped
- * AWQ-style RTN error d minimises d^T H_g d, H_g = hb[g] (cols / gs, gs, gs): H's diagonal
+ * AWQ-style RTN error d minimises d^T H_g d, H_g = hb[g] (cols / gs, gs, gs), symmetric: H's diagonal
  * blocks, all the search reads; the first of equal losses (sums in fp64, in another order
  * than the CPU's).  gs <= LLMI_AWQ_CLIP_MAX_GS; llmi_cuda_awq_clip_init(gs) once first. */
 #define LLMI_AWQ_CLIP_MAX_GS 128
