@@ -302,6 +302,47 @@ __device__ __forceinline__ void ldsm_x2_trans(uint32_t b[2], const void *row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(b[0]), "=r"(b[1]) : "r"(addr));
 }
 
+/* One tile's step of the online softmax in mma's fragment layout (see the prefill kernel):
+ * sc (NJ pieces of 8 keys) holds the tile's scaled scores, masked keys -inf; element e of a
+ * piece is row g + 8 (e / 2).  Updates the lane's two rows' running max m_run and sum l_run
+ * (its own columns only), rescales o_acc (NJD pieces of the output) and leaves the
+ * probabilities in sc. */
+template <int NJ, int NJD>
+__device__ __forceinline__ void tc_softmax_step(float (&sc)[NJ][4], float (&m_run)[2], float (&l_run)[2],
+                                                float (&o_acc)[NJD][4]) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], sc[j][e]);
+    float alpha[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        float m_new = fmaxf(m_run[i], mx[i]);
+        alpha[i] = m_new == -INFINITY ? 1.0f : m_run[i] == -INFINITY ? 0.0f : expf(m_run[i] - m_new);
+        m_run[i] = m_new;
+    }
+    float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float m = m_run[e >> 1];
+            float p = m == -INFINITY ? 0.0f : expf(sc[j][e] - m);
+            sc[j][e] = p;
+            rs[e >> 1] += p;
+        }
+#pragma unroll
+    for (int i = 0; i < 2; i++) l_run[i] = l_run[i] * alpha[i] + rs[i];
+#pragma unroll
+    for (int jd = 0; jd < NJD; jd++) {
+        o_acc[jd][0] *= alpha[0]; o_acc[jd][1] *= alpha[0];
+        o_acc[jd][2] *= alpha[1]; o_acc[jd][3] *= alpha[1];
+    }
+}
+
 /* Shared memory (elements of T): Q (PF_BQ, hd+8) | K (PF_BK, hd+8) | V (PF_BK, hd+8); the
  * 8-element pad puts the 8 rows one fragment load touches on distinct banks. */
 static __host__ __device__ int pf_ld(int hd) { return hd + 8; }
@@ -401,43 +442,15 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
             }
         }
 
-        /* online softmax: element e of piece j is row g + 8 * (e / 2), key kv0 + 8j + q2 + e % 2 */
-        float mx[2] = {-INFINITY, -INFINITY};
+        /* mask and scale: element e of piece j is row g + 8 * (e / 2), key kv0 + 8j + q2 + e % 2 */
 #pragma unroll
         for (int j = 0; j < PF_BK / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int key = kv0 + 8 * j + q2 + (e & 1);
-                float v = key <= pos_r[e >> 1] ? sc[j][e] * a.scale : -INFINITY;
-                sc[j][e] = v;
-                mx[e >> 1] = fmaxf(mx[e >> 1], v);
+                sc[j][e] = key <= pos_r[e >> 1] ? sc[j][e] * a.scale : -INFINITY;
             }
-        float alpha[2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            float m_new = fmaxf(m_run[i], mx[i]);
-            alpha[i] = m_new == -INFINITY ? 1.0f : m_run[i] == -INFINITY ? 0.0f : expf(m_run[i] - m_new);
-            m_run[i] = m_new;
-        }
-        float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int j = 0; j < PF_BK / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float m = m_run[e >> 1];
-                float p = m == -INFINITY ? 0.0f : expf(sc[j][e] - m);
-                sc[j][e] = p;
-                rs[e >> 1] += p;
-            }
-#pragma unroll
-        for (int i = 0; i < 2; i++) l_run[i] = l_run[i] * alpha[i] + rs[i];
-#pragma unroll
-        for (int jd = 0; jd < HDMAX / 8; jd++) {
-            o_acc[jd][0] *= alpha[0]; o_acc[jd][1] *= alpha[0];
-            o_acc[jd][2] *= alpha[1]; o_acc[jd][3] *= alpha[1];
-        }
+        tc_softmax_step(sc, m_run, l_run, o_acc);
 
         /* O_w (16, hd) += P (16, PF_BK) @ V (PF_BK, hd): keys 16kk..16kk+15 are pieces 2kk, 2kk+1 */
 #pragma unroll
@@ -572,42 +585,13 @@ llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits
                 tc_conv<T>::mma(sc[j], qf[kd], fb);
             }
         }
-        /* online softmax: element e of piece j is row g + 8 (e / 2), position kv0 + 8j + q2 + e % 2 */
-        float mx[2] = {-INFINITY, -INFINITY};
+        /* mask and scale: element e of piece j is row g + 8 (e / 2), position kv0 + 8j + q2 + e % 2 */
 #pragma unroll
         for (int j = 0; j < DT_BK / 8; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float v = kv0 + 8 * j + q2 + (e & 1) < end ? sc[j][e] * a.scale : -INFINITY;
-                sc[j][e] = v;
-                mx[e >> 1] = fmaxf(mx[e >> 1], v);
-            }
-        float alpha[2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            float m_new = fmaxf(m_run[i], mx[i]);
-            alpha[i] = m_new == -INFINITY ? 1.0f : m_run[i] == -INFINITY ? 0.0f : expf(m_run[i] - m_new);
-            m_run[i] = m_new;
-        }
-        float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int j = 0; j < DT_BK / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float m = m_run[e >> 1];
-                float p = m == -INFINITY ? 0.0f : expf(sc[j][e] - m);
-                sc[j][e] = p;
-                rs[e >> 1] += p;
-            }
-#pragma unroll
-        for (int i = 0; i < 2; i++) l_run[i] = l_run[i] * alpha[i] + rs[i];
-#pragma unroll
-        for (int jd = 0; jd < HDMAX / 8; jd++) {
-            o_acc[jd][0] *= alpha[0]; o_acc[jd][1] *= alpha[0];
-            o_acc[jd][2] *= alpha[1]; o_acc[jd][3] *= alpha[1];
-        }
+            for (int e = 0; e < 4; e++)
+                sc[j][e] = kv0 + 8 * j + q2 + (e & 1) < end ? sc[j][e] * a.scale : -INFINITY;
+        tc_softmax_step(sc, m_run, l_run, o_acc);
         /* O (16, hd) += P (16, DT_BK) V (DT_BK, hd) */
         const uint32_t fa[4] = {tc_conv<T>::pack(sc[0][0], sc[0][1]), tc_conv<T>::pack(sc[0][2], sc[0][3]),
                                 tc_conv<T>::pack(sc[1][0], sc[1][1]), tc_conv<T>::pack(sc[1][2], sc[1][3])};
