@@ -343,6 +343,37 @@ __device__ __forceinline__ void tc_softmax_step(float (&sc)[NJ][4], float (&m_ru
     }
 }
 
+/* O (16, hd) += P V for one tile: P's 16-key slices are sc's pieces (2kk, 2kk + 1), rounded
+ * to T as mma's A fragments; V's rows come from vtile (NJ * 8 rows, row stride ld) through
+ * ldmatrix.trans; n_jd of O's NJD 8-column pieces are in use. */
+template <typename T, int NJ, int NJD>
+__device__ __forceinline__ void tc_pv_step(const float (&sc)[NJ][4], const T *vtile, int ld, int lane, int n_jd,
+                                           float (&o_acc)[NJD][4]) {
+#pragma unroll
+    for (int kk = 0; kk < NJ / 2; kk++) {
+        const uint32_t fa[4] = {tc_conv<T>::pack(sc[2 * kk][0], sc[2 * kk][1]), tc_conv<T>::pack(sc[2 * kk][2], sc[2 * kk][3]),
+                                tc_conv<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                                tc_conv<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+        const T *vrow = vtile + (16 * kk + (lane & 15)) * ld;
+#pragma unroll
+        for (int jd = 0; jd < NJD; jd++) {
+            if (jd >= n_jd) break;
+            uint32_t fb[2];
+            ldsm_x2_trans(fb, vrow + 8 * jd);
+            tc_conv<T>::mma(o_acc[jd], fa, fb);
+        }
+    }
+}
+
+/* Each of the lane's two rows' sums over the row's 4 lanes. */
+__device__ __forceinline__ void tc_row_sums(float (&l_run)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+    }
+}
+
 /* Shared memory (elements of T): Q (PF_BQ, hd+8) | K (PF_BK, hd+8) | V (PF_BK, hd+8); the
  * 8-element pad puts the 8 rows one fragment load touches on distinct banks. */
 static __host__ __device__ int pf_ld(int hd) { return hd + 8; }
@@ -452,28 +483,10 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
             }
         tc_softmax_step(sc, m_run, l_run, o_acc);
 
-        /* O_w (16, hd) += P (16, PF_BK) @ V (PF_BK, hd): keys 16kk..16kk+15 are pieces 2kk, 2kk+1 */
-#pragma unroll
-        for (int kk = 0; kk < PF_BK / 16; kk++) {
-            uint32_t fa[4] = {tc_conv<T>::pack(sc[2 * kk][0], sc[2 * kk][1]), tc_conv<T>::pack(sc[2 * kk][2], sc[2 * kk][3]),
-                              tc_conv<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                              tc_conv<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-            const T *vrow = Vs + (16 * kk + (lane & 15)) * ld;
-#pragma unroll
-            for (int jd = 0; jd < HDMAX / 8; jd++) {
-                if (jd >= n_jd) break;
-                uint32_t fb[2];
-                ldsm_x2_trans(fb, vrow + 8 * jd);
-                tc_conv<T>::mma(o_acc[jd], fa, fb);
-            }
-        }
+        /* O_w (16, hd) += P (16, PF_BK) @ V (PF_BK, hd) */
+        tc_pv_step(sc, Vs, ld, lane, n_jd, o_acc);
     }
-
-#pragma unroll
-    for (int i = 0; i < 2; i++) {   /* the row's sum over its 4 lanes */
-        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
-        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
-    }
+    tc_row_sums(l_run);
 #pragma unroll
     for (int jd = 0; jd < HDMAX / 8; jd++) {
         if (jd >= n_jd) break;
@@ -593,22 +606,9 @@ llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits
                 sc[j][e] = kv0 + 8 * j + q2 + (e & 1) < end ? sc[j][e] * a.scale : -INFINITY;
         tc_softmax_step(sc, m_run, l_run, o_acc);
         /* O (16, hd) += P (16, DT_BK) V (DT_BK, hd) */
-        const uint32_t fa[4] = {tc_conv<T>::pack(sc[0][0], sc[0][1]), tc_conv<T>::pack(sc[0][2], sc[0][3]),
-                                tc_conv<T>::pack(sc[1][0], sc[1][1]), tc_conv<T>::pack(sc[1][2], sc[1][3])};
-        const T *vrow = Vs + (lane & 15) * ld;
-#pragma unroll
-        for (int jd = 0; jd < HDMAX / 8; jd++) {
-            if (jd >= n_jd) break;
-            uint32_t fb[2];
-            ldsm_x2_trans(fb, vrow + 8 * jd);
-            tc_conv<T>::mma(o_acc[jd], fa, fb);
-        }
+        tc_pv_step(sc, Vs, ld, lane, n_jd, o_acc);
     }
-#pragma unroll
-    for (int i = 0; i < 2; i++) {   /* the row's sum over its 4 lanes */
-        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
-        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
-    }
+    tc_row_sums(l_run);
 
     /* the warps' states into shared memory (over the tiles), then merged per (head, column) */
     __syncthreads();
