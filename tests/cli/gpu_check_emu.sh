@@ -37,7 +37,8 @@ want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
            + [f"profile tiny llama (rehearsal) {r}" for r in ("bf16 p128 b1 prefill", "bf16 p128 b1 decode",
               "int4 decode b1", "int4 decode b16")]
            + ["throughput 8/8 x4 (target 15000)", "throughput 128/8 x4 (target 2300)",
-              "throughput 62/62 x4 (target 10000)", "cpu references"])
+              "throughput 62/62 x4 (target 10000)", "throughput 128/8 x1: --max-batch-tokens 512 vs 128",
+              "cpu references"])
 may_be_missing = {"spec ngram on cuda: proposals verified", "measured ceilings (torch)"}
 bad = [f"{c}: {rows[c][0]} {rows[c][1]}" if c in rows else f"{c}: no row" for c in want_ok
        if rows.get(c, ("",))[0] != "ok"]
