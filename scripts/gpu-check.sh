@@ -154,9 +154,11 @@ if [ "${1:-}" = --pack ]; then
   tree=$(git ls-files -z | xargs -0 du -cb 2> /dev/null | tail -1 | cut -f1)
   echo "gpu-check --pack: $(du -sh "$PACK" | cut -f1) in .gpu-pack (sm_$arch, commit $(cat "$PACK/commit")); tracked tree $((tree / 1048576)) MiB"
   echo "  calls (15 device minutes in all; make them back to back: a machine idle 30 s is gone, the model parts with it):"
-  echo "    1. run(command=\"BUDGET=280 bash scripts/gpu-check.sh --phase unit,sanitize,bench,profile\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=320)"
-  echo "    2. run(command=\"BUDGET=330 bash scripts/gpu-check.sh --phase e2e,tput\", carry=[\".gpu-pack\", \".gpu-model-2\"], timeout_s=380)"
-  echo "    3. run(command=\"BUDGET=<budget_left_s - 60> bash scripts/gpu-check.sh --phase smol,quant,hf\", carry=[\".gpu-pack\", \".gpu-model-3\"], timeout_s=<BUDGET + 40>)"
+  echo "    1. run(command=\"BUDGET=300 bash scripts/gpu-check.sh --phase unit,sanitize,bench,profile\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=340)"
+  echo "    2. run(command=\"BUDGET=330 bash scripts/gpu-check.sh --phase e2e,tput\", carry=[\".gpu-pack\", \".gpu-model-2\"], timeout_s=370)"
+  echo "    3. run(command=\"BUDGET=<budget_left_s - 60> bash scripts/gpu-check.sh --phase smol,quant\", carry=[\".gpu-pack\", \".gpu-model-3\"], timeout_s=<BUDGET + 40>)"
+  echo "  (hf, transformers side by side, ran on 2026-11-27: add it to call 3 only with time to spare; each phase's"
+  echo "  last rows are its A/B comparisons, which a short BUDGET drops first)"
   echo "  then give_back.  e2e and smol take their cpu side from .gpu-pack/ref when --refs made it (see the count above);"
   echo "  without it SmolLM2's cpu runs alone take ~300 s of device time."
   echo "  (2026-11-27 on an H200: cold start ~30 s; call 1 without profile 133 s (tests 4 s, memcheck 4 s, racecheck 23 s,"
@@ -680,27 +682,6 @@ if has_phase bench; then
   else
     row "$BIG_NAME TTFT p$((2048 / SCALE)) (target 55 ms)" "$STATUS" "$(why bench-ttft)"
   fi
-  # decode attention at a large batch and long contexts (offline throughput's bottleneck):
-  # the tensor-core kernel (the default) against the fp32 one it replaced, in the same call
-  dlabel="$BIG_NAME decode b$((128 / SCALE)) p$((1024 / SCALE)): tensor-core vs fp32 attention"
-  if ! gpu_gate "$dlabel"; then :
-  elif run bench-dec-tc 100 "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1 &&
-       run bench-dec-fp32 100 env LLMI_ATTN_DECODE=fp32 "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) \
-         -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1; then
-    row "$dlabel" ok "$(num "$(csv_col "$WORK/bench-dec-tc.out" decode_tps_mean 1)") vs $(num "$(csv_col "$WORK/bench-dec-fp32.out" decode_tps_mean 1)") tok/s"
-  else
-    row "$dlabel" "$STATUS" "$([ -f "$WORK/bench-dec-fp32.err" ] && why bench-dec-fp32 || why bench-dec-tc)"
-  fi
-  # GEMM autotuning (off by default until a device shows it pays): cuBLASLt's best 8
-  # candidates timed per GEMM shape in the warm-up, against the heuristic's first above
-  tlabel="$BIG_NAME TTFT p$((2048 / SCALE)) with LLMI_GEMM_TUNE=8"
-  if ! gpu_gate "$tlabel"; then :
-  elif run bench-ttft-tune 120 env LLMI_GEMM_TUNE=8 "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 \
-      -r "$REPS"; then
-    row "$tlabel" ok "$(num "$(csv_col "$WORK/bench-ttft-tune.out" ttft_ms_mean 1)") ms (heuristic's first: $(num "${ttft:-0}") ms)"
-  else
-    row "$tlabel" "$STATUS" "$(why bench-ttft-tune)"
-  fi
   if ! gpu_gate "$BIG_NAME int4 decode b1 (target 400)" "$BIG_NAME int4 decode b16"; then :
   else
     if [ ! -f "$I4/config.json" ]; then
@@ -724,6 +705,28 @@ if has_phase bench; then
     elif [ -f "$I4/config.json" ]; then
       row "$BIG_NAME int4 decode b1 (target 400)" "$STATUS" "$(why bench-int4)"
     fi
+  fi
+  # the comparisons last, so that a short budget drops them before a target's row
+  # decode attention at a large batch and long contexts (offline throughput's bottleneck):
+  # the tensor-core kernel (the default) against the fp32 one it replaced, in the same call
+  dlabel="$BIG_NAME decode b$((128 / SCALE)) p$((1024 / SCALE)): tensor-core vs fp32 attention"
+  if ! gpu_gate "$dlabel"; then :
+  elif run bench-dec-tc 100 "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1 &&
+       run bench-dec-fp32 100 env LLMI_ATTN_DECODE=fp32 "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) \
+         -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1; then
+    row "$dlabel" ok "$(num "$(csv_col "$WORK/bench-dec-tc.out" decode_tps_mean 1)") vs $(num "$(csv_col "$WORK/bench-dec-fp32.out" decode_tps_mean 1)") tok/s"
+  else
+    row "$dlabel" "$STATUS" "$([ -f "$WORK/bench-dec-fp32.err" ] && why bench-dec-fp32 || why bench-dec-tc)"
+  fi
+  # GEMM autotuning (off by default until a device shows it pays): cuBLASLt's best 8
+  # candidates timed per GEMM shape in the warm-up, against the heuristic's first above
+  tlabel="$BIG_NAME TTFT p$((2048 / SCALE)) with LLMI_GEMM_TUNE=8"
+  if ! gpu_gate "$tlabel"; then :
+  elif run bench-ttft-tune 120 env LLMI_GEMM_TUNE=8 "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 \
+      -r "$REPS"; then
+    row "$tlabel" ok "$(num "$(csv_col "$WORK/bench-ttft-tune.out" ttft_ms_mean 1)") ms (heuristic's first: $(num "${ttft:-0}") ms)"
+  else
+    row "$tlabel" "$STATUS" "$(why bench-ttft-tune)"
   fi
 fi
 
