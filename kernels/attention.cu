@@ -351,7 +351,8 @@ __device__ __forceinline__ void tc_pv_step(const float (&sc)[NJ][4], const T *vt
                                            float (&o_acc)[NJD][4]) {
 #pragma unroll
     for (int kk = 0; kk < NJ / 2; kk++) {
-        const uint32_t fa[4] = {tc_conv<T>::pack(sc[2 * kk][0], sc[2 * kk][1]), tc_conv<T>::pack(sc[2 * kk][2], sc[2 * kk][3]),
+        const uint32_t fa[4] = {tc_conv<T>::pack(sc[2 * kk][0], sc[2 * kk][1]),
+                                tc_conv<T>::pack(sc[2 * kk][2], sc[2 * kk][3]),
                                 tc_conv<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
                                 tc_conv<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
         const T *vrow = vtile + (16 * kk + (lane & 15)) * ld;
@@ -705,6 +706,18 @@ template <typename K> static cudaError_t allow_smem(K kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
+/* The tensor-core kernels of one head_dim tier: the prefill's, and the decode's when its
+ * query heads per KV head fit (decode), each for bf16 and f16. */
+template <int HDMAX> static cudaError_t allow_tc_smem(int head_dim, bool decode) {
+    cudaError_t e = allow_smem(llmi_attn_prefill_kernel<__nv_bfloat16, HDMAX>, pf_smem_bytes<__nv_bfloat16>(head_dim));
+    if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half, HDMAX>, pf_smem_bytes<__half>(head_dim));
+    if (e == cudaSuccess && decode)
+        e = allow_smem(llmi_attn_decode_tc_kernel<__nv_bfloat16, HDMAX>, dt_smem_bytes<__nv_bfloat16>(head_dim));
+    if (e == cudaSuccess && decode)
+        e = allow_smem(llmi_attn_decode_tc_kernel<__half, HDMAX>, dt_smem_bytes<__half>(head_dim));
+    return e;
+}
+
 extern "C" cudaError_t llmi_cuda_attn_init(int n_heads, int n_kv_heads, int head_dim) {
     if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || head_dim <= 0) return cudaErrorInvalidValue;
     const int G = n_heads / n_kv_heads;
@@ -713,32 +726,10 @@ extern "C" cudaError_t llmi_cuda_attn_init(int n_heads, int n_kv_heads, int head
         e = allow_smem(llmi_attn_decode_kernel<__nv_bfloat16>, decode_smem_bytes<__nv_bfloat16>(G, head_dim));
         if (e == cudaSuccess) e = allow_smem(llmi_attn_decode_kernel<__half>, decode_smem_bytes<__half>(G, head_dim));
     }
-    if (e == cudaSuccess && head_dim % 16 == 0 && head_dim <= 256 && G <= 16) {
-        size_t db = dt_smem_bytes<__nv_bfloat16>(head_dim), dh = dt_smem_bytes<__half>(head_dim);
-        if (head_dim <= 64) {
-            e = allow_smem(llmi_attn_decode_tc_kernel<__nv_bfloat16, 64>, db);
-            if (e == cudaSuccess) e = allow_smem(llmi_attn_decode_tc_kernel<__half, 64>, dh);
-        } else if (head_dim <= 128) {
-            e = allow_smem(llmi_attn_decode_tc_kernel<__nv_bfloat16, 128>, db);
-            if (e == cudaSuccess) e = allow_smem(llmi_attn_decode_tc_kernel<__half, 128>, dh);
-        } else {
-            e = allow_smem(llmi_attn_decode_tc_kernel<__nv_bfloat16, 256>, db);
-            if (e == cudaSuccess) e = allow_smem(llmi_attn_decode_tc_kernel<__half, 256>, dh);
-        }
-    }
-    if (e == cudaSuccess && head_dim % 16 == 0 && head_dim <= 256) {
-        size_t pb = pf_smem_bytes<__nv_bfloat16>(head_dim), ph = pf_smem_bytes<__half>(head_dim);
-        if (head_dim <= 64) {
-            e = allow_smem(llmi_attn_prefill_kernel<__nv_bfloat16, 64>, pb);
-            if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half, 64>, ph);
-        } else if (head_dim <= 128) {
-            e = allow_smem(llmi_attn_prefill_kernel<__nv_bfloat16, 128>, pb);
-            if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half, 128>, ph);
-        } else {
-            e = allow_smem(llmi_attn_prefill_kernel<__nv_bfloat16, 256>, pb);
-            if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half, 256>, ph);
-        }
-    }
+    if (e == cudaSuccess && head_dim % 16 == 0 && head_dim <= 256)
+        e = head_dim <= 64    ? allow_tc_smem<64>(head_dim, G <= 16)
+            : head_dim <= 128 ? allow_tc_smem<128>(head_dim, G <= 16)
+                              : allow_tc_smem<256>(head_dim, G <= 16);
     return e;
 }
 

@@ -116,7 +116,8 @@ __global__ void qk_hinv_fill(const float *h, float h_scale, const int32_t *perm,
 cudaError_t llmi_cuda_quant_hinv_fill(const float *h, float h_scale, const int32_t *perm, const uint8_t *dead, int n,
                                       double damp, double *a, cudaStream_t s) {
     if (n <= 0) return cudaSuccess;
-    qk_hinv_fill<<<dim3((unsigned)((n + 255) / 256), (unsigned)(n < 65535 ? n : 65535)), 256, 0, s>>>(h, h_scale, perm, dead, n, damp, a);
+    const dim3 grid((unsigned)((n + 255) / 256), (unsigned)(n < 65535 ? n : 65535));
+    qk_hinv_fill<<<grid, 256, 0, s>>>(h, h_scale, perm, dead, n, damp, a);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }
@@ -230,8 +231,8 @@ cudaError_t llmi_cuda_quant_err_rows(const float *w, const uint8_t *q, const uin
                                      const int32_t *perm, int rows, int cols, int gs, int stride, int n_sel,
                                      float *out, cudaStream_t s) {
     if (n_sel <= 0 || cols <= 0) return cudaSuccess;
-    qk_err_rows<<<dim3((unsigned)((cols + 255) / 256), (unsigned)(n_sel < 65535 ? n_sel : 65535)), 256, 0, s>>>(w, q, scales, zeros, perm, rows,
-                                                                                     cols, gs, stride, n_sel, out);
+    const dim3 grid((unsigned)((cols + 255) / 256), (unsigned)(n_sel < 65535 ? n_sel : 65535));
+    qk_err_rows<<<grid, 256, 0, s>>>(w, q, scales, zeros, perm, rows, cols, gs, stride, n_sel, out);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }

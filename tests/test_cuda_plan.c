@@ -90,6 +90,11 @@ TEST(cuda_plan_int4_paths) {
     CHECK(cuda_i4_dequant_min_n("1", &v) == 0 && v == 1);
     const char *bad[] = {"", "0", "-3", "9x", "x", "65537", "99999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK_MSG(cuda_i4_dequant_min_n(bad[i], &v) == -1, "'%s'", bad[i]);
+    static const char *const words[] = {"tc", "fp32"};
+    CHECK(cuda_env_word(NULL, words, 2, &v) == 0 && v == 0);
+    CHECK(cuda_env_word("fp32", words, 2, &v) == 0 && v == 1);
+    CHECK(cuda_env_word("tc", words, 2, &v) == 0 && v == 0);
+    CHECK(cuda_env_word("simt", words, 2, &v) == -1 && cuda_env_word("", words, 2, &v) == -1);
     CHECK(cuda_gemm_tune(NULL, &v) == 0 && v == 1);
     CHECK(cuda_gemm_tune("8", &v) == 0 && v == 8);
     CHECK(cuda_gemm_tune("16", &v) == 0 && v == CUDA_GEMM_TUNE_MAX);

@@ -298,6 +298,16 @@ static void qc_eta(double s, char *buf, size_t n) {
     else snprintf(buf, n, "%ds", (int)s);
 }
 
+/* Appends to buf (cap bytes, a string) "LEAD name v, name v s" for the n values of at least
+ * 0.05 s, or nothing when there is none. */
+static void qc_times(char *buf, size_t cap, const char *lead, const char *const *names, const double *v, int n) {
+    size_t len = strlen(buf), at = len;
+    for (int i = 0; i < n && len < cap; i++)
+        if (v[i] >= 0.05)
+            len += (size_t)snprintf(buf + len, cap - len, "%s %s %.1f", len > at ? "," : lead, names[i], v[i]);
+    if (len > at && len < cap) snprintf(buf + len, cap - len, " s");
+}
+
 static void qc_progress(quant_progress *p, int layer, int n_layers, int step, int n_steps, const char *what,
                         const double *errs, const quant_layer_times *times) {
     qc_prog *q = p->ctx;
@@ -319,23 +329,13 @@ static void qc_progress(quant_progress *p, int layer, int n_layers, int step, in
     fprintf(stderr, "quantize: layer %2d/%d", layer + 1, n_layers);
     for (int i = 0; i < QL_COUNT; i++)
         if (!isnan(errs[i])) fprintf(stderr, " %s %.2e", short_names[i], errs[i]);
-    /* the stages that took time, so that a slow layer says where */
+    /* the stages that took time, so that a slow layer says where, and on --device cuda what
+     * the device calls inside them waited for */
     static const char *const stage_names[QT_COUNT] = {"calibrate", "load", "solve", "quantize", "error", "serve",
                                                       "write"};
     char stages[320] = "";
-    size_t len = 0;
-    for (int i = 0; i < QT_COUNT && len < sizeof stages; i++)
-        if (times->stage[i] >= 0.05)
-            len += (size_t)snprintf(stages + len, sizeof stages - len, "%s %s %.1f", len ? "," : ";", stage_names[i],
-                                    times->stage[i]);
-    if (len) len += (size_t)snprintf(stages + len, sizeof stages - len, " s");
-    /* --device cuda: what the device calls inside those stages waited for */
-    size_t gpu_at = len;
-    for (int i = 0; i < QCT_COUNT && len < sizeof stages; i++)
-        if (times->gpu[i] >= 0.05)
-            len += (size_t)snprintf(stages + len, sizeof stages - len, "%s %s %.1f", len > gpu_at ? "," : "; gpu",
-                                    quant_cuda_stage_names[i], times->gpu[i]);
-    if (len > gpu_at && len < sizeof stages) snprintf(stages + len, sizeof stages - len, " s");
+    qc_times(stages, sizeof stages, ";", stage_names, times->stage, QT_COUNT);
+    qc_times(stages, sizeof stages, "; gpu", quant_cuda_stage_names, times->gpu, QCT_COUNT);
     fprintf(stderr, "  (rel. output error; %.1fs, ETA %s%s)\n", times->total, layer + 1 < n_layers ? eta : "0s",
             stages);
     fflush(stderr);

@@ -86,25 +86,29 @@ int quant_awq_search_scale(float *const *ws, const int *rows, int n_lin, int col
     return 0;
 }
 
-void quant_awq_clip_search(const float *w, int rows, int cols, const float *h, int group_size, int n_shrink,
+void quant_awq_h_blocks(const float *h, int cols, int gs, float *hb) {
+    for (int g = 0; g < cols / gs; g++)
+        for (int a = 0; a < gs; a++)
+            memcpy(hb + ((size_t)g * gs + a) * gs, h + ((size_t)g * gs + a) * cols + (size_t)g * gs,
+                   (size_t)gs * sizeof(float));
+}
+
+void quant_awq_clip_search(const float *w, int rows, int cols, const float *hb, int group_size, int n_shrink,
                            float *best_mv) {
     int ng = cols / group_size;
 #pragma omp parallel
     {
-        float *hg = malloc((size_t)group_size * group_size * sizeof(float)); /* (gs, gs) block of H */
         float *d = malloc((size_t)group_size * sizeof(float));              /* (gs) */
         float *cw = malloc((size_t)group_size * sizeof(float));             /* (gs) clipped weights */
 #pragma omp for collapse(2) schedule(static)
         for (int g = 0; g < ng; g++)
             for (int r = 0; r < rows; r++) {
                 const float *x = w + (size_t)r * cols + (size_t)g * group_size;
+                const float *hg = hb + (size_t)g * group_size * group_size;   /* (gs, gs) */
                 float amax = 0;
                 for (int k = 0; k < group_size; k++) amax = fmaxf(amax, fabsf(x[k]));
                 best_mv[(size_t)r * ng + g] = amax;   /* (also what an allocation failure leaves) */
-                if (!hg || !d || !cw) continue;
-                for (int i = 0; i < group_size; i++)
-                    memcpy(hg + (size_t)i * group_size, h + (size_t)(g * group_size + i) * cols + g * group_size,
-                           (size_t)group_size * sizeof(float));
+                if (!d || !cw) continue;
                 double best = INFINITY;
                 for (int i = 0; i < n_shrink; i++) {
                     float mv = amax * (1.0f - (float)i / 20.0f);
@@ -123,7 +127,7 @@ void quant_awq_clip_search(const float *w, int rows, int cols, const float *h, i
                     if (loss < best) best = loss, best_mv[(size_t)r * ng + g] = mv;
                 }
             }
-        free(hg), free(d), free(cw);
+        free(d), free(cw);
     }
 }
 
@@ -140,9 +144,14 @@ void quant_awq_clip_apply(float *w, int rows, int cols, int group_size, const fl
 
 int quant_awq_clip(float *w, int rows, int cols, const float *h, int group_size, int n_shrink, llmi_status *st) {
     float *best_mv = malloc((size_t)rows * (cols / group_size) * sizeof(float)); /* (rows, groups) */
-    if (!best_mv) return llmi_fail(st, LLMI_E_RUNTIME, "awq: out of memory for a %dx%d clipping search", rows, cols);
-    quant_awq_clip_search(w, rows, cols, h, group_size, n_shrink, best_mv);
+    float *hb = malloc((size_t)cols * group_size * sizeof(float));               /* (groups, gs, gs) */
+    if (!best_mv || !hb) {
+        free(best_mv), free(hb);
+        return llmi_fail(st, LLMI_E_RUNTIME, "awq: out of memory for a %dx%d clipping search", rows, cols);
+    }
+    quant_awq_h_blocks(h, cols, group_size, hb);
+    quant_awq_clip_search(w, rows, cols, hb, group_size, n_shrink, best_mv);
     quant_awq_clip_apply(w, rows, cols, group_size, best_mv);
-    free(best_mv);
+    free(best_mv), free(hb);
     return 0;
 }

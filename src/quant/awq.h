@@ -16,10 +16,13 @@ int quant_awq_search_scale(float *const *ws, const int *rows, int n_lin, int col
  * i < n_shrink, that minimises the output error through h (cols, cols): the search, then
  * the clip. */
 int quant_awq_clip(float *w, int rows, int cols, const float *h, int group_size, int n_shrink, llmi_status *st);
-/* The search alone: best_mv (rows, cols / group_size) gets each (row, group)'s max_val
- * (the first of equal losses; amax when every candidate's loss is NaN).  Twin of
- * quant_cuda_awq_clip_search. */
-void quant_awq_clip_search(const float *w, int rows, int cols, const float *h, int group_size, int n_shrink,
+/* hb (cols / gs, gs, gs) = the diagonal (gs, gs) blocks of h (cols, cols): all of H the
+ * clipping search reads. */
+void quant_awq_h_blocks(const float *h, int cols, int gs, float *hb);
+/* The search alone, on H's diagonal blocks hb (quant_awq_h_blocks): best_mv (rows, cols /
+ * group_size) gets each (row, group)'s max_val (the first of equal losses; amax when every
+ * candidate's loss is NaN).  Twin of llmi_cuda_awq_clip_search. */
+void quant_awq_clip_search(const float *w, int rows, int cols, const float *hb, int group_size, int n_shrink,
                            float *best_mv);
 /* w (rows, cols) clipped in place to +-best_mv of each (row, group). */
 void quant_awq_clip_apply(float *w, int rows, int cols, int group_size, const float *best_mv);

@@ -4,7 +4,6 @@
  * llmi_status naming file, line and call. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "quant/awq.h"
 #include "quant/quant_cuda.h"
 #include "quant/quantize.h"
@@ -119,15 +118,9 @@ struct quant_cuda {
     double times[QCT_COUNT];        /* seconds by stage since quant_cuda_take_times */
 };
 
-static double qc_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Adds the seconds since *t0 to stage s and restarts the clock. */
 static void qc_lap(quant_cuda *q, quant_cuda_stage s, double *t0) {
-    double t = qc_now();
+    double t = quant_now();
     q->times[s] += t - *t0;
     *t0 = t;
 }
@@ -235,7 +228,7 @@ int quant_cuda_gram_acc_device(quant_cuda *q, int slot, const void *x, llmi_dtyp
     if (dt != LLMI_F32 && dt != LLMI_BF16 && dt != LLMI_F16)
         return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: activations in %s have no Gram matrix path", dtype_name(dt));
     if (n <= 0) return 0;
-    double t0 = qc_now();
+    double t0 = quant_now();
     /* x (n, k) row-major is x^T (k, n) column-major: h += scale * (x^T)(x^T)^T.  Column-major
      * lower is row-major upper, the triangle quant_gram_mirror (and the mirror kernel) copy
      * from; the 16-bit path's GEMM fills both, and the mirror makes them equal. */
@@ -263,7 +256,7 @@ int quant_cuda_gram_acc_device(quant_cuda *q, int slot, const void *x, llmi_dtyp
 
 int quant_cuda_gram_end(quant_cuda *q, int slot, float *h, float *xmean, llmi_status *st) {
     const int k = q->gram_k[slot];
-    double t0 = qc_now();
+    double t0 = quant_now();
     /* the row-major upper triangle is filled (see gram_acc_device): its lower := upper */
     QC_CUDA(st, llmi_cuda_quant_mirror(q->gram[slot], k, q->stream));
     if (h)
@@ -327,7 +320,7 @@ static int qc_diag(quant_cuda *q, const float *h, int cols, float h_scale, float
 int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int slot, float h_scale, int cols, const quant_gptq_opts *o,
                             quant_gptq_hinv *hv, llmi_status *st) {
     memset(hv, 0, sizeof *hv);
-    double t0 = qc_now();
+    double t0 = quant_now();
     const size_t cc = (size_t)cols * cols;
     QC_CUDA(st, cudaSetDevice(q->device));
     q->h_cur = NULL;
@@ -347,8 +340,8 @@ int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int slot, float h_sca
         hsrc = q->h_own;
     } else {
         if (slot < 0 || slot >= QUANT_CUDA_SLOTS || !q->gram[slot] || q->gram_k[slot] != cols)
-            return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: no %dx%d Gram matrix in slot %d to prepare", cols, cols,
-                             slot);
+            return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: no %dx%d Gram matrix in slot %d to prepare", cols,
+                             cols, slot);
         hsrc = q->gram[slot];
     }
     float *diag = malloc((size_t)cols * sizeof(float)); /* (cols) */
@@ -440,9 +433,10 @@ int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_g
                           const quant_gptq_opts *o, quant_grid *g, double *err, double *rel_err, llmi_status *st) {
     /* the lazy-update block, as gptq.c takes it (et and the block kernel hold at most 128 columns) */
     const int cols = hv->cols, gs = o->group_size, bs = o->block_size > 0 && o->block_size <= 128 ? o->block_size : 128;
-    if (q->u_cols != cols || !q->h_cur) return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: apply without its prepare");
+    if (q->u_cols != cols || !q->h_cur)
+        return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: apply without its prepare");
     if (quant_grid_alloc(g, rows, cols, gs, o->desc_act, st)) return st->code;
-    double t0 = qc_now();
+    double t0 = quant_now();
     float *wd = NULL, *wt = NULL, *et = NULL, *s_row = NULL;
     int32_t *z_row = NULL;
     uint8_t *qd = NULL, *zd = NULL;
@@ -574,7 +568,7 @@ int quant_cuda_awq_search_scale(quant_cuda *q, float *const *ws, const int *rows
 int quant_cuda_awq_clip(quant_cuda *q, float *w, int rows, int cols, const float *h, int group_size, int n_shrink,
                         llmi_status *st) {
     if (group_size > LLMI_AWQ_CLIP_MAX_GS) return quant_awq_clip(w, rows, cols, h, group_size, n_shrink, st);
-    double t0 = qc_now();
+    double t0 = quant_now();
     const int gs = group_size, ng = cols / gs;
     QC_CUDA(st, cudaSetDevice(q->device));
     if (q->clip_gs != gs) {
@@ -585,10 +579,7 @@ int quant_cuda_awq_clip(quant_cuda *q, float *w, int rows, int cols, const float
     float *mv = malloc((size_t)rows * ng * sizeof(float));      /* (rows, ng) */
     float *wd = NULL, *hbd = NULL, *mvd = NULL;
     int rc = hb && mv ? 0 : llmi_fail(st, LLMI_E_RUNTIME, "awq: out of memory for a %dx%d clipping search", rows, cols);
-    for (int g = 0; !rc && g < ng; g++)
-        for (int a = 0; a < gs; a++)
-            memcpy(hb + ((size_t)g * gs + a) * gs, h + ((size_t)g * gs + a) * cols + (size_t)g * gs,
-                   (size_t)gs * sizeof(float));
+    if (!rc) quant_awq_h_blocks(h, cols, gs, hb);
     cudaError_t ce = cudaSuccess;
     if (!rc) {
         ce = cudaMalloc((void **)&wd, (size_t)rows * cols * sizeof(float));

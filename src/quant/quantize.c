@@ -11,7 +11,7 @@
 #include "quant/quantize.h"
 #include "quant/write_hf.h"
 
-static double qm_now(void) {
+double quant_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -234,7 +234,7 @@ typedef struct qm_run {
 
 /* Adds the seconds since *t0 to stage s and restarts the clock. */
 static void qm_lap(qm_run *q, quant_stage s, double *t0) {
-    double t = qm_now();
+    double t = quant_now();
     q->times.stage[s] += t - *t0;
     *t0 = t;
 }
@@ -262,7 +262,7 @@ static int qm_quantize_set(qm_run *q, int k, quant_block *b, float *h, bool h_on
                           .damp_percent = o->damp_percent, .block_size = 128};
     quant_gptq_hinv hv = {0};
     const bool gptq = o->method == QUANT_GPTQ && (h || h_on_gpu);
-    double t0 = qm_now();
+    double t0 = quant_now();
     /* GPTQ's H = 2 X^T X / n */
     if (gptq && o->cuda) {
         if (quant_cuda_gptq_prepare(o->cuda, h_on_gpu ? NULL : h, k, 2.0f, cols, &go, &hv, st)) return st->code;
@@ -308,7 +308,7 @@ static int qm_gptq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *e
         float *h = NULL, *xm = NULL;
         int rows, cols;
         quant_linear_shape(c, qm_sets[k].first, &rows, &cols);
-        double t0 = qm_now();
+        double t0 = quant_now();
         if (q->cal && (rc = quant_calib_layer(q->cal, 1u << k, false, ts, st))) break;
         qm_step(q, "calibrate");
         if (!h_on_gpu && (q->cal || q->in)) rc = qm_input_stats(l, k, cols, &ts[k], q->in, q->out, &h, &xm, st);
@@ -321,7 +321,7 @@ static int qm_gptq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *e
     }
     if (!rc && q->cal) {
         quant_tap_stats ts[LLMI_TAP_COUNT] = {{0}};
-        double t0 = qm_now();
+        double t0 = quant_now();
         rc = quant_calib_layer(q->cal, 0, true, ts, st);
         qm_lap(q, QT_CALIBRATE, &t0);
     }
@@ -336,7 +336,7 @@ static int qm_awq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *er
     const int l = q->layer;
     quant_tap_stats ts[LLMI_TAP_COUNT] = {{0}};
     int rc = 0;
-    double t0 = qm_now();
+    double t0 = quant_now();
     if (q->cal) rc = quant_calib_layer(q->cal, (1u << LLMI_TAP_COUNT) - 1, true, ts, st);
     qm_step(q, "calibrate");
     qm_lap(q, QT_CALIBRATE, &t0);
@@ -447,7 +447,7 @@ int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *
                 .n_steps = o->method == QUANT_AWQ ? 1 + QS_COUNT + 1 : 2 * QS_COUNT + 1};
     int rc = 0;
     for (int l = 0; l < c->n_layers && !rc; l++) {
-        double tl = qm_now();
+        double tl = quant_now();
         q.layer = l, q.step = 0;
         q.times = (quant_layer_times){0};
         quant_block b;
@@ -469,16 +469,17 @@ int quant_model_stream(const llmi_model *m, const quant_opts *o, const int32_t *
         } else {
             rc = qm_gptq_layer(&q, &b, grids, errs, st);
         }
-        double tw = qm_now();
+        double tw = quant_now();
         if (!rc) rc = sink(sink_ctx, l, grids, &b, st);
         qm_lap(&q, QT_WRITE, &tw);
         for (int i = 0; i < QL_COUNT; i++) quant_grid_free(&grids[i]);
         quant_block_free(&b);
         if (calib) quant_view_release_layer(&v, l, m);
         quant_source_release_layer(m, l);
-        q.times.total = qm_now() - tl;
+        q.times.total = quant_now() - tl;
         if (o->cuda) quant_cuda_take_times(o->cuda, q.times.gpu);
-        if (!rc && o->progress) o->progress->fn(o->progress, l, c->n_layers, q.n_steps, q.n_steps, "done", errs, &q.times);
+        if (!rc && o->progress)
+            o->progress->fn(o->progress, l, c->n_layers, q.n_steps, q.n_steps, "done", errs, &q.times);
     }
     quant_calib_free(&cal);
     quant_view_free(&v);
@@ -524,7 +525,7 @@ int quant_model_run(const llmi_model *m, const quant_opts *o, const int32_t *tok
 int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_t *tokens, int n_windows, int seqlen,
                           const quant_stats *in, quant_stats *out, quant_result *r, llmi_status *st) {
     memset(r, 0, sizeof *r);
-    double t0 = qm_now();
+    double t0 = quant_now();
     int L = m->cfg.n_layers;
     r->n_layers = L;
     r->grids = calloc((size_t)L, sizeof *r->grids);
@@ -539,7 +540,7 @@ int quant_model_run_stats(const llmi_model *m, const quant_opts *o, const int32_
         quant_result_free(r);
         return st->code;
     }
-    r->seconds = qm_now() - t0;
+    r->seconds = quant_now() - t0;
     return 0;
 }
 

@@ -53,6 +53,8 @@ typedef struct quant_layer_times {
  * every row when that costs at most 2^34 multiply-adds (2 rows cols^2), else the stride s
  * that keeps it there (an estimate; an 8B down_proj would cost 1.7e12). */
 int quant_err_stride(int rows, int cols);
+/* Monotonic seconds: the clock of quant_layer_times (and of quant_cuda's stage times). */
+double quant_now(void);
 
 /* Progress: after each step of a layer (step < n_steps), and when the layer is done
  * (step == n_steps, with each linear's relative output error |X(W-Q)^T|^2 / |XW^T|^2 and

@@ -1345,16 +1345,17 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     if (cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking) != cudaSuccess)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: cannot create a stream on GPU %d: %s", o->gpu_index,
                        cudaGetErrorString(cudaGetLastError()));
-    const char *i4_env = getenv("LLMI_I4_GEMV");
-    im->i4_kernel = LLMI_I4_AUTO;
-    if (i4_env && strcmp(i4_env, "warp") == 0) im->i4_kernel = LLMI_I4_WARP;
-    else if (i4_env && strcmp(i4_env, "chunk") == 0) im->i4_kernel = LLMI_I4_CHUNK;
-    else if (!rc && i4_env && strcmp(i4_env, "auto") != 0)
+    /* the kernel switches: the first word of each is the default */
+    static const char *const i4_words[] = {"auto", "chunk", "warp"}, *const dec_words[] = {"tc", "fp32"};
+    static const llmi_i4_kernel i4_kernels[] = {LLMI_I4_AUTO, LLMI_I4_CHUNK, LLMI_I4_WARP};
+    const char *i4_env = getenv("LLMI_I4_GEMV"), *dec_env = getenv("LLMI_ATTN_DECODE");
+    int i4_word = 0, dec_word = 0;
+    if (!rc && cuda_env_word(i4_env, i4_words, 3, &i4_word))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_I4_GEMV=%s: not auto, chunk or warp", i4_env);
-    const char *dec_env = getenv("LLMI_ATTN_DECODE");
-    im->decode_tc = !dec_env || strcmp(dec_env, "tc") == 0;
-    if (!rc && dec_env && strcmp(dec_env, "tc") != 0 && strcmp(dec_env, "fp32") != 0)
+    if (!rc && cuda_env_word(dec_env, dec_words, 2, &dec_word))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_ATTN_DECODE=%s: not tc or fp32", dec_env);
+    im->i4_kernel = i4_kernels[i4_word];
+    im->decode_tc = dec_word == 0;
     const char *dmin_env = getenv("LLMI_I4_DEQUANT_MIN_N");
     if (!rc && cuda_i4_dequant_min_n(dmin_env, &im->i4_dequant_min_n))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_I4_DEQUANT_MIN_N=%s: not a token count from 1 to 65536",

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include "backend/backend.h"
 
 int cuda_graph_bucket(int n) {
@@ -46,6 +47,14 @@ static int env_count(const char *env, int dflt, long lo, long hi, int *n) {
     if (errno || end == env || *end || v < lo || v > hi) return -1;
     *n = (int)v;
     return 0;
+}
+
+int cuda_env_word(const char *env, const char *const *words, int n_words, int *idx) {
+    *idx = 0;
+    if (!env) return 0;
+    for (int i = 0; i < n_words; i++)
+        if (strcmp(env, words[i]) == 0) return *idx = i, 0;
+    return -1;
 }
 
 int cuda_i4_dequant_min_n(const char *env, int *n) { return env_count(env, CUDA_I4_DEQUANT_MIN_N, 1, 65536, n); }

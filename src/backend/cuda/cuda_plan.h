@@ -44,6 +44,9 @@ typedef enum { CUDA_I4_GEMV = 0, CUDA_I4_DEQUANT_GEMM } cuda_i4_path;
  * or LLMI_I4_DEQUANT_MIN_N's value: at batch 16 on the H200 the GEMV took 30 ms a step,
  * which writing and reading the dense matrix may beat; a device session times both) */
 cuda_i4_path cuda_i4_choose(int n, int dequant_min_n);
+/* A word-valued environment switch: *idx = the index of env in words (n_words), 0 (the
+ * default, words[0]) when env is NULL; -1 when env is none of them. */
+int cuda_env_word(const char *env, const char *const *words, int n_words, int *idx);
 /* LLMI_I4_DEQUANT_MIN_N's value (env, may be NULL) as *n, else CUDA_I4_DEQUANT_MIN_N; -1
  * when it is not a whole number from 1 to 65536. */
 int cuda_i4_dequant_min_n(const char *env, int *n);
