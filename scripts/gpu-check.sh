@@ -12,7 +12,8 @@
 #          (f16/bf16, q8 and fp8 KV)
 #   smol   e2e's SmolLM2 rows alone (for the call that brings the model's last part)
 #   bench  the GPU's measured bandwidth and bf16 peak; llmi bench --dummy llama-3-8b: batch-1
-#          decode (tok/s, GB/s), TTFT at 2048, batch 32; RTN int4 at batch 1 and 16
+#          decode (tok/s, GB/s), TTFT at 2048, batch 32; RTN int4 at batch 1 and 16; then
+#          comparisons of the kernels not yet defaults (or just made so) against the others
 #   profile  llmi profile on the device: where a step's time goes op by op (bf16 prefill at
 #          2048 and decode at batch 1; the RTN int4 model of bench at batch 1 and 16), the
 #          four largest ops of each in the table, the whole tables in the raw tar
@@ -25,7 +26,8 @@
 #   hf     transformers (static cache) on the same shapes, when torch is there
 # It ends with a table  check | result | figure  where a result is ok, FAIL, timeout, no GPU
 # (the step needs a GPU this machine does not have), not available (a tool or file is
-# missing) or not run (time); exit 0 only when every row is ok or not available.
+# missing), not run (time) or fallback (a kernel switched off after its unit test failed);
+# exit 0 only when every row is ok or not available.
 #
 #   scripts/gpu-check.sh [--phase unit,e2e,...]   (default: all phases, in that order)
 # A session holds 15 device minutes in all (a cold start takes 1-2, and a machine idle for
@@ -42,10 +44,11 @@
 #       and one part per call: the script stashes parts in /tmp/llmi-gpu-model and
 #       assembles the model once all three have arrived on the (still warm) machine.
 #   scripts/gpu-check.sh --refs    after --pack, on the build machine (~50 min on 2 cores, no device
-#       time): runs e2e's cpu steps with the pack's llmi and keeps their outputs in .gpu-ref/
-#       (git-ignored), copied into .gpu-pack/ref now and by every later --pack while the CPU
-#       path's sources are unchanged; on the device e2e then runs only the cuda side of each
-#       comparison (the "cpu references" row says how many came from the pack).
+#       time): runs e2e's cpu steps with the pack's llmi and keeps their outputs in
+#       testdata/gpu-ref/ (tracked: commit them; the tree carries them to the device), good
+#       while the CPU path's sources are unchanged (--pack counts the matching ones); on the
+#       device e2e then runs only the cuda side of each comparison (the "cpu references" row
+#       says how many it found).  A change to the CPU path's sources needs a new --refs.
 #
 # Files: only $OUT/gpu-check.log (every step's command, exit status and output tails),
 # $OUT/gpu-check.tsv (the table) and $OUT/gpu-check-raw.tar.gz (each step's stdout and
@@ -79,7 +82,9 @@ ALL_PHASES=unit,sanitize,e2e,smol,bench,profile,tput,quant,hf
 # backend's output does not depend on the thread count (compared byte for byte at 1 and 2
 # threads, timings aside), and the pack's binary is the same on both machines
 # (-march=x86-64-v3); libm comes from each machine's system.
-REFSTORE=$ROOT/.gpu-ref
+# The store is tracked (testdata/gpu-ref/, README there): a session's checkout is fresh, and
+# the ~50 min of --refs would otherwise be spent again by every session that holds a device.
+REFSTORE=$ROOT/testdata/gpu-ref
 # (kernels/: only the headers a hashed file includes; the others, like int4_gemm.h, are the
 # CUDA side's)
 cpu_sources_hash() {
@@ -89,16 +94,15 @@ cpu_sources_hash() {
            grep -qlE "#include \"(kernels/)?$(basename "$h")\"" $files && echo "$h"; done)
   printf '%s\n' $files $hdrs | sort | xargs sha256sum | sha256sum | cut -c1-16
 }
-# the refs made by this tree's CPU path, into the pack (carried with it)
-copy_refs() {
+# count_refs: how many references in the store match this tree's CPU path (the device reads
+# them from the store, which travels with the tree)
+count_refs() {
   local h n=0 f
-  h=$(cat "$PACK/cpu-sources" 2> /dev/null) || return 0
-  mkdir -p "$PACK/ref"
+  h=$(cpu_sources_hash)
   for f in "$REFSTORE"/*.meta; do
-    [ -f "$f" ] && grep -q "^cpu_sources $h\$" "$f" || continue
-    cp "${f%.meta}".* "$PACK/ref/" && n=$((n + 1))
+    [ -f "$f" ] && grep -q "^cpu_sources $h\$" "$f" && n=$((n + 1))
   done
-  echo "gpu-check: $n cpu references for sources $h in .gpu-pack/ref$([ $n = 0 ] && echo ' (none: scripts/gpu-check.sh --refs makes them, ~50 min here, no device time)')"
+  echo "gpu-check: $n cpu references for sources $h in testdata/gpu-ref$([ $n = 0 ] && echo ' (none: scripts/gpu-check.sh --refs makes them there, ~50 min here, no device time; commit them)')"
 }
 
 # ---- --pack ----------------------------------------------------------------------------
@@ -135,7 +139,7 @@ if [ "${1:-}" = --pack ]; then
   # follow the working tree, so staleness is judged on the files themselves
   git ls-files -z -- main.c Makefile src kernels tests | xargs -0 sha256sum > "$PACK/sources.sha256"
   cpu_sources_hash > "$PACK/cpu-sources"
-  copy_refs
+  count_refs
   echo "sm_$arch" > "$PACK/arch"
   model=$(scripts/fetch-model.sh --path 2> /dev/null)
   rm -rf .gpu-model-1 .gpu-model-2 .gpu-model-3
@@ -159,7 +163,7 @@ if [ "${1:-}" = --pack ]; then
   echo "    3. run(command=\"BUDGET=<budget_left_s - 60> bash scripts/gpu-check.sh --phase smol,quant\", carry=[\".gpu-pack\", \".gpu-model-3\"], timeout_s=<BUDGET + 40>)"
   echo "  (hf, transformers side by side, ran on 2026-11-27: add it to call 3 only with time to spare; each phase's"
   echo "  last rows are its A/B comparisons, which a short BUDGET drops first)"
-  echo "  then give_back.  e2e and smol take their cpu side from .gpu-pack/ref when --refs made it (see the count above);"
+  echo "  then give_back.  e2e and smol take their cpu side from testdata/gpu-ref when --refs made it (see the count above);"
   echo "  without it SmolLM2's cpu runs alone take ~300 s of device time."
   echo "  (2026-11-27 on an H200: cold start ~30 s; call 1 without profile 133 s (tests 4 s, memcheck 4 s, racecheck 23 s,"
   echo "  bench ~100 s); tput 285 s (17 + 99 + 169); the 8B quantize row 71 s, hf 178 s; the HF models' cpu runs < 1 s each."
@@ -174,7 +178,7 @@ while [ $# -gt 0 ]; do
     --phase) PHASES=${2:-}; shift 2 ;;
     --phase=*) PHASES=${1#--phase=}; shift ;;
     --refs) REFS_ONLY=1; shift ;;
-    -h|--help) sed -n '2,57p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,63p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)"; exit 2 ;;
   esac
 done
@@ -188,6 +192,10 @@ if [ "$REFS_ONLY" = 1 ]; then
   [ "$(cpu_sources_hash)" = "$(cat "$PACK/cpu-sources")" ] ||
     { echo "gpu-check --refs: the CPU sources changed since --pack (rerun --pack)"; exit 1; }
   PHASES=e2e GPU_CHECK_DEVICE=cuda
+  # references of other CPU sources can never match again: dropped, so the store holds one set
+  for f in "$REFSTORE"/*.meta; do
+    [ -f "$f" ] && ! grep -q "^cpu_sources $(cat "$PACK/cpu-sources")\$" "$f" && rm -f "${f%.meta}".*
+  done
 fi
 
 DEV=${GPU_CHECK_DEVICE:-cuda}
@@ -229,9 +237,9 @@ print_table() {
 }
 finish() {
   if [ "$REFS_ONLY" = 1 ]; then
-    row "cpu references (--refs)" "$([ $REF_RUN -gt 0 ] && echo ok || echo FAIL)" "$REF_RUN made into .gpu-ref/ with the pack's llmi"
+    row "cpu references (--refs)" "$([ $REF_RUN -gt 0 ] && echo ok || echo FAIL)" "$REF_RUN made into testdata/gpu-ref/ with the pack's llmi (commit them)"
   elif [ $((REF_USED + REF_RUN)) -gt 0 ]; then
-    row "cpu references" ok "$REF_USED from .gpu-pack/ref${REF_FROM:+ (made $REF_FROM)}, $REF_RUN run here"
+    row "cpu references" ok "$REF_USED from testdata/gpu-ref${REF_FROM:+ (made $REF_FROM)}, $REF_RUN run here"
   fi
   print_table | tee -a "$LOG"
   cp "$LOG" "$TABLE" "$OUTDIR/"
@@ -244,7 +252,7 @@ finish() {
     IFS='|' read -r _ s _ <<< "$r"
     case "$s" in ok|"not available"*) ;; "not run (refs)") [ "$REFS_ONLY" = 1 ] || bad=1 ;; *) bad=1 ;; esac
   done
-  [ "$REFS_ONLY" = 1 ] && copy_refs
+  [ "$REFS_ONLY" = 1 ] && count_refs
   exit $bad
 }
 
@@ -314,14 +322,14 @@ run_cpu() {
   local name=$1 secs=$2 key=
   # (not for the emulation, whose cpu steps run this tree's ./llmi, not the pack's)
   [ -f "$PACK/cpu-sources" ] && [ "$DEV" != emu ] && key=$(ref_key "${@:4}")
-  if [ -n "$key" ] && [ -f "$PACK/ref/$key.out.gz" ] && [ "$REFS_ONLY" != 1 ]; then
-    gunzip -c "$PACK/ref/$key.out.gz" > "$WORK/$name.out"; gunzip -c "$PACK/ref/$key.err.gz" > "$WORK/$name.err"
-    REF_FROM=$(sed -n 's/^made //p' "$PACK/ref/$key.meta")
-    echo "\$ ${*:3} : cpu reference $key from .gpu-pack/ref ($REF_FROM)" >> "$LOG"
+  if [ -n "$key" ] && [ -f "$REFSTORE/$key.out.gz" ] && [ "$REFS_ONLY" != 1 ]; then
+    gunzip -c "$REFSTORE/$key.out.gz" > "$WORK/$name.out"; gunzip -c "$REFSTORE/$key.err.gz" > "$WORK/$name.err"
+    REF_FROM=$(sed -n 's/^made //p' "$REFSTORE/$key.meta")
+    echo "\$ ${*:3} : cpu reference $key from testdata/gpu-ref ($REF_FROM)" >> "$LOG"
     REF_USED=$((REF_USED + 1)); STATUS=ok; return 0
   fi
-  if [ -n "$key" ] && [ "$REFS_ONLY" != 1 ] && [ -d "$PACK/ref" ]; then
-    { echo "  no cpu reference $key in .gpu-pack/ref; its parts:"; ref_key_parts "${@:4}" | sed 's/^/    /'; } >> "$LOG"
+  if [ -n "$key" ] && [ "$REFS_ONLY" != 1 ] && [ -d "$REFSTORE" ]; then
+    { echo "  no cpu reference $key in testdata/gpu-ref; its parts:"; ref_key_parts "${@:4}" | sed 's/^/    /'; } >> "$LOG"
   fi
   run "$@" || return 1
   REF_RUN=$((REF_RUN + 1))
@@ -492,6 +500,32 @@ gpu_gate() {
 DATA=
 for f in "$PACK/data/wiki.test.raw" "$ROOT/../shared/data/wikitext-2-raw/wiki.test.raw"; do [ -f "$f" ] && DATA=$f && break; done
 
+# ---- kernel fallbacks: a default kernel that fails its unit test -------------------------------
+# The newest default kernels have run only on the CPU emulation until a device runs them.  When
+# the unit tests find one wrong (its failure message names it), the unit row stays FAIL, and
+# every later step of this call and of the later calls on this warm machine (STATE, kept there
+# between calls: it is ignored, so no carry replaces it) runs with that kernel switched off by
+# its knob, a row saying so: one wrong kernel then costs its own rows, not the session's other
+# measurements.
+STATE=${GPU_CHECK_STATE:-$ROOT/.gpu-state}
+# kernel_fallbacks TESTS_STDERR: the knob of each kernel whose unit test failed, a line each
+kernel_fallbacks() {
+  grep -q 'tensor-core decode nmse' "$1" && echo LLMI_ATTN_DECODE=fp32
+  # (cuda_backend_int4 and quant_cuda_int4_matmul_vs_cpu name the int4 kernel they ran)
+  if grep -q ' chunk GEMV: nmse' "$1"; then echo LLMI_I4_GEMV=warp
+  elif grep -q ' tensor-core: nmse' "$1"; then echo LLMI_I4_GEMV=chunk; fi
+}
+apply_fallbacks() {
+  local kv
+  while read -r kv; do
+    [[ "$kv" =~ ^LLMI_[A-Z0-9_]+=[a-z0-9]+$ ]] && export "${kv?}"
+  done < "$STATE"
+}
+if [ "$REFS_ONLY" != 1 ] && [ -s "$STATE" ]; then
+  apply_fallbacks
+  row "kernel fallbacks in force" fallback "$(tr '\n' ' ' < "$STATE")(an earlier call's unit tests failed those kernels; $STATE)"
+fi
+
 # ---- unit: CUDA tests and sanitizers -------------------------------------------------------
 if has_phase unit; then
   run tests 300 "$TESTS" cuda
@@ -506,6 +540,11 @@ if has_phase unit; then
     hfw=$(grep -E '^  cuda .* max \|logit diff\|' "$WORK/tests.err" | awk '{d = $(NF-2); sub(",", "", d); if (d + 0 > m + 0) m = d} END {printf "%s", m}')
     row "teacher-forced logits vs transformers" ok "5 HF models, worst max |diff| ${hfw:-?} (limit 5e-2 of scale)"
     grep -E '^  (attention|forward|int4|f16 model)' "$WORK/tests.out" | head -20 >> "$LOG"
+  elif [ "$STATUS" = FAIL ] && knobs=$(kernel_fallbacks "$WORK/tests.err") && [ -n "$knobs" ]; then
+    printf '%s\n' $knobs >> "$STATE"
+    sort -u -o "$STATE" "$STATE"
+    apply_fallbacks
+    row "kernel fallbacks from here on" fallback "$(echo $knobs) (their unit tests failed; the steps after this one and later calls on this machine run without those kernels)"
   fi
 fi
 if has_phase sanitize && gpu_gate "compute-sanitizer memcheck" "compute-sanitizer racecheck"; then
@@ -517,7 +556,7 @@ if has_phase sanitize && gpu_gate "compute-sanitizer memcheck" "compute-sanitize
     run memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 "$TESTS" cuda
     row "compute-sanitizer memcheck" "$STATUS" "$(first_match memcheck 'ERROR SUMMARY.*')"
     run racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 20 "$TESTS" \
-      cuda_attention cuda_sample cuda_argmax cuda_add_rmsnorm quant_cuda
+      cuda_attention cuda_sample cuda_argmax cuda_add_rmsnorm cuda_gemv quant_cuda
     row "compute-sanitizer racecheck" "$STATUS" "$(first_match racecheck '(RACECHECK|ERROR) SUMMARY.*')"
   fi
 fi
@@ -707,11 +746,22 @@ if has_phase bench; then
     fi
   fi
   # the comparisons last, so that a short budget drops them before a target's row
+  # batch-1 decode with the dense projections on llmi's GEMV (LLMI_DENSE_GEMV=on, off by
+  # default until a device shows it pays) against cuBLASLt's above
+  glabel="$BIG_NAME bf16 decode b1 on the GEMV (LLMI_DENSE_GEMV=on)"
+  if ! gpu_gate "$glabel"; then :
+  elif run bench-b1-gemv 100 env LLMI_DENSE_GEMV=on "$LLMI_DEV" bench "${L3[@]}" -p $((512 / SCALE)) \
+      -n $((128 / SCALE)) -b 1 -r "$REPS"; then
+    row "$glabel" ok "$(num "$(csv_col "$WORK/bench-b1-gemv.out" decode_tps_mean 1)") tok/s (cuBLASLt: $(num "${d1:-0}") tok/s)"
+  else
+    row "$glabel" "$STATUS" "$(why bench-b1-gemv)"
+  fi
   # decode attention at a large batch and long contexts (offline throughput's bottleneck):
   # the tensor-core kernel (the default) against the fp32 one it replaced, in the same call
   dlabel="$BIG_NAME decode b$((128 / SCALE)) p$((1024 / SCALE)): tensor-core vs fp32 attention"
   if ! gpu_gate "$dlabel"; then :
-  elif run bench-dec-tc 100 "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1 &&
+  elif run bench-dec-tc 100 env LLMI_ATTN_DECODE=tc "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) \
+         -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1 &&
        run bench-dec-fp32 100 env LLMI_ATTN_DECODE=fp32 "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) \
          -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1; then
     row "$dlabel" ok "$(num "$(csv_col "$WORK/bench-dec-tc.out" decode_tps_mean 1)") vs $(num "$(csv_col "$WORK/bench-dec-fp32.out" decode_tps_mean 1)") tok/s"
