@@ -70,6 +70,17 @@ __device__ __forceinline__ void llmi_kv_store_q8_block(void *p, int64_t b, const
     for (int j = 0; j < KV_Q8_BLOCK; j++) blk[2 + j] = (unsigned char)(signed char)roundf(x[j] * id);
 }
 
+/* Eight bf16 values packed in 16 bytes (lowest address first) as fp32, exactly: a bf16 is
+ * the top half of its fp32. */
+__device__ __forceinline__ void llmi_bf16x8_f32(uint4 u, float v[8]) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
 __device__ __forceinline__ float llmi_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

@@ -1,5 +1,5 @@
 /* gemm.cu — owns the dense projections: cuBLASLt bf16 (or fp16) GEMMs with fp32
- * accumulation and fp32 output (twin: cpu_matmul).  Row-major y = x W^T is the
+ * accumulation and fp32 output, and a bf16 GEMV for a few tokens (twin: cpu_matmul).  Row-major y = x W^T is the
  * column-major y^T = W x^T, so W is passed as A with op T and x as B without transpose. */
 #include <cublasLt.h>
 #include <stdio.h>
@@ -197,12 +197,108 @@ static int algo_for(llmi_cuda_gemm *g, int64_t m, int64_t k, int64_t key_n, int6
     return 0;
 }
 
+/* ---- the decode GEMV: up to LLMI_GEMV_MAX_N tokens ----
+ * At one token cuBLASLt read the small projections of a llama-3-8b at 2.0-2.6 TB/s on the
+ * H200 (o_proj, qkv; 2026-11-26 profile) where the large ones reached 3.9.  The weights
+ * are read once, whatever n: a block of GV_THREADS threads owns GV_ROWS rows and splits
+ * their columns in 16-byte chunks (8 weights), GV_UNROLL chunks a row loaded before the
+ * first is used, each activation chunk serving every row (the structure of int4_gemm.cu's
+ * chunk GEMV).  fp32 products and sums (exact products of bf16 values; only the order of
+ * the sums differs from cuBLASLt's and the CPU's); warp shuffles, then shared memory across
+ * the block's warps. */
+#define GV_THREADS 128
+#define GV_ROWS 4
+#define GV_UNROLL 2
+template <int NT>
+__global__ void __launch_bounds__(GV_THREADS) llmi_gemv_bf16_kernel(const __nv_bfloat16 *w, int rows, int cols,
+                                                                    const __nv_bfloat16 *x, int n, float *y, int ldy) {
+    __shared__ float partial[GV_THREADS / 32][NT][GV_ROWS];   /* a warp's sums */
+    const int row0 = blockIdx.x * GV_ROWS, nchunks = cols / 8;
+    const uint4 *wr[GV_ROWS];   /* a missing last row repeats the one before, unstored */
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++) wr[r] = (const uint4 *)(w + (size_t)min(row0 + r, rows - 1) * cols);
+    float acc[NT][GV_ROWS];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int r = 0; r < GV_ROWS; r++) acc[t][r] = 0.0f;
+    for (int base = threadIdx.x; base < nchunks; base += GV_THREADS * GV_UNROLL) {
+        uint4 chunk[GV_UNROLL][GV_ROWS];
+#pragma unroll
+        for (int u = 0; u < GV_UNROLL; u++) {
+            const int c = base + u * GV_THREADS;
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; r++) chunk[u][r] = c < nchunks ? __ldg(wr[r] + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < GV_UNROLL; u++) {
+            const int c = base + u * GV_THREADS;
+            if (c >= nchunks) break;
+            float wv[GV_ROWS][8];
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; r++) llmi_bf16x8_f32(chunk[u][r], wv[r]);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                float xv[8];
+                llmi_bf16x8_f32(__ldg((const uint4 *)(x + (size_t)t * cols) + c), xv);
+#pragma unroll
+                for (int r = 0; r < GV_ROWS; r++)
+#pragma unroll
+                    for (int j = 0; j < 8; j++) acc[t][r] = fmaf(xv[j], wv[r][j], acc[t][r]);
+            }
+        }
+    }
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= n) break;
+#pragma unroll
+        for (int r = 0; r < GV_ROWS; r++) {
+            const float v = llmi_warp_sum(acc[t][r]);
+            if (lane == 0) partial[warp][t][r] = v;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < NT * GV_ROWS; i += GV_THREADS) {
+        const int t = i / GV_ROWS, r = i % GV_ROWS, row = row0 + r;
+        if (t >= n || row >= rows) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < GV_THREADS / 32; k++) v += partial[k][t][r];
+        y[(size_t)t * ldy + row] = v;
+    }
+}
+
+extern "C" bool llmi_cuda_gemv_fits(llmi_dtype dt, const void *w, int64_t rows, int64_t cols, const void *x, int n) {
+    return dt == LLMI_BF16 && n >= 1 && n <= LLMI_GEMV_MAX_N && rows >= 1 && rows <= INT32_MAX / 2 && cols >= 8 &&
+           cols % 8 == 0 && cols <= INT32_MAX && (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0;
+}
+
+extern "C" cudaError_t llmi_cuda_gemv(const void *w, int64_t rows, int64_t cols, const void *x, int n, float *y,
+                                      int64_t ldy, cudaStream_t s) {
+    if (!llmi_cuda_gemv_fits(LLMI_BF16, w, rows, cols, x, n) || ldy < rows || ldy > INT32_MAX)
+        return cudaErrorInvalidValue;
+    const unsigned blocks = (unsigned)((rows + GV_ROWS - 1) / GV_ROWS);
+    const __nv_bfloat16 *wb = (const __nv_bfloat16 *)w, *xb = (const __nv_bfloat16 *)x;
+    if (n == 1) llmi_gemv_bf16_kernel<1><<<blocks, GV_THREADS, 0, s>>>(wb, (int)rows, (int)cols, xb, n, y, (int)ldy);
+    else if (n == 2) llmi_gemv_bf16_kernel<2><<<blocks, GV_THREADS, 0, s>>>(wb, (int)rows, (int)cols, xb, n, y, (int)ldy);
+    else llmi_gemv_bf16_kernel<4><<<blocks, GV_THREADS, 0, s>>>(wb, (int)rows, (int)cols, xb, n, y, (int)ldy);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
 extern "C" int llmi_cuda_gemm_run(llmi_cuda_gemm *g, const void *w, int64_t rows, int64_t cols, const void *x, int n,
                                   int key_n, float *y, int64_t ldy, cudaStream_t s, llmi_status *st) {
     if (n <= 0) return 0;
     if (rows <= 0 || cols <= 0 || ldy < rows || key_n < n)
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda gemm: bad shape %lldx%lld, %d tokens (key %d), ldy %lld",
                          (long long)rows, (long long)cols, n, key_n, (long long)ldy);
+    if (n <= g->gemv_max_n && llmi_cuda_gemv_fits(g->dt, w, rows, cols, x, n)) {
+        g->gemv_runs++;
+        RT_CHECK(st, llmi_cuda_gemv(w, rows, cols, x, n, y, ldy, s));
+        return 0;
+    }
     const uint64_t in_ld = (uint64_t)cols * 2;   /* bf16 or f16 rows of W and x */
     const int64_t align = ((int64_t)lt_align(w, in_ld) << 18) | ((int64_t)lt_align(x, in_ld) << 9) |
                           (int64_t)lt_align(y, (uint64_t)ldy * 4);

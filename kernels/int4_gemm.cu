@@ -27,13 +27,7 @@ __device__ __forceinline__ void i4_load_x8<float>(const float *x, int64_t off, f
 }
 template <>
 __device__ __forceinline__ void i4_load_x8<__nv_bfloat16>(const __nv_bfloat16 *x, int64_t off, float v[8]) {
-    uint4 u = *(const uint4 *)(x + off);
-    uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        v[2 * i] = __uint_as_float(w[i] << 16);
-        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
+    llmi_bf16x8_f32(*(const uint4 *)(x + off), v);
 }
 
 /* (float)(q - z) for a nibble q and zero z, exact: 0x4B400000 is 1.5 * 2^23, whose last

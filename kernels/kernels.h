@@ -13,6 +13,7 @@
 #ifndef LLMI_KERNELS_H
 #define LLMI_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
@@ -139,7 +140,7 @@ cudaError_t llmi_cuda_to_f32(const void *src, llmi_dtype src_dt, int64_t n, floa
 cudaError_t llmi_cuda_sum_store(const float *a, const float *b, int64_t n, void *dst, llmi_dtype dst_dt,
                                 int32_t *overflow, cudaStream_t s);
 
-/* ---- gemm.cu (cuBLASLt) ---- */
+/* ---- gemm.cu (cuBLASLt, and a GEMV for a few tokens) ---- */
 /* y (n, ldy) f32, columns [0, rows) = x (n, cols) @ W^T with W (rows, cols) and x in dt
  * (BF16 or F16), fp32 accumulation, all row-major and dense.  The context owns the
  * cuBLASLt handle, its workspace and a hashed cache of algorithms keyed on (rows, cols,
@@ -178,11 +179,21 @@ typedef struct llmi_cuda_gemm {
     long tuned_keys;             /* keys whose algorithm was chosen by timing */
     long tune_runs;              /* GEMMs run to time them */
     void *tune_ev[2];            /* cudaEvent_t, made on the first timing */
+    int gemv_max_n;              /* batches of 1..gemv_max_n (<= LLMI_GEMV_MAX_N) tokens take llmi_cuda_gemv
+                                    where it fits (init: 0, never) */
+    long gemv_runs;              /* products the GEMV ran */
 } llmi_cuda_gemm;
 int llmi_cuda_gemm_init(llmi_cuda_gemm *g, llmi_dtype dt, size_t workspace_bytes, llmi_status *st);
 void llmi_cuda_gemm_free(llmi_cuda_gemm *g);
 int llmi_cuda_gemm_run(llmi_cuda_gemm *g, const void *w, int64_t rows, int64_t cols, const void *x, int n, int key_n,
                        float *y, int64_t ldy, cudaStream_t s, llmi_status *st);
+/* The same product for 1..LLMI_GEMV_MAX_N tokens without cuBLASLt, bf16 only (W and x
+ * 16-byte aligned, cols a multiple of 8: llmi_cuda_gemv_fits): a GEMV that reads W once
+ * (gemm.cu); cudaErrorInvalidValue for what does not fit. */
+#define LLMI_GEMV_MAX_N 4
+bool llmi_cuda_gemv_fits(llmi_dtype dt, const void *w, int64_t rows, int64_t cols, const void *x, int n);
+cudaError_t llmi_cuda_gemv(const void *w, int64_t rows, int64_t cols, const void *x, int n, float *y, int64_t ldy,
+                           cudaStream_t s);
 
 /* embed.cu: cudaSuccess when this build's kernels can run on the current device
  * (cudaErrorNoKernelImageForDevice or similar when built for another architecture). */

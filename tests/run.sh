@@ -69,7 +69,7 @@ if [ -z "$filter" ] || [ "$filter" = unit ] || [ "$filter" = cuda ]; then
     # first: a missing barrier, or a block that counts on another's order, shows in one
     # order or the other
     LLMI_EMU_ORDER=reverse unit_run cuda-emu-reverse build-emu/llmi_tests cuda_add_rmsnorm cuda_attention cuda_rope_kv \
-      cuda_swiglu cuda_embed cuda_dequant cuda_sum_store cuda_argmax cuda_gemm cuda_sample cuda_backend_int4 \
+      cuda_swiglu cuda_embed cuda_dequant cuda_sum_store cuda_argmax cuda_gemm cuda_gemv cuda_sample cuda_backend_int4 \
       quant_cuda_int4_matmul_vs_cpu quant_cuda_gram_and_gptq_vs_cpu
     # and the GEMMs with cuBLASLt refusing an algorithm outside the n it was chosen for, so
     # that gemm.cu's fallback (an exact entry for that n) runs

@@ -499,6 +499,76 @@ TEST(cuda_gemm) {
     }
 }
 
+/* The decode GEMV (llmi_cuda_gemv, and llmi_cuda_gemm_run with gemv_max_n) against
+ * cpu_matmul on the same bf16 values: rows not a multiple of the block's 4, rows wider than
+ * a block's 256 chunks a pass, 1 to 4 tokens, ldy past rows left alone.  The products of bf16
+ * values are exact in fp32 and only the sums' order differs, so the bound is fp32 rounding's.
+ * gemm_run takes the GEMV for n <= gemv_max_n only, and cuBLASLt for what it cannot fit. */
+TEST(cuda_gemv) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_gemv");
+    const int shapes[][3] = {{1, 8, 1}, {37, 72, 3}, {130, 1032, 4}, {257, 4104, 2}, {5, 2056, 1}, {64, 64, 4}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int rows = shapes[si][0], cols = shapes[si][1], n = shapes[si][2], ldy = rows + 3;
+        uint16_t *w = malloc((size_t)rows * cols * 2), *xh = malloc((size_t)n * cols * 2);
+        float *xf = malloc(sizeof(float) * n * cols), *ref = malloc(sizeof(float) * n * rows);
+        float *got = malloc(sizeof(float) * n * ldy), *packed = malloc(sizeof(float) * n * rows);
+        for (int i = 0; i < rows * cols; i++) w[i] = f32_to_bf16(trng_unif(&r) * 2.0f - 1.0f);
+        for (int i = 0; i < n * cols; i++) xh[i] = f32_to_bf16(trng_unif(&r) * 2.0f - 1.0f), xf[i] = bf16_to_f32(xh[i]);
+        llmi_tensor t = {.dtype = LLMI_BF16, .rows = rows, .cols = cols, .row_bytes = (size_t)cols * 2, .data = w};
+        cpu_matmul(&t, xf, n, NULL, ref);
+        void *d_w = dup_to_dev(w, (size_t)rows * cols * 2), *d_x = dup_to_dev(xh, (size_t)n * cols * 2);
+        float *d_y = dup_to_dev(NULL, sizeof(float) * n * ldy);
+        llmi_cuda_gemm g;
+        llmi_status st = {0};
+        CHECK_MSG(llmi_cuda_gemm_init(&g, LLMI_BF16, (size_t)4 << 20, &st) == 0, "%s", st.msg);
+        CHECK(g.gemv_max_n == 0);
+        g.gemv_max_n = LLMI_GEMV_MAX_N;
+        for (int via = 0; via < 2; via++) {
+            cudaMemset(d_y, 0xff, sizeof(float) * n * ldy);   /* NaN: columns past rows must stay so */
+            if (via == 0) CHECK(llmi_cuda_gemv(d_w, rows, cols, d_x, n, d_y, ldy, 0) == cudaSuccess);
+            else CHECK_MSG(llmi_cuda_gemm_run(&g, d_w, rows, cols, d_x, n, LLMI_GEMV_MAX_N, d_y, ldy, 0, &st) == 0,
+                           "%s", st.msg);
+            CHECK(cudaDeviceSynchronize() == cudaSuccess);
+            to_host(got, d_y, sizeof(float) * n * ldy);
+            int untouched = 0;
+            for (int i = 0; i < n; i++) {
+                memcpy(packed + (size_t)i * rows, got + (size_t)i * ldy, sizeof(float) * rows);
+                for (int j = rows; j < ldy; j++) untouched += got[(size_t)i * ldy + j] != got[(size_t)i * ldy + j];
+            }
+            CHECK_MSG(untouched == n * (ldy - rows), "%dx%d n %d: columns past rows written", rows, cols, n);
+            const double e = test_nmse(packed, ref, (long)n * rows);
+            CHECK_MSG(e <= 1e-10, "%dx%d n %d %s: nmse %g", rows, cols, n, via ? "gemm_run" : "gemv", e);
+        }
+        CHECK_MSG(g.gemv_runs == 1 && g.heuristic_calls == 0, "%dx%d n %d: %ld GEMV runs, %ld heuristic calls", rows,
+                  cols, n, g.gemv_runs, g.heuristic_calls);
+        llmi_cuda_gemm_free(&g);
+        cudaFree(d_w); cudaFree(d_x); cudaFree(d_y);
+        free(w); free(xh); free(xf); free(ref); free(got); free(packed);
+    }
+    /* what the GEMV does not take: more tokens than gemv_max_n, or a width that is no whole
+     * number of 16-byte chunks, goes to cuBLASLt (and the GEMV itself refuses the width) */
+    const int rows = 9, cols = 12, n = 5;
+    uint16_t *w = calloc((size_t)rows * cols, 2), *xh = calloc((size_t)n * cols, 2);
+    void *d_w = dup_to_dev(w, (size_t)rows * cols * 2), *d_x = dup_to_dev(xh, (size_t)n * cols * 2);
+    float *d_y = dup_to_dev(NULL, sizeof(float) * n * rows);
+    llmi_cuda_gemm g;
+    llmi_status st = {0};
+    CHECK_MSG(llmi_cuda_gemm_init(&g, LLMI_BF16, (size_t)4 << 20, &st) == 0, "%s", st.msg);
+    g.gemv_max_n = LLMI_GEMV_MAX_N;
+    CHECK(llmi_cuda_gemv(d_w, rows, cols, d_x, 1, d_y, rows, 0) == cudaErrorInvalidValue);
+    CHECK(!llmi_cuda_gemv_fits(LLMI_BF16, d_w, rows, 16, d_x, LLMI_GEMV_MAX_N + 1));
+    CHECK(!llmi_cuda_gemv_fits(LLMI_F16, d_w, rows, 16, d_x, 1));
+    CHECK_MSG(llmi_cuda_gemm_run(&g, d_w, rows, cols, d_x, 1, 1, d_y, rows, 0, &st) == 0, "%s", st.msg);
+    CHECK_MSG(llmi_cuda_gemm_run(&g, d_w, rows, 8, d_x, n, 8, d_y, rows, 0, &st) == 0, "%s", st.msg);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK_MSG(g.gemv_runs == 0 && g.heuristic_calls >= 2, "%ld GEMV runs, %ld heuristic calls", g.gemv_runs,
+              g.heuristic_calls);
+    llmi_cuda_gemm_free(&g);
+    cudaFree(d_w); cudaFree(d_x); cudaFree(d_y);
+    free(w); free(xh);
+}
+
 /* Autotuning (g.tune > 1): a new key times the heuristic's candidates on the call's own
  * operands and keeps one; the result is the GEMM's all the same; the same key later is a
  * cache hit (nothing timed again); a new key met while the stream captures a graph takes

@@ -46,3 +46,13 @@ pre=$(grep -oE '"preempted":[0-9]+' "$TMP/preempt.out" | awk -F: '{s += $2} END 
 echo "preempt: $pre preemptions"
 emu spec --spec ngram --spec-k 4
 compare spec
+# the dense projections on llmi's GEMV (LLMI_DENSE_GEMV=on) where a step has at most
+# LLMI_GEMV_MAX_N (4) tokens: with 4 sequences at a time every decode step's linears and
+# lm_head take it, in the graphs and out of them
+export LLMI_DENSE_GEMV=on LLMI_EMU_COUNT=llmi_gemv_bf16_kernel
+emu gemv --max-seqs 4
+unset LLMI_DENSE_GEMV LLMI_EMU_COUNT
+compare gemv
+gemv=$(sed -n 's/^EMU count: \([0-9]*\) launches of .*/\1/p' "$TMP/gemv.err")
+[ "${gemv:-0}" -gt 0 ] || fail "gemv: LLMI_DENSE_GEMV=on ran no GEMV ($(grep 'EMU' "$TMP/gemv.err" | head -2))"
+echo "gemv: $gemv GEMV launches"

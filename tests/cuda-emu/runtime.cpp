@@ -35,11 +35,14 @@ std::mutex emu_atomic_mu;
 static std::atomic<int> emu_errors;
 static std::mutex g_mu;   /* the runtime's state (one host thread at a time in practice) */
 
-/* what ran, for LLMI_EMU_STATS=1 (a test can check that a path it means to cover ran) */
-static std::atomic<long> n_launches, n_captures, n_graph_launches;
+/* what ran, for LLMI_EMU_STATS=1 (a test can check that a path it means to cover ran);
+ * LLMI_EMU_COUNT=TEXT also counts the launches of kernels whose name holds TEXT */
+static std::atomic<long> n_launches, n_captures, n_graph_launches, n_counted;
+static const char *const emu_count_text = getenv("LLMI_EMU_COUNT");
 static void emu_print_stats() {
     fprintf(stderr, "EMU stats: %ld kernel launches, %ld graph captures, %ld graph launches\n", n_launches.load(),
             n_captures.load(), n_graph_launches.load());
+    if (emu_count_text) fprintf(stderr, "EMU count: %ld launches of %s\n", n_counted.load(), emu_count_text);
 }
 static struct EmuStatsAtExit {
     EmuStatsAtExit() { if (getenv("LLMI_EMU_STATS")) atexit(emu_print_stats); }
@@ -442,6 +445,7 @@ int emu_launch_check(const void *fn, const char *name, dim3 grid, dim3 block, si
     }
     if (nt % 32) emu_error("launch of %s: %lu threads a block, not whole warps (the emulator needs whole warps)", name, nt);
     n_launches++;
+    if (emu_count_text && strstr(name, emu_count_text)) n_counted++;
     return 0;
 }
 void *emu_static_smem(int id, size_t bytes) {

@@ -1372,8 +1372,16 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
     if (!rc && cuda_gemm_tune(tune_env, &tune))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_GEMM_TUNE=%s: not a candidate count from 1 to %d",
                        tune_env, CUDA_GEMM_TUNE_MAX);
+    /* LLMI_DENSE_GEMV=on: batches of up to LLMI_GEMV_MAX_N tokens through llmi_cuda_gemv
+     * instead of cuBLASLt (decode; off until a device session has timed both) */
+    static const char *const gemv_words[] = {"off", "on"};
+    const char *gemv_env = getenv("LLMI_DENSE_GEMV");
+    int gemv_word = 0;
+    if (!rc && cuda_env_word(gemv_env, gemv_words, 2, &gemv_word))
+        rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_DENSE_GEMV=%s: not off or on", gemv_env);
     if (!rc) rc = llmi_cuda_gemm_init(&im->gemm, WDT, GEMM_WORKSPACE, st);
     if (!rc) im->gemm.tune = tune;
+    if (!rc) im->gemm.gemv_max_n = gemv_word == 1 ? LLMI_GEMV_MAX_N : 0;
     if (!rc) rc = load_weights(b, im, st);
     if (!rc) rc = alloc_workspaces(im, c, st);
     if (!rc) rc = graphs_init(b, im, st);
