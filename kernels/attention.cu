@@ -375,6 +375,41 @@ __device__ __forceinline__ void tc_row_sums(float (&l_run)[2]) {
     }
 }
 
+/* Positions [p0, p0 + n_rows) of KV head kvh, from a cache that already holds T, into the
+ * tiles Ks and Vs (row stride ld) by 16-byte copies (hd % 8 == 0); positions at or past
+ * `end` as zeros (never NaN).  Thread i0 of n_thr takes chunks i0, i0 + n_thr, ...: BATCH
+ * of its K and V loads are issued before the first store, so they wait for memory together
+ * (a loop storing after each pair waited once a pair: 8 latencies a thread and tile at
+ * head_dim 128, in PTX one load pair per loop trip).  BATCH 4 costs ~10-20 registers (the
+ * occupancy at head_dim 128 stays 3 blocks an SM); the head_dim-256 decode takes 2, as 4
+ * spills there. */
+template <int BATCH, typename T>
+__device__ __forceinline__ void tc_load_kv16(const llmi_cuda_attn &a, const int32_t *bt, int kvh, int hd, int ld,
+                                             int p0, int n_rows, int end, T *Ks, T *Vs, int i0, int n_thr) {
+    const int hv = hd / 8, total = n_rows * hv;
+    for (int base = i0; base < total; base += BATCH * n_thr) {
+        uint4 kr[BATCH], vr[BATCH];
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int i = base + u * n_thr, p = p0 + i / hv;
+            kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+            if (i < total && p < end) {
+                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + (i % hv) * 8;
+                kr[u] = *(const uint4 *)((const uint16_t *)a.k_cache + off);
+                vr[u] = *(const uint4 *)((const uint16_t *)a.v_cache + off);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int i = base + u * n_thr;
+            if (i >= total) break;
+            const int tt = i / hv, d = (i % hv) * 8;
+            *(uint4 *)(Ks + tt * ld + d) = kr[u];
+            *(uint4 *)(Vs + tt * ld + d) = vr[u];
+        }
+    }
+}
+
 /* Shared memory (elements of T): Q (PF_BQ, hd+8) | K (PF_BK, hd+8) | V (PF_BK, hd+8); the
  * 8-element pad puts the 8 rows one fragment load touches on distinct banks. */
 static __host__ __device__ int pf_ld(int hd) { return hd + 8; }
@@ -428,18 +463,7 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
     for (int kv0 = 0; kv0 <= max_pos; kv0 += PF_BK) {
         __syncthreads();   /* every warp is done with the previous K/V tile */
         if (same_type) {   /* the cache already holds T: 16-byte copies (hd % 16 == 0) */
-            const int hv = hd / 8;
-            for (int i = tid; i < PF_BK * hv; i += blockDim.x) {
-                int tt = i / hv, d = (i % hv) * 8, p = kv0 + tt;
-                uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
-                if (p <= max_pos) {
-                    int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + d;
-                    kr = *(const uint4 *)((const uint16_t *)a.k_cache + off);
-                    vr = *(const uint4 *)((const uint16_t *)a.v_cache + off);
-                }
-                *(uint4 *)(Ks + tt * ld + d) = kr;
-                *(uint4 *)(Vs + tt * ld + d) = vr;
-            }
+            tc_load_kv16<4>(a, bt, kvh, hd, ld, kv0, PF_BK, max_pos + 1, Ks, Vs, tid, blockDim.x);
         } else {
             for (int i = tid; i < PF_BK * hd; i += blockDim.x) {
                 int tt = i / hd, d = i % hd, p = kv0 + tt;
@@ -550,7 +574,7 @@ llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits
     const int h0 = kvh * G;
     const int chunk = ((pos + n_splits) / n_splits + DEC_T - 1) / DEC_T * DEC_T;   /* the fp32 kernel's */
     const int start = split * chunk, end = min(pos + 1, start + chunk);
-    const int n_kd = hd / 16, n_jd = hd / 8, hv = hd / 8;
+    const int n_kd = hd / 16, n_jd = hd / 8;
 
     /* Q (16, hd) as mma's A fragments: rows g and g + 8 of this lane, heads h0 + row */
     uint32_t qf[HDMAX / 16][4];
@@ -572,17 +596,7 @@ llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits
 
     for (int kv0 = start + warp * DT_BK; kv0 < end; kv0 += DT_WARPS * DT_BK) {
         __syncwarp();   /* the warp is done with its previous tile */
-        for (int i = lane; i < DT_BK * hv; i += 32) {
-            const int tt = i / hv, d = (i % hv) * 8, p = kv0 + tt;
-            uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);   /* past end: zeros, never NaN */
-            if (p < end) {
-                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + d;
-                kr = *(const uint4 *)((const uint16_t *)a.k_cache + off);
-                vr = *(const uint4 *)((const uint16_t *)a.v_cache + off);
-            }
-            *(uint4 *)(Ks + tt * ld + d) = kr;
-            *(uint4 *)(Vs + tt * ld + d) = vr;
-        }
+        tc_load_kv16<HDMAX <= 128 ? 4 : 2>(a, bt, kvh, hd, ld, kv0, DT_BK, end, Ks, Vs, lane, 32);
         __syncwarp();
 
         /* S (16, DT_BK) = Q K^T: piece j holds positions kv0 + 8j .. + 7 */
