@@ -410,6 +410,35 @@ __device__ __forceinline__ void tc_load_kv16(const llmi_cuda_attn &a, const int3
     }
 }
 
+/* Rows t0 .. t0 + PF_BQ - 1 of head h's queries (fp32; q 16-byte aligned, q_stride and hd
+ * multiples of 4, as the launcher checks) into Qs (row stride ld) as T, rows from nq on
+ * zero.  Each thread issues TC_Q_BATCH float4 loads before storing any: a loop storing
+ * after each load waited for memory once a float, 64 times a thread at head_dim 128,
+ * before the block's first K/V tile. */
+#define TC_Q_BATCH 8
+template <typename T>
+__device__ __forceinline__ void tc_load_q(const llmi_cuda_attn &a, int t0, int nq, int h, int hd, int ld, T *Qs,
+                                          int i0, int n_thr) {
+    const float *qh = a.q + (int64_t)h * hd;
+    const int h4 = hd / 4, total = PF_BQ * h4;
+    for (int base = i0; base < total; base += TC_Q_BATCH * n_thr) {
+        float4 v[TC_Q_BATCH];
+#pragma unroll
+        for (int u = 0; u < TC_Q_BATCH; u++) {
+            const int i = base + u * n_thr, r = i / h4;
+            v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (i < total && r < nq) v[u] = *(const float4 *)(qh + (int64_t)(t0 + r) * a.q_stride + (i % h4) * 4);
+        }
+#pragma unroll
+        for (int u = 0; u < TC_Q_BATCH; u++) {
+            const int i = base + u * n_thr;
+            if (i >= total) break;
+            const int r = i / h4, d = (i % h4) * 4;
+            *(uint2 *)(Qs + r * ld + d) = make_uint2(tc_conv<T>::pack(v[u].x, v[u].y), tc_conv<T>::pack(v[u].z, v[u].w));
+        }
+    }
+}
+
 /* Shared memory (elements of T): Q (PF_BQ, hd+8) | K (PF_BK, hd+8) | V (PF_BK, hd+8); the
  * 8-element pad puts the 8 rows one fragment load touches on distinct banks. */
 static __host__ __device__ int pf_ld(int hd) { return hd + 8; }
@@ -435,11 +464,7 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q2 = 2 * (lane & 3);
     const int32_t *bt = a.block_tables + (int64_t)a.seq_of_token[t0] * a.max_blocks_per_seq;
 
-    for (int i = tid; i < PF_BQ * hd; i += blockDim.x) {
-        int r = i / hd, d = i % hd;
-        float v = r < nq ? a.q[(int64_t)(t0 + r) * a.q_stride + (int64_t)h * hd + d] : 0.0f;
-        Qs[r * ld + d] = tc_conv<T>::from(v);
-    }
+    tc_load_q(a, t0, nq, h, hd, ld, Qs, tid, blockDim.x);
     /* the tile's last key, found by every warp alike (no static shared memory beside the
      * dynamic buffer, whose 16-byte alignment the vector copies rely on) */
     int max_pos = -1;
@@ -751,7 +776,7 @@ extern "C" cudaError_t llmi_cuda_attn_prefill(const llmi_cuda_attn *a, const int
                                               cudaStream_t s) {
     if (n_tiles <= 0) return cudaSuccess;
     if (a->head_dim % 16 != 0 || a->head_dim > 256 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0 ||
-        a->n_heads > 65535)
+        a->n_heads > 65535 || (uintptr_t)a->q % 16 != 0 || a->q_stride % 4 != 0)
         return cudaErrorInvalidValue;
     /* f16 caches keep f16 on the tensor cores, and so do q8 (d*q: an fp16 scale times an int8
      * rounds less in f16 than in bf16) and fp8 (every e4m3 value is exact in f16; a scale

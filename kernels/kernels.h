@@ -35,7 +35,9 @@ cudaError_t llmi_cuda_embed(const void *table, llmi_dtype tdt, int64_t n_vocab, 
 /* Row i (< n) reads r = rows ? rows[i] : i, x = residual[r] (+ delta[r] when delta != NULL)
  * and writes out[i] (n, dim) in out_dt = x * rsqrt(mean(x^2) + eps) * w.  Without rows and
  * with delta, residual[r] = x is written back (cpu_add_rmsnorm); with rows it is not (the
- * final norm of just the logit rows).  residual, delta (*, dim) f32; w (dim) f32. */
+ * final norm of just the logit rows).  residual, delta (*, dim) f32; w (dim) f32;
+ * dim <= LLMI_NORM_MAX_DIM (cudaErrorInvalidValue otherwise). */
+#define LLMI_NORM_MAX_DIM 16384
 cudaError_t llmi_cuda_add_rmsnorm(float *residual, const float *delta, const float *w, const int32_t *rows, int n,
                                   int dim, float eps, void *out, llmi_dtype out_dt, cudaStream_t s);
 
@@ -109,9 +111,10 @@ size_t llmi_cuda_attn_work_floats(int n_decode, int n_heads, int head_dim, int n
  * of token indices; work (llmi_cuda_attn_work_floats) device floats. */
 cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int32_t *tokens, int n, int n_splits, float *work,
                                   cudaStream_t s);
-/* Tiled causal flash-attention over paged KV on tensor cores (wmma, bf16 or f16 inputs,
+/* Tiled causal flash-attention over paged KV on tensor cores (mma.sync, bf16 or f16 inputs,
  * fp32 accumulation); tiles (n_tiles, 2) device array from llmi_cuda_attn_plan.
- * Needs head_dim % 16 == 0 and head_dim <= 256. */
+ * Needs head_dim % 16 == 0 and head_dim <= 256, q 16-byte aligned and q_stride a multiple
+ * of 4 (cudaErrorInvalidValue otherwise). */
 cudaError_t llmi_cuda_attn_prefill(const llmi_cuda_attn *a, const int32_t *tiles, int n_tiles, cudaStream_t s);
 
 /* ---- sample.cu ---- */

@@ -4,11 +4,15 @@
  * and fp8 caches get the CPU twin's bytes for the same rotated values. */
 #include "common.cuh"
 
-/* grid (n), block 128, 2 * (head_dim / 2) floats of dynamic shared memory: one token per
- * block; the token's cos/sin per pair first (the angle does not depend on the head, and
- * the accurate functions cost tens of instructions: once a pair, not once per head and
- * pair), then threads stride over (head, pair) for the rotation and over the slot's
- * n_kv_heads*head_dim elements for the cache write. */
+/* grid (n), block ROPE_THREADS, 2 * (head_dim / 2) floats of dynamic shared memory: one
+ * token per block; the token's cos/sin per pair first (the angle does not depend on the
+ * head, and the accurate functions cost tens of instructions: once a pair, not once per
+ * head and pair), then threads stride over (head, pair) for the rotation and over the
+ * slot's n_kv_heads*head_dim elements for the cache write, ROPE_BATCH of a thread's loads
+ * issued before its first store (a loop storing after each load waits for memory once a
+ * trip, as q and k may alias: at one token, 20 trips a thread for a llama-3-8b's 40 heads). */
+#define ROPE_THREADS 256
+#define ROPE_BATCH 4
 __global__ void llmi_rope_kv_kernel(float *q, int q_stride, float *k, int k_stride, const float *v, int v_stride,
                                     const int32_t *positions, const int32_t *slot_mapping, int n_heads,
                                     int n_kv_heads, int head_dim, const float *inv_freq, void *k_cache,
@@ -25,14 +29,25 @@ __global__ void llmi_rope_kv_kernel(float *q, int q_stride, float *k, int k_stri
         trig[half + i] = sinf(ang);
     }
     __syncthreads();
-    int pairs = (n_heads + n_kv_heads) * half;
-    for (int idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
-        int h = idx / half, i = idx % half;
-        float cs = trig[i], sn = trig[half + i];
-        float *x = h < n_heads ? qt + h * head_dim : kt + (h - n_heads) * head_dim;
-        float a = x[i], b = x[i + half];
-        x[i] = a * cs - b * sn;
-        x[i + half] = b * cs + a * sn;
+    const int pairs = (n_heads + n_kv_heads) * half, bd = blockDim.x;
+    for (int base = threadIdx.x; base < pairs; base += ROPE_BATCH * bd) {
+        float a[ROPE_BATCH], b[ROPE_BATCH];
+        float *xs[ROPE_BATCH];
+#pragma unroll
+        for (int u = 0; u < ROPE_BATCH; u++) {
+            const int idx = base + u * bd, h = idx / half, i = idx % half;
+            xs[u] = (h < n_heads ? qt + h * head_dim : kt + (h - n_heads) * head_dim) + i;
+            if (idx < pairs) a[u] = xs[u][0], b[u] = xs[u][half];
+        }
+#pragma unroll
+        for (int u = 0; u < ROPE_BATCH; u++) {
+            const int idx = base + u * bd, i = idx % half;
+            if (idx < pairs) {
+                const float cs = trig[i], sn = trig[half + i];
+                xs[u][0] = a[u] * cs - b[u] * sn;
+                xs[u][half] = b[u] * cs + a[u] * sn;
+            }
+        }
     }
     int32_t slot = slot_mapping[t];
     if (slot < 0) return;
@@ -47,15 +62,26 @@ __global__ void llmi_rope_kv_kernel(float *q, int q_stride, float *k, int k_stri
         }
         return;
     }
-    for (int j = threadIdx.x; j < row; j += blockDim.x) {
-        float ki = kt[j], vi = vt[j];
-        if (kv_dt == LLMI_KV_FP8) {   /* x * (1/scale), as the CPU's vec_f32_to_kv */
-            int h = j / head_dim;
-            if (k_scale) ki *= 1.0f / k_scale[h];
-            if (v_scale) vi *= 1.0f / v_scale[h];
+    for (int j0 = threadIdx.x; j0 < row; j0 += ROPE_BATCH * bd) {
+        float ki[ROPE_BATCH], vi[ROPE_BATCH];
+#pragma unroll
+        for (int u = 0; u < ROPE_BATCH; u++) {
+            const int j = j0 + u * bd;
+            if (j < row) ki[u] = kt[j], vi[u] = vt[j];
         }
-        llmi_kv_store(k_cache, kv_dt, base + j, ki);
-        llmi_kv_store(v_cache, kv_dt, base + j, vi);
+#pragma unroll
+        for (int u = 0; u < ROPE_BATCH; u++) {
+            const int j = j0 + u * bd;
+            if (j < row) {
+                if (kv_dt == LLMI_KV_FP8) {   /* x * (1/scale), as the CPU's vec_f32_to_kv */
+                    const int h = j / head_dim;
+                    if (k_scale) ki[u] *= 1.0f / k_scale[h];
+                    if (v_scale) vi[u] *= 1.0f / v_scale[h];
+                }
+                llmi_kv_store(k_cache, kv_dt, base + j, ki[u]);
+                llmi_kv_store(v_cache, kv_dt, base + j, vi[u]);
+            }
+        }
     }
 }
 
@@ -67,7 +93,7 @@ extern "C" cudaError_t llmi_cuda_rope_kv(float *q, int q_stride, float *k, int k
     if (n <= 0) return cudaSuccess;
     if (kv_dt == LLMI_KV_Q8 && head_dim % KV_Q8_BLOCK != 0) return cudaErrorInvalidValue;   /* blocks within a head, as the CPU */
     const size_t trig_bytes = (size_t)(head_dim / 2) * 2 * sizeof(float);
-    llmi_rope_kv_kernel<<<n, 128, trig_bytes, s>>>(q, q_stride, k, k_stride, v, v_stride, positions, slot_mapping,
+    llmi_rope_kv_kernel<<<n, ROPE_THREADS, trig_bytes, s>>>(q, q_stride, k, k_stride, v, v_stride, positions, slot_mapping,
                                                    n_heads, n_kv_heads, head_dim, inv_freq, k_cache, v_cache, kv_dt,
                                                    k_scale, v_scale);
     LLMI_LAUNCH_CHECK();

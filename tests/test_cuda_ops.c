@@ -157,6 +157,9 @@ TEST(cuda_add_rmsnorm) {
     CHECK_MSG(test_nmse(got, ref, 3L * dim) <= 1e-7, "rows nmse %g", test_nmse(got, ref, 3L * dim));
     to_host(x, d_x, sz * 4);
     CHECK(memcmp(x, xg, sz * 4) == 0);   /* rows mode leaves the residual alone */
+    /* a row wider than a block's registers hold is refused, not half normed */
+    CHECK(llmi_cuda_add_rmsnorm(d_x, NULL, d_w, NULL, 1, LLMI_NORM_MAX_DIM + 1, eps, d_out, LLMI_F32, 0) ==
+          cudaErrorInvalidValue);
 
     /* bf16 output: the same values rounded once */
     uint16_t *gb = malloc(sz * 2);
@@ -178,8 +181,9 @@ TEST(cuda_add_rmsnorm) {
 TEST(cuda_rope_kv) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_rope_kv");
-    const int n = 11, nh = 6, nkv = 2, bs = 16, nblocks = 5;
-    const float k_scale[2] = {0.5f, 1.0f}, v_scale[2] = {2.0f, 0.25f};
+    const int n = 11, bs = 16, nblocks = 5;
+    const float k_scale[8] = {0.5f, 1.0f, 0.75f, 2.0f, 1.5f, 0.25f, 1.0f, 3.0f};
+    const float v_scale[8] = {2.0f, 0.25f, 1.0f, 0.5f, 4.0f, 1.25f, 0.75f, 1.0f};
     float *d_ks = dup_to_dev(k_scale, sizeof k_scale), *d_vs = dup_to_dev(v_scale, sizeof v_scale);
     /* two padding rows (slot -1, as a graph bucket's): rotated, never written to the cache;
      * the CPU twin, which has no such rows, writes them to a scratch slot past the cache */
@@ -189,7 +193,11 @@ TEST(cuda_rope_kv) {
         slot[i] = i == 3 || i == 8 ? -1 : i * 7 % (nblocks * bs);
         slot_ref[i] = slot[i] < 0 ? nblocks * bs : slot[i];
     }
+    /* 6 + 2 heads: one pass of the block's threads; 32 + 8 (a llama-3-8b's): several, the
+     * last partial, of the batched loads */
+    for (int hc = 0; hc < 2; hc++)
     for (int kt = 0; kt < LLMI_KV_DTYPE_COUNT; kt++) {
+        const int nh = hc ? 32 : 6, nkv = hc ? 8 : 2;
         llmi_kv_dtype dt = (llmi_kv_dtype)kt;
         const int hd = dt == LLMI_KV_Q8 ? 64 : 34;   /* q8: whole 32-value blocks per head */
         llmi_config c = {0};
@@ -226,8 +234,8 @@ TEST(cuda_rope_kv) {
             memcpy(gq + (size_t)t * qd, got + (size_t)t * W, qd * 4);
             memcpy(gk + (size_t)t * kvd, got + (size_t)t * W + qd, kvd * 4);
         }
-        CHECK_MSG(test_nmse(gq, q, (long)n * qd) <= 1e-7, "%s q nmse %g", kv_name(dt), test_nmse(gq, q, (long)n * qd));
-        CHECK_MSG(test_nmse(gk, k, (long)n * kvd) <= 1e-7, "%s k nmse %g", kv_name(dt), test_nmse(gk, k, (long)n * kvd));
+        CHECK_MSG(test_nmse(gq, q, (long)n * qd) <= 1e-7, "%d heads %s q nmse %g", nh, kv_name(dt), test_nmse(gq, q, (long)n * qd));
+        CHECK_MSG(test_nmse(gk, k, (long)n * kvd) <= 1e-7, "%d heads %s k nmse %g", nh, kv_name(dt), test_nmse(gk, k, (long)n * kvd));
         float *a = malloc(cache_elems * 4), *b2 = malloc(cache_elems * 4);
         size_t rb = kv_dtype_row_bytes(dt, hd);
         for (size_t row = 0; row < cache_elems / hd; row++) {
@@ -237,8 +245,8 @@ TEST(cuda_rope_kv) {
         }
         /* a rounding boundary crossed by an ulp of the rotation flips one q8/fp8 step at most */
         double ek = test_nmse(a, b2, (long)cache_elems), kb = dt == LLMI_KV_Q8 || dt == LLMI_KV_FP8 ? 1e-5 : 1e-7;
-        CHECK_MSG(ek <= kb, "%s k cache nmse %g", kv_name(dt), ek);
-        CHECK_MSG(memcmp(vg, vc, cache_bytes) == 0, "%s v cache bytes differ from the CPU's", kv_name(dt));
+        CHECK_MSG(ek <= kb, "%d heads %s k cache nmse %g", nh, kv_name(dt), ek);
+        CHECK_MSG(memcmp(vg, vc, cache_bytes) == 0, "%d heads %s v cache bytes differ from the CPU's", nh, kv_name(dt));
         cudaFree(d_qkv); cudaFree(d_if); cudaFree(d_pos); cudaFree(d_slot); cudaFree(d_kc); cudaFree(d_vc);
         free(qkv); free(q); free(k); free(v); free(got); free(kc); free(vc); free(kg); free(vg); free(gq); free(gk);
         free(a); free(b2);
@@ -370,6 +378,13 @@ static void attention_case_heads(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt
     CHECK(llmi_cuda_attn_init(nh, nkv, hd) == cudaSuccess);
     CHECK(llmi_cuda_attn_decode(&a, d_dec, nd, splits, d_work, 0) == cudaSuccess);
     CHECK(llmi_cuda_attn_prefill(&a, d_tiles, nt, 0) == cudaSuccess);
+    if (nt > 0) {   /* the prefill's float4 loads of q: a q it cannot take is refused, not read */
+        llmi_cuda_attn bad = a;
+        bad.q = d_q + 1;
+        CHECK(llmi_cuda_attn_prefill(&bad, d_tiles, nt, 0) == cudaErrorInvalidValue);
+        bad.q = d_q, bad.q_stride = nh * hd + 2;
+        CHECK(llmi_cuda_attn_prefill(&bad, d_tiles, nt, 0) == cudaErrorInvalidValue);
+    }
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     to_host(got, d_out, qn * 4);
     /* decode-path rows are fp32 math; tensor-core rows see bf16/f16 inputs */

@@ -315,6 +315,9 @@ static int check_model(const llmi_model *m, llmi_status *st) {
     const llmi_config *c = &m->cfg;
     if (c->head_dim > 256 || c->head_dim % 2)
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: head_dim %d must be even and at most 256", c->head_dim);
+    if (c->dim > LLMI_NORM_MAX_DIM)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: hidden size %d is more than the %d the norm kernel takes",
+                         c->dim, LLMI_NORM_MAX_DIM);
     if (c->n_heads / c->n_kv_heads > 64)
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: %d query heads per KV head is more than the 64 supported",
                          c->n_heads / c->n_kv_heads);
