@@ -463,6 +463,51 @@ TEST(cuda_attention) {
     attention_case_heads(t_, &r, 64, LLMI_KV_BF16, 2, 17, 1);
 }
 
+/* A product's operands on the host and the device: W (rows, cols) and x (n, cols) in dt (bf16
+ * or f16) drawn uniform in [lo, lo + span), x also as the fp32 the CPU reads, and
+ * cpu_matmul's y (n, rows) of them as the reference. */
+typedef struct gemm_case {
+    uint16_t *w, *xh;
+    float *xf, *ref;
+    void *d_w, *d_x;
+} gemm_case;
+static gemm_case gemm_case_make(trng *r, llmi_dtype dt, int rows, int cols, int n, float lo, float span) {
+    gemm_case c = {.w = malloc((size_t)rows * cols * 2), .xh = malloc((size_t)n * cols * 2),
+                   .xf = malloc(sizeof(float) * n * cols), .ref = malloc(sizeof(float) * n * rows)};
+    const bool bf = dt == LLMI_BF16;
+    for (int i = 0; i < rows * cols; i++) {
+        const float v = lo + span * trng_unif(r);
+        c.w[i] = bf ? f32_to_bf16(v) : f32_to_fp16(v);
+    }
+    for (int i = 0; i < n * cols; i++) {
+        const float v = lo + span * trng_unif(r);
+        c.xh[i] = bf ? f32_to_bf16(v) : f32_to_fp16(v);
+        c.xf[i] = bf ? bf16_to_f32(c.xh[i]) : fp16_to_f32(c.xh[i]);
+    }
+    llmi_tensor t = {.dtype = dt, .rows = rows, .cols = cols, .row_bytes = (size_t)cols * 2, .data = c.w};
+    cpu_matmul(&t, c.xf, n, NULL, c.ref);
+    c.d_w = dup_to_dev(c.w, (size_t)rows * cols * 2);
+    c.d_x = dup_to_dev(c.xh, (size_t)n * cols * 2);
+    return c;
+}
+static void gemm_case_free(gemm_case *c) {
+    cudaFree(c->d_w), cudaFree(c->d_x);
+    free(c->w), free(c->xh), free(c->xf), free(c->ref);
+}
+/* y (n, ldy) read back from the device into packed (n, rows); returns how many of the
+ * columns past rows still hold the NaN the device buffer was filled with. */
+static int gemm_unpack(const float *d_y, int n, int rows, int ldy, float *packed) {
+    float *got = malloc(sizeof(float) * n * ldy);
+    to_host(got, d_y, sizeof(float) * n * ldy);
+    int untouched = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(packed + (size_t)i * rows, got + (size_t)i * ldy, sizeof(float) * rows);
+        for (int j = rows; j < ldy; j++) untouched += got[(size_t)i * ldy + j] != got[(size_t)i * ldy + j];
+    }
+    free(got);
+    return untouched;
+}
+
 TEST(cuda_gemm) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_gemm");
@@ -470,17 +515,8 @@ TEST(cuda_gemm) {
     for (int di = 0; di < 2; di++) {
         llmi_dtype dt = dts[di];
         const int rows = 97, cols = 200, n = 13, ldy = 101;
-        uint16_t *w = malloc((size_t)rows * cols * 2), *xh = malloc((size_t)n * cols * 2);
-        float *xf = malloc(sizeof(float) * n * cols), *ref = malloc(sizeof(float) * n * rows);
-        float *got = malloc(sizeof(float) * n * ldy), *packed = malloc(sizeof(float) * n * rows);
-        for (int i = 0; i < rows * cols; i++) w[i] = dt == LLMI_BF16 ? f32_to_bf16(trng_unif(&r)) : f32_to_fp16(trng_unif(&r));
-        for (int i = 0; i < n * cols; i++) {
-            xh[i] = dt == LLMI_BF16 ? f32_to_bf16(trng_unif(&r)) : f32_to_fp16(trng_unif(&r));
-            xf[i] = dt == LLMI_BF16 ? bf16_to_f32(xh[i]) : fp16_to_f32(xh[i]);
-        }
-        llmi_tensor t = {.dtype = dt, .rows = rows, .cols = cols, .row_bytes = (size_t)cols * 2, .data = w};
-        cpu_matmul(&t, xf, n, NULL, ref);
-        void *d_w = dup_to_dev(w, (size_t)rows * cols * 2), *d_x = dup_to_dev(xh, (size_t)n * cols * 2);
+        gemm_case c = gemm_case_make(&r, dt, rows, cols, n, 0.0f, 1.0f);
+        float *packed = malloc(sizeof(float) * n * rows);
         float *d_y = dup_to_dev(NULL, sizeof(float) * n * ldy);
         cudaMemset(d_y, 0xff, sizeof(float) * n * ldy);   /* NaN: columns past rows must stay so */
         llmi_cuda_gemm g;
@@ -488,29 +524,24 @@ TEST(cuda_gemm) {
         CHECK_MSG(llmi_cuda_gemm_init(&g, dt, (size_t)4 << 20, &st) == 0, "%s", st.msg);
         /* 13 and 10 tokens share the bucket of 16: the heuristic is asked once */
         for (int rep = 0; rep < 2; rep++)
-            CHECK_MSG(llmi_cuda_gemm_run(&g, d_w, rows, cols, d_x, n, 16, d_y, ldy, 0, &st) == 0, "%s", st.msg);
+            CHECK_MSG(llmi_cuda_gemm_run(&g, c.d_w, rows, cols, c.d_x, n, 16, d_y, ldy, 0, &st) == 0, "%s", st.msg);
         CHECK(cudaDeviceSynchronize() == cudaSuccess);
-        to_host(got, d_y, sizeof(float) * n * ldy);
-        CHECK_MSG(llmi_cuda_gemm_run(&g, d_w, rows, cols, d_x, 10, 16, d_y, ldy, 0, &st) == 0, "%s", st.msg);
+        const int untouched = gemm_unpack(d_y, n, rows, ldy, packed);
+        CHECK_MSG(llmi_cuda_gemm_run(&g, c.d_w, rows, cols, c.d_x, 10, 16, d_y, ldy, 0, &st) == 0, "%s", st.msg);
         CHECK_MSG(g.heuristic_calls - g.exact_fallbacks == 1, "%ld heuristic calls, %ld exact fallbacks",
                   g.heuristic_calls, g.exact_fallbacks);
-        int untouched = 0;
-        for (int i = 0; i < n; i++) {
-            memcpy(packed + (size_t)i * rows, got + (size_t)i * ldy, sizeof(float) * rows);
-            for (int j = rows; j < ldy; j++) untouched += got[(size_t)i * ldy + j] != got[(size_t)i * ldy + j];
-        }
         CHECK_MSG(untouched == n * (ldy - rows), "columns past rows written: %d of %d still NaN", untouched,
                   n * (ldy - rows));
-        double e = test_nmse(packed, ref, (long)n * rows);
+        double e = test_nmse(packed, c.ref, (long)n * rows);
         CHECK_MSG(e <= 5e-4, "%s nmse %g", dtype_name(dt), e);
         CHECK(cudaDeviceSynchronize() == cudaSuccess);
-        to_host(got, d_y, sizeof(float) * 10 * ldy);
-        for (int i = 0; i < 10; i++) memcpy(packed + (size_t)i * rows, got + (size_t)i * ldy, sizeof(float) * rows);
-        e = test_nmse(packed, ref, 10L * rows);
+        gemm_unpack(d_y, 10, rows, ldy, packed);
+        e = test_nmse(packed, c.ref, 10L * rows);
         CHECK_MSG(e <= 5e-4, "%s, 10 tokens on the bucket's algorithm: nmse %g", dtype_name(dt), e);
         llmi_cuda_gemm_free(&g);
-        cudaFree(d_w); cudaFree(d_x); cudaFree(d_y);
-        free(w); free(xh); free(xf); free(ref); free(got); free(packed);
+        cudaFree(d_y);
+        gemm_case_free(&c);
+        free(packed);
     }
 }
 
@@ -525,14 +556,8 @@ TEST(cuda_gemv) {
     const int shapes[][3] = {{1, 8, 1}, {37, 72, 3}, {130, 1032, 4}, {257, 4104, 2}, {5, 2056, 1}, {64, 64, 4}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int rows = shapes[si][0], cols = shapes[si][1], n = shapes[si][2], ldy = rows + 3;
-        uint16_t *w = malloc((size_t)rows * cols * 2), *xh = malloc((size_t)n * cols * 2);
-        float *xf = malloc(sizeof(float) * n * cols), *ref = malloc(sizeof(float) * n * rows);
-        float *got = malloc(sizeof(float) * n * ldy), *packed = malloc(sizeof(float) * n * rows);
-        for (int i = 0; i < rows * cols; i++) w[i] = f32_to_bf16(trng_unif(&r) * 2.0f - 1.0f);
-        for (int i = 0; i < n * cols; i++) xh[i] = f32_to_bf16(trng_unif(&r) * 2.0f - 1.0f), xf[i] = bf16_to_f32(xh[i]);
-        llmi_tensor t = {.dtype = LLMI_BF16, .rows = rows, .cols = cols, .row_bytes = (size_t)cols * 2, .data = w};
-        cpu_matmul(&t, xf, n, NULL, ref);
-        void *d_w = dup_to_dev(w, (size_t)rows * cols * 2), *d_x = dup_to_dev(xh, (size_t)n * cols * 2);
+        gemm_case c = gemm_case_make(&r, LLMI_BF16, rows, cols, n, -1.0f, 2.0f);
+        float *packed = malloc(sizeof(float) * n * rows);
         float *d_y = dup_to_dev(NULL, sizeof(float) * n * ldy);
         llmi_cuda_gemm g;
         llmi_status st = {0};
@@ -541,25 +566,21 @@ TEST(cuda_gemv) {
         g.gemv_max_n = LLMI_GEMV_MAX_N;
         for (int via = 0; via < 2; via++) {
             cudaMemset(d_y, 0xff, sizeof(float) * n * ldy);   /* NaN: columns past rows must stay so */
-            if (via == 0) CHECK(llmi_cuda_gemv(d_w, rows, cols, d_x, n, d_y, ldy, 0) == cudaSuccess);
-            else CHECK_MSG(llmi_cuda_gemm_run(&g, d_w, rows, cols, d_x, n, LLMI_GEMV_MAX_N, d_y, ldy, 0, &st) == 0,
+            if (via == 0) CHECK(llmi_cuda_gemv(c.d_w, rows, cols, c.d_x, n, d_y, ldy, 0) == cudaSuccess);
+            else CHECK_MSG(llmi_cuda_gemm_run(&g, c.d_w, rows, cols, c.d_x, n, LLMI_GEMV_MAX_N, d_y, ldy, 0, &st) == 0,
                            "%s", st.msg);
             CHECK(cudaDeviceSynchronize() == cudaSuccess);
-            to_host(got, d_y, sizeof(float) * n * ldy);
-            int untouched = 0;
-            for (int i = 0; i < n; i++) {
-                memcpy(packed + (size_t)i * rows, got + (size_t)i * ldy, sizeof(float) * rows);
-                for (int j = rows; j < ldy; j++) untouched += got[(size_t)i * ldy + j] != got[(size_t)i * ldy + j];
-            }
-            CHECK_MSG(untouched == n * (ldy - rows), "%dx%d n %d: columns past rows written", rows, cols, n);
-            const double e = test_nmse(packed, ref, (long)n * rows);
+            CHECK_MSG(gemm_unpack(d_y, n, rows, ldy, packed) == n * (ldy - rows), "%dx%d n %d: columns past rows "
+                      "written", rows, cols, n);
+            const double e = test_nmse(packed, c.ref, (long)n * rows);
             CHECK_MSG(e <= 1e-10, "%dx%d n %d %s: nmse %g", rows, cols, n, via ? "gemm_run" : "gemv", e);
         }
         CHECK_MSG(g.gemv_runs == 1 && g.heuristic_calls == 0, "%dx%d n %d: %ld GEMV runs, %ld heuristic calls", rows,
                   cols, n, g.gemv_runs, g.heuristic_calls);
         llmi_cuda_gemm_free(&g);
-        cudaFree(d_w); cudaFree(d_x); cudaFree(d_y);
-        free(w); free(xh); free(xf); free(ref); free(got); free(packed);
+        cudaFree(d_y);
+        gemm_case_free(&c);
+        free(packed);
     }
     /* what the GEMV does not take: more tokens than gemv_max_n, or a width that is no whole
      * number of 16-byte chunks, goes to cuBLASLt (and the GEMV itself refuses the width) */
@@ -593,14 +614,10 @@ TEST(cuda_gemm_tune) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_gemm_tune");
     const int rows = 70, cols = 96, n = 9;
-    uint16_t *w = malloc((size_t)rows * cols * 2), *xh = malloc((size_t)n * cols * 2);
-    float *xf = malloc(sizeof(float) * n * cols), *ref = malloc(sizeof(float) * n * rows);
+    gemm_case c = gemm_case_make(&r, LLMI_BF16, rows, cols, n, 0.0f, 1.0f);
+    void *d_w = c.d_w, *d_x = c.d_x;
+    const float *ref = c.ref;
     float *got = malloc(sizeof(float) * n * rows);
-    for (int i = 0; i < rows * cols; i++) w[i] = f32_to_bf16(trng_unif(&r));
-    for (int i = 0; i < n * cols; i++) xh[i] = f32_to_bf16(trng_unif(&r)), xf[i] = bf16_to_f32(xh[i]);
-    llmi_tensor t = {.dtype = LLMI_BF16, .rows = rows, .cols = cols, .row_bytes = (size_t)cols * 2, .data = w};
-    cpu_matmul(&t, xf, n, NULL, ref);
-    void *d_w = dup_to_dev(w, (size_t)rows * cols * 2), *d_x = dup_to_dev(xh, (size_t)n * cols * 2);
     float *d_y = dup_to_dev(NULL, sizeof(float) * n * rows);
     llmi_cuda_gemm g;
     llmi_status st = {0};
@@ -643,8 +660,9 @@ TEST(cuda_gemm_tune) {
     if (graph) cudaGraphDestroy(graph);
     llmi_cuda_gemm_free(&g);
     cudaStreamDestroy(s);
-    cudaFree(d_w); cudaFree(d_x); cudaFree(d_y);
-    free(w); free(xh); free(xf); free(ref); free(got);
+    cudaFree(d_y);
+    gemm_case_free(&c);
+    free(got);
 }
 
 TEST(cuda_dequant) {
