@@ -434,7 +434,8 @@ __device__ __forceinline__ void tc_load_q(const llmi_cuda_attn &a, int t0, int n
             const int i = base + u * n_thr;
             if (i >= total) break;
             const int r = i / h4, d = (i % h4) * 4;
-            *(uint2 *)(Qs + r * ld + d) = make_uint2(tc_conv<T>::pack(v[u].x, v[u].y), tc_conv<T>::pack(v[u].z, v[u].w));
+            *(uint2 *)(Qs + r * ld + d) =
+                make_uint2(tc_conv<T>::pack(v[u].x, v[u].y), tc_conv<T>::pack(v[u].z, v[u].w));
         }
     }
 }

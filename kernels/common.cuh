@@ -92,6 +92,47 @@ __device__ __forceinline__ float llmi_warp_max(float v) {
 
 /* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
  * red: __shared__ float[32].  Synchronises, so all threads must call it. */
+/* A GEMV thread's next 16-byte chunks: chunk[u][r] = chunk base + u * THREADS of row r
+ * (nchunks a row; zero past the end), all U * R loads issued before any is used. */
+template <int U, int R, int THREADS>
+__device__ __forceinline__ void llmi_gemv_load(const uint4 *const (&row)[R], int base, int nchunks,
+                                               uint4 (&chunk)[U][R]) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int c = base + u * THREADS;
+#pragma unroll
+        for (int r = 0; r < R; r++) chunk[u][r] = c < nchunks ? __ldg(row[r] + c) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* The end of a GEMV whose THREADS threads each hold partial sums acc[t][r] for NT tokens and
+ * R output rows row0 + r: summed over each warp by shuffles, then over the block's warps
+ * through partial (shared) in a fixed order; y[t * ldy + row] = the sum (+ bias[row]) for the
+ * n real tokens and the rows below `rows`.  Every thread of the block calls it. */
+template <int NT, int R, int THREADS>
+__device__ __forceinline__ void llmi_gemv_finish(const float (&acc)[NT][R], float (&partial)[THREADS / 32][NT][R],
+                                                 int n, int row0, int rows, const float *bias, float *y, int ldy) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= n) break;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float v = llmi_warp_sum(acc[t][r]);
+            if (lane == 0) partial[warp][t][r] = v;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < NT * R; i += THREADS) {
+        const int t = i / R, r = i % R, row = row0 + r;
+        if (t >= n || row >= rows) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < THREADS / 32; k++) v += partial[k][t][r];
+        y[(size_t)t * ldy + row] = v + (bias ? bias[row] : 0.0f);
+    }
+}
+
 __device__ __forceinline__ float llmi_block_sum(float v, float *red) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = llmi_warp_sum(v);

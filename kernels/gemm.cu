@@ -224,12 +224,7 @@ __global__ void __launch_bounds__(GV_THREADS) llmi_gemv_bf16_kernel(const __nv_b
         for (int r = 0; r < GV_ROWS; r++) acc[t][r] = 0.0f;
     for (int base = threadIdx.x; base < nchunks; base += GV_THREADS * GV_UNROLL) {
         uint4 chunk[GV_UNROLL][GV_ROWS];
-#pragma unroll
-        for (int u = 0; u < GV_UNROLL; u++) {
-            const int c = base + u * GV_THREADS;
-#pragma unroll
-            for (int r = 0; r < GV_ROWS; r++) chunk[u][r] = c < nchunks ? __ldg(wr[r] + c) : make_uint4(0, 0, 0, 0);
-        }
+        llmi_gemv_load<GV_UNROLL, GV_ROWS, GV_THREADS>(wr, base, nchunks, chunk);
 #pragma unroll
         for (int u = 0; u < GV_UNROLL; u++) {
             const int c = base + u * GV_THREADS;
@@ -249,25 +244,7 @@ __global__ void __launch_bounds__(GV_THREADS) llmi_gemv_bf16_kernel(const __nv_b
             }
         }
     }
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        if (t >= n) break;
-#pragma unroll
-        for (int r = 0; r < GV_ROWS; r++) {
-            const float v = llmi_warp_sum(acc[t][r]);
-            if (lane == 0) partial[warp][t][r] = v;
-        }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < NT * GV_ROWS; i += GV_THREADS) {
-        const int t = i / GV_ROWS, r = i % GV_ROWS, row = row0 + r;
-        if (t >= n || row >= rows) continue;
-        float v = 0.0f;
-#pragma unroll
-        for (int k = 0; k < GV_THREADS / 32; k++) v += partial[k][t][r];
-        y[(size_t)t * ldy + row] = v;
-    }
+    llmi_gemv_finish<NT, GV_ROWS, GV_THREADS>(acc, partial, n, row0, rows, nullptr, y, ldy);
 }
 
 extern "C" bool llmi_cuda_gemv_fits(llmi_dtype dt, const void *w, int64_t rows, int64_t cols, const void *x, int n) {
@@ -281,9 +258,10 @@ extern "C" cudaError_t llmi_cuda_gemv(const void *w, int64_t rows, int64_t cols,
         return cudaErrorInvalidValue;
     const unsigned blocks = (unsigned)((rows + GV_ROWS - 1) / GV_ROWS);
     const __nv_bfloat16 *wb = (const __nv_bfloat16 *)w, *xb = (const __nv_bfloat16 *)x;
-    if (n == 1) llmi_gemv_bf16_kernel<1><<<blocks, GV_THREADS, 0, s>>>(wb, (int)rows, (int)cols, xb, n, y, (int)ldy);
-    else if (n == 2) llmi_gemv_bf16_kernel<2><<<blocks, GV_THREADS, 0, s>>>(wb, (int)rows, (int)cols, xb, n, y, (int)ldy);
-    else llmi_gemv_bf16_kernel<4><<<blocks, GV_THREADS, 0, s>>>(wb, (int)rows, (int)cols, xb, n, y, (int)ldy);
+    const int r = (int)rows, c = (int)cols, ld = (int)ldy;
+    if (n == 1) llmi_gemv_bf16_kernel<1><<<blocks, GV_THREADS, 0, s>>>(wb, r, c, xb, n, y, ld);
+    else if (n == 2) llmi_gemv_bf16_kernel<2><<<blocks, GV_THREADS, 0, s>>>(wb, r, c, xb, n, y, ld);
+    else llmi_gemv_bf16_kernel<4><<<blocks, GV_THREADS, 0, s>>>(wb, r, c, xb, n, y, ld);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }

@@ -173,12 +173,7 @@ __global__ void __launch_bounds__(I4C_THREADS) llmi_int4_gemv_chunk_kernel(llmi_
     i4_gemv_begin(w, row0, acc, rows, qr);
     for (int base = threadIdx.x; base < nchunks; base += I4C_THREADS * I4C_UNROLL) {
         uint4 chunk[I4C_UNROLL][I4C_ROWS];
-#pragma unroll
-        for (int u = 0; u < I4C_UNROLL; u++) {
-            const int c = base + u * I4C_THREADS;
-#pragma unroll
-            for (int r = 0; r < I4C_ROWS; r++) chunk[u][r] = c < nchunks ? __ldg(qr[r] + c) : make_uint4(0, 0, 0, 0);
-        }
+        llmi_gemv_load<I4C_UNROLL, I4C_ROWS, I4C_THREADS>(qr, base, nchunks, chunk);
 #pragma unroll
         for (int u = 0; u < I4C_UNROLL; u++) {
             const int c = base + u * I4C_THREADS;
@@ -214,25 +209,7 @@ __global__ void __launch_bounds__(I4C_THREADS) llmi_int4_gemv_chunk_kernel(llmi_
             }
         }
     }
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        if (t >= n) break;
-#pragma unroll
-        for (int r = 0; r < I4C_ROWS; r++) {
-            const float v = llmi_warp_sum(acc[t][r]);
-            if (lane == 0) partial[warp][t][r] = v;
-        }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < NT * I4C_ROWS; i += I4C_THREADS) {
-        const int t = i / I4C_ROWS, r = i % I4C_ROWS, row = row0 + r;
-        if (t >= n || row >= w.rows) continue;
-        float v = 0.0f;
-#pragma unroll
-        for (int k = 0; k < I4C_THREADS / 32; k++) v += partial[k][t][r];
-        y[(size_t)t * ldy + row] = v + (bias ? bias[row] : 0.0f);
-    }
+    llmi_gemv_finish<NT, I4C_ROWS, I4C_THREADS>(acc, partial, n, row0, w.rows, bias, y, ldy);
 }
 
 /* ---- tensor cores: LLMI_I4_MMA_MIN_N to LLMI_I4_MMA_MAX_N tokens a pass ----
