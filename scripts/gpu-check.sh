@@ -15,8 +15,9 @@
 #          decode (tok/s, GB/s), TTFT at 2048, batch 32; RTN int4 at batch 1 and 16; then
 #          comparisons of the kernels not yet defaults (or just made so) against the others
 #   profile  llmi profile on the device: where a step's time goes op by op (bf16 prefill at
-#          2048 and decode at batch 1; the RTN int4 model of bench at batch 1 and 16), the
-#          four largest ops of each in the table, the whole tables in the raw tar
+#          2048 and decode at batch 1; the RTN int4 model of bench at batch 1 and 16; bf16
+#          decode at batch 128 and 1024 positions), the four largest ops of each in the
+#          table, the whole tables in the raw tar
 #   tput   offline throughput, 1000 requests at 128/128, 2048/128, 1000/1000 (the longest last)
 #   quant  llmi quantize --device cuda against --device cpu on SmolLM2 (GPTQ and AWQ, g64,
 #          8 x 512 calibration tokens: wall time of each, how close the files are by
@@ -178,7 +179,7 @@ while [ $# -gt 0 ]; do
     --phase) PHASES=${2:-}; shift 2 ;;
     --phase=*) PHASES=${1#--phase=}; shift ;;
     --refs) REFS_ONLY=1; shift ;;
-    -h|--help) sed -n '2,63p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,65p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)"; exit 2 ;;
   esac
 done
@@ -814,6 +815,16 @@ if has_phase profile; then
       row "$label" "$STATUS" "$(why "prof-int4-b$b")"
     fi
   done
+  # decode at a large batch and long contexts, where offline throughput's steps are spent
+  # (1000/1000 ran 39 ms steps at 256 sequences on 2026-11-27): attention against the GEMMs
+  label="profile $BIG_NAME bf16 decode b$((128 / SCALE)) p$((1024 / SCALE))"
+  if ! gpu_gate "$label"; then :
+  elif run prof-bf16-b128 90 "$LLMI_DEV" profile --dummy "$BIG" --device "$DEVFLAG" --kv-type bf16 -b $((128 / SCALE)) \
+      -p $((1024 / SCALE)) -n $((16 / SCALE + 1)) -o csv; then
+    profile_row "$label" prof-bf16-b128 decode
+  else
+    row "$label" "$STATUS" "$(why prof-bf16-b128)"
+  fi
 fi
 
 # ---- tput: offline throughput, 1000 requests ---------------------------------------------------

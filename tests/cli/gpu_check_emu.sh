@@ -36,7 +36,7 @@ want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
               "int4 decode b1, b16 on the warp GEMV", "int4 decode b16 on the chunk GEMV",
               "int4 decode b16 by dequant + GEMM")]
            + [f"profile tiny llama (rehearsal) {r}" for r in ("bf16 p128 b1 prefill", "bf16 p128 b1 decode",
-              "int4 decode b1", "int4 decode b16")]
+              "int4 decode b1", "int4 decode b16", "bf16 decode b8 p64")]
            + ["throughput 8/8 x4 (target 15000)", "throughput 128/8 x4 (target 2300)",
               "throughput 62/62 x4 (target 10000)", "throughput 128/8 x1: --max-batch-tokens 512 vs 128",
               "cpu references"])
