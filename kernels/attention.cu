@@ -27,6 +27,80 @@ static __device__ __forceinline__ float kv_scale_of(llmi_kv_dtype dt, const floa
     return dt == LLMI_KV_FP8 && scale ? scale[kvh] : 1.0f;
 }
 
+/* Tile loads of K and V: positions [p0, p0 + n_rows) of KV head kvh into Ks (row stride ldk)
+ * and Vs (ldv) as E; positions at or past `end` as zeros (never NaN).  Thread i0 of n_thr
+ * takes items i0, i0 + n_thr, ..., and issues BATCH of them (a K and a V load each) before
+ * storing any: the loops these replace stored each item before loading the next, which the
+ * compiler must keep in order (the tiles and the cache may alias, for all it knows), so a
+ * thread waited for memory once an item, 8 times a tile at head_dim 128 for the tensor-core
+ * kernels (in PTX, one load pair per loop trip).  BATCH 4 of 16-byte items costs ~10-20
+ * registers. */
+template <typename E> __device__ __forceinline__ E kv_elem(float v);
+template <> __device__ __forceinline__ float kv_elem<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 kv_elem<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half kv_elem<__half>(float v) { return __float2half_rn(v); }
+
+/* 16 bytes an item, from a cache that already holds E (hd a multiple of 16 / sizeof(E)). */
+template <int BATCH, typename E>
+__device__ __forceinline__ void kv_tile_load16(const llmi_cuda_attn &a, const int32_t *bt, int kvh, int p0, int n_rows,
+                                               int end, E *Ks, int ldk, E *Vs, int ldv, int i0, int n_thr) {
+    constexpr int per = 16 / sizeof(E);
+    const int hd = a.head_dim, hv = hd / per, total = n_rows * hv;
+    for (int base = i0; base < total; base += BATCH * n_thr) {
+        uint4 kr[BATCH], vr[BATCH];
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int i = base + u * n_thr, p = p0 + i / hv;
+            kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+            if (i < total && p < end) {
+                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + (i % hv) * per;
+                kr[u] = *(const uint4 *)((const E *)a.k_cache + off);
+                vr[u] = *(const uint4 *)((const E *)a.v_cache + off);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int i = base + u * n_thr;
+            if (i < total) {
+                const int tt = i / hv, d = (i % hv) * per;
+                *(uint4 *)(Ks + tt * ldk + d) = kr[u];
+                *(uint4 *)(Vs + tt * ldv + d) = vr[u];
+            }
+        }
+    }
+}
+
+/* An element an item, converted from any cache dtype (llmi_kv_load) and times the head's
+ * scales ksc, vsc. */
+template <int BATCH, typename E>
+__device__ __forceinline__ void kv_tile_load_conv(const llmi_cuda_attn &a, const int32_t *bt, int kvh, int p0,
+                                                  int n_rows, int end, float ksc, float vsc, E *Ks, int ldk, E *Vs,
+                                                  int ldv, int i0, int n_thr) {
+    const int hd = a.head_dim, total = n_rows * hd;
+    for (int base = i0; base < total; base += BATCH * n_thr) {
+        float kf[BATCH], vf[BATCH];
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int i = base + u * n_thr, p = p0 + i / hd;
+            kf[u] = vf[u] = 0.0f;
+            if (i < total && p < end) {
+                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + i % hd;
+                kf[u] = llmi_kv_load(a.k_cache, a.kv_dt, off) * ksc;
+                vf[u] = llmi_kv_load(a.v_cache, a.kv_dt, off) * vsc;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int i = base + u * n_thr;
+            if (i < total) {
+                const int tt = i / hd, d = i % hd;
+                Ks[tt * ldk + d] = kv_elem<E>(kf[u]);
+                Vs[tt * ldv + d] = kv_elem<E>(vf[u]);
+            }
+        }
+    }
+}
+
 /* ---- decode ----
  * The K/V tiles in shared memory hold the cache's own values when they are bf16 or f16
  * and head_dim is a multiple of 8 (KT = that type: 16-byte copies, half the bytes of fp32,
@@ -106,20 +180,9 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
     for (int t0 = start; t0 < end; t0 += DEC_T) {
         const int nt = min(DEC_T, end - t0);
         if (!f32_tile || vw > 1) {   /* 16-byte copies: 8 16-bit values or 4 floats a thread */
-            const int per = f32_tile ? 4 : 8, hv = hd / per;
-            for (int i = tid; i < nt * hv; i += blockDim.x) {
-                int tt = i / hv, d = (i % hv) * per;
-                int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, t0 + tt, kvh) + d;
-                *(uint4 *)(ks + tt * ldk + d) = *(const uint4 *)((const KT *)a.k_cache + off);
-                *(uint4 *)(vs + tt * ld + d) = *(const uint4 *)((const KT *)a.v_cache + off);
-            }
+            kv_tile_load16<4>(a, bt, kvh, t0, nt, end, ks, ldk, vs, ld, tid, blockDim.x);
         } else if constexpr (f32_tile) {
-            for (int i = tid; i < nt * hd; i += blockDim.x) {
-                int tt = i / hd, d = i % hd;
-                int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, t0 + tt, kvh) + d;
-                ks[tt * ldk + d] = llmi_kv_load(a.k_cache, a.kv_dt, off) * ksc;
-                vs[tt * ld + d] = llmi_kv_load(a.v_cache, a.kv_dt, off) * vsc;
-            }
+            kv_tile_load_conv<8>(a, bt, kvh, t0, nt, end, ksc, vsc, ks, ldk, vs, ld, tid, blockDim.x);
         }
         __syncthreads();
         /* a warp's lanes score 32 positions against one query head: q's reads are broadcasts;
@@ -375,41 +438,6 @@ __device__ __forceinline__ void tc_row_sums(float (&l_run)[2]) {
     }
 }
 
-/* Positions [p0, p0 + n_rows) of KV head kvh, from a cache that already holds T, into the
- * tiles Ks and Vs (row stride ld) by 16-byte copies (hd % 8 == 0); positions at or past
- * `end` as zeros (never NaN).  Thread i0 of n_thr takes chunks i0, i0 + n_thr, ...: BATCH
- * of its K and V loads are issued before the first store, so they wait for memory together
- * (a loop storing after each pair waited once a pair: 8 latencies a thread and tile at
- * head_dim 128, in PTX one load pair per loop trip).  BATCH 4 costs ~10-20 registers (the
- * occupancy at head_dim 128 stays 3 blocks an SM); the head_dim-256 decode takes 2, as 4
- * spills there. */
-template <int BATCH, typename T>
-__device__ __forceinline__ void tc_load_kv16(const llmi_cuda_attn &a, const int32_t *bt, int kvh, int hd, int ld,
-                                             int p0, int n_rows, int end, T *Ks, T *Vs, int i0, int n_thr) {
-    const int hv = hd / 8, total = n_rows * hv;
-    for (int base = i0; base < total; base += BATCH * n_thr) {
-        uint4 kr[BATCH], vr[BATCH];
-#pragma unroll
-        for (int u = 0; u < BATCH; u++) {
-            const int i = base + u * n_thr, p = p0 + i / hv;
-            kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-            if (i < total && p < end) {
-                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + (i % hv) * 8;
-                kr[u] = *(const uint4 *)((const uint16_t *)a.k_cache + off);
-                vr[u] = *(const uint4 *)((const uint16_t *)a.v_cache + off);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < BATCH; u++) {
-            const int i = base + u * n_thr;
-            if (i >= total) break;
-            const int tt = i / hv, d = (i % hv) * 8;
-            *(uint4 *)(Ks + tt * ld + d) = kr[u];
-            *(uint4 *)(Vs + tt * ld + d) = vr[u];
-        }
-    }
-}
-
 /* Rows t0 .. t0 + PF_BQ - 1 of head h's queries (fp32; q 16-byte aligned, q_stride and hd
  * multiples of 4, as the launcher checks) into Qs (row stride ld) as T, rows from nq on
  * zero.  Each thread issues TC_Q_BATCH float4 loads before storing any: a loop storing
@@ -488,21 +516,10 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
 
     for (int kv0 = 0; kv0 <= max_pos; kv0 += PF_BK) {
         __syncthreads();   /* every warp is done with the previous K/V tile */
-        if (same_type) {   /* the cache already holds T: 16-byte copies (hd % 16 == 0) */
-            tc_load_kv16<4>(a, bt, kvh, hd, ld, kv0, PF_BK, max_pos + 1, Ks, Vs, tid, blockDim.x);
-        } else {
-            for (int i = tid; i < PF_BK * hd; i += blockDim.x) {
-                int tt = i / hd, d = i % hd, p = kv0 + tt;
-                float kv = 0.0f, vv = 0.0f;
-                if (p <= max_pos) {
-                    int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + d;
-                    kv = llmi_kv_load(a.k_cache, a.kv_dt, off) * ksc;
-                    vv = llmi_kv_load(a.v_cache, a.kv_dt, off) * vsc;
-                }
-                Ks[tt * ld + d] = tc_conv<T>::from(kv);
-                Vs[tt * ld + d] = tc_conv<T>::from(vv);
-            }
-        }
+        if (same_type)   /* the cache already holds T: 16-byte copies (hd % 16 == 0) */
+            kv_tile_load16<4>(a, bt, kvh, kv0, PF_BK, max_pos + 1, Ks, ld, Vs, ld, tid, blockDim.x);
+        else
+            kv_tile_load_conv<8>(a, bt, kvh, kv0, PF_BK, max_pos + 1, ksc, vsc, Ks, ld, Vs, ld, tid, blockDim.x);
         __syncthreads();
         if (kv0 > warp_max_pos) continue;   /* warp-uniform: every key of the tile is masked */
 
@@ -622,7 +639,7 @@ llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits
 
     for (int kv0 = start + warp * DT_BK; kv0 < end; kv0 += DT_WARPS * DT_BK) {
         __syncwarp();   /* the warp is done with its previous tile */
-        tc_load_kv16<HDMAX <= 128 ? 4 : 2>(a, bt, kvh, hd, ld, kv0, DT_BK, end, Ks, Vs, lane, 32);
+        kv_tile_load16<HDMAX <= 128 ? 4 : 2>(a, bt, kvh, kv0, DT_BK, end, Ks, ld, Vs, ld, lane, 32);
         __syncwarp();
 
         /* S (16, DT_BK) = Q K^T: piece j holds positions kv0 + 8j .. + 7 */
