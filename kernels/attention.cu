@@ -335,13 +335,12 @@ extern "C" int llmi_cuda_attn_splits(int n_decode, int n_kv_heads, int n_heads, 
 #define PF_WARPS 4
 
 template <typename T> struct tc_conv;
-/* T's cache dtype (the one already in T), its rounding, two values packed as one 32-bit
- * operand (lo in the low half: the lower k index) and mma.sync m16n8k16 with T inputs and
- * fp32 accumulation; the two types differ only in these names. */
-#define LLMI_TC_CONV(T, T2, KV, FROM, PACK2, PTX_T)                                                            \
+/* T's cache dtype (the one already in T), two values packed as one 32-bit operand (lo in the
+ * low half: the lower k index; rounded as kv_elem<T> rounds one) and mma.sync m16n8k16 with
+ * T inputs and fp32 accumulation; the two types differ only in these names. */
+#define LLMI_TC_CONV(T, T2, KV, PACK2, PTX_T)                                                                  \
     template <> struct tc_conv<T> {                                                                            \
         static constexpr llmi_kv_dtype kv = KV;                                                                \
-        static __device__ __forceinline__ T from(float v) { return FROM(v); }                                 \
         static __device__ __forceinline__ uint32_t pack(float lo, float hi) {                                  \
             T2 h = PACK2(lo, hi);                                                                              \
             return *(uint32_t *)&h;                                                                            \
@@ -353,8 +352,8 @@ template <typename T> struct tc_conv;
                          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                  \
         }                                                                                                      \
     };
-LLMI_TC_CONV(__nv_bfloat16, __nv_bfloat162, LLMI_KV_BF16, __float2bfloat16_rn, __floats2bfloat162_rn, "bf16")
-LLMI_TC_CONV(__half, __half2, LLMI_KV_F16, __float2half_rn, __floats2half2_rn, "f16")
+LLMI_TC_CONV(__nv_bfloat16, __nv_bfloat162, LLMI_KV_BF16, __floats2bfloat162_rn, "bf16")
+LLMI_TC_CONV(__half, __half2, LLMI_KV_F16, __floats2half2_rn, "f16")
 #undef LLMI_TC_CONV
 
 /* The B operand of an m16n8k16 product from a row-major (k, n) tile in shared memory:
@@ -363,6 +362,20 @@ LLMI_TC_CONV(__half, __half2, LLMI_KV_F16, __float2half_rn, __floats2half2_rn, "
 __device__ __forceinline__ void ldsm_x2_trans(uint32_t b[2], const void *row) {
     unsigned addr = (unsigned)__cvta_generic_to_shared(row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(b[0]), "=r"(b[1]) : "r"(addr));
+}
+
+/* S (16, NJ * 8) += A (16, 16) K^T for head columns 16 kd .. 16 kd + 15: A is the lane's
+ * fragment of Q's rows, K's rows come from ktile (row stride ld); piece j holds keys
+ * 8j .. 8j + 7 of the tile. */
+template <typename T, int NJ>
+__device__ __forceinline__ void tc_qk_step(float (&sc)[NJ][4], const uint32_t (&fa)[4], const T *ktile, int ld, int kd,
+                                           int g, int q2) {
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const T *kb = ktile + (8 * j + g) * ld + 16 * kd + q2;
+        const uint32_t fb[2] = {*(const uint32_t *)kb, *(const uint32_t *)(kb + 8)};
+        tc_conv<T>::mma(sc[j], fa, fb);
+    }
 }
 
 /* One tile's step of the online softmax in mma's fragment layout (see the prefill kernel):
@@ -531,14 +544,9 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
         for (int kd = 0; kd < HDMAX / 16; kd++) {
             if (kd >= n_kd) break;
             const T *qa = Qs + (r0 + g) * ld + 16 * kd + q2;
-            uint32_t fa[4] = {*(const uint32_t *)qa, *(const uint32_t *)(qa + 8 * ld), *(const uint32_t *)(qa + 8),
-                              *(const uint32_t *)(qa + 8 * ld + 8)};
-#pragma unroll
-            for (int j = 0; j < PF_BK / 8; j++) {
-                const T *kb = Ks + (8 * j + g) * ld + 16 * kd + q2;
-                uint32_t fb[2] = {*(const uint32_t *)kb, *(const uint32_t *)(kb + 8)};
-                tc_conv<T>::mma(sc[j], fa, fb);
-            }
+            const uint32_t fa[4] = {*(const uint32_t *)qa, *(const uint32_t *)(qa + 8 * ld),
+                                    *(const uint32_t *)(qa + 8), *(const uint32_t *)(qa + 8 * ld + 8)};
+            tc_qk_step(sc, fa, Ks, ld, kd, g, q2);
         }
 
         /* mask and scale: element e of piece j is row g + 8 * (e / 2), key kv0 + 8j + q2 + e % 2 */
@@ -649,12 +657,7 @@ llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits
 #pragma unroll
         for (int kd = 0; kd < HDMAX / 16; kd++) {
             if (kd >= n_kd) break;
-#pragma unroll
-            for (int j = 0; j < DT_BK / 8; j++) {
-                const T *kb = Ks + (8 * j + g) * ld + 16 * kd + q2;
-                uint32_t fb[2] = {*(const uint32_t *)kb, *(const uint32_t *)(kb + 8)};
-                tc_conv<T>::mma(sc[j], qf[kd], fb);
-            }
+            tc_qk_step(sc, qf[kd], Ks, ld, kd, g, q2);
         }
         /* mask and scale: element e of piece j is row g + 8 (e / 2), position kv0 + 8j + q2 + e % 2 */
 #pragma unroll
@@ -733,9 +736,10 @@ extern "C" cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int3
     if (n <= 0) return cudaSuccess;
     if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0 || n_splits < 1 || n > 65535) return cudaErrorInvalidValue;
     if (n_splits > 1 && !work) return cudaErrorInvalidValue;
-    if (decode_tc_ok(a) && a->kv_dt == LLMI_KV_BF16)
+    const bool tc = decode_tc_ok(a);
+    if (tc && a->kv_dt == LLMI_KV_BF16)
         launch_decode_tc_hd<__nv_bfloat16>(a, tokens, n, n_splits, work, s);
-    else if (decode_tc_ok(a))
+    else if (tc)
         launch_decode_tc_hd<__half>(a, tokens, n, n_splits, work, s);
     else if (a->kv_dt == LLMI_KV_BF16 && a->head_dim % 8 == 0)
         launch_decode<__nv_bfloat16>(a, tokens, n, n_splits, work, s);

@@ -288,7 +288,7 @@ qk_awq_clip(const float *w, int rows, int cols, const float *hb, int gs, int n_s
         const float *x = w + (int64_t)r * cols + (int64_t)g * gs;
         float amax = 0.0f;
         for (int k = lane; k < gs; k += 32) amax = fmaxf(amax, fabsf(x[k]));
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        amax = llmi_warp_max(amax);
         double best = INFINITY;
         float best_v = amax;
         for (int i = 0; i < n_shrink; i++) {
@@ -298,10 +298,8 @@ qk_awq_clip(const float *w, int rows, int cols, const float *hb, int gs, int n_s
                 const float c = fminf(fmaxf(x[k], -mv), mv);
                 mn = fminf(mn, c), mx = fmaxf(mx, c);
             }
-            for (int o = 16; o > 0; o >>= 1) {
-                mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            }
+            mn = -llmi_warp_max(-mn);   /* the warp's min, exactly */
+            mx = llmi_warp_max(mx);
             uint16_t sh;
             int z;
             qk_range_params(mn, mx, 0, 1, &sh, &z);

@@ -20,6 +20,14 @@
 #include <cuda_runtime_api.h>
 #include "int4_gemm.h"
 
+/* A CUDA device is visible (the error of asking, when none is, cleared). */
+static bool tqc_device(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) return true;
+    (void)cudaGetLastError();
+    return false;
+}
+
 static void *tqc_up(const void *h, size_t n) {
     void *d = NULL;
     if (cudaMalloc(&d, n ? n : 1) != cudaSuccess) return NULL;
@@ -31,11 +39,7 @@ static void *tqc_up(const void *h, size_t n) {
 }
 
 TEST(quant_cuda_int4_matmul_vs_cpu) {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        (void)cudaGetLastError();
-        SKIP("no CUDA device");
-    }
+    if (!tqc_device()) SKIP("no CUDA device");
     unsigned long long s = test_seed() | 1;
     /* shape 1: an odd row count (the GEMV's warp pairs rows), a word count that is no
      * multiple of 32 and a group of 5 words (no shift) */
@@ -169,11 +173,7 @@ static double tqc_rel_err(const float *w, const float *dq, const float *h, int r
 }
 
 TEST(quant_cuda_gram_and_gptq_vs_cpu) {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        (void)cudaGetLastError();
-        SKIP("no CUDA device");
-    }
+    if (!tqc_device()) SKIP("no CUDA device");
     unsigned long long s = test_seed() | 1;
     const int k = 320, n = 333, rows = 96, split = 150;
     float *x = malloc(sizeof(float) * n * k), *w = malloc(sizeof(float) * rows * k);
@@ -319,11 +319,7 @@ TEST(quant_cuda_gram_and_gptq_vs_cpu) {
  * on the CPU: the same clip exactly).  Ties and fp64 sums in another order may flip a
  * near-equal pair; a wrong group block or candidate flips most. */
 TEST(quant_cuda_awq_clip_vs_cpu) {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        (void)cudaGetLastError();
-        SKIP("no CUDA device");
-    }
+    if (!tqc_device()) SKIP("no CUDA device");
     unsigned long long s = test_seed() | 1;
     const int k = 640, n = 200, rows = 37;
     float *x = malloc(sizeof(float) * n * k), *h = calloc((size_t)k * k, sizeof(float));
@@ -388,11 +384,7 @@ TEST(quant_cuda_awq_clip_vs_cpu) {
  * (Named outside gpu-check's racecheck list, "quant_cuda": a whole forward under racecheck
  * takes minutes.) */
 TEST(calib_cuda_vs_cpu) {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        (void)cudaGetLastError();
-        SKIP("no CUDA device");
-    }
+    if (!tqc_device()) SKIP("no CUDA device");
     llmi_model m;
     llmi_status st = {0};
     if (test_load_hf("llama-gqa-rope3", &m, &st)) {
