@@ -1403,6 +1403,46 @@ TEST(cuda_backend_forward_layers) {
             CHECK_MSG(ed > 1e-6, "the swap changed nothing (nmse %g)", ed);
         }
         m.layers[1] = keep;
+
+        /* one part at a time (norms, q/k/v with their biases, o, gate/up, down), as the
+         * quantizer swaps them: the swapped part is uploaded again and no other.  A part
+         * left alone has its bytes changed in place (the same pointer) before the forward
+         * and put back after: a live backend that uploaded it again would see the change,
+         * which the new backend made after, from the same tensors, does not. */
+        float *prev = malloc(hn * sizeof(float));
+        llmi_layer_run r_prev = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = prev};
+        CHECK_MSG(gpu->forward_layers(gpu, &bt, &r_prev, &st) == 0, "%s", st.msg);
+        llmi_layer *L = &m.layers[1];
+        const llmi_layer *O = &other.layers[1];
+        for (int part = 0; part < 5; part++) {
+            switch (part) {
+            case 0: L->attn_norm = O->attn_norm, L->ffn_norm = O->ffn_norm; break;
+            case 1: L->wq = O->wq, L->wk = O->wk, L->wv = O->wv, L->bq = O->bq, L->bk = O->bk, L->bv = O->bv; break;
+            case 2: L->wo = O->wo; break;
+            case 3: L->w_gate = O->w_gate, L->w_up = O->w_up; break;
+            default: L->w_down = O->w_down; break;
+            }
+            llmi_tensor *still = part < 4 ? &L->w_down : &L->wq;
+            uint16_t *sd = (uint16_t *)still->data;
+            const size_t sn = (size_t)still->rows * (size_t)still->cols;
+            for (size_t i = 0; i < sn; i++) sd[i] ^= 0x8000;
+            llmi_layer_run rp = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = h2};
+            CHECK_MSG(gpu->forward_layers(gpu, &bt, &rp, &st) == 0, "part %d swapped: %s", part, st.msg);
+            for (size_t i = 0; i < sn; i++) sd[i] ^= 0x8000;
+            llmi_backend *nb = NULL;
+            CHECK_MSG(backend_cuda_create(&m, &o, &nb, &st) == 0, "%s", st.msg);
+            if (nb && nb->kv_alloc(nb, 2 * FB_MAXB, &st) == 0) {
+                llmi_layer_run rf = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = hc};
+                CHECK_MSG(nb->forward_layers(nb, &bt, &rf, &st) == 0, "%s", st.msg);
+                double ef = test_nmse(h2, hc, (long)hn), ed = test_nmse(h2, prev, (long)hn);
+                CHECK_MSG(ef <= 1e-10, "part %d swapped: live backend vs a new one, hidden nmse %g", part, ef);
+                CHECK_MSG(ed > 1e-6, "part %d swapped: nothing changed (nmse %g)", part, ed);
+            }
+            if (nb) nb->destroy(nb);
+            memcpy(prev, h2, hn * sizeof(float));
+        }
+        free(prev);
+        m.layers[1] = keep;
     }
     if (cpu) cpu->destroy(cpu);
     if (gpu) gpu->destroy(gpu);

@@ -63,18 +63,23 @@ typedef struct cuda_linear {
     size_t bytes;             /* on the GPU (for costs) */
 } cuda_linear;
 
-/* What a layer was uploaded from: forward_layers uploads a layer again when the caller has
- * put other tensors there (the quantizer moves a one-layer window down the model and swaps
- * its quantized linears in). */
+/* What a layer was uploaded from: forward_layers uploads a part of a layer again when the
+ * caller has put other tensors there (the quantizer moves a one-layer window down the model
+ * and swaps its quantized linears in, one group at a time). */
 typedef struct cuda_layer_src {
     const void *w[7];         /* data of q, k, v, o, gate, up, down */
     llmi_dtype dt[7];
     const float *f[6];        /* attn_norm, ffn_norm, bq, bk, bv, bo */
 } cuda_layer_src;
 
+/* The parts of a layer that are uploaded (and replaced) on their own: a quantizer step
+ * swaps one group of linears, and the rest of the layer, its bf16 bulk, stays put. */
+typedef enum { LP_NORMS, LP_QKV, LP_O, LP_GU, LP_DOWN, LP_COUNT } cuda_layer_part;
+
 typedef struct cuda_layer {
     cuda_layer_src src;
     size_t bytes;             /* device bytes of the buffers below */
+    size_t part_bytes[LP_COUNT];
     float *attn_norm;         /* (dim) */
     float *ffn_norm;          /* (dim) */
     cuda_linear qkv[3];       /* dense: [0] is (q_dim + 2*kv_dim, dim), wq rows then wk then wv;
@@ -87,6 +92,17 @@ typedef struct cuda_layer {
     int n_gu;
     cuda_linear down;         /* (dim, ffn_dim) */
 } cuda_layer;
+
+/* Weights cross through two pinned stages, each with its device twin: one fills while the
+ * other is copied and converted. */
+typedef struct uploader {
+    void *host[2];            /* (STAGE_BYTES) pinned */
+    void *dev[2];             /* (STAGE_BYTES) device */
+    cudaEvent_t done[2];      /* chunk i's dequant finished: its buffers may be reused */
+    int turn;
+    size_t bytes_in;          /* bytes read from the model */
+} uploader;
+static void uploader_free(uploader *u);
 
 typedef struct cuda_prof_mark { llmi_op_class cls; llmi_op_cost cost; } cuda_prof_mark;
 
@@ -150,6 +166,8 @@ typedef struct cuda_impl {
     size_t tap_cap;
 
     size_t weight_bytes, act_bytes;
+    uploader refresh_up;      /* forward_layers' staging for replaced layer parts, kept once made */
+    bool refresh_up_ready;
 
     bool graphs_on;           /* decode graphs enabled (LLMI_CUDA_GRAPHS=0 turns them off) */
     llmi_i4_kernel i4_kernel; /* LLMI_I4_GEMV=warp|chunk: the int4 kernels allowed (llmi_i4g_dev.kernel) */
@@ -264,12 +282,42 @@ static void linear_free(cuda_linear *w) {
     dfree((void *)w->q4.q); dfree((void *)w->q4.scales); dfree((void *)w->q4.zeros); dfree((void *)w->q4.g_idx);
 }
 
+/* Frees part p of L (its buffers NULL after; the byte counts are the caller's). */
+static void layer_part_free(cuda_layer *L, cuda_layer_part p) {
+    switch (p) {
+    case LP_NORMS:
+        dfree(L->attn_norm), dfree(L->ffn_norm);
+        L->attn_norm = L->ffn_norm = NULL;
+        break;
+    case LP_QKV:
+        for (int i = 0; i < 3; i++) linear_free(&L->qkv[i]);
+        memset(L->qkv, 0, sizeof L->qkv);
+        L->n_qkv = 0;
+        dfree(L->b_qkv);
+        L->b_qkv = NULL;
+        break;
+    case LP_O:
+        linear_free(&L->wo);
+        memset(&L->wo, 0, sizeof L->wo);
+        dfree(L->b_o);
+        L->b_o = NULL;
+        break;
+    case LP_GU:
+        for (int i = 0; i < 2; i++) linear_free(&L->gu[i]);
+        memset(L->gu, 0, sizeof L->gu);
+        L->n_gu = 0;
+        break;
+    case LP_DOWN:
+        linear_free(&L->down);
+        memset(&L->down, 0, sizeof L->down);
+        break;
+    case LP_COUNT:
+        break;
+    }
+}
+
 static void layer_free(cuda_layer *L) {
-    dfree(L->attn_norm); dfree(L->ffn_norm); dfree(L->b_qkv); dfree(L->b_o);
-    for (int i = 0; i < 3; i++) linear_free(&L->qkv[i]);
-    for (int i = 0; i < 2; i++) linear_free(&L->gu[i]);
-    linear_free(&L->wo);
-    linear_free(&L->down);
+    for (int p = 0; p < LP_COUNT; p++) layer_part_free(L, (cuda_layer_part)p);
     memset(L, 0, sizeof *L);
 }
 
@@ -284,6 +332,7 @@ static void cuda_destroy(llmi_backend *b) {
             free(im->layers);
         }
         if (im->lm_head != im->tok_embd) dfree(im->lm_head);
+        if (im->refresh_up_ready) uploader_free(&im->refresh_up);
         dfree(im->tok_embd); dfree(im->out_norm); dfree(im->inv_freq); dfree(im->kv); dfree(im->i4_scratch);
         dfree(im->x); dfree(im->xn); dfree(im->qkv); dfree(im->att); dfree(im->delta); dfree(im->gu);
         dfree(im->act); dfree(im->lgn); dfree(im->logits); dfree(im->attn_work); dfree(im->meta_d);
@@ -335,14 +384,6 @@ static bool group_int4(const llmi_tensor *const *ts, int n) {
         if (!i4_servable(ts[i])) return false;
     return true;
 }
-
-typedef struct uploader {
-    void *host[2];            /* (STAGE_BYTES) pinned */
-    void *dev[2];             /* (STAGE_BYTES) device */
-    cudaEvent_t done[2];      /* chunk i's dequant finished: its buffers may be reused */
-    int turn;
-    size_t bytes_in;          /* bytes read from the model */
-} uploader;
 
 static int uploader_init(uploader *u, llmi_status *st) {
     memset(u, 0, sizeof *u);
@@ -546,40 +587,64 @@ static cuda_layer_src layer_src(const llmi_layer *L) {
     return s;
 }
 
-static bool layer_src_same(const cuda_layer_src *a, const cuda_layer_src *b) {
-    for (int i = 0; i < 7; i++)
+/* The linears (first index, count in layer_src's w) and floats (f) of each part. */
+static const struct { int w0, nw, f0, nf; } layer_part_src[LP_COUNT] = {
+    [LP_NORMS] = {0, 0, 0, 2}, [LP_QKV] = {0, 3, 2, 3}, [LP_O] = {3, 1, 5, 1}, [LP_GU] = {4, 2, 0, 0},
+    [LP_DOWN] = {6, 1, 0, 0}};
+
+static bool layer_part_same(const cuda_layer_src *a, const cuda_layer_src *b, cuda_layer_part p) {
+    const int w0 = layer_part_src[p].w0, f0 = layer_part_src[p].f0;
+    for (int i = w0; i < w0 + layer_part_src[p].nw; i++)
         if (a->w[i] != b->w[i] || a->dt[i] != b->dt[i]) return false;
-    for (int i = 0; i < 6; i++)
+    for (int i = f0; i < f0 + layer_part_src[p].nf; i++)
         if (a->f[i] != b->f[i]) return false;
     return true;
 }
 
-/* Layer L into D (empty): norms, biases and the three groups of linears. */
-static int upload_layer(cuda_impl *im, uploader *u, const llmi_config *c, const llmi_layer *L, cuda_layer *D,
-                        llmi_status *st) {
+/* Part p of layer L into D (where that part is empty). */
+static int upload_layer_part(cuda_impl *im, uploader *u, const llmi_config *c, const llmi_layer *L, cuda_layer *D,
+                             cuda_layer_part p, llmi_status *st) {
     const size_t dim = (size_t)c->dim, qd = (size_t)im->q_dim, kvd = (size_t)im->kv_dim, before = im->weight_bytes;
     const llmi_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->w_gate, &L->w_up};
     const llmi_tensor *wo[1] = {&L->wo}, *dn[1] = {&L->w_down};
-    int one = 0;
-    int rc = upload_floats(im, &D->attn_norm, L->attn_norm, dim, st);
-    if (!rc) rc = upload_floats(im, &D->ffn_norm, L->ffn_norm, dim, st);
-    if (!rc) rc = upload_linears(im, u, qkv, 3, D->qkv, &D->n_qkv, st);
-    if (!rc && (L->bq || L->bk || L->bv)) {
-        /* a missing part of the bias is zero */
-        float *hb = calloc((size_t)im->qkv_dim, sizeof(float));
-        if (!hb) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
-        if (L->bq) memcpy(hb, L->bq, qd * sizeof(float));
-        if (L->bk) memcpy(hb + qd, L->bk, kvd * sizeof(float));
-        if (L->bv) memcpy(hb + qd + kvd, L->bv, kvd * sizeof(float));
-        rc = upload_floats(im, &D->b_qkv, hb, (size_t)im->qkv_dim, st);
-        /* the copy above returns once hb is staged */
-        free(hb);
+    int one = 0, rc = 0;
+    switch (p) {
+    case LP_NORMS:
+        rc = upload_floats(im, &D->attn_norm, L->attn_norm, dim, st);
+        if (!rc) rc = upload_floats(im, &D->ffn_norm, L->ffn_norm, dim, st);
+        break;
+    case LP_QKV:
+        rc = upload_linears(im, u, qkv, 3, D->qkv, &D->n_qkv, st);
+        if (!rc && (L->bq || L->bk || L->bv)) {
+            /* a missing part of the bias is zero */
+            float *hb = calloc((size_t)im->qkv_dim, sizeof(float));
+            if (!hb) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
+            if (L->bq) memcpy(hb, L->bq, qd * sizeof(float));
+            if (L->bk) memcpy(hb + qd, L->bk, kvd * sizeof(float));
+            if (L->bv) memcpy(hb + qd + kvd, L->bv, kvd * sizeof(float));
+            rc = upload_floats(im, &D->b_qkv, hb, (size_t)im->qkv_dim, st);
+            /* the copy above returns once hb is staged */
+            free(hb);
+        }
+        break;
+    case LP_O:
+        if (L->bo) rc = upload_floats(im, &D->b_o, L->bo, dim, st);
+        if (!rc) rc = upload_linears(im, u, wo, 1, &D->wo, &one, st);
+        break;
+    case LP_GU: rc = upload_linears(im, u, gu, 2, D->gu, &D->n_gu, st); break;
+    case LP_DOWN: rc = upload_linears(im, u, dn, 1, &D->down, &one, st); break;
+    case LP_COUNT: break;
     }
-    if (!rc && L->bo) rc = upload_floats(im, &D->b_o, L->bo, dim, st);
-    if (!rc) rc = upload_linears(im, u, wo, 1, &D->wo, &one, st);
-    if (!rc) rc = upload_linears(im, u, gu, 2, D->gu, &D->n_gu, st);
-    if (!rc) rc = upload_linears(im, u, dn, 1, &D->down, &one, st);
-    D->bytes = im->weight_bytes - before;
+    D->part_bytes[p] = im->weight_bytes - before;
+    D->bytes += D->part_bytes[p];
+    return rc;
+}
+
+/* Layer L into D (empty): norms, biases and the four groups of linears. */
+static int upload_layer(cuda_impl *im, uploader *u, const llmi_config *c, const llmi_layer *L, cuda_layer *D,
+                        llmi_status *st) {
+    int rc = 0;
+    for (int p = 0; p < LP_COUNT && !rc; p++) rc = upload_layer_part(im, u, c, L, D, (cuda_layer_part)p, st);
     if (!rc) D->src = layer_src(L);
     return rc;
 }
@@ -1156,29 +1221,42 @@ static int cuda_forward_sample(llmi_backend *b, const llmi_batch *bt, const llmi
     return cuda_run(b, bt, NULL, rows, tokens, st);
 }
 
-/* Layers [first, last) as the model holds them now: a layer whose tensors were replaced
- * since its upload (other data or dtype) is freed and uploaded again, and the int4
- * prefill scratch grows with the widest int4 linear. */
+/* Layers [first, last) as the model holds them now: each part of a layer whose tensors
+ * were replaced since its upload (other data or dtype) is freed and uploaded again, the
+ * rest left where it is, and the int4 prefill scratch grows with the widest int4 linear.
+ * The staging buffers are made on the first upload and kept (im->refresh_up): the
+ * quantizer refreshes several times a layer. */
 static int refresh_layers(llmi_backend *b, cuda_impl *im, int first, int last, llmi_status *st) {
     const llmi_model *m = b->model;
-    uploader u;
-    bool staged = false;
+    bool synced = false;
     int rc = 0;
     for (int l = first; l < last && !rc; l++) {
+        cuda_layer *D = &im->layers[l];
         const cuda_layer_src now = layer_src(&m->layers[l]);
-        if (layer_src_same(&im->layers[l].src, &now)) continue;
-        if (!staged) {
-            staged = true;
-            CU_CHECK(st, cudaStreamSynchronize(im->stream));   /* nothing in flight reads the old buffers */
-            if ((rc = uploader_init(&u, st))) break;
+        for (int p = 0; p < LP_COUNT && !rc; p++) {
+            if (layer_part_same(&D->src, &now, (cuda_layer_part)p)) continue;
+            if (!synced) {
+                synced = true;
+                CU_CHECK(st, cudaStreamSynchronize(im->stream));   /* nothing in flight reads the old buffers */
+            }
+            if (!im->refresh_up_ready) {
+                if ((rc = uploader_init(&im->refresh_up, st))) {
+                    uploader_free(&im->refresh_up);
+                    break;
+                }
+                im->refresh_up_ready = true;
+            }
+            im->weight_bytes -= D->part_bytes[p];
+            D->bytes -= D->part_bytes[p];
+            D->part_bytes[p] = 0;
+            layer_part_free(D, (cuda_layer_part)p);
+            rc = upload_layer_part(im, &im->refresh_up, &m->cfg, &m->layers[l], D, (cuda_layer_part)p, st);
         }
-        im->weight_bytes -= im->layers[l].bytes;
-        layer_free(&im->layers[l]);
-        rc = upload_layer(im, &u, &m->cfg, &m->layers[l], &im->layers[l], st);
+        /* a part that failed keeps its old source, so the next call tries it again */
+        if (!rc) D->src = now;
     }
-    if (staged && !rc && cudaStreamSynchronize(im->stream) != cudaSuccess)
+    if (synced && !rc && cudaStreamSynchronize(im->stream) != cudaSuccess)
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: weight upload failed: %s", cudaGetErrorString(cudaGetLastError()));
-    if (staged) uploader_free(&u);
     if (!rc && im->i4_scratch_elems > im->i4_scratch_cap) {
         im->act_bytes -= im->i4_scratch_cap * WDT_BYTES;
         dfree(im->i4_scratch);
