@@ -8,7 +8,8 @@
  *  - prefill chunks: tiled causal flash-attention 2 on tensor cores (mma.sync m16n8k16,
  *    bf16 or f16 inputs, fp32 accumulation).  One block per (64-token tile, query head);
  *    each of its 4 warps owns 16 query rows and keeps their scores and output in
- *    registers, so only the K/V tile loads need block barriers.
+ *    registers, so only the K/V tile loads need block barriers; with a bf16/f16 cache
+ *    they come by cp.async, each while the tile before it is being computed on.
  * Both read K/V through the sequence's block table and mask positions > the token's own,
  * so prefill chunks and decode tokens can share one batch. */
 #include "common.cuh"
@@ -67,6 +68,33 @@ __device__ __forceinline__ void kv_tile_load16(const llmi_cuda_attn &a, const in
                 *(uint4 *)(Vs + tt * ldv + d) = vr[u];
             }
         }
+    }
+}
+
+/* cp.async (sm_80 on): 16 bytes from global to shared memory without a register between;
+ * a thread's copies have landed once its cp_async_wait_all returns, the block's after the
+ * barrier that follows. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    unsigned addr = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+/* One tile of a cache that holds E (K or V: positions [p0, p0 + n_rows) of KV head kvh)
+ * into dst (row stride ld) by cp.async, 16 bytes an item; positions at or past `end` as
+ * zeros, stored at once.  Nothing waits here: the caller's cp_async_wait_all does. */
+template <typename E>
+__device__ __forceinline__ void kv_tile_async16(const llmi_cuda_attn &a, const void *cache, const int32_t *bt, int kvh,
+                                                int p0, int n_rows, int end, E *dst, int ld, int i0, int n_thr) {
+    constexpr int per = 16 / sizeof(E);
+    const int hd = a.head_dim, hv = hd / per, total = n_rows * hv;
+    for (int i = i0; i < total; i += n_thr) {
+        const int tt = i / hv, d = (i % hv) * per, p = p0 + tt;
+        E *s = dst + tt * ld + d;
+        if (p < end)
+            cp_async16(s, (const E *)cache + kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + d);
+        else
+            *(uint4 *)s = make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -494,8 +522,12 @@ template <typename T> static __host__ __device__ size_t pf_smem_bytes(int hd) {
  * fragment layout (PTX ISA, "matrix fragments for mma.m16n8k16": with g = lane / 4,
  * q = lane % 4, a lane holds rows g and g + 8, columns 2q and 2q + 1 of each 8-column
  * piece), so the online softmax is per lane plus a reduction over the 4 lanes of a row.
- * Only the K/V tile loads need block barriers. */
-template <typename T, int HDMAX>
+ * Only the K/V tile loads need block barriers.  ASYNC (a cache in T, llmi_cuda_attn.
+ * prefill_async): the tiles come by cp.async, V's while the scores are computed and the
+ * next K's while P V is, so the block waits for memory only where a copy is not done yet;
+ * otherwise each tile is loaded through registers between two barriers, the block idle
+ * for the round trips (converting q8/fp8/f32 caches always). */
+template <typename T, int HDMAX, bool ASYNC>
 __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_cuda_attn a, const int32_t *tiles) {
     extern __shared__ __align__(128) unsigned char smraw[];
     const int hd = a.head_dim, ld = pf_ld(hd);
@@ -506,12 +538,14 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q2 = 2 * (lane & 3);
     const int32_t *bt = a.block_tables + (int64_t)a.seq_of_token[t0] * a.max_blocks_per_seq;
 
-    tc_load_q(a, t0, nq, h, hd, ld, Qs, tid, blockDim.x);
     /* the tile's last key, found by every warp alike (no static shared memory beside the
      * dynamic buffer, whose 16-byte alignment the vector copies rely on) */
     int max_pos = -1;
     for (int r = lane; r < nq; r += 32) max_pos = max(max_pos, a.positions[t0 + r]);
     for (int o = 16; o > 0; o >>= 1) max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, o));
+    /* the first K tile on its way while Q is loaded */
+    if (ASYNC) kv_tile_async16<T>(a, a.k_cache, bt, kvh, 0, PF_BK, max_pos + 1, Ks, ld, tid, blockDim.x);
+    tc_load_q(a, t0, nq, h, hd, ld, Qs, tid, blockDim.x);
     __syncthreads();
     const bool same_type = a.kv_dt == tc_conv<T>::kv;
     const float ksc = kv_scale_of(a.kv_dt, a.k_scale, kvh), vsc = kv_scale_of(a.kv_dt, a.v_scale, kvh);
@@ -528,39 +562,53 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};   /* l: this lane's columns only */
 
     for (int kv0 = 0; kv0 <= max_pos; kv0 += PF_BK) {
-        __syncthreads();   /* every warp is done with the previous K/V tile */
-        if (same_type)   /* the cache already holds T: 16-byte copies (hd % 16 == 0) */
-            kv_tile_load16<4>(a, bt, kvh, kv0, PF_BK, max_pos + 1, Ks, ld, Vs, ld, tid, blockDim.x);
-        else
-            kv_tile_load_conv<8>(a, bt, kvh, kv0, PF_BK, max_pos + 1, ksc, vsc, Ks, ld, Vs, ld, tid, blockDim.x);
-        __syncthreads();
-        if (kv0 > warp_max_pos) continue;   /* warp-uniform: every key of the tile is masked */
+        if (ASYNC) {
+            cp_async_wait_all();
+            __syncthreads();   /* K is in for every thread; every warp is done with the previous V */
+            kv_tile_async16<T>(a, a.v_cache, bt, kvh, kv0, PF_BK, max_pos + 1, Vs, ld, tid, blockDim.x);
+        } else {
+            __syncthreads();   /* every warp is done with the previous K/V tile */
+            if (same_type)   /* the cache already holds T: 16-byte copies (hd % 16 == 0) */
+                kv_tile_load16<4>(a, bt, kvh, kv0, PF_BK, max_pos + 1, Ks, ld, Vs, ld, tid, blockDim.x);
+            else
+                kv_tile_load_conv<8>(a, bt, kvh, kv0, PF_BK, max_pos + 1, ksc, vsc, Ks, ld, Vs, ld, tid, blockDim.x);
+            __syncthreads();
+        }
+        const bool active = kv0 <= warp_max_pos;   /* warp-uniform: else every key of the tile is masked */
 
         /* S (16, PF_BK) = Q_w (16, hd) @ K^T: piece j holds keys kv0 + 8j .. + 7 */
         float sc[PF_BK / 8][4];
+        if (active) {
 #pragma unroll
-        for (int j = 0; j < PF_BK / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+            for (int j = 0; j < PF_BK / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
 #pragma unroll
-        for (int kd = 0; kd < HDMAX / 16; kd++) {
-            if (kd >= n_kd) break;
-            const T *qa = Qs + (r0 + g) * ld + 16 * kd + q2;
-            const uint32_t fa[4] = {*(const uint32_t *)qa, *(const uint32_t *)(qa + 8 * ld),
-                                    *(const uint32_t *)(qa + 8), *(const uint32_t *)(qa + 8 * ld + 8)};
-            tc_qk_step(sc, fa, Ks, ld, kd, g, q2);
+            for (int kd = 0; kd < HDMAX / 16; kd++) {
+                if (kd >= n_kd) break;
+                const T *qa = Qs + (r0 + g) * ld + 16 * kd + q2;
+                const uint32_t fa[4] = {*(const uint32_t *)qa, *(const uint32_t *)(qa + 8 * ld),
+                                        *(const uint32_t *)(qa + 8), *(const uint32_t *)(qa + 8 * ld + 8)};
+                tc_qk_step(sc, fa, Ks, ld, kd, g, q2);
+            }
+
+            /* mask and scale: element e of piece j is row g + 8 * (e / 2), key kv0 + 8j + q2 + e % 2 */
+#pragma unroll
+            for (int j = 0; j < PF_BK / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int key = kv0 + 8 * j + q2 + (e & 1);
+                    sc[j][e] = key <= pos_r[e >> 1] ? sc[j][e] * a.scale : -INFINITY;
+                }
+            tc_softmax_step(sc, m_run, l_run, o_acc);
+        }
+        if (ASYNC) {
+            cp_async_wait_all();
+            __syncthreads();   /* V is in for every thread; every warp is done with K */
+            if (kv0 + PF_BK <= max_pos)
+                kv_tile_async16<T>(a, a.k_cache, bt, kvh, kv0 + PF_BK, PF_BK, max_pos + 1, Ks, ld, tid, blockDim.x);
         }
 
-        /* mask and scale: element e of piece j is row g + 8 * (e / 2), key kv0 + 8j + q2 + e % 2 */
-#pragma unroll
-        for (int j = 0; j < PF_BK / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int key = kv0 + 8 * j + q2 + (e & 1);
-                sc[j][e] = key <= pos_r[e >> 1] ? sc[j][e] * a.scale : -INFINITY;
-            }
-        tc_softmax_step(sc, m_run, l_run, o_acc);
-
         /* O_w (16, hd) += P (16, PF_BK) @ V (PF_BK, hd) */
-        tc_pv_step(sc, Vs, ld, lane, n_jd, o_acc);
+        if (active) tc_pv_step(sc, Vs, ld, lane, n_jd, o_acc);
     }
     tc_row_sums(l_run);
 #pragma unroll
@@ -580,8 +628,12 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
 template <typename T, int HDMAX>
 static cudaError_t launch_prefill_hd(const llmi_cuda_attn *a, const int32_t *tiles, int n_tiles, cudaStream_t s) {
     /* above 48 KiB needs llmi_cuda_attn_init first */
-    llmi_attn_prefill_kernel<T, HDMAX><<<dim3((unsigned)n_tiles, (unsigned)a->n_heads), 32 * PF_WARPS,
-                                         pf_smem_bytes<T>(a->head_dim), s>>>(*a, tiles);
+    const dim3 grid((unsigned)n_tiles, (unsigned)a->n_heads);
+    const size_t smem = pf_smem_bytes<T>(a->head_dim);
+    if (a->prefill_async && a->kv_dt == tc_conv<T>::kv)
+        llmi_attn_prefill_kernel<T, HDMAX, true><<<grid, 32 * PF_WARPS, smem, s>>>(*a, tiles);
+    else
+        llmi_attn_prefill_kernel<T, HDMAX, false><<<grid, 32 * PF_WARPS, smem, s>>>(*a, tiles);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }
@@ -770,8 +822,11 @@ template <typename K> static cudaError_t allow_smem(K kernel, size_t bytes) {
 /* The tensor-core kernels of one head_dim tier: the prefill's, and the decode's when its
  * query heads per KV head fit (decode), each for bf16 and f16. */
 template <int HDMAX> static cudaError_t allow_tc_smem(int head_dim, bool decode) {
-    cudaError_t e = allow_smem(llmi_attn_prefill_kernel<__nv_bfloat16, HDMAX>, pf_smem_bytes<__nv_bfloat16>(head_dim));
-    if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half, HDMAX>, pf_smem_bytes<__half>(head_dim));
+    const size_t pb = pf_smem_bytes<__nv_bfloat16>(head_dim), ph = pf_smem_bytes<__half>(head_dim);
+    cudaError_t e = allow_smem(llmi_attn_prefill_kernel<__nv_bfloat16, HDMAX, false>, pb);
+    if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__nv_bfloat16, HDMAX, true>, pb);
+    if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half, HDMAX, false>, ph);
+    if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half, HDMAX, true>, ph);
     if (e == cudaSuccess && decode)
         e = allow_smem(llmi_attn_decode_tc_kernel<__nv_bfloat16, HDMAX>, dt_smem_bytes<__nv_bfloat16>(head_dim));
     if (e == cudaSuccess && decode)

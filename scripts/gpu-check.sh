@@ -512,6 +512,7 @@ STATE=${GPU_CHECK_STATE:-$ROOT/.gpu-state}
 # kernel_fallbacks TESTS_STDERR: the knob of each kernel whose unit test failed, a line each
 kernel_fallbacks() {
   grep -q 'tensor-core decode nmse' "$1" && echo LLMI_ATTN_DECODE=fp32
+  grep -q 'prefill by cp.async' "$1" && echo LLMI_ATTN_PREFILL=sync
   # (cuda_backend_int4 and quant_cuda_int4_matmul_vs_cpu name the int4 kernel they ran)
   if grep -q ' chunk GEMV: nmse' "$1"; then echo LLMI_I4_GEMV=warp
   elif grep -q ' tensor-core: nmse' "$1"; then echo LLMI_I4_GEMV=chunk; fi
@@ -747,6 +748,16 @@ if has_phase bench; then
     fi
   fi
   # the comparisons last, so that a short budget drops them before a target's row
+  # the prefill's K/V tiles by cp.async, each while the tile before is computed on (the
+  # default, unmeasured when written) against the register-loaded kernel it replaced
+  plabel="$BIG_NAME TTFT p$((2048 / SCALE)) with the register-loaded prefill (LLMI_ATTN_PREFILL=sync)"
+  if ! gpu_gate "$plabel"; then :
+  elif run bench-ttft-sync 120 env LLMI_ATTN_PREFILL=sync "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 \
+      -b 1 -r "$REPS"; then
+    row "$plabel" ok "$(num "$(csv_col "$WORK/bench-ttft-sync.out" ttft_ms_mean 1)") ms (cp.async, the default: $(num "${ttft:-0}") ms)"
+  else
+    row "$plabel" "$STATUS" "$(why bench-ttft-sync)"
+  fi
   # batch-1 decode with the dense projections on llmi's GEMV (LLMI_DENSE_GEMV=on, off by
   # default until a device shows it pays) against cuBLASLt's above
   glabel="$BIG_NAME bf16 decode b1 on the GEMV (LLMI_DENSE_GEMV=on)"

@@ -387,6 +387,24 @@ static void attention_case_heads(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt
     }
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     to_host(got, d_out, qn * 4);
+    /* the prefill with its tiles copied by cp.async (prefill_async, for caches in the tensor
+     * cores' type; the others must keep the register-loaded kernel): the same arithmetic in
+     * the same order, so the same bits */
+    if (nt > 0) {
+        llmi_cuda_attn aa = a;
+        aa.prefill_async = 1;
+        float *ga = malloc(qn * 4);
+        CHECK(cudaMemset(d_out, 0xff, qn * 4) == cudaSuccess);
+        CHECK(llmi_cuda_attn_decode(&aa, d_dec, nd, splits, d_work, 0) == cudaSuccess);
+        CHECK(llmi_cuda_attn_prefill(&aa, d_tiles, nt, 0) == cudaSuccess);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess);
+        to_host(ga, d_out, qn * 4);
+        long diff = 0;
+        for (size_t i = 0; i < qn; i++) diff += memcmp(&ga[i], &got[i], 4) != 0;
+        CHECK_MSG(diff == 0, "hd %d kv %s: prefill by cp.async: %ld of %zu outputs differ from the register-loaded "
+                  "prefill's", hd, kv_name(dt), diff, qn);
+        free(ga);
+    }
     /* decode-path rows are fp32 math; tensor-core rows see bf16/f16 inputs */
     float *gd = malloc(qn * 4), *rd = malloc(qn * 4);
     size_t m = 0;

@@ -33,11 +33,16 @@ compare() {
   echo "$1: $(grep -m1 '^summary' "$TMP/$1.cmp")"
 }
 "$LLMI" "${gen[@]}" --device cpu >"$TMP/cpu.json" 2>"$TMP/cpu.err" || fail "cpu run: $(head -3 "$TMP/cpu.err")"
-emu batched
+# (the prompts of 16 tokens and more take the prefill kernel, its tiles by cp.async: the
+# default for the bf16 cache)
+LLMI_EMU_COUNT="llmi_attn_prefill_kernel<T, HDMAX, true>" emu batched
 compare batched
 graphs=$(sed -n 's/^EMU stats: .* \([0-9]*\) graph launches$/\1/p' "$TMP/batched.err")
 [ "${graphs:-0}" -gt 0 ] || fail "batched: no decode step ran as a CUDA graph ($(grep 'EMU stats' "$TMP/batched.err"))"
 echo "batched: $(grep 'EMU stats' "$TMP/batched.err")"
+pf=$(sed -n 's/^EMU count: \([0-9]*\) launches of .*/\1/p' "$TMP/batched.err")
+[ "${pf:-0}" -gt 0 ] || fail "batched: no prefill by cp.async ran ($(grep 'EMU' "$TMP/batched.err" | head -2))"
+echo "batched: $pf launches of the prefill with cp.async tiles"
 # 12 blocks of 16 positions hold about a third of what 12 requests reach: preemption
 emu preempt --max-seqs $N --max-batch-tokens 64 --prefill-chunk 16 --num-blocks 12 --block-size 16
 compare preempt

@@ -30,6 +30,7 @@ want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
               "WikiText-2 ppl --kv-type fp8 cuda vs cpu (2 x 128)"]
            + [f"tiny llama (rehearsal) {r}" for r in ("bf16 decode b1 (target 170)", "bf16 decode b32",
               "TTFT p128 (target 55 ms)", "TTFT p128 with LLMI_GEMM_TUNE=8",
+              "TTFT p128 with the register-loaded prefill (LLMI_ATTN_PREFILL=sync)",
               "bf16 decode b1 on the GEMV (LLMI_DENSE_GEMV=on)",
               "decode b8 p64: tensor-core vs fp32 attention", "int4 decode b1 (target 400)",
               "int4 decode b16",

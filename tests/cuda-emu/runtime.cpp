@@ -502,6 +502,7 @@ static bool emu_reverse() {
     static const bool r = getenv("LLMI_EMU_ORDER") && !strcmp(getenv("LLMI_EMU_ORDER"), "reverse");
     return r;
 }
+bool emu_cp_async_at_issue() { return emu_reverse(); }
 void emu_barrier_wait(EmuBarrier &b) {
     EmuFiber *f = emu_cur;
     if (++b.arrived == b.needed) {
@@ -589,6 +590,13 @@ void emu_run_blocks(const char *name, dim3 grid, dim3 block, size_t smem, const 
             if (pool[t].bsync != pool[0].bsync) { emu_error("%s block %ld: thread %d ran %ld __syncthreads, thread 0 %ld", name, b, t, pool[t].bsync, pool[0].bsync); break; }
         for (int t = 0; t < nt; t++)
             if (pool[t].wseq != pool[t & ~31].wseq) { emu_error("%s block %ld: lane %d ran %ld warp ops, its lane 0 %ld", name, b, t, pool[t].wseq, pool[t & ~31].wseq); break; }
+        for (int t = 0; t < nt; t++)
+            if (!B.cp_pending[t].empty()) {
+                emu_error("%s block %ld: thread %d ended with %zu cp.async copies never waited for", name, b, t,
+                          B.cp_pending[t].size());
+                break;
+            }
+        for (auto &q : B.cp_pending) q.clear();
         for (auto &kv : B.statics) free(kv.second.first);
         B.statics.clear();
     }

@@ -3,8 +3,8 @@
 emu_launch_named("k", k, grid, block, smem, stream, args); each static `__shared__` variable a
 reference to per-block storage (emu_static_smem, keyed by its place in the file); each
 `extern __shared__` array a pointer to the launch's dynamic shared memory; the two inline
-PTX instructions llmi uses (mma.sync m16n8k16, ldmatrix .x2.trans) calls of their
-emulations (include/emu_block.h).  Any other inline assembly stops the build."""
+PTX instructions llmi uses (mma.sync m16n8k16, ldmatrix .x2.trans, cp.async 16-byte copies
+and their wait) calls of their emulations (include/emu_block.h).  Any other inline assembly stops the build."""
 import re, sys
 src = open(sys.argv[1]).read()
 counter = [0]
@@ -50,6 +50,10 @@ def asm_stmt(kind, want, repl):
     return f
 src, n_m = re.subn(r'asm volatile\("mma\.sync.*?\);', asm_stmt("mma", MMA, "emu_mma_m16n8k16(PTX_T, d, a, b);"), src, flags=re.S)
 src, n_d = re.subn(r'asm volatile\("ldmatrix.*?\);', asm_stmt("ldmatrix", LDSM, "emu_ldsm_x2_trans(b, row);"), src, flags=re.S)
+CPA = 'asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(src) : "memory");'
+CPW = 'asm volatile("cp.async.wait_all;" ::: "memory");'
+src, n_c = re.subn(r'asm volatile\("cp\.async\.cg.*?\);', asm_stmt("cp.async", CPA, "emu_cp_async16(dst, src);"), src, flags=re.S)
+src, n_w = re.subn(r'asm volatile\("cp\.async\.wait.*?\);', asm_stmt("cp.async.wait", CPW, "emu_cp_async_wait_all();"), src, flags=re.S)
 assert 'asm' not in re.sub(r'#.*', '', src), "asm left in " + sys.argv[1]
-sys.stderr.write(f"{sys.argv[1]}: static smem {n_st}, launches {n_l}, mma {n_m}, ldmatrix {n_d}\n")
+sys.stderr.write(f"{sys.argv[1]}: static smem {n_st}, launches {n_l}, mma {n_m}, ldmatrix {n_d}, cp.async {n_c}+{n_w}\n")
 open(sys.argv[2], "w").write(src)

@@ -24,13 +24,16 @@ struct EmuWarp {
     const void *addr[32];
     float A[16][16], B[16][8];
 };
+/* a cp.async copy not landed yet: its 16 bytes, read when it was issued */
+struct EmuCopy { unsigned char *dst; unsigned char data[16]; };
 struct EmuBlock {
     EmuBarrier bar;
     unsigned char *smem;
     size_t smem_bytes;
     EmuWarp *warps;
     std::map<int, std::pair<void *, size_t>> statics;   /* static __shared__ variables by declaration */
-    explicit EmuBlock(int n) { bar.needed = n; }
+    std::vector<std::vector<EmuCopy>> cp_pending;        /* (threads) each thread's cp.async copies in flight */
+    explicit EmuBlock(int n) : cp_pending((size_t)n) { bar.needed = n; }
 };
 extern thread_local EmuBlock *emu_blk;
 extern thread_local long emu_wseq, emu_bsync;
@@ -208,6 +211,28 @@ static inline void emu_ldsm_x2_trans(uint32_t r[2], const void *row) {
     r[0] = out[0]; r[1] = out[1];
 }
 static inline unsigned __cvta_generic_to_shared(const void *) { return 0; }
+
+/* cp.async.cg.shared.global [dst], [src], 16 and cp.async.wait_all.  The copy lands in shared
+ * memory when its thread waits (a read of the tile before the wait sees what was there), or,
+ * with LLMI_EMU_ORDER=reverse, as it is issued (a copy into a buffer other warps may still
+ * be reading, without a barrier between, shows in the reading warps' results). */
+bool emu_cp_async_at_issue();
+static inline void emu_cp_async16(void *dst, const void *src) {
+    unsigned char *d = (unsigned char *)dst, *s0 = emu_blk->smem;
+    if (((uintptr_t)d & 15) || ((uintptr_t)src & 15) || d < s0 || d + 16 > s0 + emu_blk->smem_bytes)
+        EMU_FAIL("cp.async: thread %d: destination off %td (of %zu bytes of shared memory) or source %p not 16-byte "
+                 "aligned and inside", emu_tid, d - s0, emu_blk->smem_bytes, src);
+    EmuCopy c;
+    c.dst = d;
+    memcpy(c.data, src, 16);
+    if (emu_cp_async_at_issue()) memcpy(d, c.data, 16);
+    else emu_blk->cp_pending[emu_tid].push_back(c);
+}
+static inline void emu_cp_async_wait_all() {
+    std::vector<EmuCopy> &q = emu_blk->cp_pending[emu_tid];
+    for (const EmuCopy &c : q) memcpy(c.dst, c.data, 16);
+    q.clear();
+}
 
 /* ---- launch ---- */
 void emu_run_blocks(const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
