@@ -79,6 +79,12 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+/* closes the thread's open copies into a group; wait_group<N> returns once at most the N
+ * newest groups are still in flight */
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 /* One tile of a cache that holds E (K or V: positions [p0, p0 + n_rows) of KV head kvh)
  * into dst (row stride ld) by cp.async, 16 bytes an item; positions at or past `end` as
@@ -523,7 +529,7 @@ template <typename T> static __host__ __device__ size_t pf_smem_bytes(int hd) {
  * q = lane % 4, a lane holds rows g and g + 8, columns 2q and 2q + 1 of each 8-column
  * piece), so the online softmax is per lane plus a reduction over the 4 lanes of a row.
  * Only the K/V tile loads need block barriers.  ASYNC (a cache in T, llmi_cuda_attn.
- * prefill_async): the tiles come by cp.async, V's while the scores are computed and the
+ * tiles_async): the tiles come by cp.async, V's while the scores are computed and the
  * next K's while P V is, so the block waits for memory only where a copy is not done yet;
  * otherwise each tile is loaded through registers between two barriers, the block idle
  * for the round trips (converting q8/fp8/f32 caches always). */
@@ -630,7 +636,7 @@ static cudaError_t launch_prefill_hd(const llmi_cuda_attn *a, const int32_t *til
     /* above 48 KiB needs llmi_cuda_attn_init first */
     const dim3 grid((unsigned)n_tiles, (unsigned)a->n_heads);
     const size_t smem = pf_smem_bytes<T>(a->head_dim);
-    if (a->prefill_async && a->kv_dt == tc_conv<T>::kv)
+    if (a->tiles_async && a->kv_dt == tc_conv<T>::kv)
         llmi_attn_prefill_kernel<T, HDMAX, true><<<grid, 32 * PF_WARPS, smem, s>>>(*a, tiles);
     else
         llmi_attn_prefill_kernel<T, HDMAX, false><<<grid, 32 * PF_WARPS, smem, s>>>(*a, tiles);
@@ -653,23 +659,30 @@ template <typename T> static cudaError_t launch_prefill(const llmi_cuda_attn *a,
  * 64th) through its own shared K/V tile with the prefill's online softmax in registers, and
  * needs no block barrier until the warps' (m, l, O) are merged at the end.  q and the
  * probabilities are rounded to the cache type as the prefill's are (the fp32 kernel keeps them
- * fp32: ~1e-5 NMSE apart). */
+ * fp32: ~1e-5 NMSE apart).  ASYNC (llmi_cuda_attn.tiles_async): a warp's tiles come by
+ * cp.async, the next on its way while this one is computed on (dt_stages). */
 #define DT_WARPS 4
 #define DT_BK 16   /* positions per warp tile */
 
-/* K/V tiles (DT_WARPS, 2, DT_BK, hd + 8) of T; the merge reuses them as fp32 m, l
+/* Tile stages of the decode: two with cp.async up to head_dim 128 (the next tile comes in
+ * while this one is computed on; 70 KiB a block at 128, still 3 blocks an SM), one above
+ * (a second stage would halve the blocks an SM at 256) and with register loads. */
+template <bool ASYNC, int HDMAX> struct dt_stages { static constexpr int n = ASYNC && HDMAX <= 128 ? 2 : 1; };
+
+/* K/V tiles (DT_WARPS, stages, 2, DT_BK, hd + 8) of T; the merge reuses them as fp32 m, l
  * (DT_WARPS, 16) each and O (DT_WARPS, G, hd), which fit for G <= 16. */
-template <typename T> static __host__ __device__ size_t dt_smem_bytes(int hd) {
-    return (size_t)DT_WARPS * 2 * DT_BK * pf_ld(hd) * sizeof(T);
+template <typename T> static __host__ __device__ size_t dt_smem_bytes(int hd, int stages) {
+    return (size_t)DT_WARPS * stages * 2 * DT_BK * pf_ld(hd) * sizeof(T);
 }
 
-template <typename T, int HDMAX>
+template <typename T, int HDMAX, bool ASYNC>
 __global__ void __launch_bounds__(32 * DT_WARPS)
 llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits, float *work) {
     extern __shared__ __align__(128) unsigned char smraw[];
+    constexpr int STAGES = dt_stages<ASYNC, HDMAX>::n;
     const int hd = a.head_dim, ld = pf_ld(hd), G = a.n_heads / a.n_kv_heads;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q2 = 2 * (lane & 3);
-    T *Ks = (T *)smraw + (size_t)warp * 2 * DT_BK * ld, *Vs = Ks + DT_BK * ld;
+    T *const Kw = (T *)smraw + (size_t)warp * STAGES * 2 * DT_BK * ld;   /* this warp's stages: K then V */
     const int item = blockIdx.y, kvh = blockIdx.x, split = blockIdx.z;
     const int t = tokens[item];
     const int pos = a.positions[t];
@@ -697,10 +710,34 @@ llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits
     for (int jd = 0; jd < HDMAX / 8; jd++) o_acc[jd][0] = o_acc[jd][1] = o_acc[jd][2] = o_acc[jd][3] = 0.0f;
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};   /* l: this lane's columns only */
 
-    for (int kv0 = start + warp * DT_BK; kv0 < end; kv0 += DT_WARPS * DT_BK) {
-        __syncwarp();   /* the warp is done with its previous tile */
-        kv_tile_load16<HDMAX <= 128 ? 4 : 2>(a, bt, kvh, kv0, DT_BK, end, Ks, ld, Vs, ld, lane, 32);
-        __syncwarp();
+    /* ASYNC: the warp's tiles by cp.async, the first issued here, each next one as soon as a
+     * stage is free: at the top of the loop with two stages, after the products with one */
+    const int step = DT_WARPS * DT_BK;
+    if (ASYNC && start + warp * DT_BK < end) {
+        kv_tile_async16<T>(a, a.k_cache, bt, kvh, start + warp * DT_BK, DT_BK, end, Kw, ld, lane, 32);
+        kv_tile_async16<T>(a, a.v_cache, bt, kvh, start + warp * DT_BK, DT_BK, end, Kw + DT_BK * ld, ld, lane, 32);
+        cp_async_commit();
+    }
+    for (int kv0 = start + warp * DT_BK, it = 0; kv0 < end; kv0 += step, it++) {
+        T *const Ks = Kw + (size_t)(it % STAGES) * 2 * DT_BK * ld, *const Vs = Ks + DT_BK * ld;
+        const int next = kv0 + step;
+        if (ASYNC) {
+            if (STAGES == 2 && next < end) {
+                /* the other stage: the warp was done with it at the end of the last trip */
+                T *const Kn = Kw + (size_t)((it + 1) % STAGES) * 2 * DT_BK * ld;
+                kv_tile_async16<T>(a, a.k_cache, bt, kvh, next, DT_BK, end, Kn, ld, lane, 32);
+                kv_tile_async16<T>(a, a.v_cache, bt, kvh, next, DT_BK, end, Kn + DT_BK * ld, ld, lane, 32);
+                cp_async_commit();
+                cp_async_wait_group<1>();   /* this tile's group is in */
+            } else {
+                cp_async_wait_group<0>();
+            }
+            __syncwarp();   /* every lane's copies of this tile are in */
+        } else {
+            __syncwarp();   /* the warp is done with its previous tile */
+            kv_tile_load16<HDMAX <= 128 ? 4 : 2>(a, bt, kvh, kv0, DT_BK, end, Ks, ld, Vs, ld, lane, 32);
+            __syncwarp();
+        }
 
         /* S (16, DT_BK) = Q K^T: piece j holds positions kv0 + 8j .. + 7 */
         float sc[DT_BK / 8][4];
@@ -720,6 +757,14 @@ llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits
         tc_softmax_step(sc, m_run, l_run, o_acc);
         /* O (16, hd) += P (16, DT_BK) V (DT_BK, hd) */
         tc_pv_step(sc, Vs, ld, lane, n_jd, o_acc);
+        if (ASYNC) {
+            __syncwarp();   /* the warp is done with this stage */
+            if (STAGES == 1 && next < end) {
+                kv_tile_async16<T>(a, a.k_cache, bt, kvh, next, DT_BK, end, Ks, ld, lane, 32);
+                kv_tile_async16<T>(a, a.v_cache, bt, kvh, next, DT_BK, end, Vs, ld, lane, 32);
+                cp_async_commit();
+            }
+        }
     }
     tc_row_sums(l_run);
 
@@ -767,8 +812,12 @@ template <typename T, int HDMAX>
 static void launch_decode_tc(const llmi_cuda_attn *a, const int32_t *tokens, int n, int n_splits, float *work,
                              cudaStream_t s) {
     dim3 grid((unsigned)a->n_kv_heads, (unsigned)n, (unsigned)n_splits);
-    llmi_attn_decode_tc_kernel<T, HDMAX><<<grid, 32 * DT_WARPS, dt_smem_bytes<T>(a->head_dim), s>>>(*a, tokens,
-                                                                                                   n_splits, work);
+    if (a->tiles_async)
+        llmi_attn_decode_tc_kernel<T, HDMAX, true><<<grid, 32 * DT_WARPS,
+            dt_smem_bytes<T>(a->head_dim, dt_stages<true, HDMAX>::n), s>>>(*a, tokens, n_splits, work);
+    else
+        llmi_attn_decode_tc_kernel<T, HDMAX, false><<<grid, 32 * DT_WARPS,
+            dt_smem_bytes<T>(a->head_dim, dt_stages<false, HDMAX>::n), s>>>(*a, tokens, n_splits, work);
 }
 template <typename T>
 static void launch_decode_tc_hd(const llmi_cuda_attn *a, const int32_t *tokens, int n, int n_splits, float *work,
@@ -827,10 +876,15 @@ template <int HDMAX> static cudaError_t allow_tc_smem(int head_dim, bool decode)
     if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__nv_bfloat16, HDMAX, true>, pb);
     if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half, HDMAX, false>, ph);
     if (e == cudaSuccess) e = allow_smem(llmi_attn_prefill_kernel<__half, HDMAX, true>, ph);
+    constexpr int s1 = dt_stages<false, HDMAX>::n, s2 = dt_stages<true, HDMAX>::n;
     if (e == cudaSuccess && decode)
-        e = allow_smem(llmi_attn_decode_tc_kernel<__nv_bfloat16, HDMAX>, dt_smem_bytes<__nv_bfloat16>(head_dim));
+        e = allow_smem(llmi_attn_decode_tc_kernel<__nv_bfloat16, HDMAX, false>, dt_smem_bytes<__nv_bfloat16>(head_dim, s1));
     if (e == cudaSuccess && decode)
-        e = allow_smem(llmi_attn_decode_tc_kernel<__half, HDMAX>, dt_smem_bytes<__half>(head_dim));
+        e = allow_smem(llmi_attn_decode_tc_kernel<__nv_bfloat16, HDMAX, true>, dt_smem_bytes<__nv_bfloat16>(head_dim, s2));
+    if (e == cudaSuccess && decode)
+        e = allow_smem(llmi_attn_decode_tc_kernel<__half, HDMAX, false>, dt_smem_bytes<__half>(head_dim, s1));
+    if (e == cudaSuccess && decode)
+        e = allow_smem(llmi_attn_decode_tc_kernel<__half, HDMAX, true>, dt_smem_bytes<__half>(head_dim, s2));
     return e;
 }
 

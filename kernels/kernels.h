@@ -81,9 +81,9 @@ typedef struct llmi_cuda_attn {
     int decode_tc;               /* decode on tensor cores where the cache and shape allow (bf16/f16,
                                     head_dim % 16 == 0 and <= 256, <= 16 query heads per KV head),
                                     q and the probabilities rounded to the cache type; 0: fp32 */
-    int prefill_async;           /* prefill K/V tiles of a cache in the tensor cores' type copied by
-                                    cp.async, V's during the scores and the next K's during P V;
-                                    0: loaded through registers between barriers (same results) */
+    int tiles_async;             /* the tensor-core kernels' K/V tiles (prefill, decode_tc) copied by
+                                    cp.async while the tile before is computed on; 0: loaded
+                                    through registers (same results) */
 } llmi_cuda_attn;
 
 /* Sets the attention kernels' shared-memory limits for these head shapes (cudaFuncSetAttribute

@@ -512,7 +512,7 @@ STATE=${GPU_CHECK_STATE:-$ROOT/.gpu-state}
 # kernel_fallbacks TESTS_STDERR: the knob of each kernel whose unit test failed, a line each
 kernel_fallbacks() {
   grep -q 'tensor-core decode nmse' "$1" && echo LLMI_ATTN_DECODE=fp32
-  grep -q 'prefill by cp.async' "$1" && echo LLMI_ATTN_PREFILL=sync
+  grep -qE '(prefill|decode) by cp.async' "$1" && echo LLMI_ATTN_TILES=sync
   # (cuda_backend_int4 and quant_cuda_int4_matmul_vs_cpu name the int4 kernel they ran)
   if grep -q ' chunk GEMV: nmse' "$1"; then echo LLMI_I4_GEMV=warp
   elif grep -q ' tensor-core: nmse' "$1"; then echo LLMI_I4_GEMV=chunk; fi
@@ -748,11 +748,12 @@ if has_phase bench; then
     fi
   fi
   # the comparisons last, so that a short budget drops them before a target's row
-  # the prefill's K/V tiles by cp.async, each while the tile before is computed on (the
-  # default, unmeasured when written) against the register-loaded kernel it replaced
-  plabel="$BIG_NAME TTFT p$((2048 / SCALE)) with the register-loaded prefill (LLMI_ATTN_PREFILL=sync)"
+  # the attention's K/V tiles by cp.async, each while the tile before is computed on (the
+  # default, unmeasured when written) against the register-loaded tiles it replaced: here
+  # the prefill's, the decode's in the decode row below
+  plabel="$BIG_NAME TTFT p$((2048 / SCALE)) with register-loaded tiles (LLMI_ATTN_TILES=sync)"
   if ! gpu_gate "$plabel"; then :
-  elif run bench-ttft-sync 120 env LLMI_ATTN_PREFILL=sync "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 \
+  elif run bench-ttft-sync 120 env LLMI_ATTN_TILES=sync "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 \
       -b 1 -r "$REPS"; then
     row "$plabel" ok "$(num "$(csv_col "$WORK/bench-ttft-sync.out" ttft_ms_mean 1)") ms (cp.async, the default: $(num "${ttft:-0}") ms)"
   else
@@ -769,16 +770,19 @@ if has_phase bench; then
     row "$glabel" "$STATUS" "$(why bench-b1-gemv)"
   fi
   # decode attention at a large batch and long contexts (offline throughput's bottleneck):
-  # the tensor-core kernel (the default) against the fp32 one it replaced, in the same call
-  dlabel="$BIG_NAME decode b$((128 / SCALE)) p$((1024 / SCALE)): tensor-core vs fp32 attention"
+  # the tensor-core kernel with its tiles by cp.async (the default), the same with
+  # register-loaded tiles, and the fp32 kernel they replaced, in the same call
+  dlabel="$BIG_NAME decode b$((128 / SCALE)) p$((1024 / SCALE)): tensor-core (cp.async, register tiles) vs fp32 attention"
   if ! gpu_gate "$dlabel"; then :
   elif run bench-dec-tc 100 env LLMI_ATTN_DECODE=tc "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) \
          -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1 &&
+       run bench-dec-tcsync 100 env LLMI_ATTN_DECODE=tc LLMI_ATTN_TILES=sync "$LLMI_DEV" bench "${L3[@]}" \
+         -p $((1024 / SCALE)) -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1 &&
        run bench-dec-fp32 100 env LLMI_ATTN_DECODE=fp32 "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) \
          -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1; then
-    row "$dlabel" ok "$(num "$(csv_col "$WORK/bench-dec-tc.out" decode_tps_mean 1)") vs $(num "$(csv_col "$WORK/bench-dec-fp32.out" decode_tps_mean 1)") tok/s"
+    row "$dlabel" ok "$(num "$(csv_col "$WORK/bench-dec-tc.out" decode_tps_mean 1)"), $(num "$(csv_col "$WORK/bench-dec-tcsync.out" decode_tps_mean 1)") vs $(num "$(csv_col "$WORK/bench-dec-fp32.out" decode_tps_mean 1)") tok/s"
   else
-    row "$dlabel" "$STATUS" "$([ -f "$WORK/bench-dec-fp32.err" ] && why bench-dec-fp32 || why bench-dec-tc)"
+    row "$dlabel" "$STATUS" "$(for w in bench-dec-fp32 bench-dec-tcsync bench-dec-tc; do [ -f "$WORK/$w.err" ] && why $w && break; done)"
   fi
   # GEMM autotuning (off by default until a device shows it pays): cuBLASLt's best 8
   # candidates timed per GEMM shape in the warm-up, against the heuristic's first above

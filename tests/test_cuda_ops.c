@@ -387,12 +387,12 @@ static void attention_case_heads(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt
     }
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     to_host(got, d_out, qn * 4);
-    /* the prefill with its tiles copied by cp.async (prefill_async, for caches in the tensor
+    /* the prefill with its tiles copied by cp.async (tiles_async, for caches in the tensor
      * cores' type; the others must keep the register-loaded kernel): the same arithmetic in
      * the same order, so the same bits */
     if (nt > 0) {
         llmi_cuda_attn aa = a;
-        aa.prefill_async = 1;
+        aa.tiles_async = 1;
         float *ga = malloc(qn * 4);
         CHECK(cudaMemset(d_out, 0xff, qn * 4) == cudaSuccess);
         CHECK(llmi_cuda_attn_decode(&aa, d_dec, nd, splits, d_work, 0) == cudaSuccess);
@@ -436,6 +436,20 @@ static void attention_case_heads(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt
         const double tc_bound = dt == LLMI_KV_BF16 ? 2e-5 : 5e-7;
         CHECK_MSG(tc ? e_tc <= tc_bound && e_tc > 0 : e_tc_simt == 0, "hd %d kv %s G %d splits %d: tensor-core decode nmse %g "
                   "(vs the fp32 kernel %g)", hd, kv_name(dt), nh / nkv, splits, e_tc, e_tc_simt);
+        /* its tiles by cp.async (tiles_async: two stages up to head_dim 128, one above): the
+         * same products in the same order, so the same bits */
+        at.tiles_async = 1;
+        cudaMemset(d_out, 0xff, qn * 4);
+        CHECK(llmi_cuda_attn_decode(&at, d_dec, nd, splits, d_work, 0) == cudaSuccess);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess);
+        float *ga = malloc(qn * 4);
+        to_host(ga, d_out, qn * 4);
+        long diff = 0;
+        for (int i = 0; i < nd; i++)
+            diff += memcmp(ga + (size_t)dec[i] * nh * hd, gt + (size_t)dec[i] * nh * hd, (size_t)nh * hd * 4) != 0;
+        CHECK_MSG(diff == 0, "hd %d kv %s G %d splits %d: decode by cp.async: %ld of %d tokens differ from the "
+                  "register-loaded kernel's", hd, kv_name(dt), nh / nkv, splits, diff, nd);
+        free(ga);
         free(gt), free(gtd);
     }
     double e32 = test_nmse(got, ref32, (long)qn);

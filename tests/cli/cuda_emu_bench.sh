@@ -61,7 +61,7 @@ echo "profile: prefill and decode rows for all 11 ops"
 # the kernel knobs a device session times (int4 kernels, GEMM autotuning): a value that names
 # nothing is refused with one line naming the variable, before any work, not ignored
 for bad in "LLMI_I4_GEMV=tensor" "LLMI_I4_DEQUANT_MIN_N=0" "LLMI_I4_DEQUANT_MIN_N=9x" "LLMI_GEMM_TUNE=17" \
-           "LLMI_ATTN_DECODE=simt" "LLMI_DENSE_GEMV=yes" "LLMI_ATTN_PREFILL=pipelined"; do
+           "LLMI_ATTN_DECODE=simt" "LLMI_DENSE_GEMV=yes" "LLMI_ATTN_TILES=pipelined"; do
   rc=0
   env "$bad" "$LLMI_EMU" bench -m "$TMP/i4" --device cuda -o csv -p 4 -n 2 -b 1 -r 1 >"$TMP/knob.out" 2>"$TMP/knob.err" || rc=$?
   [ "$rc" = 2 ] || fail "$bad: exit $rc, want 2: $(tail -2 "$TMP/knob.err")"
@@ -69,7 +69,7 @@ for bad in "LLMI_I4_GEMV=tensor" "LLMI_I4_DEQUANT_MIN_N=0" "LLMI_I4_DEQUANT_MIN_
   [ ! -s "$TMP/knob.out" ] || fail "$bad: wrote a report: $(head -2 "$TMP/knob.out")"
 done
 for good in "LLMI_I4_GEMV=warp" "LLMI_I4_GEMV=chunk" "LLMI_I4_DEQUANT_MIN_N=3" "LLMI_GEMM_TUNE=4" \
-            "LLMI_ATTN_DECODE=fp32" "LLMI_DENSE_GEMV=on" "LLMI_ATTN_PREFILL=sync"; do
+            "LLMI_ATTN_DECODE=fp32" "LLMI_DENSE_GEMV=on" "LLMI_ATTN_TILES=sync"; do
   env "$good" "$LLMI_EMU" bench -m "$TMP/i4" --device cuda -o csv -p 4 -n 2 -b 1,4 -r 1 >"$TMP/knob.out" 2>"$TMP/knob.err" ||
     fail "$good: $(tail -2 "$TMP/knob.err")"
 done

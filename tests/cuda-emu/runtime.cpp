@@ -597,6 +597,7 @@ void emu_run_blocks(const char *name, dim3 grid, dim3 block, size_t smem, const 
                 break;
             }
         for (auto &q : B.cp_pending) q.clear();
+        for (auto &g : B.cp_groups) g = 0;
         for (auto &kv : B.statics) free(kv.second.first);
         B.statics.clear();
     }

@@ -53,7 +53,12 @@ src, n_d = re.subn(r'asm volatile\("ldmatrix.*?\);', asm_stmt("ldmatrix", LDSM, 
 CPA = 'asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(src) : "memory");'
 CPW = 'asm volatile("cp.async.wait_all;" ::: "memory");'
 src, n_c = re.subn(r'asm volatile\("cp\.async\.cg.*?\);', asm_stmt("cp.async", CPA, "emu_cp_async16(dst, src);"), src, flags=re.S)
-src, n_w = re.subn(r'asm volatile\("cp\.async\.wait.*?\);', asm_stmt("cp.async.wait", CPW, "emu_cp_async_wait_all();"), src, flags=re.S)
+src, n_w = re.subn(r'asm volatile\("cp\.async\.wait_all.*?\);', asm_stmt("cp.async.wait_all", CPW, "emu_cp_async_wait_all();"), src, flags=re.S)
+CPC = 'asm volatile("cp.async.commit_group;" ::: "memory");'
+CPG = 'asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");'
+src, n_cc = re.subn(r'asm volatile\("cp\.async\.commit_group.*?\);', asm_stmt("cp.async.commit_group", CPC, "emu_cp_async_commit();"), src, flags=re.S)
+src, n_wg = re.subn(r'asm volatile\("cp\.async\.wait_group.*?\);', asm_stmt("cp.async.wait_group", CPG, "emu_cp_async_wait_group(N);"), src, flags=re.S)
+n_w += n_cc + n_wg
 assert 'asm' not in re.sub(r'#.*', '', src), "asm left in " + sys.argv[1]
 sys.stderr.write(f"{sys.argv[1]}: static smem {n_st}, launches {n_l}, mma {n_m}, ldmatrix {n_d}, cp.async {n_c}+{n_w}\n")
 open(sys.argv[2], "w").write(src)

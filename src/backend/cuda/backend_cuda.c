@@ -172,7 +172,7 @@ typedef struct cuda_impl {
     bool graphs_on;           /* decode graphs enabled (LLMI_CUDA_GRAPHS=0 turns them off) */
     llmi_i4_kernel i4_kernel; /* LLMI_I4_GEMV=warp|chunk: the int4 kernels allowed (llmi_i4g_dev.kernel) */
     int decode_tc;            /* LLMI_ATTN_DECODE=tc (default) | fp32: llmi_cuda_attn.decode_tc */
-    int prefill_async;        /* LLMI_ATTN_PREFILL=async (default) | sync: llmi_cuda_attn.prefill_async */
+    int tiles_async;        /* LLMI_ATTN_TILES=async (default) | sync: llmi_cuda_attn.tiles_async */
     int i4_dequant_min_n;     /* int4 batches from this many tokens dequantize and GEMM (cuda_i4_choose) */
     int graph_max_bucket;     /* largest bucket: min(max_seqs, LOGIT_CHUNK, max_tokens) rounded down to 2^k */
     int graph_mbps;           /* block-table stride of graph batches, from the engine's context */
@@ -959,7 +959,7 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
             .positions = f->pos, .seq_of_token = f->seq, .block_tables = f->bt,
             .max_blocks_per_seq = f->max_blocks_per_seq, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
             .block_size = b->opts.block_size, .scale = 1.0f / sqrtf((float)hd), .out = im->att, .out_stride = qd,
-            .out_dt = WDT, .decode_tc = im->decode_tc, .prefill_async = im->prefill_async,
+            .out_dt = WDT, .decode_tc = im->decode_tc, .tiles_async = im->tiles_async,
         };
         CU_CHECK(st, llmi_cuda_attn_decode(&a, f->dec, f->n_dec, f->n_splits, im->attn_work, im->stream));
         CU_CHECK(st, llmi_cuda_attn_prefill(&a, f->tiles, f->n_tiles, im->stream));
@@ -1432,17 +1432,17 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
                              *const pf_words[] = {"async", "sync"};
     static const llmi_i4_kernel i4_kernels[] = {LLMI_I4_AUTO, LLMI_I4_CHUNK, LLMI_I4_WARP};
     const char *i4_env = getenv("LLMI_I4_GEMV"), *dec_env = getenv("LLMI_ATTN_DECODE"),
-               *pf_env = getenv("LLMI_ATTN_PREFILL");
+               *pf_env = getenv("LLMI_ATTN_TILES");
     int i4_word = 0, dec_word = 0, pf_word = 0;
     if (!rc && cuda_env_word(i4_env, i4_words, 3, &i4_word))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_I4_GEMV=%s: not auto, chunk or warp", i4_env);
     if (!rc && cuda_env_word(dec_env, dec_words, 2, &dec_word))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_ATTN_DECODE=%s: not tc or fp32", dec_env);
     if (!rc && cuda_env_word(pf_env, pf_words, 2, &pf_word))
-        rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_ATTN_PREFILL=%s: not async or sync", pf_env);
+        rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_ATTN_TILES=%s: not async or sync", pf_env);
     im->i4_kernel = i4_kernels[i4_word];
     im->decode_tc = dec_word == 0;
-    im->prefill_async = pf_word == 0;
+    im->tiles_async = pf_word == 0;
     const char *dmin_env = getenv("LLMI_I4_DEQUANT_MIN_N");
     if (!rc && cuda_i4_dequant_min_n(dmin_env, &im->i4_dequant_min_n))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_I4_DEQUANT_MIN_N=%s: not a token count from 1 to 65536",

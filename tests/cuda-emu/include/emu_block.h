@@ -24,8 +24,9 @@ struct EmuWarp {
     const void *addr[32];
     float A[16][16], B[16][8];
 };
-/* a cp.async copy not landed yet: its 16 bytes, read when it was issued */
-struct EmuCopy { unsigned char *dst; unsigned char data[16]; };
+/* a cp.async copy not landed yet: its 16 bytes, read when it was issued, and its group
+ * (the thread's commit count that closed it; -1 while open) */
+struct EmuCopy { unsigned char *dst; unsigned char data[16]; long group; };
 struct EmuBlock {
     EmuBarrier bar;
     unsigned char *smem;
@@ -33,7 +34,8 @@ struct EmuBlock {
     EmuWarp *warps;
     std::map<int, std::pair<void *, size_t>> statics;   /* static __shared__ variables by declaration */
     std::vector<std::vector<EmuCopy>> cp_pending;        /* (threads) each thread's cp.async copies in flight */
-    explicit EmuBlock(int n) : cp_pending((size_t)n) { bar.needed = n; }
+    std::vector<long> cp_groups;                         /* (threads) each thread's groups committed */
+    explicit EmuBlock(int n) : cp_pending((size_t)n), cp_groups((size_t)n) { bar.needed = n; }
 };
 extern thread_local EmuBlock *emu_blk;
 extern thread_local long emu_wseq, emu_bsync;
@@ -212,10 +214,11 @@ static inline void emu_ldsm_x2_trans(uint32_t r[2], const void *row) {
 }
 static inline unsigned __cvta_generic_to_shared(const void *) { return 0; }
 
-/* cp.async.cg.shared.global [dst], [src], 16 and cp.async.wait_all.  The copy lands in shared
- * memory when its thread waits (a read of the tile before the wait sees what was there), or,
- * with LLMI_EMU_ORDER=reverse, as it is issued (a copy into a buffer other warps may still
- * be reading, without a barrier between, shows in the reading warps' results). */
+/* cp.async.cg.shared.global [dst], [src], 16, cp.async.commit_group, cp.async.wait_group N
+ * and cp.async.wait_all (commit, then wait for every group).  A copy lands in shared memory
+ * when its thread waits for its group (a read of the tile before that sees what was there),
+ * or, with LLMI_EMU_ORDER=reverse, as it is issued (a copy into a buffer other warps may
+ * still be reading, without a barrier between, shows in the reading warps' results). */
 bool emu_cp_async_at_issue();
 static inline void emu_cp_async16(void *dst, const void *src) {
     unsigned char *d = (unsigned char *)dst, *s0 = emu_blk->smem;
@@ -224,14 +227,28 @@ static inline void emu_cp_async16(void *dst, const void *src) {
                  "aligned and inside", emu_tid, d - s0, emu_blk->smem_bytes, src);
     EmuCopy c;
     c.dst = d;
+    c.group = -1;
     memcpy(c.data, src, 16);
     if (emu_cp_async_at_issue()) memcpy(d, c.data, 16);
     else emu_blk->cp_pending[emu_tid].push_back(c);
 }
+static inline void emu_cp_async_commit() {
+    long g = ++emu_blk->cp_groups[emu_tid];
+    for (EmuCopy &c : emu_blk->cp_pending[emu_tid])
+        if (c.group < 0) c.group = g;
+}
+/* lands every copy of the groups before the n most recent (open copies stay) */
+static inline void emu_cp_async_wait_group(int n) {
+    std::vector<EmuCopy> &q = emu_blk->cp_pending[emu_tid], keep;
+    const long last = emu_blk->cp_groups[emu_tid] - n;
+    for (const EmuCopy &c : q)
+        if (c.group >= 0 && c.group <= last) memcpy(c.dst, c.data, 16);
+        else keep.push_back(c);
+    q.swap(keep);
+}
 static inline void emu_cp_async_wait_all() {
-    std::vector<EmuCopy> &q = emu_blk->cp_pending[emu_tid];
-    for (const EmuCopy &c : q) memcpy(c.dst, c.data, 16);
-    q.clear();
+    emu_cp_async_commit();
+    emu_cp_async_wait_group(0);
 }
 
 /* ---- launch ---- */
