@@ -522,7 +522,7 @@ template <typename T> static __host__ __device__ size_t pf_smem_bytes(int hd) {
     return (size_t)(PF_BQ + 2 * PF_BK) * pf_ld(hd) * sizeof(T);
 }
 
-/* grid (n_tiles, n_heads), block 32*PF_WARPS; head_dim % 16 == 0 and <= HDMAX.
+/* grid (n_heads, n_tiles), block 32*PF_WARPS; head_dim % 16 == 0 and <= HDMAX.
  * Flash-attention 2 on mma.sync m16n8k16: each warp owns 16 query rows; its scores S
  * (16, PF_BK), the probabilities P and the output O (16, hd) stay in registers in mma's
  * fragment layout (PTX ISA, "matrix fragments for mma.m16n8k16": with g = lane / 4,
@@ -539,8 +539,14 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
     const int hd = a.head_dim, ld = pf_ld(hd);
     T *Qs = (T *)smraw, *Ks = Qs + PF_BQ * ld, *Vs = Ks + PF_BK * ld;
 
-    const int t0 = tiles[2 * blockIdx.x], nq = tiles[2 * blockIdx.x + 1];
-    const int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
+    /* blocks start in the order of their index, heads first: every head of a tile, then the
+     * tile before.  The plan lists a sequence's tiles first to last, the longest (most keys)
+     * last, so taken last to first the long blocks start in the first wave and the short
+     * ones fill the end (instead of the last long blocks starting when the rest are nearly
+     * done), and the query heads of a KV head read its tile at about the same time (L2). */
+    const int tile = gridDim.y - 1 - blockIdx.y;
+    const int t0 = tiles[2 * tile], nq = tiles[2 * tile + 1];
+    const int h = blockIdx.x, kvh = h / (a.n_heads / a.n_kv_heads);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q2 = 2 * (lane & 3);
     const int32_t *bt = a.block_tables + (int64_t)a.seq_of_token[t0] * a.max_blocks_per_seq;
 
@@ -634,7 +640,7 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
 template <typename T, int HDMAX>
 static cudaError_t launch_prefill_hd(const llmi_cuda_attn *a, const int32_t *tiles, int n_tiles, cudaStream_t s) {
     /* above 48 KiB needs llmi_cuda_attn_init first */
-    const dim3 grid((unsigned)n_tiles, (unsigned)a->n_heads);
+    const dim3 grid((unsigned)a->n_heads, (unsigned)n_tiles);
     const size_t smem = pf_smem_bytes<T>(a->head_dim);
     if (a->tiles_async && a->kv_dt == tc_conv<T>::kv)
         llmi_attn_prefill_kernel<T, HDMAX, true><<<grid, 32 * PF_WARPS, smem, s>>>(*a, tiles);
@@ -907,7 +913,7 @@ extern "C" cudaError_t llmi_cuda_attn_prefill(const llmi_cuda_attn *a, const int
                                               cudaStream_t s) {
     if (n_tiles <= 0) return cudaSuccess;
     if (a->head_dim % 16 != 0 || a->head_dim > 256 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads != 0 ||
-        a->n_heads > 65535 || (uintptr_t)a->q % 16 != 0 || a->q_stride % 4 != 0)
+        n_tiles > 65535 || (uintptr_t)a->q % 16 != 0 || a->q_stride % 4 != 0)
         return cudaErrorInvalidValue;
     /* f16 caches keep f16 on the tensor cores, and so do q8 (d*q: an fp16 scale times an int8
      * rounds less in f16 than in bf16) and fp8 (every e4m3 value is exact in f16; a scale
