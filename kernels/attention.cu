@@ -17,11 +17,35 @@
 #define DEC_T 32          /* KV positions per decode tile (one per lane in the softmax) */
 #define DEC_THREADS 128
 
+/* A 32-bit division by a value known only at run time is ~20 instructions; the tile loaders
+ * below ran two or three an item (the block of a position, the row and column of an item),
+ * about as many instructions as a prefill tile's products and softmax.  A power-of-two block
+ * size (16, the default) takes a shift and a mask; others (--block-size takes 1..1024)
+ * keep the division. */
 static __device__ __forceinline__ int64_t kv_index(const int32_t *bt, int block_size, int n_kv_heads, int head_dim,
                                                    int pos, int kvh) {
-    int64_t blk = bt[pos / block_size];
-    return ((blk * block_size + pos % block_size) * n_kv_heads + kvh) * (int64_t)head_dim;
+    int b, o;
+    if ((block_size & (block_size - 1)) == 0) {
+        b = pos >> (__ffs(block_size) - 1);
+        o = pos & (block_size - 1);
+    } else {
+        b = pos / block_size;
+        o = pos - b * block_size;
+    }
+    return (((int64_t)bt[b] * block_size + o) * n_kv_heads + kvh) * (int64_t)head_dim;
 }
+
+/* Items i0, i0 + step, i0 + 2 step, ... of a grid `cols` wide, as (row, column) without a
+ * division an item: the step's rows and columns are worked out once and carried. */
+struct tile_walk {
+    int r, c, dr, dc, cols;
+    __device__ __forceinline__ tile_walk(int i0, int step, int cols_)
+        : r(i0 / cols_), c(i0 % cols_), dr(step / cols_), dc(step % cols_), cols(cols_) {}
+    __device__ __forceinline__ void next() {
+        r += dr, c += dc;
+        if (c >= cols) c -= cols, r++;
+    }
+};
 
 /* The fp8 scale of KV head kvh (1 for the other dtypes, which carry no scale). */
 static __device__ __forceinline__ float kv_scale_of(llmi_kv_dtype dt, const float *scale, int kvh) {
@@ -46,28 +70,27 @@ template <int BATCH, typename E>
 __device__ __forceinline__ void kv_tile_load16(const llmi_cuda_attn &a, const int32_t *bt, int kvh, int p0, int n_rows,
                                                int end, E *Ks, int ldk, E *Vs, int ldv, int i0, int n_thr) {
     constexpr int per = 16 / sizeof(E);
-    const int hd = a.head_dim, hv = hd / per, total = n_rows * hv;
-    for (int base = i0; base < total; base += BATCH * n_thr) {
+    const int hd = a.head_dim, hv = hd / per;
+    for (tile_walk w(i0, n_thr, hv); w.r < n_rows;) {
+        const tile_walk w0 = w;   /* the batch's first item, walked again for the stores */
         uint4 kr[BATCH], vr[BATCH];
 #pragma unroll
-        for (int u = 0; u < BATCH; u++) {
-            const int i = base + u * n_thr, p = p0 + i / hv;
+        for (int u = 0; u < BATCH; u++, w.next()) {
+            const int p = p0 + w.r;
             kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-            if (i < total && p < end) {
-                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + (i % hv) * per;
+            if (w.r < n_rows && p < end) {
+                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + w.c * per;
                 kr[u] = *(const uint4 *)((const E *)a.k_cache + off);
                 vr[u] = *(const uint4 *)((const E *)a.v_cache + off);
             }
         }
+        tile_walk ws = w0;
 #pragma unroll
-        for (int u = 0; u < BATCH; u++) {
-            const int i = base + u * n_thr;
-            if (i < total) {
-                const int tt = i / hv, d = (i % hv) * per;
-                *(uint4 *)(Ks + tt * ldk + d) = kr[u];
-                *(uint4 *)(Vs + tt * ldv + d) = vr[u];
+        for (int u = 0; u < BATCH; u++, ws.next())
+            if (ws.r < n_rows) {
+                *(uint4 *)(Ks + ws.r * ldk + ws.c * per) = kr[u];
+                *(uint4 *)(Vs + ws.r * ldv + ws.c * per) = vr[u];
             }
-        }
     }
 }
 
@@ -93,10 +116,10 @@ template <typename E>
 __device__ __forceinline__ void kv_tile_async16(const llmi_cuda_attn &a, const void *cache, const int32_t *bt, int kvh,
                                                 int p0, int n_rows, int end, E *dst, int ld, int i0, int n_thr) {
     constexpr int per = 16 / sizeof(E);
-    const int hd = a.head_dim, hv = hd / per, total = n_rows * hv;
-    for (int i = i0; i < total; i += n_thr) {
-        const int tt = i / hv, d = (i % hv) * per, p = p0 + tt;
-        E *s = dst + tt * ld + d;
+    const int hd = a.head_dim;
+    for (tile_walk w(i0, n_thr, hd / per); w.r < n_rows; w.next()) {
+        const int d = w.c * per, p = p0 + w.r;
+        E *s = dst + w.r * ld + d;
         if (p < end)
             cp_async16(s, (const E *)cache + kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + d);
         else
@@ -110,28 +133,27 @@ template <int BATCH, typename E>
 __device__ __forceinline__ void kv_tile_load_conv(const llmi_cuda_attn &a, const int32_t *bt, int kvh, int p0,
                                                   int n_rows, int end, float ksc, float vsc, E *Ks, int ldk, E *Vs,
                                                   int ldv, int i0, int n_thr) {
-    const int hd = a.head_dim, total = n_rows * hd;
-    for (int base = i0; base < total; base += BATCH * n_thr) {
+    const int hd = a.head_dim;
+    for (tile_walk w(i0, n_thr, hd); w.r < n_rows;) {
+        const tile_walk w0 = w;   /* the batch's first item, walked again for the stores */
         float kf[BATCH], vf[BATCH];
 #pragma unroll
-        for (int u = 0; u < BATCH; u++) {
-            const int i = base + u * n_thr, p = p0 + i / hd;
+        for (int u = 0; u < BATCH; u++, w.next()) {
+            const int p = p0 + w.r;
             kf[u] = vf[u] = 0.0f;
-            if (i < total && p < end) {
-                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + i % hd;
+            if (w.r < n_rows && p < end) {
+                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + w.c;
                 kf[u] = llmi_kv_load(a.k_cache, a.kv_dt, off) * ksc;
                 vf[u] = llmi_kv_load(a.v_cache, a.kv_dt, off) * vsc;
             }
         }
+        tile_walk ws = w0;
 #pragma unroll
-        for (int u = 0; u < BATCH; u++) {
-            const int i = base + u * n_thr;
-            if (i < total) {
-                const int tt = i / hd, d = i % hd;
-                Ks[tt * ldk + d] = kv_elem<E>(kf[u]);
-                Vs[tt * ldv + d] = kv_elem<E>(vf[u]);
+        for (int u = 0; u < BATCH; u++, ws.next())
+            if (ws.r < n_rows) {
+                Ks[ws.r * ldk + ws.c] = kv_elem<E>(kf[u]);
+                Vs[ws.r * ldv + ws.c] = kv_elem<E>(vf[u]);
             }
-        }
     }
 }
 

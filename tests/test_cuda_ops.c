@@ -314,8 +314,9 @@ TEST(cuda_swiglu) {
 
 /* A batch mixing a decode token, a prefill from position 0, a chunked prefill after a
  * cached prefix and a short 3-token range, over shuffled blocks. */
-static void attention_case_heads(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int force_splits, int nh, int nkv) {
-    const int bs = 16, nseq = 4, mbps = 24, nblocks = nseq * mbps;
+static void attention_case_bs(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int force_splits, int nh, int nkv,
+                              int bs) {
+    const int nseq = 4, mbps = (300 + bs - 1) / bs, nblocks = nseq * mbps;
     const int qlen[4] = {1, 70, 20, 3}, ctx[4] = {300, 70, 70, 45};
     int n = 0;
     for (int s = 0; s < nseq; s++) n += qlen[s];
@@ -464,6 +465,10 @@ static void attention_case_heads(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt
     free(dec); free(tiles); free(gd); free(rd);
 }
 
+static void attention_case_heads(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int force_splits, int nh, int nkv) {
+    attention_case_bs(t_, r, hd, dt, force_splits, nh, nkv, 16);
+}
+
 static void attention_case(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int force_splits) {
     attention_case_heads(t_, r, hd, dt, force_splits, 8, 2);
 }
@@ -493,6 +498,9 @@ TEST(cuda_attention) {
     attention_case_heads(t_, &r, 128, LLMI_KV_BF16, 3, 32, 2);
     attention_case_heads(t_, &r, 64, LLMI_KV_F16, 0, 6, 6);
     attention_case_heads(t_, &r, 64, LLMI_KV_BF16, 2, 17, 1);
+    /* a block size that is not a power of two: the loaders' division in place of the shift */
+    attention_case_bs(t_, &r, 128, LLMI_KV_BF16, 2, 8, 2, 12);
+    attention_case_bs(t_, &r, 64, LLMI_KV_Q8, 0, 8, 2, 12);
 }
 
 /* A product's operands on the host and the device: W (rows, cols) and x (n, cols) in dt (bf16
