@@ -35,17 +35,6 @@ static __device__ __forceinline__ int64_t kv_index(const int32_t *bt, int block_
     return (((int64_t)bt[b] * block_size + o) * n_kv_heads + kvh) * (int64_t)head_dim;
 }
 
-/* Items i0, i0 + step, i0 + 2 step, ... of a grid `cols` wide, as (row, column) without a
- * division an item: the step's rows and columns are worked out once and carried. */
-struct tile_walk {
-    int r, c, dr, dc, cols;
-    __device__ __forceinline__ tile_walk(int i0, int step, int cols_)
-        : r(i0 / cols_), c(i0 % cols_), dr(step / cols_), dc(step % cols_), cols(cols_) {}
-    __device__ __forceinline__ void next() {
-        r += dr, c += dc;
-        if (c >= cols) c -= cols, r++;
-    }
-};
 
 /* The fp8 scale of KV head kvh (1 for the other dtypes, which carry no scale). */
 static __device__ __forceinline__ float kv_scale_of(llmi_kv_dtype dt, const float *scale, int kvh) {
@@ -71,8 +60,8 @@ __device__ __forceinline__ void kv_tile_load16(const llmi_cuda_attn &a, const in
                                                int end, E *Ks, int ldk, E *Vs, int ldv, int i0, int n_thr) {
     constexpr int per = 16 / sizeof(E);
     const int hd = a.head_dim, hv = hd / per;
-    for (tile_walk w(i0, n_thr, hv); w.r < n_rows;) {
-        const tile_walk w0 = w;   /* the batch's first item, walked again for the stores */
+    for (llmi_walk w(i0, n_thr, hv); w.r < n_rows;) {
+        const llmi_walk w0 = w;   /* the batch's first item, walked again for the stores */
         uint4 kr[BATCH], vr[BATCH];
 #pragma unroll
         for (int u = 0; u < BATCH; u++, w.next()) {
@@ -84,7 +73,7 @@ __device__ __forceinline__ void kv_tile_load16(const llmi_cuda_attn &a, const in
                 vr[u] = *(const uint4 *)((const E *)a.v_cache + off);
             }
         }
-        tile_walk ws = w0;
+        llmi_walk ws = w0;
 #pragma unroll
         for (int u = 0; u < BATCH; u++, ws.next())
             if (ws.r < n_rows) {
@@ -117,7 +106,7 @@ __device__ __forceinline__ void kv_tile_async16(const llmi_cuda_attn &a, const v
                                                 int p0, int n_rows, int end, E *dst, int ld, int i0, int n_thr) {
     constexpr int per = 16 / sizeof(E);
     const int hd = a.head_dim;
-    for (tile_walk w(i0, n_thr, hd / per); w.r < n_rows; w.next()) {
+    for (llmi_walk w(i0, n_thr, hd / per); w.r < n_rows; w.next()) {
         const int d = w.c * per, p = p0 + w.r;
         E *s = dst + w.r * ld + d;
         if (p < end)
@@ -134,8 +123,8 @@ __device__ __forceinline__ void kv_tile_load_conv(const llmi_cuda_attn &a, const
                                                   int n_rows, int end, float ksc, float vsc, E *Ks, int ldk, E *Vs,
                                                   int ldv, int i0, int n_thr) {
     const int hd = a.head_dim;
-    for (tile_walk w(i0, n_thr, hd); w.r < n_rows;) {
-        const tile_walk w0 = w;   /* the batch's first item, walked again for the stores */
+    for (llmi_walk w(i0, n_thr, hd); w.r < n_rows;) {
+        const llmi_walk w0 = w;   /* the batch's first item, walked again for the stores */
         float kf[BATCH], vf[BATCH];
 #pragma unroll
         for (int u = 0; u < BATCH; u++, w.next()) {
@@ -147,7 +136,7 @@ __device__ __forceinline__ void kv_tile_load_conv(const llmi_cuda_attn &a, const
                 vf[u] = llmi_kv_load(a.v_cache, a.kv_dt, off) * vsc;
             }
         }
-        tile_walk ws = w0;
+        llmi_walk ws = w0;
 #pragma unroll
         for (int u = 0; u < BATCH; u++, ws.next())
             if (ws.r < n_rows) {

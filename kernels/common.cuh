@@ -152,6 +152,20 @@ __device__ __forceinline__ float llmi_block_max(float v, float *red) {
     return llmi_warp_max(v);
 }
 
+/* Items i0, i0 + step, i0 + 2 step, ... of a grid `cols` wide, as (row r, column c) without
+ * a division an item: a 32-bit division by a value known only at run time is ~20
+ * instructions, and a loop over items that divides each one spends more issue slots on its
+ * indices than on its work.  The step's rows and columns are worked out once and carried. */
+struct llmi_walk {
+    int r, c, dr, dc, cols;
+    __device__ __forceinline__ llmi_walk(int i0, int step, int cols_)
+        : r(i0 / cols_), c(i0 % cols_), dr(step / cols_), dc(step % cols_), cols(cols_) {}
+    __device__ __forceinline__ void next() {
+        r += dr, c += dc;
+        if (c >= cols) c -= cols, r++;
+    }
+};
+
 static inline unsigned llmi_div_up(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
 #endif

@@ -29,21 +29,22 @@ __global__ void llmi_rope_kv_kernel(float *q, int q_stride, float *k, int k_stri
         trig[half + i] = sinf(ang);
     }
     __syncthreads();
-    const int pairs = (n_heads + n_kv_heads) * half, bd = blockDim.x;
-    for (int base = threadIdx.x; base < pairs; base += ROPE_BATCH * bd) {
+    const int heads = n_heads + n_kv_heads, bd = blockDim.x;
+    /* pair (head r, index c) of the heads' half-width grid */
+    for (llmi_walk w(threadIdx.x, bd, half); w.r < heads;) {
+        const llmi_walk w0 = w;   /* the round's first pair, walked again for the stores */
         float a[ROPE_BATCH], b[ROPE_BATCH];
         float *xs[ROPE_BATCH];
 #pragma unroll
-        for (int u = 0; u < ROPE_BATCH; u++) {
-            const int idx = base + u * bd, h = idx / half, i = idx % half;
-            xs[u] = (h < n_heads ? qt + h * head_dim : kt + (h - n_heads) * head_dim) + i;
-            if (idx < pairs) a[u] = xs[u][0], b[u] = xs[u][half];
+        for (int u = 0; u < ROPE_BATCH; u++, w.next()) {
+            xs[u] = (w.r < n_heads ? qt + w.r * head_dim : kt + (w.r - n_heads) * head_dim) + w.c;
+            if (w.r < heads) a[u] = xs[u][0], b[u] = xs[u][half];
         }
+        llmi_walk ws = w0;
 #pragma unroll
-        for (int u = 0; u < ROPE_BATCH; u++) {
-            const int idx = base + u * bd, i = idx % half;
-            if (idx < pairs) {
-                const float cs = trig[i], sn = trig[half + i];
+        for (int u = 0; u < ROPE_BATCH; u++, ws.next()) {
+            if (ws.r < heads) {
+                const float cs = trig[ws.c], sn = trig[half + ws.c];
                 xs[u][0] = a[u] * cs - b[u] * sn;
                 xs[u][half] = b[u] * cs + a[u] * sn;
             }
