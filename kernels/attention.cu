@@ -35,7 +35,6 @@ static __device__ __forceinline__ int64_t kv_index(const int32_t *bt, int block_
     return (((int64_t)bt[b] * block_size + o) * n_kv_heads + kvh) * (int64_t)head_dim;
 }
 
-
 /* The fp8 scale of KV head kvh (1 for the other dtypes, which carry no scale). */
 static __device__ __forceinline__ float kv_scale_of(llmi_kv_dtype dt, const float *scale, int kvh) {
     return dt == LLMI_KV_FP8 && scale ? scale[kvh] : 1.0f;
@@ -100,7 +99,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait_group() {
 
 /* One tile of a cache that holds E (K or V: positions [p0, p0 + n_rows) of KV head kvh)
  * into dst (row stride ld) by cp.async, 16 bytes an item; positions at or past `end` as
- * zeros, stored at once.  Nothing waits here: the caller's cp_async_wait_all does. */
+ * zeros, stored at once.  Nothing waits here: the caller's wait (wait_all, wait_group) does. */
 template <typename E>
 __device__ __forceinline__ void kv_tile_async16(const llmi_cuda_attn &a, const void *cache, const int32_t *bt, int kvh,
                                                 int p0, int n_rows, int end, E *dst, int ld, int i0, int n_thr) {
