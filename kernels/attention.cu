@@ -422,7 +422,10 @@ __device__ __forceinline__ void tc_qk_step(float (&sc)[NJ][4], const uint32_t (&
     }
 }
 
-/* One tile's step of the online softmax in mma's fragment layout (see the prefill kernel):
+/* One tile's step of the online softmax in mma's fragment layout (see the prefill kernel),
+ * its exponentials by __expf (ex2.approx of x log2 e: two instructions where expf's accurate
+ * range reduction took ~8, 34 a lane a tile; the prefill kernel's PTX went from 3,475 to
+ * 2,931 instructions; a few ulp, against P's rounding to bf16/f16 right after).
  * sc (NJ pieces of 8 keys) holds the tile's scaled scores, masked keys -inf; element e of a
  * piece is row g + 8 (e / 2).  Updates the lane's two rows' running max m_run and sum l_run
  * (its own columns only), rescales o_acc (NJD pieces of the output) and leaves the
@@ -441,7 +444,7 @@ __device__ __forceinline__ void tc_softmax_step(float (&sc)[NJ][4], float (&m_ru
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
         float m_new = fmaxf(m_run[i], mx[i]);
-        alpha[i] = m_new == -INFINITY ? 1.0f : m_run[i] == -INFINITY ? 0.0f : expf(m_run[i] - m_new);
+        alpha[i] = m_new == -INFINITY ? 1.0f : m_run[i] == -INFINITY ? 0.0f : __expf(m_run[i] - m_new);
         m_run[i] = m_new;
     }
     float rs[2] = {0.0f, 0.0f};
@@ -450,7 +453,7 @@ __device__ __forceinline__ void tc_softmax_step(float (&sc)[NJ][4], float (&m_ru
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             float m = m_run[e >> 1];
-            float p = m == -INFINITY ? 0.0f : expf(sc[j][e] - m);
+            float p = m == -INFINITY ? 0.0f : __expf(sc[j][e] - m);
             sc[j][e] = p;
             rs[e >> 1] += p;
         }

@@ -107,6 +107,10 @@ static inline unsigned __float_as_uint(float f) { unsigned i; memcpy(&i, &f, 4);
 static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
 static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
+/* __expf is ex2.approx(x * log2 e) on the device (a few ulp; exact for -inf): its rounding
+ * of the product, then exp2 */
+static inline float emu_expf(float x) { return exp2f(x * 1.44269504088896340736f); }
+#define __expf emu_expf   /* (glibc declares a __expf of its own) */
 static inline int __ffs(unsigned x) { return x ? __builtin_ctz(x) + 1 : 0; }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
