@@ -579,6 +579,9 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
     const int pos_r[2] = {r0 + g < nq ? a.positions[t0 + r0 + g] : -1, r0 + g + 8 < nq ? a.positions[t0 + r0 + g + 8] : -1};
     int warp_max_pos = max(pos_r[0], pos_r[1]);
     for (int o = 16; o > 0; o >>= 1) warp_max_pos = max(warp_max_pos, __shfl_xor_sync(0xffffffffu, warp_max_pos, o));
+    /* the smallest position among the warp's rows in the tile (rows past it are never stored) */
+    int warp_min_pos = min(pos_r[0] < 0 ? INT_MAX : pos_r[0], pos_r[1] < 0 ? INT_MAX : pos_r[1]);
+    for (int o = 16; o > 0; o >>= 1) warp_min_pos = min(warp_min_pos, __shfl_xor_sync(0xffffffffu, warp_min_pos, o));
     const int n_kd = hd / 16, n_jd = hd / 8;
 
     float o_acc[HDMAX / 8][4];   /* O (16, hd): 8-column piece jd, fragment layout */
@@ -615,14 +618,23 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
                 tc_qk_step(sc, fa, Ks, ld, kd, g, q2);
             }
 
-            /* mask and scale: element e of piece j is row g + 8 * (e / 2), key kv0 + 8j + q2 + e % 2 */
+            /* mask and scale: element e of piece j is row g + 8 * (e / 2), key kv0 + 8j + q2 + e % 2;
+             * a tile wholly before every row's position (all but the last one or two of a
+             * row range) has nothing to mask: scale only */
+            if (kv0 + PF_BK - 1 <= warp_min_pos) {
 #pragma unroll
-            for (int j = 0; j < PF_BK / 8; j++)
+                for (int j = 0; j < PF_BK / 8; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int key = kv0 + 8 * j + q2 + (e & 1);
-                    sc[j][e] = key <= pos_r[e >> 1] ? sc[j][e] * a.scale : -INFINITY;
-                }
+                    for (int e = 0; e < 4; e++) sc[j][e] *= a.scale;
+            } else {
+#pragma unroll
+                for (int j = 0; j < PF_BK / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int key = kv0 + 8 * j + q2 + (e & 1);
+                        sc[j][e] = key <= pos_r[e >> 1] ? sc[j][e] * a.scale : -INFINITY;
+                    }
+            }
             tc_softmax_step(sc, m_run, l_run, o_acc);
         }
         if (ASYNC) {

@@ -415,7 +415,12 @@ static void attention_case_bs(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, i
         m += (size_t)nh * hd;
     }
     double e_all = test_nmse(got, ref, (long)qn), e_dec = m ? test_nmse(gd, rd, (long)m) : 0;
-    CHECK_MSG(e_all <= 5e-4, "hd %d kv %s splits %d: nmse %g", hd, kv_name(dt), splits, e_all);
+    /* the tensor-core prefill's rows see bf16 (f32, bf16 caches) or f16 (f16, q8, fp8) inputs:
+     * at most 5.1e-6 and 7.6e-8 over 8 runs (the bound was 5e-4 before); one tile's scores
+     * scaled 1% off in a few rows gives ~1.8e-6 on the f16 cases */
+    const double pf_bound = dt == LLMI_KV_BF16 || dt == LLMI_KV_F32 ? 2e-5 : 1e-6;
+    CHECK_MSG(e_all <= pf_bound, "hd %d kv %s splits %d: nmse %g (bound %g)", hd, kv_name(dt), splits, e_all,
+              pf_bound);
     CHECK_MSG(e_dec <= 1e-7, "hd %d kv %s splits %d: decode-path nmse %g", hd, kv_name(dt), splits, e_dec);
     /* against attention over the unquantized fp32 cache: the quantization error itself, within
      * the CPU test's bounds (kv_quant_attention_vs_f32_kv: q8 1e-3, fp8 1e-2) */
