@@ -408,17 +408,40 @@ __device__ __forceinline__ void ldsm_x2_trans(uint32_t b[2], const void *row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(b[0]), "=r"(b[1]) : "r"(addr));
 }
 
+/* Four 8x8 matrices of 16-bit values from shared memory: lanes 8m .. 8m + 7 name the rows
+ * (16-byte aligned, 8 elements each) of matrix m, and each lane gets, in r[m], row lane / 4,
+ * columns 2 (lane % 4) and + 1 of matrix m: mma's A fragment of a row-major 16x16 tile (the
+ * matrices its rows 0-7 / 8-15 by columns 0-7 / 8-15), or B fragments for two 8-key pieces
+ * of a K tile stored a key a row.  One instruction where 32-bit loads took four. */
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *row) {
+    unsigned addr = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+/* A's fragment (mma.m16n8k16) of rows r0 .. r0 + 15, columns 16 kd .. 16 kd + 15 of a
+ * row-major tile (row stride ld). */
+template <typename T>
+__device__ __forceinline__ void tc_load_a(uint32_t (&fa)[4], const T *tile, int ld, int r0, int kd, int lane) {
+    const int m = lane >> 3;
+    ldsm_x4(fa, tile + (r0 + (m & 1) * 8 + (lane & 7)) * ld + 16 * kd + (m >> 1) * 8);
+}
+
 /* S (16, NJ * 8) += A (16, 16) K^T for head columns 16 kd .. 16 kd + 15: A is the lane's
  * fragment of Q's rows, K's rows come from ktile (row stride ld); piece j holds keys
- * 8j .. 8j + 7 of the tile. */
+ * 8j .. 8j + 7 of the tile (NJ even).  Lanes 8m .. 8m + 7 name key 8 (2p + m / 2) + lane % 8,
+ * columns 8 (m % 2) on: pieces 2p and 2p + 1's B fragments in one ldmatrix. */
 template <typename T, int NJ>
 __device__ __forceinline__ void tc_qk_step(float (&sc)[NJ][4], const uint32_t (&fa)[4], const T *ktile, int ld, int kd,
-                                           int g, int q2) {
+                                           int lane) {
+    static_assert(NJ % 2 == 0, "K pieces come two at a time");
+    const int m = lane >> 3;
 #pragma unroll
-    for (int j = 0; j < NJ; j++) {
-        const T *kb = ktile + (8 * j + g) * ld + 16 * kd + q2;
-        const uint32_t fb[2] = {*(const uint32_t *)kb, *(const uint32_t *)(kb + 8)};
-        tc_conv<T>::mma(sc[j], fa, fb);
+    for (int p = 0; p < NJ / 2; p++) {
+        uint32_t fb[4];   /* piece 2p: fb[0], fb[1]; piece 2p + 1: fb[2], fb[3] */
+        ldsm_x4(fb, ktile + (16 * p + (m >> 1) * 8 + (lane & 7)) * ld + 16 * kd + (m & 1) * 8);
+        tc_conv<T>::mma(sc[2 * p], fa, fb);
+        tc_conv<T>::mma(sc[2 * p + 1], fa, fb + 2);
     }
 }
 
@@ -612,10 +635,9 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
 #pragma unroll
             for (int kd = 0; kd < HDMAX / 16; kd++) {
                 if (kd >= n_kd) break;
-                const T *qa = Qs + (r0 + g) * ld + 16 * kd + q2;
-                const uint32_t fa[4] = {*(const uint32_t *)qa, *(const uint32_t *)(qa + 8 * ld),
-                                        *(const uint32_t *)(qa + 8), *(const uint32_t *)(qa + 8 * ld + 8)};
-                tc_qk_step(sc, fa, Ks, ld, kd, g, q2);
+                uint32_t fa[4];
+                tc_load_a(fa, Qs, ld, r0, kd, lane);
+                tc_qk_step(sc, fa, Ks, ld, kd, lane);
             }
 
             /* mask and scale: element e of piece j is row g + 8 * (e / 2), key kv0 + 8j + q2 + e % 2;
@@ -777,7 +799,7 @@ llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits
 #pragma unroll
         for (int kd = 0; kd < HDMAX / 16; kd++) {
             if (kd >= n_kd) break;
-            tc_qk_step(sc, qf[kd], Ks, ld, kd, g, q2);
+            tc_qk_step(sc, qf[kd], Ks, ld, kd, lane);
         }
         /* mask and scale: element e of piece j is row g + 8 (e / 2), position kv0 + 8j + q2 + e % 2 */
 #pragma unroll

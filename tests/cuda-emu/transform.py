@@ -3,8 +3,8 @@
 emu_launch_named("k", k, grid, block, smem, stream, args); each static `__shared__` variable a
 reference to per-block storage (emu_static_smem, keyed by its place in the file); each
 `extern __shared__` array a pointer to the launch's dynamic shared memory; the two inline
-PTX instructions llmi uses (mma.sync m16n8k16, ldmatrix .x2.trans, cp.async 16-byte copies
-and their wait) calls of their emulations (include/emu_block.h).  Any other inline assembly stops the build."""
+PTX instructions llmi uses (mma.sync m16n8k16, ldmatrix .x2.trans and .x4, cp.async 16-byte
+copies, their groups and waits) calls of their emulations (include/emu_block.h).  Any other inline assembly stops the build."""
 import re, sys
 src = open(sys.argv[1]).read()
 counter = [0]
@@ -49,7 +49,11 @@ def asm_stmt(kind, want, repl):
         return repl
     return f
 src, n_m = re.subn(r'asm volatile\("mma\.sync.*?\);', asm_stmt("mma", MMA, "emu_mma_m16n8k16(PTX_T, d, a, b);"), src, flags=re.S)
-src, n_d = re.subn(r'asm volatile\("ldmatrix.*?\);', asm_stmt("ldmatrix", LDSM, "emu_ldsm_x2_trans(b, row);"), src, flags=re.S)
+src, n_d = re.subn(r'asm volatile\("ldmatrix\.sync\.aligned\.m8n8\.x2.*?\);', asm_stmt("ldmatrix", LDSM, "emu_ldsm_x2_trans(b, row);"), src, flags=re.S)
+LDSM4 = ('asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"'
+         ': "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));')
+src, n_d4 = re.subn(r'asm volatile\("ldmatrix\.sync\.aligned\.m8n8\.x4.*?\);', asm_stmt("ldmatrix.x4", LDSM4, "emu_ldsm_x4(r, row);"), src, flags=re.S)
+n_d += n_d4
 CPA = 'asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(src) : "memory");'
 CPW = 'asm volatile("cp.async.wait_all;" ::: "memory");'
 src, n_c = re.subn(r'asm volatile\("cp\.async\.cg.*?\);', asm_stmt("cp.async", CPA, "emu_cp_async16(dst, src);"), src, flags=re.S)

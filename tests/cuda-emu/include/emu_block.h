@@ -212,6 +212,29 @@ static inline void emu_ldsm_x2_trans(uint32_t r[2], const void *row) {
     emu_warp_bar(W);
     r[0] = out[0]; r[1] = out[1];
 }
+/* ldmatrix.sync.aligned.m8n8.x4.shared.b16 {r0, r1, r2, r3}, [addr] (no .trans): lanes
+ * 8m .. 8m + 7 name matrix m's rows; r[m] of a lane is row lane / 4, columns 2 (lane % 4)
+ * and + 1 of matrix m */
+static inline void emu_ldsm_x4(uint32_t r[4], const void *row) {
+    EmuWarp &W = emu_warp();
+    const int lane = emu_lane();
+    W.addr[lane] = row;
+    emu_warp_enter(W, 9, 0, "ldmatrix.x4");
+    {
+        const unsigned char *p = (const unsigned char *)row, *s0 = emu_blk->smem;
+        if (((uintptr_t)p & 15) || p < s0 || p + 16 > s0 + emu_blk->smem_bytes)
+            EMU_FAIL("ldmatrix.x4: lane %d row address off %td misaligned or outside shared (%zu bytes)", lane, p - s0,
+                     emu_blk->smem_bytes);
+    }
+    uint32_t out[4];
+    const int gid = lane >> 2, tig = lane & 3;
+    for (int m = 0; m < 4; m++) {
+        const uint16_t *rp = (const uint16_t *)W.addr[8 * m + gid];
+        out[m] = (uint32_t)rp[2 * tig] | ((uint32_t)rp[2 * tig + 1] << 16);
+    }
+    emu_warp_bar(W);
+    for (int m = 0; m < 4; m++) r[m] = out[m];
+}
 static inline unsigned __cvta_generic_to_shared(const void *) { return 0; }
 
 /* cp.async.cg.shared.global [dst], [src], 16, cp.async.commit_group, cp.async.wait_group N
