@@ -400,12 +400,14 @@ LLMI_TC_CONV(__nv_bfloat16, __nv_bfloat162, LLMI_KV_BF16, __floats2bfloat162_rn,
 LLMI_TC_CONV(__half, __half2, LLMI_KV_F16, __floats2half2_rn, "f16")
 #undef LLMI_TC_CONV
 
-/* The B operand of an m16n8k16 product from a row-major (k, n) tile in shared memory:
- * lanes 0..15 name rows k0..k0+15 (16-byte aligned, 8 elements from column n0), and
- * .trans hands each lane the column-pairs that mma's B fragment wants. */
-__device__ __forceinline__ void ldsm_x2_trans(uint32_t b[2], const void *row) {
+/* B operands of two m16n8k16 products from a row-major (k, n) tile in shared memory: lanes
+ * 0..15 name rows k0..k0+15 from column n0, lanes 16..31 the same rows from n0 + 8 (16-byte
+ * aligned, 8 elements each), and .trans hands each lane the column pairs that mma's B
+ * fragment wants: b[0], b[1] for columns n0 .. n0 + 7, b[2], b[3] for the next 8. */
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t b[4], const void *row) {
     unsigned addr = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(b[0]), "=r"(b[1]) : "r"(addr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(addr));
 }
 
 /* Four 8x8 matrices of 16-bit values from shared memory: lanes 8m .. 8m + 7 name the rows
@@ -491,7 +493,7 @@ __device__ __forceinline__ void tc_softmax_step(float (&sc)[NJ][4], float (&m_ru
 
 /* O (16, hd) += P V for one tile: P's 16-key slices are sc's pieces (2kk, 2kk + 1), rounded
  * to T as mma's A fragments; V's rows come from vtile (NJ * 8 rows, row stride ld) through
- * ldmatrix.trans; n_jd of O's NJD 8-column pieces are in use. */
+ * ldmatrix.trans, two 8-column pieces at a time; n_jd of O's NJD pieces are in use. */
 template <typename T, int NJ, int NJD>
 __device__ __forceinline__ void tc_pv_step(const float (&sc)[NJ][4], const T *vtile, int ld, int lane, int n_jd,
                                            float (&o_acc)[NJD][4]) {
@@ -501,13 +503,14 @@ __device__ __forceinline__ void tc_pv_step(const float (&sc)[NJ][4], const T *vt
                                 tc_conv<T>::pack(sc[2 * kk][2], sc[2 * kk][3]),
                                 tc_conv<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
                                 tc_conv<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-        const T *vrow = vtile + (16 * kk + (lane & 15)) * ld;
+        const T *vrow = vtile + (16 * kk + (lane & 15)) * ld + (lane >> 4) * 8;
 #pragma unroll
-        for (int jd = 0; jd < NJD; jd++) {
+        for (int jd = 0; jd < NJD; jd += 2) {   /* (n_jd = hd / 8 is even: hd % 16 == 0) */
             if (jd >= n_jd) break;
-            uint32_t fb[2];
-            ldsm_x2_trans(fb, vrow + 8 * jd);
+            uint32_t fb[4];
+            ldsm_x4_trans(fb, vrow + 8 * jd);
             tc_conv<T>::mma(o_acc[jd], fa, fb);
+            tc_conv<T>::mma(o_acc[jd + 1], fa, fb + 2);
         }
     }
 }
