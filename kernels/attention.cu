@@ -400,6 +400,19 @@ LLMI_TC_CONV(__nv_bfloat16, __nv_bfloat162, LLMI_KV_BF16, __floats2bfloat162_rn,
 LLMI_TC_CONV(__half, __half2, LLMI_KV_F16, __floats2half2_rn, "f16")
 #undef LLMI_TC_CONV
 
+/* The B operand of an m16n8k16 product from a row-major (k, n) tile in shared memory:
+ * lanes 0..15 name rows k0..k0+15 (16-byte aligned, 8 elements from column n0), and
+ * .trans hands each lane the column-pairs that mma's B fragment wants. */
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t b[2], const void *row) {
+    unsigned addr = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(b[0]), "=r"(b[1]) : "r"(addr));
+}
+
+/* The fragment loads come in two forms: X4, four 8x8 matrices an ldmatrix (2026-11-27, not
+ * yet run on a device), and the 32-bit loads and ldmatrix.x2.trans that ran on the H200,
+ * which the kernels with register-loaded tiles (LLMI_ATTN_TILES=sync) keep, so that the
+ * switch falls back to what a device has proved.  Both hand mma the same fragments. */
+
 /* B operands of two m16n8k16 products from a row-major (k, n) tile in shared memory: lanes
  * 0..15 name rows k0..k0+15 from column n0, lanes 16..31 the same rows from n0 + 8 (16-byte
  * aligned, 8 elements each), and .trans hands each lane the column pairs that mma's B
@@ -423,17 +436,23 @@ __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *row) {
 
 /* A's fragment (mma.m16n8k16) of rows r0 .. r0 + 15, columns 16 kd .. 16 kd + 15 of a
  * row-major tile (row stride ld). */
-template <typename T>
+template <bool X4, typename T>
 __device__ __forceinline__ void tc_load_a(uint32_t (&fa)[4], const T *tile, int ld, int r0, int kd, int lane) {
-    const int m = lane >> 3;
-    ldsm_x4(fa, tile + (r0 + (m & 1) * 8 + (lane & 7)) * ld + 16 * kd + (m >> 1) * 8);
+    if (X4) {
+        const int m = lane >> 3;
+        ldsm_x4(fa, tile + (r0 + (m & 1) * 8 + (lane & 7)) * ld + 16 * kd + (m >> 1) * 8);
+    } else {
+        const T *qa = tile + (r0 + (lane >> 2)) * ld + 16 * kd + 2 * (lane & 3);
+        fa[0] = *(const uint32_t *)qa, fa[1] = *(const uint32_t *)(qa + 8 * ld);
+        fa[2] = *(const uint32_t *)(qa + 8), fa[3] = *(const uint32_t *)(qa + 8 * ld + 8);
+    }
 }
 
 /* S (16, NJ * 8) += A (16, 16) K^T for head columns 16 kd .. 16 kd + 15: A is the lane's
  * fragment of Q's rows, K's rows come from ktile (row stride ld); piece j holds keys
  * 8j .. 8j + 7 of the tile (NJ even).  Lanes 8m .. 8m + 7 name key 8 (2p + m / 2) + lane % 8,
  * columns 8 (m % 2) on: pieces 2p and 2p + 1's B fragments in one ldmatrix. */
-template <typename T, int NJ>
+template <bool X4, typename T, int NJ>
 __device__ __forceinline__ void tc_qk_step(float (&sc)[NJ][4], const uint32_t (&fa)[4], const T *ktile, int ld, int kd,
                                            int lane) {
     static_assert(NJ % 2 == 0, "K pieces come two at a time");
@@ -441,7 +460,13 @@ __device__ __forceinline__ void tc_qk_step(float (&sc)[NJ][4], const uint32_t (&
 #pragma unroll
     for (int p = 0; p < NJ / 2; p++) {
         uint32_t fb[4];   /* piece 2p: fb[0], fb[1]; piece 2p + 1: fb[2], fb[3] */
-        ldsm_x4(fb, ktile + (16 * p + (m >> 1) * 8 + (lane & 7)) * ld + 16 * kd + (m & 1) * 8);
+        if (X4) {
+            ldsm_x4(fb, ktile + (16 * p + (m >> 1) * 8 + (lane & 7)) * ld + 16 * kd + (m & 1) * 8);
+        } else {
+            const T *kb = ktile + (16 * p + (lane >> 2)) * ld + 16 * kd + 2 * (lane & 3);
+            fb[0] = *(const uint32_t *)kb, fb[1] = *(const uint32_t *)(kb + 8);
+            fb[2] = *(const uint32_t *)(kb + 8 * ld), fb[3] = *(const uint32_t *)(kb + 8 * ld + 8);
+        }
         tc_conv<T>::mma(sc[2 * p], fa, fb);
         tc_conv<T>::mma(sc[2 * p + 1], fa, fb + 2);
     }
@@ -494,7 +519,7 @@ __device__ __forceinline__ void tc_softmax_step(float (&sc)[NJ][4], float (&m_ru
 /* O (16, hd) += P V for one tile: P's 16-key slices are sc's pieces (2kk, 2kk + 1), rounded
  * to T as mma's A fragments; V's rows come from vtile (NJ * 8 rows, row stride ld) through
  * ldmatrix.trans, two 8-column pieces at a time; n_jd of O's NJD pieces are in use. */
-template <typename T, int NJ, int NJD>
+template <bool X4, typename T, int NJ, int NJD>
 __device__ __forceinline__ void tc_pv_step(const float (&sc)[NJ][4], const T *vtile, int ld, int lane, int n_jd,
                                            float (&o_acc)[NJD][4]) {
 #pragma unroll
@@ -503,12 +528,17 @@ __device__ __forceinline__ void tc_pv_step(const float (&sc)[NJ][4], const T *vt
                                 tc_conv<T>::pack(sc[2 * kk][2], sc[2 * kk][3]),
                                 tc_conv<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
                                 tc_conv<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-        const T *vrow = vtile + (16 * kk + (lane & 15)) * ld + (lane >> 4) * 8;
+        const T *vrow = vtile + (16 * kk + (lane & 15)) * ld + (X4 ? (lane >> 4) * 8 : 0);
 #pragma unroll
         for (int jd = 0; jd < NJD; jd += 2) {   /* (n_jd = hd / 8 is even: hd % 16 == 0) */
             if (jd >= n_jd) break;
             uint32_t fb[4];
-            ldsm_x4_trans(fb, vrow + 8 * jd);
+            if (X4) {
+                ldsm_x4_trans(fb, vrow + 8 * jd);
+            } else {
+                ldsm_x2_trans(fb, vrow + 8 * jd);
+                ldsm_x2_trans(fb + 2, vrow + 8 * jd + 8);
+            }
             tc_conv<T>::mma(o_acc[jd], fa, fb);
             tc_conv<T>::mma(o_acc[jd + 1], fa, fb + 2);
         }
@@ -639,8 +669,8 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
             for (int kd = 0; kd < HDMAX / 16; kd++) {
                 if (kd >= n_kd) break;
                 uint32_t fa[4];
-                tc_load_a(fa, Qs, ld, r0, kd, lane);
-                tc_qk_step(sc, fa, Ks, ld, kd, lane);
+                tc_load_a<ASYNC>(fa, Qs, ld, r0, kd, lane);
+                tc_qk_step<ASYNC>(sc, fa, Ks, ld, kd, lane);
             }
 
             /* mask and scale: element e of piece j is row g + 8 * (e / 2), key kv0 + 8j + q2 + e % 2;
@@ -670,7 +700,7 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
         }
 
         /* O_w (16, hd) += P (16, PF_BK) @ V (PF_BK, hd) */
-        if (active) tc_pv_step(sc, Vs, ld, lane, n_jd, o_acc);
+        if (active) tc_pv_step<ASYNC>(sc, Vs, ld, lane, n_jd, o_acc);
     }
     tc_row_sums(l_run);
 #pragma unroll
@@ -802,7 +832,7 @@ llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits
 #pragma unroll
         for (int kd = 0; kd < HDMAX / 16; kd++) {
             if (kd >= n_kd) break;
-            tc_qk_step(sc, qf[kd], Ks, ld, kd, lane);
+            tc_qk_step<ASYNC>(sc, qf[kd], Ks, ld, kd, lane);
         }
         /* mask and scale: element e of piece j is row g + 8 (e / 2), position kv0 + 8j + q2 + e % 2 */
 #pragma unroll
@@ -812,7 +842,7 @@ llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits
                 sc[j][e] = kv0 + 8 * j + q2 + (e & 1) < end ? sc[j][e] * a.scale : -INFINITY;
         tc_softmax_step(sc, m_run, l_run, o_acc);
         /* O (16, hd) += P (16, DT_BK) V (DT_BK, hd) */
-        tc_pv_step(sc, Vs, ld, lane, n_jd, o_acc);
+        tc_pv_step<ASYNC>(sc, Vs, ld, lane, n_jd, o_acc);
         if (ASYNC) {
             __syncwarp();   /* the warp is done with this stage */
             if (STAGES == 1 && next < end) {

@@ -3,7 +3,7 @@
 emu_launch_named("k", k, grid, block, smem, stream, args); each static `__shared__` variable a
 reference to per-block storage (emu_static_smem, keyed by its place in the file); each
 `extern __shared__` array a pointer to the launch's dynamic shared memory; the two inline
-PTX instructions llmi uses (mma.sync m16n8k16, ldmatrix .x4 and .x4.trans, cp.async 16-byte
+PTX instructions llmi uses (mma.sync m16n8k16, ldmatrix .x2.trans, .x4 and .x4.trans, cp.async 16-byte
 copies, their groups and waits) calls of their emulations (include/emu_block.h).  Any other inline assembly stops the build."""
 import re, sys
 src = open(sys.argv[1]).read()
@@ -41,6 +41,7 @@ MMA = ('asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX_T "." PTX_T ".
        '"{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"'
        ': "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])'
        ': "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));')
+LDSM = 'asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(b[0]), "=r"(b[1]) : "r"(addr));'
 LDSMT = ('asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"'
          ': "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(addr));')
 def asm_stmt(kind, want, repl):
@@ -50,7 +51,9 @@ def asm_stmt(kind, want, repl):
         return repl
     return f
 src, n_m = re.subn(r'asm volatile\("mma\.sync.*?\);', asm_stmt("mma", MMA, "emu_mma_m16n8k16(PTX_T, d, a, b);"), src, flags=re.S)
-src, n_d = re.subn(r'asm volatile\("ldmatrix\.sync\.aligned\.m8n8\.x4\.trans.*?\);', asm_stmt("ldmatrix.x4.trans", LDSMT, "emu_ldsm_x4_trans(b, row);"), src, flags=re.S)
+src, n_d = re.subn(r'asm volatile\("ldmatrix\.sync\.aligned\.m8n8\.x2\.trans.*?\);', asm_stmt("ldmatrix", LDSM, "emu_ldsm_x2_trans(b, row);"), src, flags=re.S)
+src, n_dt = re.subn(r'asm volatile\("ldmatrix\.sync\.aligned\.m8n8\.x4\.trans.*?\);', asm_stmt("ldmatrix.x4.trans", LDSMT, "emu_ldsm_x4_trans(b, row);"), src, flags=re.S)
+n_d += n_dt
 LDSM4 = ('asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"'
          ': "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));')
 src, n_d4 = re.subn(r'asm volatile\("ldmatrix\.sync\.aligned\.m8n8\.x4.*?\);', asm_stmt("ldmatrix.x4", LDSM4, "emu_ldsm_x4(r, row);"), src, flags=re.S)
