@@ -187,81 +187,37 @@ static inline void emu_mma_m16n8k16(const char *ty, float d[4], const uint32_t a
     emu_warp_bar(W);
     for (int i = 0; i < 4; i++) d[i] = out[i];
 }
-/* ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {r0, r1}, [addr] */
-static inline void emu_ldsm_x2_trans(uint32_t r[2], const void *row) {
+/* ldmatrix.sync.aligned.m8n8.{x2,x4}{.trans}.shared.b16: lanes 8m .. 8m + 7 name the rows of
+ * matrix m (N matrices; the other lanes' addresses are not read), and r[m] of a lane is row
+ * lane / 4, columns 2 (lane % 4) and + 1 of matrix m, or with .trans column lane / 4, rows
+ * 2 (lane % 4) and + 1 (PTX ISA, "ldmatrix"). */
+template <int N, bool TRANS>
+static inline void emu_ldsm(uint32_t r[N], const void *row, int kind, const char *what) {
     EmuWarp &W = emu_warp();
     const int lane = emu_lane();
     W.addr[lane] = row;
-    emu_warp_enter(W, 4, 0, "ldmatrix");
-    if (lane < 16) {
+    emu_warp_enter(W, kind, 0, what);
+    if (lane < 8 * N) {
         const unsigned char *p = (const unsigned char *)row, *s0 = emu_blk->smem;
         if (((uintptr_t)p & 15) || p < s0 || p + 16 > s0 + emu_blk->smem_bytes)
-            EMU_FAIL("ldmatrix: lane %d row address off %td misaligned or outside shared (%zu bytes)", lane, p - s0,
+            EMU_FAIL("%s: lane %d row address off %td misaligned or outside shared (%zu bytes)", what, lane, p - s0,
                      emu_blk->smem_bytes);
     }
-    uint32_t out[2];
+    uint32_t out[N];
     const int gid = lane >> 2, tig = lane & 3;
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < N; m++) {
         uint16_t e[2];
-        for (int j = 0; j < 2; j++) {
-            const uint16_t *rp = (const uint16_t *)W.addr[8 * m + 2 * tig + j];
-            e[j] = rp[gid];
-        }
+        for (int j = 0; j < 2; j++)
+            e[j] = TRANS ? ((const uint16_t *)W.addr[8 * m + 2 * tig + j])[gid]
+                         : ((const uint16_t *)W.addr[8 * m + gid])[2 * tig + j];
         out[m] = (uint32_t)e[0] | ((uint32_t)e[1] << 16);
     }
     emu_warp_bar(W);
-    r[0] = out[0]; r[1] = out[1];
+    for (int m = 0; m < N; m++) r[m] = out[m];
 }
-/* ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {r0, r1, r2, r3}, [addr]: lanes 8m .. 8m + 7
- * name matrix m's rows; r[m] of a lane is matrix m transposed: rows 2 (lane % 4) and + 1 of
- * column lane / 4 */
-static inline void emu_ldsm_x4_trans(uint32_t r[4], const void *row) {
-    EmuWarp &W = emu_warp();
-    const int lane = emu_lane();
-    W.addr[lane] = row;
-    emu_warp_enter(W, 10, 0, "ldmatrix.x4.trans");
-    {
-        const unsigned char *p = (const unsigned char *)row, *s0 = emu_blk->smem;
-        if (((uintptr_t)p & 15) || p < s0 || p + 16 > s0 + emu_blk->smem_bytes)
-            EMU_FAIL("ldmatrix.x4.trans: lane %d row address off %td misaligned or outside shared (%zu bytes)", lane,
-                     p - s0, emu_blk->smem_bytes);
-    }
-    uint32_t out[4];
-    const int gid = lane >> 2, tig = lane & 3;
-    for (int m = 0; m < 4; m++) {
-        uint16_t e[2];
-        for (int j = 0; j < 2; j++) {
-            const uint16_t *rp = (const uint16_t *)W.addr[8 * m + 2 * tig + j];
-            e[j] = rp[gid];
-        }
-        out[m] = (uint32_t)e[0] | ((uint32_t)e[1] << 16);
-    }
-    emu_warp_bar(W);
-    for (int m = 0; m < 4; m++) r[m] = out[m];
-}
-/* ldmatrix.sync.aligned.m8n8.x4.shared.b16 {r0, r1, r2, r3}, [addr] (no .trans): lanes
- * 8m .. 8m + 7 name matrix m's rows; r[m] of a lane is row lane / 4, columns 2 (lane % 4)
- * and + 1 of matrix m */
-static inline void emu_ldsm_x4(uint32_t r[4], const void *row) {
-    EmuWarp &W = emu_warp();
-    const int lane = emu_lane();
-    W.addr[lane] = row;
-    emu_warp_enter(W, 9, 0, "ldmatrix.x4");
-    {
-        const unsigned char *p = (const unsigned char *)row, *s0 = emu_blk->smem;
-        if (((uintptr_t)p & 15) || p < s0 || p + 16 > s0 + emu_blk->smem_bytes)
-            EMU_FAIL("ldmatrix.x4: lane %d row address off %td misaligned or outside shared (%zu bytes)", lane, p - s0,
-                     emu_blk->smem_bytes);
-    }
-    uint32_t out[4];
-    const int gid = lane >> 2, tig = lane & 3;
-    for (int m = 0; m < 4; m++) {
-        const uint16_t *rp = (const uint16_t *)W.addr[8 * m + gid];
-        out[m] = (uint32_t)rp[2 * tig] | ((uint32_t)rp[2 * tig + 1] << 16);
-    }
-    emu_warp_bar(W);
-    for (int m = 0; m < 4; m++) r[m] = out[m];
-}
+static inline void emu_ldsm_x2_trans(uint32_t r[2], const void *row) { emu_ldsm<2, true>(r, row, 4, "ldmatrix"); }
+static inline void emu_ldsm_x4_trans(uint32_t r[4], const void *row) { emu_ldsm<4, true>(r, row, 10, "ldmatrix.x4.trans"); }
+static inline void emu_ldsm_x4(uint32_t r[4], const void *row) { emu_ldsm<4, false>(r, row, 9, "ldmatrix.x4"); }
 static inline unsigned __cvta_generic_to_shared(const void *) { return 0; }
 
 /* cp.async.cg.shared.global [dst], [src], 16, cp.async.commit_group, cp.async.wait_group N
