@@ -82,8 +82,9 @@ typedef struct llmi_cuda_attn {
                                     head_dim % 16 == 0 and <= 256, <= 16 query heads per KV head),
                                     q and the probabilities rounded to the cache type; 0: fp32 */
     int tiles_async;             /* the tensor-core kernels' K/V tiles (prefill, decode_tc) copied by
-                                    cp.async while the tile before is computed on; 0: loaded
-                                    through registers (same results) */
+                                    cp.async while the tile before is computed on, mma fragments
+                                    by ldmatrix.x4; 0: tiles through registers, 32-bit fragment
+                                    loads, as run on the H200 (same results) */
 } llmi_cuda_attn;
 
 /* Sets the attention kernels' shared-memory limits for these head shapes (cudaFuncSetAttribute

@@ -172,7 +172,7 @@ typedef struct cuda_impl {
     bool graphs_on;           /* decode graphs enabled (LLMI_CUDA_GRAPHS=0 turns them off) */
     llmi_i4_kernel i4_kernel; /* LLMI_I4_GEMV=warp|chunk: the int4 kernels allowed (llmi_i4g_dev.kernel) */
     int decode_tc;            /* LLMI_ATTN_DECODE=tc (default) | fp32: llmi_cuda_attn.decode_tc */
-    int tiles_async;        /* LLMI_ATTN_TILES=async (default) | sync: llmi_cuda_attn.tiles_async */
+    int tiles_async;          /* LLMI_ATTN_TILES=async (default) | sync: llmi_cuda_attn.tiles_async */
     int i4_dequant_min_n;     /* int4 batches from this many tokens dequantize and GEMM (cuda_i4_choose) */
     int graph_max_bucket;     /* largest bucket: min(max_seqs, LOGIT_CHUNK, max_tokens) rounded down to 2^k */
     int graph_mbps;           /* block-table stride of graph batches, from the engine's context */
