@@ -564,21 +564,19 @@ template <typename T>
 __device__ __forceinline__ void tc_load_q(const llmi_cuda_attn &a, int t0, int nq, int h, int hd, int ld, T *Qs,
                                           int i0, int n_thr) {
     const float *qh = a.q + (int64_t)h * hd;
-    const int h4 = hd / 4, total = PF_BQ * h4;
-    for (int base = i0; base < total; base += TC_Q_BATCH * n_thr) {
+    for (llmi_walk w(i0, n_thr, hd / 4); w.r < PF_BQ;) {   /* (row, 4-float column) */
+        const llmi_walk w0 = w;   /* the batch's first item, walked again for the stores */
         float4 v[TC_Q_BATCH];
 #pragma unroll
-        for (int u = 0; u < TC_Q_BATCH; u++) {
-            const int i = base + u * n_thr, r = i / h4;
+        for (int u = 0; u < TC_Q_BATCH; u++, w.next()) {
             v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (i < total && r < nq) v[u] = *(const float4 *)(qh + (int64_t)(t0 + r) * a.q_stride + (i % h4) * 4);
+            if (w.r < nq) v[u] = *(const float4 *)(qh + (int64_t)(t0 + w.r) * a.q_stride + w.c * 4);
         }
+        llmi_walk ws = w0;
 #pragma unroll
-        for (int u = 0; u < TC_Q_BATCH; u++) {
-            const int i = base + u * n_thr;
-            if (i >= total) break;
-            const int r = i / h4, d = (i % h4) * 4;
-            *(uint2 *)(Qs + r * ld + d) =
+        for (int u = 0; u < TC_Q_BATCH; u++, ws.next()) {
+            if (ws.r >= PF_BQ) break;
+            *(uint2 *)(Qs + ws.r * ld + ws.c * 4) =
                 make_uint2(tc_conv<T>::pack(v[u].x, v[u].y), tc_conv<T>::pack(v[u].z, v[u].w));
         }
     }
