@@ -58,28 +58,22 @@ template <int BATCH, typename E>
 __device__ __forceinline__ void kv_tile_load16(const llmi_cuda_attn &a, const int32_t *bt, int kvh, int p0, int n_rows,
                                                int end, E *Ks, int ldk, E *Vs, int ldv, int i0, int n_thr) {
     constexpr int per = 16 / sizeof(E);
-    const int hd = a.head_dim, hv = hd / per;
-    for (llmi_walk w(i0, n_thr, hv); w.r < n_rows;) {
-        const llmi_walk w0 = w;   /* the batch's first item, walked again for the stores */
-        uint4 kr[BATCH], vr[BATCH];
-#pragma unroll
-        for (int u = 0; u < BATCH; u++, w.next()) {
-            const int p = p0 + w.r;
+    const int hd = a.head_dim;
+    uint4 kr[BATCH], vr[BATCH];
+    llmi_walk_batches<BATCH>(
+        i0, n_thr, hd / per, n_rows,
+        [&](int u, int r, int c) {
             kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-            if (w.r < n_rows && p < end) {
-                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + w.c * per;
+            if (r < n_rows && p0 + r < end) {
+                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p0 + r, kvh) + c * per;
                 kr[u] = *(const uint4 *)((const E *)a.k_cache + off);
                 vr[u] = *(const uint4 *)((const E *)a.v_cache + off);
             }
-        }
-        llmi_walk ws = w0;
-#pragma unroll
-        for (int u = 0; u < BATCH; u++, ws.next())
-            if (ws.r < n_rows) {
-                *(uint4 *)(Ks + ws.r * ldk + ws.c * per) = kr[u];
-                *(uint4 *)(Vs + ws.r * ldv + ws.c * per) = vr[u];
-            }
-    }
+        },
+        [&](int u, int r, int c) {
+            *(uint4 *)(Ks + r * ldk + c * per) = kr[u];
+            *(uint4 *)(Vs + r * ldv + c * per) = vr[u];
+        });
 }
 
 /* cp.async (sm_80 on): 16 bytes from global to shared memory without a register between;
@@ -122,27 +116,21 @@ __device__ __forceinline__ void kv_tile_load_conv(const llmi_cuda_attn &a, const
                                                   int n_rows, int end, float ksc, float vsc, E *Ks, int ldk, E *Vs,
                                                   int ldv, int i0, int n_thr) {
     const int hd = a.head_dim;
-    for (llmi_walk w(i0, n_thr, hd); w.r < n_rows;) {
-        const llmi_walk w0 = w;   /* the batch's first item, walked again for the stores */
-        float kf[BATCH], vf[BATCH];
-#pragma unroll
-        for (int u = 0; u < BATCH; u++, w.next()) {
-            const int p = p0 + w.r;
+    float kf[BATCH], vf[BATCH];
+    llmi_walk_batches<BATCH>(
+        i0, n_thr, hd, n_rows,
+        [&](int u, int r, int c) {
             kf[u] = vf[u] = 0.0f;
-            if (w.r < n_rows && p < end) {
-                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p, kvh) + w.c;
+            if (r < n_rows && p0 + r < end) {
+                const int64_t off = kv_index(bt, a.block_size, a.n_kv_heads, hd, p0 + r, kvh) + c;
                 kf[u] = llmi_kv_load(a.k_cache, a.kv_dt, off) * ksc;
                 vf[u] = llmi_kv_load(a.v_cache, a.kv_dt, off) * vsc;
             }
-        }
-        llmi_walk ws = w0;
-#pragma unroll
-        for (int u = 0; u < BATCH; u++, ws.next())
-            if (ws.r < n_rows) {
-                Ks[ws.r * ldk + ws.c] = kv_elem<E>(kf[u]);
-                Vs[ws.r * ldv + ws.c] = kv_elem<E>(vf[u]);
-            }
-    }
+        },
+        [&](int u, int r, int c) {
+            Ks[r * ldk + c] = kv_elem<E>(kf[u]);
+            Vs[r * ldv + c] = kv_elem<E>(vf[u]);
+        });
 }
 
 /* ---- decode ----
@@ -564,22 +552,17 @@ template <typename T>
 __device__ __forceinline__ void tc_load_q(const llmi_cuda_attn &a, int t0, int nq, int h, int hd, int ld, T *Qs,
                                           int i0, int n_thr) {
     const float *qh = a.q + (int64_t)h * hd;
-    for (llmi_walk w(i0, n_thr, hd / 4); w.r < PF_BQ;) {   /* (row, 4-float column) */
-        const llmi_walk w0 = w;   /* the batch's first item, walked again for the stores */
-        float4 v[TC_Q_BATCH];
-#pragma unroll
-        for (int u = 0; u < TC_Q_BATCH; u++, w.next()) {
+    float4 v[TC_Q_BATCH];
+    llmi_walk_batches<TC_Q_BATCH>(
+        i0, n_thr, hd / 4, PF_BQ,   /* (row, 4-float column) */
+        [&](int u, int r, int c) {
             v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (w.r < nq) v[u] = *(const float4 *)(qh + (int64_t)(t0 + w.r) * a.q_stride + w.c * 4);
-        }
-        llmi_walk ws = w0;
-#pragma unroll
-        for (int u = 0; u < TC_Q_BATCH; u++, ws.next()) {
-            if (ws.r >= PF_BQ) break;
-            *(uint2 *)(Qs + ws.r * ld + ws.c * 4) =
+            if (r < nq) v[u] = *(const float4 *)(qh + (int64_t)(t0 + r) * a.q_stride + c * 4);
+        },
+        [&](int u, int r, int c) {
+            *(uint2 *)(Qs + r * ld + c * 4) =
                 make_uint2(tc_conv<T>::pack(v[u].x, v[u].y), tc_conv<T>::pack(v[u].z, v[u].w));
-        }
-    }
+        });
 }
 
 /* Shared memory (elements of T): Q (PF_BQ, hd+8) | K (PF_BK, hd+8) | V (PF_BK, hd+8); the

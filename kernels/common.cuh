@@ -166,6 +166,23 @@ struct llmi_walk {
     }
 };
 
+/* Items i0, i0 + step, ... of an (n_rows, cols) grid, BATCH at a time: load(u, r, c) for each
+ * item u of a batch (r may be n_rows or more: the load leaves those), then store(u, r, c) for
+ * the ones inside, so a thread's BATCH loads are all issued before its first store (a loop
+ * storing after each load waits for memory once a trip: the compiler cannot tell the
+ * destination from the source). */
+template <int BATCH, typename Load, typename Store>
+__device__ __forceinline__ void llmi_walk_batches(int i0, int step, int cols, int n_rows, Load &&load, Store &&store) {
+    for (llmi_walk w(i0, step, cols); w.r < n_rows;) {
+        llmi_walk ws = w;   /* the batch's first item, walked again for the stores */
+#pragma unroll
+        for (int u = 0; u < BATCH; u++, w.next()) load(u, w.r, w.c);
+#pragma unroll
+        for (int u = 0; u < BATCH; u++, ws.next())
+            if (ws.r < n_rows) store(u, ws.r, ws.c);
+    }
+}
+
 static inline unsigned llmi_div_up(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
 #endif

@@ -31,25 +31,19 @@ __global__ void llmi_rope_kv_kernel(float *q, int q_stride, float *k, int k_stri
     __syncthreads();
     const int heads = n_heads + n_kv_heads, bd = blockDim.x;
     /* pair (head r, index c) of the heads' half-width grid */
-    for (llmi_walk w(threadIdx.x, bd, half); w.r < heads;) {
-        const llmi_walk w0 = w;   /* the round's first pair, walked again for the stores */
-        float a[ROPE_BATCH], b[ROPE_BATCH];
-        float *xs[ROPE_BATCH];
-#pragma unroll
-        for (int u = 0; u < ROPE_BATCH; u++, w.next()) {
-            xs[u] = (w.r < n_heads ? qt + w.r * head_dim : kt + (w.r - n_heads) * head_dim) + w.c;
-            if (w.r < heads) a[u] = xs[u][0], b[u] = xs[u][half];
-        }
-        llmi_walk ws = w0;
-#pragma unroll
-        for (int u = 0; u < ROPE_BATCH; u++, ws.next()) {
-            if (ws.r < heads) {
-                const float cs = trig[ws.c], sn = trig[half + ws.c];
-                xs[u][0] = a[u] * cs - b[u] * sn;
-                xs[u][half] = b[u] * cs + a[u] * sn;
-            }
-        }
-    }
+    float a[ROPE_BATCH], b[ROPE_BATCH];
+    float *xs[ROPE_BATCH];
+    llmi_walk_batches<ROPE_BATCH>(
+        threadIdx.x, bd, half, heads,
+        [&](int u, int r, int c) {
+            xs[u] = (r < n_heads ? qt + r * head_dim : kt + (r - n_heads) * head_dim) + c;
+            if (r < heads) a[u] = xs[u][0], b[u] = xs[u][half];
+        },
+        [&](int u, int r, int c) {
+            const float cs = trig[c], sn = trig[half + c];
+            xs[u][0] = a[u] * cs - b[u] * sn;
+            xs[u][half] = b[u] * cs + a[u] * sn;
+        });
     int32_t slot = slot_mapping[t];
     if (slot < 0) return;
     __syncthreads();   /* the rotated k must be complete before it is copied */

@@ -694,6 +694,18 @@ int4_variant() {
     row "$4" "$STATUS" "$(why "bench-int4-$1")"
   fi
 }
+# compare_row LABEL NAME LIMIT COLUMN UNIT REFERENCE CMD...: a bench run with another kernel
+# setting (CMD), its first row's COLUMN beside REFERENCE, the default's figure measured above
+compare_row() {
+  local label=$1 name=$2 limit=$3 col=$4 unit=$5 ref=$6
+  shift 6
+  if ! gpu_gate "$label"; then :
+  elif run "$name" "$limit" "$@"; then
+    row "$label" ok "$(num "$(csv_col "$WORK/$name.out" "$col" 1)") $unit ($ref)"
+  else
+    row "$label" "$STATUS" "$(why "$name")"
+  fi
+}
 if has_phase bench; then
   BW= PEAK=
   if ! gpu_gate "measured ceilings (torch)"; then :
@@ -751,24 +763,14 @@ if has_phase bench; then
   # the attention's K/V tiles by cp.async, each while the tile before is computed on (the
   # default, unmeasured when written) against the register-loaded tiles it replaced: here
   # the prefill's, the decode's in the decode row below
-  plabel="$BIG_NAME TTFT p$((2048 / SCALE)) with register-loaded tiles (LLMI_ATTN_TILES=sync)"
-  if ! gpu_gate "$plabel"; then :
-  elif run bench-ttft-sync 120 env LLMI_ATTN_TILES=sync "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 \
-      -b 1 -r "$REPS"; then
-    row "$plabel" ok "$(num "$(csv_col "$WORK/bench-ttft-sync.out" ttft_ms_mean 1)") ms (cp.async, the default: $(num "${ttft:-0}") ms)"
-  else
-    row "$plabel" "$STATUS" "$(why bench-ttft-sync)"
-  fi
+  compare_row "$BIG_NAME TTFT p$((2048 / SCALE)) with register-loaded tiles (LLMI_ATTN_TILES=sync)" \
+    bench-ttft-sync 120 ttft_ms_mean ms "cp.async, the default: $(num "${ttft:-0}") ms" \
+    env LLMI_ATTN_TILES=sync "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 -r "$REPS"
   # batch-1 decode with the dense projections on llmi's GEMV (LLMI_DENSE_GEMV=on, off by
   # default until a device shows it pays) against cuBLASLt's above
-  glabel="$BIG_NAME bf16 decode b1 on the GEMV (LLMI_DENSE_GEMV=on)"
-  if ! gpu_gate "$glabel"; then :
-  elif run bench-b1-gemv 100 env LLMI_DENSE_GEMV=on "$LLMI_DEV" bench "${L3[@]}" -p $((512 / SCALE)) \
-      -n $((128 / SCALE)) -b 1 -r "$REPS"; then
-    row "$glabel" ok "$(num "$(csv_col "$WORK/bench-b1-gemv.out" decode_tps_mean 1)") tok/s (cuBLASLt: $(num "${d1:-0}") tok/s)"
-  else
-    row "$glabel" "$STATUS" "$(why bench-b1-gemv)"
-  fi
+  compare_row "$BIG_NAME bf16 decode b1 on the GEMV (LLMI_DENSE_GEMV=on)" \
+    bench-b1-gemv 100 decode_tps_mean tok/s "cuBLASLt: $(num "${d1:-0}") tok/s" \
+    env LLMI_DENSE_GEMV=on "$LLMI_DEV" bench "${L3[@]}" -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1 -r "$REPS"
   # decode attention at a large batch and long contexts (offline throughput's bottleneck):
   # the tensor-core kernel with its tiles by cp.async (the default), the same with
   # register-loaded tiles, and the fp32 kernel they replaced, in the same call
@@ -786,14 +788,9 @@ if has_phase bench; then
   fi
   # GEMM autotuning (off by default until a device shows it pays): cuBLASLt's best 8
   # candidates timed per GEMM shape in the warm-up, against the heuristic's first above
-  tlabel="$BIG_NAME TTFT p$((2048 / SCALE)) with LLMI_GEMM_TUNE=8"
-  if ! gpu_gate "$tlabel"; then :
-  elif run bench-ttft-tune 120 env LLMI_GEMM_TUNE=8 "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 \
-      -r "$REPS"; then
-    row "$tlabel" ok "$(num "$(csv_col "$WORK/bench-ttft-tune.out" ttft_ms_mean 1)") ms (heuristic's first: $(num "${ttft:-0}") ms)"
-  else
-    row "$tlabel" "$STATUS" "$(why bench-ttft-tune)"
-  fi
+  compare_row "$BIG_NAME TTFT p$((2048 / SCALE)) with LLMI_GEMM_TUNE=8" \
+    bench-ttft-tune 120 ttft_ms_mean ms "heuristic's first: $(num "${ttft:-0}") ms" \
+    env LLMI_GEMM_TUNE=8 "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 -r "$REPS"
 fi
 
 # ---- profile: where the time goes, op by op (llmi profile: events per op, no graph) ----------

@@ -78,8 +78,7 @@ typedef enum { LP_NORMS, LP_QKV, LP_O, LP_GU, LP_DOWN, LP_COUNT } cuda_layer_par
 
 typedef struct cuda_layer {
     cuda_layer_src src;
-    size_t bytes;             /* device bytes of the buffers below */
-    size_t part_bytes[LP_COUNT];
+    size_t part_bytes[LP_COUNT];   /* device bytes of each part's buffers below */
     float *attn_norm;         /* (dim) */
     float *ffn_norm;          /* (dim) */
     cuda_linear qkv[3];       /* dense: [0] is (q_dim + 2*kv_dim, dim), wq rows then wk then wv;
@@ -637,7 +636,6 @@ static int upload_layer_part(cuda_impl *im, uploader *u, const llmi_config *c, c
     case LP_COUNT: break;
     }
     D->part_bytes[p] = im->weight_bytes - before;
-    D->bytes += D->part_bytes[p];
     return rc;
 }
 
@@ -1248,7 +1246,6 @@ static int refresh_layers(llmi_backend *b, cuda_impl *im, int first, int last, l
                 im->refresh_up_ready = true;
             }
             im->weight_bytes -= D->part_bytes[p];
-            D->bytes -= D->part_bytes[p];
             D->part_bytes[p] = 0;
             layer_part_free(D, (cuda_layer_part)p);
             rc = upload_layer_part(im, &im->refresh_up, &m->cfg, &m->layers[l], D, (cuda_layer_part)p, st);
