@@ -113,6 +113,7 @@ static int tune_pick(llmi_cuda_gemm *g, llmi_cuda_gemm_algo *a, const cublasLtMa
     const float alpha = 1.0f, beta = 0.0f;
     float best = 0;
     bool any = false;
+    g->tune_candidates += count;
     for (int i = 0; i < count; i++) {
         bool ran = true;
         RT_CHECK(st, cudaEventRecord(e0, s));

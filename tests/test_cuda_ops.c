@@ -654,7 +654,8 @@ TEST(cuda_gemv) {
  * operands and keeps one; the result is the GEMM's all the same; the same key later is a
  * cache hit (nothing timed again); a new key met while the stream captures a graph takes
  * the heuristic's first untimed (timing would synchronize a capturing stream), and the
- * graph computes the product.  (The emulator offers three candidates.) */
+ * graph computes the product.  (The emulator offers three candidates; cuBLASLt on the H200
+ * offered all four asked for, 2026-11-27: the count is cuBLASLt's to choose.) */
 TEST(cuda_gemm_tune) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_gemm_tune");
@@ -683,7 +684,10 @@ TEST(cuda_gemm_tune) {
         CHECK_MSG(g.tuned_keys == 1 && g.heuristic_calls - g.exact_fallbacks == 1,
                   "call %d: %ld keys tuned, %ld heuristic calls, %ld exact", rep, g.tuned_keys, g.heuristic_calls,
                   g.exact_fallbacks);
-        CHECK_MSG(g.tune_runs == 3 * (1 + LLMI_GEMM_TUNE_REPS), "call %d: %ld timing runs", rep, g.tune_runs);
+        CHECK_MSG(g.tune_candidates >= 2 && g.tune_candidates <= g.tune &&
+                      g.tune_runs == g.tune_candidates * (1 + LLMI_GEMM_TUNE_REPS),
+                  "call %d: %ld candidates of at most %d, %ld timing runs", rep, g.tune_candidates, g.tune,
+                  g.tune_runs);
     }
     /* a new key (7 tokens, bucket 8) while capturing: untimed, and the graph is the product */
     cudaGraph_t graph = NULL;
