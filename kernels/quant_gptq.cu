@@ -217,7 +217,7 @@ __global__ void qk_err_rows(const float *w, const uint8_t *q, const uint16_t *sc
                             const int32_t *perm, int rows, int cols, int gs, int stride, int n_sel, float *out) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= cols) return;
-    const int c = perm[i];
+    const int c = perm ? perm[i] : i;
     const int64_t g = i / gs;
     for (int j = blockIdx.y; j < n_sel; j += gridDim.y) {
         const int64_t r = (int64_t)j * stride;

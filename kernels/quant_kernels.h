@@ -47,7 +47,8 @@ cudaError_t llmi_cuda_gptq_block(const float *wt, const float *u, int rows, int 
 /* The rows the relative output error measures, r = j * stride for j < n_sel: out (2 n_sel,
  * cols) holds D = W - dequant(q) in rows [0, n_sel) and W in rows [n_sel, 2 n_sel), from w
  * (rows, cols), q (rows, cols) at original columns, scales and zeros (groups, rows) of
- * position i's group i / gs, perm (cols) position -> column.  quantize.c's qm_rel_err twin. */
+ * position i's group i / gs, perm (cols) position -> column (NULL: the identity).  quantize.c's
+ * qm_rel_err twin. */
 cudaError_t llmi_cuda_quant_err_rows(const float *w, const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,
                                      const int32_t *perm, int rows, int cols, int gs, int stride, int n_sel,
                                      float *out, cudaStream_t s);

@@ -373,6 +373,68 @@ TEST(quant_cuda_awq_clip_vs_cpu) {
     free(x), free(h), free(w), free(wc), free(wg);
 }
 
+/* quant_cuda_rel_err (AWQ's and RTN's output error on the GPU) against the formula done
+ * here in double over every row: tr(D H D^T) / tr(W H W^T), D = W - dequant(grid), on an
+ * RTN grid of random weights and an H with off-diagonal mass; rows 96 keep
+ * quant_err_stride at 1, so every row counts on both sides.  A grid with g_idx is refused
+ * (the device measure reads columns in order). */
+TEST(quant_cuda_rel_err_vs_formula) {
+    if (!tqc_device()) SKIP("no CUDA device");
+    unsigned long long s = test_seed() | 1;
+    const int k = 256, n = 300, rows = 96, gs = 64;
+    float *x = malloc(sizeof(float) * n * k), *h = calloc((size_t)k * k, sizeof(float));
+    float *w = malloc(sizeof(float) * rows * k), *wq = malloc(sizeof(float) * rows * k);
+    for (int t = 0; t < n; t++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        const float common = (float)(s % 2001) / 1000 - 1;
+        for (int c = 0; c < k; c++) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            x[(size_t)t * k + c] = 0.6f * common + (float)(s % 2001) / 1000 - 1 + (c % 13 == 0 ? 2.0f : 0.0f);
+        }
+    }
+    for (int i = 0; i < rows * k; i++) s ^= s << 13, s ^= s >> 7, s ^= s << 17, w[i] = (float)(s % 2001) / 20000 - 0.05f;
+    CHECK(quant_gram_acc(x, n, k, 1.0f / n, h) == 0);
+    quant_gram_mirror(h, k);
+    llmi_status st = {0};
+    quant_grid g = {0};
+    quant_cuda *q = NULL;
+    CHECK_MSG(quant_rtn(w, rows, k, gs, false, QUANT_STYLE_AWQ, &g, &st) == 0, "%s", st.msg);
+    CHECK_MSG(quant_cuda_create(&q, 0, &st) == 0, "%s", st.msg);
+    if (q && g.q) {
+        quant_grid_dequant(&g, wq);
+        double num = 0, den = 0;
+        for (int r = 0; r < rows; r++)
+            for (int a = 0; a < k; a++) {
+                double td = 0, tw = 0;
+                for (int b = 0; b < k; b++) {
+                    const double hv = h[(size_t)a * k + b];
+                    td += hv * ((double)w[(size_t)r * k + b] - wq[(size_t)r * k + b]);
+                    tw += hv * w[(size_t)r * k + b];
+                }
+                num += td * ((double)w[(size_t)r * k + a] - wq[(size_t)r * k + a]);
+                den += tw * w[(size_t)r * k + a];
+            }
+        const double want = num / den;
+        double got = -1;
+        CHECK_MSG(quant_cuda_rel_err(q, w, &g, h, &got, &st) == 0, "%s", st.msg);
+        printf("  rel err: device %.9g, formula %.9g\n", got, want);
+        CHECK_MSG(want > 1e-5 && fabs(got - want) <= 1e-4 * want, "device %g, formula %g", got, want);
+        /* a weight changed after quantization changes the error: the device reads w, not the grid's */
+        w[5 * k + 7] += 0.05f;
+        double moved = -1;
+        CHECK_MSG(quant_cuda_rel_err(q, w, &g, h, &moved, &st) == 0, "%s", st.msg);
+        CHECK_MSG(fabs(moved - got) > 1e-3 * want, "a moved weight left the error at %g", moved);
+        quant_grid gi = {0};
+        if (quant_grid_alloc(&gi, rows, k, gs, true, &st) == 0) {
+            CHECK(quant_cuda_rel_err(q, w, &gi, h, &moved, &st) != 0 && strstr(st.msg, "g_idx"));
+            quant_grid_free(&gi);
+        }
+    }
+    if (q) quant_cuda_destroy(q);
+    quant_grid_free(&g);
+    free(x), free(h), free(w), free(wq);
+}
+
 /* The calibration of `llmi quantize --device cuda` (quant/calib.c with a quant_cuda: the
  * CUDA backend's forward, its taps read on the device, the hidden states kept there)
  * against the CPU's on the Llama-3-style HF test model (GQA, llama3 rope_scaling), with

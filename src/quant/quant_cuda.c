@@ -54,6 +54,11 @@ int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_g
     QC_NONE();
 }
 void quant_cuda_take_times(quant_cuda *q, double t[QCT_COUNT]) { (void)q, (void)t; }
+int quant_cuda_rel_err(quant_cuda *q, const float *w, const quant_grid *g, const float *h, double *rel_err,
+                       llmi_status *st) {
+    (void)q, (void)w, (void)g, (void)h, (void)rel_err;
+    QC_NONE();
+}
 int quant_cuda_awq_clip(quant_cuda *q, float *w, int rows, int cols, const float *h, int group_size, int n_shrink,
                         llmi_status *st) {
     (void)q, (void)w, (void)rows, (void)cols, (void)h, (void)group_size, (void)n_shrink;
@@ -398,10 +403,12 @@ int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int slot, float h_sca
     return 0;
 }
 
-/* *rel_err of a walked linear: w (rows, cols) its fp32 weights and qd, sd, zd its grid,
- * all on the device, through the last prepare's H (its scale cancels in the ratio). */
-static int qc_rel_err(quant_cuda *q, const float *w, const uint8_t *qd, const uint16_t *sd, const uint8_t *zd, int rows,
-                      int cols, int gs, double *rel_err, llmi_status *st) {
+/* *rel_err of a linear: w (rows, cols) its fp32 weights, qd, sd, zd its grid (walked in
+ * perm's order; NULL: columns in order) and hd (cols, cols) the H, all on the device (H's
+ * scale cancels in the ratio). */
+static int qc_rel_err(quant_cuda *q, const float *w, const uint8_t *qd, const uint16_t *sd, const uint8_t *zd,
+                      const int32_t *perm, const float *hd, int rows, int cols, int gs, double *rel_err,
+                      llmi_status *st) {
     const int stride = quant_err_stride(rows, cols), n_sel = (rows + stride - 1) / stride;
     const size_t n = (size_t)n_sel * cols;   /* one half of dw */
     float *dw = NULL, *t = NULL;             /* (2 n_sel, cols) each: D's rows then W's; then those times H */
@@ -409,12 +416,12 @@ static int qc_rel_err(quant_cuda *q, const float *w, const uint8_t *qd, const ui
     int rc = 0;
     cudaError_t ce = cudaMalloc((void **)&dw, 2 * n * sizeof(float));
     if (!ce) ce = cudaMalloc((void **)&t, 2 * n * sizeof(float));
-    if (!ce) ce = llmi_cuda_quant_err_rows(w, qd, sd, zd, q->perm, rows, cols, gs, stride, n_sel, dw, q->stream);
+    if (!ce) ce = llmi_cuda_quant_err_rows(w, qd, sd, zd, perm, rows, cols, gs, stride, n_sel, dw, q->stream);
     /* t = dw H, row-major: column-major that is H' dw' with H' = H (symmetric) */
     const float one = 1.0f, zero = 0.0f;
     cublasStatus_t bs = ce ? CUBLAS_STATUS_SUCCESS
-                           : cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_N, cols, 2 * n_sel, cols, &one, q->h_cur, cols,
-                                         dw, cols, &zero, t, cols);
+                           : cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_N, cols, 2 * n_sel, cols, &one, hd, cols, dw,
+                                         cols, &zero, t, cols);
     if (!ce && !bs) ce = llmi_cuda_quant_dot(dw, t, n, q->scalar, q->stream);
     if (!ce && !bs) ce = cudaMemcpyAsync(&num, q->scalar, sizeof(double), cudaMemcpyDeviceToHost, q->stream);
     if (!ce && !bs) ce = cudaStreamSynchronize(q->stream);
@@ -491,7 +498,7 @@ int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_g
                        "its weights or Hessian)", rows, cols);
     /* the walk's buffers go back before the error measure takes its own */
     cudaFree(wt), cudaFree(et), cudaFree(s_row), cudaFree(z_row);
-    if (!rc) rc = qc_rel_err(q, wd, qd, sd, zd, rows, cols, gs, rel_err, st);
+    if (!rc) rc = qc_rel_err(q, wd, qd, sd, zd, q->perm, q->h_cur, rows, cols, gs, rel_err, st);
     qc_lap(q, QCT_ERROR, &t0);
     if (!rc) {
         ce = cudaMemcpyAsync(g->q, qd, rc_n, cudaMemcpyDeviceToHost, q->stream);
@@ -512,6 +519,34 @@ int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_g
         for (int i = 0; i < cols; i++) g->g_idx[hv->perm[i]] = i / gs;
     *err = loss / 2.0;
     return 0;
+}
+
+int quant_cuda_rel_err(quant_cuda *q, const float *w, const quant_grid *g, const float *h, double *rel_err,
+                       llmi_status *st) {
+    const int rows = g->rows, cols = g->cols;
+    if (g->g_idx) return llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: output error of a grid with g_idx");
+    double t0 = quant_now();
+    QC_CUDA(st, cudaSetDevice(q->device));
+    const size_t rc_n = (size_t)rows * cols, sg = (size_t)g->n_groups * rows;
+    float *wd = NULL, *hd = NULL;
+    uint8_t *qd = NULL, *zd = NULL;
+    uint16_t *sd = NULL;
+    cudaError_t ce = cudaMalloc((void **)&wd, rc_n * sizeof(float));
+    if (!ce) ce = cudaMalloc((void **)&hd, (size_t)cols * cols * sizeof(float));
+    if (!ce) ce = cudaMalloc((void **)&qd, rc_n);
+    if (!ce) ce = cudaMalloc((void **)&zd, sg);
+    if (!ce) ce = cudaMalloc((void **)&sd, sg * sizeof(uint16_t));
+    if (!ce) ce = cudaMemcpyAsync(wd, w, rc_n * sizeof(float), cudaMemcpyHostToDevice, q->stream);
+    if (!ce) ce = cudaMemcpyAsync(hd, h, (size_t)cols * cols * sizeof(float), cudaMemcpyHostToDevice, q->stream);
+    if (!ce) ce = cudaMemcpyAsync(qd, g->q, rc_n, cudaMemcpyHostToDevice, q->stream);
+    if (!ce) ce = cudaMemcpyAsync(zd, g->zeros, sg, cudaMemcpyHostToDevice, q->stream);
+    if (!ce) ce = cudaMemcpyAsync(sd, g->scales, sg * sizeof(uint16_t), cudaMemcpyHostToDevice, q->stream);
+    int rc = ce ? llmi_fail(st, LLMI_E_RUNTIME, "quantize cuda: cannot place a %dx%d layer and its H on the GPU: %s",
+                            rows, cols, cudaGetErrorString(ce))
+                : qc_rel_err(q, wd, qd, sd, zd, NULL, hd, rows, cols, g->group_size, rel_err, st);
+    cudaFree(wd), cudaFree(hd), cudaFree(qd), cudaFree(zd), cudaFree(sd);
+    qc_lap(q, QCT_ERROR, &t0);
+    return rc;
 }
 
 /* ---- AWQ ---- */

@@ -58,6 +58,12 @@ int quant_cuda_gptq_prepare(quant_cuda *q, const float *h, int slot, float h_sca
  * weights. */
 int quant_cuda_gptq_apply(quant_cuda *q, const float *w, int rows, const quant_gptq_hinv *hv,
                           const quant_gptq_opts *o, quant_grid *g, double *err, double *rel_err, llmi_status *st);
+/* *rel_err of a finished linear, as quant_cuda_gptq_apply measures it, from host arrays:
+ * w (rows, cols) its fp32 weights, g its grid (no g_idx: columns in order), h (cols, cols)
+ * the H it is measured through.  For AWQ and RTN, whose grids are made on the host: the
+ * measure's GEMM (2 n_sel x cols x cols) was the largest CPU step of a GPU run. */
+int quant_cuda_rel_err(quant_cuda *q, const float *w, const quant_grid *g, const float *h, double *rel_err,
+                       llmi_status *st);
 /* quant_awq_clip on the device: the search there (on H's diagonal blocks, all it reads),
  * the clip of w (rows, cols, host) in place here.  Group sizes above
  * LLMI_AWQ_CLIP_MAX_GS (128) search on the CPU (their H block outgrows shared memory). */

@@ -124,7 +124,8 @@ void quant_memory_estimate(const llmi_model *m, const quant_opts *o, int n_windo
         /* quant_cuda: every tap's Gram slot stays allocated; GPTQ's prepare holds H (a slot's,
          * or an uploaded copy), its fp64 copy, U and cuSOLVER's workspace (~24 cols^2 bytes),
          * its walk U, H and the weights (~9 rows cols), then the error's selected rows (D and
-         * W, and those times H); AWQ's search three fp32 copies of a group's weights and H */
+         * W, and those times H); AWQ's search three fp32 copies of a group's weights and H;
+         * AWQ's and RTN's error measure one linear's fp32 weights, grid and H (under either) */
         size_t grams = 0, gstep = 0;
         for (int k = 0; k < QS_COUNT; k++) {
             int cols, total, maxr;
@@ -186,6 +187,14 @@ static double qm_rel_err(const float *w, const quant_grid *g, const float *h, ll
         return NAN;
     }
     return den > 0 ? num / den : 0.0;
+}
+
+/* qm_rel_err, on the GPU where the run has one (the grid's columns in order: the device's
+ * measure reads no g_idx); NAN with *st set on failure. */
+static double qm_layer_err(const quant_opts *o, const float *w, const quant_grid *g, const float *h, llmi_status *st) {
+    double e;
+    if (o->cuda && !g->g_idx) return quant_cuda_rel_err(o->cuda, w, g, h, &e, st) ? NAN : e;
+    return qm_rel_err(w, g, h, st);
 }
 
 /* g = X^T X / n and xm = mean |x| (cols) of input set k of layer l: from `in` when
@@ -286,7 +295,7 @@ static int qm_quantize_set(qm_run *q, int k, quant_block *b, float *h, bool h_on
             rc = gptq ? quant_gptq_apply(b->w[i], rows, &hv, &go, &grids[i], &loss, st)
                       : quant_rtn(b->w[i], rows, cols, o->group_size, o->sym, QUANT_STYLE_GPTQ, &grids[i], st);
             qm_lap(q, QT_QUANTIZE, &t0);
-            if (!rc && h && isnan(errs[i] = qm_rel_err(b->w[i], &grids[i], h, st))) rc = st->code;
+            if (!rc && h && isnan(errs[i] = qm_layer_err(o, b->w[i], &grids[i], h, st))) rc = st->code;
             qm_lap(q, QT_ERROR, &t0);
         }
         if (!rc && q->v) rc = quant_view_set_linear(q->v, q->layer, i, &grids[i], st);
@@ -412,7 +421,7 @@ static int qm_awq_layer(qm_run *q, quant_block *b, quant_grid *grids, double *er
                              : quant_awq_clip(b->w[i], rows, cols, hs[gi], o->group_size, 10, st);
             if (!rc) rc = quant_rtn(b->w[i], rows, cols, o->group_size, false, QUANT_STYLE_AWQ, &grids[i], st);
             qm_lap(q, QT_QUANTIZE, &t0);
-            if (!rc && isnan(errs[i] = qm_rel_err(orig, &grids[i], hs[gi], st))) rc = st->code;
+            if (!rc && isnan(errs[i] = qm_layer_err(o, orig, &grids[i], hs[gi], st))) rc = st->code;
             qm_lap(q, QT_ERROR, &t0);
             free(orig);
         }
