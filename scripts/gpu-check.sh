@@ -766,11 +766,11 @@ if has_phase bench; then
   compare_row "$BIG_NAME TTFT p$((2048 / SCALE)) with register-loaded tiles (LLMI_ATTN_TILES=sync)" \
     bench-ttft-sync 120 ttft_ms_mean ms "cp.async, the default: $(num "${ttft:-0}") ms" \
     env LLMI_ATTN_TILES=sync "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 -r "$REPS"
-  # batch-1 decode with the dense projections on llmi's GEMV (LLMI_DENSE_GEMV=on, off by
-  # default until a device shows it pays) against cuBLASLt's above
-  compare_row "$BIG_NAME bf16 decode b1 on the GEMV (LLMI_DENSE_GEMV=on)" \
-    bench-b1-gemv 100 decode_tps_mean tok/s "cuBLASLt: $(num "${d1:-0}") tok/s" \
-    env LLMI_DENSE_GEMV=on "$LLMI_DEV" bench "${L3[@]}" -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1 -r "$REPS"
+  # batch-1 decode with the dense projections on cuBLASLt (LLMI_DENSE_GEMV=off) against
+  # llmi's GEMV above (the default at one token since the H200 timed both, 2026-11-27)
+  compare_row "$BIG_NAME bf16 decode b1 on cuBLASLt (LLMI_DENSE_GEMV=off)" \
+    bench-b1-gemv 100 decode_tps_mean tok/s "the GEMV, the default: $(num "${d1:-0}") tok/s" \
+    env LLMI_DENSE_GEMV=off "$LLMI_DEV" bench "${L3[@]}" -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1 -r "$REPS"
   # decode attention at a large batch and long contexts (offline throughput's bottleneck):
   # the tensor-core kernel with its tiles by cp.async (the default), the same with
   # register-loaded tiles, and the fp32 kernel they replaced, in the same call

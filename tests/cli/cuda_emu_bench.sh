@@ -69,8 +69,28 @@ for bad in "LLMI_I4_GEMV=tensor" "LLMI_I4_DEQUANT_MIN_N=0" "LLMI_I4_DEQUANT_MIN_
   [ ! -s "$TMP/knob.out" ] || fail "$bad: wrote a report: $(head -2 "$TMP/knob.out")"
 done
 for good in "LLMI_I4_GEMV=warp" "LLMI_I4_GEMV=chunk" "LLMI_I4_DEQUANT_MIN_N=3" "LLMI_GEMM_TUNE=4" \
-            "LLMI_ATTN_DECODE=fp32" "LLMI_DENSE_GEMV=on" "LLMI_ATTN_TILES=sync"; do
+            "LLMI_ATTN_DECODE=fp32" "LLMI_DENSE_GEMV=on" "LLMI_DENSE_GEMV=off" "LLMI_DENSE_GEMV=b1" \
+            "LLMI_ATTN_TILES=sync"; do
   env "$good" "$LLMI_EMU" bench -m "$TMP/i4" --device cuda -o csv -p 4 -n 2 -b 1,4 -r 1 >"$TMP/knob.out" 2>"$TMP/knob.err" ||
     fail "$good: $(tail -2 "$TMP/knob.err")"
 done
-echo "kernel knobs: 7 bad values refused, 7 good ones run"
+echo "kernel knobs: 7 bad values refused, 9 good ones run"
+
+# the dense products of a one-token decode step take llmi's GEMV by default
+# (LLMI_DENSE_GEMV=b1), none with =off; batch 8 never does
+gemv_count() {
+  sed -n 's/^EMU count: \([0-9]*\) launches of .*/\1/p' "$1"
+}
+for v in default off b8; do
+  set -- -b 1
+  case $v in off) set -- -b 1 LLMI_DENSE_GEMV=off ;; b8) set -- -b 8 ;; esac
+  env ${3:+"$3"} LLMI_EMU_STATS=1 LLMI_EMU_COUNT=llmi_gemv_bf16_kernel "$LLMI_EMU" bench -m "$M" --device cuda --kv-type bf16 -o csv \
+    -p 8 -n 4 "$1" "$2" -r 1 >"$TMP/gemv-$v.out" 2>"$TMP/gemv-$v.err" || fail "gemv $v: $(tail -2 "$TMP/gemv-$v.err")"
+  n=$(gemv_count "$TMP/gemv-$v.err")
+  if [ "$v" = default ]; then
+    [ "${n:-0}" -gt 0 ] || fail "gemv: the default ran no GEMV at batch 1 ($(grep EMU "$TMP/gemv-$v.err" | head -2))"
+  else
+    [ "${n:-x}" = 0 ] || fail "gemv $v: $n GEMV launches, want 0"
+  fi
+done
+echo "dense GEMV: $(gemv_count "$TMP/gemv-default.err") launches at batch 1 by default, none with =off or at batch 8"

@@ -31,7 +31,7 @@ want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
            + [f"tiny llama (rehearsal) {r}" for r in ("bf16 decode b1 (target 170)", "bf16 decode b32",
               "TTFT p128 (target 55 ms)", "TTFT p128 with LLMI_GEMM_TUNE=8",
               "TTFT p128 with register-loaded tiles (LLMI_ATTN_TILES=sync)",
-              "bf16 decode b1 on the GEMV (LLMI_DENSE_GEMV=on)",
+              "bf16 decode b1 on cuBLASLt (LLMI_DENSE_GEMV=off)",
               "decode b8 p64: tensor-core (cp.async, register tiles) vs fp32 attention", "int4 decode b1 (target 400)",
               "int4 decode b16",
               "int4 decode b1, b16 on the warp GEMV", "int4 decode b16 on the chunk GEMV",
