@@ -62,7 +62,8 @@
 # figures are CPU figures, not results), GPU_CHECK_DEVICE=emu (the same small shapes with
 # every cuda step on the CPU emulation of CUDA: build-emu/llmi and build-emu/llmi_tests from
 # `make emu`, so the device steps' command lines and parsing run on the cuda backend's own
-# output; no figure is a device result); CALIB (calibration text for the quant phase), SYNTH8B.
+# output; no figure is a device result); CALIB (calibration text for the quant phase), SYNTH8B;
+# GPU_CHECK_AB=all (also the A/B rows a device already decided: see ab_decided).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -159,15 +160,18 @@ if [ "${1:-}" = --pack ]; then
   tree=$(git ls-files -z | xargs -0 du -cb 2> /dev/null | tail -1 | cut -f1)
   echo "gpu-check --pack: $(du -sh "$PACK" | cut -f1) in .gpu-pack (sm_$arch, commit $(cat "$PACK/commit")); tracked tree $((tree / 1048576)) MiB"
   echo "  calls (15 device minutes in all; make them back to back: a machine idle 30 s is gone, the model parts with it):"
-  echo "    1. run(command=\"BUDGET=300 bash scripts/gpu-check.sh --phase unit,sanitize,bench,profile\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=340)"
-  echo "    2. run(command=\"BUDGET=330 bash scripts/gpu-check.sh --phase e2e,tput\", carry=[\".gpu-pack\", \".gpu-model-2\"], timeout_s=370)"
+  echo "    1. run(command=\"BUDGET=280 bash scripts/gpu-check.sh --phase unit,sanitize,bench,profile\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=320)"
+  echo "    2. run(command=\"BUDGET=280 bash scripts/gpu-check.sh --phase e2e,tput\", carry=[\".gpu-pack\", \".gpu-model-2\"], timeout_s=320)"
   echo "    3. run(command=\"BUDGET=<budget_left_s - 60> bash scripts/gpu-check.sh --phase smol,quant\", carry=[\".gpu-pack\", \".gpu-model-3\"], timeout_s=<BUDGET + 40>)"
-  echo "  (hf, transformers side by side, ran on 2026-11-27: add it to call 3 only with time to spare; each phase's"
-  echo "  last rows are its A/B comparisons, which a short BUDGET drops first)"
+  echo "  (hf, transformers side by side, ran on 2026-11-27: add it to call 3 only with time to spare; A/B rows a device"
+  echo "  already decided are one \"skipped (decided)\" row unless GPU_CHECK_AB=all; each phase's other A/B rows come last, which"
+  echo "  a short BUDGET drops first)"
   echo "  then give_back.  e2e and smol take their cpu side from testdata/gpu-ref when --refs made it (see the count above);"
   echo "  without it SmolLM2's cpu runs alone take ~300 s of device time."
-  echo "  (2026-11-27 on an H200: cold start ~30 s; call 1 without profile 133 s (tests 4 s, memcheck 4 s, racecheck 23 s,"
-  echo "  bench ~100 s); tput 285 s (17 + 99 + 169); the 8B quantize row 71 s, hf 178 s; the HF models' cpu runs < 1 s each."
+  echo "  (2026-11-27, second H200 session, pack 6e0b768: cold start ~30 s; call 1 290 s: tests 3 s, memcheck 6 s,"
+  echo "  racecheck 67 s, bench 211 s, of which 110 s A/B rows now skipped, so the 4 profiles (~60 s) fit; call 2 294 s:"
+  echo "  e2e 4 s, tput 16 + 84 + 144 s + a 43 s A/B now skipped; call 3 151 s: smol 25 s, the 8B GPTQ row 17 s, AWQ"
+  echo "  70 s before its error measure moved to the GPU; SmolLM2's cpu GPTQ did not finish in the 43 s left."
   echo "  A gap of over 30 s between calls loses the machine and the model parts it holds: the third call then has no SmolLM2)"
   exit 0
 fi
@@ -251,7 +255,7 @@ finish() {
   local bad=0
   for r in "${ROWS[@]}"; do
     IFS='|' read -r _ s _ <<< "$r"
-    case "$s" in ok|"not available"*) ;; "not run (refs)") [ "$REFS_ONLY" = 1 ] || bad=1 ;; *) bad=1 ;; esac
+    case "$s" in ok|"not available"*|"skipped (decided)") ;; "not run (refs)") [ "$REFS_ONLY" = 1 ] || bad=1 ;; *) bad=1 ;; esac
   done
   [ "$REFS_ONLY" = 1 ] && count_refs
   exit $bad
@@ -694,6 +698,22 @@ int4_variant() {
     row "$4" "$STATUS" "$(why "bench-int4-$1")"
   fi
 }
+# ab_decided WHAT: true (skip the row) when a device session already timed this A/B and the
+# default follows it, unless GPU_CHECK_AB=all; WHAT goes into one "skipped (decided)" row at the end
+# of the phase, so the table says what was left out and why (device minutes go to what is
+# unmeasured: the profiles, the quantizer on SmolLM2)
+AB_SKIPPED=()
+ab_decided() {
+  [ "${GPU_CHECK_AB:-}" = all ] && return 1
+  AB_SKIPPED+=("$1")
+  return 0
+}
+ab_skipped_row() {
+  [ ${#AB_SKIPPED[@]} -gt 0 ] || return 0
+  row "A/B rows already decided ($1)" "skipped (decided)" \
+    "$(IFS=';'; echo "${AB_SKIPPED[*]}" | sed 's/;/; /g') (GPU_CHECK_AB=all runs them)"
+  AB_SKIPPED=()
+}
 # compare_row LABEL NAME LIMIT COLUMN UNIT REFERENCE CMD...: a bench run with another kernel
 # setting (CMD), its first row's COLUMN beside REFERENCE, the default's figure measured above
 compare_row() {
@@ -751,10 +771,13 @@ if has_phase bench; then
       # the kernels the defaults replaced (unmeasured when written), in the same call, so the
       # table says which is faster on this device: the warp GEMV at batch 1 and 16, the chunk
       # GEMV (no tensor cores) and the dequantization + GEMM at 16
+      if ab_decided "int4 warp GEMV, chunk GEMV, dequant + GEMM: 146/544, 683, 1272 tok/s vs the defaults' 210/1596 (H200, 2026-11-27)"; then :
+      else
       int4_variant warp LLMI_I4_GEMV=warp 1,16 "$BIG_NAME int4 decode b1, b16 on the warp GEMV" \
         "default: chunk GEMV $(num "$i1"), tensor cores $(num "$i16")"
       int4_variant chunk LLMI_I4_GEMV=chunk 16 "$BIG_NAME int4 decode b16 on the chunk GEMV" "tensor cores: $(num "$i16")"
       int4_variant dq LLMI_I4_DEQUANT_MIN_N=9 16 "$BIG_NAME int4 decode b16 by dequant + GEMM" "tensor cores: $(num "$i16")"
+      fi
     elif [ -f "$I4/config.json" ]; then
       row "$BIG_NAME int4 decode b1 (target 400)" "$STATUS" "$(why bench-int4)"
     fi
@@ -763,11 +786,13 @@ if has_phase bench; then
   # the attention's K/V tiles by cp.async, each while the tile before is computed on (the
   # default, unmeasured when written) against the register-loaded tiles it replaced: here
   # the prefill's, the decode's in the decode row below
+  ab_decided "TTFT with register-loaded tiles: 56.1 vs 56.2 ms (H200, 2026-11-27)" ||
   compare_row "$BIG_NAME TTFT p$((2048 / SCALE)) with register-loaded tiles (LLMI_ATTN_TILES=sync)" \
     bench-ttft-sync 120 ttft_ms_mean ms "cp.async, the default: $(num "${ttft:-0}") ms" \
     env LLMI_ATTN_TILES=sync "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 -r "$REPS"
   # batch-1 decode with the dense projections on cuBLASLt (LLMI_DENSE_GEMV=off) against
   # llmi's GEMV above (the default at one token since the H200 timed both, 2026-11-27)
+  ab_decided "b1 on cuBLASLt: 179.8 vs the GEMV's 194.2 tok/s (H200, 2026-11-27)" ||
   compare_row "$BIG_NAME bf16 decode b1 on cuBLASLt (LLMI_DENSE_GEMV=off)" \
     bench-b1-gemv 100 decode_tps_mean tok/s "the GEMV, the default: $(num "${d1:-0}") tok/s" \
     env LLMI_DENSE_GEMV=off "$LLMI_DEV" bench "${L3[@]}" -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1 -r "$REPS"
@@ -775,7 +800,8 @@ if has_phase bench; then
   # the tensor-core kernel with its tiles by cp.async (the default), the same with
   # register-loaded tiles, and the fp32 kernel they replaced, in the same call
   dlabel="$BIG_NAME decode b$((128 / SCALE)) p$((1024 / SCALE)): tensor-core (cp.async, register tiles) vs fp32 attention"
-  if ! gpu_gate "$dlabel"; then :
+  if ab_decided "decode b128 p1024 attention: cp.async 3020, register tiles 2795, fp32 2687 tok/s (H200, 2026-11-27)"; then :
+  elif ! gpu_gate "$dlabel"; then :
   elif run bench-dec-tc 100 env LLMI_ATTN_DECODE=tc "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) \
          -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1 &&
        run bench-dec-tcsync 100 env LLMI_ATTN_DECODE=tc LLMI_ATTN_TILES=sync "$LLMI_DEV" bench "${L3[@]}" \
@@ -791,6 +817,7 @@ if has_phase bench; then
   compare_row "$BIG_NAME TTFT p$((2048 / SCALE)) with LLMI_GEMM_TUNE=8" \
     bench-ttft-tune 120 ttft_ms_mean ms "heuristic's first: $(num "${ttft:-0}") ms" \
     env LLMI_GEMM_TUNE=8 "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 -r "$REPS"
+  ab_skipped_row bench
 fi
 
 # ---- profile: where the time goes, op by op (llmi profile: events per op, no graph) ----------
@@ -858,7 +885,8 @@ if has_phase tput; then
   # a short budget drops this comparison, not a target's row
   nab=$(( NREQ / 5 > 0 ? NREQ / 5 : 1 )); il=$((2048 / SCALE)); ol=$((128 / SCALE)); big=$((8192 / SCALE))
   label="throughput $il/$ol x$nab: --max-batch-tokens $big vs $((2048 / SCALE))"
-  if ! gpu_gate "$label"; then :
+  if ab_decided "2048/128 x200 at 8192 vs 2048 tokens a step: 1650.5 vs 1586.4 tok/s (H200, 2026-11-27)"; then :
+  elif ! gpu_gate "$label"; then :
   elif run tput-mbt-big 200 "$LLMI_DEV" bench "${L3[@]}" --num-requests "$nab" --input-len "$il" --output-len "$ol" \
          --max-batch-tokens "$big" &&
        run tput-mbt-def 200 "$LLMI_DEV" bench "${L3[@]}" --num-requests "$nab" --input-len "$il" --output-len "$ol" \
@@ -867,6 +895,7 @@ if has_phase tput; then
   else
     row "$label" "$STATUS" "$([ -f "$WORK/tput-mbt-def.err" ] && why tput-mbt-def || why tput-mbt-big)"
   fi
+  ab_skipped_row tput
 fi
 
 # ---- quant: the quantizer on the GPU against the CPU -------------------------------------------

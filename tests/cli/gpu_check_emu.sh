@@ -5,12 +5,13 @@
 # has 15 minutes in all, so the script's own plumbing (its command lines, the parsing of each
 # step's stdout apart from its stderr, the comparisons' rules, the table) must already work
 # here: exit 0, and every row the three phases promise present and ok (or, where the
-# rehearsal cannot have it, "not available").  The figures are the emulator's, not results.
+# rehearsal cannot have it, "not available"); GPU_CHECK_AB=all, so that the A/B rows a
+# device already decided (skipped there by default) still run here.  The figures are the emulator's, not results.
 . "$(dirname "$0")/../lib/common.sh"
 need_emu
 ROOT=$(dirname "$TESTDATA")
 # (MODEL unset: the suite exports SmolLM2 there, and the rehearsal wants its tiny model)
-env -u MODEL OUT=$TMP/gc GPU_CHECK_DEVICE=emu BUDGET=500 bash "$ROOT/scripts/gpu-check.sh" --phase e2e,bench,profile,tput >"$TMP/gc.log" 2>&1
+env -u MODEL OUT=$TMP/gc GPU_CHECK_DEVICE=emu GPU_CHECK_AB=all BUDGET=500 bash "$ROOT/scripts/gpu-check.sh" --phase e2e,bench,profile,tput >"$TMP/gc.log" 2>&1
 rc=$?
 work=$(sed -n 's/.*; work dir \(\/tmp\/gpu-check\.[A-Za-z0-9]*\))$/\1/p' "$TMP/gc.log")
 [ -n "$work" ] && [ -d "$work" ] && rm -rf "$work"
