@@ -113,7 +113,6 @@ static int tune_pick(llmi_cuda_gemm *g, llmi_cuda_gemm_algo *a, const cublasLtMa
     const float alpha = 1.0f, beta = 0.0f;
     float best = 0;
     bool any = false;
-    g->tune_candidates += count;
     for (int i = 0; i < count; i++) {
         bool ran = true;
         RT_CHECK(st, cudaEventRecord(e0, s));
@@ -126,6 +125,7 @@ static int tune_pick(llmi_cuda_gemm *g, llmi_cuda_gemm_algo *a, const cublasLtMa
                                  &res[i].algo, g->workspace, g->workspace_bytes, s) == CUBLAS_STATUS_SUCCESS;
             g->tune_runs += ran;
         }
+        g->tune_candidates += ran;
         RT_CHECK(st, cudaEventRecord(e1, s));
         RT_CHECK(st, cudaEventSynchronize(e1));
         float ms = 0;

@@ -184,7 +184,7 @@ typedef struct llmi_cuda_gemm {
     long exact_fallbacks;        /* exact entries made for an n whose bucket algorithm cuBLASLt refused */
     int tune;                    /* candidates timed per new key, 1..LLMI_GEMM_TUNE_MAX (init: 1, untimed) */
     long tuned_keys;             /* keys whose algorithm was chosen by timing */
-    long tune_candidates;        /* heuristic results offered for timing (cuBLASLt's count: up to tune) */
+    long tune_candidates;        /* heuristic results timed (that ran for n: cuBLASLt offers up to tune) */
     long tune_runs;              /* GEMMs run to time them */
     void *tune_ev[2];            /* cudaEvent_t, made on the first timing */
     int gemv_max_n;              /* batches of 1..gemv_max_n (<= LLMI_GEMV_MAX_N) tokens take llmi_cuda_gemv
