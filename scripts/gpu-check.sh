@@ -172,7 +172,8 @@ if [ "${1:-}" = --pack ]; then
   echo "  racecheck 67 s, bench 211 s, of which 110 s A/B rows now skipped, so the 4 profiles (~60 s) fit; call 2 294 s:"
   echo "  e2e 4 s, tput 16 + 84 + 144 s + a 43 s A/B now skipped; call 3 151 s: smol 25 s, the 8B GPTQ row 17 s, AWQ"
   echo "  70 s before its error measure moved to the GPU; SmolLM2's cpu GPTQ did not finish in the 43 s left: quant now"
-  echo "  runs SmolLM2 first, 8 x 256, ~75 s a method on that host's CPU, so call 3 wants ~260 s)"
+  echo "  runs SmolLM2 first, 8 x 256, ~60-75 s a method for the pack's x86-64-v3 llmi (scalar quantized matmuls),"
+  echo "  so call 3 wants ~260 s)"
   echo "  (a gap of over 30 s between calls loses the machine and the model parts it holds: the third call then has no SmolLM2)"
   exit 0
 fi
@@ -907,8 +908,10 @@ if has_phase quant; then
   done
   # First SmolLM2 on the CPU and on the GPU, the files compared (issue 13's GPU-vs-CPU
   # agreement; never yet on a device: on 2026-11-27 the 8B rows, first then, were measured
-  # and the CPU's GPTQ here was cut off).  The CPU side is slow on the device's host (~4 s a
-  # layer at 8 x 512 where dev-cpu's 2 cores take 1 s), so 8 x 256 there.
+  # and the CPU's GPTQ here was cut off).  The CPU side is slow here: the pack's llmi is built
+  # for x86-64-v3, and the CPU backend's quantized matmuls have only an AVX-512 VNNI kernel
+  # and a scalar one (~4 s a layer at 8 x 512 on the device's 16 cores; dev-cpu's native
+  # build 1.0 s on 2, the pack's 22 s), so 8 x 256 there.
   if [ -z "$qcalib" ]; then
     row "quantize cuda vs cpu" "not available" "no calibration text (CALIB=, or .gpu-pack/data/calib.txt)"
   elif [ -z "$SMOL" ]; then
