@@ -39,13 +39,16 @@
 #   scripts/gpu-check.sh --pack    on a build machine (no GPU needed): builds for sm_90 in a
 #       scratch copy (-march=x86-64-v3: the GPU host's CPU may lack this one's AVX-512) and
 #       fills .gpu-pack/ with llmi and llmi_tests (cudart static; cuBLAS(Lt) and cuSOLVER come from the
-#       GPU machine's CUDA), the pcre2/utf8proc/cjson/zstd/xxhash/gomp libraries and WikiText-2's
+#       GPU machine's CUDA), llmi-cpu-v4 (CPU-only, x86-64-v4 + VNNI: the cpu steps' binary
+#       where the CPU has those flags, since the CPU backend's quantized matmuls are scalar
+#       without them), the pcre2/utf8proc/cjson/zstd/xxhash/gomp libraries and WikiText-2's
 #       test text, and splits the default model into .gpu-model-1..3 (a call carries at
 #       most 64 MiB; all of these and gpu-check-out/ are git-ignored).  Carry ".gpu-pack"
 #       and one part per call: the script stashes parts in /tmp/llmi-gpu-model and
 #       assembles the model once all three have arrived on the (still warm) machine.
-#   scripts/gpu-check.sh --refs    after --pack, on the build machine (~50 min on 2 cores, no device
-#       time): runs e2e's cpu steps with the pack's llmi and keeps their outputs in
+#   scripts/gpu-check.sh --refs    after --pack, on the build machine (no device time; ~50 min on 2
+#       cores with the x86-64-v3 build's scalar matmuls, minutes with the AVX-512 cpu build):
+#       runs e2e's cpu steps with the pack's llmi and keeps their outputs in
 #       testdata/gpu-ref/ (tracked: commit them; the tree carries them to the device), good
 #       while the CPU path's sources are unchanged (--pack counts the matching ones); on the
 #       device e2e then runs only the cuda side of each comparison (the "cpu references" row
@@ -82,10 +85,13 @@ ALL_PHASES=unit,sanitize,e2e,smol,bench,profile,tput,quant,hf
 # the only file outside it that includes its headers) is left out too: no cpu step runs it.
 # The device reuses an output whose key matches and runs the step itself otherwise.  The CPU
 # backend's output does not depend on the thread count (compared byte for byte at 1 and 2
-# threads, timings aside), and the pack's binary is the same on both machines
-# (-march=x86-64-v3); libm comes from each machine's system.
+# threads, timings aside), and the pack's binary is the same on both machines; libm comes
+# from each machine's system.  Which binary: the pack's x86-64-v3 llmi, or since 2026-11-27
+# its AVX-512 VNNI cpu build (llmi-cpu-v4, ~22x faster on SmolLM2's quantized matmuls)
+# where the CPU has the flags (here, and the GPU hosts so far); the two differ in the last
+# bits (SmolLM2's perplexity with q8 KV by 0.29%), so each reference's "made" line names it.
 # The store is tracked (testdata/gpu-ref/, README there): a session's checkout is fresh, and
-# the ~50 min of --refs would otherwise be spent again by every session that holds a device.
+# the --refs run would otherwise be spent again by every session that holds a device.
 REFSTORE=$ROOT/testdata/gpu-ref
 # (kernels/: only the headers a hashed file includes; the others, like int4_gemm.h, are the
 # CUDA side's)
@@ -104,7 +110,7 @@ count_refs() {
   for f in "$REFSTORE"/*.meta; do
     [ -f "$f" ] && grep -q "^cpu_sources $h\$" "$f" && n=$((n + 1))
   done
-  echo "gpu-check: $n cpu references for sources $h in testdata/gpu-ref$([ $n = 0 ] && echo ' (none: scripts/gpu-check.sh --refs makes them there, ~50 min here, no device time; commit them)')"
+  echo "gpu-check: $n cpu references for sources $h in testdata/gpu-ref$([ $n = 0 ] && echo ' (none: scripts/gpu-check.sh --refs makes them there, no device time; commit them)')"
 }
 
 # ---- --pack ----------------------------------------------------------------------------
@@ -123,6 +129,16 @@ if [ "${1:-}" = --pack ]; then
   rm -rf "$PACK"; mkdir -p "$PACK/lib" "$PACK/data"
   strip --strip-debug -o "$PACK/llmi" "$tmp/llmi"
   strip --strip-debug -o "$PACK/llmi_tests" "$tmp/build/llmi_tests"
+  # The cpu steps' own llmi for hosts with AVX-512 VNNI (this machine, and the GPU hosts so
+  # far): the CPU backend's quantized matmuls have no AVX2 kernel, so x86-64-v3's run scalar,
+  # ~22x slower (docs/PERF.md: --refs ~32 min, SmolLM2's cpu quantize rows cut off on the
+  # device).  CPU-only; the device steps keep the CUDA build above.
+  sed -i 's/-march=x86-64-v3/-march=x86-64-v4 -mavx512vnni/' "$tmp/Makefile"
+  if (cd "$tmp" && nice make -j"${JOBS:-2}" CUDA=0 GIT_COMMIT="$commit" all > build-v4.log 2>&1); then
+    strip --strip-debug -o "$PACK/llmi-cpu-v4" "$tmp/llmi"
+  else
+    tail -n 5 "$tmp/build-v4.log"; echo "gpu-check --pack: the AVX-512 cpu build failed: cpu steps will run x86-64-v3's"
+  fi
   rm -rf "$tmp"
   for bin in "$PACK/llmi" "$PACK/llmi_tests"; do
     ldd "$bin" | awk '/=> \//{print $3}' | grep -E 'pcre2|utf8proc|cjson|zstd|xxhash|gomp' | while read -r lib; do
@@ -132,6 +148,7 @@ if [ "${1:-}" = --pack ]; then
   # compressed (the GPU code, ~6 MB per binary, shrinks several-fold): a call carries the
   # tree, the pack and a third of the model within 64 MiB
   gzip -9 "$PACK/llmi" "$PACK/llmi_tests"
+  [ -f "$PACK/llmi-cpu-v4" ] && gzip -9 "$PACK/llmi-cpu-v4"
   wiki=$ROOT/../shared/data/wikitext-2-raw/wiki.test.raw
   [ -f "$wiki" ] && cp "$wiki" "$PACK/data/"
   shakes=$ROOT/../shared/data/tinyshakespeare/input.txt
@@ -172,8 +189,8 @@ if [ "${1:-}" = --pack ]; then
   echo "  racecheck 67 s, bench 211 s, of which 110 s A/B rows now skipped, so the 4 profiles (~60 s) fit; call 2 294 s:"
   echo "  e2e 4 s, tput 16 + 84 + 144 s + a 43 s A/B now skipped; call 3 151 s: smol 25 s, the 8B GPTQ row 17 s, AWQ"
   echo "  70 s before its error measure moved to the GPU; SmolLM2's cpu GPTQ did not finish in the 43 s left: quant now"
-  echo "  runs SmolLM2 first, 8 x 256, ~60-75 s a method for the pack's x86-64-v3 llmi (scalar quantized matmuls),"
-  echo "  so call 3 wants ~260 s)"
+  echo "  runs SmolLM2 first, 8 x 256, and its cpu side on llmi-cpu-v4 where the CPU has AVX-512 VNNI (seconds a"
+  echo "  method; ~60-75 s on x86-64-v3's scalar matmuls), so call 3 wants ~150-260 s)"
   echo "  (a gap of over 30 s between calls loses the machine and the model parts it holds: the third call then has no SmolLM2)"
   exit 0
 fi
@@ -343,7 +360,7 @@ run_cpu() {
   if [ "$REFS_ONLY" = 1 ] && [ -n "$key" ]; then
     mkdir -p "$REFSTORE"
     gzip -c "$WORK/$name.out" > "$REFSTORE/$key.out.gz"; gzip -c "$WORK/$name.err" > "$REFSTORE/$key.err.gz"
-    { echo "cpu_sources $(cat "$PACK/cpu-sources")"; echo "made $(date -u +%F) on $(uname -n), pack $(cat "$PACK/commit")"
+    { echo "cpu_sources $(cat "$PACK/cpu-sources")"; echo "made $(date -u +%F) on $(uname -n), pack $(cat "$PACK/commit"), $(basename "$3")"
       echo "args ${*:4}"; ref_key_parts "${@:4}" | sed 's/^/part /'; } > "$REFSTORE/$key.meta"
   fi
 }
@@ -437,12 +454,26 @@ LLMI_DEV=   # the binary of the device steps: $LLMI, but for the emulation's bui
 PACK_BIN=$PACK
 if [ -f "$PACK/llmi.gz" ] && [ -f "$PACK/llmi_tests.gz" ]; then
   PACK_BIN=$(mktemp -d /tmp/llmi-gpu-bin.XXXXXX)
-  for b in llmi llmi_tests; do
+  for b in llmi llmi_tests llmi-cpu-v4; do
+    [ -f "$PACK/$b.gz" ] || continue
     gunzip -c "$PACK/$b.gz" > "$PACK_BIN/$b" && chmod +x "$PACK_BIN/$b" || rm -f "$PACK_BIN/$b"
   done
 fi
+# the CPU's flags that x86-64-v4 + VNNI needs (llmi-cpu-v4 would die of SIGILL without them)
+cpu_has_avx512_vnni() {
+  local f
+  for f in avx512f avx512bw avx512cd avx512dq avx512vl avx512_vnni; do
+    grep -qw "$f" /proc/cpuinfo 2> /dev/null || return 1
+  done
+}
+CPU_BIN_NOTE=
 use_pack() {
-  LLMI=$PACK_BIN/llmi TESTS=$PACK_BIN/llmi_tests
+  LLMI=$PACK_BIN/llmi TESTS=$PACK_BIN/llmi_tests LLMI_DEV=$PACK_BIN/llmi
+  if [ -x "$PACK_BIN/llmi-cpu-v4" ] && cpu_has_avx512_vnni; then
+    LLMI=$PACK_BIN/llmi-cpu-v4 CPU_BIN_NOTE="; cpu steps on its AVX-512 build"
+  elif [ -x "$PACK_BIN/llmi-cpu-v4" ]; then
+    CPU_BIN_NOTE="; cpu steps on x86-64-v3 (no AVX-512 VNNI here: scalar quantized matmuls)"
+  fi
   export LD_LIBRARY_PATH="$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 # The pack first: it was built from this tree by --pack just before the calls, and a build
@@ -463,7 +494,7 @@ elif [ -x "$PACK_BIN/llmi" ] && [ "${GPU_CHECK_BUILD:-0}" != 1 ]; then
        [ -n "$changed" ]; then
     row "binaries (.gpu-pack)" FAIL "stale: pack of $pack_commit, changed since: $changed(rerun --pack); testing the pack anyway"
   else
-    row "binaries (.gpu-pack)" ok "$pack_commit $(cat "$PACK/arch" 2> /dev/null), not built here (GPU_CHECK_BUILD=1 builds)"
+    row "binaries (.gpu-pack)" ok "$pack_commit $(cat "$PACK/arch" 2> /dev/null), not built here (GPU_CHECK_BUILD=1 builds)$CPU_BIN_NOTE"
   fi
 elif ! command -v nvcc > /dev/null; then
   if [ -x "$PACK_BIN/llmi" ]; then
@@ -908,10 +939,11 @@ if has_phase quant; then
   done
   # First SmolLM2 on the CPU and on the GPU, the files compared (issue 13's GPU-vs-CPU
   # agreement; never yet on a device: on 2026-11-27 the 8B rows, first then, were measured
-  # and the CPU's GPTQ here was cut off).  The CPU side is slow here: the pack's llmi is built
-  # for x86-64-v3, and the CPU backend's quantized matmuls have only an AVX-512 VNNI kernel
-  # and a scalar one (~4 s a layer at 8 x 512 on the device's 16 cores; dev-cpu's native
-  # build 1.0 s on 2, the pack's 22 s), so 8 x 256 there.
+  # and the CPU's GPTQ here was cut off).  Its CPU side ran the pack's x86-64-v3 llmi, whose
+  # quantized matmuls are scalar (the CPU backend has an AVX-512 VNNI kernel and a portable
+  # one): ~4 s a layer at 8 x 512 on the device's 16 cores, where dev-cpu's native build
+  # takes 1.0 s on 2.  Since, the cpu steps take the pack's AVX-512 build where the CPU has
+  # it; 8 x 256 all the same, so that a host without it still fits the call.
   if [ -z "$qcalib" ]; then
     row "quantize cuda vs cpu" "not available" "no calibration text (CALIB=, or .gpu-pack/data/calib.txt)"
   elif [ -z "$SMOL" ]; then
