@@ -515,9 +515,11 @@ LLMI_DEV=${LLMI_DEV:-$LLMI}
 if run cuda-built 30 "$TESTS" cuda_backend_unavailable && grep -q '^ok   cuda_backend_unavailable' "$WORK/cuda-built.out"; then
   row "binaries have CUDA" FAIL "$TESTS was built without CUDA"; finish
 fi
-if ldd "$LLMI" 2>&1 | grep -q 'not found'; then
-  row "binaries load" FAIL "$(ldd "$LLMI" | grep 'not found' | head -2 | tr '\n' ' ')"; finish
-fi
+for b in "$LLMI" "$LLMI_DEV"; do
+  if ldd "$b" 2>&1 | grep -q 'not found'; then
+    row "binaries load" FAIL "$(basename "$b"): $(ldd "$b" | grep 'not found' | head -2 | tr '\n' ' ')"; finish
+  fi
+done
 # Does the cuda backend start at all?  Every later GPU step needs it: without it they are
 # reported "no GPU" (or the probe's failure) instead of each failing its own way.
 GPU_OK=0
