@@ -806,12 +806,11 @@ if has_phase bench; then
       # the kernels the defaults replaced (unmeasured when written), in the same call, so the
       # table says which is faster on this device: the warp GEMV at batch 1 and 16, the chunk
       # GEMV (no tensor cores) and the dequantization + GEMM at 16
-      if ab_decided "int4 warp GEMV, chunk GEMV, dequant + GEMM: 146/544, 683, 1272 tok/s vs the defaults' 210/1596 (H200, 2026-11-27)"; then :
-      else
-      int4_variant warp LLMI_I4_GEMV=warp 1,16 "$BIG_NAME int4 decode b1, b16 on the warp GEMV" \
-        "default: chunk GEMV $(num "$i1"), tensor cores $(num "$i16")"
-      int4_variant chunk LLMI_I4_GEMV=chunk 16 "$BIG_NAME int4 decode b16 on the chunk GEMV" "tensor cores: $(num "$i16")"
-      int4_variant dq LLMI_I4_DEQUANT_MIN_N=9 16 "$BIG_NAME int4 decode b16 by dequant + GEMM" "tensor cores: $(num "$i16")"
+      if ! ab_decided "int4 warp GEMV, chunk GEMV, dequant + GEMM: 146/544, 683, 1272 tok/s vs the defaults' 210/1596 (H200, 2026-11-27)"; then
+        int4_variant warp LLMI_I4_GEMV=warp 1,16 "$BIG_NAME int4 decode b1, b16 on the warp GEMV" \
+          "default: chunk GEMV $(num "$i1"), tensor cores $(num "$i16")"
+        int4_variant chunk LLMI_I4_GEMV=chunk 16 "$BIG_NAME int4 decode b16 on the chunk GEMV" "tensor cores: $(num "$i16")"
+        int4_variant dq LLMI_I4_DEQUANT_MIN_N=9 16 "$BIG_NAME int4 decode b16 by dequant + GEMM" "tensor cores: $(num "$i16")"
       fi
     elif [ -f "$I4/config.json" ]; then
       row "$BIG_NAME int4 decode b1 (target 400)" "$STATUS" "$(why bench-int4)"

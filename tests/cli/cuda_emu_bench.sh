@@ -78,19 +78,18 @@ echo "kernel knobs: 7 bad values refused, 9 good ones run"
 
 # the dense products of a one-token decode step take llmi's GEMV by default
 # (LLMI_DENSE_GEMV=b1), none with =off; batch 8 never does
-gemv_count() {
-  sed -n 's/^EMU count: \([0-9]*\) launches of .*/\1/p' "$1"
+# gemv_launches NAME BATCH [VAR=VALUE]: the GEMV's launches in a bench run
+gemv_launches() {
+  env ${3:+"$3"} LLMI_EMU_STATS=1 LLMI_EMU_COUNT=llmi_gemv_bf16_kernel "$LLMI_EMU" bench -m "$M" --device cuda \
+    --kv-type bf16 -o csv -p 8 -n 4 -b "$2" -r 1 >"$TMP/gemv-$1.out" 2>"$TMP/gemv-$1.err" ||
+    fail "gemv $1: $(tail -2 "$TMP/gemv-$1.err")"
+  sed -n 's/^EMU count: \([0-9]*\) launches of .*/\1/p' "$TMP/gemv-$1.err"
 }
-for v in default off b8; do
-  set -- -b 1
-  case $v in off) set -- -b 1 LLMI_DENSE_GEMV=off ;; b8) set -- -b 8 ;; esac
-  env ${3:+"$3"} LLMI_EMU_STATS=1 LLMI_EMU_COUNT=llmi_gemv_bf16_kernel "$LLMI_EMU" bench -m "$M" --device cuda --kv-type bf16 -o csv \
-    -p 8 -n 4 "$1" "$2" -r 1 >"$TMP/gemv-$v.out" 2>"$TMP/gemv-$v.err" || fail "gemv $v: $(tail -2 "$TMP/gemv-$v.err")"
-  n=$(gemv_count "$TMP/gemv-$v.err")
-  if [ "$v" = default ]; then
-    [ "${n:-0}" -gt 0 ] || fail "gemv: the default ran no GEMV at batch 1 ($(grep EMU "$TMP/gemv-$v.err" | head -2))"
-  else
-    [ "${n:-x}" = 0 ] || fail "gemv $v: $n GEMV launches, want 0"
-  fi
+n=$(gemv_launches default 1)
+[ "${n:-0}" -gt 0 ] || fail "gemv: the default ran no GEMV at batch 1 ($(grep EMU "$TMP/gemv-default.err" | head -2))"
+for v in "off 1 LLMI_DENSE_GEMV=off" "b8 8"; do
+  set -- $v
+  m=$(gemv_launches "$@")
+  [ "${m:-x}" = 0 ] || fail "gemv $1: $m GEMV launches, want 0"
 done
-echo "dense GEMV: $(gemv_count "$TMP/gemv-default.err") launches at batch 1 by default, none with =off or at batch 8"
+echo "dense GEMV: $n launches at batch 1 by default, none with =off or at batch 8"

@@ -1426,20 +1426,20 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
                        cudaGetErrorString(cudaGetLastError()));
     /* the kernel switches: the first word of each is the default */
     static const char *const i4_words[] = {"auto", "chunk", "warp"}, *const dec_words[] = {"tc", "fp32"},
-                             *const pf_words[] = {"async", "sync"};
+                             *const tiles_words[] = {"async", "sync"};
     static const llmi_i4_kernel i4_kernels[] = {LLMI_I4_AUTO, LLMI_I4_CHUNK, LLMI_I4_WARP};
     const char *i4_env = getenv("LLMI_I4_GEMV"), *dec_env = getenv("LLMI_ATTN_DECODE"),
-               *pf_env = getenv("LLMI_ATTN_TILES");
-    int i4_word = 0, dec_word = 0, pf_word = 0;
+               *tiles_env = getenv("LLMI_ATTN_TILES");
+    int i4_word = 0, dec_word = 0, tiles_word = 0;
     if (!rc && cuda_env_word(i4_env, i4_words, 3, &i4_word))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_I4_GEMV=%s: not auto, chunk or warp", i4_env);
     if (!rc && cuda_env_word(dec_env, dec_words, 2, &dec_word))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_ATTN_DECODE=%s: not tc or fp32", dec_env);
-    if (!rc && cuda_env_word(pf_env, pf_words, 2, &pf_word))
-        rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_ATTN_TILES=%s: not async or sync", pf_env);
+    if (!rc && cuda_env_word(tiles_env, tiles_words, 2, &tiles_word))
+        rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_ATTN_TILES=%s: not async or sync", tiles_env);
     im->i4_kernel = i4_kernels[i4_word];
     im->decode_tc = dec_word == 0;
-    im->tiles_async = pf_word == 0;
+    im->tiles_async = tiles_word == 0;
     const char *dmin_env = getenv("LLMI_I4_DEQUANT_MIN_N");
     if (!rc && cuda_i4_dequant_min_n(dmin_env, &im->i4_dequant_min_n))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_I4_DEQUANT_MIN_N=%s: not a token count from 1 to 65536",
@@ -1461,13 +1461,14 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
      * 179.8 on the H200, 2026-11-27); =on takes batches of up to LLMI_GEMV_MAX_N tokens
      * (2-4 unmeasured), =off none */
     static const char *const gemv_words[] = {"b1", "off", "on"};
+    static const int gemv_max_n[] = {1, 0, LLMI_GEMV_MAX_N};
     const char *gemv_env = getenv("LLMI_DENSE_GEMV");
     int gemv_word = 0;
     if (!rc && cuda_env_word(gemv_env, gemv_words, 3, &gemv_word))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_DENSE_GEMV=%s: not b1, off or on", gemv_env);
     if (!rc) rc = llmi_cuda_gemm_init(&im->gemm, WDT, GEMM_WORKSPACE, st);
     if (!rc) im->gemm.tune = tune;
-    if (!rc) im->gemm.gemv_max_n = gemv_word == 2 ? LLMI_GEMV_MAX_N : gemv_word == 0 ? 1 : 0;
+    if (!rc) im->gemm.gemv_max_n = gemv_max_n[gemv_word];
     if (!rc) rc = load_weights(b, im, st);
     if (!rc) rc = alloc_workspaces(im, c, st);
     if (!rc) rc = graphs_init(b, im, st);
