@@ -338,6 +338,119 @@ __global__ void __launch_bounds__(32 * I4M_WARPS) llmi_int4_mma_kernel(llmi_i4g_
     }
 }
 
+/* ---- tensor cores with 16-byte loads: 1 to LLMI_I4_MMA_MAX_N tokens a pass, group sizes
+ * that are multiples of 128 ----
+ * The kernel above moves 8 bytes a lane and row, two segments in flight, 2 blocks an SM for a
+ * 4096-row product: ~16 KiB in flight an SM where an H200's bandwidth wants ~30, so it is
+ * latency-bound (1,596 tok/s for an int4 llama-3-8b at batch 16, 0.4 TB/s of packed weights;
+ * batch 1 on the chunk GEMV, 1.2 TB/s).  Here a warp owns 16 rows and steps through their
+ * columns 128 at a time (a block of I4T_WARPS warps splits the steps): lane (g, t) loads 16
+ * bytes of row g and of row g + 8 (columns 32t .. 32t + 31 of the step), I4T_UNROLL steps
+ * ahead, no shuffles.  A u32 of 8 nibbles (columns c .. c + 7) becomes four bf16 pairs by
+ * one AND-OR each (0x4300 | q is 128 + q in bf16) and one bf16x2 subtraction of 128 + z:
+ * (q0, q4), (q1, q5), (q2, q6), (q3, q7), each (q - z) exact.  The mma's k order is ours to
+ * choose as long as x follows it: logical k 2t, 2t + 1 of an mma are columns c + j, c + j + 4
+ * and k 2t + 8, 2t + 9 are c + j + 1, c + j + 5 (j = 0, then 2 for the word's second mma),
+ * and x's pairs are made to match by PRMT.  A step's 128 columns lie in one group (group_size
+ * % 128 == 0), so its sums are scaled once; tokens past n load no x (B is zero there). */
+#define I4T_WARPS 8
+__device__ __forceinline__ uint32_t i4t_pair(uint32_t word, uint32_t zpair) {
+    uint32_t v = (word & 0x000F000Fu) | 0x43004300u;
+    __nv_bfloat162 d = __hsub2(*(const __nv_bfloat162 *)&v, *(const __nv_bfloat162 *)&zpair);
+    return *(uint32_t *)&d;
+}
+
+template <int NTILE, int UNROLL>
+__global__ void __launch_bounds__(32 * I4T_WARPS) llmi_int4_tc_gemv_kernel(llmi_i4g_dev w, const __nv_bfloat16 *x,
+                                                                           int n, int steps_per_group,
+                                                                           const float *bias, float *y, int ldy) {
+    __shared__ float partial[I4T_WARPS][NTILE * 8][16];   /* a warp's sums: (token, row of the block) */
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * 16, nsteps = w.cols / 128;
+    /* rows past the last repeat it, unstored */
+    const int ra = min(row0 + g, w.rows - 1), rb = min(row0 + g + 8, w.rows - 1);
+    const uint4 *qa = (const uint4 *)(w.q + (size_t)ra * (w.cols / 2));
+    const uint4 *qb = (const uint4 *)(w.q + (size_t)rb * (w.cols / 2));
+    const __nv_bfloat16 *xr[NTILE];   /* this lane's token of each tile, NULL past n */
+#pragma unroll
+    for (int nt = 0; nt < NTILE; nt++) xr[nt] = nt * 8 + g < n ? x + (size_t)(nt * 8 + g) * w.cols : NULL;
+    float acc[NTILE][4];
+#pragma unroll
+    for (int nt = 0; nt < NTILE; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+    for (int base = warp; base < nsteps; base += I4T_WARPS * UNROLL) {
+        uint4 va[UNROLL], vb[UNROLL];
+        float sa[UNROLL], sb[UNROLL];
+        uint32_t za[UNROLL], zb[UNROLL];   /* 128 + z as a bf16 pair */
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const int step = base + u * I4T_WARPS;
+            va[u] = vb[u] = make_uint4(0, 0, 0, 0);
+            sa[u] = sb[u] = 0.0f;
+            za[u] = zb[u] = 0;
+            if (step < nsteps) {
+                va[u] = __ldg(qa + step * 4 + t);
+                vb[u] = __ldg(qb + step * 4 + t);
+                const size_t gi = (size_t)(step / steps_per_group) * w.rows;
+                sa[u] = __half2float(__ushort_as_half(w.scales[gi + ra]));
+                sb[u] = __half2float(__ushort_as_half(w.scales[gi + rb]));
+                za[u] = (0x4300u | w.zeros[gi + ra]) * 0x10001u;
+                zb[u] = (0x4300u | w.zeros[gi + rb]) * 0x10001u;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const int step = base + u * I4T_WARPS;
+            if (step >= nsteps) break;   /* (the same for the whole warp) */
+            float part[NTILE][4];
+#pragma unroll
+            for (int nt = 0; nt < NTILE; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) part[nt][i] = 0.0f;
+#pragma unroll
+            for (int wd = 0; wd < 4; wd++) {
+                const uint32_t wa = wd == 0 ? va[u].x : wd == 1 ? va[u].y : wd == 2 ? va[u].z : va[u].w;
+                const uint32_t wb = wd == 0 ? vb[u].x : wd == 1 ? vb[u].y : wd == 2 ? vb[u].z : vb[u].w;
+                const int c = step * 128 + t * 32 + wd * 8;   /* the word's first column */
+                uint4 xv[NTILE];   /* x[c .. c + 7] of each tile's token: (x0 x1) (x2 x3) (x4 x5) (x6 x7) */
+#pragma unroll
+                for (int nt = 0; nt < NTILE; nt++)
+                    xv[nt] = xr[nt] ? __ldg((const uint4 *)(xr[nt] + c)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {   /* columns (c + 2h, c + 2h + 4) and (c + 2h + 1, c + 2h + 5) */
+                    const uint32_t afrag[4] = {i4t_pair(wa >> (8 * h), za[u]), i4t_pair(wb >> (8 * h), zb[u]),
+                                               i4t_pair(wa >> (8 * h + 4), za[u]), i4t_pair(wb >> (8 * h + 4), zb[u])};
+#pragma unroll
+                    for (int nt = 0; nt < NTILE; nt++) {
+                        const uint32_t lo = h == 0 ? xv[nt].x : xv[nt].y, hi = h == 0 ? xv[nt].z : xv[nt].w;
+                        const uint32_t bfrag[2] = {__byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632)};
+                        i4_mma(part[nt], afrag, bfrag);
+                    }
+                }
+            }
+            i4_mma_flush(sa[u], sb[u], part, acc);
+        }
+    }
+    /* the C fragment: rows g, g + 8; tokens 2t, 2t + 1 of each tile of 8 */
+#pragma unroll
+    for (int nt = 0; nt < NTILE; nt++) {
+        partial[warp][nt * 8 + 2 * t][g] = acc[nt][0];
+        partial[warp][nt * 8 + 2 * t + 1][g] = acc[nt][1];
+        partial[warp][nt * 8 + 2 * t][g + 8] = acc[nt][2];
+        partial[warp][nt * 8 + 2 * t + 1][g + 8] = acc[nt][3];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < NTILE * 8 * 16; i += 32 * I4T_WARPS) {
+        const int tok = i / 16, r = i % 16, row = row0 + r;
+        if (tok >= n || row >= w.rows) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < I4T_WARPS; k++) v += partial[k][tok][r];
+        y[(size_t)tok * ldy + row] = v + (bias ? bias[row] : 0.0f);
+    }
+}
+
 /* NT: the tokens the kernel is compiled for; n <= NT of them are real.  The chunk kernel
  * where the shape allows it and w->kernel does not ask for the warp one. */
 template <int NT>
@@ -427,7 +540,23 @@ extern "C" cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *
         (x_dt != LLMI_F32 && x_dt != LLMI_BF16))
         return cudaErrorInvalidValue;
     if ((uintptr_t)x % 16 != 0) return cudaErrorMisalignedAddress; /* 16-byte activation loads */
-    if (w->kernel == LLMI_I4_AUTO && n >= LLMI_I4_MMA_MIN_N && x_dt == LLMI_BF16 && !w->g_idx && w->cols % 64 == 0 &&
+    if (w->kernel == LLMI_I4_AUTO && x_dt == LLMI_BF16 && !w->g_idx && w->cols % 128 == 0 &&
+        w->group_size % 128 == 0 && (uintptr_t)w->q % 16 == 0) {
+        const int blocks = llmi_div_up(w->rows, 16), spg = w->group_size / 128;
+        for (int t0 = 0; t0 < n; t0 += LLMI_I4_MMA_MAX_N) {
+            const int nt = n - t0 < LLMI_I4_MMA_MAX_N ? n - t0 : LLMI_I4_MMA_MAX_N;
+            const __nv_bfloat16 *xt = (const __nv_bfloat16 *)x + (size_t)t0 * w->cols;
+            float *yt = y + (size_t)t0 * ldy;
+            /* fewer steps in flight at 32 tokens: its sums and x take the registers */
+            if (nt <= 8) llmi_int4_tc_gemv_kernel<1, 4><<<blocks, 32 * I4T_WARPS, 0, s>>>(*w, xt, nt, spg, bias, yt, ldy);
+            else if (nt <= 16) llmi_int4_tc_gemv_kernel<2, 4><<<blocks, 32 * I4T_WARPS, 0, s>>>(*w, xt, nt, spg, bias, yt, ldy);
+            else llmi_int4_tc_gemv_kernel<4, 2><<<blocks, 32 * I4T_WARPS, 0, s>>>(*w, xt, nt, spg, bias, yt, ldy);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess) return e;
+        }
+        return cudaSuccess;
+    }
+    if ((w->kernel == LLMI_I4_AUTO || w->kernel == LLMI_I4_MMA) && n >= LLMI_I4_MMA_MIN_N && x_dt == LLMI_BF16 && !w->g_idx && w->cols % 64 == 0 &&
         w->group_size % 16 == 0 && (uintptr_t)w->q % 8 == 0) {
         const int blocks = llmi_div_up(w->rows, 16);
         for (int t0 = 0; t0 < n; t0 += LLMI_I4_MMA_MAX_N) {

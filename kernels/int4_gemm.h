@@ -15,10 +15,12 @@ extern "C" {
 #endif
 #include "core/dtype.h"
 
-/* LLMI_I4_AUTO: the tensor-core kernel from LLMI_I4_MMA_MIN_N tokens where the shape allows,
- * else the chunk GEMV where it allows, else the warp GEMV; LLMI_I4_CHUNK: no tensor cores;
+/* LLMI_I4_AUTO: the tensor-core GEMV (16-byte loads) for any token count where the shape
+ * allows, else as LLMI_I4_MMA; LLMI_I4_MMA: the shuffle-fed tensor-core kernel from
+ * LLMI_I4_MMA_MIN_N tokens where the shape allows, else the chunk GEMV where it allows,
+ * else the warp GEMV (the default of 6e0b768); LLMI_I4_CHUNK: no tensor cores;
  * LLMI_I4_WARP: the warp GEMV only. */
-typedef enum { LLMI_I4_AUTO = 0, LLMI_I4_CHUNK, LLMI_I4_WARP } llmi_i4_kernel;
+typedef enum { LLMI_I4_AUTO = 0, LLMI_I4_MMA, LLMI_I4_CHUNK, LLMI_I4_WARP } llmi_i4_kernel;
 
 typedef struct llmi_i4g_dev {
     const uint8_t *q;        /* (rows, cols/2) */
@@ -38,14 +40,20 @@ typedef struct llmi_i4g_dev {
 #define LLMI_I4_MMA_MAX_N 32
 
 /* y (n, ldy) f32, columns [0, rows) = x (n, cols) in x_dt (F32 or BF16) @ W^T (+ bias
- * (rows)), fp32 products.  From LLMI_I4_MMA_MIN_N tokens, with bf16 x, no g_idx, cols % 64
- * == 0 and group_size % 16 == 0: tensor cores (mma.sync m16n8k16 on the exact bf16 (q - z)
- * and x, each group's fp32 sums scaled once) in passes of up to LLMI_I4_MMA_MAX_N tokens;
- * else a GEMV (a block per two output rows splitting their 16-byte chunks where cols % 32
- * == 0 and q is 16-byte aligned, else a warp per two rows) over passes of up to
- * LLMI_I4_GEMV_MAX_N tokens.  Needs cols and group_size multiples of 8 and x 16-byte
- * aligned (else cudaErrorMisalignedAddress).  Prefill-sized batches go through
- * llmi_cuda_int4_dequant and a dense GEMM instead (the caller's choice). */
+ * (rows)), fp32 products, by the first kernel w->kernel allows (llmi_i4_kernel) whose
+ * conditions hold:
+ *   - tensor cores fed by 16-byte loads, any token count (passes of up to LLMI_I4_MMA_MAX_N):
+ *     bf16 x, no g_idx, cols and group_size multiples of 128, q 16-byte aligned;
+ *   - tensor cores fed by shuffles, from LLMI_I4_MMA_MIN_N tokens (passes of up to
+ *     LLMI_I4_MMA_MAX_N): bf16 x, no g_idx, cols % 64 == 0, group_size % 16 == 0, q 8-byte
+ *     aligned.  Both run mma.sync m16n8k16 on the exact bf16 (q - z) and x, each group's
+ *     fp32 sums scaled once;
+ *   - a GEMV over passes of up to LLMI_I4_GEMV_MAX_N tokens: a block per two output rows
+ *     splitting their 16-byte chunks where cols % 32 == 0 and q is 16-byte aligned, else a
+ *     warp per two rows.
+ * Needs cols and group_size multiples of 8 and x 16-byte aligned (else
+ * cudaErrorMisalignedAddress).  Prefill-sized batches go through llmi_cuda_int4_dequant and
+ * a dense GEMM instead (the caller's choice). */
 cudaError_t llmi_cuda_int4_matmul(const llmi_i4g_dev *w, const void *x, llmi_dtype x_dt, int n, const float *bias,
                                   float *y, int ldy, cudaStream_t s);
 /* out (rows, cols) in out_dt (F32, F16 or BF16): the dense weight, each value

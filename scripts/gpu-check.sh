@@ -554,7 +554,8 @@ kernel_fallbacks() {
   grep -qE '(prefill|decode) by cp.async' "$1" && echo LLMI_ATTN_TILES=sync
   # (cuda_backend_int4 and quant_cuda_int4_matmul_vs_cpu name the int4 kernel they ran)
   if grep -q ' chunk GEMV: nmse' "$1"; then echo LLMI_I4_GEMV=warp
-  elif grep -q ' tensor-core: nmse' "$1"; then echo LLMI_I4_GEMV=chunk; fi
+  elif grep -q ' tensor-core: nmse' "$1"; then echo LLMI_I4_GEMV=chunk
+  elif grep -q ' tc GEMV: nmse' "$1"; then echo LLMI_I4_GEMV=mma; fi
 }
 apply_fallbacks() {
   local kv
@@ -803,14 +804,19 @@ if has_phase bench; then
       wmib=$(csv_col "$WORK/bench-int4.out" mem_backend_weights_mib 1)
       row "$BIG_NAME int4 decode b1 (target 400)" ok "$(num "$i1") tok/s; weights on the device $(num "$wmib") MiB"
       row "$BIG_NAME int4 decode b16" ok "$(num "$i16") tok/s"
-      # the kernels the defaults replaced (unmeasured when written), in the same call, so the
-      # table says which is faster on this device: the warp GEMV at batch 1 and 16, the chunk
-      # GEMV (no tensor cores) and the dequantization + GEMM at 16
-      if ! ab_decided "int4 warp GEMV, chunk GEMV, dequant + GEMM: 146/544, 683, 1272 tok/s vs the defaults' 210/1596 (H200, 2026-11-27)"; then
+      # the tensor-core GEMV fed by 16-byte loads (the default for g128 since it was written,
+      # unmeasured) against the kernels it replaced at both batches: the chunk GEMV at 1 and
+      # the shuffle-fed tensor cores at 16 (LLMI_I4_GEMV=mma, 6e0b768's choice)
+      int4_variant mma LLMI_I4_GEMV=mma 1,16 "$BIG_NAME int4 decode b1, b16 on 6e0b768's kernels (LLMI_I4_GEMV=mma)" \
+        "default, the tensor-core GEMV: $(num "$i1"), $(num "$i16")"
+      # the kernels those replaced, in the same call, so the table says which is faster on
+      # this device: the warp GEMV at batch 1 and 16, the chunk GEMV (no tensor cores) and the
+      # dequantization + GEMM at 16
+      if ! ab_decided "int4 warp GEMV, chunk GEMV, dequant + GEMM: 146/544, 683, 1272 tok/s vs 6e0b768's defaults' 210/1596 (H200, 2026-11-27)"; then
         int4_variant warp LLMI_I4_GEMV=warp 1,16 "$BIG_NAME int4 decode b1, b16 on the warp GEMV" \
-          "default: chunk GEMV $(num "$i1"), tensor cores $(num "$i16")"
-        int4_variant chunk LLMI_I4_GEMV=chunk 16 "$BIG_NAME int4 decode b16 on the chunk GEMV" "tensor cores: $(num "$i16")"
-        int4_variant dq LLMI_I4_DEQUANT_MIN_N=9 16 "$BIG_NAME int4 decode b16 by dequant + GEMM" "tensor cores: $(num "$i16")"
+          "default: $(num "$i1"), $(num "$i16")"
+        int4_variant chunk LLMI_I4_GEMV=chunk 16 "$BIG_NAME int4 decode b16 on the chunk GEMV" "default: $(num "$i16")"
+        int4_variant dq LLMI_I4_DEQUANT_MIN_N=9 16 "$BIG_NAME int4 decode b16 by dequant + GEMM" "default: $(num "$i16")"
       fi
     elif [ -f "$I4/config.json" ]; then
       row "$BIG_NAME int4 decode b1 (target 400)" "$STATUS" "$(why bench-int4)"

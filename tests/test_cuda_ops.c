@@ -1243,8 +1243,11 @@ static llmi_tensor i4_weight(trng *r, int rows, int cols, int gs, bool act_order
 }
 
 /* Issue 8 item 9: int4 linears kept packed on the GPU and served by the W4A16 kernels:
- * a 150-token prefill (dequantize + cuBLASLt), a 20-token one (two GEMV passes) and a
- * decode token (one pass) against the CPU's int4 matmul; the memory report shows int4 bytes. */
+ * a 150-token prefill (dequantize + cuBLASLt), a 20-token one and a decode token against the
+ * CPU's int4 matmul; the memory report shows int4 bytes.  Layer 0 is g128 (the tensor-core
+ * GEMV: one pass of 20), its q/k/v and gate/up each stacked into one packed weight; layer 1
+ * is g64 in act order (the GEMVs: two passes of 20) with k's g_idx unlike q's and v's, so its
+ * q/k/v stay three weights while gate/up stack. */
 TEST(cuda_backend_int4) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_backend_int4");
@@ -1258,9 +1261,11 @@ TEST(cuda_backend_int4) {
             int rows = (int)ts[k]->rows, cols = (int)ts[k]->cols;
             bf16_linear_bytes += (size_t)rows * cols * 2;
             free(ts[k]->owned);
-            *ts[k] = i4_weight(&r, rows, cols, 64, l == 1);
+            *ts[k] = i4_weight(&r, rows, cols, l == 0 ? 128 : 64, l == 1);
         }
     }
+    llmi_tensor *wk1 = &m.layers[1].wk;
+    for (int k = 0; k < wk1->cols; k++) ((int32_t *)wk1->g_idx)[k] = (wk1->g_idx[k] + 1) % wk1->n_groups;
     int32_t toks[256];
     for (int i = 0; i < 256; i++) toks[i] = trng_int(&r, m.cfg.n_vocab);
     llmi_backend *cpu = NULL, *gpu = NULL;
@@ -1274,7 +1279,7 @@ TEST(cuda_backend_int4) {
         double e2 = test_nmse(got + 170L * nv, ref + 170L * nv, nv);
         size_t w = 0;
         gpu->memory(gpu, &w, NULL, NULL);
-        printf("  int4: logits nmse %.3g (dequant+GEMM) %.3g (GEMV, 2 passes) %.3g (GEMV); weights on GPU %.2f MB (linears as "
+        printf("  int4: logits nmse %.3g (dequant+GEMM) %.3g (20 tokens) %.3g (one token); weights on GPU %.2f MB (linears as "
                "bf16 would be %.2f MB)\n", e0, e1, e2, w / 1e6, bf16_linear_bytes / 1e6);
         CHECK_MSG(e0 <= 1e-3 && e1 <= 1e-3 && e2 <= 1e-3, "int4 logits nmse %g %g %g", e0, e1, e2);
         size_t embd = 2 * (size_t)nv * m.cfg.dim * 2;

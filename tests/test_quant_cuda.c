@@ -41,17 +41,22 @@ static void *tqc_up(const void *h, size_t n) {
 TEST(quant_cuda_int4_matmul_vs_cpu) {
     if (!tqc_device()) SKIP("no CUDA device");
     unsigned long long s = test_seed() | 1;
-    /* shape 1: an odd row count (the GEMV's warp pairs rows), a word count that is no
-     * multiple of 32 and a group of 5 words (no shift) */
-    /* shapes 5 and 6: whole 16-byte chunks (cols % 32 == 0) more than a block's threads take
+    /* Shapes 2 and 3: an odd row count (the GEMV's warp pairs rows), a word count that is no
+     * multiple of 32 and a group of 5 words (no shift).  Shapes 4 and 5: whole 16-byte chunks (cols % 32 == 0) more than a block's threads take
      * at once (146 of them), so the chunk GEMV loops and leaves threads idle on the last pass,
-     * its groups of 32 columns one per chunk; 73 segments of 64 columns for the tensor-core
-     * kernel's 8 warps, two groups to a segment, and 67 rows (a partial last block of 16).
-     * Shapes 1 (g64) and 5 (g32) without act order take the tensor-core kernel from
-     * LLMI_I4_MMA_MIN_N tokens with bf16 activations (n 11, 16, 70: passes of 32, 32, 6) */
-    for (int sa = 0; sa < 6; sa++) {
-        int ao = sa % 2, rows = sa < 2 ? 200 : sa < 4 ? 201 : 67, cols = sa < 2 ? 384 : sa < 4 ? 360 : 4672,
-            gs = sa < 2 ? 64 : sa < 4 ? 40 : 32;
+     * its groups of 32 columns one per chunk; 73 segments of 64 columns for the shuffle-fed
+     * tensor-core kernel's 8 warps, two groups to a segment, and 67 rows (a partial last block
+     * of 16).  Shapes 0 (g64) and 4 (g32) without act order take that kernel from
+     * LLMI_I4_MMA_MIN_N tokens with bf16 activations (n 11, 16, 70: passes of 32, 32, 6).
+     * Shapes 6 and 7 (g128, g384) take the tensor-core GEMV at every n with bf16 activations
+     * under auto: 10 steps of 128 columns over its 8 warps (two take a second step), 203 rows
+     * (a partial last block); 9 steps, three to a group (a division, not a shift), 37 rows.
+     * Shape 8 is shape 6 in act order: no tensor cores. */
+    static const struct { int rows, cols, gs, ao; } shapes[] = {
+        {200, 384, 64, 0}, {200, 384, 64, 1}, {201, 360, 40, 0}, {201, 360, 40, 1}, {67, 4672, 32, 0},
+        {67, 4672, 32, 1}, {203, 1280, 128, 0}, {37, 1152, 384, 0}, {203, 1280, 128, 1}};
+    for (int sa = 0; sa < (int)(sizeof shapes / sizeof shapes[0]); sa++) {
+        int ao = shapes[sa].ao, rows = shapes[sa].rows, cols = shapes[sa].cols, gs = shapes[sa].gs;
         quant_grid g;
         llmi_status st = {0};
         CHECK(quant_grid_alloc(&g, rows, cols, gs, ao, &st) == 0);
@@ -82,15 +87,20 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
             cudaMalloc((void **)&dy, sizeof(float) * n * ldy);
             /* f32 activations, then the bf16 ones the forward feeds (the CPU gets the same rounded values) */
             /* f32 and bf16 activations on each kernel choice: auto (tensor cores where they
-             * apply), the GEMVs only (the chunk one where it applies), the warp GEMV only */
-            const llmi_i4_kernel kinds[3] = {LLMI_I4_AUTO, LLMI_I4_CHUNK, LLMI_I4_WARP};
-            for (int xi = 0; xi < 6; xi++) {
+             * apply), 6e0b768's choice (the shuffle-fed tensor cores from LLMI_I4_MMA_MIN_N
+             * tokens), the GEMVs only (the chunk one where it applies), the warp GEMV only */
+            const llmi_i4_kernel kinds[4] = {LLMI_I4_AUTO, LLMI_I4_MMA, LLMI_I4_CHUNK, LLMI_I4_WARP};
+            for (int xi = 0; xi < 8; xi++) {
                 const bool bf = xi % 2 == 1;
                 w.kernel = kinds[xi / 2];
-                const bool mma = w.kernel == LLMI_I4_AUTO && bf && !ao && cols % 64 == 0 && gs % 16 == 0 &&
-                                 n >= LLMI_I4_MMA_MIN_N;
-                const char *kname = mma ? "tensor-core" : w.kernel != LLMI_I4_WARP && cols % 32 == 0 ? "chunk GEMV"
-                                                                                                  : "warp GEMV";
+                /* (the names gpu-check's kernel_fallbacks looks for in a failure) */
+                const bool tc = w.kernel == LLMI_I4_AUTO && bf && !ao && cols % 128 == 0 && gs % 128 == 0;
+                const bool mma = (w.kernel == LLMI_I4_AUTO || w.kernel == LLMI_I4_MMA) && bf && !ao &&
+                                 cols % 64 == 0 && gs % 16 == 0 && n >= LLMI_I4_MMA_MIN_N;
+                const char *kname = tc    ? "tc GEMV"
+                                    : mma ? "tensor-core"
+                                    : w.kernel != LLMI_I4_WARP && cols % 32 == 0 ? "chunk GEMV"
+                                                                                   : "warp GEMV";
                 for (int i = 0; i < n * cols; i++) {
                     xb[i] = f32_to_bf16(x[i]);
                     xr[i] = bf ? bf16_to_f32(xb[i]) : x[i];
@@ -112,7 +122,7 @@ TEST(quant_cuda_int4_matmul_vs_cpu) {
                 /* fp32 products over passes of LLMI_I4_GEMV_MAX_N tokens: only the summation order
                  * differs; the tensor cores' products of bf16 (q - z) and x are exact too, their
                  * fp32 sums rounded as the hardware does */
-                CHECK_MSG(e < (mma ? 1e-9 : 1e-10), "%dx%d g%d n %d act-order %d x %s %s: nmse %g", rows, cols, gs, n,
+                CHECK_MSG(e < (tc || mma ? 1e-9 : 1e-10), "%dx%d g%d n %d act-order %d x %s %s: nmse %g", rows, cols, gs, n,
                           ao, bf ? "bf16" : "f32", kname, e);
                 cudaFree(dx);
             }

@@ -68,13 +68,13 @@ for bad in "LLMI_I4_GEMV=tensor" "LLMI_I4_DEQUANT_MIN_N=0" "LLMI_I4_DEQUANT_MIN_
   grep -q "${bad%%=*}=${bad#*=}: not" "$TMP/knob.err" || fail "$bad: no line naming it: $(tail -2 "$TMP/knob.err")"
   [ ! -s "$TMP/knob.out" ] || fail "$bad: wrote a report: $(head -2 "$TMP/knob.out")"
 done
-for good in "LLMI_I4_GEMV=warp" "LLMI_I4_GEMV=chunk" "LLMI_I4_DEQUANT_MIN_N=3" "LLMI_GEMM_TUNE=4" \
+for good in "LLMI_I4_GEMV=warp" "LLMI_I4_GEMV=chunk" "LLMI_I4_GEMV=mma" "LLMI_I4_DEQUANT_MIN_N=3" "LLMI_GEMM_TUNE=4" \
             "LLMI_ATTN_DECODE=fp32" "LLMI_DENSE_GEMV=on" "LLMI_DENSE_GEMV=off" "LLMI_DENSE_GEMV=b1" \
             "LLMI_ATTN_TILES=sync"; do
   env "$good" "$LLMI_EMU" bench -m "$TMP/i4" --device cuda -o csv -p 4 -n 2 -b 1,4 -r 1 >"$TMP/knob.out" 2>"$TMP/knob.err" ||
     fail "$good: $(tail -2 "$TMP/knob.err")"
 done
-echo "kernel knobs: 7 bad values refused, 9 good ones run"
+echo "kernel knobs: 7 bad values refused, 10 good ones run"
 
 # the dense products of a one-token decode step take llmi's GEMV by default
 # (LLMI_DENSE_GEMV=b1), none with =off; batch 8 never does

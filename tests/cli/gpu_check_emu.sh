@@ -34,7 +34,7 @@ want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
               "TTFT p128 with register-loaded tiles (LLMI_ATTN_TILES=sync)",
               "bf16 decode b1 on cuBLASLt (LLMI_DENSE_GEMV=off)",
               "decode b8 p64: tensor-core (cp.async, register tiles) vs fp32 attention", "int4 decode b1 (target 400)",
-              "int4 decode b16",
+              "int4 decode b16", "int4 decode b1, b16 on 6e0b768's kernels (LLMI_I4_GEMV=mma)",
               "int4 decode b1, b16 on the warp GEMV", "int4 decode b16 on the chunk GEMV",
               "int4 decode b16 by dequant + GEMM")]
            + [f"profile tiny llama (rehearsal) {r}" for r in ("bf16 p128 b1 prefill", "bf16 p128 b1 decode",

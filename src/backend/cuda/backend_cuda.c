@@ -81,13 +81,14 @@ typedef struct cuda_layer {
     size_t part_bytes[LP_COUNT];   /* device bytes of each part's buffers below */
     float *attn_norm;         /* (dim) */
     float *ffn_norm;          /* (dim) */
-    cuda_linear qkv[3];       /* dense: [0] is (q_dim + 2*kv_dim, dim), wq rows then wk then wv;
-                                 int4: q, k, v, each writing its columns of the qkv buffer */
-    int n_qkv;                /* 1 (fused dense) or 3 (int4) */
+    cuda_linear qkv[3];       /* [0] is (q_dim + 2*kv_dim, dim), wq rows then wk then wv, dense
+                                 or int4; int4 parts that cannot stack: q, k, v, each writing
+                                 its columns of the qkv buffer */
+    int n_qkv;                /* 1 (stacked) or 3 */
     float *b_qkv;             /* (q_dim + 2*kv_dim) or NULL without bias */
     float *b_o;               /* (dim) or NULL without o_proj bias */
     cuda_linear wo;           /* (dim, q_dim) */
-    cuda_linear gu[2];        /* dense: [0] is (2*ffn_dim, dim), gate rows then up; int4: gate, up */
+    cuda_linear gu[2];        /* [0] is (2*ffn_dim, dim), gate rows then up; or gate, up apart as qkv */
     int n_gu;
     cuda_linear down;         /* (dim, ffn_dim) */
 } cuda_layer;
@@ -125,7 +126,7 @@ typedef struct cuda_impl {
     float *out_norm;          /* (dim) */
     float *inv_freq;          /* (head_dim/2) */
     void *i4_scratch;         /* (i4_scratch_cap) bf16: an int4 weight dequantized for a prefill GEMM */
-    size_t i4_scratch_elems;  /* the largest int4 linear uploaded */
+    size_t i4_scratch_elems;  /* the largest int4 linear uploaded (a stacked group whole) */
     size_t i4_scratch_cap;
     int i4_as_bf16;           /* int4 weights the W4A16 kernels cannot take, stored as bf16 */
 
@@ -169,7 +170,7 @@ typedef struct cuda_impl {
     bool refresh_up_ready;
 
     bool graphs_on;           /* decode graphs enabled (LLMI_CUDA_GRAPHS=0 turns them off) */
-    llmi_i4_kernel i4_kernel; /* LLMI_I4_GEMV=warp|chunk: the int4 kernels allowed (llmi_i4g_dev.kernel) */
+    llmi_i4_kernel i4_kernel; /* LLMI_I4_GEMV=auto|mma|chunk|warp: the int4 kernels allowed (llmi_i4g_dev.kernel) */
     int decode_tc;            /* LLMI_ATTN_DECODE=tc (default) | fp32: llmi_cuda_attn.decode_tc */
     int tiles_async;          /* LLMI_ATTN_TILES=async (default) | sync: llmi_cuda_attn.tiles_async */
     int i4_dequant_min_n;     /* int4 batches from this many tokens dequantize and GEMM (cuda_i4_choose) */
@@ -385,6 +386,20 @@ static bool group_int4(const llmi_tensor *const *ts, int n) {
     return true;
 }
 
+/* An int4 group whose parts share width, groups and g_idx is stacked into one packed
+ * weight (rows one after another), so that a step runs one W4A16 launch for q/k/v and one
+ * for gate/up: fewer launches, and grids wide enough to fill the GPU where a 1024-row k/v
+ * projection alone does not. */
+static bool group_i4_stackable(const llmi_tensor *const *ts, int n) {
+    for (int i = 1; i < n; i++) {
+        const llmi_tensor *a = ts[0], *b = ts[i];
+        if (b->cols != a->cols || b->group_size != a->group_size || b->n_groups != a->n_groups ||
+            !a->g_idx != !b->g_idx || (a->g_idx && memcmp(a->g_idx, b->g_idx, (size_t)a->cols * 4) != 0))
+            return false;
+    }
+    return true;
+}
+
 static int uploader_init(uploader *u, llmi_status *st) {
     memset(u, 0, sizeof *u);
     for (int i = 0; i < 2; i++) {
@@ -428,13 +443,23 @@ static int check_i4g(const llmi_tensor *t, llmi_status *st) {
     return 0;
 }
 
-/* Copies an int4 weight's parts to the device as they are: (*w) then serves it. */
-static int upload_i4g_parts(cuda_impl *im, const llmi_tensor *t, llmi_i4g_dev *w, size_t *counter, llmi_status *st) {
-    if (check_i4g(t, st)) return st->code;
-    size_t qb = (size_t)t->rows * (size_t)t->cols / 2, gb = (size_t)t->n_groups * (size_t)t->rows;
+/* Copies n int4 weights of one width (n > 1: group_i4_stackable) to the device as one,
+ * their rows one after another: (*w) then serves them.  Nibbles and g_idx go as they are;
+ * scales and zeros (n_groups, rows) are interleaved on the host, each group's row of all
+ * the parts together. */
+static int upload_i4g_parts(cuda_impl *im, const llmi_tensor *const *ts, int n, llmi_i4g_dev *w, size_t *counter,
+                            llmi_status *st) {
+    const llmi_tensor *t = ts[0];
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        if (check_i4g(ts[i], st)) return st->code;
+        rows += ts[i]->rows;
+    }
+    if (rows > INT32_MAX)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: an int4 group of %lld rows is too tall", (long long)rows);
+    size_t qb = (size_t)rows * (size_t)t->cols / 2, gb = (size_t)t->n_groups * (size_t)rows;
     void *q = NULL, *sc = NULL, *z = NULL, *gi = NULL;
-    *w = (llmi_i4g_dev){.rows = (int)t->rows, .cols = (int)t->cols, .group_size = t->group_size,
-                        .kernel = im->i4_kernel};
+    *w = (llmi_i4g_dev){.rows = (int)rows, .cols = (int)t->cols, .group_size = t->group_size, .kernel = im->i4_kernel};
     if (dalloc(im, &q, qb, counter, st)) return st->code;
     w->q = q;
     if (dalloc(im, &sc, gb * 2, counter, st)) return st->code;
@@ -446,9 +471,36 @@ static int upload_i4g_parts(cuda_impl *im, const llmi_tensor *t, llmi_i4g_dev *w
         w->g_idx = gi;
     }
     /* from pageable memory: each call returns once its source is staged */
-    CU_CHECK(st, cudaMemcpyAsync(q, t->data, qb, cudaMemcpyHostToDevice, im->stream));
-    CU_CHECK(st, cudaMemcpyAsync(sc, t->qscales, gb * 2, cudaMemcpyHostToDevice, im->stream));
-    CU_CHECK(st, cudaMemcpyAsync(z, t->qzeros, gb, cudaMemcpyHostToDevice, im->stream));
+    size_t q_off = 0;
+    for (int i = 0; i < n; i++) {
+        size_t part = (size_t)ts[i]->rows * (size_t)t->cols / 2;
+        CU_CHECK(st, cudaMemcpyAsync((char *)q + q_off, ts[i]->data, part, cudaMemcpyHostToDevice, im->stream));
+        q_off += part;
+    }
+    if (n == 1) {
+        CU_CHECK(st, cudaMemcpyAsync(sc, t->qscales, gb * 2, cudaMemcpyHostToDevice, im->stream));
+        CU_CHECK(st, cudaMemcpyAsync(z, t->qzeros, gb, cudaMemcpyHostToDevice, im->stream));
+    } else {
+        uint16_t *hs = malloc(gb * 2);   /* (n_groups, rows) */
+        uint8_t *hz = malloc(gb);
+        if (!hs || !hz) {
+            free(hs), free(hz);
+            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
+        }
+        for (int64_t g = 0; g < t->n_groups; g++) {
+            size_t at = (size_t)g * (size_t)rows;
+            for (int i = 0; i < n; i++) {
+                size_t r = (size_t)ts[i]->rows, from = (size_t)g * r;
+                memcpy(hs + at, ts[i]->qscales + from, r * 2);
+                memcpy(hz + at, ts[i]->qzeros + from, r);
+                at += r;
+            }
+        }
+        cudaError_t e = cudaMemcpyAsync(sc, hs, gb * 2, cudaMemcpyHostToDevice, im->stream);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(z, hz, gb, cudaMemcpyHostToDevice, im->stream);
+        free(hs), free(hz);
+        CU_CHECK(st, e);
+    }
     if (gi) CU_CHECK(st, cudaMemcpyAsync(gi, t->g_idx, (size_t)t->cols * 4, cudaMemcpyHostToDevice, im->stream));
     return 0;
 }
@@ -459,7 +511,7 @@ static int upload_i4g_parts(cuda_impl *im, const llmi_tensor *t, llmi_i4g_dev *w
 static int upload_dense(cuda_impl *im, uploader *u, const llmi_tensor *t, void *dst, llmi_status *st) {
     if (t->dtype == LLMI_I4G) {
         llmi_i4g_dev w = {0};   /* freed below even when upload_i4g_parts fails before filling it */
-        int rc = upload_i4g_parts(im, t, &w, NULL, st);
+        int rc = upload_i4g_parts(im, &t, 1, &w, NULL, st);
         cudaError_t e = rc ? cudaSuccess : llmi_cuda_int4_dequant(&w, dst, WDT, im->stream);
         if (!rc && e == cudaSuccess) e = cudaStreamSynchronize(im->stream);   /* before the parts are freed */
         if (!rc && e != cudaSuccess)
@@ -489,22 +541,26 @@ static int upload_dense(cuda_impl *im, uploader *u, const llmi_tensor *t, void *
     return 0;
 }
 
-/* A group of linears (q/k/v or gate/up, n of them, or one alone): int4 parts each kept
- * packed, or all of them stacked into one dense bf16 matrix in out[0]. */
+/* A group of linears (q/k/v or gate/up, n of them, or one alone): int4 kept packed (all
+ * stacked into out[0], or each on its own where group_i4_stackable says no), or all of them
+ * stacked into one dense bf16 matrix in out[0]. */
 static int upload_linears(cuda_impl *im, uploader *u, const llmi_tensor *const *ts, int n, cuda_linear *out,
                           int *n_out, llmi_status *st) {
     if (group_int4(ts, n)) {
-        for (int i = 0; i < n; i++) {
-            out[i].rows = ts[i]->rows;
-            out[i].cols = ts[i]->cols;
+        /* stacked into out[0] where the parts allow it, else each kept on its own */
+        const int parts = group_i4_stackable(ts, n) ? n : 1;
+        *n_out = n / parts;
+        for (int i = 0; i < *n_out; i++) {
+            const llmi_tensor *const *first = ts + i * parts;
             size_t before = im->weight_bytes;
-            if (upload_i4g_parts(im, ts[i], &out[i].q4, &im->weight_bytes, st)) return st->code;
+            if (upload_i4g_parts(im, first, parts, &out[i].q4, &im->weight_bytes, st)) return st->code;
+            out[i].rows = out[i].q4.rows;
+            out[i].cols = out[i].q4.cols;
             out[i].bytes = im->weight_bytes - before;
             u->bytes_in += out[i].bytes;
-            size_t elems = (size_t)ts[i]->rows * (size_t)ts[i]->cols;
+            size_t elems = (size_t)out[i].rows * (size_t)out[i].cols;
             if (elems > im->i4_scratch_elems) im->i4_scratch_elems = elems;
         }
-        *n_out = n;
         return 0;
     }
     int64_t rows = 0;
@@ -540,7 +596,7 @@ static double now_s(void) {
 }
 
 /* Device bytes of the weights as load_weights will store them, and the largest int4
- * linear (its dequant scratch for prefill GEMMs). */
+ * linear, a stacked group counted whole (its dequant scratch for prefill GEMMs). */
 static size_t weights_needed(const llmi_model *m, bool tied, size_t *i4_max_elems) {
     const llmi_config *c = &m->cfg;
     size_t dim = (size_t)c->dim, total = 0;
@@ -552,12 +608,14 @@ static size_t weights_needed(const llmi_model *m, bool tied, size_t *i4_max_elem
         const llmi_tensor *const *groups[4] = {qkv, gu, wo, dn};
         const int sizes[4] = {3, 2, 1, 1};
         for (int g = 0; g < 4; g++) {
-            bool i4 = group_int4(groups[g], sizes[g]);
+            bool i4 = group_int4(groups[g], sizes[g]), stacked = i4 && group_i4_stackable(groups[g], sizes[g]);
+            size_t elems = 0;   /* of the largest int4 linear as upload_linears stores it */
             for (int i = 0; i < sizes[g]; i++) {
                 total += cuda_weight_bytes(groups[g][i], i4);
-                size_t elems = (size_t)groups[g][i]->rows * (size_t)groups[g][i]->cols;
-                if (i4 && elems > *i4_max_elems) *i4_max_elems = elems;
+                size_t part = (size_t)groups[g][i]->rows * (size_t)groups[g][i]->cols;
+                elems = stacked ? elems + part : part > elems ? part : elems;
             }
+            if (i4 && elems > *i4_max_elems) *i4_max_elems = elems;
         }
         total += 2 * dim * 4 + (c->qkv_bias ? ((size_t)c->n_heads + 2 * (size_t)c->n_kv_heads) * c->head_dim * 4 : 0);
     }
@@ -1425,14 +1483,14 @@ int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_ba
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: cannot create a stream on GPU %d: %s", o->gpu_index,
                        cudaGetErrorString(cudaGetLastError()));
     /* the kernel switches: the first word of each is the default */
-    static const char *const i4_words[] = {"auto", "chunk", "warp"}, *const dec_words[] = {"tc", "fp32"},
+    static const char *const i4_words[] = {"auto", "mma", "chunk", "warp"}, *const dec_words[] = {"tc", "fp32"},
                              *const tiles_words[] = {"async", "sync"};
-    static const llmi_i4_kernel i4_kernels[] = {LLMI_I4_AUTO, LLMI_I4_CHUNK, LLMI_I4_WARP};
+    static const llmi_i4_kernel i4_kernels[] = {LLMI_I4_AUTO, LLMI_I4_MMA, LLMI_I4_CHUNK, LLMI_I4_WARP};
     const char *i4_env = getenv("LLMI_I4_GEMV"), *dec_env = getenv("LLMI_ATTN_DECODE"),
                *tiles_env = getenv("LLMI_ATTN_TILES");
     int i4_word = 0, dec_word = 0, tiles_word = 0;
-    if (!rc && cuda_env_word(i4_env, i4_words, 3, &i4_word))
-        rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_I4_GEMV=%s: not auto, chunk or warp", i4_env);
+    if (!rc && cuda_env_word(i4_env, i4_words, 4, &i4_word))
+        rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_I4_GEMV=%s: not auto, mma, chunk or warp", i4_env);
     if (!rc && cuda_env_word(dec_env, dec_words, 2, &dec_word))
         rc = llmi_fail(st, LLMI_E_USAGE, "cuda backend: LLMI_ATTN_DECODE=%s: not tc or fp32", dec_env);
     if (!rc && cuda_env_word(tiles_env, tiles_words, 2, &tiles_word))

