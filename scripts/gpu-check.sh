@@ -40,14 +40,14 @@
 #       scratch copy (-march=x86-64-v3: the GPU host's CPU may lack this one's AVX-512) and
 #       fills .gpu-pack/ with llmi and llmi_tests (cudart static; cuBLAS(Lt) and cuSOLVER come from the
 #       GPU machine's CUDA), llmi-cpu-v4 (CPU-only, x86-64-v4 + VNNI: the cpu steps' binary
-#       where the CPU has those flags, since the CPU backend's quantized matmuls are scalar
-#       without them), the pcre2/utf8proc/cjson/zstd/xxhash/gomp libraries and WikiText-2's
+#       where the CPU has those flags, ~3x x86-64-v3's speed on SmolLM2's prefill), the
+#       pcre2/utf8proc/cjson/zstd/xxhash/gomp libraries and WikiText-2's
 #       test text, and splits the default model into .gpu-model-1..3 (a call carries at
 #       most 64 MiB; all of these and gpu-check-out/ are git-ignored).  Carry ".gpu-pack"
 #       and one part per call: the script stashes parts in /tmp/llmi-gpu-model and
 #       assembles the model once all three have arrived on the (still warm) machine.
-#   scripts/gpu-check.sh --refs    after --pack, on the build machine (no device time; ~50 min on 2
-#       cores with the x86-64-v3 build's scalar matmuls, minutes with the AVX-512 cpu build):
+#   scripts/gpu-check.sh --refs    after --pack, on the build machine (no device time; minutes
+#       on 2 cores with the AVX-512 cpu build):
 #       runs e2e's cpu steps with the pack's llmi and keeps their outputs in
 #       testdata/gpu-ref/ (tracked: commit them; the tree carries them to the device), good
 #       while the CPU path's sources are unchanged (--pack counts the matching ones); on the
@@ -87,9 +87,10 @@ ALL_PHASES=unit,sanitize,e2e,smol,bench,profile,tput,quant,hf
 # backend's output does not depend on the thread count (compared byte for byte at 1 and 2
 # threads, timings aside), and the pack's binary is the same on both machines; libm comes
 # from each machine's system.  Which binary: the pack's x86-64-v3 llmi, or since 2026-11-27
-# its AVX-512 VNNI cpu build (llmi-cpu-v4, ~22x faster on SmolLM2's quantized matmuls)
-# where the CPU has the flags (here, and the GPU hosts so far); the two differ in the last
-# bits (SmolLM2's perplexity with q8 KV by 0.29%), so each reference's "made" line names it.
+# its AVX-512 VNNI cpu build (llmi-cpu-v4) where the CPU has the flags (here, and the GPU
+# hosts so far); the two differ in the last bits (the dense products' and attention's
+# portable bodies against AVX-512's; the quantized matmuls agree bit for bit since their
+# AVX2 kernel), so each reference's "made" line names it.
 # The store is tracked (testdata/gpu-ref/, README there): a session's checkout is fresh, and
 # the --refs run would otherwise be spent again by every session that holds a device.
 REFSTORE=$ROOT/testdata/gpu-ref
@@ -130,9 +131,9 @@ if [ "${1:-}" = --pack ]; then
   strip --strip-debug -o "$PACK/llmi" "$tmp/llmi"
   strip --strip-debug -o "$PACK/llmi_tests" "$tmp/build/llmi_tests"
   # The cpu steps' own llmi for hosts with AVX-512 VNNI (this machine, and the GPU hosts so
-  # far): the CPU backend's quantized matmuls have no AVX2 kernel, so x86-64-v3's run scalar,
-  # ~22x slower (docs/PERF.md: --refs ~32 min, SmolLM2's cpu quantize rows cut off on the
-  # device).  CPU-only; the device steps keep the CUDA build above.
+  # far): ~3x x86-64-v3's prefill speed on SmolLM2 (VNNI against AVX2's quantized matmuls,
+  # AVX-512 attention against its portable one; docs/PERF.md).  CPU-only; the device steps
+  # keep the CUDA build above.
   sed -i 's/-march=x86-64-v3/-march=x86-64-v4 -mavx512vnni/' "$tmp/Makefile"
   if (cd "$tmp" && nice make -j"${JOBS:-2}" CUDA=0 GIT_COMMIT="$commit" all > build-v4.log 2>&1); then
     strip --strip-debug -o "$PACK/llmi-cpu-v4" "$tmp/llmi"
@@ -190,7 +191,7 @@ if [ "${1:-}" = --pack ]; then
   echo "  e2e 4 s, tput 16 + 84 + 144 s + a 43 s A/B now skipped; call 3 151 s: smol 25 s, the 8B GPTQ row 17 s, AWQ"
   echo "  70 s before its error measure moved to the GPU; SmolLM2's cpu GPTQ did not finish in the 43 s left: quant now"
   echo "  runs SmolLM2 first, 8 x 256, and its cpu side on llmi-cpu-v4 where the CPU has AVX-512 VNNI (seconds a"
-  echo "  method; ~60-75 s on x86-64-v3's scalar matmuls), so call 3 wants ~150-260 s)"
+  echo "  method; x86-64-v3's matmuls were scalar then, AVX2 since), so call 3 wants ~150-260 s)"
   echo "  (a gap of over 30 s between calls loses the machine and the model parts it holds: the third call then has no SmolLM2)"
   exit 0
 fi
@@ -472,7 +473,7 @@ use_pack() {
   if [ -x "$PACK_BIN/llmi-cpu-v4" ] && cpu_has_avx512_vnni; then
     LLMI=$PACK_BIN/llmi-cpu-v4 CPU_BIN_NOTE="; cpu steps on its AVX-512 build"
   elif [ -x "$PACK_BIN/llmi-cpu-v4" ]; then
-    CPU_BIN_NOTE="; cpu steps on x86-64-v3 (no AVX-512 VNNI here: scalar quantized matmuls)"
+    CPU_BIN_NOTE="; cpu steps on x86-64-v3 (no AVX-512 VNNI here: AVX2 quantized matmuls, portable attention)"
   fi
   export LD_LIBRARY_PATH="$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
@@ -947,10 +948,10 @@ if has_phase quant; then
   # First SmolLM2 on the CPU and on the GPU, the files compared (issue 13's GPU-vs-CPU
   # agreement; never yet on a device: on 2026-11-27 the 8B rows, first then, were measured
   # and the CPU's GPTQ here was cut off).  Its CPU side ran the pack's x86-64-v3 llmi, whose
-  # quantized matmuls are scalar (the CPU backend has an AVX-512 VNNI kernel and a portable
-  # one): ~4 s a layer at 8 x 512 on the device's 16 cores, where dev-cpu's native build
-  # takes 1.0 s on 2.  Since, the cpu steps take the pack's AVX-512 build where the CPU has
-  # it; 8 x 256 all the same, so that a host without it still fits the call.
+  # quantized matmuls were scalar then (AVX2 since): ~4 s a layer at 8 x 512 on the device's
+  # 16 cores, where dev-cpu's native build takes 1.0 s on 2.  Since, the cpu steps take the
+  # pack's AVX-512 build where the CPU has it; 8 x 256 all the same, so that a host without
+  # it still fits the call.
   if [ -z "$qcalib" ]; then
     row "quantize cuda vs cpu" "not available" "no calibration text (CALIB=, or .gpu-pack/data/calib.txt)"
   elif [ -z "$SMOL" ]; then

@@ -250,6 +250,52 @@ TEST(cpu_matmul_quant_recipe_exact) {
     CHECK_MSG(bad == 0, "%ld of %ld outputs differ from the recipe", bad, total);
 }
 
+/* The dense recipe of matmul.c's comment, written here with plain C arithmetic: 16 lanes,
+ * lane l an fmaf chain over columns c = l (mod 16) in order, zeros past the row's end, then
+ * the 16 sums reduced as GCC's _mm512_reduce_add_ps does (lane l + lane l + 8, then + 4,
+ * then lanes 0 + 2 and 1 + 3, then those two).  Every build (AVX-512, AVX2, portable) must
+ * give exactly these bits: a model's outputs then do not depend on the CPU's vector width. */
+static float dense_recipe_ref(const llmi_tensor *w, int row, const float *x) {
+    float a[16] = {0};
+    for (int c = 0; c < w->cols; c++) {
+        const uint8_t *p = (const uint8_t *)w->data + w->row_bytes * row;
+        float v;
+        if (w->dtype == LLMI_F32) memcpy(&v, p + 4 * (size_t)c, 4);
+        else if (w->dtype == LLMI_F16) v = (float)get_half(p + 2 * (size_t)c);
+        else { uint16_t h; memcpy(&h, p + 2 * (size_t)c, 2); v = bf16_to_f32(h); }
+        a[c % 16] = fmaf(v, x[c], a[c % 16]);
+    }
+    /* (a lane past the end adds fmaf(0, 0, a) = a: -0 + +0 aside, which it turns to +0) */
+    for (int c = w->cols; c % 16; c++) a[c % 16] = fmaf(0.0f, 0.0f, a[c % 16]);
+    float h8[8], h4[4];
+    for (int l = 0; l < 8; l++) h8[l] = a[l + 8] + a[l];
+    for (int l = 0; l < 4; l++) h4[l] = h8[l + 4] + h8[l];
+    return (h4[0] + h4[2]) + (h4[1] + h4[3]);
+}
+
+TEST(cpu_matmul_dense_recipe_exact) {
+    rng r = rng_make("dense_recipe");
+    const int shapes[][2] = {{1, 1}, {3, 15}, {5, 16}, {7, 17}, {33, 100}, {9, 576}, {4, 1000}};
+    const int ns[] = {1, 2, 3, 5, 1, 7, 4};
+    long bad = 0, total = 0;
+    for (int t = LLMI_F32; t <= LLMI_BF16; t++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int rows = shapes[si][0], cols = shapes[si][1], n = ns[si];
+            llmi_tensor w = make_weight(&r, (llmi_dtype)t, rows, cols);
+            float *x = rand_vec(&r, (size_t)n * cols, 2.0f), *y = malloc(sizeof(float) * n * rows);
+            cpu_matmul(&w, x, n, NULL, y);
+            for (int i = 0; i < n; i++)
+                for (int o = 0; o < rows; o++, total++) {
+                    float want = dense_recipe_ref(&w, o, x + (size_t)i * cols);
+                    if (memcmp(&want, &y[(size_t)i * rows + o], 4) != 0 && bad++ < 3)
+                        fprintf(stderr, "  %s %dx%d token %d row %d: %a, recipe %a\n", dtype_name((llmi_dtype)t), rows,
+                                cols, i, o, y[(size_t)i * rows + o], want);
+                }
+            free(x); free(y); free(w.owned);
+        }
+    CHECK_MSG(bad == 0, "%ld of %ld outputs differ from the recipe", bad, total);
+}
+
 /* Packing is a permutation of the GGUF bytes: every row's scales (mins) and quants are
  * found where ops.h says, padding rows are zero, and a packed weight multiplies as the raw one. */
 TEST(cpu_qweight_pack_layout) {

@@ -1,8 +1,11 @@
 /* linalg.c — the quantizer's dense linear algebra on the CPU (see linalg.h).
  *
- * The register tiles use GCC vector types (64 bytes: 16 floats or 8 doubles): one source
- * for fp32 and fp64 that compiles to AVX-512 here and to narrower or scalar code
- * elsewhere.  Blocking is the usual one for a two-core cache hierarchy: a K panel of 256
+ * The register tiles use GCC vector types, one source for fp32 and fp64: 64 bytes (16 floats
+ * or 8 doubles) where the target has AVX-512's 32 vector registers, 32 bytes elsewhere, so
+ * that an AVX2 build's tiles (16 registers) do not spill (a 64-byte tile there took 5x the
+ * time of AVX-512's on SmolLM2's GPTQ, 2026-11-27).  Every output element is one
+ * accumulation chain over the tokens (Gram) or one K panel's columns (GEMM) in order,
+ * whatever the tile's shape, so both widths give the same bits.  Blocking is the usual one for a two-core cache hierarchy: a K panel of 256
  * packed into 64-byte aligned strips that stay in L1/L2 while a block of 64 rows of A
  * passes over them. */
 #include <math.h>
@@ -20,17 +23,25 @@
 #pragma GCC optimize("fp-contract=fast")
 #endif
 
-typedef float vf16 __attribute__((vector_size(64)));   /* 16 fp32 lanes */
-typedef double vd8 __attribute__((vector_size(64)));   /* 8 fp64 lanes */
+#if defined(__AVX512F__)
+#define LA_VBYTES 64
+#define GR_A 8       /* rows of h per tile (divides GR_P: a tile's rows sit in one panel) */
+#else
+#define LA_VBYTES 32
+#define GR_A 4
+#endif
+typedef float vfl __attribute__((vector_size(LA_VBYTES)));   /* LA_VBYTES / 4 fp32 lanes */
+typedef double vdl __attribute__((vector_size(LA_VBYTES)));  /* LA_VBYTES / 8 fp64 lanes */
+#define VF_LANES (LA_VBYTES / 4)
+#define VD_LANES (LA_VBYTES / 8)
 
-/* ---- Gram matrix: upper triangle of X^T X, 8 x 32 register tiles -------------------- */
-#define GR_TOK 256   /* tokens packed per pass: (32-column panels, 256, 32) */
-#define GR_P 32      /* columns per panel = two vectors */
-#define GR_A 8       /* rows of h per tile (8 divides 32: a tile's rows sit in one panel) */
+/* ---- Gram matrix: upper triangle of X^T X, GR_A x GR_P register tiles ---------------- */
+#define GR_TOK 256   /* tokens packed per pass: (GR_P-column panels, 256, GR_P) */
+#define GR_P (2 * VF_LANES)   /* columns per panel = two vectors */
 
 int quant_gram_acc(const float *x, int n, int k, float scale, float *h) {
     const int np = (k + GR_P - 1) / GR_P, nab = (k + GR_A - 1) / GR_A;
-    float *pk = aligned_alloc(64, (size_t)np * GR_TOK * GR_P * sizeof(float)); /* (np, GR_TOK, 32) */
+    float *pk = aligned_alloc(64, (size_t)np * GR_TOK * GR_P * sizeof(float)); /* (np, GR_TOK, GR_P) */
     if (!pk) return -1;
     for (int t0 = 0; t0 < n; t0 += GR_TOK) {
         const int nt = n - t0 < GR_TOK ? n - t0 : GR_TOK;
@@ -48,10 +59,10 @@ int quant_gram_acc(const float *x, int n, int k, float scale, float *h) {
                 if (p * GR_P + GR_P - 1 < a0) continue;   /* entirely below the diagonal */
                 const float *pa = pk + (size_t)(a0 / GR_P) * GR_TOK * GR_P + a0 % GR_P;
                 const float *pb = pk + (size_t)p * GR_TOK * GR_P;
-                vf16 acc[GR_A][2];
+                vfl acc[GR_A][2];
                 memset(acc, 0, sizeof acc);
                 for (int t = 0; t < nt; t++) {
-                    vf16 b0 = *(const vf16 *)(pb + (size_t)t * GR_P), b1 = *(const vf16 *)(pb + (size_t)t * GR_P + 16);
+                    vfl b0 = *(const vfl *)(pb + (size_t)t * GR_P), b1 = *(const vfl *)(pb + (size_t)t * GR_P + VF_LANES);
                     const float *ar = pa + (size_t)t * GR_P;
                     for (int r = 0; r < GR_A; r++) {
                         acc[r][0] += ar[r] * b0;
@@ -60,7 +71,8 @@ int quant_gram_acc(const float *x, int n, int k, float scale, float *h) {
                 }
                 for (int r = 0; r < GR_A && a0 + r < k; r++) {
                     float *hr = h + (size_t)(a0 + r) * k;
-                    for (int j = 0; j < GR_P && p * GR_P + j < k; j++) hr[p * GR_P + j] += scale * acc[r][j / 16][j % 16];
+                    for (int j = 0; j < GR_P && p * GR_P + j < k; j++)
+                        hr[p * GR_P + j] += scale * acc[r][j / VF_LANES][j % VF_LANES];
                 }
             }
     }
@@ -150,8 +162,8 @@ void quant_abs_mean_acc(const float *x, int n, int k, float scale, float *m) {
         free(bp);                                                                                               \
         return 0;                                                                                               \
     }
-GEMM_SUB_DEF(quant_gemm_sub_f, float, vf16, 16)
-GEMM_SUB_DEF(quant_gemm_sub_d, double, vd8, 8)
+GEMM_SUB_DEF(quant_gemm_sub_f, float, vfl, VF_LANES)
+GEMM_SUB_DEF(quant_gemm_sub_d, double, vdl, VD_LANES)
 
 /* ---- Cholesky and triangular inverse: 128-wide blocks, updates through the GEMM ----- */
 #define LA_NB 128

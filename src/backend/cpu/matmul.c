@@ -26,7 +26,7 @@
 #include <sys/mman.h>
 #include "backend/cpu/ops.h"
 #include "core/int4.h"
-#if defined(__AVX512F__) || defined(__F16C__)
+#if defined(__AVX512F__) || defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -42,8 +42,11 @@
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
 #define MM_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define MM_AVX2 1   /* x86-64-v3 */
 #endif
 
+#define DENSE_PF_ROWS 4   /* rows ahead a decode pass prefetches (4-16 measured alike) */
 #if defined(__AVX512F__)
 /* 16 weights from column c as fp32; m masks the columns past the row's end. */
 static inline __m512 dense_load(const void *w, llmi_dtype t, int64_t c, __mmask16 m) {
@@ -57,7 +60,6 @@ static inline __m512 dense_load(const void *w, llmi_dtype t, int64_t c, __mmask1
  * R weight loads (converted once) and T activation loads feed R*T FMAs.  Each (row, token)
  * keeps one accumulator walked over the columns in order and reduced once, so the tile
  * shape never changes a result. */
-#define DENSE_PF_ROWS 4   /* rows ahead a decode pass prefetches (4-16 measured alike) */
 /* One 16-column step of the tile at column c; m masks the columns past the row's end (a
  * constant 0xffff in the main loop, so its loads need no mask). */
 #define DENSE_STEP(DT, R, T, c, m)                                                                       \
@@ -127,6 +129,105 @@ static void dense_rows(const llmi_tensor *w, int64_t r0, int64_t r1, const float
     else if (w->dtype == LLMI_BF16) dense_rows_bf16(w, r0, r1, x, t0, tn, y, rows);
     else dense_rows_f32(w, r0, r1, x, t0, tn, y, rows);
 }
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+/* The AVX-512 kernel's recipe on AVX2: a 16-lane step is two 8-lane vectors (lanes 0-7,
+ * 8-15), each lane one FMA chain over its columns in order, the tail zero-filled as the
+ * masked loads do, and the 16 lanes reduced in _mm512_reduce_add_ps's order (GCC's: the two
+ * halves added, then their halves, then lanes 0 + 2 and 1 + 3, then those two): the same
+ * bits as the AVX-512 build. */
+static inline __m256 dense2_load(const void *w, llmi_dtype t, int64_t c) {
+    if (t == LLMI_F32) return _mm256_loadu_ps((const float *)w + c);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + c));
+    if (t == LLMI_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+static inline float dense2_reduce(__m256 lo, __m256 hi) {
+    __m256 t3 = _mm256_add_ps(hi, lo);
+    __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
+}
+/* R rows x T tokens; the last partial step goes through zero-padded copies (wt, xt). */
+#define DENSE2_STEP(LOADW, LOADX)                                                                        \
+    do {                                                                                                 \
+        __m256 wv[R][2];                                                                                 \
+        _Pragma("GCC unroll 2") for (int i = 0; i < R; i++) {                                            \
+            wv[i][0] = LOADW(i, 0);                                                                      \
+            wv[i][1] = LOADW(i, 8);                                                                      \
+        }                                                                                                \
+        _Pragma("GCC unroll 4") for (int j = 0; j < T; j++) {                                            \
+            const __m256 x0 = LOADX(j, 0), x1 = LOADX(j, 8);                                             \
+            _Pragma("GCC unroll 2") for (int i = 0; i < R; i++) {                                        \
+                acc[i][j][0] = _mm256_fmadd_ps(wv[i][0], x0, acc[i][j][0]);                              \
+                acc[i][j][1] = _mm256_fmadd_ps(wv[i][1], x1, acc[i][j][1]);                              \
+            }                                                                                            \
+        }                                                                                                \
+    } while (0)
+#define DENSE2_INSTANCE(SFX, DT, R_, T_)                                                                 \
+    static void dense2_##SFX##_##R_##x##T_(const llmi_tensor *w, int64_t r0, const float *x, int t0, float *y, \
+                                          int64_t rows) {                                                \
+        enum { R = R_, T = T_ };                                                                         \
+        const llmi_dtype dt = DT;                                                                        \
+        const int64_t cols = w->cols;                                                                    \
+        const uint8_t *w0 = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;                        \
+        __m256 acc[R][T][2];                                                                             \
+        _Pragma("GCC unroll 2") for (int i = 0; i < R; i++)                                              \
+            _Pragma("GCC unroll 4") for (int j = 0; j < T; j++) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps(); \
+        int64_t c = 0;                                                                                   \
+        for (; c + 16 <= cols; c += 16) {                                                                \
+            if (T == 1)   /* decode streams the weights once: the rows after these */                    \
+                for (int i = 0; i < R; i++)                                                              \
+                    _mm_prefetch((const char *)w0 + (size_t)(i + DENSE_PF_ROWS) * w->row_bytes +          \
+                                 c * dtype_block_bytes(DT), _MM_HINT_T0);                                \
+            DENSE2_STEP(DENSE2_W_ROW, DENSE2_X_ROW);                                                     \
+        }                                                                                                \
+        if (c < cols) {                                                                                  \
+            float wt[R][16] = {{0}}, xt[T][16] = {{0}};                                                  \
+            for (int i = 0; i < R; i++)                                                                  \
+                for (int64_t k = c; k < cols; k++) wt[i][k - c] = dense_elem(w0 + (size_t)i * w->row_bytes, DT, k); \
+            for (int j = 0; j < T; j++)                                                                  \
+                for (int64_t k = c; k < cols; k++) xt[j][k - c] = x[(size_t)(t0 + j) * cols + k];        \
+            DENSE2_STEP(DENSE2_W_PAD, DENSE2_X_PAD);                                                     \
+        }                                                                                                \
+        _Pragma("GCC unroll 2") for (int i = 0; i < R; i++)                                              \
+            _Pragma("GCC unroll 4") for (int j = 0; j < T; j++)                                          \
+                y[(size_t)(t0 + j) * rows + r0 + i] = dense2_reduce(acc[i][j][0], acc[i][j][1]);         \
+    }
+#define DENSE2_W_ROW(i, o) dense2_load(w0 + (size_t)(i) * w->row_bytes, dt, c + (o))
+#define DENSE2_X_ROW(j, o) _mm256_loadu_ps(x + (size_t)(t0 + (j)) * cols + c + (o))
+#define DENSE2_W_PAD(i, o) _mm256_loadu_ps(wt[i] + (o))
+#define DENSE2_X_PAD(j, o) _mm256_loadu_ps(xt[j] + (o))
+/* Rows [r0, r1) for tokens [t0, t0 + tn): 2-row tiles of 2 tokens (14 of the 16 vector
+ * registers), single rows for an odd last row, and one row at a time for one token. */
+#define DENSE2_FORMAT(SFX, DT)                                                                           \
+    DENSE2_INSTANCE(SFX, DT, 2, 2) DENSE2_INSTANCE(SFX, DT, 1, 2) DENSE2_INSTANCE(SFX, DT, 1, 1)         \
+    static void dense_rows_##SFX(const llmi_tensor *w, int64_t r0, int64_t r1, const float *x, int t0, int tn, \
+                                 float *y, int64_t rows) {                                               \
+        int j = 0;                                                                                       \
+        for (; j + 2 <= tn; j += 2) {                                                                    \
+            int64_t r = r0;                                                                              \
+            for (; r + 2 <= r1; r += 2) dense2_##SFX##_2x2(w, r, x, t0 + j, y, rows);                    \
+            for (; r < r1; r++) dense2_##SFX##_1x2(w, r, x, t0 + j, y, rows);                            \
+        }                                                                                                \
+        for (; j < tn; j++)                                                                              \
+            for (int64_t r = r0; r < r1; r++) dense2_##SFX##_1x1(w, r, x, t0 + j, y, rows);              \
+    }
+static float dense_elem(const uint8_t *wr, llmi_dtype t, int64_t c) {
+    if (t == LLMI_F32) { float f; memcpy(&f, wr + 4 * c, 4); return f; }
+    uint16_t h;
+    memcpy(&h, wr + 2 * c, 2);
+    return t == LLMI_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
+}
+DENSE2_FORMAT(f32, LLMI_F32)
+DENSE2_FORMAT(f16, LLMI_F16)
+DENSE2_FORMAT(bf16, LLMI_BF16)
+
+static void dense_rows(const llmi_tensor *w, int64_t r0, int64_t r1, const float *x, int t0, int tn, float *y,
+                       int64_t rows) {
+    if (w->dtype == LLMI_F16) dense_rows_f16(w, r0, r1, x, t0, tn, y, rows);
+    else if (w->dtype == LLMI_BF16) dense_rows_bf16(w, r0, r1, x, t0, tn, y, rows);
+    else dense_rows_f32(w, r0, r1, x, t0, tn, y, rows);
+}
 #else
 static float dense_elem(const uint8_t *wr, llmi_dtype t, int64_t c) {
     if (t == LLMI_F32) { float f; memcpy(&f, wr + 4 * c, 4); return f; }
@@ -134,16 +235,25 @@ static float dense_elem(const uint8_t *wr, llmi_dtype t, int64_t c) {
     memcpy(&h, wr + 2 * c, 2);
     return t == LLMI_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
 }
+/* The recipe one (row, token) at a time: 16 lanes, lane l the FMA chain over columns
+ * c = l (mod 16) in order (zeros past the end), reduced as _mm512_reduce_add_ps does: the
+ * same bits as the vector builds. */
 static void dense_rows(const llmi_tensor *w, int64_t r0, int64_t r1, const float *x, int t0, int tn, float *y,
                        int64_t rows) {
     for (int64_t r = r0; r < r1; r++) {
-    const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-    for (int i = 0; i < tn; i++) {
-        const float *xt = x + (size_t)(t0 + i) * w->cols;
-        float s = 0.0f;
-        for (int64_t c = 0; c < w->cols; c++) s += dense_elem(wr, w->dtype, c) * xt[c];
-        y[(size_t)(t0 + i) * rows + r] = s;
-    }
+        const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        for (int i = 0; i < tn; i++) {
+            const float *xt = x + (size_t)(t0 + i) * w->cols;
+            float a[16] = {0};
+            for (int64_t c = 0; c < w->cols; c += 16)
+                for (int l = 0; l < 16; l++) {
+                    const int64_t k = c + l;
+                    a[l] = fmaf(k < w->cols ? dense_elem(wr, w->dtype, k) : 0.0f, k < w->cols ? xt[k] : 0.0f, a[l]);
+                }
+            float t6[4];
+            for (int l = 0; l < 4; l++) t6[l] = (a[l + 12] + a[l + 4]) + (a[l + 8] + a[l]);
+            y[(size_t)(t0 + i) * rows + r] = (t6[0] + t6[2]) + (t6[1] + t6[3]);
+        }
     }
 }
 #endif
@@ -397,6 +507,91 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
 QGROUP_FORMAT(LLMI_Q4_0, q4_0)
 QGROUP_FORMAT(LLMI_Q4_1, q4_1)
 QGROUP_FORMAT(LLMI_Q8_0, q8_0)
+#elif defined(MM_AVX2)
+/* The same recipe on AVX2, 8 rows a vector: half h of the group (rows 8h .. 8h + 7) is 32
+ * bytes of each 64-byte quad.  vpmaddubsw multiplies unsigned by signed bytes and sums the
+ * pairs into int16, saturating: a nibble (<= 15) times an activation (|x| <= 127) gives pairs
+ * of at most 3,810, so a block's 8 operands sum in int16 (<= 30,480) and one vpmaddwd by
+ * ones makes the row's int32 dot, exactly.  A Q8_0 byte u = q + 128 (up to 255) would
+ * saturate: it is split into its nibbles, u = 16 u_hi + u_lo, two such dots.  The block's
+ * integer dot is then the same int32 as vpdpbusd's, and its float steps (fp16 scales by
+ * F16C, the product rounded, two FMAs) are the AVX-512 kernel's per lane: the same bits.
+ * The weights of a half are unpacked once for TN tokens. */
+#define QGROUP2_INSTANCE(NAME, DT, TN)                                                                  \
+    static void NAME(const uint8_t *gp, const cpu_qact *qx, int t0, int pf, float *out) {               \
+        const int nb = qx->nb, k = qp_k(DT);                                                            \
+        const size_t pb = qp_block(DT), head = qp_head(DT);                                             \
+        const __m256i m4 = _mm256_set1_epi8(15);                                                        \
+        for (int h = 0; h < 2; h++) {                                                                   \
+            __m256 acc[TN];                                                                             \
+            _Pragma("GCC unroll 4") for (int i = 0; i < TN; i++) acc[i] = _mm256_setzero_ps();          \
+            for (int b = 0; b < nb; b++) {                                                              \
+                const uint8_t *p = gp + (size_t)b * pb;                                                 \
+                if (pf && h == 0)                                                                       \
+                    for (size_t off = 0; off < pb; off += 64)                                           \
+                        _mm_prefetch((const char *)p + MM_PREFETCH_BYTES + off, _MM_HINT_T0);           \
+                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));      \
+                const __m256 mn = DT == LLMI_Q4_1                                                       \
+                                      ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h))) \
+                                      : _mm256_setzero_ps();                                            \
+                __m256i u[8]; /* operand j pairs with activation bytes xo[j]..xo[j]+3 (Q8_0: u_lo, u_hi) */ \
+                int xo[8];                                                                              \
+                for (int j = 0; j < 4; j++) {                                                           \
+                    if (DT == LLMI_Q8_0) {                                                              \
+                        /* quads 2j and 2j + 1 (columns 8j.., 8j + 4..), split at the dot below */   \
+                        u[2 * j] = _mm256_loadu_si256((const __m256i *)(p + head + (size_t)(2 * j) * 64 + 32 * h)); \
+                        u[2 * j + 1] = _mm256_loadu_si256((const __m256i *)(p + head + (size_t)(2 * j + 1) * 64 + 32 * h)); \
+                        xo[2 * j] = 8 * j;                                                              \
+                        xo[2 * j + 1] = 8 * j + 4;                                                      \
+                    } else {                                                                            \
+                        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + head + (size_t)j * 64 + 32 * h)); \
+                        u[2 * j] = _mm256_and_si256(v, m4);                                             \
+                        u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);                   \
+                        xo[2 * j] = 4 * j;                                                              \
+                        xo[2 * j + 1] = 16 + 4 * j;                                                     \
+                    }                                                                                   \
+                }                                                                                       \
+                _Pragma("GCC unroll 4") for (int i = 0; i < TN; i++) {                                  \
+                    const size_t tb = (size_t)(t0 + i) * nb + b;                                        \
+                    const int8_t *xq = qx->q + tb * 32;                                                 \
+                    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256(); /* int16 pair sums */ \
+                    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                              \
+                        int32_t x4;                                                                     \
+                        memcpy(&x4, xq + xo[j], 4);                                                     \
+                        const __m256i xv = _mm256_set1_epi32(x4);                                       \
+                        if (DT == LLMI_Q8_0) {                                                          \
+                            lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_and_si256(u[j], m4), xv)); \
+                            hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(                             \
+                                _mm256_and_si256(_mm256_srli_epi16(u[j], 4), m4), xv));                 \
+                        } else {                                                                        \
+                            lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(u[j], xv));                  \
+                        }                                                                               \
+                    }                                                                                   \
+                    const __m256i ones = _mm256_set1_epi16(1);                                          \
+                    __m256i is = _mm256_add_epi32(_mm256_set1_epi32(-k * qx->isx[tb]), _mm256_madd_epi16(lo, ones)); \
+                    if (DT == LLMI_Q8_0) is = _mm256_add_epi32(is, _mm256_slli_epi32(_mm256_madd_epi16(hi, ones), 4)); \
+                    const __m256 s = _mm256_mul_ps(d, _mm256_set1_ps(qx->dx[tb]));                      \
+                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), s, acc[i]);                        \
+                    if (DT == LLMI_Q4_1) acc[i] = _mm256_fmadd_ps(mn, _mm256_set1_ps(qx->sx[tb]), acc[i]); \
+                }                                                                                       \
+            }                                                                                           \
+            _Pragma("GCC unroll 4") for (int i = 0; i < TN; i++)                                        \
+                _mm256_storeu_ps(out + (size_t)i * QP_ROWS + 8 * h, acc[i]);                            \
+        }                                                                                               \
+    }
+#define QGROUP2_FORMAT(DT, SFX)                                                                         \
+    QGROUP2_INSTANCE(qgroup2_##SFX##_1, DT, 1)                                                          \
+    QGROUP2_INSTANCE(qgroup2_##SFX##_2, DT, 2)                                                          \
+    QGROUP2_INSTANCE(qgroup2_##SFX##_4, DT, 4)                                                          \
+    static void qgroup2_##SFX(const uint8_t *gp, const cpu_qact *qx, int t0, int tn, int pf, float *acc) { \
+        int i = 0;                                                                                      \
+        for (; i + 4 <= tn; i += 4) qgroup2_##SFX##_4(gp, qx, t0 + i, pf, acc + (size_t)i * QP_ROWS);  \
+        for (; i + 2 <= tn; i += 2) qgroup2_##SFX##_2(gp, qx, t0 + i, pf, acc + (size_t)i * QP_ROWS);  \
+        for (; i < tn; i++) qgroup2_##SFX##_1(gp, qx, t0 + i, pf, acc + (size_t)i * QP_ROWS);          \
+    }
+QGROUP2_FORMAT(LLMI_Q4_0, q4_0)
+QGROUP2_FORMAT(LLMI_Q4_1, q4_1)
+QGROUP2_FORMAT(LLMI_Q8_0, q8_0)
 #else
 /* The same recipe one (row, token) at a time: the same integers, products and fused
  * multiply-adds in the same order, so both bodies give the same bits. */
@@ -454,8 +649,14 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
                 _mm512_mask_storeu_ps(y + (size_t)(t0 + i) * w->rows + g * QP_ROWS, keep, acc[i]);
 #else
             float acc[MM_TILE * QP_ROWS];   /* (token of the tile, row of the group) */
+#if defined(MM_AVX2)
+            if (w->dtype == LLMI_Q4_1) qgroup2_q4_1(gp, qx, t0, tn, pf, acc);
+            else if (w->dtype == LLMI_Q4_0) qgroup2_q4_0(gp, qx, t0, tn, pf, acc);
+            else qgroup2_q8_0(gp, qx, t0, tn, pf, acc);
+#else
             (void)pf;
             qgroup_scalar(gp, w->dtype, qx, t0, tn, acc);
+#endif
             for (int i = 0; i < tn; i++)
                 for (int64_t r = lo; r < hi; r++) y[(size_t)(t0 + i) * w->rows + r] = acc[(size_t)i * QP_ROWS + (r - g * QP_ROWS)];
 #endif
