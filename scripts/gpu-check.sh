@@ -40,7 +40,7 @@
 #       scratch copy (-march=x86-64-v3: the GPU host's CPU may lack this one's AVX-512) and
 #       fills .gpu-pack/ with llmi and llmi_tests (cudart static; cuBLAS(Lt) and cuSOLVER come from the
 #       GPU machine's CUDA), llmi-cpu-v4 (CPU-only, x86-64-v4 + VNNI: the cpu steps' binary
-#       where the CPU has those flags, ~3x x86-64-v3's speed on SmolLM2's prefill), the
+#       where the CPU has those flags, ~2.5x x86-64-v3's speed on SmolLM2's prefill), the
 #       pcre2/utf8proc/cjson/zstd/xxhash/gomp libraries and WikiText-2's
 #       test text, and splits the default model into .gpu-model-1..3 (a call carries at
 #       most 64 MiB; all of these and gpu-check-out/ are git-ignored).  Carry ".gpu-pack"
@@ -88,9 +88,9 @@ ALL_PHASES=unit,sanitize,e2e,smol,bench,profile,tput,quant,hf
 # threads, timings aside), and the pack's binary is the same on both machines; libm comes
 # from each machine's system.  Which binary: the pack's x86-64-v3 llmi, or since 2026-11-27
 # its AVX-512 VNNI cpu build (llmi-cpu-v4) where the CPU has the flags (here, and the GPU
-# hosts so far); the two differ in the last bits (the dense products' and attention's
-# portable bodies against AVX-512's; the quantized matmuls agree bit for bit since their
-# AVX2 kernel), so each reference's "made" line names it.
+# hosts so far); the two differ in the last bits (the attention's AVX2 body against
+# AVX-512's; the matmuls agree bit for bit since their AVX2 kernels), so each reference's
+# "made" line names it.
 # The store is tracked (testdata/gpu-ref/, README there): a session's checkout is fresh, and
 # the --refs run would otherwise be spent again by every session that holds a device.
 REFSTORE=$ROOT/testdata/gpu-ref
@@ -131,9 +131,9 @@ if [ "${1:-}" = --pack ]; then
   strip --strip-debug -o "$PACK/llmi" "$tmp/llmi"
   strip --strip-debug -o "$PACK/llmi_tests" "$tmp/build/llmi_tests"
   # The cpu steps' own llmi for hosts with AVX-512 VNNI (this machine, and the GPU hosts so
-  # far): ~3x x86-64-v3's prefill speed on SmolLM2 (VNNI against AVX2's quantized matmuls,
-  # AVX-512 attention against its portable one; docs/PERF.md).  CPU-only; the device steps
-  # keep the CUDA build above.
+  # far): ~2.5x x86-64-v3's prefill speed on SmolLM2 (VNNI's one instruction where AVX2
+  # takes two, and twice the width; docs/PERF.md).  CPU-only; the device steps keep the
+  # CUDA build above.
   sed -i 's/-march=x86-64-v3/-march=x86-64-v4 -mavx512vnni/' "$tmp/Makefile"
   if (cd "$tmp" && nice make -j"${JOBS:-2}" CUDA=0 GIT_COMMIT="$commit" all > build-v4.log 2>&1); then
     strip --strip-debug -o "$PACK/llmi-cpu-v4" "$tmp/llmi"
@@ -473,7 +473,7 @@ use_pack() {
   if [ -x "$PACK_BIN/llmi-cpu-v4" ] && cpu_has_avx512_vnni; then
     LLMI=$PACK_BIN/llmi-cpu-v4 CPU_BIN_NOTE="; cpu steps on its AVX-512 build"
   elif [ -x "$PACK_BIN/llmi-cpu-v4" ]; then
-    CPU_BIN_NOTE="; cpu steps on x86-64-v3 (no AVX-512 VNNI here: AVX2 quantized matmuls, portable attention)"
+    CPU_BIN_NOTE="; cpu steps on x86-64-v3 (no AVX-512 VNNI here: its AVX2 kernels)"
   fi
   export LD_LIBRARY_PATH="$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }

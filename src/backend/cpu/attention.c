@@ -10,6 +10,9 @@
 #include <math.h>
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec.h"
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #define ATTN_CHUNK 16         /* positions scored before one softmax update */
 #define ATTN_MAX_HD 512
@@ -52,6 +55,43 @@ static inline __m512 attn_hsum16(const __m512 *v) {
 }
 #endif
 
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#define ATTN_AVX2 1
+/* attn_exp on 8 lanes, for x <= 0: the same Cephes polynomial; 2^n built in the exponent
+ * field (n >= -126 after the clamp, so the result stays normal). */
+static inline __m256 attn_exp8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+/* Lane j of the result = the sum of the 8 lanes of v[j] (horizontal adds, then the two
+ * 128-bit halves). */
+static inline __m256 attn_hsum8(const __m256 *v) {
+    __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
+    __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
+    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+/* The 16 lanes of a chunk from s (cn of them), the rest set to fill. */
+static inline void attn_load16(const float *s, int cn, float fill, __m256 *lo, __m256 *hi) {
+    float t[ATTN_CHUNK];
+    for (int j = 0; j < ATTN_CHUNK; j++) t[j] = j < cn ? s[j] : fill;
+    *lo = _mm256_loadu_ps(t);
+    *hi = _mm256_loadu_ps(t + 8);
+}
+#endif
+
 /* p[j] = exp(s[j] - mx) for j < cn; returns their sum (fixed order). */
 static float attn_probs(const float *s, int cn, float mx, float *p) {
 #if defined(__AVX512F__)
@@ -60,6 +100,20 @@ static float attn_probs(const float *s, int cn, float mx, float *p) {
     e = _mm512_maskz_mov_ps(m, e);
     _mm512_storeu_ps(p, e);
     return _mm512_reduce_add_ps(e);
+#elif defined(ATTN_AVX2)
+    __m256 lo, hi;
+    attn_load16(s, cn, mx, &lo, &hi);   /* lanes past cn: exp(0), then zeroed */
+    const __m256 vm = _mm256_set1_ps(mx);
+    __m256 e0 = attn_exp8(_mm256_sub_ps(lo, vm)), e1 = attn_exp8(_mm256_sub_ps(hi, vm));
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    e0 = _mm256_and_ps(e0, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(cn), lane)));
+    e1 = _mm256_and_ps(e1, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(cn - 8), lane)));
+    _mm256_storeu_ps(p, e0);
+    _mm256_storeu_ps(p + 8, e1);
+    __m256 t = _mm256_add_ps(e0, e1);
+    __m128 h = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 #else
     float sum = 0.0f;
     for (int j = 0; j < cn; j++) sum += (p[j] = expf(s[j] - mx));
@@ -181,6 +235,26 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
                     }
                 _mm512_storeu_ps(s[r], _mm512_mul_ps(attn_hsum16(d), _mm512_set1_ps(a->scale)));
             } else
+#elif defined(ATTN_AVX2)
+            if (hd % 8 == 0) {
+                /* 8 positions at a time (8 accumulators and q: 9 of the 16 registers) */
+                for (int j0 = 0; j0 < cn; j0 += 8) {
+                    const int jn = cn - j0 < 8 ? cn - j0 : 8;
+                    __m256 d[8];
+                    for (int j = 0; j < 8; j++) d[j] = _mm256_setzero_ps();
+                    if (jn == 8)
+                        for (int c = 0; c < hd; c += 8) {
+                            __m256 qv = _mm256_loadu_ps(qg + c);
+                            for (int j = 0; j < 8; j++) d[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(krows[j0 + j] + c), d[j]);
+                        }
+                    else
+                        for (int c = 0; c < hd; c += 8) {
+                            __m256 qv = _mm256_loadu_ps(qg + c);
+                            for (int j = 0; j < jn; j++) d[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(krows[j0 + j] + c), d[j]);
+                        }
+                    _mm256_storeu_ps(s[r] + j0, _mm256_mul_ps(attn_hsum8(d), _mm256_set1_ps(a->scale)));
+                }
+            } else
 #endif
             for (int j = 0; j < cn; j++) s[r][j] = vec_dot_f32(qg, krows[j], hd) * a->scale;
         }
@@ -196,6 +270,14 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
              * aside, which exp(s - max) cannot tell apart) */
             float cx = _mm512_mask_reduce_max_ps((__mmask16)((1u << cn) - 1),
                                                  _mm512_maskz_loadu_ps((__mmask16)((1u << cn) - 1), s[r]));
+            float cm = cx > m[r] ? cx : m[r];
+#elif defined(ATTN_AVX2)
+            __m256 lo, hi;
+            attn_load16(s[r], cn, -INFINITY, &lo, &hi);
+            __m256 mx8 = _mm256_max_ps(lo, hi);
+            __m128 mx4 = _mm_max_ps(_mm256_extractf128_ps(mx8, 1), _mm256_castps256_ps128(mx8));
+            mx4 = _mm_max_ps(mx4, _mm_movehl_ps(mx4, mx4));
+            const float cx = _mm_cvtss_f32(_mm_max_ss(mx4, _mm_movehdup_ps(mx4)));
             float cm = cx > m[r] ? cx : m[r];
 #else
             float cm = m[r];
@@ -233,6 +315,20 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
                     for (int j = 0; j < cn; j++)
                         v = _mm512_fmadd_ps(_mm512_set1_ps(pr[r][j]), _mm512_maskz_loadu_ps(mk, vrows[j] + c), v);
                 _mm512_mask_storeu_ps(ag + c, mk, v);
+            }
+#elif defined(ATTN_AVX2)
+            if (hd % 8 == 0) {
+                for (int c = 0; c < hd; c += 8) {
+                    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(ag + c), _mm256_set1_ps(corr[r]));
+                    for (int j = 0; j < cn; j++) v = _mm256_fmadd_ps(_mm256_set1_ps(pr[r][j]), _mm256_loadu_ps(vrows[j] + c), v);
+                    _mm256_storeu_ps(ag + c, v);
+                }
+                continue;
+            }
+            for (int c = 0; c < hd; c++) {
+                float v = ag[c] * corr[r];
+                for (int j = 0; j < cn; j++) v += pr[r][j] * vrows[j][c];
+                ag[c] = v;
             }
 #else
             for (int c = 0; c < hd; c++) {
