@@ -256,6 +256,31 @@ __device__ __forceinline__ void i4_mma_flush(float sa, float sb, float (&part)[N
     }
 }
 
+/* The end of both tensor-core kernels: each warp's C fragments (rows g, g + 8; tokens 2t,
+ * 2t + 1 of each tile of 8) into shared memory, then their sum over the WARPS warps (and the
+ * bias) into y for the real tokens and rows. */
+template <int NTILE, int WARPS>
+__device__ __forceinline__ void i4_mma_store(const float (&acc)[NTILE][4], float (&partial)[WARPS][NTILE * 8][16],
+                                             int row0, int n, int rows, const float *bias, float *y, int ldy) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NTILE; nt++) {
+        partial[warp][nt * 8 + 2 * t][g] = acc[nt][0];
+        partial[warp][nt * 8 + 2 * t + 1][g] = acc[nt][1];
+        partial[warp][nt * 8 + 2 * t][g + 8] = acc[nt][2];
+        partial[warp][nt * 8 + 2 * t + 1][g + 8] = acc[nt][3];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < NTILE * 8 * 16; i += 32 * WARPS) {
+        const int tok = i / 16, r = i % 16, row = row0 + r;
+        if (tok >= n || row >= rows) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < WARPS; k++) v += partial[k][tok][r];
+        y[(size_t)tok * ldy + row] = v + (bias ? bias[row] : 0.0f);
+    }
+}
+
 template <int NTILE>
 __global__ void __launch_bounds__(32 * I4M_WARPS) llmi_int4_mma_kernel(llmi_i4g_dev w, const __nv_bfloat16 *x, int n,
                                                                        const float *bias, float *y, int ldy) {
@@ -319,23 +344,7 @@ __global__ void __launch_bounds__(32 * I4M_WARPS) llmi_int4_mma_kernel(llmi_i4g_
             i4_mma_flush(sa, sb, part, acc);
         }
     }
-    /* the C fragment: rows g, g + 8; tokens 2t, 2t + 1 of each tile of 8 */
-#pragma unroll
-    for (int nt = 0; nt < NTILE; nt++) {
-        partial[warp][nt * 8 + 2 * t][g] = acc[nt][0];
-        partial[warp][nt * 8 + 2 * t + 1][g] = acc[nt][1];
-        partial[warp][nt * 8 + 2 * t][g + 8] = acc[nt][2];
-        partial[warp][nt * 8 + 2 * t + 1][g + 8] = acc[nt][3];
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < NTILE * 8 * 16; i += 32 * I4M_WARPS) {
-        const int tok = i / 16, r = i % 16, row = row0 + r;
-        if (tok >= n || row >= w.rows) continue;
-        float v = 0.0f;
-#pragma unroll
-        for (int k = 0; k < I4M_WARPS; k++) v += partial[k][tok][r];
-        y[(size_t)tok * ldy + row] = v + (bias ? bias[row] : 0.0f);
-    }
+    i4_mma_store<NTILE, I4M_WARPS>(acc, partial, row0, n, w.rows, bias, y, ldy);
 }
 
 /* ---- tensor cores with 16-byte loads: 1 to LLMI_I4_MMA_MAX_N tokens a pass, group sizes
@@ -432,23 +441,7 @@ __global__ void __launch_bounds__(32 * I4T_WARPS) llmi_int4_tc_gemv_kernel(llmi_
             i4_mma_flush(sa[u], sb[u], part, acc);
         }
     }
-    /* the C fragment: rows g, g + 8; tokens 2t, 2t + 1 of each tile of 8 */
-#pragma unroll
-    for (int nt = 0; nt < NTILE; nt++) {
-        partial[warp][nt * 8 + 2 * t][g] = acc[nt][0];
-        partial[warp][nt * 8 + 2 * t + 1][g] = acc[nt][1];
-        partial[warp][nt * 8 + 2 * t][g + 8] = acc[nt][2];
-        partial[warp][nt * 8 + 2 * t + 1][g + 8] = acc[nt][3];
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < NTILE * 8 * 16; i += 32 * I4T_WARPS) {
-        const int tok = i / 16, r = i % 16, row = row0 + r;
-        if (tok >= n || row >= w.rows) continue;
-        float v = 0.0f;
-#pragma unroll
-        for (int k = 0; k < I4T_WARPS; k++) v += partial[k][tok][r];
-        y[(size_t)tok * ldy + row] = v + (bias ? bias[row] : 0.0f);
-    }
+    i4_mma_store<NTILE, I4T_WARPS>(acc, partial, row0, n, w.rows, bias, y, ldy);
 }
 
 /* NT: the tokens the kernel is compiled for; n <= NT of them are real.  The chunk kernel
