@@ -24,6 +24,9 @@
 #          scripts/quant-compare.py), and GPTQ 128 x 2048 then AWQ 128 x 512 of 4 of a synthetic
 #          Llama-3-8B's 32 layers on the GPU (the 32-layer times extrapolated from them, each
 #          with its last layer's seconds by stage and by device call)
+#   ncu    Nsight Compute's counters for the kernels the targets hinge on (the int4 decode
+#          kernels at batch 1 and 16, the decode attention at batch 128 and 1024 positions):
+#          duration, DRAM throughput against its peak, bytes read, warps active, registers
 #   hf     transformers (static cache) on the same shapes, when torch is there
 # It ends with a table  check | result | figure  where a result is ok, FAIL, timeout, no GPU
 # (the step needs a GPU this machine does not have), not available (a tool or file is
@@ -73,7 +76,7 @@ ROOT=$PWD
 PACK=$ROOT/.gpu-pack
 STASH=/tmp/llmi-gpu-model
 MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-ALL_PHASES=unit,sanitize,e2e,smol,bench,profile,tput,quant,hf
+ALL_PHASES=unit,sanitize,e2e,smol,bench,profile,tput,quant,ncu,hf
 
 # ---- CPU references computed ahead of the device (--refs) ----------------------------------
 # e2e compares the cuda backend with the cpu backend of the same binary; on the device those
@@ -180,7 +183,7 @@ if [ "${1:-}" = --pack ]; then
   echo "  calls (15 device minutes in all; make them back to back: a machine idle 30 s is gone, the model parts with it):"
   echo "    1. run(command=\"BUDGET=280 bash scripts/gpu-check.sh --phase unit,sanitize,bench,profile\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=320)"
   echo "    2. run(command=\"BUDGET=280 bash scripts/gpu-check.sh --phase e2e,tput\", carry=[\".gpu-pack\", \".gpu-model-2\"], timeout_s=320)"
-  echo "    3. run(command=\"BUDGET=<budget_left_s - 60> bash scripts/gpu-check.sh --phase smol,quant\", carry=[\".gpu-pack\", \".gpu-model-3\"], timeout_s=<BUDGET + 40>)"
+  echo "    3. run(command=\"BUDGET=<budget_left_s - 60> bash scripts/gpu-check.sh --phase smol,quant,ncu\", carry=[\".gpu-pack\", \".gpu-model-3\"], timeout_s=<BUDGET + 40>)"
   echo "  (hf, transformers side by side, ran on 2026-11-27: add it to call 3 only with time to spare; A/B rows a device"
   echo "  already decided are one \"skipped (decided)\" row unless GPU_CHECK_AB=all; each phase's other A/B rows come last, which"
   echo "  a short BUDGET drops first)"
@@ -1045,6 +1048,83 @@ if has_phase quant; then
 fi
 
 # ---- hf: transformers side by side ------------------------------------------------------------
+# ---- ncu: what bounds the kernels the targets hinge on (Nsight Compute) -----------------------
+# llmi profile gives each op's time; these rows say why: each matching launch's duration, DRAM
+# throughput against its peak and bytes read, the warps active against the SM's maximum, its
+# registers and grid, averaged by kernel.  Kernel replay of a few launches of a short run,
+# graphs off so that each launch is its own; a VM that keeps the counters from processes gives
+# "not available".  The reports (.ncu-rep) and their CSV are in the raw tar.
+NCU=
+for c in ncu /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+  command -v "$c" > /dev/null 2>&1 && NCU=$(command -v "$c") && break
+done
+NCU_METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum
+NCU_METRICS=$NCU_METRICS,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size
+# ncu_summary CSV: one line, "kernel xN: T us, DRAM P% (B GB/s), warps W%, R regs, grid G; ..."
+# from `ncu --import --csv --page raw --print-units base` (a header, a units row, a row a launch)
+ncu_summary() {
+  python3 - "$1" << 'PY'
+import csv, re, sys
+from collections import defaultdict
+rows = list(csv.reader(open(sys.argv[1], encoding="utf-8", errors="replace")))
+head = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
+cols = {n: i for i, n in enumerate(rows[head])}
+def val(r, m):
+    try: return float(r[cols[m]].replace(",", ""))
+    except (KeyError, ValueError, IndexError): return float("nan")
+by = defaultdict(list)
+for r in rows[head + 2:]:
+    if len(r) == len(rows[head]): by[re.sub(r"\(.*", "", r[cols["Kernel Name"]]).strip()].append(r)
+out = []
+for k, rs in by.items():
+    n = len(rs)
+    t = sum(val(r, "gpu__time_duration.sum") for r in rs) / n
+    b = sum(val(r, "dram__bytes_read.sum") for r in rs) / n
+    out.append(f"{k} x{n}: {t / 1e3:.1f} us, DRAM {sum(val(r, 'dram__throughput.avg.pct_of_peak_sustained_elapsed') for r in rs) / n:.0f}% "
+               f"({b / t:.0f} GB/s read), warps {sum(val(r, 'sm__warps_active.avg.pct_of_peak_sustained_active') for r in rs) / n:.0f}%, "
+               f"{val(rs[0], 'launch__registers_per_thread'):.0f} regs, grid {val(rs[0], 'launch__grid_size'):.0f}")
+print("; ".join(out))
+PY
+}
+# ncu_row LABEL NAME REGEX SKIP COUNT CMD...: the launches of CMD whose demangled name matches
+# REGEX, after SKIP of them, COUNT of them
+ncu_row() {
+  local label=$1 name=$2 regex=$3 skip=$4 count=$5 fig; shift 5
+  if [ -z "$NCU" ]; then row "$label" "not available" "no ncu on this machine"; return; fi
+  if run "$name" 90 env LLMI_CUDA_GRAPHS=0 "$NCU" -f -o "$WORK/$name" --kernel-name-base demangled \
+      --kernel-name "regex:$regex" --launch-skip "$skip" --launch-count "$count" --metrics "$NCU_METRICS" "$@" &&
+     "$NCU" --import "$WORK/$name.ncu-rep" --csv --page raw --print-units base > "$WORK/$name.csv" 2>> "$WORK/$name.err" &&
+     fig=$(ncu_summary "$WORK/$name.csv" 2>> "$WORK/$name.err") && [ -n "$fig" ]; then
+    row "$label" ok "$fig"
+  elif grep -q ERR_NVGPUCTRPERM "$WORK/$name.out" "$WORK/$name.err" 2> /dev/null; then
+    row "$label" "not available" "the GPU's performance counters are not open to processes here (ERR_NVGPUCTRPERM)"
+  elif [ "$STATUS" = ok ]; then
+    row "$label" FAIL "$(last_line "$name" err 80)"
+  else
+    row "$label" "$STATUS" "$(why "$name")"
+  fi
+}
+if has_phase ncu; then
+  for b in 1 16; do
+    label="ncu $BIG_NAME int4 decode b$b"
+    # (decode only: a 16-token prompt at batch 1 and 256 tokens at 16 take other kernels or
+    # tiles; the batch-1 regex also takes the lm_head's dense GEMV)
+    re=$([ $b = 1 ] && echo 'tc_gemv_kernel<1,|int4_gemv_chunk_kernel<1,|gemv_bf16_kernel' ||
+         echo 'tc_gemv_kernel<2,|int4_mma_kernel<2>')
+    if ! gpu_gate "$label"; then :
+    elif [ ! -f "$I4/config.json" ]; then row "$label" "not available" "no int4 model (the bench phase makes it)"
+    else ncu_row "$label" "ncu-int4-b$b" "$re" 8 8 "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 \
+        -o csv -p 16 -n 8 -b "$b" -r 1
+    fi
+  done
+  # past the steps that prefill 2 of the 128 prompts each (2048 tokens a step) while the
+  # others decode: the pure decode steps' launches
+  label="ncu $BIG_NAME bf16 decode attention b$((128 / SCALE)) p$((1024 / SCALE))"
+  gpu_gate "$label" && ncu_row "$label" ncu-attn-b128 'attn_decode_tc_kernel|attn_decode_kernel' $((2048 / SCALE)) 4 \
+    "$LLMI_DEV" bench --dummy "$BIG" --device "$DEVFLAG" --kv-type bf16 -o csv -p $((1024 / SCALE)) -n 16 \
+    -b $((128 / SCALE)) -r 1
+fi
+
 if has_phase hf && gpu_gate "transformers static cache, $BIG_NAME"; then
   run hf-bench 400 python3 scripts/hf-bench.py $([ "$DEV" = cuda ] || echo --quick)
   if [ "$STATUS" = ok ]; then
