@@ -114,7 +114,8 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("llmi %s (cuda: %s)\n", llmi_commit(), backend_cuda_compiled() ? "yes" : "no");
+        printf("llmi %s (cuda: %s; cpu kernels: %s)\n", llmi_commit(), backend_cuda_compiled() ? "yes" : "no",
+               backend_cpu_kernels());
         return 0;
     }
     struct sigaction sa;

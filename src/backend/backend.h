@@ -160,6 +160,10 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
 /* Bytes of the workspaces backend_cpu_create allocates for max_batch_tokens (KV aside):
  * what a caller that must fit in memory (llmi quantize) plans with. */
 size_t backend_cpu_workspace_bytes(const llmi_config *c, int max_batch_tokens);
+/* The CPU kernels this build runs, as `llmi version` names them: "avx512-vnni", "avx512 +
+ * avx2" (AVX-512 without VNNI: its quantized matmuls on AVX2), "avx2" (with FMA and F16C) or
+ * "portable". */
+const char *backend_cpu_kernels(void);
 /* Fails with a clear message when llmi was built without CUDA or no usable GPU exists. */
 int backend_cuda_create(const llmi_model *m, const llmi_backend_opts *o, llmi_backend **out, llmi_status *st);
 bool backend_cuda_compiled(void);

@@ -84,4 +84,14 @@ for i, e in enumerate(lp):
     assert all(t <= 0 for t in tops)
 print("logprobs ok")
 PY
-echo "generate basics ok"
+# `llmi version` names the CPU kernels of this build (-march=native), which must be the best
+# this CPU's flags allow
+v=$("$L" version) || fail "llmi version"
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
+if has avx512f avx512_vnni; then want=avx512-vnni
+elif has avx512f avx2 fma f16c; then want="avx512 + avx2"
+elif has avx2 fma f16c; then want=avx2
+else want=portable; fi
+[[ "$v" == *"cpu kernels: $want)"* ]] || fail "llmi version: '$v', want cpu kernels: $want for flags of this CPU"
+echo "generate basics ok ($v)"

@@ -46,6 +46,18 @@
 #define MM_AVX2 1   /* x86-64-v3 */
 #endif
 
+const char *backend_cpu_kernels(void) {
+#if defined(MM_AVX512)
+    return "avx512-vnni";
+#elif defined(MM_AVX2) && defined(__AVX512F__)
+    return "avx512 + avx2";
+#elif defined(MM_AVX2)
+    return "avx2";
+#else
+    return "portable";
+#endif
+}
+
 #define DENSE_PF_ROWS 4   /* rows ahead a decode pass prefetches (4-16 measured alike) */
 #if defined(__AVX512F__)
 /* 16 weights from column c as fp32; m masks the columns past the row's end. */
