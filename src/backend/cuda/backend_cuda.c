@@ -374,9 +374,56 @@ static int check_model(const llmi_model *m, llmi_status *st) {
     return 0;
 }
 
-/* An int4 weight the W4A16 kernels can serve as it is (else it is converted to bf16). */
+/* A GGUF Q4_0 weight is an int4 grid as it stands: groups of 32 columns, an fp16 scale d
+ * each and w = d (q - 8), so it is an I4G weight with every zero 8, exactly, and the W4A16
+ * kernels serve it packed (~0.59 bytes a weight where the bf16 copy took 2). */
+static bool q4_0_servable(const llmi_tensor *t) {
+    return t->dtype == LLMI_Q4_0 && t->layout == LLMI_LAYOUT_ROWS && t->cols % 32 == 0;
+}
+
+/* An int4 weight the W4A16 kernels can serve (else it is converted to bf16): GPTQ/AWQ's as it
+ * is, GGUF Q4_0 through q4_0_as_i4g. */
 static bool i4_servable(const llmi_tensor *t) {
-    return t->dtype == LLMI_I4G && t->cols % 8 == 0 && t->group_size > 0 && t->group_size % 8 == 0;
+    return (t->dtype == LLMI_I4G && t->cols % 8 == 0 && t->group_size > 0 && t->group_size % 8 == 0) ||
+           q4_0_servable(t);
+}
+
+/* The group size, group count and g_idx an int4-servable weight is served with. */
+static void i4_grid_of(const llmi_tensor *t, int *group_size, int64_t *n_groups, const int32_t **g_idx) {
+    const bool q40 = t->dtype == LLMI_Q4_0;
+    *group_size = q40 ? 32 : t->group_size;
+    *n_groups = q40 ? t->cols / 32 : t->n_groups;
+    *g_idx = q40 ? NULL : t->g_idx;
+}
+
+/* *out (LLMI_I4G, owning one buffer: nibbles (rows, cols/2), scales and zeros (cols/32, rows))
+ * <- t (q4_0_servable).  A Q4_0 block holds column j (< 16) in the low nibble of byte j and
+ * column j + 16 in its high one; I4G puts even columns in low nibbles. */
+static int q4_0_as_i4g(const llmi_tensor *t, llmi_tensor *out, llmi_status *st) {
+    const size_t rows = (size_t)t->rows, cols = (size_t)t->cols, ng = cols / 32, qb = rows * cols / 2,
+                 gb = ng * rows;
+    uint8_t *buf = malloc(qb + 3 * gb);
+    if (!buf) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory converting a Q4_0 weight");
+    uint8_t *q = buf, *zeros = buf + qb + 2 * gb;
+    uint16_t *scales = (uint16_t *)(buf + qb);   /* (qb is even: cols % 32 == 0) */
+    memset(zeros, 8, gb);
+    for (size_t r = 0; r < rows; r++) {
+        const uint8_t *row = (const uint8_t *)t->data + r * t->row_bytes;
+        for (size_t g = 0; g < ng; g++) {
+            const uint8_t *blk = row + g * 18;
+            memcpy(&scales[g * rows + r], blk, 2);
+            uint8_t *qr = q + r * (cols / 2) + g * 16;
+            for (int j = 0; j < 32; j += 2) {
+                const int lo = j < 16 ? blk[2 + j] & 15 : blk[2 + j - 16] >> 4;
+                const int hi = j < 16 ? blk[3 + j] & 15 : blk[3 + j - 16] >> 4;
+                qr[j / 2] = (uint8_t)(lo | hi << 4);
+            }
+        }
+    }
+    *out = (llmi_tensor){.dtype = LLMI_I4G, .layout = LLMI_LAYOUT_ROWS, .rows = t->rows, .cols = t->cols,
+                         .row_bytes = cols / 2, .data = q, .owned = buf, .qscales = scales, .qzeros = zeros,
+                         .group_size = 32, .n_groups = (int)ng};
+    return 0;
 }
 
 /* Linears of one fused group (q/k/v, gate/up) stay int4 only if all of them can. */
@@ -391,10 +438,14 @@ static bool group_int4(const llmi_tensor *const *ts, int n) {
  * for gate/up: fewer launches, and grids wide enough to fill the GPU where a 1024-row k/v
  * projection alone does not. */
 static bool group_i4_stackable(const llmi_tensor *const *ts, int n) {
+    int gs0, gs;
+    int64_t ng0, ng;
+    const int32_t *gi0, *gi;
+    i4_grid_of(ts[0], &gs0, &ng0, &gi0);
     for (int i = 1; i < n; i++) {
-        const llmi_tensor *a = ts[0], *b = ts[i];
-        if (b->cols != a->cols || b->group_size != a->group_size || b->n_groups != a->n_groups ||
-            !a->g_idx != !b->g_idx || (a->g_idx && memcmp(a->g_idx, b->g_idx, (size_t)a->cols * 4) != 0))
+        i4_grid_of(ts[i], &gs, &ng, &gi);
+        if (ts[i]->cols != ts[0]->cols || gs != gs0 || ng != ng0 || !gi != !gi0 ||
+            (gi && memcmp(gi, gi0, (size_t)ts[0]->cols * 4) != 0))
             return false;
     }
     return true;
@@ -547,13 +598,21 @@ static int upload_dense(cuda_impl *im, uploader *u, const llmi_tensor *t, void *
 static int upload_linears(cuda_impl *im, uploader *u, const llmi_tensor *const *ts, int n, cuda_linear *out,
                           int *n_out, llmi_status *st) {
     if (group_int4(ts, n)) {
+        /* GGUF Q4_0 parts as I4G copies on the host first (freed once uploaded: each copy
+         * from pageable memory returns once its source is staged) */
+        llmi_tensor conv[3] = {{0}};
+        const llmi_tensor *src[3];
+        int rc = 0;
+        for (int i = 0; i < n && !rc; i++) {
+            src[i] = ts[i];
+            if (ts[i]->dtype == LLMI_Q4_0 && !(rc = q4_0_as_i4g(ts[i], &conv[i], st))) src[i] = &conv[i];
+        }
         /* stacked into out[0] where the parts allow it, else each kept on its own */
         const int parts = group_i4_stackable(ts, n) ? n : 1;
         *n_out = n / parts;
-        for (int i = 0; i < *n_out; i++) {
-            const llmi_tensor *const *first = ts + i * parts;
+        for (int i = 0; i < *n_out && !rc; i++) {
             size_t before = im->weight_bytes;
-            if (upload_i4g_parts(im, first, parts, &out[i].q4, &im->weight_bytes, st)) return st->code;
+            if ((rc = upload_i4g_parts(im, src + i * parts, parts, &out[i].q4, &im->weight_bytes, st))) break;
             out[i].rows = out[i].q4.rows;
             out[i].cols = out[i].q4.cols;
             out[i].bytes = im->weight_bytes - before;
@@ -561,7 +620,8 @@ static int upload_linears(cuda_impl *im, uploader *u, const llmi_tensor *const *
             size_t elems = (size_t)out[i].rows * (size_t)out[i].cols;
             if (elems > im->i4_scratch_elems) im->i4_scratch_elems = elems;
         }
-        return 0;
+        for (int i = 0; i < n; i++) free(conv[i].owned);
+        return rc;
     }
     int64_t rows = 0;
     for (int i = 0; i < n; i++) {

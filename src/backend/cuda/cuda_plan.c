@@ -63,8 +63,9 @@ int cuda_gemm_tune(const char *env, int *n) { return env_count(env, 1, 1, CUDA_G
 
 size_t cuda_weight_bytes(const llmi_tensor *t, bool keep_int4) {
     size_t rows = (size_t)t->rows, cols = (size_t)t->cols;
-    if (t->dtype == LLMI_I4G && keep_int4) {
-        size_t groups = (size_t)t->n_groups * rows;
+    if ((t->dtype == LLMI_I4G || t->dtype == LLMI_Q4_0) && keep_int4) {
+        /* Q4_0: served as I4G with groups of 32 (backend_cuda.c, q4_0_as_i4g) */
+        size_t groups = (t->dtype == LLMI_Q4_0 ? cols / 32 : (size_t)t->n_groups) * rows;
         return rows * cols / 2 + groups * 2 + groups + (t->g_idx ? cols * 4 : 0);
     }
     return rows * cols * 2;

@@ -57,8 +57,8 @@ int cuda_i4_dequant_min_n(const char *env, int *n);
 int cuda_gemm_tune(const char *env, int *n);
 
 /* Bytes the CUDA backend keeps on the GPU for weight t: int4 tensors it serves with the
- * W4A16 kernels (keep_int4) as packed nibbles + fp16 scales + u8 zeros (+ int32 g_idx),
- * everything else converted to bf16. */
+ * W4A16 kernels (keep_int4: GPTQ/AWQ, and GGUF Q4_0 as groups of 32) as packed nibbles +
+ * fp16 scales + u8 zeros (+ int32 g_idx), everything else converted to bf16. */
 size_t cuda_weight_bytes(const llmi_tensor *t, bool keep_int4);
 
 /* Device memory kept free beyond the KV cache for what is allocated after it: graph
