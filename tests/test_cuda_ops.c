@@ -1223,6 +1223,12 @@ TEST(cuda_backend_f16_large_activations) {
     cuda_tiny_free(&m);   /* frees by .owned, whatever the dtype */
 }
 
+/* The seven linears of layer L, in q, k, v, o, gate, up, down order. */
+static void layer_linears(llmi_layer *L, llmi_tensor *ts[7]) {
+    llmi_tensor *const all[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    memcpy(ts, all, sizeof all);
+}
+
 /* A random int4 (LLMI_I4G) weight: q uniform, fp16 scales, zeros near 8; act-order g_idx
  * when asked (columns of a group spread over the matrix). */
 static llmi_tensor i4_weight(trng *r, int rows, int cols, int gs, bool act_order) {
@@ -1255,8 +1261,8 @@ TEST(cuda_backend_int4) {
     cuda_tiny_model(&m, &r, true);
     size_t bf16_linear_bytes = 0;
     for (int l = 0; l < m.cfg.n_layers; l++) {
-        llmi_layer *L = &m.layers[l];
-        llmi_tensor *ts[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        llmi_tensor *ts[7];
+        layer_linears(&m.layers[l], ts);
         for (int k = 0; k < 7; k++) {
             int rows = (int)ts[k]->rows, cols = (int)ts[k]->cols;
             bf16_linear_bytes += (size_t)rows * cols * 2;
@@ -1339,8 +1345,8 @@ TEST(cuda_backend_q4_0_packed) {
     size_t bf16_linear_bytes = 0;
     llmi_tensor q40[2][7], twin[2][7];
     for (int l = 0; l < m.cfg.n_layers && l < 2; l++) {
-        llmi_layer *L = &m.layers[l];
-        llmi_tensor *ts[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        llmi_tensor *ts[7];
+        layer_linears(&m.layers[l], ts);
         for (int k = 0; k < 7; k++) {
             int rows = (int)ts[k]->rows, cols = (int)ts[k]->cols;
             bf16_linear_bytes += (size_t)rows * cols * 2;
@@ -1367,8 +1373,8 @@ TEST(cuda_backend_q4_0_packed) {
     if (gpu) gpu->destroy(gpu);
     cpu = gpu = NULL;
     for (int l = 0; l < 2; l++) {   /* its I4G twin on both */
-        llmi_layer *L = &m.layers[l];
-        llmi_tensor *ts[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        llmi_tensor *ts[7];
+        layer_linears(&m.layers[l], ts);
         for (int k = 0; k < 7; k++) *ts[k] = twin[l][k];
     }
     if (ran && backend_pair(t_, &m, 160, &cpu, &gpu)) {
