@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(32 * I4M_WARPS) llmi_int4_mma_kernel(llmi_i4g_
  * latency-bound (1,596 tok/s for an int4 llama-3-8b at batch 16, 0.4 TB/s of packed weights;
  * batch 1 on the chunk GEMV, 1.2 TB/s).  Here a warp owns 16 rows and steps through their
  * columns 128 at a time (a block of I4T_WARPS warps splits the steps): lane (g, t) loads 16
- * bytes of row g and of row g + 8 (columns 32t .. 32t + 31 of the step), I4T_UNROLL steps
+ * bytes of row g and of row g + 8 (columns 32t .. 32t + 31 of the step), UNROLL steps
  * ahead, no shuffles.  A u32 of 8 nibbles (columns c .. c + 7) becomes four bf16 pairs by
  * one AND-OR each (0x4300 | q is 128 + q in bf16) and one bf16x2 subtraction of 128 + z:
  * (q0, q4), (q1, q5), (q2, q6), (q3, q7), each (q - z) exact.  The mma's k order is ours to

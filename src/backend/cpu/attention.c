@@ -20,21 +20,24 @@
 #define ATTN_QTILE 16         /* tokens of one sequence per tile */
 #define ATTN_ROWS 64          /* (token, head) rows per tile */
 
+/* The vector bodies' e^x for x <= 0 (scores minus their running max), ~1 ulp: Cephes expf,
+ * x - n ln2 with ln2 in two parts, a degree-5 polynomial in r, scaled by 2^n. */
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define ATTN_EXP_LOG2E 1.44269504088896341f
+static const float attn_exp_ln2[2] = {0.693359375f, -2.12194440e-4f};
+static const float attn_exp_poly[6] = {1.9875691500E-4f, 1.3981999507E-3f, 8.3334519073E-3f,
+                                       4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f};
+#endif
+
 #if defined(__AVX512F__)
-/* e^x for x <= 0 (scores minus their running max), ~1 ulp: Cephes expf polynomial on
- * x - n ln2, scaled by 2^n. */
 static inline __m512 attn_exp(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(ATTN_EXP_LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(attn_exp_ln2[0]), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(attn_exp_ln2[1]), r);
+    __m512 p = _mm512_set1_ps(attn_exp_poly[0]);
+    for (int k = 1; k < 6; k++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(attn_exp_poly[k]));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(p, n);
 }
@@ -57,20 +60,16 @@ static inline __m512 attn_hsum16(const __m512 *v) {
 
 #if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
 #define ATTN_AVX2 1
-/* attn_exp on 8 lanes, for x <= 0: the same Cephes polynomial; 2^n built in the exponent
- * field (n >= -126 after the clamp, so the result stays normal). */
+/* attn_exp on 8 lanes; 2^n built in the exponent field (n >= -126 after the clamp, so the
+ * result stays normal). */
 static inline __m256 attn_exp8(__m256 x) {
     x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(ATTN_EXP_LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(attn_exp_ln2[0]), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(attn_exp_ln2[1]), r);
+    __m256 p = _mm256_set1_ps(attn_exp_poly[0]);
+    for (int k = 1; k < 6; k++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(attn_exp_poly[k]));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));

@@ -40,10 +40,13 @@
 
 /* ---------------------------------------------------------------- dense weights */
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define MM_X86V3 1   /* x86-64-v3's vector instructions: the AVX2 bodies below */
+#endif
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
-#define MM_AVX512 1
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define MM_AVX2 1   /* x86-64-v3 */
+#define MM_AVX512 1  /* the quantized weights' AVX-512 VNNI kernel */
+#elif defined(MM_X86V3)
+#define MM_AVX2 1    /* the quantized weights' AVX2 kernel */
 #endif
 
 const char *backend_cpu_kernels(void) {
@@ -56,6 +59,13 @@ const char *backend_cpu_kernels(void) {
 #else
     return "portable";
 #endif
+}
+
+static inline float dense_elem(const uint8_t *wr, llmi_dtype t, int64_t c) {
+    if (t == LLMI_F32) { float f; memcpy(&f, wr + 4 * c, 4); return f; }
+    uint16_t h;
+    memcpy(&h, wr + 2 * c, 2);
+    return t == LLMI_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
 }
 
 #define DENSE_PF_ROWS 4   /* rows ahead a decode pass prefetches (4-16 measured alike) */
@@ -134,14 +144,7 @@ DENSE_FORMAT(f32, LLMI_F32)
 DENSE_FORMAT(f16, LLMI_F16)
 DENSE_FORMAT(bf16, LLMI_BF16)
 
-/* Rows [r0, r1) for tokens [t0, t0 + tn). */
-static void dense_rows(const llmi_tensor *w, int64_t r0, int64_t r1, const float *x, int t0, int tn, float *y,
-                       int64_t rows) {
-    if (w->dtype == LLMI_F16) dense_rows_f16(w, r0, r1, x, t0, tn, y, rows);
-    else if (w->dtype == LLMI_BF16) dense_rows_bf16(w, r0, r1, x, t0, tn, y, rows);
-    else dense_rows_f32(w, r0, r1, x, t0, tn, y, rows);
-}
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#elif defined(MM_X86V3)
 /* The AVX-512 kernel's recipe on AVX2: a 16-lane step is two 8-lane vectors (lanes 0-7,
  * 8-15), each lane one FMA chain over its columns in order, the tail zero-filled as the
  * masked loads do, and the 16 lanes reduced in _mm512_reduce_add_ps's order (GCC's: the two
@@ -224,29 +227,11 @@ static inline float dense2_reduce(__m256 lo, __m256 hi) {
         for (; j < tn; j++)                                                                              \
             for (int64_t r = r0; r < r1; r++) dense2_##SFX##_1x1(w, r, x, t0 + j, y, rows);              \
     }
-static float dense_elem(const uint8_t *wr, llmi_dtype t, int64_t c) {
-    if (t == LLMI_F32) { float f; memcpy(&f, wr + 4 * c, 4); return f; }
-    uint16_t h;
-    memcpy(&h, wr + 2 * c, 2);
-    return t == LLMI_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
-}
 DENSE2_FORMAT(f32, LLMI_F32)
 DENSE2_FORMAT(f16, LLMI_F16)
 DENSE2_FORMAT(bf16, LLMI_BF16)
 
-static void dense_rows(const llmi_tensor *w, int64_t r0, int64_t r1, const float *x, int t0, int tn, float *y,
-                       int64_t rows) {
-    if (w->dtype == LLMI_F16) dense_rows_f16(w, r0, r1, x, t0, tn, y, rows);
-    else if (w->dtype == LLMI_BF16) dense_rows_bf16(w, r0, r1, x, t0, tn, y, rows);
-    else dense_rows_f32(w, r0, r1, x, t0, tn, y, rows);
-}
 #else
-static float dense_elem(const uint8_t *wr, llmi_dtype t, int64_t c) {
-    if (t == LLMI_F32) { float f; memcpy(&f, wr + 4 * c, 4); return f; }
-    uint16_t h;
-    memcpy(&h, wr + 2 * c, 2);
-    return t == LLMI_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
-}
 /* The recipe one (row, token) at a time: 16 lanes, lane l the FMA chain over columns
  * c = l (mod 16) in order (zeros past the end), reduced as _mm512_reduce_add_ps does: the
  * same bits as the vector builds. */
@@ -267,6 +252,16 @@ static void dense_rows(const llmi_tensor *w, int64_t r0, int64_t r1, const float
             y[(size_t)(t0 + i) * rows + r] = (t6[0] + t6[2]) + (t6[1] + t6[3]);
         }
     }
+}
+#endif
+
+#if defined(__AVX512F__) || defined(MM_X86V3)
+/* Rows [r0, r1) for tokens [t0, t0 + tn): the dtype's vector kernel. */
+static void dense_rows(const llmi_tensor *w, int64_t r0, int64_t r1, const float *x, int t0, int tn, float *y,
+                       int64_t rows) {
+    if (w->dtype == LLMI_F16) dense_rows_f16(w, r0, r1, x, t0, tn, y, rows);
+    else if (w->dtype == LLMI_BF16) dense_rows_bf16(w, r0, r1, x, t0, tn, y, rows);
+    else dense_rows_f32(w, r0, r1, x, t0, tn, y, rows);
 }
 #endif
 

@@ -388,19 +388,15 @@ static bool i4_servable(const llmi_tensor *t) {
            q4_0_servable(t);
 }
 
-/* The group size, group count and g_idx an int4-servable weight is served with. */
-static void i4_grid_of(const llmi_tensor *t, int *group_size, int64_t *n_groups, const int32_t **g_idx) {
-    const bool q40 = t->dtype == LLMI_Q4_0;
-    *group_size = q40 ? 32 : t->group_size;
-    *n_groups = q40 ? t->cols / 32 : t->n_groups;
-    *g_idx = q40 ? NULL : t->g_idx;
-}
-
 /* *out (LLMI_I4G, owning one buffer: nibbles (rows, cols/2), scales and zeros (cols/32, rows))
  * <- t (q4_0_servable).  A Q4_0 block holds column j (< 16) in the low nibble of byte j and
  * column j + 16 in its high one; I4G puts even columns in low nibbles. */
 static int q4_0_as_i4g(const llmi_tensor *t, llmi_tensor *out, llmi_status *st) {
-    const size_t rows = (size_t)t->rows, cols = (size_t)t->cols, ng = cols / 32, qb = rows * cols / 2,
+    int gs;   /* 32: a block's columns */
+    int64_t n_groups;
+    const int32_t *g_idx;
+    cuda_i4_grid(t, &gs, &n_groups, &g_idx);
+    const size_t rows = (size_t)t->rows, cols = (size_t)t->cols, ng = (size_t)n_groups, qb = rows * cols / 2,
                  gb = ng * rows;
     uint8_t *buf = malloc(qb + 3 * gb);
     if (!buf) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory converting a Q4_0 weight");
@@ -422,7 +418,7 @@ static int q4_0_as_i4g(const llmi_tensor *t, llmi_tensor *out, llmi_status *st) 
     }
     *out = (llmi_tensor){.dtype = LLMI_I4G, .layout = LLMI_LAYOUT_ROWS, .rows = t->rows, .cols = t->cols,
                          .row_bytes = cols / 2, .data = q, .owned = buf, .qscales = scales, .qzeros = zeros,
-                         .group_size = 32, .n_groups = (int)ng};
+                         .g_idx = g_idx, .group_size = gs, .n_groups = (int)ng};
     return 0;
 }
 
@@ -441,9 +437,9 @@ static bool group_i4_stackable(const llmi_tensor *const *ts, int n) {
     int gs0, gs;
     int64_t ng0, ng;
     const int32_t *gi0, *gi;
-    i4_grid_of(ts[0], &gs0, &ng0, &gi0);
+    cuda_i4_grid(ts[0], &gs0, &ng0, &gi0);
     for (int i = 1; i < n; i++) {
-        i4_grid_of(ts[i], &gs, &ng, &gi);
+        cuda_i4_grid(ts[i], &gs, &ng, &gi);
         if (ts[i]->cols != ts[0]->cols || gs != gs0 || ng != ng0 || !gi != !gi0 ||
             (gi && memcmp(gi, gi0, (size_t)ts[0]->cols * 4) != 0))
             return false;
@@ -528,30 +524,26 @@ static int upload_i4g_parts(cuda_impl *im, const llmi_tensor *const *ts, int n, 
         CU_CHECK(st, cudaMemcpyAsync((char *)q + q_off, ts[i]->data, part, cudaMemcpyHostToDevice, im->stream));
         q_off += part;
     }
-    if (n == 1) {
-        CU_CHECK(st, cudaMemcpyAsync(sc, t->qscales, gb * 2, cudaMemcpyHostToDevice, im->stream));
-        CU_CHECK(st, cudaMemcpyAsync(z, t->qzeros, gb, cudaMemcpyHostToDevice, im->stream));
-    } else {
-        uint16_t *hs = malloc(gb * 2);   /* (n_groups, rows) */
-        uint8_t *hz = malloc(gb);
-        if (!hs || !hz) {
-            free(hs), free(hz);
-            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
-        }
-        for (int64_t g = 0; g < t->n_groups; g++) {
-            size_t at = (size_t)g * (size_t)rows;
-            for (int i = 0; i < n; i++) {
-                size_t r = (size_t)ts[i]->rows, from = (size_t)g * r;
-                memcpy(hs + at, ts[i]->qscales + from, r * 2);
-                memcpy(hz + at, ts[i]->qzeros + from, r);
-                at += r;
-            }
-        }
-        cudaError_t e = cudaMemcpyAsync(sc, hs, gb * 2, cudaMemcpyHostToDevice, im->stream);
-        if (e == cudaSuccess) e = cudaMemcpyAsync(z, hz, gb, cudaMemcpyHostToDevice, im->stream);
+    /* (one part: the same bytes as its own arrays; a few percent of its nibbles' size) */
+    uint16_t *hs = malloc(gb * 2);   /* (n_groups, rows) */
+    uint8_t *hz = malloc(gb);
+    if (!hs || !hz) {
         free(hs), free(hz);
-        CU_CHECK(st, e);
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
     }
+    for (int64_t g = 0; g < t->n_groups; g++) {
+        size_t at = (size_t)g * (size_t)rows;
+        for (int i = 0; i < n; i++) {
+            size_t r = (size_t)ts[i]->rows, from = (size_t)g * r;
+            memcpy(hs + at, ts[i]->qscales + from, r * 2);
+            memcpy(hz + at, ts[i]->qzeros + from, r);
+            at += r;
+        }
+    }
+    cudaError_t e = cudaMemcpyAsync(sc, hs, gb * 2, cudaMemcpyHostToDevice, im->stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(z, hz, gb, cudaMemcpyHostToDevice, im->stream);
+    free(hs), free(hz);
+    CU_CHECK(st, e);
     if (gi) CU_CHECK(st, cudaMemcpyAsync(gi, t->g_idx, (size_t)t->cols * 4, cudaMemcpyHostToDevice, im->stream));
     return 0;
 }

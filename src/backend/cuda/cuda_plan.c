@@ -61,12 +61,22 @@ int cuda_i4_dequant_min_n(const char *env, int *n) { return env_count(env, CUDA_
 
 int cuda_gemm_tune(const char *env, int *n) { return env_count(env, 1, 1, CUDA_GEMM_TUNE_MAX, n); }
 
+void cuda_i4_grid(const llmi_tensor *t, int *group_size, int64_t *n_groups, const int32_t **g_idx) {
+    const bool q40 = t->dtype == LLMI_Q4_0;
+    *group_size = q40 ? 32 : t->group_size;
+    *n_groups = q40 ? t->cols / 32 : t->n_groups;
+    *g_idx = q40 ? NULL : t->g_idx;
+}
+
 size_t cuda_weight_bytes(const llmi_tensor *t, bool keep_int4) {
     size_t rows = (size_t)t->rows, cols = (size_t)t->cols;
     if ((t->dtype == LLMI_I4G || t->dtype == LLMI_Q4_0) && keep_int4) {
-        /* Q4_0: served as I4G with groups of 32 (backend_cuda.c, q4_0_as_i4g) */
-        size_t groups = (t->dtype == LLMI_Q4_0 ? cols / 32 : (size_t)t->n_groups) * rows;
-        return rows * cols / 2 + groups * 2 + groups + (t->g_idx ? cols * 4 : 0);
+        int gs;
+        int64_t ng;
+        const int32_t *g_idx;
+        cuda_i4_grid(t, &gs, &ng, &g_idx);
+        size_t groups = (size_t)ng * rows;
+        return rows * cols / 2 + groups * 2 + groups + (g_idx ? cols * 4 : 0);
     }
     return rows * cols * 2;
 }

@@ -56,6 +56,9 @@ int cuda_i4_dequant_min_n(const char *env, int *n);
 #define CUDA_GEMM_TUNE_MAX 16
 int cuda_gemm_tune(const char *env, int *n);
 
+/* The int4 grid of a weight the W4A16 kernels serve: an I4G weight's own, or GGUF Q4_0's
+ * groups of 32 (an fp16 scale each, every zero 8, no g_idx). */
+void cuda_i4_grid(const llmi_tensor *t, int *group_size, int64_t *n_groups, const int32_t **g_idx);
 /* Bytes the CUDA backend keeps on the GPU for weight t: int4 tensors it serves with the
  * W4A16 kernels (keep_int4: GPTQ/AWQ, and GGUF Q4_0 as groups of 32) as packed nibbles +
  * fp16 scales + u8 zeros (+ int32 g_idx), everything else converted to bf16. */
