@@ -5,7 +5,7 @@
 #include <string.h>
 #include "metrics/slo.h"
 
-const char *const bench_view_config_keys[] = {"kv_type", "block_size", "n_batch", "prefix_cache", "spec", "threads",
+const char *const bench_view_config_keys[] = {"kv_type", "block_size", "n_batch", "prefix_cache", "sched", "spec", "threads",
                                               "weight_dtype", "device", NULL};
 
 bench_row_kind bench_view_kind(const report *r, int row) {
@@ -128,6 +128,7 @@ void bench_view_header(const report *r, const char *lead, FILE *out) {
     if (constant(r, "kv_type")) hdr_part(out, &first, "KV %s", report_get_str(r, 0, "kv_type"));
     if (constant(r, "block_size")) hdr_part(out, &first, "block %.0f", report_get(r, 0, "block_size"));
     if (constant(r, "prefix_cache")) hdr_part(out, &first, "prefix cache %s", report_get_str(r, 0, "prefix_cache"));
+    if (constant(r, "sched")) hdr_part(out, &first, "sched %s", report_get_str(r, 0, "sched"));
     if (constant(r, "n_batch")) hdr_part(out, &first, "batch %.0f", report_get(r, 0, "n_batch"));
     if (constant(r, "spec")) hdr_part(out, &first, "spec %s", report_get_str(r, 0, "spec"));
     if (constant(r, "reps")) hdr_part(out, &first, "mean ± sd of %.0f runs", report_get(r, 0, "reps"));

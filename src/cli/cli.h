@@ -24,6 +24,7 @@ typedef struct cli_model_opts {
     const char *draft_model;      /* --draft-model PATH (generate, bench): loaded by cli_open_engine, or NULL */
     bool max_batch_tokens_set;    /* else the backend's default: 512 on cpu, 2048 on cuda */
     bool kv_type_set;             /* else the backend's default: f32 on cpu, bf16 on cuda */
+    bool sched_set;               /* --sched given; else fifo, or prefill-first where the workload asks */
 } cli_model_opts;
 
 void cli_model_opts_init(cli_model_opts *o);
@@ -52,6 +53,13 @@ typedef struct cli_engine_fit {
     int block_size;                /* > 0: replaces --block-size */
     long need_blocks;              /* > 0: KV blocks the workload needs at once */
     int min_seqs;                  /* --max-seqs raised to at least this many sequences */
+    /* The workload's requests run together and its decode rate is read as that of all of
+     * them (bench's sweep, profile): unless --sched was given, prefill-first, so that every
+     * prompt is prefilled before decoding starts and each decode step runs every sequence
+     * (llama-batched-bench's PP then TG).  Under fifo, b prompts longer than one step's
+     * token budget overlap their prefill with the first requests' decode, whose steps then
+     * run a fraction of the b sequences. */
+    bool decode_together;
 } cli_engine_fit;
 
 /* The one way the subcommands open backend + engine over a loaded model.  The KV cache

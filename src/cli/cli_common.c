@@ -183,7 +183,8 @@ const char *cli_model_flags_help(void) {
            "  --max-batch-tokens N    tokens per engine step (default 512 on cpu, 2048 on cuda)\n"
            "  --prefill-chunk N       longest prompt piece of one sequence per step (default: no limit)\n"
            "  --max-seqs N            sequences running at once (default 256)\n"
-           "  --sched P               scheduling policy: fifo or prefill-first (default fifo)\n"
+           "  --sched P               scheduling policy: fifo or prefill-first (default fifo; bench's\n"
+           "                          sweep and profile: prefill-first, every prompt before decoding)\n"
            "  --no-prefix-cache       recompute every prompt (default: reuse the K/V of cached prefixes)\n"
            "  --prompt-cache DIR      also keep prefix K/V in DIR across runs (zstd files, one per block)\n"
            "  --prompt-cache-max SIZE cap on DIR's size, least recently used entries go first (default 4G)\n";
@@ -287,12 +288,13 @@ int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_
         if (parse_size(a, v, &o->engine.prompt_cache_max, st)) return -1;
     } else if (IS("--sched")) {
         VALUE();
-        if (!strcmp(v, "fifo")) o->engine.policy = SCHED_FIFO;
-        else if (!strcmp(v, "prefill-first")) o->engine.policy = SCHED_PREFILL_FIRST;
+        if (!strcmp(v, sched_policy_name(SCHED_FIFO))) o->engine.policy = SCHED_FIFO;
+        else if (!strcmp(v, sched_policy_name(SCHED_PREFILL_FIRST))) o->engine.policy = SCHED_PREFILL_FIRST;
         else {
             llmi_fail(st, LLMI_E_USAGE, "--sched: '%s' is not fifo or prefill-first", v);
             return -1;
         }
+        o->sched_set = true;
     } else {
         return 0;
     }
@@ -423,6 +425,7 @@ int cli_open_engine(const cli_model_opts *o, const llmi_model *m, const cli_engi
     }
     if (fit && fit->block_size > 0) fo.engine.block_size = fit->block_size;
     if (fit && fo.engine.max_seqs < fit->min_seqs) fo.engine.max_seqs = fit->min_seqs;
+    if (fit && fit->decode_together && !o->sched_set) fo.engine.policy = SCHED_PREFILL_FIRST;
     if (cli_open_backend(&fo, m, b, st)) return st->code;
     llmi_engine_opts eo = fo.engine;
     eo.max_batch_tokens = (*b)->opts.max_batch_tokens;

@@ -424,6 +424,7 @@ static int sweep_point(sweep_ctx *s, llmi_backend *b, llmi_engine *e, workload_s
         bench_meta(rep, s->m, b, s->label, a->mo.backend.n_threads);
         report_str(rep, "kv_type", kv_dtype_name(b->opts.kv_dtype));
         report_str(rep, "prefix_cache", a->mo.engine.prefix_cache ? "on" : "off");
+        report_str(rep, "sched", sched_policy_name(engine_options(e)->policy));
         report_int(rep, "block_size", b->opts.block_size);
         report_int(rep, "n_prompt", w.n_prompt);
         report_int(rep, "n_gen", w.n_gen);
@@ -470,7 +471,7 @@ static int sweep_engine(sweep_ctx *s, int ik, int bs, int max_b, llmi_status *st
                     need = nb > need ? nb : need;
                 }
     const cli_engine_fit fit = {.kv_dtype_set = a->kv_given, .kv_dtype = a->kv[ik], .block_size = bs,
-                                .need_blocks = need, .min_seqs = max_b};
+                                .need_blocks = need, .min_seqs = max_b, .decode_together = true};
     llmi_backend *b;
     llmi_engine *e;
     int rc = cli_open_engine(&a->mo, s->m, &fit, &b, &e, st);
@@ -1050,6 +1051,7 @@ static void tp_report(const bench_args *a, const llmi_model *m, const char *labe
     bench_meta(rep, m, b, label, a->mo.backend.n_threads);
     report_str(rep, "kv_type", kv_dtype_name(b->opts.kv_dtype));
     report_str(rep, "prefix_cache", a->mo.engine.prefix_cache ? "on" : "off");
+    report_str(rep, "sched", sched_policy_name(engine_options(run->e)->policy));
     report_int(rep, "block_size", b->opts.block_size);
     report_str(rep, "dataset", a->dataset ? a->dataset : "random");
     report_int(rep, "num_requests", run->turns > 1 ? run->n_conv : n);

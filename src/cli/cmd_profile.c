@@ -479,6 +479,7 @@ static void run_row(report *r, const profile_args *a, const profile_peaks *pk, c
     report_int(r, "n_batch", a->b);
     report_int(r, "prefix_len", a->prefix_len);
     report_str(r, "prefix_cache", a->mo.engine.prefix_cache ? "on" : "off");
+    report_str(r, "sched", sched_policy_name(engine_options(run->e)->policy));
     /* What the cache saved, at the rate this run's prefill steps computed tokens. */
     const phase_acc *pre = &run->acc[PH_PREFILL];
     report_int(r, "cached_prompt_tokens", run->cached_tokens);
@@ -517,7 +518,7 @@ int cmd_profile(int argc, char **argv, llmi_status *st) {
                        a.p + a.n, ctx);
         goto done;
     }
-    const cli_engine_fit fit = {.need_blocks = need1 * a.b, .min_seqs = a.b};
+    const cli_engine_fit fit = {.need_blocks = need1 * a.b, .min_seqs = a.b, .decode_together = true};
     if ((rc = cli_open_engine(&a.mo, &m, &fit, &b, &e, st))) goto done;
     if (need1 > engine_kv_blocks_total(e)) {
         rc = llmi_fail(st, LLMI_E_USAGE, "-p %d -n %d: one request needs %ld KV blocks, the cache has %d (--num-blocks/--kv-mem)",

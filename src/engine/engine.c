@@ -93,6 +93,8 @@ llmi_request_params request_params_defaults(void) {
     return p;
 }
 
+const char *sched_policy_name(sched_policy p) { return p == SCHED_PREFILL_FIRST ? "prefill-first" : "fifo"; }
+
 const char *finish_name(llmi_finish f) {
     switch (f) {
     case LLMI_FINISH_LENGTH: return "length";

@@ -42,6 +42,8 @@ typedef struct llmi_engine_opts {
 } llmi_engine_opts;
 
 llmi_engine_opts engine_opts_defaults(void);
+/* "fifo" or "prefill-first", as --sched spells them. */
+const char *sched_policy_name(sched_policy p);
 
 typedef enum {
     LLMI_FINISH_NONE = 0, LLMI_FINISH_LENGTH, LLMI_FINISH_EOS, LLMI_FINISH_STOP, LLMI_FINISH_CONTEXT,
