@@ -844,7 +844,9 @@ if has_phase bench; then
   # the tensor-core kernel with its tiles by cp.async (the default), the same with
   # register-loaded tiles, and the fp32 kernel they replaced, in the same call
   dlabel="$BIG_NAME decode b$((128 / SCALE)) p$((1024 / SCALE)): tensor-core (cp.async, register tiles) vs fp32 attention"
-  if ab_decided "decode b128 p1024 attention: cp.async 3020, register tiles 2795, fp32 2687 tok/s (H200, 2026-11-27)"; then :
+  # (decided on 6e0b768 under fifo, whose decode-only steps ran ~30 of the 128 sequences;
+  # GPU_CHECK_AB=all times it again at a true batch 128)
+  if ab_decided "decode b128 p1024 attention (fifo, ~30 sequences a step): cp.async 3020, register tiles 2795, fp32 2687 tok/s (H200, 2026-11-27)"; then :
   elif ! gpu_gate "$dlabel"; then :
   elif run bench-dec-tc 100 env LLMI_ATTN_DECODE=tc "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) \
          -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1 &&
@@ -1117,10 +1119,11 @@ if has_phase ncu; then
         -o csv -p 16 -n 8 -b "$b" -r 1
     fi
   done
-  # past the steps that prefill 2 of the 128 prompts each (2048 tokens a step) while the
-  # others decode: the pure decode steps' launches
+  # bench's sweep prefills every prompt before decoding (prefill-first): the decode attention
+  # runs only in decode steps of all 128 sequences, one launch a layer; skipped are the
+  # warm-up's one decode step and the timed run's first (2 x 32 layers)
   label="ncu $BIG_NAME bf16 decode attention b$((128 / SCALE)) p$((1024 / SCALE))"
-  gpu_gate "$label" && ncu_row "$label" ncu-attn-b128 'attn_decode_tc_kernel|attn_decode_kernel' $((2048 / SCALE)) 4 \
+  gpu_gate "$label" && ncu_row "$label" ncu-attn-b128 'attn_decode_tc_kernel|attn_decode_kernel' $((64 / SCALE)) 4 \
     "$LLMI_DEV" bench --dummy "$BIG" --device "$DEVFLAG" --kv-type bf16 -o csv -p $((1024 / SCALE)) -n 16 \
     -b $((128 / SCALE)) -r 1
 fi
