@@ -12,12 +12,13 @@
 #          (f16/bf16, q8 and fp8 KV)
 #   smol   e2e's SmolLM2 rows alone (for the call that brings the model's last part)
 #   bench  the GPU's measured bandwidth and bf16 peak; llmi bench --dummy llama-3-8b: batch-1
-#          decode (tok/s, GB/s), TTFT at 2048, batch 32; RTN int4 at batch 1 and 16; then
-#          comparisons of the kernels not yet defaults (or just made so) against the others
+#          decode (tok/s, GB/s), TTFT at 2048, batch 32; RTN int4 at batch 1 and 16
 #   profile  llmi profile on the device: where a step's time goes op by op (bf16 prefill at
 #          2048 and decode at batch 1; the RTN int4 model of bench at batch 1 and 16; bf16
 #          decode at batch 128 and 1024 positions), the four largest ops of each in the
 #          table, the whole tables in the raw tar
+#   ab     the kernels not yet defaults (or just made so) against the others on bench's
+#          shapes (after the profiles, so that a short budget drops these first)
 #   tput   offline throughput, 1000 requests at 128/128, 2048/128, 1000/1000 (the longest last)
 #   quant  llmi quantize --device cuda against --device cpu on SmolLM2 (GPTQ and AWQ, g64,
 #          8 x 512 calibration tokens: wall time of each, how close the files are by
@@ -76,7 +77,7 @@ ROOT=$PWD
 PACK=$ROOT/.gpu-pack
 STASH=/tmp/llmi-gpu-model
 MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-ALL_PHASES=unit,sanitize,e2e,smol,bench,profile,tput,quant,ncu,hf
+ALL_PHASES=unit,sanitize,e2e,smol,bench,profile,ab,tput,quant,ncu,hf
 
 # ---- CPU references computed ahead of the device (--refs) ----------------------------------
 # e2e compares the cuda backend with the cpu backend of the same binary; on the device those
@@ -181,7 +182,7 @@ if [ "${1:-}" = --pack ]; then
   tree=$(git ls-files -z | xargs -0 du -cb 2> /dev/null | tail -1 | cut -f1)
   echo "gpu-check --pack: $(du -sh "$PACK" | cut -f1) in .gpu-pack (sm_$arch, commit $(cat "$PACK/commit")); tracked tree $((tree / 1048576)) MiB"
   echo "  calls (15 device minutes in all; make them back to back: a machine idle 30 s is gone, the model parts with it):"
-  echo "    1. run(command=\"BUDGET=280 bash scripts/gpu-check.sh --phase unit,sanitize,bench,profile\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=320)"
+  echo "    1. run(command=\"BUDGET=280 bash scripts/gpu-check.sh --phase unit,sanitize,bench,profile,ab\", carry=[\".gpu-pack\", \".gpu-model-1\"], timeout_s=320)"
   echo "    2. run(command=\"BUDGET=280 bash scripts/gpu-check.sh --phase e2e,tput\", carry=[\".gpu-pack\", \".gpu-model-2\"], timeout_s=320)"
   echo "    3. run(command=\"BUDGET=<budget_left_s - 60> bash scripts/gpu-check.sh --phase smol,quant,ncu\", carry=[\".gpu-pack\", \".gpu-model-3\"], timeout_s=<BUDGET + 40>)"
   echo "  (hf, transformers side by side, ran on 2026-11-27: add it to call 3 only with time to spare; A/B rows a device"
@@ -808,62 +809,10 @@ if has_phase bench; then
       wmib=$(csv_col "$WORK/bench-int4.out" mem_backend_weights_mib 1)
       row "$BIG_NAME int4 decode b1 (target 400)" ok "$(num "$i1") tok/s; weights on the device $(num "$wmib") MiB"
       row "$BIG_NAME int4 decode b16" ok "$(num "$i16") tok/s"
-      # the tensor-core GEMV fed by 16-byte loads (the default for g128 since it was written,
-      # unmeasured) against the kernels it replaced at both batches: the chunk GEMV at 1 and
-      # the shuffle-fed tensor cores at 16 (LLMI_I4_GEMV=mma, 6e0b768's choice)
-      int4_variant mma LLMI_I4_GEMV=mma 1,16 "$BIG_NAME int4 decode b1, b16 on 6e0b768's kernels (LLMI_I4_GEMV=mma)" \
-        "default, the tensor-core GEMV: $(num "$i1"), $(num "$i16")"
-      # the kernels those replaced, in the same call, so the table says which is faster on
-      # this device: the warp GEMV at batch 1 and 16, the chunk GEMV (no tensor cores) and the
-      # dequantization + GEMM at 16
-      if ! ab_decided "int4 warp GEMV, chunk GEMV, dequant + GEMM: 146/544, 683, 1272 tok/s vs 6e0b768's defaults' 210/1596 (H200, 2026-11-27)"; then
-        int4_variant warp LLMI_I4_GEMV=warp 1,16 "$BIG_NAME int4 decode b1, b16 on the warp GEMV" \
-          "default: $(num "$i1"), $(num "$i16")"
-        int4_variant chunk LLMI_I4_GEMV=chunk 16 "$BIG_NAME int4 decode b16 on the chunk GEMV" "default: $(num "$i16")"
-        int4_variant dq LLMI_I4_DEQUANT_MIN_N=9 16 "$BIG_NAME int4 decode b16 by dequant + GEMM" "default: $(num "$i16")"
-      fi
     elif [ -f "$I4/config.json" ]; then
       row "$BIG_NAME int4 decode b1 (target 400)" "$STATUS" "$(why bench-int4)"
     fi
   fi
-  # the comparisons last, so that a short budget drops them before a target's row
-  # the attention's K/V tiles by cp.async, each while the tile before is computed on (the
-  # default, unmeasured when written) against the register-loaded tiles it replaced: here
-  # the prefill's, the decode's in the decode row below
-  ab_decided "TTFT with register-loaded tiles: 56.1 vs 56.2 ms (H200, 2026-11-27)" ||
-  compare_row "$BIG_NAME TTFT p$((2048 / SCALE)) with register-loaded tiles (LLMI_ATTN_TILES=sync)" \
-    bench-ttft-sync 120 ttft_ms_mean ms "cp.async, the default: $(num "${ttft:-0}") ms" \
-    env LLMI_ATTN_TILES=sync "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 -r "$REPS"
-  # batch-1 decode with the dense projections on cuBLASLt (LLMI_DENSE_GEMV=off) against
-  # llmi's GEMV above (the default at one token since the H200 timed both, 2026-11-27)
-  ab_decided "b1 on cuBLASLt: 179.8 vs the GEMV's 194.2 tok/s (H200, 2026-11-27)" ||
-  compare_row "$BIG_NAME bf16 decode b1 on cuBLASLt (LLMI_DENSE_GEMV=off)" \
-    bench-b1-gemv 100 decode_tps_mean tok/s "the GEMV, the default: $(num "${d1:-0}") tok/s" \
-    env LLMI_DENSE_GEMV=off "$LLMI_DEV" bench "${L3[@]}" -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1 -r "$REPS"
-  # decode attention at a large batch and long contexts (offline throughput's bottleneck):
-  # the tensor-core kernel with its tiles by cp.async (the default), the same with
-  # register-loaded tiles, and the fp32 kernel they replaced, in the same call
-  dlabel="$BIG_NAME decode b$((128 / SCALE)) p$((1024 / SCALE)): tensor-core (cp.async, register tiles) vs fp32 attention"
-  # (decided on 6e0b768 under fifo, whose decode-only steps ran ~30 of the 128 sequences;
-  # GPU_CHECK_AB=all times it again at a true batch 128)
-  if ab_decided "decode b128 p1024 attention (fifo, ~30 sequences a step): cp.async 3020, register tiles 2795, fp32 2687 tok/s (H200, 2026-11-27)"; then :
-  elif ! gpu_gate "$dlabel"; then :
-  elif run bench-dec-tc 100 env LLMI_ATTN_DECODE=tc "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) \
-         -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1 &&
-       run bench-dec-tcsync 100 env LLMI_ATTN_DECODE=tc LLMI_ATTN_TILES=sync "$LLMI_DEV" bench "${L3[@]}" \
-         -p $((1024 / SCALE)) -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1 &&
-       run bench-dec-fp32 100 env LLMI_ATTN_DECODE=fp32 "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) \
-         -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1; then
-    row "$dlabel" ok "$(num "$(csv_col "$WORK/bench-dec-tc.out" decode_tps_mean 1)"), $(num "$(csv_col "$WORK/bench-dec-tcsync.out" decode_tps_mean 1)") vs $(num "$(csv_col "$WORK/bench-dec-fp32.out" decode_tps_mean 1)") tok/s"
-  else
-    row "$dlabel" "$STATUS" "$(for w in bench-dec-fp32 bench-dec-tcsync bench-dec-tc; do [ -f "$WORK/$w.err" ] && why $w && break; done)"
-  fi
-  # GEMM autotuning (off by default until a device shows it pays): cuBLASLt's best 8
-  # candidates timed per GEMM shape in the warm-up, against the heuristic's first above
-  compare_row "$BIG_NAME TTFT p$((2048 / SCALE)) with LLMI_GEMM_TUNE=8" \
-    bench-ttft-tune 120 ttft_ms_mean ms "heuristic's first: $(num "${ttft:-0}") ms" \
-    env LLMI_GEMM_TUNE=8 "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 -r "$REPS"
-  ab_skipped_row bench
 fi
 
 # ---- profile: where the time goes, op by op (llmi profile: events per op, no graph) ----------
@@ -910,6 +859,69 @@ if has_phase profile; then
   else
     row "$label" "$STATUS" "$(why prof-bf16-b128)"
   fi
+fi
+
+# ---- ab: kernels not yet defaults (or just made so) against the others, same shapes -------
+# After the profiles, so that a short budget drops these before the op tables; the defaults'
+# figures they quote come from the bench phase of the same call.
+if has_phase ab; then
+  if ! gpu_gate "$BIG_NAME int4 A/B rows"; then :
+  elif [ ! -f "$I4/config.json" ]; then
+    row "$BIG_NAME int4 A/B rows" "not available" "no int4 model (the bench phase makes it)"
+  else
+    i1=${i1:-0} i16=${i16:-0}
+    # the tensor-core GEMV fed by 16-byte loads (the default for g128 since it was written,
+    # unmeasured) against the kernels it replaced at both batches: the chunk GEMV at 1 and
+    # the shuffle-fed tensor cores at 16 (LLMI_I4_GEMV=mma, 6e0b768's choice)
+    int4_variant mma LLMI_I4_GEMV=mma 1,16 "$BIG_NAME int4 decode b1, b16 on 6e0b768's kernels (LLMI_I4_GEMV=mma)" \
+      "default, the tensor-core GEMV: $(num "$i1"), $(num "$i16")"
+    # the kernels those replaced, in the same call, so the table says which is faster on
+    # this device: the warp GEMV at batch 1 and 16, the chunk GEMV (no tensor cores) and the
+    # dequantization + GEMM at 16
+    if ! ab_decided "int4 warp GEMV, chunk GEMV, dequant + GEMM: 146/544, 683, 1272 tok/s vs 6e0b768's defaults' 210/1596 (H200, 2026-11-27)"; then
+      int4_variant warp LLMI_I4_GEMV=warp 1,16 "$BIG_NAME int4 decode b1, b16 on the warp GEMV" \
+        "default: $(num "$i1"), $(num "$i16")"
+      int4_variant chunk LLMI_I4_GEMV=chunk 16 "$BIG_NAME int4 decode b16 on the chunk GEMV" "default: $(num "$i16")"
+      int4_variant dq LLMI_I4_DEQUANT_MIN_N=9 16 "$BIG_NAME int4 decode b16 by dequant + GEMM" "default: $(num "$i16")"
+    fi
+  fi
+  # the attention's K/V tiles by cp.async, each while the tile before is computed on (the
+  # default, unmeasured when written) against the register-loaded tiles it replaced: here
+  # the prefill's, the decode's in the decode row below
+  ab_decided "TTFT with register-loaded tiles: 56.1 vs 56.2 ms (H200, 2026-11-27)" ||
+  compare_row "$BIG_NAME TTFT p$((2048 / SCALE)) with register-loaded tiles (LLMI_ATTN_TILES=sync)" \
+    bench-ttft-sync 120 ttft_ms_mean ms "cp.async, the default: $(num "${ttft:-0}") ms" \
+    env LLMI_ATTN_TILES=sync "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 -r "$REPS"
+  # batch-1 decode with the dense projections on cuBLASLt (LLMI_DENSE_GEMV=off) against
+  # llmi's GEMV above (the default at one token since the H200 timed both, 2026-11-27)
+  ab_decided "b1 on cuBLASLt: 179.8 vs the GEMV's 194.2 tok/s (H200, 2026-11-27)" ||
+  compare_row "$BIG_NAME bf16 decode b1 on cuBLASLt (LLMI_DENSE_GEMV=off)" \
+    bench-b1-gemv 100 decode_tps_mean tok/s "the GEMV, the default: $(num "${d1:-0}") tok/s" \
+    env LLMI_DENSE_GEMV=off "$LLMI_DEV" bench "${L3[@]}" -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1 -r "$REPS"
+  # decode attention at a large batch and long contexts (offline throughput's bottleneck):
+  # the tensor-core kernel with its tiles by cp.async (the default), the same with
+  # register-loaded tiles, and the fp32 kernel they replaced, in the same call
+  dlabel="$BIG_NAME decode b$((128 / SCALE)) p$((1024 / SCALE)): tensor-core (cp.async, register tiles) vs fp32 attention"
+  # (decided on 6e0b768 under fifo, whose decode-only steps ran ~30 of the 128 sequences;
+  # GPU_CHECK_AB=all times it again at a true batch 128)
+  if ab_decided "decode b128 p1024 attention (fifo, ~30 sequences a step): cp.async 3020, register tiles 2795, fp32 2687 tok/s (H200, 2026-11-27)"; then :
+  elif ! gpu_gate "$dlabel"; then :
+  elif run bench-dec-tc 100 env LLMI_ATTN_DECODE=tc "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) \
+         -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1 &&
+       run bench-dec-tcsync 100 env LLMI_ATTN_DECODE=tc LLMI_ATTN_TILES=sync "$LLMI_DEV" bench "${L3[@]}" \
+         -p $((1024 / SCALE)) -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1 &&
+       run bench-dec-fp32 100 env LLMI_ATTN_DECODE=fp32 "$LLMI_DEV" bench "${L3[@]}" -p $((1024 / SCALE)) \
+         -n $((32 / SCALE)) -b $((128 / SCALE)) -r 1; then
+    row "$dlabel" ok "$(num "$(csv_col "$WORK/bench-dec-tc.out" decode_tps_mean 1)"), $(num "$(csv_col "$WORK/bench-dec-tcsync.out" decode_tps_mean 1)") vs $(num "$(csv_col "$WORK/bench-dec-fp32.out" decode_tps_mean 1)") tok/s"
+  else
+    row "$dlabel" "$STATUS" "$(for w in bench-dec-fp32 bench-dec-tcsync bench-dec-tc; do [ -f "$WORK/$w.err" ] && why $w && break; done)"
+  fi
+  # GEMM autotuning (off by default until a device shows it pays): cuBLASLt's best 8
+  # candidates timed per GEMM shape in the warm-up, against the heuristic's first above
+  compare_row "$BIG_NAME TTFT p$((2048 / SCALE)) with LLMI_GEMM_TUNE=8" \
+    bench-ttft-tune 120 ttft_ms_mean ms "heuristic's first: $(num "${ttft:-0}") ms" \
+    env LLMI_GEMM_TUNE=8 "$LLMI_DEV" bench "${L3[@]}" -p $((2048 / SCALE)) -n 1 -b 1 -r "$REPS"
+  ab_skipped_row ab
 fi
 
 # ---- tput: offline throughput, 1000 requests ---------------------------------------------------

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh, the one command a device session runs, rehearsed on the CPU emulation
-# of CUDA (GPU_CHECK_DEVICE=emu): its e2e, bench, profile, tput and ncu phases at the rehearsal's small
+# of CUDA (GPU_CHECK_DEVICE=emu): its e2e, bench, profile, ab, tput and ncu phases at the rehearsal's small
 # shapes, every cuda step on build-emu/llmi and every cpu step on ./llmi.  A device session
 # has 15 minutes in all, so the script's own plumbing (its command lines, the parsing of each
 # step's stdout apart from its stderr, the comparisons' rules, the table) must already work
@@ -37,7 +37,7 @@ NCU
 chmod +x "$TMP/bin/ncu"
 # (MODEL unset: the suite exports SmolLM2 there, and the rehearsal wants its tiny model)
 env -u MODEL PATH="$TMP/bin:$PATH" OUT=$TMP/gc GPU_CHECK_DEVICE=emu GPU_CHECK_AB=all BUDGET=500 \
-  bash "$ROOT/scripts/gpu-check.sh" --phase e2e,bench,profile,tput,ncu >"$TMP/gc.log" 2>&1
+  bash "$ROOT/scripts/gpu-check.sh" --phase e2e,bench,profile,ab,tput,ncu >"$TMP/gc.log" 2>&1
 rc=$?
 work=$(sed -n 's/.*; work dir \(\/tmp\/gpu-check\.[A-Za-z0-9]*\))$/\1/p' "$TMP/gc.log")
 [ -n "$work" ] && [ -d "$work" ] && rm -rf "$work"
@@ -69,6 +69,7 @@ want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
               "bf16 decode attention b8 p64")]
            + ["throughput 8/8 x4 (target 15000)", "throughput 128/8 x4 (target 2300)",
               "throughput 62/62 x4 (target 10000)", "throughput 128/8 x1: --max-batch-tokens 512 vs 128",
+              "throughput 8/8 x4: --max-seqs 64 --max-batch-tokens 1024 (vLLM's offline defaults)",
               "cpu references"])
 may_be_missing = {"spec ngram on cuda: proposals verified", "measured ceilings (torch)"}
 bad = [f"{c}: {rows[c][0]} {rows[c][1]}" if c in rows else f"{c}: no row" for c in want_ok
