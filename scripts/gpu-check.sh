@@ -325,6 +325,9 @@ run_dev() {
 }
 # ref_key ARGS... (the binary left out): the key of a cpu step's output, see --refs
 declare -A FILE_HASH=()
+# REF_AS[PATH]: what a file argument stands for in the key when the device cannot have the file
+# itself (one made by --refs from other files, e.g. SmolLM2's bf16 copy): its recipe
+declare -A REF_AS=()
 ref_key() { ref_key_parts "$@" | sha256sum | cut -c1-24; }
 # ref_key_parts ARGS...: what the key hashes, a line per part (kept in each reference's .meta,
 # and logged on the device when no reference matches, to show which part differs)
@@ -332,7 +335,9 @@ ref_key_parts() {
   { cat "$PACK/cpu-sources"
     local a
     for a in "$@"; do
-      if [ -f "$a" ]; then
+      if [ -n "${REF_AS[$a]:-}" ]; then
+        echo "made ${REF_AS[$a]}"
+      elif [ -f "$a" ]; then
         [ -n "${FILE_HASH[$a]:-}" ] || FILE_HASH[$a]=$(sha256sum < "$a" | cut -c1-64)
         echo "file ${FILE_HASH[$a]}"
       elif [ -d "$a" ]; then
@@ -698,6 +703,39 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
   else
     a=$(csv_col "$WORK/ppl-cpu.out" ppl); b=$(csv_col "$WORK/ppl-cuda.out" ppl)
     ppl_row "$label" 0.5 cpu "$a" cuda "$b"
+  fi
+  # The GPU's own computation done on the CPU: SmolLM2 with its weights dequantized and rounded
+  # to bf16 as the cuda backend holds them (scripts/make-bf16-gguf.py, gguf-py's dequantizer),
+  # f32 activations, bf16 KV as the cuda run above.  The row above measures against the CPU's
+  # Q8-quantized activations (llama.cpp's rule for quantized weights), which alone put SmolLM2
+  # 0.47% apart (docs/CUDA.md); this one holds the GPU to 0.1%.  The bf16 file is made by
+  # --refs, where gguf-py can be installed; the device reads the reference only.
+  label="WikiText-2 ppl cuda vs cpu on the same bf16 weights ($chunks x $PPL_CTX)"
+  bf16w=$WORK/smollm2-bf16w.gguf
+  if ! gpu_gate "$label"; then :
+  elif [ -z "$SMOL" ] || [ -d "$SMOL" ] || [ -z "$DATA" ]; then
+    row "$label" "not available" "needs SmolLM2's GGUF and wiki.test.raw"
+  else
+    REF_AS[$bf16w]="by scripts/make-bf16-gguf.py $(sha256sum < scripts/make-bf16-gguf.py | cut -c1-16) from file $(sha256sum < "$SMOL" | cut -c1-64)"
+    w_args=(bench -m "$bf16w" --device cpu --kv-type bf16 --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv)
+    if [ "$REFS_ONLY" = 1 ]; then
+      py=python3
+      if ! python3 -c 'import gguf, numpy' 2> /dev/null; then
+        py=/tmp/llmi-gguf-venv/bin/python
+        [ -x "$py" ] || { python3 -m venv /tmp/llmi-gguf-venv && /tmp/llmi-gguf-venv/bin/pip install -q gguf==0.19.0 numpy; } >> "$LOG" 2>&1
+      fi
+      run bf16w-make 300 "$py" scripts/make-bf16-gguf.py "$SMOL" "$bf16w" &&
+        run_cpu ppl-cpu-bf16w 400 "$LLMI" "${w_args[@]}"
+      row "$label" "$STATUS" "cpu reference: $(csv_col "$WORK/ppl-cpu-bf16w.out" ppl 2> /dev/null)"
+    elif [ ! -f "$REFSTORE/$(ref_key "${w_args[@]}").out.gz" ] || [ "$DEV" = emu ]; then
+      row "$label" "not available" "no cpu reference in testdata/gpu-ref (--refs makes it; the device has no gguf-py)"
+    elif ! run_cpu ppl-cpu-bf16w 60 "$LLMI" "${w_args[@]}"; then
+      row "$label" "$STATUS" "cpu: $(why ppl-cpu-bf16w)"
+    elif [ ! -s "$WORK/ppl-cuda.out" ]; then
+      row "$label" "not available" "the cuda perplexity of the row above did not run"
+    else
+      ppl_row "$label" 0.1 "cpu, bf16 weights" "$(csv_col "$WORK/ppl-cpu-bf16w.out" ppl)" cuda "$(csv_col "$WORK/ppl-cuda.out" ppl)"
+    fi
   fi
   # quantized KV: the same windows with q8 and fp8 caches on both devices (the bytes written
   # are the same on both; attention differs by summation order and the f16 tensor cores)
