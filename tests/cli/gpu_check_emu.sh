@@ -71,7 +71,9 @@ want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
               "throughput 62/62 x4 (target 10000)", "throughput 128/8 x1: --max-batch-tokens 512 vs 128",
               "throughput 8/8 x4: --max-seqs 64 --max-batch-tokens 1024 (vLLM's offline defaults)",
               "cpu references"])
-may_be_missing = {"spec ngram on cuda: proposals verified", "measured ceilings (torch)"}
+may_be_missing = {"spec ngram on cuda: proposals verified", "measured ceilings (torch)",
+                  # (SmolLM2's GGUF only: the rehearsal's model is a tiny HF directory)
+                  "WikiText-2 ppl cuda vs cpu on the same bf16 weights (2 x 128)"}
 bad = [f"{c}: {rows[c][0]} {rows[c][1]}" if c in rows else f"{c}: no row" for c in want_ok
        if rows.get(c, ("",))[0] != "ok"]
 bad += [f"{c}: {r} {f}" for c, (r, f) in rows.items()
