@@ -661,6 +661,71 @@ TEST(bench_depth_kv_holds_context) {
     model_free(&m);
 }
 
+/* The offline warm-up (workload_warm_serving): one step prefills every prompt, then the
+ * decoding batch halves every second step down to one sequence, so each power-of-two batch
+ * size decodes exactly twice (the CUDA backend's eager step and graph capture); the KV cache
+ * bounds how many run, and nothing is left running or cached as a request. */
+typedef struct warm_probe { int steps, prefill_steps, prefill_tokens, dec[32], n_dec; } warm_probe;
+
+static void warm_after_step(void *ctx, const llmi_step_info *info, double t0, double dt) {
+    warm_probe *p = ctx;
+    p->steps++;
+    if (info->n_prefill_tokens > 0) {
+        p->prefill_steps++;
+        p->prefill_tokens += info->n_prefill_tokens;
+    } else if (p->n_dec < 32) {
+        p->dec[p->n_dec++] = info->n_decode_seqs;
+    }
+}
+
+TEST(bench_warm_serving_halves_the_batch) {
+    llmi_status st = {0};
+    llmi_model m;
+    llmi_backend_opts bo = {.n_threads = 1, .kv_dtype = LLMI_KV_F32, .block_size = 16, .max_batch_tokens = 256, .max_seqs = 16};
+    llmi_backend *b = tiny_cpu(t_, &m, &bo, 0);
+    if (!b) return;
+    static const struct { int max_batch, num_blocks, p, want[12], n_want; } cases[] = {
+        /* 12 prompts of 21 tokens (256 / 12) in one step; the buckets 16, 8, 4, 2, 1 as 12, 8, 4, 2, 1 */
+        {12, 64, 21, {12, 12, 8, 8, 4, 4, 2, 2, 1, 1}, 10},
+        {5, 64, 32, {5, 5, 4, 4, 2, 2, 1, 1}, 8},
+        {1, 64, 32, {1, 1}, 2},
+        /* 7 blocks of 16 hold two sequences of up to 32 + 11 tokens (3 blocks), so 2 run,
+         * with 32-token prompts */
+        {12, 7, 32, {2, 2, 1, 1}, 4},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        llmi_engine_opts eo = engine_opts_defaults();
+        eo.block_size = 16;
+        eo.max_batch_tokens = 256;
+        eo.max_seqs = 16;
+        eo.num_blocks = cases[c].num_blocks;
+        llmi_engine *e = NULL;
+        if (engine_create(&m, b, &eo, &e, &st)) {
+            CHECK_MSG(false, "%s", st.msg);
+            break;
+        }
+        stats_rng rng;
+        stats_rng_seed(&rng, test_seed());
+        warm_probe p = {0};
+        const workload_hooks h = {.ctx = &p, .after_step = warm_after_step};
+        CHECK_MSG(workload_warm_serving(e, m.cfg.n_vocab, 1024, cases[c].max_batch, &rng, &h, "test", &st) == 0, "%s",
+                  st.msg);
+        const int ran = cases[c].want[0];
+        CHECK_MSG(p.prefill_steps == 1 && p.prefill_tokens == ran * cases[c].p,
+                  "case %zu: %d prefill steps of %d tokens (want 1 of %d x %d)", c, p.prefill_steps, p.prefill_tokens, ran,
+                  cases[c].p);
+        bool same = p.n_dec == cases[c].n_want;
+        for (int i = 0; same && i < p.n_dec; i++) same = p.dec[i] == cases[c].want[i];
+        char got[128] = "";
+        for (int i = 0; i < p.n_dec; i++) snprintf(got + strlen(got), sizeof got - strlen(got), " %d", p.dec[i]);
+        CHECK_MSG(same, "case %zu: decode batches%s", c, got);
+        CHECK(!engine_has_work(e));
+        engine_destroy(e);
+    }
+    b->destroy(b);
+    model_free(&m);
+}
+
 static int stop_after_first(void *ctx, int done, int total, double ppl) { return 1; }
 
 TEST(bench_ppl_interrupt_keeps_windows_done) {

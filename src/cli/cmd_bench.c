@@ -112,7 +112,8 @@ static const char *bench_usage(void) {
            "                          repeat, so use --dataset for its speed), draft (--draft-model PATH);\n"
            "                          adds acceptance columns.  Throughput takes one value.  --spec-k K,\n"
            "                          --spec-ngram MIN,MAX as generate's\n"
-           "  -r N                    repetitions (default 5)   --warmup N  warm-up runs (default 1)\n"
+           "  -r N                    repetitions (default 5)   --warmup N  warm-up runs (default 1;\n"
+           "                          throughput: 0 skips its untimed warm-up of every decode batch size)\n"
            "throughput (--num-requests, --dataset or --turns):\n"
            "  --num-requests N        requests to serve (default 1000 with random prompts; with --turns:\n"
            "                          conversations)\n"
@@ -567,6 +568,7 @@ typedef struct tp_run {
     double elapsed;       /* seconds from t_start to the end of the last step */
     int preemptions;
     int decode_batch_max; /* the most sequences decoding together in one step */
+    double warmup_s;      /* the untimed warm-up before t_start (tp_warm) */
     long spec_steps, spec_proposed, spec_accepted;
     dvec itl;             /* every gap between consecutive tokens of a request (s) */
     dvec kv_t, kv_u;      /* after every step: seconds since t_start, KV blocks used / total */
@@ -1063,6 +1065,7 @@ static void tp_report(const bench_args *a, const llmi_model *m, const char *labe
     report_int(rep, "num_prefixes", a->prefix_len ? a->num_prefixes : 0);
     report_num(rep, "request_rate", run->rate > 0 ? run->rate : INFINITY, 2);
     report_int(rep, "seed", (long long)a->seed);
+    report_num(rep, "warmup_s", run->warmup_s, 3);
     report_num(rep, "elapsed_s", t_end, 3);
     report_num(rep, "requests_per_s", n / t_end, 3);
     report_num(rep, "output_tps", generated / t_end, 2);
@@ -1177,6 +1180,18 @@ static void tp_plot_free(tp_plot *pl) {
 
 /* One run at one rate (prepare, open, serve), summarised and reported.  Ctrl-C reports
  * the requests finished so far, then returns LLMI_E_INTERRUPT. */
+/* The untimed warm-up of an offline run (--warmup 0 skips it): workload_warm_serving at the
+ * most conversations that can run at once, its prompts from a stream of their own, so that
+ * the timed requests are those the same --seed gives without it. */
+static int tp_warm(const bench_args *a, const llmi_model *m, tp_run *run, llmi_status *st) {
+    stats_rng rng;
+    stats_rng_seed(&rng, a->seed + 0x9e3779b97f4a7c15ull);
+    const double t0 = engine_now(run->e);
+    int rc = workload_warm_serving(run->e, m->cfg.n_vocab, ctx_of(a, m), run->n_conv, &rng, NULL, "bench", st);
+    run->warmup_s = engine_now(run->e) - t0;
+    return rc;
+}
+
 static int tp_run_one(const bench_args *a, const llmi_model *m, const char *label, int k, report *rep, tp_plot *plot,
                       llmi_status *st) {
     const double rate = a->n_rates ? a->rates[k] : 0;
@@ -1194,6 +1209,7 @@ static int tp_run_one(const bench_args *a, const llmi_model *m, const char *labe
         rc = cli_open_engine(&a->mo, m, &fit, &b, &run.e, st);
     }
     if (!rc) rc = tp_check_fit(&run, bs, st);
+    if (!rc && a->warmup > 0) rc = tp_warm(a, m, &run, st);
     if (!rc) rc = tp_serve(a, &run, st);
     int summarised = rc == 0 || rc == LLMI_E_INTERRUPT ? tp_summarise(&run, &sum, st) : rc;
     if (!summarised && sum.n_done > 0) {

@@ -94,3 +94,61 @@ int workload_warmup(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rn
     w.n_depth = 0;
     return workload_run(e, n_vocab, w, rng, NULL, who, st);
 }
+
+/* Halvings of b before it reaches 1: b's decode batch sizes, as powers of two, are levels+1. */
+static int halvings(int b) {
+    int n = 0;
+    while ((1 << n) < b) n++;
+    return n;
+}
+
+int workload_warm_serving(llmi_engine *e, int n_vocab, int ctx, int max_batch, stats_rng *rng, const workload_hooks *h,
+                          const char *who, llmi_status *st) {
+    static const workload_hooks none = {0};
+    if (!h) h = &none;
+    const llmi_engine_opts *o = engine_options(e);
+    if (max_batch > o->max_seqs) max_batch = o->max_seqs;
+    if (max_batch < 1) return LLMI_OK;
+    /* whole sequences in the cache at once, so that none is preempted out of the pattern:
+     * counted at the longest prompt and the longest generation max_batch could give, both
+     * of which only shrink with a smaller batch */
+    const long bound = (WORKLOAD_WARMUP_PROMPT + 1 + 2 * (halvings(max_batch) + 1) + o->block_size - 1) / o->block_size;
+    const long fit = engine_kv_blocks_total(e) / bound;
+    if (max_batch > fit) max_batch = (int)fit;
+    if (max_batch < 1) return LLMI_OK;
+    const int levels = halvings(max_batch);
+    const int longest = 1 + 2 * (levels + 1);   /* sequence 0: two decode steps a level, after the prompt's token */
+    int p = o->max_batch_tokens / max_batch;
+    if (p > WORKLOAD_WARMUP_PROMPT) p = WORKLOAD_WARMUP_PROMPT;
+    if (p < 1) p = 1;
+    if (p + longest > ctx) return LLMI_OK;   /* a context too short to warm anything worth it */
+    int32_t *prompt = malloc((size_t)p * sizeof *prompt);             /* (p) */
+    int *ids = malloc((size_t)max_batch * sizeof *ids);               /* (max_batch) */
+    int rc = 0, added = 0;
+    if (!prompt || !ids) { rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", who); goto done; }
+    llmi_request_params rp = request_params_defaults();
+    rp.ignore_eos = true;
+    rp.sampling.temperature = 0;
+    for (int i = 0; i < max_batch; i++) {
+        /* sequence i decodes while the batch is above 2^(level - 1): level(0) = 0, level(1) = 1,
+         * level(2..3) = 2, level(4..7) = 3, ... so the batch halves every second step */
+        rp.max_tokens = 1 + 2 * (levels + 1 - halvings(i + 1));
+        workload_random_tokens(rng, prompt, p, n_vocab);
+        if ((rc = engine_add_request(e, prompt, p, &rp, NULL, &ids[i], st))) goto done;
+        added++;
+    }
+    while (!rc && engine_has_work(e)) {
+        if (cli_was_interrupted()) { rc = llmi_fail(st, LLMI_E_INTERRUPT, "%s: interrupted", who); break; }
+        if (h->before_step) h->before_step(h->ctx);
+        llmi_step_info info;
+        const double t0 = engine_now(e);
+        if ((rc = engine_step(e, NULL, NULL, &info, st))) break;
+        if (h->after_step) h->after_step(h->ctx, &info, t0, engine_now(e) - t0);
+    }
+done:
+    if (rc) engine_abort_all(e, NULL, NULL);
+    for (int i = 0; i < added; i++) engine_release(e, ids[i]);
+    free(prompt);
+    free(ids);
+    return rc;
+}

@@ -51,9 +51,23 @@ int workload_run(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, 
 
 /* The warm-up run: the same workload cut to at most WORKLOAD_WARMUP_PROMPT prompt and
  * WORKLOAD_WARMUP_GEN generated tokens, enough to page the weights in and size the
- * workspaces, short enough not to matter.  No hooks. */
+ * workspaces, short enough not to matter.  Three tokens are two decode steps of the b
+ * sequences: the CUDA backend runs a batch size's first decode step eagerly and captures its
+ * graph at the second (backend_cuda.c), which the timed runs then only replay.  No hooks. */
 #define WORKLOAD_WARMUP_PROMPT 32
-#define WORKLOAD_WARMUP_GEN 2
+#define WORKLOAD_WARMUP_GEN 3
 int workload_warmup(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, const char *who, llmi_status *st);
+
+/* The warm-up of a serving run (bench's offline mode), untimed and forgotten: up to
+ * max_batch requests of random prompts short enough to be prefilled in one step where the
+ * token budget allows (the step's GEMMs and attention at its full token count), then
+ * decoding with generation lengths that halve the decoding batch every second step, from
+ * max_batch down to one sequence.  So every decode batch size the run can meet, rounded up
+ * to a power of two, decodes twice and has its CUDA graph captured (see above), and every
+ * kernel has run once: the timed run pays none of that, as vLLM's benchmarks capture their
+ * graphs before timing.  ctx bounds the requests' lengths; the KV cache bounds max_batch.
+ * Of h (may be NULL) only before_step and after_step are called. */
+int workload_warm_serving(llmi_engine *e, int n_vocab, int ctx, int max_batch, stats_rng *rng, const workload_hooks *h,
+                          const char *who, llmi_status *st);
 
 #endif
