@@ -89,9 +89,13 @@ done:
 }
 
 int workload_warmup(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, const char *who, llmi_status *st) {
-    if (w.n_prompt > WORKLOAD_WARMUP_PROMPT) w.n_prompt = WORKLOAD_WARMUP_PROMPT;
+    int cut = engine_options(e)->max_batch_tokens / (w.n_requests > 0 ? w.n_requests : 1);
+    if (cut < WORKLOAD_WARMUP_PROMPT) cut = WORKLOAD_WARMUP_PROMPT;
+    if (w.n_prompt > cut) w.n_prompt = cut;
     if (w.n_gen > WORKLOAD_WARMUP_GEN) w.n_gen = WORKLOAD_WARMUP_GEN;
     w.n_depth = 0;
+    w.prefix = NULL;
+    w.n_prefix = 0;
     return workload_run(e, n_vocab, w, rng, NULL, who, st);
 }
 

@@ -49,9 +49,12 @@ void workload_random_tokens(stats_rng *rng, int32_t *t, int n, int n_vocab);
 int workload_run(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, const workload_hooks *h,
                  const char *who, llmi_status *st);
 
-/* The warm-up run: the same workload cut to at most WORKLOAD_WARMUP_PROMPT prompt and
- * WORKLOAD_WARMUP_GEN generated tokens, enough to page the weights in and size the
- * workspaces, short enough not to matter.  Three tokens are two decode steps of the b
+/* The warm-up run: the same workload with at most max(WORKLOAD_WARMUP_PROMPT, the step's
+ * token budget / b) prompt tokens a request and WORKLOAD_WARMUP_GEN generated tokens, no
+ * depth and no shared prefix: it pages the weights in and sizes the workspaces, and its
+ * prefill steps run the timed ones' token count wherever those fill the budget (at b = 1
+ * the whole prompt, as llama-bench's warm-up), so that each GEMM shape has had its
+ * cuBLASLt choice made before timing.  Three tokens are two decode steps of the b
  * sequences: the CUDA backend runs a batch size's first decode step eagerly and captures its
  * graph at the second (backend_cuda.c), which the timed runs then only replay.  No hooks. */
 #define WORKLOAD_WARMUP_PROMPT 32
