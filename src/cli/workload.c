@@ -9,6 +9,22 @@ void workload_random_tokens(stats_rng *rng, int32_t *t, int n, int n_vocab) {
     for (int i = 0; i < n; i++) t[i] = (int32_t)stats_rng_range(rng, 0, n_vocab - 1);
 }
 
+/* Steps e until it has no work, h's step hooks around each step (h may not be NULL). */
+static int run_steps(llmi_engine *e, const workload_hooks *h, const char *who, llmi_status *st) {
+    while (engine_has_work(e)) {
+        if (cli_was_interrupted()) return llmi_fail(st, LLMI_E_INTERRUPT, "%s: interrupted", who);
+        if (h->before_step) h->before_step(h->ctx);
+        llmi_step_info info;
+        const double t0 = engine_now(e);
+        int rc = engine_step(e, NULL, NULL, &info, st);
+        if (rc) return rc;
+        if (h->after_step) h->after_step(h->ctx, &info, t0, engine_now(e) - t0);
+    }
+    return LLMI_OK;
+}
+
+static const workload_hooks no_hooks = {0};
+
 /* Prefills ctx (n_requests, n_depth) untimed, as prompt-only requests, and releases them:
  * their full blocks stay in the prefix cache for the timed requests to find. */
 static int prefill_context(llmi_engine *e, workload_shape w, const int32_t *ctx, const char *who, llmi_status *st) {
@@ -21,10 +37,7 @@ static int prefill_context(llmi_engine *e, workload_shape w, const int32_t *ctx,
         rc = engine_add_request(e, ctx + (size_t)i * w.n_depth, w.n_depth, &rp, NULL, &ids[i], st);
         added += rc == 0;
     }
-    while (!rc && engine_has_work(e)) {
-        if (cli_was_interrupted()) rc = llmi_fail(st, LLMI_E_INTERRUPT, "%s: interrupted", who);
-        else rc = engine_step(e, NULL, NULL, NULL, st);
-    }
+    if (!rc) rc = run_steps(e, &no_hooks, who, st);
     if (rc) engine_abort_all(e, NULL, NULL);
     for (int i = 0; i < added; i++) engine_release(e, ids[i]);
     free(ids);
@@ -33,8 +46,7 @@ static int prefill_context(llmi_engine *e, workload_shape w, const int32_t *ctx,
 
 int workload_run(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, const workload_hooks *h,
                  const char *who, llmi_status *st) {
-    static const workload_hooks none = {0};
-    if (!h) h = &none;
+    if (!h) h = &no_hooks;
     const int n_total = w.n_depth + w.n_prompt;
     int32_t *prompt = malloc((size_t)n_total * sizeof *prompt);     /* (n_depth + n_prompt) */
     int *ids = malloc((size_t)w.n_requests * sizeof *ids);           /* (n_requests) */
@@ -58,15 +70,7 @@ int workload_run(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rng, 
         if ((rc = engine_add_request(e, prompt, n_total, &rp, NULL, &ids[i], st))) goto done;
         added++;
     }
-    while (engine_has_work(e)) {
-        if (cli_was_interrupted()) { rc = llmi_fail(st, LLMI_E_INTERRUPT, "%s: interrupted", who); goto done; }
-        if (h->before_step) h->before_step(h->ctx);
-        llmi_step_info info;
-        double t0 = engine_now(e);
-        if ((rc = engine_step(e, NULL, NULL, &info, st))) goto done;
-        double dt = engine_now(e) - t0;
-        if (h->after_step) h->after_step(h->ctx, &info, t0, dt);
-    }
+    if ((rc = run_steps(e, h, who, st))) goto done;
     for (int i = 0; i < added; i++) {
         const llmi_request_info *ri = engine_request(e, ids[i]);
         if (!ri) continue;
@@ -108,8 +112,7 @@ static int halvings(int b) {
 
 int workload_warm_serving(llmi_engine *e, int n_vocab, int ctx, int max_batch, stats_rng *rng, const workload_hooks *h,
                           const char *who, llmi_status *st) {
-    static const workload_hooks none = {0};
-    if (!h) h = &none;
+    if (!h) h = &no_hooks;
     const llmi_engine_opts *o = engine_options(e);
     if (max_batch > o->max_seqs) max_batch = o->max_seqs;
     if (max_batch < 1) return LLMI_OK;
@@ -141,14 +144,7 @@ int workload_warm_serving(llmi_engine *e, int n_vocab, int ctx, int max_batch, s
         if ((rc = engine_add_request(e, prompt, p, &rp, NULL, &ids[i], st))) goto done;
         added++;
     }
-    while (!rc && engine_has_work(e)) {
-        if (cli_was_interrupted()) { rc = llmi_fail(st, LLMI_E_INTERRUPT, "%s: interrupted", who); break; }
-        if (h->before_step) h->before_step(h->ctx);
-        llmi_step_info info;
-        const double t0 = engine_now(e);
-        if ((rc = engine_step(e, NULL, NULL, &info, st))) break;
-        if (h->after_step) h->after_step(h->ctx, &info, t0, engine_now(e) - t0);
-    }
+    rc = run_steps(e, h, who, st);
 done:
     if (rc) engine_abort_all(e, NULL, NULL);
     for (int i = 0; i < added; i++) engine_release(e, ids[i]);
