@@ -12,9 +12,10 @@
 #          (f16/bf16, q8 and fp8 KV)
 #   smol   e2e's SmolLM2 rows alone (for the call that brings the model's last part)
 #   bench  the GPU's measured bandwidth and bf16 peak; llmi bench --dummy llama-3-8b: batch-1
-#          decode (tok/s, GB/s), TTFT at 2048, batch 32; RTN int4 at batch 1 and 16
+#          decode (tok/s, GB/s), TTFT at 2048, batch 32; int4 (a synthetic g128 grid) at
+#          batch 1 and 16
 #   profile  llmi profile on the device: where a step's time goes op by op (bf16 prefill at
-#          2048 and decode at batch 1; the RTN int4 model of bench at batch 1 and 16; bf16
+#          2048 and decode at batch 1; the int4 model of bench at batch 1 and 16; bf16
 #          decode at batch 128 and 1024 positions), the four largest ops of each in the
 #          table, the whole tables in the raw tar
 #   ab     the kernels not yet defaults (or just made so) against the others on bench's
@@ -761,14 +762,15 @@ fi
 
 # ---- bench: llama-3-8b on the device ---------------------------------------------------------
 L3=(--dummy "$BIG" --device "$DEVFLAG" --kv-type bf16 -o csv)
-# the RTN int4 copy bench makes and profile reads: kept in /tmp on the device, where a later
-# call reuses it; a rehearsal's own, in its work dir
-I4=/tmp/llmi-$(basename "$BIG_NAME" | tr -c "a-z0-9\n" -)-int4
-[ "$SCALE" = 1 ] || I4=$WORK/int4
+# the int4 model of the bench, profile, ab and ncu rows: synthetic weights in a GPTQ/AWQ-style
+# int4 grid (--dummy-dtype int4-gN: random nibbles, fp16 scales, zeros 7 or 8; embeddings and
+# lm_head bf16), what an RTN-quantized dummy gives without the quantizer's ~30 s and 5.5 GB
+# written on the device host (it was made so until 2026-11-27)
+I4A=(--dummy "$BIG" --dummy-dtype "int4-g$GS" --device "$DEVFLAG" --kv-type bf16)
 # int4_variant NAME ENV BATCHES LABEL DEFAULT: the int4 bench at BATCHES with ENV set (a
 # kernel the default replaced), one row quoting its decode tok/s beside DEFAULT's
 int4_variant() {
-  if run "bench-int4-$1" 100 env "$2" "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 -o csv \
+  if run "bench-int4-$1" 100 env "$2" "$LLMI_DEV" bench "${I4A[@]}" -o csv \
       -p $((512 / SCALE)) -n $((128 / SCALE)) -b "$3" -r 1; then
     local tps; tps=$(csv_col "$WORK/bench-int4-$1.out" decode_tps_mean 1)
     [ "$3" = 1,16 ] && tps="$(num "$tps"), $(num "$(csv_col "$WORK/bench-int4-$1.out" decode_tps_mean 2)")" || tps=$(num "$tps")
@@ -836,18 +838,12 @@ if has_phase bench; then
   fi
   if ! gpu_gate "$BIG_NAME int4 decode b1 (target 400)" "$BIG_NAME int4 decode b16"; then :
   else
-    if [ ! -f "$I4/config.json" ]; then
-      run quant-int4 200 "$LLMI" quantize --dummy "$BIG" --method rtn --group-size "$GS" -o "$I4" --force
-      [ "$STATUS" = ok ] || row "RTN int4 $BIG_NAME (quantize)" "$STATUS" "$(why quant-int4)"
-      # bench's sweep draws random ids, but -m loads a tokenizer: a tiny one fits any vocabulary
-      [ -f "$I4/config.json" ] && cp testdata/hf/llama-gqa-rope3/tokenizer*.json "$I4/"
-    fi
-    if [ -f "$I4/config.json" ] && run bench-int4 150 "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 -o csv -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1,16 -r "$REPS"; then
+    if run bench-int4 150 "$LLMI_DEV" bench "${I4A[@]}" -o csv -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1,16 -r "$REPS"; then
       i1=$(csv_col "$WORK/bench-int4.out" decode_tps_mean 1); i16=$(csv_col "$WORK/bench-int4.out" decode_tps_mean 2)
       wmib=$(csv_col "$WORK/bench-int4.out" mem_backend_weights_mib 1)
       row "$BIG_NAME int4 decode b1 (target 400)" ok "$(num "$i1") tok/s; weights on the device $(num "$wmib") MiB"
       row "$BIG_NAME int4 decode b16" ok "$(num "$i16") tok/s"
-    elif [ -f "$I4/config.json" ]; then
+    else
       row "$BIG_NAME int4 decode b1 (target 400)" "$STATUS" "$(why bench-int4)"
     fi
   fi
@@ -880,8 +876,7 @@ if has_phase profile; then
   for b in 1 16; do
     label="profile $BIG_NAME int4 decode b$b"
     if ! gpu_gate "$label"; then :
-    elif [ ! -f "$I4/config.json" ]; then row "$label" "not available" "no int4 model (the bench phase makes it)"
-    elif run "prof-int4-b$b" 90 "$LLMI_DEV" profile -m "$I4" --device "$DEVFLAG" --kv-type bf16 -b "$b" -p $((128 / SCALE)) -n $((32 / SCALE + 1)) -o csv; then
+    elif run "prof-int4-b$b" 90 "$LLMI_DEV" profile "${I4A[@]}" -b "$b" -p $((128 / SCALE)) -n $((32 / SCALE + 1)) -o csv; then
       profile_row "$label" "prof-int4-b$b" decode
     else
       row "$label" "$STATUS" "$(why "prof-int4-b$b")"
@@ -903,10 +898,7 @@ fi
 # After the profiles, so that a short budget drops these before the op tables; the defaults'
 # figures they quote come from the bench phase of the same call.
 if has_phase ab; then
-  if ! gpu_gate "$BIG_NAME int4 A/B rows"; then :
-  elif [ ! -f "$I4/config.json" ]; then
-    row "$BIG_NAME int4 A/B rows" "not available" "no int4 model (the bench phase makes it)"
-  else
+  if gpu_gate "$BIG_NAME int4 A/B rows"; then
     i1=${i1:-0} i16=${i16:-0}
     # the tensor-core GEMV fed by 16-byte loads (the default for g128 since it was written,
     # unmeasured) against the kernels it replaced at both batches: the chunk GEMV at 1 and
@@ -1176,9 +1168,7 @@ if has_phase ncu; then
     re=$([ $b = 1 ] && echo 'tc_gemv_kernel<1,|int4_gemv_chunk_kernel<1,|gemv_bf16_kernel' ||
          echo 'tc_gemv_kernel<2,|int4_mma_kernel<2>')
     if ! gpu_gate "$label"; then :
-    elif [ ! -f "$I4/config.json" ]; then row "$label" "not available" "no int4 model (the bench phase makes it)"
-    else ncu_row "$label" "ncu-int4-b$b" "$re" 8 8 "$LLMI_DEV" bench -m "$I4" --device "$DEVFLAG" --kv-type bf16 \
-        -o csv -p 16 -n 8 -b "$b" -r 1
+    else ncu_row "$label" "ncu-int4-b$b" "$re" 8 8 "$LLMI_DEV" bench "${I4A[@]}" -o csv -p 16 -n 8 -b "$b" -r 1
     fi
   done
   # bench's sweep prefills every prompt before decoding (prefill-first): the decode attention

@@ -302,11 +302,11 @@ TEST(backend_cpu_keeps_dummy_weights) {
     for (int k = 0; k < 3; k++) {
         llmi_status st = {0};
         llmi_model m, ref;
-        if (model_load_dummy("smollm2-135m", dts[k], &m, &st)) {
+        if (model_load_dummy("smollm2-135m", dts[k], 0, &m, &st)) {
             CHECK_MSG(false, "%s", st.msg);
             continue;
         }
-        CHECK(model_load_dummy("smollm2-135m", dts[k], &ref, &st) == 0);
+        CHECK(model_load_dummy("smollm2-135m", dts[k], 0, &ref, &st) == 0);
         CHECK(!model_weights_from_file(&m));
         llmi_backend_opts o = {0};
         o.n_threads = 2; o.kv_dtype = LLMI_KV_F16; o.block_size = BS; o.max_batch_tokens = 16; o.max_seqs = 2;

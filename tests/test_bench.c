@@ -245,15 +245,17 @@ TEST(bench_dummy_config_json) {
 }
 
 TEST(bench_dummy_weights) {
-    const llmi_dtype dts[6] = {LLMI_F32, LLMI_F16, LLMI_BF16, LLMI_Q8_0, LLMI_Q4_0, LLMI_Q4_1};
-    for (int k = 0; k < 6; k++) {
+    /* (int4: groups of 32 columns, the tiny model's widths being 64 and 128) */
+    const llmi_dtype dts[7] = {LLMI_F32, LLMI_F16, LLMI_BF16, LLMI_Q8_0, LLMI_Q4_0, LLMI_Q4_1, LLMI_I4G};
+    for (int k = 0; k < 7; k++) {
         llmi_status st = {0};
         llmi_model m, m2;
-        if (model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", dts[k], &m, &st)) {
+        const int gs = dts[k] == LLMI_I4G ? 32 : 0;
+        if (model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", dts[k], gs, &m, &st)) {
             CHECK_MSG(false, "%s", st.msg);
             continue;
         }
-        CHECK(model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", dts[k], &m2, &st) == 0);
+        CHECK(model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", dts[k], gs, &m2, &st) == 0);
         CHECK(!strcmp(m.format, "dummy") && m.tok == NULL && m.cfg.n_layers == 2);
         const llmi_layer *L = &m.layers[1];
         CHECK(L->wq.rows == 64 && L->wq.cols == 64 && L->wk.rows == 32 && L->w_down.rows == 64 &&
@@ -275,21 +277,50 @@ TEST(bench_dummy_weights) {
             }
         }
         double scale = 1 / sqrt(128.0), mean = s / cnt, rms = sqrt(s2 / cnt);
-        CHECK_MSG(mx <= scale * 1.01 + 1e-6 && mx > scale * 0.8, "dtype %d max %g scale %g", k, mx, scale);
+        /* int4: (q - z) reaches 8 steps of 2 scale / 15 */
+        const double top = dts[k] == LLMI_I4G ? 16.0 / 15.0 : 1.0;
+        CHECK_MSG(mx <= scale * top * 1.01 + 1e-6 && mx > scale * 0.8, "dtype %d max %g scale %g", k, mx, scale);
         CHECK_MSG(fabs(mean) < 0.08 * scale, "dtype %d mean %g", k, mean);   /* q4_0 levels -8..7: -s/16 */
         CHECK_MSG(rms > 0.45 * scale && rms < 0.7 * scale, "dtype %d rms %g", k, rms);   /* uniform: 0.577 */
         CHECK(L->attn_norm[5] == 1.f && m.out_norm[63] == 1.f && L->bq == NULL);
+        if (dts[k] == LLMI_I4G) {
+            /* a GPTQ/AWQ grid: fp16 scales, zeros 7 or 8 (round to nearest of +-scale), no
+             * act order; embeddings and lm_head bf16; scales and zeros in the weight bytes */
+            CHECK(L->w_down.group_size == 32 && L->w_down.n_groups == 4 && L->w_down.g_idx == NULL &&
+                  L->w_down.row_bytes == 64 && L->wq.n_groups == 2);
+            int sevens = 0;
+            for (int i = 0; i < L->w_down.n_groups * 64; i++) {
+                CHECK(L->w_down.qscales[i] == f32_to_fp16((float)(2 * scale / 15)));
+                CHECK(L->w_down.qzeros[i] == 7 || L->w_down.qzeros[i] == 8);
+                sevens += L->w_down.qzeros[i] == 7;
+            }
+            CHECK_MSG(sevens > 64 && sevens < 192, "%d of 256 zeros are 7", sevens);
+            CHECK(!memcmp(L->w_down.qzeros, m2.layers[1].w_down.qzeros, 256));
+            CHECK(m.tok_embd.dtype == LLMI_BF16 && m.lm_head.dtype == LLMI_BF16);
+            size_t lin = 0;
+            for (int i = 0; i < m.cfg.n_layers; i++) {
+                const llmi_tensor *ts[7] = {&m.layers[i].wq, &m.layers[i].wk, &m.layers[i].wv, &m.layers[i].wo,
+                                            &m.layers[i].w_gate, &m.layers[i].w_up, &m.layers[i].w_down};
+                for (int j = 0; j < 7; j++) lin += ts[j]->row_bytes * ts[j]->rows + (size_t)ts[j]->n_groups * ts[j]->rows * 3;
+            }
+            const size_t embd = 2 * (size_t)m.cfg.n_vocab * m.cfg.dim * 2, norms = (2 * 2 + 1) * (size_t)m.cfg.dim * 4;
+            CHECK_MSG(m.weight_bytes == lin + embd + norms, "weight bytes %zu, want %zu", m.weight_bytes, lin + embd + norms);
+        }
         model_free(&m);
         model_free(&m2);
     }
     llmi_status st = {0};
     llmi_model m;
-    CHECK(model_load_dummy(TESTDATA_DIR "/bench/tiny-qwen2.json", LLMI_BF16, &m, &st) == 0);
+    CHECK(model_load_dummy(TESTDATA_DIR "/bench/tiny-qwen2.json", LLMI_BF16, 0, &m, &st) == 0);
     CHECK(m.layers[0].bq && m.layers[0].bk && m.lm_head.data == m.tok_embd.data);
     model_free(&m);
     /* 8B shapes with a block-size mismatch are refused before allocating anything */
     llmi_status_clear(&st);
-    CHECK(model_load_dummy(TESTDATA_DIR "/bench/tiny-qwen2.json", LLMI_DTYPE_COUNT, &m, &st) == LLMI_E_USAGE);
+    CHECK(model_load_dummy(TESTDATA_DIR "/bench/tiny-qwen2.json", LLMI_DTYPE_COUNT, 0, &m, &st) == LLMI_E_USAGE);
+    /* an int4 group that does not divide the widths (64, 128): refused, naming the group */
+    llmi_status_clear(&st);
+    CHECK(model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", LLMI_I4G, 0, &m, &st) == LLMI_E_USAGE &&
+          strstr(st.msg, "group size 128"));
 }
 
 TEST(bench_ppl_arithmetic) {
@@ -312,7 +343,7 @@ TEST(bench_ppl_arithmetic) {
  * or NULL after a failed check, with nothing left open. */
 static llmi_backend *tiny_cpu(test_ctx *t_, llmi_model *m, const llmi_backend_opts *bo, int kv_blocks) {
     llmi_status st = {0};
-    if (model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", LLMI_F32, m, &st)) {
+    if (model_load_dummy(TESTDATA_DIR "/bench/tiny-llama.json", LLMI_F32, 0, m, &st)) {
         CHECK_MSG(false, "%s", st.msg);
         return NULL;
     }

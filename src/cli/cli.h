@@ -17,6 +17,7 @@ typedef struct cli_model_opts {
     const char *model_path;       /* -m; NULL = the default model (scripts/fetch-model.sh's cache path) */
     const char *dummy;            /* --dummy PRESET|config.json: synthetic weights, no tokenizer */
     llmi_dtype dummy_dtype;       /* --dummy-dtype: weight dtype of synthetic models (default BF16) */
+    int dummy_group;              /* --dummy-dtype int4-gN: N (0: 128) */
     const char *device;           /* --device cpu|cuda|auto */
     llmi_backend_opts backend;    /* -t, --gpu, --gpu-mem-util, --kv-type */
     llmi_engine_opts engine;      /* --block-size, --num-blocks, --kv-mem, --max-batch-tokens, --prefill-chunk,

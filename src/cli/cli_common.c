@@ -168,7 +168,8 @@ const char *cli_model_flags_help(void) {
            "                          SmolLM2-135M-Instruct Q4_1, see scripts/fetch-model.sh; $LLMI_MODEL)\n"
            "  --dummy SPEC            synthetic weights instead of -m: a preset (smollm2-135m, llama-2-7b,\n"
            "                          llama-3-8b, mistral-7b, qwen2.5-7b) or a config.json path\n"
-           "  --dummy-dtype T         weight dtype of --dummy: f32 f16 bf16 q8_0 q4_0 q4_1 (default bf16)\n"
+           "  --dummy-dtype T         weight dtype of --dummy: f32 f16 bf16 q8_0 q4_0 q4_1 (default bf16), or\n"
+           "                          int4[-gN]: GPTQ/AWQ-style int4 linears, N columns a group (default 128)\n"
            "  --device D              cpu, cuda or auto (default auto: cuda when usable, else cpu)\n"
            "  -t, --threads N         CPU threads (default: every CPU in the affinity mask)\n"
            "  --gpu N                 CUDA device index (default 0)\n"
@@ -218,7 +219,18 @@ int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_
         o->dummy = v;
     } else if (IS("--dummy-dtype")) {
         VALUE();
-        if (parse_dtype(a, v, &o->dummy_dtype, st)) return -1;
+        if (!strncasecmp(v, "int4", 4)) {
+            /* int4 or int4-gN: a GPTQ/AWQ-style int4 grid of N columns a group */
+            o->dummy_dtype = LLMI_I4G;
+            o->dummy_group = 128;
+            if (v[4] && (strncasecmp(v + 4, "-g", 2) || cli_parse_long(a, v + 6, 2, 1 << 16, &n, st))) {
+                if (!st->code) llmi_fail(st, LLMI_E_USAGE, "%s: '%s' is not int4 or int4-gN (e.g. int4-g128)", a, v);
+                return -1;
+            }
+            if (v[4]) o->dummy_group = (int)n;
+        } else if (parse_dtype(a, v, &o->dummy_dtype, st)) {
+            return -1;
+        }
     } else if (IS("--device")) {
         VALUE();
         if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
@@ -322,7 +334,7 @@ int cli_open_model(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
     memset(m, 0, sizeof *m);
     if (o->dummy) {
         if (o->model_path) return llmi_fail(st, LLMI_E_USAGE, "--dummy and -m: give one or the other");
-        return model_load_dummy(o->dummy, o->dummy_dtype, m, st);
+        return model_load_dummy(o->dummy, o->dummy_dtype, o->dummy_group, m, st);
     }
     char def[1024];
     const char *path = o->model_path;

@@ -90,8 +90,10 @@ int model_load_hf(const char *dir, const llmi_load_opts *opts, llmi_model *m, ll
 void model_free(llmi_model *m);
 /* Synthetic weights (like vLLM's dummy load format): spec is a preset name
  * (smollm2-135m, llama-2-7b, llama-3-8b, mistral-7b, qwen2.5-7b) or a config.json path.
- * Deterministic random values, no tokenizer. */
-int model_load_dummy(const char *spec, llmi_dtype dtype, llmi_model *m, llmi_status *st);
+ * Deterministic random values, no tokenizer.  dtype LLMI_I4G: the linears as a GPTQ/AWQ
+ * checkpoint's int4 grid of group_size columns (0: 128), no act order, embeddings and
+ * lm_head bf16; group_size is unused for the other dtypes. */
+int model_load_dummy(const char *spec, llmi_dtype dtype, int group_size, llmi_model *m, llmi_status *st);
 
 /* Whether the weights are mapped model files (GGUF, safetensors) rather than memory that
  * holds their only copy (--dummy). */

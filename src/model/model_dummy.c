@@ -73,7 +73,7 @@ static int dummy_config_from_json(const char *path, llmi_config *c, llmi_status 
 
 /* Bounds of its own, so a dummy model never depends on another loader being strict:
  * the weight-size arithmetic below must not overflow. */
-static int dummy_check_config(const llmi_config *c, llmi_dtype dt, const char *spec, llmi_status *st) {
+static int dummy_check_config(const llmi_config *c, llmi_dtype dt, int group_size, const char *spec, llmi_status *st) {
     if (c->n_vocab < 1 || c->n_vocab > (1 << 22) || c->dim < 1 || c->dim > (1 << 16) || c->n_layers < 1 ||
         c->n_layers > LLMI_MAX_LAYERS || c->n_heads < 1 || c->n_heads > 1024 || c->n_kv_heads < 1 ||
         c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads || c->head_dim < 2 || c->head_dim > 1024 ||
@@ -83,11 +83,18 @@ static int dummy_check_config(const llmi_config *c, llmi_dtype dt, const char *s
                          "ffn %d, ctx %d)",
                          spec, c->n_vocab, c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim,
                          c->max_ctx);
-    int blk = dtype_block_elems(dt);
-    if (c->dim % blk || c->ffn_dim % blk || (c->n_heads * c->head_dim) % blk)
+    /* int4: every linear's input width a whole number of groups */
+    int blk = dt == LLMI_I4G ? group_size : dtype_block_elems(dt);
+    if (c->dim % blk || c->ffn_dim % blk || (c->n_heads * c->head_dim) % blk) {
+        if (dt == LLMI_I4G)
+            return llmi_fail(st, LLMI_E_USAGE,
+                             "--dummy %s: dim %d, ffn %d and q width %d must be multiples of the int4 group size %d "
+                             "(--dummy-dtype int4-gN)",
+                             spec, c->dim, c->ffn_dim, c->n_heads * c->head_dim, blk);
         return llmi_fail(st, LLMI_E_RUNTIME,
                          "--dummy %s: dim %d, ffn %d and q width %d must be multiples of %d for --dummy-dtype %s", spec,
                          c->dim, c->ffn_dim, c->n_heads * c->head_dim, blk, dtype_name(dt));
+    }
     return config_validate(c, spec, st);
 }
 
@@ -158,6 +165,27 @@ static void dummy_fill(void *dst, llmi_dtype dt, int64_t rows, int64_t cols, flo
     }
 }
 
+/* Fills an int4 linear (LLMI_I4G, its pointers placed): random nibbles, and per (group,
+ * row) an fp16 scale of 2 scale / 15 and a zero of 7 or 8, what round-to-nearest of
+ * uniform +-scale values gives (GPTQ's and AWQ's asymmetric grid), so that the dequantized
+ * range is about +-scale. */
+static void dummy_fill_i4g(llmi_tensor *t, float scale, uint64_t key) {
+    const uint64_t base = dummy_hash(key) << 1;
+    const size_t n_bytes = t->row_bytes * (size_t)t->rows, n_par = (size_t)t->n_groups * (size_t)t->rows;
+    uint8_t *q = (uint8_t *)t->data, *zeros = (uint8_t *)t->qzeros;
+    uint16_t *scales = (uint16_t *)t->qscales;
+    const uint16_t s16 = f32_to_fp16(2.f * scale / 15.f);
+    #pragma omp parallel for schedule(static)
+    for (size_t w = 0; w < (n_bytes + 7) / 8; w++) {
+        uint64_t h = dummy_hash(base + w);
+        for (size_t j = 0; j < 8 && w * 8 + j < n_bytes; j++, h >>= 8) q[w * 8 + j] = (uint8_t)h;
+    }
+    for (size_t i = 0; i < n_par; i++) {
+        scales[i] = s16;
+        zeros[i] = 7 + (uint8_t)(dummy_hash(base - 1 - i) & 1);
+    }
+}
+
 /* ---------------------------------------------------------------- layout */
 
 typedef struct dummy_layout {
@@ -170,7 +198,9 @@ static size_t dummy_take(dummy_layout *l, size_t bytes) {
     return at;
 }
 
-static void dummy_tensor(llmi_tensor *t, llmi_dtype dt, int64_t rows, int64_t cols, dummy_layout *l,
+/* A tensor of rows x cols in dt placed in the mapping; an int4 one (group_size > 0 with
+ * LLMI_I4G) also gets its scales and zeros there, after its nibbles. */
+static void dummy_tensor(llmi_tensor *t, llmi_dtype dt, int group_size, int64_t rows, int64_t cols, dummy_layout *l,
                          uint8_t *base) {
     t->dtype = dt;
     t->rows = rows;
@@ -179,6 +209,14 @@ static void dummy_tensor(llmi_tensor *t, llmi_dtype dt, int64_t rows, int64_t co
     t->owned = NULL;
     size_t at = dummy_take(l, t->row_bytes * (size_t)rows);
     t->data = base ? base + at : NULL;
+    if (dt != LLMI_I4G) return;
+    t->group_size = group_size;
+    t->n_groups = (int)(cols / group_size);
+    t->g_idx = NULL;
+    const size_t n_par = (size_t)t->n_groups * (size_t)rows;
+    const size_t at_s = dummy_take(l, n_par * sizeof(uint16_t)), at_z = dummy_take(l, n_par);
+    t->qscales = base ? (const uint16_t *)(base + at_s) : NULL;
+    t->qzeros = base ? base + at_z : NULL;
 }
 
 /* Norm weights and biases are malloc'ed on their own: model_free() frees them one by one
@@ -188,19 +226,22 @@ static float *dummy_vec(int64_t n, dummy_layout *l, uint8_t *base) {
     return base ? malloc((size_t)n * sizeof(float)) : NULL;
 }
 
+/* Embeddings and lm_head of an int4 model stay bf16, as GPTQ and AWQ checkpoints keep them. */
+static llmi_dtype dummy_embd_dtype(llmi_dtype dt) { return dt == LLMI_I4G ? LLMI_BF16 : dt; }
+
 /* Lays out every tensor; with base == NULL it only measures the mapping's size. */
-static void dummy_place(llmi_model *m, llmi_dtype dt, dummy_layout *l, uint8_t *base) {
+static void dummy_place(llmi_model *m, llmi_dtype dt, int gs, dummy_layout *l, uint8_t *base) {
     const llmi_config *c = &m->cfg;
     const int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
     l->off = 0;
-    dummy_tensor(&m->tok_embd, dt, c->n_vocab, c->dim, l, base);
+    dummy_tensor(&m->tok_embd, dummy_embd_dtype(dt), 0, c->n_vocab, c->dim, l, base);
     for (int i = 0; i < c->n_layers; i++) {
         llmi_layer *L = &m->layers[i];
         L->attn_norm = dummy_vec(c->dim, l, base);
-        dummy_tensor(&L->wq, dt, qd, c->dim, l, base);
-        dummy_tensor(&L->wk, dt, kvd, c->dim, l, base);
-        dummy_tensor(&L->wv, dt, kvd, c->dim, l, base);
-        dummy_tensor(&L->wo, dt, c->dim, qd, l, base);
+        dummy_tensor(&L->wq, dt, gs, qd, c->dim, l, base);
+        dummy_tensor(&L->wk, dt, gs, kvd, c->dim, l, base);
+        dummy_tensor(&L->wv, dt, gs, kvd, c->dim, l, base);
+        dummy_tensor(&L->wo, dt, gs, c->dim, qd, l, base);
         if (c->qkv_bias) {
             L->bq = dummy_vec(qd, l, base);
             L->bk = dummy_vec(kvd, l, base);
@@ -209,13 +250,13 @@ static void dummy_place(llmi_model *m, llmi_dtype dt, dummy_layout *l, uint8_t *
             L->bq = L->bk = L->bv = NULL;
         }
         L->ffn_norm = dummy_vec(c->dim, l, base);
-        dummy_tensor(&L->w_gate, dt, c->ffn_dim, c->dim, l, base);
-        dummy_tensor(&L->w_up, dt, c->ffn_dim, c->dim, l, base);
-        dummy_tensor(&L->w_down, dt, c->dim, c->ffn_dim, l, base);
+        dummy_tensor(&L->w_gate, dt, gs, c->ffn_dim, c->dim, l, base);
+        dummy_tensor(&L->w_up, dt, gs, c->ffn_dim, c->dim, l, base);
+        dummy_tensor(&L->w_down, dt, gs, c->dim, c->ffn_dim, l, base);
     }
     m->out_norm = dummy_vec(c->dim, l, base);
     if (c->tie_embeddings) m->lm_head = m->tok_embd;
-    else dummy_tensor(&m->lm_head, dt, c->n_vocab, c->dim, l, base);
+    else dummy_tensor(&m->lm_head, dummy_embd_dtype(dt), 0, c->n_vocab, c->dim, l, base);
 }
 
 static size_t tensor_bytes(const llmi_tensor *t) { return t->row_bytes * (size_t)t->rows; }
@@ -236,20 +277,24 @@ int model_dummy_config(const char *spec, llmi_config *c, llmi_status *st) {
     return dummy_config_from_json(spec, c, st);
 }
 
-int model_load_dummy(const char *spec, llmi_dtype dtype, llmi_model *m, llmi_status *st) {
+int model_load_dummy(const char *spec, llmi_dtype dtype, int group_size, llmi_model *m, llmi_status *st) {
     memset(m, 0, sizeof *m);
     if (dtype != LLMI_F32 && dtype != LLMI_F16 && dtype != LLMI_BF16 && dtype != LLMI_Q8_0 && dtype != LLMI_Q4_0 &&
-        dtype != LLMI_Q4_1)
-        return llmi_fail(st, LLMI_E_USAGE, "--dummy-dtype: synthetic weights come in f32, f16, bf16, q8_0, q4_0, q4_1");
+        dtype != LLMI_Q4_1 && dtype != LLMI_I4G)
+        return llmi_fail(st, LLMI_E_USAGE,
+                         "--dummy-dtype: synthetic weights come in f32, f16, bf16, q8_0, q4_0, q4_1, int4[-gN]");
+    if (dtype == LLMI_I4G && group_size <= 0) group_size = 128;
+    if (dtype == LLMI_I4G && (group_size < 2 || group_size % 2))
+        return llmi_fail(st, LLMI_E_USAGE, "--dummy-dtype int4-g%d: the group size must be even", group_size);
     int rc = model_dummy_config(spec, &m->cfg, st);
     if (rc) return rc;
-    if ((rc = dummy_check_config(&m->cfg, dtype, spec, st))) return rc;
+    if ((rc = dummy_check_config(&m->cfg, dtype, group_size, spec, st))) return rc;
     const llmi_config *c = &m->cfg;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return llmi_fail(st, LLMI_E_RUNTIME, "--dummy %s: out of memory", spec);
 
     dummy_layout l;
-    dummy_place(m, dtype, &l, NULL);
+    dummy_place(m, dtype, group_size, &l, NULL);
     size_t total = l.off;
     void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) {
@@ -261,7 +306,7 @@ int model_load_dummy(const char *spec, llmi_dtype dtype, llmi_model *m, llmi_sta
     madvise(base, total, MADV_HUGEPAGE);  /* fewer page faults while filling 16 GB; advisory only */
     m->maps[0] = (llmi_mapping){base, total, false};
     m->n_maps = 1;
-    dummy_place(m, dtype, &l, base);
+    dummy_place(m, dtype, group_size, &l, base);
     bool vec_ok = m->out_norm != NULL;
     for (int i = 0; i < c->n_layers; i++) {
         const llmi_layer *L = &m->layers[i];
@@ -274,7 +319,7 @@ int model_load_dummy(const char *spec, llmi_dtype dtype, llmi_model *m, llmi_sta
 
     /* Each tensor gets its own stream: key = (layer + 1) << 8 | slot. */
     uint64_t seed = 0x6C6C6D69ull;  /* "llmi" */
-    dummy_fill((void *)m->tok_embd.data, dtype, m->tok_embd.rows, m->tok_embd.cols,
+    dummy_fill((void *)m->tok_embd.data, m->tok_embd.dtype, m->tok_embd.rows, m->tok_embd.cols,
                1.f / sqrtf((float)c->dim), seed ^ 1);
     size_t wbytes = tensor_bytes(&m->tok_embd);
     for (int i = 0; i < c->n_layers; i++) {
@@ -282,8 +327,13 @@ int model_load_dummy(const char *spec, llmi_dtype dtype, llmi_model *m, llmi_sta
         uint64_t k = seed ^ ((uint64_t)(i + 1) << 8);
         llmi_tensor *ts[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int j = 0; j < 7; j++) {
-            dummy_fill((void *)ts[j]->data, dtype, ts[j]->rows, ts[j]->cols, 1.f / sqrtf((float)ts[j]->cols),
-                       k + (uint64_t)j + 2);
+            const float scale = 1.f / sqrtf((float)ts[j]->cols);
+            if (dtype == LLMI_I4G) {
+                dummy_fill_i4g(ts[j], scale, k + (uint64_t)j + 2);
+                wbytes += (size_t)ts[j]->n_groups * (size_t)ts[j]->rows * (sizeof(uint16_t) + 1);
+            } else {
+                dummy_fill((void *)ts[j]->data, dtype, ts[j]->rows, ts[j]->cols, scale, k + (uint64_t)j + 2);
+            }
             wbytes += tensor_bytes(ts[j]);
         }
         for (int d = 0; d < c->dim; d++) L->attn_norm[d] = L->ffn_norm[d] = 1.f;
@@ -299,8 +349,8 @@ int model_load_dummy(const char *spec, llmi_dtype dtype, llmi_model *m, llmi_sta
     for (int d = 0; d < c->dim; d++) m->out_norm[d] = 1.f;
     wbytes += (size_t)c->dim * sizeof(float);
     if (!c->tie_embeddings) {
-        dummy_fill((void *)m->lm_head.data, dtype, m->lm_head.rows, m->lm_head.cols, 1.f / sqrtf((float)c->dim),
-                   seed ^ 3);
+        dummy_fill((void *)m->lm_head.data, m->lm_head.dtype, m->lm_head.rows, m->lm_head.cols,
+                   1.f / sqrtf((float)c->dim), seed ^ 3);
         wbytes += tensor_bytes(&m->lm_head);
     }
     m->weight_bytes = wbytes;

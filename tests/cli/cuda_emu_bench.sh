@@ -4,7 +4,8 @@
 # timing events, memory accounting and the graph and int4 paths run, and each report is
 # whole.  The figures are the emulator's, so only their presence and the memory sizes are
 # checked: an RTN int4 copy of the model must report its packed weights on the device (about
-# a quarter of bf16's plus scales), not a bf16 copy (issue 8, part 1, point 9).
+# a quarter of bf16's plus scales), not a bf16 copy (issue 8, part 1, point 9), and so must
+# the synthetic int4 model gpu-check measures.
 . "$(dirname "$0")/../lib/common.sh"
 need_emu
 M="$TESTDATA/hf/llama-gqa-rope3"
@@ -48,6 +49,17 @@ want = bf16 - lin_bf16 * (1 - (0.5 + 4 / 32) / 2)   # 4 bits a weight + an fp16 
 assert abs(i4 - want) <= 0.1 * lin_bf16 and i4 < bf16, (i4, want, bf16)
 print(f"int4: backend weights {i4:.3f} MiB, bf16 {bf16:.3f} MiB, linears alone {lin_bf16:.3f} MiB in bf16")
 PY
+
+# the synthetic int4 model gpu-check benches (--dummy-dtype int4-gN) is served as the RTN
+# checkpoint of the same shapes is: packed, the same bytes on the device, the int4 kernels
+LLMI_EMU_COUNT=llmi_int4 emu_run int4d bench --dummy "$M/config.json" --dummy-dtype int4-g32 --device cuda --kv-type bf16 -o csv \
+  -p 24 -n 6 -b 1,4 -r 1
+[ "$(col "$TMP/int4d.out" weight_dtype 1)" = I4G ] || fail "int4 dummy: weight_dtype $(col "$TMP/int4d.out" weight_dtype 1)"
+i4d_mib=$(col "$TMP/int4d.out" mem_backend_weights_mib 1)
+python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-3 * b)' "$i4d_mib" "$i4_mib" ||
+  fail "int4 dummy: backend weights $i4d_mib MiB, the RTN checkpoint's $i4_mib"
+grep -qE '^EMU count: [1-9][0-9]* launches of llmi_int4' "$TMP/int4d.err" || fail "int4 dummy: no int4 kernel ran: $(grep '^EMU' "$TMP/int4d.err")"
+echo "int4 dummy: backend weights $i4d_mib MiB, as the RTN checkpoint's"
 
 # llmi profile: every op of both phases timed by events
 emu_run profile profile -m "$M" --device cuda -b 1 -p 24 -n 4 -o csv
