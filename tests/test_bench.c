@@ -694,8 +694,8 @@ TEST(bench_depth_kv_holds_context) {
 
 /* The offline warm-up (workload_warm_serving): one step prefills every prompt, then the
  * decoding batch halves every second step down to one sequence, so each power-of-two batch
- * size decodes exactly twice (the CUDA backend's eager step and graph capture); the KV cache
- * bounds how many run, and nothing is left running or cached as a request. */
+ * size decodes exactly twice (the CUDA backend's eager step and graph capture); the KV cache,
+ * sized for the timed run, bounds the prompts and then how many run; nothing is left running. */
 typedef struct warm_probe { int steps, prefill_steps, prefill_tokens, dec[32], n_dec; } warm_probe;
 
 static void warm_after_step(void *ctx, const llmi_step_info *info, double t0, double dt) {
@@ -720,9 +720,9 @@ TEST(bench_warm_serving_halves_the_batch) {
         {12, 64, 21, {12, 12, 8, 8, 4, 4, 2, 2, 1, 1}, 10},
         {5, 64, 32, {5, 5, 4, 4, 2, 2, 1, 1}, 8},
         {1, 64, 32, {1, 1}, 2},
-        /* 7 blocks of 16 hold two sequences of up to 32 + 11 tokens (3 blocks), so 2 run,
-         * with 32-token prompts */
-        {12, 7, 32, {2, 2, 1, 1}, 4},
+        /* 7 blocks of 16 tokens: the prompts shrink to fit and then the batch, down to 7
+         * sequences of one block (7-token prompts, at most 9 tokens generated) */
+        {12, 7, 7, {7, 7, 4, 4, 2, 2, 1, 1}, 8},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         llmi_engine_opts eo = engine_opts_defaults();

@@ -115,20 +115,21 @@ int workload_warm_serving(llmi_engine *e, int n_vocab, int ctx, int max_batch, s
     if (!h) h = &no_hooks;
     const llmi_engine_opts *o = engine_options(e);
     if (max_batch > o->max_seqs) max_batch = o->max_seqs;
-    if (max_batch < 1) return LLMI_OK;
-    /* whole sequences in the cache at once, so that none is preempted out of the pattern:
-     * counted at the longest prompt and the longest generation max_batch could give, both
-     * of which only shrink with a smaller batch */
-    const long bound = (WORKLOAD_WARMUP_PROMPT + 1 + 2 * (halvings(max_batch) + 1) + o->block_size - 1) / o->block_size;
-    const long fit = engine_kv_blocks_total(e) / bound;
-    if (max_batch > fit) max_batch = (int)fit;
-    if (max_batch < 1) return LLMI_OK;
-    const int levels = halvings(max_batch);
-    const int longest = 1 + 2 * (levels + 1);   /* sequence 0: two decode steps a level, after the prompt's token */
-    int p = o->max_batch_tokens / max_batch;
-    if (p > WORKLOAD_WARMUP_PROMPT) p = WORKLOAD_WARMUP_PROMPT;
-    if (p < 1) p = 1;
-    if (p + longest > ctx) return LLMI_OK;   /* a context too short to warm anything worth it */
+    /* Every sequence's blocks at once, so that none is preempted out of the pattern: the
+     * prompts shrink (to WORKLOAD_WARMUP_PROMPT at most, and to one step's budget shared)
+     * until the cache, sized for the timed run, holds them all, then the batch does. */
+    const long pool = engine_kv_blocks_total(e);
+    int levels = 0, longest = 0, p = 0;
+    for (; max_batch > 0; max_batch--) {
+        levels = halvings(max_batch);
+        longest = 1 + 2 * (levels + 1);   /* sequence 0: two decode steps a level, after the prompt's token */
+        const long room = pool / max_batch * o->block_size - longest;   /* prompt tokens a sequence can have */
+        p = o->max_batch_tokens / max_batch;
+        if (p > WORKLOAD_WARMUP_PROMPT) p = WORKLOAD_WARMUP_PROMPT;
+        if (p > room) p = (int)room;
+        if (p >= 1) break;
+    }
+    if (max_batch < 1 || p + longest > ctx) return LLMI_OK;   /* nothing worth warming fits */
     int32_t *prompt = malloc((size_t)p * sizeof *prompt);             /* (p) */
     int *ids = malloc((size_t)max_batch * sizeof *ids);               /* (max_batch) */
     int rc = 0, added = 0;

@@ -68,7 +68,8 @@ int workload_warmup(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rn
  * max_batch down to one sequence.  So every decode batch size the run can meet, rounded up
  * to a power of two, decodes twice and has its CUDA graph captured (see above), and every
  * kernel has run once: the timed run pays none of that, as vLLM's benchmarks capture their
- * graphs before timing.  ctx bounds the requests' lengths; the KV cache bounds max_batch.
+ * graphs before timing.  ctx bounds the requests' lengths; the KV cache (sized for the timed
+ * run) shortens the prompts and then max_batch until every sequence fits at once.
  * Of h (may be NULL) only before_step and after_step are called. */
 int workload_warm_serving(llmi_engine *e, int n_vocab, int ctx, int max_batch, stats_rng *rng, const workload_hooks *h,
                           const char *who, llmi_status *st);

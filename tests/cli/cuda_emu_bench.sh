@@ -31,6 +31,16 @@ emu_run tput bench -m "$M" --device cuda --kv-type bf16 -o csv --num-requests 12
 [ "$(col "$TMP/tput.out" output_tokens 1)" = 72 ] || fail "tput: output_tokens $(col "$TMP/tput.out" output_tokens 1), want 12 x 6"
 positive "$(col "$TMP/tput.out" output_tps 1)" || fail "tput: output_tps missing"
 echo "tput: 12 requests, 72 output tokens"
+# its untimed warm-up (docs/BENCH.md) ran every decode batch size up to 12 (buckets 16, 8, 4,
+# 2, 1) twice: five graphs captured, and the timed run, whose decode steps all fall in
+# those buckets, captured none of its own; without the warm-up the timed run captures
+captures() { sed -n 's/^EMU stats: .* \([0-9]*\) graph captures.*/\1/p' "$TMP/$1.err"; }
+[ "$(captures tput)" = 5 ] || fail "tput: $(captures tput) graph captures, want the warm-up's 5 (16, 8, 4, 2, 1)"
+emu_run tput0 bench -m "$M" --device cuda --kv-type bf16 -o csv --num-requests 12 --input-len 10 --output-len 6 --warmup 0
+[ "$(captures tput0)" -ge 1 ] || fail "tput --warmup 0: no graph captured in the timed run"
+[ "$(col "$TMP/tput0.out" warmup_s 1)" = 0 ] && positive "$(col "$TMP/tput.out" warmup_s 1)" ||
+  fail "tput: warmup_s $(col "$TMP/tput.out" warmup_s 1) with the warm-up, $(col "$TMP/tput0.out" warmup_s 1) without"
+echo "tput: the warm-up captured the 5 graphs the timed run replays ($(captures tput0) captured inside it without)"
 
 # RTN int4 on the device: packed weights, W4A16 kernels at batch 1 and 4
 "$LLMI" quantize -m "$M" --method rtn --group-size 32 -o "$TMP/i4" --force >"$TMP/q.log" 2>&1 || fail "quantize: $(tail -2 "$TMP/q.log")"
