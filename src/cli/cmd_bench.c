@@ -1178,8 +1178,6 @@ static void tp_plot_free(tp_plot *pl) {
         }
 }
 
-/* One run at one rate (prepare, open, serve), summarised and reported.  Ctrl-C reports
- * the requests finished so far, then returns LLMI_E_INTERRUPT. */
 /* The untimed warm-up of an offline run (--warmup 0 skips it): workload_warm_serving at the
  * most conversations that can run at once, its prompts from a stream of their own, so that
  * the timed requests are those the same --seed gives without it. */
@@ -1192,6 +1190,8 @@ static int tp_warm(const bench_args *a, const llmi_model *m, tp_run *run, llmi_s
     return rc;
 }
 
+/* One run at one rate (prepare, open, warm up, serve), summarised and reported.  Ctrl-C
+ * reports the requests finished so far, then returns LLMI_E_INTERRUPT. */
 static int tp_run_one(const bench_args *a, const llmi_model *m, const char *label, int k, report *rep, tp_plot *plot,
                       llmi_status *st) {
     const double rate = a->n_rates ? a->rates[k] : 0;

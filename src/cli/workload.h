@@ -63,7 +63,7 @@ int workload_warmup(llmi_engine *e, int n_vocab, workload_shape w, stats_rng *rn
 
 /* The warm-up of a serving run (bench's offline mode), untimed and forgotten: up to
  * max_batch requests of random prompts short enough to be prefilled in one step where the
- * token budget allows (the step's GEMMs and attention at its full token count), then
+ * token budget allows (a step's GEMMs and attention at about its full token count), then
  * decoding with generation lengths that halve the decoding batch every second step, from
  * max_batch down to one sequence.  So every decode batch size the run can meet, rounded up
  * to a power of two, decodes twice and has its CUDA graph captured (see above), and every
