@@ -622,6 +622,37 @@ compare_rows() {   # compare_rows LABEL NAME REF GOT : the compare_topk rule, on
   row "$1" "$STATUS" "$(grep -m1 '^summary' "$WORK/$2-cmp.out" | cut -c10-160)"
   grep '^FAIL' "$WORK/$2-cmp.out" | head -5 >> "$LOG"
 }
+# bf16w_cpu NAME SECONDS CMD ARGS...: the cpu step `llmi CMD -m BF16W ARGS...`, BF16W being SmolLM2
+# with every quantized tensor dequantized and rounded to bf16, as the cuda backend holds it
+# (scripts/make-bf16-gguf.py, gguf-py's dequantizer): the GPU's own computation, done on the
+# CPU without the Q8 activations of its quantized matmuls.  The file is made by --refs, which
+# can install gguf-py, and its outputs kept in testdata/gpu-ref under the file's recipe (the
+# GGUF's hash and the script's), so the device reads them without the 270 MB file.  Fails
+# with STATUS and BF16W_WHY set when there is no such reference here.
+bf16w=$WORK/smollm2-bf16w.gguf
+bf16w_cpu() {
+  local name=$1 secs=$2; shift 2
+  BF16W_WHY=
+  if [ -z "$SMOL" ] || [ -d "$SMOL" ]; then
+    STATUS="not available"; BF16W_WHY="SmolLM2's GGUF only"; return 1
+  fi
+  REF_AS[$bf16w]="by scripts/make-bf16-gguf.py $(sha256sum < scripts/make-bf16-gguf.py | cut -c1-16) from file $(sha256sum < "$SMOL" | cut -c1-64)"
+  local args=("$1" -m "$bf16w" "${@:2}")   # (the subcommand first)
+  if [ "$REFS_ONLY" = 1 ]; then
+    if [ ! -s "$bf16w" ]; then
+      local py=python3
+      if ! python3 -c 'import gguf, numpy' 2> /dev/null; then
+        py=/tmp/llmi-gguf-venv/bin/python
+        [ -x "$py" ] || { python3 -m venv /tmp/llmi-gguf-venv && /tmp/llmi-gguf-venv/bin/pip install -q gguf==0.19.0 numpy; } >> "$LOG" 2>&1
+      fi
+      run bf16w-make 300 "$py" scripts/make-bf16-gguf.py "$SMOL" "$bf16w" || { BF16W_WHY="$(why bf16w-make)"; return 1; }
+    fi
+  elif [ "$DEV" = emu ] || [ ! -f "$REFSTORE/$(ref_key "${args[@]}").out.gz" ]; then
+    STATUS="not available"; BF16W_WHY="no cpu reference in testdata/gpu-ref (--refs makes it; the device has no gguf-py)"
+    return 1
+  fi
+  run_cpu "$name" "$secs" "$LLMI" "${args[@]}" || { BF16W_WHY="cpu: $(why "$name")"; return 1; }
+}
 # smol alone: the SmolLM2 rows only (the call that brings the model's last part, after an
 # earlier call ran e2e on the HF test models)
 if has_phase e2e || { has_phase smol && [ -n "$SMOL" ]; }; then
@@ -644,6 +675,23 @@ if has_phase e2e || { has_phase smol && [ -n "$SMOL" ]; }; then
     [ "$STATUS" = ok ] || { row "$label" "$STATUS" "cuda: $(why "gen-cuda-$name")"; continue; }
     compare_rows "$label" "$name" "$WORK/gen-cpu-$name.out" "$WORK/gen-cuda-$name.out"
   done
+  # SmolLM2's greedy run on cuda against the CPU backend on the GPU's own weights (bf16w_cpu):
+  # the comparison the bf16 HF models get, where the row above also measures the CPU's Q8
+  # activations (its aggregate tripwire, set for CPU vs llama.cpp, is what they fail)
+  if [ -n "$SMOL" ]; then
+    name=$(basename "$SMOL" .gguf)
+    label="greedy $NGEN tokens cuda vs cpu on the same bf16 weights ($name)"
+    if ! gpu_gate "$label"; then :
+    elif ! bf16w_cpu gen-cpu-bf16w 300 "${gen_args[@]}" --prompts testdata/llamacpp/prompts.jsonl --device cpu; then
+      row "$label" "$STATUS" "$BF16W_WHY"
+    elif [ "$REFS_ONLY" = 1 ]; then
+      row "$label" ok "cpu reference: $(grep -c '^{' "$WORK/gen-cpu-bf16w.out") requests"
+    elif [ ! -s "$WORK/gen-cuda-$name.out" ]; then
+      row "$label" "not available" "the cuda run of the row above did not run"
+    else
+      compare_rows "$label" bf16w "$WORK/gen-cpu-bf16w.out" "$WORK/gen-cuda-$name.out"
+    fi
+  fi
   # speculation on the device: verification steps take the host-sampled path with K+1
   # logit rows per sequence; the output must keep compare_topk's rule against the CPU
   # without speculation, and prompt lookup must have proposed and accepted something
@@ -706,37 +754,22 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
     ppl_row "$label" 0.5 cpu "$a" cuda "$b"
   fi
   # The GPU's own computation done on the CPU: SmolLM2 with its weights dequantized and rounded
-  # to bf16 as the cuda backend holds them (scripts/make-bf16-gguf.py, gguf-py's dequantizer),
-  # f32 activations, bf16 KV as the cuda run above.  The row above measures against the CPU's
-  # Q8-quantized activations (llama.cpp's rule for quantized weights), which alone put SmolLM2
-  # 0.47% apart (docs/CUDA.md); this one holds the GPU to 0.1%.  The bf16 file is made by
-  # --refs, where gguf-py can be installed; the device reads the reference only.
+  # to bf16 as the cuda backend holds them, f32 activations, bf16 KV as the cuda run above
+  # (bf16w_cpu).  The row above measures against the CPU's Q8-quantized activations (llama.cpp's
+  # rule for quantized weights), which alone put SmolLM2 0.47% apart (docs/CUDA.md); this one
+  # holds the GPU to 0.1%.
   label="WikiText-2 ppl cuda vs cpu on the same bf16 weights ($chunks x $PPL_CTX)"
-  bf16w=$WORK/smollm2-bf16w.gguf
   if ! gpu_gate "$label"; then :
-  elif [ -z "$SMOL" ] || [ -d "$SMOL" ] || [ -z "$DATA" ]; then
-    row "$label" "not available" "needs SmolLM2's GGUF and wiki.test.raw"
+  elif [ -z "$DATA" ]; then
+    row "$label" "not available" "needs wiki.test.raw (in .gpu-pack/data)"
+  elif ! bf16w_cpu ppl-cpu-bf16w 400 bench --device cpu --kv-type bf16 --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv; then
+    row "$label" "$STATUS" "$BF16W_WHY"
+  elif [ "$REFS_ONLY" = 1 ]; then
+    row "$label" ok "cpu reference: $(csv_col "$WORK/ppl-cpu-bf16w.out" ppl)"
+  elif [ ! -s "$WORK/ppl-cuda.out" ]; then
+    row "$label" "not available" "the cuda perplexity of the row above did not run"
   else
-    REF_AS[$bf16w]="by scripts/make-bf16-gguf.py $(sha256sum < scripts/make-bf16-gguf.py | cut -c1-16) from file $(sha256sum < "$SMOL" | cut -c1-64)"
-    w_args=(bench -m "$bf16w" --device cpu --kv-type bf16 --ppl "$DATA" -c "$PPL_CTX" --chunks "$chunks" -o csv)
-    if [ "$REFS_ONLY" = 1 ]; then
-      py=python3
-      if ! python3 -c 'import gguf, numpy' 2> /dev/null; then
-        py=/tmp/llmi-gguf-venv/bin/python
-        [ -x "$py" ] || { python3 -m venv /tmp/llmi-gguf-venv && /tmp/llmi-gguf-venv/bin/pip install -q gguf==0.19.0 numpy; } >> "$LOG" 2>&1
-      fi
-      run bf16w-make 300 "$py" scripts/make-bf16-gguf.py "$SMOL" "$bf16w" &&
-        run_cpu ppl-cpu-bf16w 400 "$LLMI" "${w_args[@]}"
-      row "$label" "$STATUS" "cpu reference: $(csv_col "$WORK/ppl-cpu-bf16w.out" ppl 2> /dev/null)"
-    elif [ ! -f "$REFSTORE/$(ref_key "${w_args[@]}").out.gz" ] || [ "$DEV" = emu ]; then
-      row "$label" "not available" "no cpu reference in testdata/gpu-ref (--refs makes it; the device has no gguf-py)"
-    elif ! run_cpu ppl-cpu-bf16w 60 "$LLMI" "${w_args[@]}"; then
-      row "$label" "$STATUS" "cpu: $(why ppl-cpu-bf16w)"
-    elif [ ! -s "$WORK/ppl-cuda.out" ]; then
-      row "$label" "not available" "the cuda perplexity of the row above did not run"
-    else
-      ppl_row "$label" 0.1 "cpu, bf16 weights" "$(csv_col "$WORK/ppl-cpu-bf16w.out" ppl)" cuda "$(csv_col "$WORK/ppl-cuda.out" ppl)"
-    fi
+    ppl_row "$label" 0.1 "cpu, bf16 weights" "$(csv_col "$WORK/ppl-cpu-bf16w.out" ppl)" cuda "$(csv_col "$WORK/ppl-cuda.out" ppl)"
   fi
   # quantized KV: the same windows with q8 and fp8 caches on both devices (the bytes written
   # are the same on both; attention differs by summation order and the f16 tensor cores)
