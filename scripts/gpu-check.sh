@@ -740,6 +740,21 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
     [ "${pre:-0}" -gt 0 ] && row "batch 64 forced preemption" ok "$pre preemptions" ||
       row "batch 64 forced preemption" FAIL "no request was preempted (--num-blocks $nblk)"
   fi
+  # the same cuda run on SmolLM2 against the CPU alone on its bf16 weights (bf16w_cpu, above)
+  if [ -n "$SMOL" ] && [ "$bm" = "$SMOL" ]; then
+    label="batch 64 cuda vs cpu alone on the same bf16 weights"
+    if ! gpu_gate "$label"; then :
+    elif ! bf16w_cpu batch-cpu-bf16w 400 generate --prompts "$WORK/prompts64.jsonl" --temp 0 -n "$NGEN" --ignore-eos \
+        --logprobs 5 --json --no-stats --device cpu --max-seqs 1; then
+      row "$label" "$STATUS" "$BF16W_WHY"
+    elif [ "$REFS_ONLY" = 1 ]; then
+      row "$label" ok "cpu reference: $(grep -c '^{' "$WORK/batch-cpu-bf16w.out") requests"
+    elif [ ! -s "$WORK/batch-cuda.out" ]; then
+      row "$label" "not available" "the cuda run of the row above did not run"
+    else
+      compare_rows "$label" batch-bf16w "$WORK/batch-cpu-bf16w.out" "$WORK/batch-cuda.out"
+    fi
+  fi
   chunks=$([ "$SCALE" = 1 ] && echo 20 || echo 2)
   label="WikiText-2 ppl cuda vs cpu ($chunks x $PPL_CTX)"
   if ! gpu_gate "$label"; then :

@@ -74,7 +74,8 @@ want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
 may_be_missing = {"spec ngram on cuda: proposals verified", "measured ceilings (torch)",
                   # (SmolLM2's GGUF only: the rehearsal's model is a tiny HF directory)
                   "WikiText-2 ppl cuda vs cpu on the same bf16 weights (2 x 128)",
-                  "greedy 4 tokens cuda vs cpu on the same bf16 weights (llama-gqa-rope3)"}
+                  "greedy 4 tokens cuda vs cpu on the same bf16 weights (llama-gqa-rope3)",
+                  "batch 64 cuda vs cpu alone on the same bf16 weights"}
 bad = [f"{c}: {rows[c][0]} {rows[c][1]}" if c in rows else f"{c}: no row" for c in want_ok
        if rows.get(c, ("",))[0] != "ok"]
 bad += [f"{c}: {r} {f}" for c, (r, f) in rows.items()
