@@ -653,6 +653,17 @@ bf16w_cpu() {
   fi
   run_cpu "$name" "$secs" "$LLMI" "${args[@]}" || { BF16W_WHY="cpu: $(why "$name")"; return 1; }
 }
+# bf16w_compare LABEL NAME GOT SECONDS CMD ARGS...: a row comparing the cuda run GOT (made by a
+# row above) with bf16w_cpu NAME's output by compare_topk's rule
+bf16w_compare() {
+  local label=$1 name=$2 got=$3 secs=$4
+  shift 4
+  if ! gpu_gate "$label"; then :
+  elif ! bf16w_cpu "$name" "$secs" "$@"; then row "$label" "$STATUS" "$BF16W_WHY"
+  elif [ "$REFS_ONLY" = 1 ]; then row "$label" ok "cpu reference: $(grep -c '^{' "$WORK/$name.out") requests"
+  elif [ ! -s "$got" ]; then row "$label" "not available" "the cuda run of the row above did not run"
+  else compare_rows "$label" "$name" "$WORK/$name.out" "$got"; fi
+}
 # smol alone: the SmolLM2 rows only (the call that brings the model's last part, after an
 # earlier call ran e2e on the HF test models)
 if has_phase e2e || { has_phase smol && [ -n "$SMOL" ]; }; then
@@ -680,17 +691,8 @@ if has_phase e2e || { has_phase smol && [ -n "$SMOL" ]; }; then
   # activations (its aggregate tripwire, set for CPU vs llama.cpp, is what they fail)
   if [ -n "$SMOL" ]; then
     name=$(basename "$SMOL" .gguf)
-    label="greedy $NGEN tokens cuda vs cpu on the same bf16 weights ($name)"
-    if ! gpu_gate "$label"; then :
-    elif ! bf16w_cpu gen-cpu-bf16w 300 "${gen_args[@]}" --prompts testdata/llamacpp/prompts.jsonl --device cpu; then
-      row "$label" "$STATUS" "$BF16W_WHY"
-    elif [ "$REFS_ONLY" = 1 ]; then
-      row "$label" ok "cpu reference: $(grep -c '^{' "$WORK/gen-cpu-bf16w.out") requests"
-    elif [ ! -s "$WORK/gen-cuda-$name.out" ]; then
-      row "$label" "not available" "the cuda run of the row above did not run"
-    else
-      compare_rows "$label" bf16w "$WORK/gen-cpu-bf16w.out" "$WORK/gen-cuda-$name.out"
-    fi
+    bf16w_compare "greedy $NGEN tokens cuda vs cpu on the same bf16 weights ($name)" gen-cpu-bf16w \
+      "$WORK/gen-cuda-$name.out" 300 "${gen_args[@]}" --prompts testdata/llamacpp/prompts.jsonl --device cpu
   fi
   # speculation on the device: verification steps take the host-sampled path with K+1
   # logit rows per sequence; the output must keep compare_topk's rule against the CPU
@@ -741,20 +743,10 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
       row "batch 64 forced preemption" FAIL "no request was preempted (--num-blocks $nblk)"
   fi
   # the same cuda run on SmolLM2 against the CPU alone on its bf16 weights (bf16w_cpu, above)
-  if [ -n "$SMOL" ] && [ "$bm" = "$SMOL" ]; then
-    label="batch 64 cuda vs cpu alone on the same bf16 weights"
-    if ! gpu_gate "$label"; then :
-    elif ! bf16w_cpu batch-cpu-bf16w 400 generate --prompts "$WORK/prompts64.jsonl" --temp 0 -n "$NGEN" --ignore-eos \
-        --logprobs 5 --json --no-stats --device cpu --max-seqs 1; then
-      row "$label" "$STATUS" "$BF16W_WHY"
-    elif [ "$REFS_ONLY" = 1 ]; then
-      row "$label" ok "cpu reference: $(grep -c '^{' "$WORK/batch-cpu-bf16w.out") requests"
-    elif [ ! -s "$WORK/batch-cuda.out" ]; then
-      row "$label" "not available" "the cuda run of the row above did not run"
-    else
-      compare_rows "$label" batch-bf16w "$WORK/batch-cpu-bf16w.out" "$WORK/batch-cuda.out"
-    fi
-  fi
+  [ -n "$SMOL" ] && [ "$bm" = "$SMOL" ] &&
+    bf16w_compare "batch 64 cuda vs cpu alone on the same bf16 weights" batch-cpu-bf16w "$WORK/batch-cuda.out" 400 \
+      generate --prompts "$WORK/prompts64.jsonl" --temp 0 -n "$NGEN" --ignore-eos --logprobs 5 --json --no-stats \
+      --device cpu --max-seqs 1
   chunks=$([ "$SCALE" = 1 ] && echo 20 || echo 2)
   label="WikiText-2 ppl cuda vs cpu ($chunks x $PPL_CTX)"
   if ! gpu_gate "$label"; then :
