@@ -1213,7 +1213,8 @@ if has_phase ncu; then
   done
   # bench's sweep prefills every prompt before decoding (prefill-first): the decode attention
   # runs only in decode steps of all 128 sequences, one launch a layer; skipped are the
-  # warm-up's one decode step and the timed run's first (2 x 32 layers)
+  # warm-up's two decode steps (2 x 32 layers: its short contexts), so the counted launches
+  # are the timed run's first decode step at 1,024 positions
   label="ncu $BIG_NAME bf16 decode attention b$((128 / SCALE)) p$((1024 / SCALE))"
   gpu_gate "$label" && ncu_row "$label" ncu-attn-b128 'attn_decode_tc_kernel|attn_decode_kernel' $((64 / SCALE)) 4 \
     "$LLMI_DEV" bench --dummy "$BIG" --device "$DEVFLAG" --kv-type bf16 -o csv -p $((1024 / SCALE)) -n 16 \
