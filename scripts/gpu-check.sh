@@ -636,7 +636,7 @@ bf16w_cpu() {
   if [ -z "$SMOL" ] || [ -d "$SMOL" ]; then
     STATUS="not available"; BF16W_WHY="SmolLM2's GGUF only"; return 1
   fi
-  REF_AS[$bf16w]="by scripts/make-bf16-gguf.py $(sha256sum < scripts/make-bf16-gguf.py | cut -c1-16) from file $(sha256sum < "$SMOL" | cut -c1-64)"
+  [ -n "${REF_AS[$bf16w]:-}" ] || REF_AS[$bf16w]="by scripts/make-bf16-gguf.py $(sha256sum < scripts/make-bf16-gguf.py | cut -c1-16) from file $(sha256sum < "$SMOL" | cut -c1-64)"
   local args=("$1" -m "$bf16w" "${@:2}")   # (the subcommand first)
   if [ "$REFS_ONLY" = 1 ]; then
     if [ ! -s "$bf16w" ]; then

@@ -1248,6 +1248,14 @@ static llmi_tensor i4_weight(trng *r, int rows, int cols, int gs, bool act_order
     return t;
 }
 
+/* The logits of single_seq_steps(150, 20) (171 rows of nv): got's NMSE against ref for the
+ * 150-token prefill (dequantize + cuBLASLt for int4), the 20-token step and the decode token. */
+static void steps_nmse(const float *got, const float *ref, int nv, double e[3]) {
+    e[0] = test_nmse(got, ref, 150L * nv);
+    e[1] = test_nmse(got + 150L * nv, ref + 150L * nv, 20L * nv);
+    e[2] = test_nmse(got + 170L * nv, ref + 170L * nv, nv);
+}
+
 /* Issue 8 item 9: int4 linears kept packed on the GPU and served by the W4A16 kernels:
  * a 150-token prefill (dequantize + cuBLASLt), a 20-token one and a decode token against the
  * CPU's int4 matmul; the memory report shows int4 bytes.  Layer 0 is g128 (the tensor-core
@@ -1281,13 +1289,13 @@ TEST(cuda_backend_int4) {
         float *ref = malloc(sizeof(float) * n_rows * nv), *got = malloc(sizeof(float) * n_rows * nv);
         CHECK_MSG(single_seq_steps(cpu, toks, 150, 20, ref, &st) == 0, "cpu: %s", st.msg);
         CHECK_MSG(single_seq_steps(gpu, toks, 150, 20, got, &st) == 0, "cuda: %s", st.msg);
-        double e0 = test_nmse(got, ref, 150L * nv), e1 = test_nmse(got + 150L * nv, ref + 150L * nv, 20L * nv);
-        double e2 = test_nmse(got + 170L * nv, ref + 170L * nv, nv);
+        double e[3];
+        steps_nmse(got, ref, nv, e);
         size_t w = 0;
         gpu->memory(gpu, &w, NULL, NULL);
         printf("  int4: logits nmse %.3g (dequant+GEMM) %.3g (20 tokens) %.3g (one token); weights on GPU %.2f MB (linears as "
-               "bf16 would be %.2f MB)\n", e0, e1, e2, w / 1e6, bf16_linear_bytes / 1e6);
-        CHECK_MSG(e0 <= 1e-3 && e1 <= 1e-3 && e2 <= 1e-3, "int4 logits nmse %g %g %g", e0, e1, e2);
+               "bf16 would be %.2f MB)\n", e[0], e[1], e[2], w / 1e6, bf16_linear_bytes / 1e6);
+        CHECK_MSG(e[0] <= 1e-3 && e[1] <= 1e-3 && e[2] <= 1e-3, "int4 logits nmse %g %g %g", e[0], e[1], e[2]);
         size_t embd = 2 * (size_t)nv * m.cfg.dim * 2;
         CHECK_MSG(w < embd + bf16_linear_bytes / 3, "weights on the GPU: %zu bytes, not int4-sized", w);
         free(ref); free(got);
@@ -1382,13 +1390,13 @@ TEST(cuda_backend_q4_0_packed) {
         CHECK_MSG(single_seq_steps(gpu, toks, 150, 20, got_i, &st) == 0, "cuda I4G: %s", st.msg);
         long differ = 0;
         for (long i = 0; i < (long)n_rows * nv; i++) differ += memcmp(&got_q[i], &got_i[i], 4) != 0;
-        double e0 = test_nmse(got_i, ref, 150L * nv), e1 = test_nmse(got_i + 150L * nv, ref + 150L * nv, 20L * nv);
-        double e2 = test_nmse(got_i + 170L * nv, ref + 170L * nv, nv);
+        double e[3];
+        steps_nmse(got_i, ref, nv, e);
         printf("  Q4_0: %ld of %ld logits differ from the I4G twin's; twin vs cpu nmse %.3g (dequant+GEMM) %.3g (20 "
                "tokens) %.3g (one token); weights on GPU %.2f MB (linears as bf16 would be %.2f MB)\n", differ,
-               (long)n_rows * nv, e0, e1, e2, w / 1e6, bf16_linear_bytes / 1e6);
+               (long)n_rows * nv, e[0], e[1], e[2], w / 1e6, bf16_linear_bytes / 1e6);
         CHECK_MSG(differ == 0, "%ld logits of the Q4_0 model differ from its I4G twin's", differ);
-        CHECK_MSG(e0 <= 1e-3 && e1 <= 1e-3 && e2 <= 1e-3, "I4G twin logits nmse %g %g %g", e0, e1, e2);
+        CHECK_MSG(e[0] <= 1e-3 && e[1] <= 1e-3 && e[2] <= 1e-3, "I4G twin logits nmse %g %g %g", e[0], e[1], e[2]);
         size_t embd = 2 * (size_t)nv * m.cfg.dim * 2;
         CHECK_MSG(w < embd + bf16_linear_bytes / 3, "weights on the GPU: %zu bytes, not int4-sized", w);
     }

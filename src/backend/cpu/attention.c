@@ -241,7 +241,7 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
                     const int jn = cn - j0 < 8 ? cn - j0 : 8;
                     __m256 d[8];
                     for (int j = 0; j < 8; j++) d[j] = _mm256_setzero_ps();
-                    if (jn == 8)
+                    if (jn == 8)   /* (a constant trip count keeps d[] in registers) */
                         for (int c = 0; c < hd; c += 8) {
                             __m256 qv = _mm256_loadu_ps(qg + c);
                             for (int j = 0; j < 8; j++) d[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(krows[j0 + j] + c), d[j]);
@@ -315,7 +315,8 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
                         v = _mm512_fmadd_ps(_mm512_set1_ps(pr[r][j]), _mm512_maskz_loadu_ps(mk, vrows[j] + c), v);
                 _mm512_mask_storeu_ps(ag + c, mk, v);
             }
-#elif defined(ATTN_AVX2)
+#else
+#if defined(ATTN_AVX2)
             if (hd % 8 == 0) {
                 for (int c = 0; c < hd; c += 8) {
                     __m256 v = _mm256_mul_ps(_mm256_loadu_ps(ag + c), _mm256_set1_ps(corr[r]));
@@ -324,12 +325,7 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
                 }
                 continue;
             }
-            for (int c = 0; c < hd; c++) {
-                float v = ag[c] * corr[r];
-                for (int j = 0; j < cn; j++) v += pr[r][j] * vrows[j][c];
-                ag[c] = v;
-            }
-#else
+#endif
             for (int c = 0; c < hd; c++) {
                 float v = ag[c] * corr[r];
                 for (int j = 0; j < cn; j++) v += pr[r][j] * vrows[j][c];

@@ -566,7 +566,7 @@ QGROUP_FORMAT(LLMI_Q8_0, q8_0)
                         int32_t x4;                                                                     \
                         memcpy(&x4, xq + xo[j], 4);                                                     \
                         const __m256i xv = _mm256_set1_epi32(x4);                                       \
-                        if (DT == LLMI_Q8_0) {                                                          \
+                        if (DT == LLMI_Q8_0) { /* split per token: u_lo/u_hi kept would take 16 ymm */ \
                             lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_and_si256(u[j], m4), xv)); \
                             hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(                             \
                                 _mm256_and_si256(_mm256_srli_epi16(u[j], 4), m4), xv));                 \

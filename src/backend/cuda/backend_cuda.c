@@ -16,6 +16,7 @@
 #include <time.h>
 #include "backend/backend.h"
 #include "backend/cost.h"
+#include "core/int4.h"
 
 #ifndef LLMI_CUDA
 
@@ -388,38 +389,31 @@ static bool i4_servable(const llmi_tensor *t) {
            q4_0_servable(t);
 }
 
-/* *out (LLMI_I4G, owning one buffer: nibbles (rows, cols/2), scales and zeros (cols/32, rows))
- * <- t (q4_0_servable).  A Q4_0 block holds column j (< 16) in the low nibble of byte j and
- * column j + 16 in its high one; I4G puts even columns in low nibbles. */
+/* *out (an owned LLMI_I4G tensor, core/int4.h's packing) <- t (q4_0_servable): the grid of
+ * its blocks.  A Q4_0 block holds column j (< 16) in the low nibble of byte j and column
+ * j + 16 in its high one. */
 static int q4_0_as_i4g(const llmi_tensor *t, llmi_tensor *out, llmi_status *st) {
+    const int rows = (int)t->rows, cols = (int)t->cols;
     int gs;   /* 32: a block's columns */
     int64_t n_groups;
     const int32_t *g_idx;
     cuda_i4_grid(t, &gs, &n_groups, &g_idx);
-    const size_t rows = (size_t)t->rows, cols = (size_t)t->cols, ng = (size_t)n_groups, qb = rows * cols / 2,
-                 gb = ng * rows;
-    uint8_t *buf = malloc(qb + 3 * gb);
-    if (!buf) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory converting a Q4_0 weight");
-    uint8_t *q = buf, *zeros = buf + qb + 2 * gb;
-    uint16_t *scales = (uint16_t *)(buf + qb);   /* (qb is even: cols % 32 == 0) */
-    memset(zeros, 8, gb);
-    for (size_t r = 0; r < rows; r++) {
-        const uint8_t *row = (const uint8_t *)t->data + r * t->row_bytes;
-        for (size_t g = 0; g < ng; g++) {
-            const uint8_t *blk = row + g * 18;
-            memcpy(&scales[g * rows + r], blk, 2);
-            uint8_t *qr = q + r * (cols / 2) + g * 16;
-            for (int j = 0; j < 32; j += 2) {
-                const int lo = j < 16 ? blk[2 + j] & 15 : blk[2 + j - 16] >> 4;
-                const int hi = j < 16 ? blk[3 + j] & 15 : blk[3 + j - 16] >> 4;
-                qr[j / 2] = (uint8_t)(lo | hi << 4);
+    quant_grid g;
+    if (quant_grid_alloc(&g, rows, cols, gs, g_idx != NULL, st)) return st->code;
+    memset(g.zeros, 8, (size_t)g.n_groups * (size_t)rows);
+    for (int r = 0; r < rows; r++)
+        for (int b = 0; b < g.n_groups; b++) {
+            const uint8_t *blk = (const uint8_t *)t->data + (size_t)r * t->row_bytes + (size_t)b * 18;
+            memcpy(&g.scales[(size_t)b * rows + r], blk, 2);
+            uint8_t *q = g.q + (size_t)r * cols + (size_t)b * gs;
+            for (int j = 0; j < 16; j++) {
+                q[j] = blk[2 + j] & 15;
+                q[j + 16] = blk[2 + j] >> 4;
             }
         }
-    }
-    *out = (llmi_tensor){.dtype = LLMI_I4G, .layout = LLMI_LAYOUT_ROWS, .rows = t->rows, .cols = t->cols,
-                         .row_bytes = cols / 2, .data = q, .owned = buf, .qscales = scales, .qzeros = zeros,
-                         .g_idx = g_idx, .group_size = gs, .n_groups = (int)ng};
-    return 0;
+    int rc = quant_tensor_from_grid(&g, out, st);
+    quant_grid_free(&g);
+    return rc;
 }
 
 /* Linears of one fused group (q/k/v, gate/up) stay int4 only if all of them can. */
@@ -600,7 +594,7 @@ static int upload_linears(cuda_impl *im, uploader *u, const llmi_tensor *const *
             if (ts[i]->dtype == LLMI_Q4_0 && !(rc = q4_0_as_i4g(ts[i], &conv[i], st))) src[i] = &conv[i];
         }
         /* stacked into out[0] where the parts allow it, else each kept on its own */
-        const int parts = group_i4_stackable(ts, n) ? n : 1;
+        const int parts = group_i4_stackable(ts, n) ? n : 1;   /* (as weights_needed decided) */
         *n_out = n / parts;
         for (int i = 0; i < *n_out && !rc; i++) {
             size_t before = im->weight_bytes;
