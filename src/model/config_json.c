@@ -33,13 +33,15 @@ static const cj_family k_families[] = {
     {"llama", "LlamaForCausalLM", LLMI_ARCH_LLAMA, 2048, 0, CJ_WINDOW_NONE},
     {"mistral", "MistralForCausalLM", LLMI_ARCH_LLAMA, 4096 * 32, 8, CJ_WINDOW_MISTRAL},
     {"qwen2", "Qwen2ForCausalLM", LLMI_ARCH_QWEN2, 32768, 32, CJ_WINDOW_QWEN2},
+    {"qwen3", "Qwen3ForCausalLM", LLMI_ARCH_QWEN3, 32768, 32, CJ_WINDOW_QWEN2},
 };
 #define N_FAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
 
-#define CJ_NORM_EPS      1e-6f     /* rms_norm_eps of all three config classes */
+#define CJ_NORM_EPS      1e-6f     /* rms_norm_eps of all four config classes */
+#define CJ_QWEN3_HEAD_DIM 128      /* Qwen3Config's head_dim (not hidden_size / heads) */
 #define CJ_ROPE_THETA    10000.0f
-#define CJ_WINDOW        4096      /* sliding_window of MistralConfig and Qwen2Config */
-#define CJ_WINDOW_LAYERS 28        /* Qwen2Config max_window_layers */
+#define CJ_WINDOW        4096      /* sliding_window of MistralConfig, Qwen2Config and Qwen3Config */
+#define CJ_WINDOW_LAYERS 28        /* max_window_layers of Qwen2Config and Qwen3Config */
 
 /* ---------------------------------------------------------------- typed fields */
 
@@ -119,7 +121,7 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
             return 0;
         }
         printable(b, sizeof b, mt->valuestring);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported model_type %s (supported: llama, mistral, qwen2)", file,
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported model_type %s (supported: llama, mistral, qwen2, qwen3)", file,
                          b);
     }
     if (!a0)
@@ -133,7 +135,7 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
     printable(b2, sizeof b2, a0->valuestring);
     return llmi_fail(st, LLMI_E_RUNTIME,
                      "%s: unsupported architecture %s (supported: LlamaForCausalLM, MistralForCausalLM, "
-                     "Qwen2ForCausalLM)", file, b2);
+                     "Qwen2ForCausalLM, Qwen3ForCausalLM)", file, b2);
 }
 
 /* The shapes: required sizes, then the head geometry. */
@@ -152,6 +154,7 @@ static int cj_shapes(const cJSON *j, const cj_family *f, llmi_config *c, const c
     c->n_kv_heads = !kv_given && f->n_kv_heads ? f->n_kv_heads : c->n_heads;
     if (json_int(j, "num_key_value_heads", 1, INT32_MAX, &c->n_kv_heads, file, st) < 0) return LLMI_E_RUNTIME;
     int hrc = json_int(j, "head_dim", 1, INT32_MAX, &c->head_dim, file, st);
+    if (hrc == 0 && f->arch == LLMI_ARCH_QWEN3) c->head_dim = CJ_QWEN3_HEAD_DIM, hrc = 1;
     if (hrc < 0 || (hrc == 0 && model_head_dim(c, file, "hidden_size", "num_attention_heads", st)))
         return LLMI_E_RUNTIME;
     c->rope_dim = c->head_dim;
@@ -230,8 +233,9 @@ static int cj_rest(const cJSON *j, const cj_family *f, llmi_config *c, const cha
     int window;
     if (cj_window_of(j, f, c, file, &window, st)) return LLMI_E_RUNTIME;
     if (window > 0 && window < c->max_ctx) c->max_ctx = window;
-    c->qkv_bias = c->arch == LLMI_ARCH_QWEN2;
-    if (c->arch == LLMI_ARCH_LLAMA && json_bool(j, "attention_bias", &c->qkv_bias, file, st) < 0) return LLMI_E_RUNTIME;
+    c->qkv_bias = c->arch == LLMI_ARCH_QWEN2;   /* Qwen2 always; Llama and Qwen3 by attention_bias */
+    if (c->arch != LLMI_ARCH_QWEN2 && json_bool(j, "attention_bias", &c->qkv_bias, file, st) < 0) return LLMI_E_RUNTIME;
+    c->qk_norm = c->arch == LLMI_ARCH_QWEN3;
     bool mlp_bias = false;
     if (json_bool(j, "mlp_bias", &mlp_bias, file, st) < 0) return LLMI_E_RUNTIME;
     if (mlp_bias) return llmi_fail(st, LLMI_E_RUNTIME, "%s: mlp_bias is not supported", file);

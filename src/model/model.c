@@ -89,6 +89,8 @@ void model_free(llmi_model *m) {
             free(L->bk);
             free(L->bv);
             free(L->bo);
+            free(L->q_norm);
+            free(L->k_norm);
             tensor_release(&L->wq);
             tensor_release(&L->wk);
             tensor_release(&L->wv);
@@ -266,6 +268,9 @@ int model_bind_weights(const weight_src *w, llmi_model *m, bool permute_qk, llmi
         int rc = model_find_role(w, W_BO, l, &t, name, sizeof name, st);
         if (rc < 0) return LLMI_E_RUNTIME;
         if (rc > 0 && bind_vector(w, W_BO, l, c->dim, &L->bo, &bytes, st)) return LLMI_E_RUNTIME;
+        if (c->qk_norm && (bind_vector(w, W_Q_NORM, l, c->head_dim, &L->q_norm, &bytes, st) ||
+                           bind_vector(w, W_K_NORM, l, c->head_dim, &L->k_norm, &bytes, st)))
+            return LLMI_E_RUNTIME;
         if (permute_qk) {
             if (unpermute_matrix(&L->wq, c->n_heads, c->head_dim, w->what, st) ||
                 unpermute_matrix(&L->wk, c->n_kv_heads, c->head_dim, w->what, st))

@@ -6,7 +6,7 @@
  * config_json.c), model_dummy.c; model.c holds what they share.  Loaders validate everything
  * they read, a model file being untrusted input (the formats: ggml's docs/gguf.md and
  * huggingface/safetensors; our notes on them and their attacks: ../shared/docs/FORMATS.md,
- * outside this repository).  Supported architectures: llama (Llama, Mistral, SmolLM2), qwen2. */
+ * outside this repository).  Supported architectures: llama (Llama, Mistral, SmolLM2), qwen2, qwen3 (dense). */
 #ifndef LLMI_MODEL_H
 #define LLMI_MODEL_H
 
@@ -18,12 +18,12 @@
 
 #define LLMI_MAX_LAYERS 512
 
-typedef enum { LLMI_ARCH_LLAMA = 0, LLMI_ARCH_QWEN2 } llmi_arch;
+typedef enum { LLMI_ARCH_LLAMA = 0, LLMI_ARCH_QWEN2, LLMI_ARCH_QWEN3 } llmi_arch;
 typedef enum { LLMI_ROPE_SCALING_NONE = 0, LLMI_ROPE_SCALING_LLAMA3, LLMI_ROPE_SCALING_LINEAR } llmi_rope_scaling_type;
 
 typedef struct llmi_config {
     llmi_arch arch;
-    char arch_name[32];        /* "llama", "qwen2", "mistral" (as the source named it) */
+    char arch_name[32];        /* "llama", "qwen2", "qwen3", "mistral" (as the source named it) */
     char name[128];            /* general.name or the directory name, for reports */
     int n_vocab;
     int dim;                   /* hidden size */
@@ -43,6 +43,7 @@ typedef struct llmi_config {
     int rope_orig_max_pos;
     bool tie_embeddings;
     bool qkv_bias;
+    bool qk_norm;              /* RMSNorm of each q and k head before RoPE (Qwen3) */
 } llmi_config;
 
 typedef struct llmi_layer {
@@ -53,6 +54,7 @@ typedef struct llmi_layer {
     llmi_tensor wo;                       /* (dim, n_heads*head_dim) */
     float *bq, *bk, *bv;                  /* (n_heads*head_dim), (kv), (kv); NULL without bias */
     float *bo;                            /* (dim) o_proj bias (HF llama attention_bias) or NULL */
+    float *q_norm, *k_norm;               /* (head_dim) each: per-head RMSNorm weights; NULL without qk_norm */
     float *ffn_norm;                      /* (dim) */
     llmi_tensor w_gate;                   /* (ffn_dim, dim) */
     llmi_tensor w_up;                     /* (ffn_dim, dim) */

@@ -50,12 +50,19 @@ static const dummy_preset k_presets[] = {
     {"qwen2.5-7b", {.arch = LLMI_ARCH_QWEN2, .arch_name = "qwen2", .n_vocab = 152064, .dim = 3584, .n_layers = 28,
                     .n_heads = 28, .n_kv_heads = 4, .head_dim = 128, .ffn_dim = 18944, .max_ctx = 131072,
                     .norm_eps = 1e-6f, .rope_theta = 1000000.f, .rope_dim = 128, .qkv_bias = true}},
+    {"qwen3-0.6b", {.arch = LLMI_ARCH_QWEN3, .arch_name = "qwen3", .n_vocab = 151936, .dim = 1024, .n_layers = 28,
+                    .n_heads = 16, .n_kv_heads = 8, .head_dim = 128, .ffn_dim = 3072, .max_ctx = 40960,
+                    .norm_eps = 1e-6f, .rope_theta = 1000000.f, .rope_dim = 128, .tie_embeddings = true,
+                    .qk_norm = true}},
+    {"qwen3-8b", {.arch = LLMI_ARCH_QWEN3, .arch_name = "qwen3", .n_vocab = 151936, .dim = 4096, .n_layers = 36,
+                  .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .ffn_dim = 12288, .max_ctx = 40960,
+                  .norm_eps = 1e-6f, .rope_theta = 1000000.f, .rope_dim = 128, .qk_norm = true}},
 };
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
 
 const char *model_dummy_preset_names(void) {
     return "smollm2-135m, smollm2-360m, tinyllama-1.1b, llama-3.2-1b, llama-2-7b, llama-3-8b, mistral-7b, "
-           "qwen2.5-7b";
+           "qwen2.5-7b, qwen3-0.6b, qwen3-8b";
 }
 
 /* ---------------------------------------------------------------- config.json */
@@ -249,6 +256,8 @@ static void dummy_place(llmi_model *m, llmi_dtype dt, int gs, dummy_layout *l, u
         } else {
             L->bq = L->bk = L->bv = NULL;
         }
+        L->q_norm = c->qk_norm ? dummy_vec(c->head_dim, l, base) : NULL;
+        L->k_norm = c->qk_norm ? dummy_vec(c->head_dim, l, base) : NULL;
         L->ffn_norm = dummy_vec(c->dim, l, base);
         dummy_tensor(&L->w_gate, dt, gs, c->ffn_dim, c->dim, l, base);
         dummy_tensor(&L->w_up, dt, gs, c->ffn_dim, c->dim, l, base);
@@ -310,7 +319,8 @@ int model_load_dummy(const char *spec, llmi_dtype dtype, int group_size, llmi_mo
     bool vec_ok = m->out_norm != NULL;
     for (int i = 0; i < c->n_layers; i++) {
         const llmi_layer *L = &m->layers[i];
-        vec_ok &= L->attn_norm && L->ffn_norm && (!c->qkv_bias || (L->bq && L->bk && L->bv));
+        vec_ok &= L->attn_norm && L->ffn_norm && (!c->qkv_bias || (L->bq && L->bk && L->bv)) &&
+                  (!c->qk_norm || (L->q_norm && L->k_norm));
     }
     if (!vec_ok) {
         model_free(m);
@@ -344,6 +354,10 @@ int model_load_dummy(const char *spec, llmi_dtype dtype, int group_size, llmi_mo
             dummy_fill(L->bk, LLMI_F32, 1, kvd, 0.02f, k + 11);
             dummy_fill(L->bv, LLMI_F32, 1, kvd, 0.02f, k + 12);
             wbytes += (size_t)(qd + 2 * kvd) * sizeof(float);
+        }
+        if (c->qk_norm) {
+            for (int d = 0; d < c->head_dim; d++) L->q_norm[d] = L->k_norm[d] = 1.f;
+            wbytes += 2 * (size_t)c->head_dim * sizeof(float);
         }
     }
     for (int d = 0; d < c->dim; d++) m->out_norm[d] = 1.f;

@@ -17,6 +17,7 @@ static const char *const gguf_names[W_COUNT] = {
     "blk.%d.attn_q.weight", "blk.%d.attn_k.weight", "blk.%d.attn_v.weight", "blk.%d.attn_output.weight",
     "blk.%d.attn_q.bias", "blk.%d.attn_k.bias", "blk.%d.attn_v.bias", "blk.%d.attn_output.bias",
     "blk.%d.ffn_norm.weight", "blk.%d.ffn_gate.weight", "blk.%d.ffn_up.weight", "blk.%d.ffn_down.weight",
+    "blk.%d.attn_q_norm.weight", "blk.%d.attn_k_norm.weight",
 };
 
 static int gguf_find_src(const weight_src *w, const char *name, src_tensor *out, llmi_status *st) {
@@ -135,15 +136,16 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key general.architecture", path);
     if (gguf_str_eq(a, "llama")) c->arch = LLMI_ARCH_LLAMA;
     else if (gguf_str_eq(a, "qwen2")) c->arch = LLMI_ARCH_QWEN2;
+    else if (gguf_str_eq(a, "qwen3")) c->arch = LLMI_ARCH_QWEN3;
     else {
         char b[40];
         size_t n = 0;
         for (uint64_t i = 0; i < a.len && n < sizeof b - 1; i++)
             b[n++] = (a.p[i] >= 0x20 && a.p[i] < 0x7f) ? a.p[i] : '?';
         b[n] = '\0';
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, qwen2)", path, b);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, qwen2, qwen3)", path, b);
     }
-    const char *arch = c->arch == LLMI_ARCH_LLAMA ? "llama" : "qwen2";
+    const char *arch = c->arch == LLMI_ARCH_LLAMA ? "llama" : c->arch == LLMI_ARCH_QWEN2 ? "qwen2" : "qwen3";
     snprintf(c->arch_name, sizeof c->arch_name, "%s", arch);
     gguf_str nm;
     rc = gguf_get_str(g, "general.name", &nm, st);
@@ -216,6 +218,7 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
         }
     }
     c->qkv_bias = c->arch == LLMI_ARCH_QWEN2 || gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    c->qk_norm = c->arch == LLMI_ARCH_QWEN3;
     *has_output = gguf_find_tensor(g, "output.weight") != NULL;
     c->tie_embeddings = !*has_output;
     if (config_validate(c, path, st)) return LLMI_E_RUNTIME;

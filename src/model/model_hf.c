@@ -26,6 +26,7 @@ static const char *const hf_names[W_COUNT] = {
     "model.layers.%d.self_attn.v_proj.bias", "model.layers.%d.self_attn.o_proj.bias",
     "model.layers.%d.post_attention_layernorm.weight", "model.layers.%d.mlp.gate_proj.weight",
     "model.layers.%d.mlp.up_proj.weight", "model.layers.%d.mlp.down_proj.weight",
+    "model.layers.%d.self_attn.q_norm.weight", "model.layers.%d.self_attn.k_norm.weight",
 };
 
 /* Reads config.json: the hyper-parameters (config_json_read, validated), then a GPTQ/AWQ

@@ -19,7 +19,7 @@
 /* Every weight the model reads, named per format by a table of W_COUNT patterns. */
 typedef enum {
     W_EMBD, W_OUT_NORM, W_LM_HEAD, W_ATTN_NORM, W_Q, W_K, W_V, W_O, W_BQ, W_BK, W_BV, W_BO,
-    W_FFN_NORM, W_GATE, W_UP, W_DOWN, W_COUNT
+    W_FFN_NORM, W_GATE, W_UP, W_DOWN, W_Q_NORM, W_K_NORM, W_COUNT
 } weight_role;
 
 /* One stored tensor as either format describes it, shape in HF order (shape[0] slowest). */

@@ -219,6 +219,14 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
         cpu_matmul_multi(3, qkv_w, im->xn, n, qkv_b, qkv_y, im->mm_scratch, im->mm_scratch_bytes);
         prof(b, LLMI_OP_QKV, t0, cost_sum(mm_cost(W[CPU_W_Q], n), cost_sum(mm_cost(W[CPU_W_K], n), mm_cost(W[CPU_W_V], n))));
 
+        if (L->q_norm) {   /* Qwen3: each head normalised before RoPE (cfg.qk_norm) */
+#pragma omp parallel for schedule(static) if (n > 16)
+            for (int t = 0; t < n; t++) {
+                cpu_head_rmsnorm(im->q + (size_t)t * qd, qd, 1, 0, nh, hd, L->q_norm, c->norm_eps);
+                cpu_head_rmsnorm(im->k + (size_t)t * kvd, kvd, 1, 0, nkv, hd, L->k_norm, c->norm_eps);
+            }
+            prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, qd + kvd, false, sizeof(float)));
+        }
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
         cpu_rope_kv_write_table(im->q, im->k, im->v, im->rope_cs, im->rope_sn, bt->slot_mapping, n, nh, nkv, hd, kc,
                                 vc, b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,

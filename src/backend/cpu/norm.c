@@ -1,4 +1,4 @@
-/* cpu/norm.c — owns RMSNorm and the fused residual-add + RMSNorm. */
+/* cpu/norm.c — owns RMSNorm, the fused residual-add + RMSNorm, and the per-head q/k norm. */
 #include <math.h>
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec.h"
@@ -23,4 +23,12 @@ void cpu_add_rmsnorm(float *residual, const float *delta, const float *w, int n,
 #pragma omp parallel for schedule(static) if (n > 16)
     for (int t = 0; t < n; t++)
         cpu_add_rmsnorm_row(residual + (size_t)t * dim, delta + (size_t)t * dim, w, dim, eps, out + (size_t)t * dim);
+}
+
+void cpu_head_rmsnorm(float *x, int64_t stride, int n, int h0, int h1, int head_dim, const float *w, float eps) {
+    for (int t = 0; t < n; t++)
+        for (int h = h0; h < h1; h++) {
+            float *r = x + (size_t)t * stride + (size_t)h * head_dim;
+            cpu_rmsnorm_row(r, w, head_dim, eps, r);
+        }
 }

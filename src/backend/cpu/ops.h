@@ -23,6 +23,10 @@ void cpu_add_rmsnorm(float *residual, const float *delta, const float *w, int n,
 /* One row of each on the calling thread (x, residual, delta, out (dim)). */
 void cpu_rmsnorm_row(const float *x, const float *w, int dim, float eps, float *out);
 void cpu_add_rmsnorm_row(float *residual, const float *delta, const float *w, int dim, float eps, float *out);
+/* Qwen3's q/k norm, in place: heads [h0, h1) of n tokens' rows x (n, stride), head h at
+ * x + t * stride + h * head_dim, each RMS-normalised over head_dim with the weights w
+ * (head_dim) shared by all heads.  Serial: callers split the tokens or heads. */
+void cpu_head_rmsnorm(float *x, int64_t stride, int n, int h0, int h1, int head_dim, const float *w, float eps);
 
 /* y (n, rows) = x (n, cols) @ W^T (+ bias (rows) when non-NULL), W in any llmi_dtype. */
 void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, float *y);

@@ -269,6 +269,8 @@ static void step_run(const step_ctx *cx) {
         mm(th, W[CPU_W_K], th->xn, n, kh0 * hd, kh1 * hd, L->bk, im->k);
         mm(th, W[CPU_W_V], th->xn, n, kh0 * hd, kh1 * hd, L->bv, im->v);
         SUB_BEGIN();
+        for (int t = 0; t < n && kh0 < kh1 && L->k_norm; t++)   /* Qwen3: k heads normalised before RoPE */
+            cpu_head_rmsnorm(im->k + (size_t)t * kvd, kvd, 1, (int)kh0, (int)kh1, hd, L->k_norm, eps);
         for (int t = 0; t < n && kh0 < kh1; t++)
             cpu_rope_kv_write_heads(im->k + (size_t)t * kvd, im->v + (size_t)t * kvd, im->rope_cs + (size_t)t * half,
                                     im->rope_sn + (size_t)t * half, bt->slot_mapping[t], (int)kh0, (int)kh1, nkv, hd,
@@ -281,6 +283,7 @@ static void step_run(const step_ctx *cx) {
         /* 2: this thread's (token, head) units: rope q, attend */
         for (int64_t u = u0; u < u1;) {
             int t = (int)(u / nh), h0 = (int)(u % nh), h1 = (int)(h0 + (u1 - u) < nh ? h0 + (u1 - u) : nh);
+            if (L->q_norm) cpu_head_rmsnorm(im->q + (size_t)t * qd, qd, 1, h0, h1, hd, L->q_norm, eps);
             cpu_rope_heads(im->q + (size_t)t * qd, im->rope_cs + (size_t)t * half, im->rope_sn + (size_t)t * half, h0,
                            h1, hd);
             u += h1 - h0;
