@@ -5,7 +5,10 @@ fp32 logits for them, for tests/test_hf_models.c.
 Not run by CI (CI has no torch): run once by hand, commit the output, and record the
 versions in docs/REFERENCES.md.  Needs PyPI torch, transformers, safetensors, tokenizers.
 
-    python3 scripts/make-hf-test-models.py /work/shared/data/tinyshakespeare/input.txt testdata/hf
+    python3 scripts/make-hf-test-models.py /work/shared/data/tinyshakespeare/input.txt testdata/hf [--only NAME]
+
+--only NAME writes just that model and its reference (every model is still built, in order,
+so the random stream, and so NAME's weights, are those of a full run).
 
 Output:
     testdata/hf/<model>/            complete HF checkpoint: config.json, *.safetensors,
@@ -24,6 +27,8 @@ Models (hidden 64, 2 layers, vocab 320 = the trained tokenizer):
                       float32
     llama-attn-bias   llama, attention_bias (q/k/v and o_proj biases), bfloat16; only the
                       first two sequences (size)
+    qwen3-qknorm      qwen3: per-head q_norm/k_norm before RoPE, head_dim 32 != 64/4, no
+                      bias, tied embeddings, bfloat16
 The first three and llama-attn-bias get config.json / tokenizer_config.json in the classic (transformers 4)
 form: top-level rope_theta, rope_scaling, torch_dtype; llama-headdim keeps what
 transformers 5 writes (rope_parameters, dtype, tokenizer_class TokenizersBackend).
@@ -37,7 +42,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig,
-                          PreTrainedTokenizerFast, Qwen2Config)
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen3Config)
 
 VOCAB = 320
 SEED = 1234
@@ -88,6 +93,9 @@ def model_specs():
         ("llama-attn-bias", LlamaConfig(**common(
             attention_bias=True, rope_theta=10000.0, tie_word_embeddings=False)),
          torch.bfloat16, None, True),
+        ("qwen3-qknorm", Qwen3Config(**common(
+            head_dim=32, rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False)),
+         torch.bfloat16, None, True),
     ]
 
 
@@ -137,7 +145,7 @@ def load_fp32(path):
         return AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
 
 
-def main(corpus, outdir):
+def main(corpus, outdir, only=None):
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
     hf_tok = train_tokenizer(corpus)
@@ -157,15 +165,21 @@ def main(corpus, outdir):
     ids_fast = hf_tok(TOK_TEST_TEXT)["input_ids"]
     ids_raw = hf_tok.backend_tokenizer.encode(TOK_TEST_TEXT).ids
     assert ids_fast == ids_raw, (ids_fast, ids_raw)
-    with open(os.path.join(refdir, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump({"text": TOK_TEST_TEXT, "ids": ids_raw}, f, ensure_ascii=False)
-        f.write("\n")
+    if only:   # the other models' references must stay valid: the same tokenizer
+        with open(os.path.join(refdir, "tokenizer.json"), encoding="utf-8") as f:
+            assert json.load(f)["ids"] == ids_raw, "the trained tokenizer differs from the committed one"
+    else:
+        with open(os.path.join(refdir, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump({"text": TOK_TEST_TEXT, "ids": ids_raw}, f, ensure_ascii=False)
+            f.write("\n")
 
     for name, cfg, dtype, shard, classic in model_specs():
         path = os.path.join(outdir, name)
         torch.manual_seed(SEED)
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
         randomize(model, gen)
+        if only and name != only:
+            continue
         model = model.to(dtype)
         kw = {"safe_serialization": True}
         if shard:
@@ -206,6 +220,9 @@ def main(corpus, outdir):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) == 5 and sys.argv[3] == "--only":
+        main(sys.argv[1], sys.argv[2], sys.argv[4])
+    elif len(sys.argv) == 3:
+        main(sys.argv[1], sys.argv[2])
+    else:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])

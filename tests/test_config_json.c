@@ -177,6 +177,34 @@ TEST(config_json_qwen2_window) {
     }
 }
 
+/* Qwen3Config's own defaults (transformers 5.24 configuration_qwen3.py): head_dim 128 when
+ * absent (not hidden_size / heads), no bias unless attention_bias; q/k norm always. */
+TEST(config_json_qwen3_defaults) {
+    char *d = cj_model_dir("none", "{}");
+    char p[1024];
+    snprintf(p, sizeof p, "%s/config.json", d);
+    const char *shape = "\"model_type\": \"qwen3\", \"hidden_size\": 64, \"num_hidden_layers\": 1, "
+                        "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 96, "
+                        "\"vocab_size\": 32";
+    struct { const char *extra; int head_dim; bool bias; } cases[] = {
+        {"", 128, false},
+        {", \"head_dim\": null", 128, false},
+        {", \"head_dim\": 16, \"attention_bias\": true", 16, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg, "{%s%s}", shape, cases[i].extra);
+        cj_write(p, cfg);
+        llmi_config c;
+        llmi_status st = {0};
+        int rc = config_json_read(p, NULL, &c, NULL, &st);
+        CHECK_MSG(rc == 0 && c.arch == LLMI_ARCH_QWEN3 && c.qk_norm && c.head_dim == cases[i].head_dim &&
+                      c.qkv_bias == cases[i].bias && c.max_ctx == 32768 && c.norm_eps == 1e-6f,
+                  "case %zu: rc %d head_dim %d bias %d: %s", i, rc, c.head_dim, c.qkv_bias, st.msg);
+    }
+    cj_rm_dir(d);
+}
+
 /* model_type decides (AutoConfig); architectures[0] only when model_type is absent, and
  * never against it.  Errors name the file and what is wrong. */
 TEST(config_json_family_keys) {
@@ -187,6 +215,7 @@ TEST(config_json_family_keys) {
                         "\"num_key_value_heads\": 2, \"intermediate_size\": 96, \"vocab_size\": 32";
     struct { const char *keys; int arch; const char *name; const char *err; } cases[] = {
         {"\"model_type\": \"qwen2\"", LLMI_ARCH_QWEN2, "qwen2", NULL},
+        {"\"architectures\": [\"Qwen3ForCausalLM\"]", LLMI_ARCH_QWEN3, "qwen3", NULL},
         {"\"architectures\": [\"MistralForCausalLM\"]", LLMI_ARCH_LLAMA, "mistral", NULL},
         {"\"model_type\": \"llama\", \"architectures\": [\"LlamaForCausalLM\"]", LLMI_ARCH_LLAMA, "llama", NULL},
         {"\"model_type\": \"llama\", \"architectures\": [\"Qwen2ForCausalLM\"]", 0, NULL, "does not match model_type"},

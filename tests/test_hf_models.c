@@ -1,6 +1,7 @@
 /* test_hf_models.c — end-to-end acceptance against Hugging Face transformers: the tiny
  * random-weight checkpoints in testdata/hf (GQA + llama3 rope scaling, q/k/v bias + tied
- * embeddings in bf16, sharded f16 mistral, explicit head_dim, llama attention_bias) are loaded
+ * embeddings in bf16, sharded f16 mistral, explicit head_dim, llama attention_bias, qwen3's
+ * q/k norm; qwen3 also as a GGUF from llama.cpp's converter) are loaded
  * by model_load and run by the CPU backend; the logits must match transformers' fp32
  * logits (testdata/hf/ref, written by scripts/make-hf-test-models.py) to fp32 tolerance,
  * and the tokenizer loaded from the same directory must encode like HF tokenizers. */
@@ -21,7 +22,9 @@
 #define HF_MAX_SEQS 3
 
 static const char *const hf_models[] = {"llama-gqa-rope3", "qwen2-bias-tied", "mistral-sharded", "llama-headdim",
-                                        "llama-attn-bias"};
+                                        "llama-attn-bias", "qwen3-qknorm"};
+/* qwen3-qknorm as llama.cpp's convert_hf_to_gguf.py writes it (bf16, the same values). */
+#define HF_QWEN3_GGUF "qwen3-qknorm.bf16.gguf"
 typedef struct hf_seq {
     int n_tokens;
     int32_t ids[HF_MAX_TOKENS];   /* (n_tokens) */
@@ -175,9 +178,9 @@ static int hf_compare(const char *what, const float *got, const float *ref, int 
  * on the CPU backend (fp32: 1e-3 of the logits' scale) or the CUDA one (bf16 weights,
  * activations and KV cache: rel_tol 5e-2 of the scale, and 1e-3 NMSE per sequence; bf16
  * rounding of the weights and cache alone gives about 1e-2 and 6e-5 on these models). */
-static void hf_check_model_on(test_ctx *t_, const char *name, bool cuda) {
+static void hf_check_model_on(test_ctx *t_, const char *name, const char *file, bool cuda) {
     char dir[512], err[2048];
-    snprintf(dir, sizeof dir, "%s/hf/%s", hf_testdata(), name);
+    snprintf(dir, sizeof dir, "%s/hf/%s", hf_testdata(), file ? file : name);   /* file: a GGUF of name's weights */
     hf_ref ref;
     if (hf_ref_load(name, &ref, err, sizeof err)) { CHECK_MSG(0, "%s", err); return; }
     llmi_model m;
@@ -245,20 +248,22 @@ static void hf_check_model_on(test_ctx *t_, const char *name, bool cuda) {
     hf_ref_free(&ref);
 }
 
-static void hf_check_model(test_ctx *t_, const char *name) { hf_check_model_on(t_, name, false); }
+static void hf_check_model(test_ctx *t_, const char *name) { hf_check_model_on(t_, name, NULL, false); }
 
 TEST(hf_llama_gqa_llama3_rope_vs_transformers) { hf_check_model(t_, hf_models[0]); }
 TEST(hf_qwen2_bias_tied_bf16_vs_transformers) { hf_check_model(t_, hf_models[1]); }
 TEST(hf_mistral_sharded_f16_vs_transformers) { hf_check_model(t_, hf_models[2]); }
 TEST(hf_llama_head_dim_vs_transformers) { hf_check_model(t_, hf_models[3]); }
 TEST(hf_llama_attention_bias_vs_transformers) { hf_check_model(t_, hf_models[4]); }
+TEST(hf_qwen3_qk_norm_vs_transformers) { hf_check_model(t_, hf_models[5]); }
+TEST(hf_qwen3_gguf_vs_transformers) { hf_check_model_on(t_, hf_models[5], HF_QWEN3_GGUF, false); }
 
 #ifdef LLMI_CUDA
 /* The CUDA backend on the same references: only in the CUDA build (as test_cuda_ops.c),
  * and a skip, never a pass, when no device is visible. */
 static void hf_check_model_cuda(test_ctx *t_, const char *name) {
     if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
-    hf_check_model_on(t_, name, true);
+    hf_check_model_on(t_, name, NULL, true);
 }
 
 TEST(hf_cuda_llama_gqa_llama3_rope_vs_transformers) { hf_check_model_cuda(t_, hf_models[0]); }
@@ -266,6 +271,7 @@ TEST(hf_cuda_qwen2_bias_tied_bf16_vs_transformers) { hf_check_model_cuda(t_, hf_
 TEST(hf_cuda_mistral_sharded_f16_vs_transformers) { hf_check_model_cuda(t_, hf_models[2]); }
 TEST(hf_cuda_llama_head_dim_vs_transformers) { hf_check_model_cuda(t_, hf_models[3]); }
 TEST(hf_cuda_llama_attention_bias_vs_transformers) { hf_check_model_cuda(t_, hf_models[4]); }
+TEST(hf_cuda_qwen3_qk_norm_vs_transformers) { hf_check_model_cuda(t_, hf_models[5]); }
 #endif
 
 /* The same directories with their tokenizer: tokenizer.json trained by HF tokenizers

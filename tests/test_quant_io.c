@@ -30,12 +30,14 @@ static float *tio_vec(int n, float base, unsigned long long *s) {
     return v;
 }
 
-/* A tiny llama: vocab 96, dim 64, 4 heads / 2 kv heads of 16, ffn 128, 2 layers, tied. */
-static void tio_model(llmi_model *m, unsigned long long seed) {
+/* A tiny llama: vocab 96, dim 64, 4 heads / 2 kv heads of 16, ffn 128, 2 layers, tied;
+ * with qwen3, Qwen3's per-head q/k norms too. */
+static void tio_model_arch(llmi_model *m, unsigned long long seed, bool qwen3) {
     memset(m, 0, sizeof *m);
     llmi_config *c = &m->cfg;
-    c->arch = LLMI_ARCH_LLAMA;
-    snprintf(c->arch_name, sizeof c->arch_name, "llama");
+    c->arch = qwen3 ? LLMI_ARCH_QWEN3 : LLMI_ARCH_LLAMA;
+    c->qk_norm = qwen3;
+    snprintf(c->arch_name, sizeof c->arch_name, qwen3 ? "qwen3" : "llama");
     snprintf(c->name, sizeof c->name, "tiny");
     c->n_vocab = 96, c->dim = 64, c->n_layers = 2, c->n_heads = 4, c->n_kv_heads = 2, c->head_dim = 16;
     c->ffn_dim = 128, c->max_ctx = 256, c->norm_eps = 1e-5f, c->rope_theta = 10000.0f, c->rope_dim = 16;
@@ -58,15 +60,18 @@ static void tio_model(llmi_model *m, unsigned long long seed) {
         tio_mat(&L->w_gate, 128, 64, 0.2f, &s);
         tio_mat(&L->w_up, 128, 64, 0.2f, &s);
         tio_mat(&L->w_down, 64, 128, 0.1f, &s);
+        if (qwen3) L->q_norm = tio_vec(16, 1.0f, &s), L->k_norm = tio_vec(16, 1.0f, &s);
     }
 }
+
+static void tio_model(llmi_model *m, unsigned long long seed) { tio_model_arch(m, seed, false); }
 
 static void tio_model_free(llmi_model *m) {
     free(m->tok_embd.owned);
     free(m->out_norm);
     for (int l = 0; l < m->cfg.n_layers; l++) {
         llmi_layer *L = &m->layers[l];
-        free(L->attn_norm), free(L->ffn_norm);
+        free(L->attn_norm), free(L->ffn_norm), free(L->q_norm), free(L->k_norm);
         llmi_tensor *ts[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++) free(ts[i]->owned);
     }
@@ -97,10 +102,10 @@ static const llmi_tensor *tio_linear(const llmi_layer *L, int i) {
     return ts[i];
 }
 
-TEST(quant_roundtrip_write_load) {
+static void tio_roundtrip(test_ctx *t_, bool qwen3) {
     unsigned long long seed = test_seed();
     llmi_model m;
-    tio_model(&m, seed);
+    tio_model_arch(&m, seed, qwen3);
     char dir[] = "/tmp/llmi-qtest-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     for (size_t ci = 0; ci < sizeof kCases / sizeof *kCases; ci++) {
@@ -145,6 +150,14 @@ TEST(quant_roundtrip_write_load) {
         for (int k = 0; k < 64; k++)
             mism += q.layers[1].attn_norm[k] != fp16_to_f32(f32_to_fp16(r.attn_norm[1][k]));
         CHECK(mism == 0);
+        /* the architecture survives, and Qwen3's q/k norms are written as they were */
+        CHECK_MSG(q.cfg.arch == m.cfg.arch && q.cfg.qk_norm == qwen3, "%s: arch %s", kCases[ci].name,
+                  q.cfg.arch_name);
+        for (int l = 0; l < 2 && qwen3 && q.cfg.qk_norm; l++)
+            for (int k = 0; k < 16; k++)
+                mism += q.layers[l].q_norm[k] != fp16_to_f32(f32_to_fp16(m.layers[l].q_norm[k])) ||
+                        q.layers[l].k_norm[k] != fp16_to_f32(f32_to_fp16(m.layers[l].k_norm[k]));
+        CHECK_MSG(mism == 0, "%s: %d q/k norm weights differ", kCases[ci].name, mism);
         free(a), free(b);
         model_free(&q);
         quant_result_free(&r);
@@ -152,6 +165,9 @@ TEST(quant_roundtrip_write_load) {
     quant_rmtree(dir);
     tio_model_free(&m);
 }
+
+TEST(quant_roundtrip_write_load) { tio_roundtrip(t_, false); }
+TEST(quant_roundtrip_write_load_qwen3) { tio_roundtrip(t_, true); }
 
 static void tio_edit_config(const char *path, const char *from, const char *to) {
     FILE *f = fopen(path, "rb");

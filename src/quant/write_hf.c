@@ -66,9 +66,10 @@ static int qw_add(quant_writer *w, const char *name, const char *dtype, int64_t 
 }
 
 static const char *const qw_bias_names[3] = {"q_proj", "k_proj", "v_proj"};
+static const char *const qw_qk_norm_names[2] = {"q_norm", "k_norm"};
 
 /* Every tensor of the output in data order: embeddings, lm_head, final norm, then per
- * layer its norms, q/k/v biases and the seven linears. */
+ * layer its norms, q/k/v biases, Qwen3's q/k norms and the seven linears. */
 static int qw_plan(quant_writer *w, llmi_status *st) {
     const llmi_model *m = w->m;
     const llmi_config *c = &m->cfg;
@@ -93,6 +94,10 @@ static int qw_plan(quant_writer *w, llmi_status *st) {
             snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.bias", l, qw_bias_names[b]);
             if (qw_add(w, name, "F16", (b == 0 ? c->n_heads : c->n_kv_heads) * c->head_dim, -1, 2, st))
                 return st->code;
+        }
+        for (int k = 0; k < 2 && c->qk_norm; k++) {
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.weight", l, qw_qk_norm_names[k]);
+            if (qw_add(w, name, "F16", c->head_dim, -1, 2, st)) return st->code;
         }
         for (int q = 0; q < QL_COUNT; q++) {
             int rows, cols, ng;
@@ -244,6 +249,11 @@ int quant_writer_layer(void *ctx, int l, quant_grid grids[QL_COUNT], quant_block
             return llmi_fail(st, LLMI_E_RUNTIME, "quantize: layer %d: %s disagrees with the plan", l, name);
         if (bias[k] && qw_f16_vec(w, i++, bias[k], st)) return st->code;
     }
+    /* quantization leaves the q/k norms as they were (AWQ's scales fold into attn_norm) */
+    const llmi_layer *L = &w->m->layers[l];
+    const float *qk_norm[2] = {L->q_norm, L->k_norm};
+    for (int k = 0; k < 2 && w->m->cfg.qk_norm; k++)
+        if (qw_f16_vec(w, i++, qk_norm[k], st)) return st->code;
     for (int q = 0; q < QL_COUNT; q++, i += w->method == QUANT_AWQ ? 3 : 4)
         if (qw_linear(w, i, &grids[q], st)) return st->code;
     if (i != end) return llmi_fail(st, LLMI_E_RUNTIME, "quantize: layer %d wrote %d tensors, planned %d", l, i, end);
@@ -315,9 +325,10 @@ static cJSON *qw_config_from_model(const llmi_model *m) {
     const llmi_config *c = &m->cfg;
     cJSON *j = cJSON_CreateObject();
     bool qwen = c->arch == LLMI_ARCH_QWEN2;
+    const char *cls = qwen ? "Qwen2ForCausalLM" : c->arch == LLMI_ARCH_QWEN3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
     cJSON *a = cJSON_AddArrayToObject(j, "architectures");
-    cJSON_AddItemToArray(a, cJSON_CreateString(qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
-    cJSON_AddStringToObject(j, "model_type", qwen ? "qwen2" : "llama");
+    cJSON_AddItemToArray(a, cJSON_CreateString(cls));
+    cJSON_AddStringToObject(j, "model_type", qwen ? "qwen2" : c->arch == LLMI_ARCH_QWEN3 ? "qwen3" : "llama");
     cJSON_AddNumberToObject(j, "hidden_size", c->dim);
     cJSON_AddNumberToObject(j, "intermediate_size", c->ffn_dim);
     cJSON_AddNumberToObject(j, "num_attention_heads", c->n_heads);
