@@ -40,6 +40,15 @@ cudaError_t llmi_cuda_embed(const void *table, llmi_dtype tdt, int64_t n_vocab, 
 #define LLMI_NORM_MAX_DIM 16384
 cudaError_t llmi_cuda_add_rmsnorm(float *residual, const float *delta, const float *w, const int32_t *rows, int n,
                                   int dim, float eps, void *out, llmi_dtype out_dt, cudaStream_t s);
+/* Qwen3's q/k norm (cpu_head_rmsnorm), in place: in each of the n token rows of x (row
+ * stride `stride` floats), the n_q_heads heads at columns [0, n_q_heads*head_dim) with q_w
+ * and the n_kv_heads heads right after them with k_w each become
+ * head * rsqrt(mean(head^2) + eps) * w; the rest of the row is left alone.  q_w, k_w
+ * (head_dim) f32; head_dim <= LLMI_HEAD_NORM_MAX_DIM and (n_q_heads + n_kv_heads) *
+ * head_dim <= stride (cudaErrorInvalidValue otherwise). */
+#define LLMI_HEAD_NORM_MAX_DIM 1024
+cudaError_t llmi_cuda_head_rmsnorm(float *x, int stride, int n, int n_q_heads, int n_kv_heads, int head_dim,
+                                   const float *q_w, const float *k_w, float eps, cudaStream_t s);
 
 /* ---- rope_kv.cu ---- */
 /* Rotate-half RoPE of q (n, n_heads*head_dim; row stride q_stride) and k (n,

@@ -48,6 +48,12 @@ static trng trng_make(const char *name) {
     for (int i = 0; i < 4; i++) trng_next(&r);
     return r;
 }
+/* (n) values uniform in [base - amp, base + amp). */
+static float *fvec(trng *r, int n, float base, float amp) {
+    float *v = malloc(sizeof(float) * n);
+    for (int i = 0; i < n; i++) v[i] = base + amp * trng_unif(r);
+    return v;
+}
 
 /* A device copy of h, or bytes of zeros when h is NULL.  A failed copy here would linger as
  * the runtime's last error and surface as the next launcher's failure, so it is reported
@@ -172,6 +178,57 @@ TEST(cuda_add_rmsnorm) {
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     cudaFree(d_x); cudaFree(d_dl); cudaFree(d_w); cudaFree(d_out); cudaFree(d_rows);
     free(x); free(dl); free(w); free(ref); free(got); free(xr); free(xg); free(gb);
+}
+
+/* Qwen3's q/k head norm in place on a fused-QKV-shaped buffer: q heads with q_w, k heads
+ * with k_w, each row's v part (and any padding) untouched, for head sizes on each of the
+ * launcher's register counts (4, 8 and 32 a lane) and token counts that leave a block's
+ * last warps without a row. */
+TEST(cuda_head_rmsnorm) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_head_rmsnorm");
+    const float eps = 1e-6f;
+    const int hds[5] = {64, 80, 128, 200, 1000}, ns[3] = {1, 3, 7}, nq = 3, nkv = 1;
+    for (int hi = 0; hi < 5; hi++)
+        for (int ni = 0; ni < 3; ni++) {
+            const int hd = hds[hi], n = ns[ni], qd = nq * hd, kvd = nkv * hd;
+            const int stride = qd + 2 * kvd + 5;   /* q | k | v | 5 columns of padding */
+            const size_t sz = (size_t)n * stride;
+            float *x = malloc(sz * 4), *ref = malloc(sz * 4), *got = malloc(sz * 4);
+            float *qw = fvec(&r, hd, 1.0f, 0.3f), *kw = fvec(&r, hd, 1.0f, 0.3f);
+            /* a scale a row so that the norm, not the weights, sets the output's size */
+            for (int t = 0; t < n; t++) {
+                const float a = 0.5f + 4.0f * (trng_unif(&r) + 1.0f);
+                for (int j = 0; j < stride; j++) x[(size_t)t * stride + j] = a * trng_unif(&r);
+            }
+            memcpy(ref, x, sz * 4);
+            cpu_head_rmsnorm(ref, stride, n, 0, nq, hd, qw, eps);
+            cpu_head_rmsnorm(ref + qd, stride, n, 0, nkv, hd, kw, eps);
+            float *d_x = dup_to_dev(x, sz * 4), *d_qw = dup_to_dev(qw, hd * 4), *d_kw = dup_to_dev(kw, hd * 4);
+            CHECK(llmi_cuda_head_rmsnorm(d_x, stride, n, nq, nkv, hd, d_qw, d_kw, eps, 0) == cudaSuccess);
+            CHECK(cudaDeviceSynchronize() == cudaSuccess);
+            to_host(got, d_x, sz * 4);
+            double e = 0;
+            long untouched = 0;
+            for (int t = 0; t < n; t++) {
+                const float *g = got + (size_t)t * stride, *f = ref + (size_t)t * stride;
+                e = fmax(e, test_nmse(g, f, qd + kvd));
+                untouched += memcmp(g + qd + kvd, x + (size_t)t * stride + qd + kvd, (stride - qd - kvd) * 4) == 0;
+            }
+            printf("  head_rmsnorm hd %4d n %d: nmse %.3g (worst token)\n", hd, n, e);
+            CHECK_MSG(e <= 1e-7, "hd %d n %d: nmse %g", hd, n, e);
+            CHECK_MSG(untouched == n, "hd %d n %d: the v columns changed in %ld of %d rows", hd, n, n - untouched, n);
+            cudaFree(d_x); cudaFree(d_qw); cudaFree(d_kw);
+            free(x); free(ref); free(got); free(qw); free(kw);
+        }
+    /* refused rather than run out of bounds: a head wider than a warp's registers, heads
+     * that do not fit the row, a missing weight */
+    float *d = dup_to_dev(NULL, 4096 * 4);
+    CHECK(llmi_cuda_head_rmsnorm(d, 4096, 1, 1, 0, LLMI_HEAD_NORM_MAX_DIM + 1, d, d, eps, 0) == cudaErrorInvalidValue);
+    CHECK(llmi_cuda_head_rmsnorm(d, 255, 1, 3, 1, 64, d, d, eps, 0) == cudaErrorInvalidValue);
+    CHECK(llmi_cuda_head_rmsnorm(d, 256, 1, 3, 1, 64, d, NULL, eps, 0) == cudaErrorInvalidValue);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    cudaFree(d);
 }
 
 /* Every KV dtype, fp8 with per-head scales that are not 1 (the other dtypes must ignore
@@ -922,11 +979,6 @@ static llmi_tensor bf16_weight(trng *r, int rows, int cols) {
     w.owned = d;
     return w;
 }
-static float *fvec(trng *r, int n, float base, float amp) {
-    float *v = malloc(sizeof(float) * n);
-    for (int i = 0; i < n; i++) v[i] = base + amp * trng_unif(r);
-    return v;
-}
 
 static void cuda_tiny_model(llmi_model *m, trng *r, bool bias) {
     memset(m, 0, sizeof *m);
@@ -951,11 +1003,22 @@ static void cuda_tiny_model(llmi_model *m, trng *r, bool bias) {
     }
 }
 
+/* m as Qwen3 makes it: per-head q and k norms before RoPE, their weights not 1, so that a
+ * backend that skipped them would not match the CPU's. */
+static void cuda_tiny_qk_norm(llmi_model *m, trng *r) {
+    m->cfg.arch = LLMI_ARCH_QWEN3;
+    m->cfg.qk_norm = true;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        m->layers[l].q_norm = fvec(r, m->cfg.head_dim, 1.0f, 0.2f);
+        m->layers[l].k_norm = fvec(r, m->cfg.head_dim, 1.0f, 0.2f);
+    }
+}
+
 static void cuda_tiny_free(llmi_model *m) {
     free(m->tok_embd.owned); free(m->lm_head.owned); free(m->out_norm);
     for (int l = 0; l < m->cfg.n_layers; l++) {
         llmi_layer *L = &m->layers[l];
-        free(L->attn_norm); free(L->ffn_norm); free(L->bq); free(L->bk); free(L->bv);
+        free(L->attn_norm); free(L->ffn_norm); free(L->bq); free(L->bk); free(L->bv); free(L->q_norm); free(L->k_norm);
         free(L->wq.owned); free(L->wk.owned); free(L->wv.owned); free(L->wo.owned);
         free(L->w_gate.owned); free(L->w_up.owned); free(L->w_down.owned);
     }
@@ -1051,11 +1114,14 @@ static void check_forward_sample(test_ctx *t_, llmi_backend *gpu, trng *r, const
 TEST(cuda_backend_forward) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_backend_forward");
-    /* KV dtype per variant: f32, bf16 (with q/k/v biases), q8, fp8 (with biases) */
-    const llmi_kv_dtype kvt[4] = {LLMI_KV_F32, LLMI_KV_BF16, LLMI_KV_Q8, LLMI_KV_FP8};
-    for (int variant = 0; variant < 4; variant++) {
+    /* KV dtype per variant: f32, bf16 (with q/k/v biases), q8, fp8 (with biases), bf16 as
+     * Qwen3 (q/k head norms, no biases) */
+    const llmi_kv_dtype kvt[5] = {LLMI_KV_F32, LLMI_KV_BF16, LLMI_KV_Q8, LLMI_KV_FP8, LLMI_KV_BF16};
+    for (int variant = 0; variant < 5; variant++) {
         llmi_model m;
-        cuda_tiny_model(&m, &r, variant % 2 == 1);
+        const bool qwen3 = variant == 4;
+        cuda_tiny_model(&m, &r, variant % 2 == 1 && !qwen3);
+        if (qwen3) cuda_tiny_qk_norm(&m, &r);
         int32_t toks[3 * 64];
         for (int i = 0; i < 3 * 64; i++) toks[i] = trng_int(&r, m.cfg.n_vocab);
         llmi_backend_opts o = {.n_threads = 0, .gpu_index = 0, .gpu_mem_util = 0.5f,
@@ -1090,7 +1156,7 @@ TEST(cuda_backend_forward) {
             agree += a == b2;
         }
         printf("  forward kv %s%s: logits nmse %.3g, argmax agrees on %d of %d rows\n", kv_name(kvt[variant]),
-               variant % 2 ? ", bias" : "", e, agree, n_rows);
+               qwen3 ? ", qk norm" : variant % 2 ? ", bias" : "", e, agree, n_rows);
         CHECK_MSG(e <= 1e-3, "logits nmse %g", e);   /* bf16 activations into the GEMMs */
         CHECK(agree >= n_rows * 9 / 10);
         /* again from a fresh cache, profiled (which keeps every step eager): same logits
@@ -1454,13 +1520,16 @@ static int dev_tap_check(void *ctx, int layer, llmi_tap tap, const void *x, llmi
  * against the CPU backend: the embeddings, every tap of both layers and the hidden states
  * out; the same in two calls of one layer; a tap's stop; and a layer replaced under the
  * backend (the quantizer's moving window) is uploaded again: the outputs of a backend
- * created on the changed model, not the old ones. */
+ * created on the changed model, not the old ones.  The models have q/k/v biases and
+ * Qwen3's q/k head norms both, so that both are checked and re-uploaded. */
 TEST(cuda_backend_forward_layers) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_backend_forward_layers");
     llmi_model m, other;
     cuda_tiny_model(&m, &r, true);
     cuda_tiny_model(&other, &r, false);
+    cuda_tiny_qk_norm(&m, &r);
+    cuda_tiny_qk_norm(&other, &r);
     const llmi_config *c = &m.cfg;
     const int n = 63, dim = c->dim, per_tok = dim + c->n_heads * c->head_dim + dim + c->ffn_dim;
     int32_t toks[63], pos[63], slot[63], sot[63], qs[3] = {0, 40, 63}, tables[2 * FB_MAXB];
@@ -1575,8 +1644,9 @@ TEST(cuda_backend_forward_layers) {
         }
         m.layers[1] = keep;
 
-        /* one part at a time (norms, q/k/v with their biases, o, gate/up, down), as the
-         * quantizer swaps them: the swapped part is uploaded again and no other.  A part
+        /* one part at a time (norms, q/k/v with their biases, o, gate/up, down, then the q/k
+         * head norms alone), as the quantizer swaps them: the swapped part is uploaded again
+         * and no other.  A part
          * left alone has its bytes changed in place (the same pointer) before the forward
          * and put back after: a live backend that uploaded it again would see the change,
          * which the new backend made after, from the same tensors, does not. */
@@ -1585,15 +1655,16 @@ TEST(cuda_backend_forward_layers) {
         CHECK_MSG(gpu->forward_layers(gpu, &bt, &r_prev, &st) == 0, "%s", st.msg);
         llmi_layer *L = &m.layers[1];
         const llmi_layer *O = &other.layers[1];
-        for (int part = 0; part < 5; part++) {
+        for (int part = 0; part < 6; part++) {
             switch (part) {
             case 0: L->attn_norm = O->attn_norm, L->ffn_norm = O->ffn_norm; break;
             case 1: L->wq = O->wq, L->wk = O->wk, L->wv = O->wv, L->bq = O->bq, L->bk = O->bk, L->bv = O->bv; break;
             case 2: L->wo = O->wo; break;
             case 3: L->w_gate = O->w_gate, L->w_up = O->w_up; break;
-            default: L->w_down = O->w_down; break;
+            case 4: L->w_down = O->w_down; break;
+            default: L->q_norm = O->q_norm, L->k_norm = O->k_norm; break;
             }
-            llmi_tensor *still = part < 4 ? &L->w_down : &L->wq;
+            llmi_tensor *still = part == 4 ? &L->wq : &L->w_down;
             uint16_t *sd = (uint16_t *)still->data;
             const size_t sn = (size_t)still->rows * (size_t)still->cols;
             for (size_t i = 0; i < sn; i++) sd[i] ^= 0x8000;

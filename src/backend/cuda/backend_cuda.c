@@ -70,7 +70,7 @@ typedef struct cuda_linear {
 typedef struct cuda_layer_src {
     const void *w[7];         /* data of q, k, v, o, gate, up, down */
     llmi_dtype dt[7];
-    const float *f[6];        /* attn_norm, ffn_norm, bq, bk, bv, bo */
+    const float *f[8];        /* attn_norm, ffn_norm, q_norm, k_norm, bq, bk, bv, bo */
 } cuda_layer_src;
 
 /* The parts of a layer that are uploaded (and replaced) on their own: a quantizer step
@@ -82,6 +82,7 @@ typedef struct cuda_layer {
     size_t part_bytes[LP_COUNT];   /* device bytes of each part's buffers below */
     float *attn_norm;         /* (dim) */
     float *ffn_norm;          /* (dim) */
+    float *q_norm, *k_norm;   /* (head_dim) each, or NULL without qk_norm (Qwen3) */
     cuda_linear qkv[3];       /* [0] is (q_dim + 2*kv_dim, dim), wq rows then wk then wv, dense
                                  or int4; int4 parts that cannot stack: q, k, v, each writing
                                  its columns of the qkv buffer */
@@ -288,8 +289,8 @@ static void linear_free(cuda_linear *w) {
 static void layer_part_free(cuda_layer *L, cuda_layer_part p) {
     switch (p) {
     case LP_NORMS:
-        dfree(L->attn_norm), dfree(L->ffn_norm);
-        L->attn_norm = L->ffn_norm = NULL;
+        dfree(L->attn_norm), dfree(L->ffn_norm), dfree(L->q_norm), dfree(L->k_norm);
+        L->attn_norm = L->ffn_norm = L->q_norm = L->k_norm = NULL;
         break;
     case LP_QKV:
         for (int i = 0; i < 3; i++) linear_free(&L->qkv[i]);
@@ -663,7 +664,8 @@ static size_t weights_needed(const llmi_model *m, bool tied, size_t *i4_max_elem
             }
             if (i4 && elems > *i4_max_elems) *i4_max_elems = elems;
         }
-        total += 2 * dim * 4 + (c->qkv_bias ? ((size_t)c->n_heads + 2 * (size_t)c->n_kv_heads) * c->head_dim * 4 : 0);
+        total += 2 * dim * 4 + (c->qkv_bias ? ((size_t)c->n_heads + 2 * (size_t)c->n_kv_heads) * c->head_dim * 4 : 0) +
+                 (L->q_norm ? (size_t)c->head_dim * 4 : 0) + (L->k_norm ? (size_t)c->head_dim * 4 : 0);
     }
     size_t embd = (size_t)c->n_vocab * dim * WDT_BYTES;
     return total + embd * (tied ? 1 : 2) + dim * 4 + (size_t)c->head_dim * 2;
@@ -686,14 +688,14 @@ static cuda_layer_src layer_src(const llmi_layer *L) {
         s.w[i] = ts[i]->data;
         s.dt[i] = ts[i]->dtype;
     }
-    const float *f[6] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo};
+    const float *f[8] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->bq, L->bk, L->bv, L->bo};
     memcpy(s.f, f, sizeof f);
     return s;
 }
 
 /* The linears (first index, count in layer_src's w) and floats (f) of each part. */
 static const struct { int w0, nw, f0, nf; } layer_part_src[LP_COUNT] = {
-    [LP_NORMS] = {0, 0, 0, 2}, [LP_QKV] = {0, 3, 2, 3}, [LP_O] = {3, 1, 5, 1}, [LP_GU] = {4, 2, 0, 0},
+    [LP_NORMS] = {0, 0, 0, 4}, [LP_QKV] = {0, 3, 4, 3}, [LP_O] = {3, 1, 7, 1}, [LP_GU] = {4, 2, 0, 0},
     [LP_DOWN] = {6, 1, 0, 0}};
 
 static bool layer_part_same(const cuda_layer_src *a, const cuda_layer_src *b, cuda_layer_part p) {
@@ -716,6 +718,8 @@ static int upload_layer_part(cuda_impl *im, uploader *u, const llmi_config *c, c
     case LP_NORMS:
         rc = upload_floats(im, &D->attn_norm, L->attn_norm, dim, st);
         if (!rc) rc = upload_floats(im, &D->ffn_norm, L->ffn_norm, dim, st);
+        if (!rc && L->q_norm) rc = upload_floats(im, &D->q_norm, L->q_norm, (size_t)c->head_dim, st);
+        if (!rc && L->k_norm) rc = upload_floats(im, &D->k_norm, L->k_norm, (size_t)c->head_dim, st);
         break;
     case LP_QKV:
         rc = upload_linears(im, u, qkv, 3, D->qkv, &D->n_qkv, st);
@@ -1049,6 +1053,11 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
         if (linears_run(im, L->qkv, L->n_qkv, im->xn, n, im->qkv, W, st)) return st->code;
         if (L->b_qkv) CU_CHECK(st, llmi_cuda_add_bias(im->qkv, W, L->b_qkv, n, W, im->stream));
         MARK(LLMI_OP_QKV, linears_cost(L->qkv, L->n_qkv, n));
+        if (L->q_norm || L->k_norm) {   /* Qwen3: each q and k head normed before RoPE (a lone one fails the launch) */
+            CU_CHECK(st, llmi_cuda_head_rmsnorm(im->qkv, W, n, nh, nkv, hd, L->q_norm, L->k_norm, c->norm_eps,
+                                                im->stream));
+            MARK(LLMI_OP_NORM, cost_rmsnorm(n, qd + kvd, false, sizeof(float)));
+        }
 
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
         /* fp8 scales NULL = 1 in rope_kv and attention, as the CPU backend's fixed kv_scale */
