@@ -760,3 +760,58 @@ TEST(kv_quant_attention_vs_f32_kv) {
     }
     free(q0), free(k0), free(v0), free(ref), free(out);
 }
+
+/* ---- GGUF k-quants: llmi's dequantization against gguf-py's ---- */
+
+/* testdata/kquant/<name>.bin (rows x cols of raw super-blocks) and <name>.f32 (gguf-py's
+ * values), written by scripts/make-kquant-refs.py; 0 and the tensor (owning the blocks),
+ * or -1 after a failed CHECK. */
+#define KQ_ROWS 6
+#define KQ_COLS 768
+static int kq_load(test_ctx *t_, const char *name, llmi_dtype dt, llmi_tensor *w, float **want) {
+    const char *td = getenv("TESTDATA");
+    char path[1024];
+    void *bufs[2] = {NULL, NULL};
+    size_t lens[2] = {0, 0}, need[2] = {(size_t)KQ_ROWS * KQ_COLS / 256 * dtype_block_bytes(dt),
+                                        (size_t)KQ_ROWS * KQ_COLS * sizeof(float)};
+    const char *ext[2] = {"bin", "f32"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/kquant/%s.%s", td && *td ? td : "testdata", name, ext[k]);
+        llmi_status st = {0};
+        fileio_opts fo = {.flag = "kquant", .max_bytes = 1 << 20};
+        char *text = NULL;
+        if (fileio_read(path, &fo, &text, &lens[k], &st) || lens[k] != need[k]) {
+            CHECK_MSG(0, "%s: %s (%zu bytes, want %zu)", path, st.msg, lens[k], need[k]);
+            free(text), free(bufs[0]);
+            return -1;
+        }
+        bufs[k] = text;
+    }
+    memset(w, 0, sizeof *w);
+    w->dtype = dt, w->rows = KQ_ROWS, w->cols = KQ_COLS, w->row_bytes = need[0] / KQ_ROWS;
+    w->data = w->owned = bufs[0];
+    *want = bufs[1];
+    return 0;
+}
+
+static const struct { const char *name; llmi_dtype dt; } kq_types[] = {
+    {"q4_k", LLMI_Q4_K}, {"q5_k", LLMI_Q5_K}, {"q6_k", LLMI_Q6_K}};
+
+/* Every value bit for bit, the corner row (all scales and codes at their maximum) included. */
+TEST(cpu_kquant_dequant_vs_gguf_py) {
+    for (size_t k = 0; k < sizeof kq_types / sizeof kq_types[0]; k++) {
+        llmi_tensor w;
+        float *want, got[KQ_COLS];
+        if (kq_load(t_, kq_types[k].name, kq_types[k].dt, &w, &want)) continue;
+        long bad = 0;
+        for (int r = 0; r < KQ_ROWS; r++) {
+            tensor_dequant_row(&w, r, got);
+            for (int c = 0; c < KQ_COLS; c++)
+                if (memcmp(&got[c], &want[(size_t)r * KQ_COLS + c], 4) != 0 && bad++ < 3)
+                    fprintf(stderr, "  %s row %d col %d: %a, gguf-py %a\n", kq_types[k].name, r, c, got[c],
+                            want[(size_t)r * KQ_COLS + c]);
+        }
+        CHECK_MSG(bad == 0, "%s: %ld of %d values differ from gguf-py's", kq_types[k].name, bad, KQ_ROWS * KQ_COLS);
+        free(w.owned), free(want);
+    }
+}

@@ -11,6 +11,9 @@ const char *dtype_name(llmi_dtype t) {
     case LLMI_Q4_0: return "Q4_0";
     case LLMI_Q4_1: return "Q4_1";
     case LLMI_I4G: return "I4G";
+    case LLMI_Q4_K: return "Q4_K";
+    case LLMI_Q5_K: return "Q5_K";
+    case LLMI_Q6_K: return "Q6_K";
     default: return "unknown";
     }
 }

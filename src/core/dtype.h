@@ -17,6 +17,10 @@ typedef enum llmi_dtype {
     LLMI_Q4_1,   /* GGUF: blocks of 32, fp16 d, fp16 m + u8 qs[16]    (20 bytes) */
     LLMI_I4G,    /* GPTQ/AWQ int4: data u8 (rows, cols/2) nibbles, low nibble = even col;
                     per-group fp16 scales + u8 zeros (+ optional g_idx) in llmi_tensor (core/int4.h) */
+    /* GGUF k-quants: super-blocks of 256 values (ggml's QK_K), layouts in tensor.c */
+    LLMI_Q4_K,   /* fp16 d, fp16 dmin, 12 bytes of 6-bit scales/mins (8 sub-blocks of 32), 128 qs (144 bytes) */
+    LLMI_Q5_K,   /* as Q4_K + 32 bytes qh of fifth bits (176 bytes) */
+    LLMI_Q6_K,   /* 128 ql low nibbles, 64 qh high 2-bit pairs, 16 int8 scales (sub-blocks of 16), fp16 d (210 bytes) */
     LLMI_DTYPE_COUNT
 } llmi_dtype;
 
@@ -47,6 +51,7 @@ int kv_dtype_parse(const char *s, llmi_kv_dtype *out);   /* 0, or -1 for an unkn
 /* Weights per block and bytes per block; dense types have a block of 1. */
 static inline int dtype_block_elems(llmi_dtype t) {
     if (t == LLMI_I4G) return 2;
+    if (t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K) return 256;
     return (t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1) ? 32 : 1;
 }
 static inline size_t dtype_block_bytes(llmi_dtype t) {
@@ -57,10 +62,27 @@ static inline size_t dtype_block_bytes(llmi_dtype t) {
     case LLMI_Q4_0: return 18;
     case LLMI_Q4_1: return 20;
     case LLMI_I4G: return 1;
+    case LLMI_Q4_K: return 144;
+    case LLMI_Q5_K: return 176;
+    case LLMI_Q6_K: return 210;
     default: return 0;
     }
 }
 const char *dtype_name(llmi_dtype t);
+/* Whether t is one of the k-quants (super-blocks of 256). */
+static inline int dtype_is_kquant(llmi_dtype t) { return t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K; }
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block from its 12
+ * packed bytes: j < 4 in the low 6 bits of bytes j and j + 4; j >= 4 split between a
+ * nibble of byte j + 4 and the top 2 bits of bytes j - 4 (scale) and j (min). */
+static inline void kquant_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
 
 static inline float fp16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -3,6 +3,52 @@
 #include "core/int4.h"
 #include "core/tensor.h"
 
+/* Q4_K / Q5_K: sub-block j (32 values) is d * scale_j * q - dmin * min_j, with the
+ * products d * scale_j and dmin * min_j formed first in fp32 (exact: an fp16 times a 6-bit
+ * integer), as llama.cpp does.  The 4-bit codes: byte i of the 32-byte run k (k = j / 2)
+ * holds value i of sub-block 2k in its low nibble and of sub-block 2k + 1 in its high one;
+ * Q5_K's fifth bit of that value is bit j of qh[i].
+ * Q6_K: value e is d * scales[e / 16] * (q - 32), q 6 bits: per 128-value half h and
+ * l < 32, values l, l + 32, l + 64, l + 96 take the low nibble of ql[64h + l], of
+ * ql[64h + l + 32], the high nibble of ql[64h + l], of ql[64h + l + 32], and bit pairs 0-1,
+ * 2-3, 4-5, 6-7 of qh[32h + l] as bits 4-5. */
+void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out) {
+    uint16_t h;
+    if (t == LLMI_Q6_K) {
+        const uint8_t *ql = blk, *qh = blk + 128;
+        const int8_t *sc = (const int8_t *)(blk + 192);
+        memcpy(&h, blk + 208, 2);
+        const float d = fp16_to_f32(h);
+        for (int half = 0; half < 2; half++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t a = ql[64 * half + l], b = ql[64 * half + l + 32], hb = qh[32 * half + l];
+                const int q[4] = {(a & 15) | (hb & 3) << 4, (b & 15) | (hb >> 2 & 3) << 4, (a >> 4) | (hb >> 4 & 3) << 4,
+                                  (b >> 4) | (hb >> 6 & 3) << 4};
+                for (int k = 0; k < 4; k++) {
+                    const int e = 128 * half + 32 * k + l;
+                    out[e] = d * (float)sc[e / 16] * (float)(q[k] - 32);
+                }
+            }
+        return;
+    }
+    memcpy(&h, blk, 2);
+    const float d = fp16_to_f32(h);
+    memcpy(&h, blk + 2, 2);
+    const float dmin = fp16_to_f32(h);
+    const uint8_t *scales = blk + 4, *qh = blk + 16, *qs = blk + (t == LLMI_Q5_K ? 48 : 16);
+    for (int j = 0; j < 8; j++) {
+        int sc, mn;
+        kquant_scale_min(scales, j, &sc, &mn);
+        const float dj = d * (float)sc, mj = dmin * (float)mn;
+        const uint8_t *q = qs + 32 * (j / 2);
+        for (int i = 0; i < 32; i++) {
+            int v = j % 2 ? q[i] >> 4 : q[i] & 15;
+            if (t == LLMI_Q5_K && (qh[i] >> j & 1)) v += 16;
+            out[32 * j + i] = dj * (float)v - mj;
+        }
+    }
+}
+
 void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out) {
     const uint8_t *row = (const uint8_t *)t->data + (size_t)r * t->row_bytes;
     int64_t n = t->cols;
@@ -60,6 +106,11 @@ void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out) {
         break;
     case LLMI_I4G:
         quant_dequant_row(t, r, out); /* GPTQ/AWQ int4: quant_tensor.c */
+        break;
+    case LLMI_Q4_K:
+    case LLMI_Q5_K:
+    case LLMI_Q6_K:
+        for (int64_t b = 0; b < n / 256; b++) kquant_dequant_block(t->dtype, row + b * dtype_block_bytes(t->dtype), out + b * 256);
         break;
     default:
         for (int64_t i = 0; i < n; i++) out[i] = 0.0f;

@@ -29,6 +29,9 @@ typedef struct llmi_tensor {
     int n_groups;            /* cols / group_size */
 } llmi_tensor;
 
+/* One Q4_K, Q5_K or Q6_K super-block (dtype_block_bytes(t) bytes) -> 256 floats, as ggml's
+ * dequantize_row_q*_K computes them. */
+void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out);
 /* Dequantizes row r of t (layout ROWS) into out (cols floats).  The CPU backend's reference path. */
 void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out);
 
