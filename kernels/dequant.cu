@@ -1,5 +1,5 @@
 /* dequant.cu — owns the load-time conversion of stored weights (GGUF Q8_0/Q4_0/Q4_1,
- * f32/f16/bf16) to the GEMM dtype (bf16, or f16 for fp16 models), and the conversions of
+ * Q4_K/Q5_K/Q6_K, f32/f16/bf16) to the GEMM dtype (bf16, or f16 for fp16 models), and the conversions of
  * activations between fp32 and a stored dtype.  Twins: tensor_dequant_row, whose products
  * it reproduces without fused multiply-adds so the fp32 value before the final rounding is
  * the same; f32_to_bf16 / f32_to_fp16 (core/dtype.h) for the stores. */
@@ -7,6 +7,32 @@
 
 __device__ __forceinline__ float half_bits(const uint8_t *p) {
     return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
+}
+
+/* Value e (0..255) of a k-quant super-block, as kquant_dequant_block (core/tensor.c)
+ * computes it: the same products in the same order, none fused. */
+__device__ float kquant_value(const uint8_t *blk, llmi_dtype dt, int e) {
+    if (dt == LLMI_Q6_K) {
+        const int half = e >> 7, k = (e >> 5) & 3, l = e & 31;
+        const uint8_t lo = blk[64 * half + l + 32 * (k & 1)], hb = blk[128 + 32 * half + l];
+        const int q = ((k < 2 ? lo & 15 : lo >> 4) | ((hb >> (2 * k)) & 3) << 4) - 32;
+        return __fmul_rn(__fmul_rn(half_bits(blk + 208), (float)(int8_t)blk[192 + e / 16]), (float)q);
+    }
+    const int j = e >> 5, i = e & 31;
+    const uint8_t *s = blk + 4;
+    int sc, mn;
+    if (j < 4) {
+        sc = s[j] & 63;
+        mn = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+    const uint8_t q = blk[(dt == LLMI_Q5_K ? 48 : 16) + 32 * (j >> 1) + i];
+    int v = (j & 1) ? q >> 4 : q & 15;
+    if (dt == LLMI_Q5_K && ((blk[16 + i] >> j) & 1)) v += 16;
+    const float dj = __fmul_rn(half_bits(blk), (float)sc), mj = __fmul_rn(half_bits(blk + 2), (float)mn);
+    return __fsub_rn(__fmul_rn(dj, (float)v), mj);
 }
 
 __global__ void llmi_dequant_kernel(const uint8_t *src, llmi_dtype src_dt, int64_t n, void *dst, llmi_dtype dst_dt) {
@@ -34,6 +60,12 @@ __global__ void llmi_dequant_kernel(const uint8_t *src, llmi_dtype src_dt, int64
             v = __fadd_rn(__fmul_rn((float)nib, half_bits(blk)), half_bits(blk + 2));
             break;
         }
+        case LLMI_Q4_K:
+        case LLMI_Q5_K:
+        case LLMI_Q6_K:
+            v = kquant_value(src + (i >> 8) * (src_dt == LLMI_Q4_K ? 144 : src_dt == LLMI_Q5_K ? 176 : 210), src_dt,
+                             (int)(i & 255));
+            break;
         default:
             v = llmi_load(src, src_dt, i);
             break;
@@ -67,7 +99,8 @@ extern "C" cudaError_t llmi_cuda_dequant(const void *src, llmi_dtype src_dt, int
                                          llmi_dtype dst_dt, cudaStream_t s) {
     if (n_elems <= 0) return cudaSuccess;
     /* LLMI_I4G keeps its scales outside the data: int4_gemm.cu dequantizes it */
-    if (src_dt < 0 || src_dt > LLMI_Q4_1 || n_elems % dtype_block_elems(src_dt) != 0) return cudaErrorInvalidValue;
+    if (src_dt < 0 || src_dt >= LLMI_DTYPE_COUNT || src_dt == LLMI_I4G || n_elems % dtype_block_elems(src_dt) != 0)
+        return cudaErrorInvalidValue;
     if (dst_dt != LLMI_BF16 && dst_dt != LLMI_F16 && dst_dt != LLMI_F32) return cudaErrorInvalidValue;
     llmi_dequant_kernel<<<grid_for(n_elems), 256, 0, s>>>((const uint8_t *)src, src_dt, n_elems, dst, dst_dt);
     LLMI_LAUNCH_CHECK();

@@ -774,10 +774,10 @@ TEST(cuda_gemm_tune) {
 TEST(cuda_dequant) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_dequant");
-    llmi_dtype src[6] = {LLMI_Q4_0, LLMI_Q4_1, LLMI_Q8_0, LLMI_F16, LLMI_F32, LLMI_BF16};
-    const int rows = 5, cols = 96;
-    for (int si = 0; si < 6; si++) {
+    llmi_dtype src[9] = {LLMI_Q4_0, LLMI_Q4_1, LLMI_Q8_0, LLMI_F16, LLMI_F32, LLMI_BF16, LLMI_Q4_K, LLMI_Q5_K, LLMI_Q6_K};
+    for (int si = 0; si < 9; si++) {
         llmi_dtype dt = src[si];
+        const int rows = 5, cols = dtype_is_kquant(dt) ? 768 : 96;
         size_t rb = (size_t)cols / dtype_block_elems(dt) * dtype_block_bytes(dt);
         uint8_t *raw = malloc(rb * rows);
         for (size_t i = 0; i < rb * rows; i++) raw[i] = (uint8_t)trng_next(&r);
@@ -791,6 +791,14 @@ TEST(cuda_dequant) {
                     h = f32_to_fp16(0.1f * trng_unif(&r));
                     memcpy(raw + bo + 2, &h, 2);
                 }
+            }
+        } else if (dtype_is_kquant(dt)) {   /* d (and dmin) finite; scales and codes random */
+            size_t bb = dtype_block_bytes(dt);
+            for (size_t bo = 0; bo < rb * rows; bo += bb) {
+                uint16_t h = f32_to_fp16(0.01f * trng_unif(&r));
+                memcpy(raw + bo + (dt == LLMI_Q6_K ? 208 : 0), &h, 2);
+                h = f32_to_fp16(0.01f * fabsf(trng_unif(&r)));
+                if (dt != LLMI_Q6_K) memcpy(raw + bo + 2, &h, 2);
             }
         } else {
             for (int i = 0; i < rows * cols; i++) {
