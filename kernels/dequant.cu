@@ -1,5 +1,5 @@
 /* dequant.cu — owns the load-time conversion of stored weights (GGUF Q8_0/Q4_0/Q4_1,
- * Q4_K/Q5_K/Q6_K, f32/f16/bf16) to the GEMM dtype (bf16, or f16 for fp16 models), and the conversions of
+ * Q5_0/Q5_1, Q4_K/Q5_K/Q6_K, f32/f16/bf16) to the GEMM dtype (bf16, or f16 for fp16 models), and the conversions of
  * activations between fp32 and a stored dtype.  Twins: tensor_dequant_row, whose products
  * it reproduces without fused multiply-adds so the fp32 value before the final rounding is
  * the same; f32_to_bf16 / f32_to_fp16 (core/dtype.h) for the stores. */
@@ -58,6 +58,16 @@ __global__ void llmi_dequant_kernel(const uint8_t *src, llmi_dtype src_dt, int64
             uint8_t q = blk[4 + (j & 15)];
             int nib = j < 16 ? (q & 15) : (q >> 4);
             v = __fadd_rn(__fmul_rn((float)nib, half_bits(blk)), half_bits(blk + 2));
+            break;
+        }
+        case LLMI_Q5_0:
+        case LLMI_Q5_1: {
+            const bool q51 = src_dt == LLMI_Q5_1;
+            const uint8_t *blk = src + b * (q51 ? 24 : 22), *qh = blk + (q51 ? 4 : 2);
+            const uint8_t q = blk[(q51 ? 8 : 6) + (j & 15)];
+            const int qv = (j < 16 ? q & 15 : q >> 4) | ((qh[j >> 3] >> (j & 7)) & 1) << 4;   /* qh: a little-endian u32 */
+            v = q51 ? __fadd_rn(__fmul_rn((float)qv, half_bits(blk)), half_bits(blk + 2))
+                    : __fmul_rn((float)(qv - 16), half_bits(blk));
             break;
         }
         case LLMI_Q4_K:

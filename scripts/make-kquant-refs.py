@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes testdata/kquant/: random GGUF k-quant super-blocks (Q4_K, Q5_K, Q6_K) and their
+"""Writes testdata/kquant/: random GGUF k-quant super-blocks (Q4_K, Q5_K, Q6_K) and 5-bit
+blocks (Q5_0, Q5_1, what llama-quantize's k-quant mixes fall back to), and their
 values as gguf-py (llama.cpp's own Python package, gguf.quants, a numpy port of ggml's
 dequantize_row_q*_K) dequantizes them, for tests/test_cpu_ops.c's checks of llmi's
 dequantization, packing and matmul of those types.
@@ -12,9 +13,10 @@ Each type gets ROWS x BLOCKS super-blocks (a ROWS x 256*BLOCKS matrix, row-major
 tensor stores it): <type>.bin, the raw blocks, and <type>.f32, the dequantized values as
 little-endian float32.  The bytes are random (numpy PCG64, seed 20261128) except the fp16
 super-block scales, drawn as fp16 values of magnitude 2^-12 .. 2^-4 (d positive or
-negative, dmin positive, as llama-quantize writes them; negative d occurs in Q6_K), so no
-block holds inf or NaN.  Row 0 is special: all scales maximal (63, and 127/-128 in Q6_K)
-and all codes maximal, the corners of each format.
+negative, dmin positive, as llama-quantize writes them; negative d occurs in Q6_K, Q5_0
+and Q5_1, whose m is signed too), so no block holds inf or NaN.  Row 0 is special: all
+scales maximal (63, and 127/-128 in Q6_K) and all codes maximal, the corners of each
+format.  Q5_0 and Q5_1 fill the same 6 x 768 matrix with blocks of 32.
 """
 import os
 import sys
@@ -28,6 +30,8 @@ LAYOUT = {  # block bytes, offsets of the fp16 scales
     "q4_k": (QT.Q4_K, 144, [0, 2]),
     "q5_k": (QT.Q5_K, 176, [0, 2]),
     "q6_k": (QT.Q6_K, 210, [208]),
+    "q5_0": (QT.Q5_0, 22, [0]),
+    "q5_1": (QT.Q5_1, 24, [0, 2]),
 }
 
 
@@ -42,12 +46,13 @@ def main(out):
     rng = np.random.Generator(np.random.PCG64(SEED))
     os.makedirs(out, exist_ok=True)
     for name, (qt, bb, scale_offs) in LAYOUT.items():
-        n = ROWS * BLOCKS
+        per = 256 // 32 if name in ("q5_0", "q5_1") else 1   # blocks of 32: 8 per 256 values
+        n = ROWS * BLOCKS * per
         blocks = rng.integers(0, 256, size=(n, bb), dtype=np.uint8)
         for k, off in enumerate(scale_offs):
-            signed = name == "q6_k"
-            blocks[:, off:off + 2] = fp16_bytes(rng, n, signed and k == 0)
-        for b in range(BLOCKS):   # row 0: every scale and code at its maximum
+            signed = name in ("q6_k", "q5_0", "q5_1")   # Q5_1's m is a signed offset too
+            blocks[:, off:off + 2] = fp16_bytes(rng, n, signed)
+        for b in range(BLOCKS * per):   # row 0: every scale and code at its maximum
             blk = blocks[b]
             keep = [bytes(blk[o:o + 2]) for o in scale_offs]
             blk[:] = 0xFF

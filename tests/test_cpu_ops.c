@@ -761,7 +761,7 @@ TEST(kv_quant_attention_vs_f32_kv) {
     free(q0), free(k0), free(v0), free(ref), free(out);
 }
 
-/* ---- GGUF k-quants: llmi's dequantization against gguf-py's ---- */
+/* ---- GGUF k-quants and Q5_0/Q5_1: llmi's dequantization against gguf-py's ---- */
 
 /* testdata/kquant/<name>.bin (rows x cols of raw super-blocks) and <name>.f32 (gguf-py's
  * values), written by scripts/make-kquant-refs.py; 0 and the tensor (owning the blocks),
@@ -772,7 +772,7 @@ static int kq_load(test_ctx *t_, const char *name, llmi_dtype dt, llmi_tensor *w
     const char *td = getenv("TESTDATA");
     char path[1024];
     void *bufs[2] = {NULL, NULL};
-    size_t lens[2] = {0, 0}, need[2] = {(size_t)KQ_ROWS * KQ_COLS / 256 * dtype_block_bytes(dt),
+    size_t lens[2] = {0, 0}, need[2] = {(size_t)KQ_ROWS * KQ_COLS / dtype_block_elems(dt) * dtype_block_bytes(dt),
                                         (size_t)KQ_ROWS * KQ_COLS * sizeof(float)};
     const char *ext[2] = {"bin", "f32"};
     for (int k = 0; k < 2; k++) {
@@ -795,7 +795,7 @@ static int kq_load(test_ctx *t_, const char *name, llmi_dtype dt, llmi_tensor *w
 }
 
 static const struct { const char *name; llmi_dtype dt; } kq_types[] = {
-    {"q4_k", LLMI_Q4_K}, {"q5_k", LLMI_Q5_K}, {"q6_k", LLMI_Q6_K}};
+    {"q4_k", LLMI_Q4_K}, {"q5_k", LLMI_Q5_K}, {"q6_k", LLMI_Q6_K}, {"q5_0", LLMI_Q5_0}, {"q5_1", LLMI_Q5_1}};
 
 /* Every value bit for bit, the corner row (all scales and codes at their maximum) included. */
 TEST(cpu_kquant_dequant_vs_gguf_py) {

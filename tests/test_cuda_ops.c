@@ -774,20 +774,21 @@ TEST(cuda_gemm_tune) {
 TEST(cuda_dequant) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_dequant");
-    llmi_dtype src[9] = {LLMI_Q4_0, LLMI_Q4_1, LLMI_Q8_0, LLMI_F16, LLMI_F32, LLMI_BF16, LLMI_Q4_K, LLMI_Q5_K, LLMI_Q6_K};
-    for (int si = 0; si < 9; si++) {
+    llmi_dtype src[11] = {LLMI_Q4_0, LLMI_Q4_1, LLMI_Q8_0, LLMI_F16, LLMI_F32, LLMI_BF16, LLMI_Q4_K, LLMI_Q5_K, LLMI_Q6_K,
+                          LLMI_Q5_0, LLMI_Q5_1};
+    for (int si = 0; si < 11; si++) {
         llmi_dtype dt = src[si];
         const int rows = 5, cols = dtype_is_kquant(dt) ? 768 : 96;
         size_t rb = (size_t)cols / dtype_block_elems(dt) * dtype_block_bytes(dt);
         uint8_t *raw = malloc(rb * rows);
         for (size_t i = 0; i < rb * rows; i++) raw[i] = (uint8_t)trng_next(&r);
         /* keep the scales and dense values finite and moderate */
-        if (dt == LLMI_Q4_0 || dt == LLMI_Q4_1 || dt == LLMI_Q8_0) {
+        if (dt == LLMI_Q4_0 || dt == LLMI_Q4_1 || dt == LLMI_Q8_0 || dt == LLMI_Q5_0 || dt == LLMI_Q5_1) {
             size_t bb = dtype_block_bytes(dt);
             for (size_t bo = 0; bo < rb * rows; bo += bb) {
                 uint16_t h = f32_to_fp16(0.01f * trng_unif(&r));
                 memcpy(raw + bo, &h, 2);
-                if (dt == LLMI_Q4_1) {
+                if (dt == LLMI_Q4_1 || dt == LLMI_Q5_1) {
                     h = f32_to_fp16(0.1f * trng_unif(&r));
                     memcpy(raw + bo + 2, &h, 2);
                 }

@@ -14,6 +14,8 @@ const char *dtype_name(llmi_dtype t) {
     case LLMI_Q4_K: return "Q4_K";
     case LLMI_Q5_K: return "Q5_K";
     case LLMI_Q6_K: return "Q6_K";
+    case LLMI_Q5_0: return "Q5_0";
+    case LLMI_Q5_1: return "Q5_1";
     default: return "unknown";
     }
 }

@@ -21,6 +21,10 @@ typedef enum llmi_dtype {
     LLMI_Q4_K,   /* fp16 d, fp16 dmin, 12 bytes of 6-bit scales/mins (8 sub-blocks of 32), 128 qs (144 bytes) */
     LLMI_Q5_K,   /* as Q4_K + 32 bytes qh of fifth bits (176 bytes) */
     LLMI_Q6_K,   /* 128 ql low nibbles, 64 qh high 2-bit pairs, 16 int8 scales (sub-blocks of 16), fp16 d (210 bytes) */
+    /* GGUF 5-bit legacy quants (what llama-quantize's k-quant mixes fall back to where a row is
+     * not whole super-blocks): blocks of 32, value j's fifth bit is bit j of the u32 qh */
+    LLMI_Q5_0,   /* fp16 d, u32 qh, u8 qs[16]: x = d * (q - 16)        (22 bytes) */
+    LLMI_Q5_1,   /* fp16 d, fp16 m, u32 qh, u8 qs[16]: x = d * q + m   (24 bytes) */
     LLMI_DTYPE_COUNT
 } llmi_dtype;
 
@@ -52,7 +56,7 @@ int kv_dtype_parse(const char *s, llmi_kv_dtype *out);   /* 0, or -1 for an unkn
 static inline int dtype_block_elems(llmi_dtype t) {
     if (t == LLMI_I4G) return 2;
     if (t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K) return 256;
-    return (t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1) ? 32 : 1;
+    return (t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1 || t == LLMI_Q5_0 || t == LLMI_Q5_1) ? 32 : 1;
 }
 static inline size_t dtype_block_bytes(llmi_dtype t) {
     switch (t) {
@@ -65,6 +69,8 @@ static inline size_t dtype_block_bytes(llmi_dtype t) {
     case LLMI_Q4_K: return 144;
     case LLMI_Q5_K: return 176;
     case LLMI_Q6_K: return 210;
+    case LLMI_Q5_0: return 22;
+    case LLMI_Q5_1: return 24;
     default: return 0;
     }
 }

@@ -104,6 +104,23 @@ void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out) {
             }
         }
         break;
+    case LLMI_Q5_0:
+    case LLMI_Q5_1:
+        for (int64_t b = 0; b < n / 32; b++) {
+            const bool q51 = t->dtype == LLMI_Q5_1;
+            const uint8_t *blk = row + b * (q51 ? 24 : 22), *qs = blk + (q51 ? 8 : 6);
+            uint16_t dh, mh;
+            uint32_t qh;
+            memcpy(&dh, blk, 2);
+            memcpy(&mh, blk + 2, 2);
+            memcpy(&qh, blk + (q51 ? 4 : 2), 4);
+            const float d = fp16_to_f32(dh), m = fp16_to_f32(mh);
+            for (int j = 0; j < 32; j++) {
+                const int q = (j < 16 ? qs[j] & 15 : qs[j - 16] >> 4) | (int)(qh >> j & 1) << 4;
+                out[b * 32 + j] = q51 ? (float)q * d + m : (float)(q - 16) * d;
+            }
+        }
+        break;
     case LLMI_I4G:
         quant_dequant_row(t, r, out); /* GPTQ/AWQ int4: quant_tensor.c */
         break;

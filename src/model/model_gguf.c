@@ -34,6 +34,8 @@ static int gguf_find_src(const weight_src *w, const char *name, src_tensor *out,
     case GGUF_TYPE_Q8_0: out->dtype = LLMI_Q8_0; break;
     case GGUF_TYPE_Q4_0: out->dtype = LLMI_Q4_0; break;
     case GGUF_TYPE_Q4_1: out->dtype = LLMI_Q4_1; break;
+    case GGUF_TYPE_Q5_0: out->dtype = LLMI_Q5_0; break;
+    case GGUF_TYPE_Q5_1: out->dtype = LLMI_Q5_1; break;
     case GGUF_TYPE_Q4_K: out->dtype = LLMI_Q4_K; break;
     case GGUF_TYPE_Q5_K: out->dtype = LLMI_Q5_K; break;
     case GGUF_TYPE_Q6_K: out->dtype = LLMI_Q6_K; break;
