@@ -32,12 +32,29 @@ static llmi_tensor tw(brng *r, llmi_dtype t, int rows, int cols) {
         uint8_t *p = d + w.row_bytes * i;
         if (t == LLMI_F32) {
             for (int c = 0; c < cols; c++) { float f = brng_unif(r) * a; memcpy(p + 4 * c, &f, 4); }
-        } else {   /* Q4_1: random nibbles, d and m spanning [-a, a] */
+        } else if (t == LLMI_Q4_1) {   /* random nibbles, d and m spanning [-a, a] */
             for (int b = 0; b < cols / 32; b++) {
                 uint16_t dh = f32_to_fp16(2 * a / 15), mh = f32_to_fp16(-a);
                 memcpy(p + 20 * b, &dh, 2);
                 memcpy(p + 20 * b + 2, &mh, 2);
                 for (int j = 0; j < 16; j++) p[20 * b + 4 + j] = (uint8_t)brng_next(r);
+            }
+        } else if (t == LLMI_Q8_0) {   /* random int8 q, d = a / 127 */
+            for (int b = 0; b < cols / 32; b++) {
+                uint16_t dh = f32_to_fp16(a / 127);
+                memcpy(p + 34 * b, &dh, 2);
+                for (int j = 0; j < 32; j++) p[34 * b + 2 + j] = (uint8_t)brng_next(r);
+            }
+        } else {   /* k-quants: random codes and 6-/8-bit scales, super-block scales for values of ~[-a, a] */
+            const size_t bb = dtype_block_bytes(t);
+            for (size_t j = 0; j < w.row_bytes; j++) p[j] = (uint8_t)brng_next(r);
+            for (int b = 0; b < cols / 256; b++) {
+                /* Q4_K/Q5_K: d * scale * q up to 63 * 15 (31) d, minus dmin * min up to 63 dmin;
+                 * Q6_K: d * scale * (q - 32) up to 128 * 32 d */
+                uint16_t dh = f32_to_fp16(t == LLMI_Q6_K ? a / 2048 : t == LLMI_Q5_K ? a / 980 : a / 470);
+                uint16_t mh = f32_to_fp16(a / 63);
+                memcpy(p + bb * b + (t == LLMI_Q6_K ? 208 : 0), &dh, 2);
+                if (t != LLMI_Q6_K) memcpy(p + bb * b + 2, &mh, 2);
             }
         }
     }
@@ -52,22 +69,39 @@ static float *tvec(brng *r, int n, float base, float amp) {
     return v;
 }
 
-static void tiny_model(llmi_model *m, brng *r, int n_layers, llmi_dtype t) {
+/* A model of 4 heads (2 KV heads) of dim / 4 and ffn_dim ffn, its weights in dtypes dt:
+ * the embedding, the lm_head, then each layer's q, k, v, o, gate, up, down. */
+static void tiny_model_of(llmi_model *m, brng *r, int n_layers, int dim, int ffn, const llmi_dtype dt[9]) {
     memset(m, 0, sizeof *m);
     llmi_config *c = &m->cfg;
-    c->n_vocab = 53; c->dim = 64; c->n_layers = n_layers; c->n_heads = 4; c->n_kv_heads = 2; c->head_dim = 16;
-    c->ffn_dim = 96; c->max_ctx = 256; c->norm_eps = 1e-5f; c->rope_theta = 10000.0f; c->rope_dim = 16;
-    m->tok_embd = tw(r, t, c->n_vocab, c->dim);
-    m->lm_head = tw(r, t, c->n_vocab, c->dim);
+    c->n_vocab = 53; c->dim = dim; c->n_layers = n_layers; c->n_heads = 4; c->n_kv_heads = 2; c->head_dim = dim / 4;
+    c->ffn_dim = ffn; c->max_ctx = 256; c->norm_eps = 1e-5f; c->rope_theta = 10000.0f; c->rope_dim = dim / 4;
+    m->tok_embd = tw(r, dt[0], c->n_vocab, c->dim);
+    m->lm_head = tw(r, dt[1], c->n_vocab, c->dim);
     m->out_norm = tvec(r, c->dim, 1.0f, 0.2f);
     m->layers = calloc(n_layers, sizeof(llmi_layer));
     for (int l = 0; l < n_layers; l++) {
         llmi_layer *L = &m->layers[l];
         L->attn_norm = tvec(r, c->dim, 1.0f, 0.2f);
         L->ffn_norm = tvec(r, c->dim, 1.0f, 0.2f);
-        L->wq = tw(r, t, 64, 64); L->wk = tw(r, t, 32, 64); L->wv = tw(r, t, 32, 64); L->wo = tw(r, t, 64, 64);
-        L->w_gate = tw(r, t, 96, 64); L->w_up = tw(r, t, 96, 64); L->w_down = tw(r, t, 64, 96);
+        L->wq = tw(r, dt[2], dim, dim); L->wk = tw(r, dt[3], dim / 2, dim); L->wv = tw(r, dt[4], dim / 2, dim);
+        L->wo = tw(r, dt[5], dim, dim);
+        L->w_gate = tw(r, dt[6], ffn, dim); L->w_up = tw(r, dt[7], ffn, dim); L->w_down = tw(r, dt[8], dim, ffn);
     }
+}
+
+static void tiny_model(llmi_model *m, brng *r, int n_layers, llmi_dtype t) {
+    const llmi_dtype dt[9] = {t, t, t, t, t, t, t, t, t};
+    tiny_model_of(m, r, n_layers, 64, 96, dt);
+}
+
+/* As llama-quantize's Q4_K_M mixes them: Q4_K, with Q6_K for the lm_head, v and down (and
+ * here one Q8_0 and one Q5_K), so that one layer's matmuls share activations across k-quants
+ * and a Q8_0. */
+static void tiny_model_kquant(llmi_model *m, brng *r, int n_layers) {
+    const llmi_dtype dt[9] = {LLMI_Q4_K, LLMI_Q6_K, LLMI_Q4_K, LLMI_Q8_0, LLMI_Q6_K,
+                              LLMI_Q5_K, LLMI_Q4_K, LLMI_Q4_K, LLMI_Q6_K};
+    tiny_model_of(m, r, n_layers, 256, 512, dt);
 }
 
 static void tiny_free(llmi_model *m) {
@@ -79,6 +113,41 @@ static void tiny_free(llmi_model *m) {
         free(L->w_gate.owned); free(L->w_up.owned); free(L->w_down.owned);
     }
     free(m->layers);
+}
+
+/* dst = src with every weight dequantized to f32 (tensor_dequant_row) and its own copies
+ * of the norms (tiny_free frees both). */
+static void tiny_dequantized(const llmi_model *src, llmi_model *dst) {
+    *dst = *src;
+    const int D = src->cfg.dim;
+    const llmi_tensor *from[7] = {&src->tok_embd, &src->lm_head};
+    llmi_tensor *to[7] = {&dst->tok_embd, &dst->lm_head};
+    dst->layers = calloc((size_t)src->cfg.n_layers, sizeof(llmi_layer));
+    dst->out_norm = malloc(sizeof(float) * D);
+    memcpy(dst->out_norm, src->out_norm, sizeof(float) * D);
+    for (int l = -1; l < src->cfg.n_layers; l++) {
+        int nt = 2;
+        if (l >= 0) {
+            const llmi_layer *S = &src->layers[l];
+            llmi_layer *L = &dst->layers[l];
+            const llmi_tensor *sf[7] = {&S->wq, &S->wk, &S->wv, &S->wo, &S->w_gate, &S->w_up, &S->w_down};
+            llmi_tensor *st[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (int i = 0; i < 7; i++) from[i] = sf[i], to[i] = st[i];
+            nt = 7;
+            L->attn_norm = malloc(sizeof(float) * D);
+            L->ffn_norm = malloc(sizeof(float) * D);
+            memcpy(L->attn_norm, S->attn_norm, sizeof(float) * D);
+            memcpy(L->ffn_norm, S->ffn_norm, sizeof(float) * D);
+        }
+        for (int i = 0; i < nt; i++) {
+            llmi_tensor w = {.dtype = LLMI_F32, .rows = from[i]->rows, .cols = from[i]->cols,
+                             .row_bytes = sizeof(float) * (size_t)from[i]->cols};
+            float *d = malloc(w.row_bytes * (size_t)w.rows);   /* (rows, cols) */
+            for (int64_t row = 0; row < w.rows; row++) tensor_dequant_row(from[i], row, d + (size_t)row * w.cols);
+            w.data = w.owned = d;
+            *to[i] = w;
+        }
+    }
 }
 
 #define BS 4
@@ -199,10 +268,12 @@ TEST(backend_cpu_batch_invariance) {
  * thread owns no kv head), give bit-identical logits for the same tokens. */
 TEST(backend_cpu_step_bit_identical) {
     unsigned long long seed = test_seed();
-    for (int dt = 0; dt < 2; dt++) {
+    const char *names[3] = {"F32", "Q4_1", "k-quant mix"};
+    for (int dt = 0; dt < 3; dt++) {
         brng r = {seed + 7u + (unsigned)dt};
         llmi_model m;
-        tiny_model(&m, &r, 2, dt ? LLMI_Q4_1 : LLMI_F32);
+        if (dt == 2) tiny_model_kquant(&m, &r, 2);
+        else tiny_model(&m, &r, 2, dt ? LLMI_Q4_1 : LLMI_F32);
         int V = m.cfg.n_vocab, L = 24;
         int32_t toks[2][40];
         for (int s = 0; s < 2; s++)
@@ -230,8 +301,7 @@ TEST(backend_cpu_step_bit_identical) {
                 bad += memcmp(got + (size_t)len[0] * V, ref + (size_t)p * V, sizeof(float) * c * V) != 0;
                 p += c;
             }
-            CHECK_MSG(bad == 0, "%s, %d threads: %d fused steps differ from the op-by-op forward", dt ? "Q4_1" : "F32",
-                      nt, bad);
+            CHECK_MSG(bad == 0, "%s, %d threads: %d fused steps differ from the op-by-op forward", names[dt], nt, bad);
             b->destroy(b);
         }
         free(ref); free(got);
@@ -431,4 +501,40 @@ TEST(backend_cpu_one_layer_vs_dense_reference) {
     free(got); free(reff); free(ref);
     b->destroy(b);
     tiny_free(&m);
+}
+
+/* A k-quant model (Q4_K_M's mix, tiny_model_kquant) against the same model with every
+ * weight dequantized to f32 by the reference that matches gguf-py: the same logits but for
+ * the int8 activations' rounding (~1.6e-5 relative MSE per matmul, 2-4e-4 on these logits,
+ * as for a Q4_1 model of these shapes; a misread code or scale gives ~1). */
+TEST(backend_cpu_kquant_vs_dequantized) {
+    brng r = {test_seed() ^ 0x6b71ull};
+    llmi_model m, f;
+    tiny_model_kquant(&m, &r, 2);
+    tiny_dequantized(&m, &f);
+    const int V = m.cfg.n_vocab;
+    int n = 24;
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = (int32_t)(brng_next(&r) % (uint64_t)V);
+    float *got[2] = {malloc(sizeof(float) * 64 * V), malloc(sizeof(float) * 64 * V)};
+    for (int k = 0; k < 2; k++) {
+        llmi_backend_opts o = {0};
+        o.n_threads = 2; o.kv_dtype = LLMI_KV_F32; o.block_size = BS; o.max_batch_tokens = 64; o.max_seqs = 2;
+        llmi_backend *b = NULL;
+        llmi_status st = {0};
+        CHECK(backend_cpu_create(k ? &f : &m, &o, &b, &st) == 0);
+        if (!b) { fprintf(stderr, "  %s\n", st.msg); break; }
+        CHECK(b->kv_alloc(b, MAXB, &st) == 0);
+        tseq s = {toks, {0}};
+        for (int i = 0; i < MAXB; i++) s.table[i] = i;
+        int w0 = 0, s0 = 0;
+        CHECK(run_pieces(b, &s, &w0, &s0, &n, 1, got[k], &st) == 0);
+        b->destroy(b);
+    }
+    double e = test_nmse(got[0], got[1], (long)n * V);
+    fprintf(stderr, "  k-quant model vs its f32 dequantization: logits NMSE %.2e\n", e);
+    CHECK_MSG(e < 1e-3, "logits NMSE %g", e);
+    free(got[0]); free(got[1]);
+    tiny_free(&m);
+    tiny_free(&f);
 }

@@ -50,6 +50,24 @@ static llmi_tensor make_weight(rng *r, llmi_dtype t, int rows, int cols) {
             case LLMI_Q8_0: put_half(p + 34 * c, sc); if (c == 0) p[2] = 0x81; break;   /* -127 */
             case LLMI_Q4_0: put_half(p + 18 * c, sc); break;
             case LLMI_Q4_1: put_half(p + 20 * c, sc); put_half(p + 20 * c + 2, -8 * sc * (rng_unif(r) + 1.2f)); break;
+            case LLMI_Q4_K: case LLMI_Q5_K: case LLMI_Q6_K: {
+                /* random scales, mins and codes under fp16 super-block scales d of 2^-9 ..
+                 * 2^-7 (Q6_K's of either sign) and dmin that centres the values on 0 on average
+                 * (mean code times d), as a quantizer's mins do: scripts/make-kquant-refs.py's
+                 * wider d and independent dmin would give the rows a large common part, and
+                 * the activations' rounding noise on it is one draw for all rows, too few for
+                 * the NMSEs above to average.  The first super-block of row 0 has every code
+                 * at its maximum. */
+                uint8_t *blk = p + dtype_block_bytes(t) * c;
+                if (row == 0 && c == 0) {
+                    if (t == LLMI_Q6_K) memset(blk, 0xff, 192);                   /* ql, qh */
+                    else memset(blk + 16, 0xff, dtype_block_bytes(t) - 16);       /* (qh,) qs */
+                }
+                float mag = exp2f(-8.0f + rng_unif(r));
+                if (t == LLMI_Q6_K) put_half(blk + 208, rng_int(r, 2) ? mag : -mag);
+                else put_half(blk, mag), put_half(blk + 2, mag * (t == LLMI_Q5_K ? 15.5f : 7.5f));
+                break;
+            }
             default: break;
             }
         }
@@ -59,10 +77,46 @@ static llmi_tensor make_weight(rng *r, llmi_dtype t, int rows, int cols) {
     return w;
 }
 
+/* The test's own reading of a k-quant super-block blk (the layouts of core/tensor.c's
+ * comment): value e's unsigned code, and the fp32 factors of its sub-block (exact products
+ * of the fp16 and integer scales): value = f[0] * code + f[1] for Q4_K and Q5_K,
+ * f[e % 32 / 16] * (code - 32) for Q6_K. */
+static int kq_code(llmi_dtype t, const uint8_t *blk, int e) {
+    if (t == LLMI_Q6_K) {
+        int half = e / 128, k = e % 128 / 32, l = e % 32;
+        uint8_t lo = blk[64 * half + l + (k == 1 || k == 3 ? 32 : 0)], hi = blk[128 + 32 * half + l];
+        return (k < 2 ? lo & 15 : lo >> 4) | ((hi >> (2 * k)) & 3) << 4;
+    }
+    int s = e / 32, i = e % 32;
+    uint8_t q = blk[(t == LLMI_Q5_K ? 48 : 16) + 32 * (s / 2) + i];
+    int v = s % 2 ? q >> 4 : q & 15;
+    if (t == LLMI_Q5_K) v += 16 * ((blk[16 + i] >> s) & 1);
+    return v;
+}
+static void kq_factors(llmi_dtype t, const uint8_t *blk, int s, float f[2]) {
+    if (t == LLMI_Q6_K) {
+        float d = (float)get_half(blk + 208);
+        f[0] = d * (float)(int8_t)blk[192 + 2 * s];
+        f[1] = d * (float)(int8_t)blk[192 + 2 * s + 1];
+        return;
+    }
+    int sc, mn;
+    kquant_scale_min(blk + 4, s, &sc, &mn);
+    f[0] = (float)get_half(blk) * (float)sc;
+    f[1] = -((float)get_half(blk + 2) * (float)mn);
+}
+
 /* The test's own dequantizer (FORMATS.md), in double. */
 static double ref_w(const llmi_tensor *w, int row, int c) {
     const uint8_t *p = (const uint8_t *)w->data + w->row_bytes * row;
     int b = c / 32, j = c % 32;
+    if (dtype_is_kquant(w->dtype)) {
+        const uint8_t *blk = p + dtype_block_bytes(w->dtype) * (size_t)(c / 256);
+        float f[2];
+        kq_factors(w->dtype, blk, c % 256 / 32, f);
+        int q = kq_code(w->dtype, blk, c % 256);
+        return w->dtype == LLMI_Q6_K ? (double)f[j / 16] * (q - 32) : (double)f[0] * q + f[1];
+    }
     switch (w->dtype) {
     case LLMI_F32: { float f; memcpy(&f, p + 4 * c, 4); return f; }
     case LLMI_F16: return get_half(p + 2 * c);
@@ -81,23 +135,28 @@ static float *rand_vec(rng *r, size_t n, float scale) {
     return v;
 }
 
+/* The weight dtypes make_weight builds (every one but LLMI_I4G, tested in test_quant*.c). */
+#define FOR_WEIGHT_DTYPES(t, first) for (int t = (first); t <= LLMI_Q6_K; t += (t + 1 == LLMI_I4G ? 2 : 1))
+
 TEST(cpu_dequant_row_and_embed) {
     rng r = rng_make("dequant");
-    for (int t = LLMI_F32; t <= LLMI_Q4_1; t++) {
-        llmi_tensor w = make_weight(&r, (llmi_dtype)t, 11, 96);
-        float row[96];
-        double maxd = 0;
+    FOR_WEIGHT_DTYPES(t, LLMI_F32) {
+        const int cols = dtype_is_kquant((llmi_dtype)t) ? 512 : 96;
+        llmi_tensor w = make_weight(&r, (llmi_dtype)t, 11, cols);
+        float row[512];
+        double maxd = 0;   /* relative above 1: a k-quant's d * q + m rounds once to fp32 */
         for (int i = 0; i < 11; i++) {
             tensor_dequant_row(&w, i, row);
-            for (int c = 0; c < 96; c++) maxd = fmax(maxd, fabs(row[c] - ref_w(&w, i, c)));
+            for (int c = 0; c < cols; c++) maxd = fmax(maxd, fabs(row[c] - ref_w(&w, i, c)) / fmax(1, fabs(ref_w(&w, i, c))));
         }
         CHECK_MSG(maxd < 1e-6, "%s dequant max diff %g", dtype_name((llmi_dtype)t), maxd);
         int32_t toks[5] = {3, 0, 10, 3, 7};
-        float out[5 * 96];
+        float out[5 * 512];
         cpu_embed(&w, toks, 5, out);
         maxd = 0;
         for (int i = 0; i < 5; i++)
-            for (int c = 0; c < 96; c++) maxd = fmax(maxd, fabs(out[i * 96 + c] - ref_w(&w, toks[i], c)));
+            for (int c = 0; c < cols; c++)
+                maxd = fmax(maxd, fabs(out[i * cols + c] - ref_w(&w, toks[i], c)) / fmax(1, fabs(ref_w(&w, toks[i], c))));
         CHECK_MSG(maxd < 1e-6, "%s embed max diff %g", dtype_name((llmi_dtype)t), maxd);
         free(w.owned);
     }
@@ -116,14 +175,15 @@ static void quant_x_ref(const float *x, int cols, double *xq) {
 
 TEST(cpu_matmul_all_dtypes) {
     rng r = rng_make("matmul");
-    /* the last shape has more blocks per row than the AVX-512 kernel keeps on its stack
-     * (MM_MAX_NB = 2048), so it takes the portable path of the same build */
+    /* rows off the 16-row groups; the last shape a long row (over 2048 blocks of 32) */
     const int shapes[][2] = {{37, 96}, {65, 160}, {1, 32}, {130, 224}, {17, 576}, {3, 65568}};
+    const int kshapes[][2] = {{37, 256}, {65, 512}, {1, 256}, {130, 768}, {17, 1536}, {3, 65792}};   /* k-quants */
     const int ns[] = {1, 37, 3, 9};
-    for (int t = LLMI_F32; t <= LLMI_Q4_1; t++) {
-        int quant = t >= LLMI_Q8_0;
+    FOR_WEIGHT_DTYPES(t, LLMI_F32) {
+        int quant = t >= LLMI_Q8_0, kq = dtype_is_kquant((llmi_dtype)t);
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            int rows = shapes[si][0], cols = shapes[si][1] + (quant ? 0 : rng_int(&r, 2) * 3);   /* odd dense cols too */
+            int rows = kq ? kshapes[si][0] : shapes[si][0];
+            int cols = kq ? kshapes[si][1] : shapes[si][1] + (quant ? 0 : rng_int(&r, 2) * 3);   /* odd dense cols too */
             llmi_tensor w = make_weight(&r, (llmi_dtype)t, rows, cols);
             float *bias = rand_vec(&r, rows, 1.0f);
             for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
@@ -196,32 +256,49 @@ TEST(cpu_matmul_all_dtypes) {
  * acc = fmaf(m_w, d_x * sum(x_q), acc)).  cpu_matmul (which packs the raw weight into
  * 16-row groups first) must give exactly these bits, on shapes whose rows do not fill the
  * last group, for any number of tokens. */
+/* The k-quants, per 32-column block (sub-block s of a super-block), the same with the
+ * fp32 factors of kq_factors as the scale and min: Q4_K, Q5_K dot = sum(code * x_q), then
+ * acc = fmaf(dot, f0 * d_x, acc), acc = fmaf(f1, d_x * sum(x_q), acc); Q6_K a dot per half
+ * block, dot_h = sum((code - 32) * x_q) over columns 16h .. 16h + 15, then
+ * acc = fmaf(dot_0, f0 * d_x, acc), acc = fmaf(dot_1, f1 * d_x, acc). */
 static float quant_recipe_ref(const llmi_tensor *w, int row, const float *x) {
     const uint8_t *p = (const uint8_t *)w->data + w->row_bytes * row;
-    size_t bb = dtype_block_bytes(w->dtype);
+    const llmi_dtype t = w->dtype;
+    const int kq = dtype_is_kquant(t);
+    size_t bb = dtype_block_bytes(t);
     float acc = 0.0f;
     for (int b = 0; b < w->cols / 32; b++) {
-        const uint8_t *blk = p + bb * b;
+        const uint8_t *blk = kq ? p + bb * (size_t)(b / 8) : p + bb * b;
         const float *xb = x + 32 * b;
         float amax = 0.0f;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
         float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        int32_t dot = 0, sum = 0;
+        int32_t dot[2] = {0, 0}, sum = 0;   /* dot[1]: Q6_K's second half */
         for (int j = 0; j < 32; j++) {
             int v = (int)nearbyintf(xb[j] * id);
             v = v > 127 ? 127 : (v < -127 ? -127 : v);
             int q;
-            switch (w->dtype) {
+            switch (t) {
             case LLMI_Q8_0: q = (int8_t)blk[2 + j]; break;
             case LLMI_Q4_0: q = (j < 16 ? (blk[2 + j] & 15) : (blk[2 + j - 16] >> 4)) - 8; break;
-            default: q = j < 16 ? (blk[4 + j] & 15) : (blk[4 + j - 16] >> 4); break;
+            case LLMI_Q4_1: q = j < 16 ? (blk[4 + j] & 15) : (blk[4 + j - 16] >> 4); break;
+            case LLMI_Q6_K: q = kq_code(t, blk, 32 * (b % 8) + j) - 32; break;
+            default: q = kq_code(t, blk, 32 * (b % 8) + j); break;
             }
-            dot += q * v;
+            dot[t == LLMI_Q6_K && j >= 16] += q * v;
             sum += v;
         }
+        if (kq) {
+            float f[2];
+            kq_factors(t, blk, b % 8, f);
+            acc = fmaf((float)dot[0], f[0] * d, acc);
+            if (t == LLMI_Q6_K) acc = fmaf((float)dot[1], f[1] * d, acc);
+            else acc = fmaf(f[1], d * (float)sum, acc);
+            continue;
+        }
         float s = (float)get_half(blk) * d;
-        acc = fmaf((float)dot, s, acc);
-        if (w->dtype == LLMI_Q4_1) acc = fmaf((float)get_half(blk + 2), d * (float)sum, acc);
+        acc = fmaf((float)dot[0], s, acc);
+        if (t == LLMI_Q4_1) acc = fmaf((float)get_half(blk + 2), d * (float)sum, acc);
     }
     return acc;
 }
@@ -229,14 +306,20 @@ static float quant_recipe_ref(const llmi_tensor *w, int row, const float *x) {
 TEST(cpu_matmul_quant_recipe_exact) {
     rng r = rng_make("quant_recipe");
     const int shapes[][2] = {{1, 32}, {17, 96}, {37, 576}, {48, 160}, {5, 1536}};
+    const int kshapes[][2] = {{1, 256}, {17, 512}, {37, 768}, {48, 256}, {5, 1536}};   /* k-quants */
     const int ns[] = {1, 2, 5, 8, 13};
     long bad = 0, total = 0;
-    for (int t = LLMI_Q8_0; t <= LLMI_Q4_1; t++)
+    FOR_WEIGHT_DTYPES(t, LLMI_Q8_0)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            int rows = shapes[si][0], cols = shapes[si][1], n = ns[si];
+            const int kq = dtype_is_kquant((llmi_dtype)t);
+            int rows = kq ? kshapes[si][0] : shapes[si][0], cols = kq ? kshapes[si][1] : shapes[si][1], n = ns[si];
             llmi_tensor w = make_weight(&r, (llmi_dtype)t, rows, cols);
             float *x = rand_vec(&r, (size_t)n * cols, 2.0f), *y = malloc(sizeof(float) * n * rows);
             if (n > 1) for (int c = 0; c < 32; c++) x[cols + c] = 0.0f;   /* an all-zero block */
+            /* a token of activations all +127 (against a k-quant's row 0, whose first
+             * super-block has maximal codes: the largest integer dots, where a kernel's
+             * narrower partial sums would overflow or saturate) */
+            if (n > 2) for (int c = 0; c < cols; c++) x[2 * (size_t)cols + c] = 1.0f;
             cpu_matmul(&w, x, n, NULL, y);
             for (int i = 0; i < n; i++)
                 for (int o = 0; o < rows; o++, total++) {
@@ -296,24 +379,43 @@ TEST(cpu_matmul_dense_recipe_exact) {
     CHECK_MSG(bad == 0, "%ld of %ld outputs differ from the recipe", bad, total);
 }
 
-/* Packing is a permutation of the GGUF bytes: every row's scales (mins) and quants are
- * found where ops.h says, padding rows are zero, and a packed weight multiplies as the raw one. */
+/* Packing is a permutation of the GGUF bytes (the k-quants: a conversion to exact fp32
+ * factors and codes, 6 bits a weight for Q4_K, 10 for Q5_K and Q6_K): every row's scales
+ * (mins) and quants are found where ops.h says, padding rows are zero, and a packed weight
+ * multiplies as the raw one. */
 TEST(cpu_qweight_pack_layout) {
     rng r = rng_make("qpack");
-    for (int t = LLMI_Q8_0; t <= LLMI_Q4_1; t++) {
-        const int rows = 21, cols = 96, nb = cols / 32;
+    FOR_WEIGHT_DTYPES(t, LLMI_Q8_0) {
+        const int kq = dtype_is_kquant((llmi_dtype)t), rows = 21, cols = kq ? 512 : 96, nb = cols / 32;
         llmi_tensor w = make_weight(&r, (llmi_dtype)t, rows, cols), pk;
         llmi_status st;
         CHECK(cpu_qweight_pack(&w, &pk, &st) == 0);
         CHECK(pk.layout == LLMI_LAYOUT_CPU16 && pk.rows == rows && pk.cols == cols);
-        size_t bb = dtype_block_bytes(w.dtype), pb = 16 * bb, head = t == LLMI_Q4_1 ? 64 : 32;
-        int quads = t == LLMI_Q8_0 ? 8 : 4, mism = 0;
-        CHECK(cpu_qweight_bytes(&w) == 2 * (size_t)nb * pb);
+        int quads = t == LLMI_Q8_0 || t == LLMI_Q5_K || t == LLMI_Q6_K ? 8 : 4, mism = 0;
+        size_t bb = dtype_block_bytes(w.dtype), head = kq ? 128 : t == LLMI_Q4_1 ? 64 : 32, pb = head + 64 * (size_t)quads;
+        const double bits[] = {[LLMI_Q8_0] = 8.5, [LLMI_Q4_0] = 4.5, [LLMI_Q4_1] = 5, [LLMI_Q4_K] = 6, [LLMI_Q5_K] = 10,
+                               [LLMI_Q6_K] = 10};
+        CHECK_MSG(cpu_qweight_bytes(&w) == 2 * (size_t)nb * pb && pb * 8 == bits[t] * 16 * 32,
+                  "%s: %zu packed bytes", dtype_name((llmi_dtype)t), cpu_qweight_bytes(&w));
         for (int row = 0; row < 32; row++)
             for (int b = 0; b < nb; b++) {
                 const uint8_t *g = (const uint8_t *)pk.data + ((size_t)(row / 16) * nb + b) * pb;
-                const uint8_t *src = row < rows ? (const uint8_t *)w.data + w.row_bytes * row + bb * b : NULL;
                 int i = row % 16;
+                if (kq) {   /* fp32 factors, then a byte per code (Q4_K: nibbles, column i low, 16 + i high) */
+                    const uint8_t *blk = row < rows ? (const uint8_t *)w.data + w.row_bytes * row + bb * (size_t)(b / 8) : NULL;
+                    float f[2] = {0, 0}, got[2];
+                    if (blk) kq_factors((llmi_dtype)t, blk, b % 8, f);
+                    memcpy(&got[0], g + 4 * i, 4);
+                    memcpy(&got[1], g + 64 + 4 * i, 4);
+                    mism += memcmp(got, f, sizeof f) != 0;
+                    for (int c = 0; c < 32; c++) {
+                        int code = blk ? kq_code((llmi_dtype)t, blk, 32 * (b % 8) + c) : 0;
+                        if (quads == 8) mism += g[head + 64 * (c / 4) + 4 * i + c % 4] != code;
+                        else mism += (g[head + 64 * (c % 16 / 4) + 4 * i + c % 4] >> (c < 16 ? 0 : 4) & 15) != code;
+                    }
+                    continue;
+                }
+                const uint8_t *src = row < rows ? (const uint8_t *)w.data + w.row_bytes * row + bb * b : NULL;
                 for (int k = 0; k < 2; k++) mism += g[2 * i + k] != (src ? src[k] : 0);
                 if (t == LLMI_Q4_1) for (int k = 0; k < 2; k++) mism += g[32 + 2 * i + k] != (src ? src[2 + k] : 0);
                 const uint8_t *qs = src ? src + (t == LLMI_Q4_1 ? 4 : 2) : NULL;
@@ -324,8 +426,8 @@ TEST(cpu_qweight_pack_layout) {
                     }
             }
         CHECK_MSG(mism == 0, "%s: %d packed bytes out of place", dtype_name((llmi_dtype)t), mism);
-        float x[3 * 96], y0[3 * 21], y1[3 * 21];
-        for (int i = 0; i < 3 * 96; i++) x[i] = rng_unif(&r);
+        float x[3 * 512], y0[3 * 21], y1[3 * 21];
+        for (int i = 0; i < 3 * cols; i++) x[i] = rng_unif(&r);
         cpu_matmul(&w, x, 3, NULL, y0);
         cpu_matmul(&pk, x, 3, NULL, y1);
         CHECK(memcmp(y0, y1, sizeof y0) == 0);
@@ -626,12 +728,21 @@ TEST(cpu_paged_attention_vs_dense) {
     }
 }
 
+/* Each dtype alone, then weights of mixed quantized dtypes (a Q4_K_M file's layers mix
+ * Q4_K and Q6_K, some Q8_0) sharing one quantization of x. */
 TEST(cpu_matmul_multi_matches_single) {
     rng r = rng_make("multi");
-    for (int t = LLMI_F32; t <= LLMI_Q4_1; t++) {
-        int n = 1 + rng_int(&r, 20), cols = 96;
-        llmi_tensor w[3] = {make_weight(&r, (llmi_dtype)t, 64, cols), make_weight(&r, (llmi_dtype)t, 17, cols),
-                            make_weight(&r, (llmi_dtype)t, 33, cols)};
+    const llmi_dtype mixes[][3] = {{LLMI_Q4_K, LLMI_Q6_K, LLMI_Q8_0}, {LLMI_Q5_K, LLMI_Q4_0, LLMI_Q6_K},
+                                   {LLMI_Q4_1, LLMI_Q4_K, LLMI_F16}};
+    const int n_single = LLMI_Q6_K + 1, n_mix = sizeof mixes / sizeof mixes[0];
+    for (int k = 0; k < n_single + n_mix; k++) {
+        if (k == LLMI_I4G) continue;
+        llmi_dtype dt[3];
+        for (int i = 0; i < 3; i++) dt[i] = k < n_single ? (llmi_dtype)k : mixes[k - n_single][i];
+        int kq = dtype_is_kquant(dt[0]) || dtype_is_kquant(dt[1]) || dtype_is_kquant(dt[2]);
+        int n = 1 + rng_int(&r, 20), cols = kq ? 512 : 96, t = k;
+        llmi_tensor w[3] = {make_weight(&r, dt[0], 64, cols), make_weight(&r, dt[1], 17, cols),
+                            make_weight(&r, dt[2], 33, cols)};
         const llmi_tensor *wp[3] = {&w[0], &w[1], &w[2]};
         float *x = rand_vec(&r, (size_t)n * cols, 1.0f), *bias = rand_vec(&r, 64, 1.0f);
         const float *bp[3] = {bias, NULL, bias};
@@ -643,7 +754,8 @@ TEST(cpu_matmul_multi_matches_single) {
         free(scratch);
         for (int i = 0; i < 3; i++) {
             cpu_matmul(&w[i], x, n, bp[i], y1);
-            CHECK_MSG(memcmp(y1, y[i], sizeof(float) * n * w[i].rows) == 0, "%s weight %d differs", dtype_name((llmi_dtype)t), i);
+            CHECK_MSG(memcmp(y1, y[i], sizeof(float) * n * w[i].rows) == 0, "case %d (%s) weight %d differs", t,
+                      dtype_name(dt[i]), i);
             free(y[i]);
             free(w[i].owned);
         }
@@ -813,5 +925,40 @@ TEST(cpu_kquant_dequant_vs_gguf_py) {
         }
         CHECK_MSG(bad == 0, "%s: %ld of %d values differ from gguf-py's", kq_types[k].name, bad, KQ_ROWS * KQ_COLS);
         free(w.owned), free(want);
+    }
+}
+
+/* The packed matmul of gguf-py's k-quant blocks, against a double-precision product of
+ * gguf-py's values with the same int8 activations: only the kernels' fp32 rounding differs
+ * (the corner row's maximal scales and codes included).  The test's own decoder (ref_w,
+ * which the random-weight tests measure against) reads every value as gguf-py does. */
+TEST(cpu_kquant_matmul_vs_gguf_py) {
+    rng r = rng_make("kquant_matmul");
+    const int n = 19;
+    for (size_t k = 0; k < sizeof kq_types / sizeof kq_types[0]; k++) {
+        llmi_tensor w;
+        float *want;
+        if (kq_load(t_, kq_types[k].name, kq_types[k].dt, &w, &want)) continue;
+        long bad = 0;
+        for (int o = 0; o < KQ_ROWS; o++)
+            for (int c = 0; c < KQ_COLS; c++) bad += (float)ref_w(&w, o, c) != want[(size_t)o * KQ_COLS + c];
+        CHECK_MSG(bad == 0, "%s: the test's decoder reads %ld values unlike gguf-py", kq_types[k].name, bad);
+        float *x = rand_vec(&r, (size_t)n * KQ_COLS, 1.0f), *y = malloc(sizeof(float) * n * KQ_ROWS);
+        float *ref = malloc(sizeof(float) * n * KQ_ROWS);
+        double xq[KQ_COLS];
+        for (int c = 0; c < 32; c++) x[KQ_COLS + c] = 0.0f;   /* an all-zero block */
+        cpu_matmul(&w, x, n, NULL, y);
+        for (int i = 0; i < n; i++) {
+            quant_x_ref(x + (size_t)i * KQ_COLS, KQ_COLS, xq);
+            for (int o = 0; o < KQ_ROWS; o++) {
+                double s = 0;
+                for (int c = 0; c < KQ_COLS; c++) s += (double)want[(size_t)o * KQ_COLS + c] * xq[c];
+                ref[(size_t)i * KQ_ROWS + o] = (float)s;
+            }
+        }
+        double e = test_nmse(y, ref, (long)n * KQ_ROWS);
+        fprintf(stderr, "  %s: NMSE %.2e vs gguf-py's values x int8 activations\n", kq_types[k].name, e);
+        CHECK_MSG(e < 1e-10, "%s: NMSE %g", kq_types[k].name, e);
+        free(x), free(y), free(ref), free(w.owned), free(want);
     }
 }

@@ -3,49 +3,53 @@
 #include "core/int4.h"
 #include "core/tensor.h"
 
-/* Q4_K / Q5_K: sub-block j (32 values) is d * scale_j * q - dmin * min_j, with the
- * products d * scale_j and dmin * min_j formed first in fp32 (exact: an fp16 times a 6-bit
- * integer), as llama.cpp does.  The 4-bit codes: byte i of the 32-byte run k (k = j / 2)
+/* Q4_K / Q5_K: sub-block s (32 values) is d * scale_s * q - dmin * min_s, with the
+ * products d * scale_s and dmin * min_s formed first in fp32 (exact: an fp16 times a 6-bit
+ * integer), as llama.cpp does.  The 4-bit codes: byte i of the 32-byte run k (k = s / 2)
  * holds value i of sub-block 2k in its low nibble and of sub-block 2k + 1 in its high one;
- * Q5_K's fifth bit of that value is bit j of qh[i].
+ * Q5_K's fifth bit of that value is bit s of qh[i].
  * Q6_K: value e is d * scales[e / 16] * (q - 32), q 6 bits: per 128-value half h and
  * l < 32, values l, l + 32, l + 64, l + 96 take the low nibble of ql[64h + l], of
  * ql[64h + l + 32], the high nibble of ql[64h + l], of ql[64h + l + 32], and bit pairs 0-1,
  * 2-3, 4-5, 6-7 of qh[32h + l] as bits 4-5. */
-void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out) {
+void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], float f[2]) {
     uint16_t h;
     if (t == LLMI_Q6_K) {
-        const uint8_t *ql = blk, *qh = blk + 128;
+        /* sub-block s = 4 * half + k: k's nibble is the low (k < 2) or high one of ql's
+         * run k % 2, its top bits pair k of qh */
+        const uint8_t *ql = blk + 64 * (s / 4) + 32 * (s % 2), *qh = blk + 128 + 32 * (s / 4);
         const int8_t *sc = (const int8_t *)(blk + 192);
+        const int k = s % 4;
         memcpy(&h, blk + 208, 2);
         const float d = fp16_to_f32(h);
-        for (int half = 0; half < 2; half++)
-            for (int l = 0; l < 32; l++) {
-                const uint8_t a = ql[64 * half + l], b = ql[64 * half + l + 32], hb = qh[32 * half + l];
-                const int q[4] = {(a & 15) | (hb & 3) << 4, (b & 15) | (hb >> 2 & 3) << 4, (a >> 4) | (hb >> 4 & 3) << 4,
-                                  (b >> 4) | (hb >> 6 & 3) << 4};
-                for (int k = 0; k < 4; k++) {
-                    const int e = 128 * half + 32 * k + l;
-                    out[e] = d * (float)sc[e / 16] * (float)(q[k] - 32);
-                }
-            }
+        for (int l = 0; l < 32; l++) u[l] = (uint8_t)((ql[l] >> (4 * (k / 2)) & 15) | (qh[l] >> (2 * k) & 3) << 4);
+        f[0] = d * (float)sc[2 * s];
+        f[1] = d * (float)sc[2 * s + 1];
         return;
     }
     memcpy(&h, blk, 2);
     const float d = fp16_to_f32(h);
     memcpy(&h, blk + 2, 2);
     const float dmin = fp16_to_f32(h);
-    const uint8_t *scales = blk + 4, *qh = blk + 16, *qs = blk + (t == LLMI_Q5_K ? 48 : 16);
-    for (int j = 0; j < 8; j++) {
-        int sc, mn;
-        kquant_scale_min(scales, j, &sc, &mn);
-        const float dj = d * (float)sc, mj = dmin * (float)mn;
-        const uint8_t *q = qs + 32 * (j / 2);
-        for (int i = 0; i < 32; i++) {
-            int v = j % 2 ? q[i] >> 4 : q[i] & 15;
-            if (t == LLMI_Q5_K && (qh[i] >> j & 1)) v += 16;
-            out[32 * j + i] = dj * (float)v - mj;
-        }
+    const uint8_t *qh = blk + 16, *q = blk + (t == LLMI_Q5_K ? 48 : 16) + 32 * (s / 2);
+    int sc, mn;
+    kquant_scale_min(blk + 4, s, &sc, &mn);
+    for (int i = 0; i < 32; i++) {
+        int v = q[i] >> (4 * (s % 2)) & 15;
+        if (t == LLMI_Q5_K) v |= (qh[i] >> s & 1) << 4;
+        u[i] = (uint8_t)v;
+    }
+    f[0] = d * (float)sc;
+    f[1] = -(dmin * (float)mn);
+}
+
+void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out) {
+    for (int s = 0; s < 8; s++) {
+        uint8_t u[32];
+        float f[2];
+        kquant_sub_block(t, blk, s, u, f);
+        for (int i = 0; i < 32; i++)   /* (x + -m is x - m: the same fp32 result) */
+            out[32 * s + i] = t == LLMI_Q6_K ? f[i / 16] * (float)(u[i] - 32) : f[0] * (float)u[i] + f[1];
     }
 }
 

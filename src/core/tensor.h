@@ -8,7 +8,7 @@
 #include "core/dtype.h"
 
 /* How a tensor's bytes are ordered.  ROWS: row-major as below (every loader, every
- * backend's input).  CPU16: Q8_0/Q4_0/Q4_1 rows regrouped by 16 for the CPU kernels
+ * backend's input).  CPU16: quantized rows regrouped by 16 for the CPU kernels
  * (backend/cpu/ops.h, cpu_qweight_pack); made and read only inside the CPU backend. */
 typedef enum llmi_layout { LLMI_LAYOUT_ROWS = 0, LLMI_LAYOUT_CPU16 } llmi_layout;
 
@@ -32,6 +32,13 @@ typedef struct llmi_tensor {
 /* One Q4_K, Q5_K or Q6_K super-block (dtype_block_bytes(t) bytes) -> 256 floats, as ggml's
  * dequantize_row_q*_K computes them. */
 void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out);
+/* Sub-block s (0..7: values 32s .. 32s + 31) of such a super-block, the one decoder of the
+ * layouts (tensor.c): codes u (32, in value order; 0..15 Q4_K, 0..31 Q5_K, 0..63 Q6_K) and
+ * two fp32 factors, both exact products of the block's fp16 and integer scales, such that
+ * value i is, in fp32,
+ *   Q4_K, Q5_K:  f[0] * u[i] + f[1]        f[0] = d * scale_s, f[1] = -(dmin * min_s)
+ *   Q6_K:        f[i / 16] * (u[i] - 32)    f[h] = d * scales[2s + h] */
+void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], float f[2]);
 /* Dequantizes row r of t (layout ROWS) into out (cols floats).  The CPU backend's reference path. */
 void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out);
 

@@ -1,8 +1,8 @@
 /* kernel_bench.c — single-thread microbenchmarks of the CPU op twins that dominate a
  * forward, timed in thread CPU time (best of REPS), so that two builds can be compared
  * side by side on a busy machine where wall-clock rates of the whole binary scatter.
- *   build/kernel_bench matmul ROWS COLS N [REPS [DTYPE]]  a DTYPE weight (q4_1 default, q4_0, q8_0
- *                                                  packed; f16, bf16) x N tokens (cpu_matmul)
+ *   build/kernel_bench matmul ROWS COLS N [REPS [DTYPE]]  a DTYPE weight (q4_1 default, q4_0, q8_0,
+ *                                                  q4_k, q5_k, q6_k packed; f16, bf16) x N tokens (cpu_matmul)
  *   build/kernel_bench attention N [REPS]          causal prefill of N tokens, SmolLM2's
  *                                                  9 heads / 3 KV heads of 64, f16 KV
  *   build/kernel_bench swiglu N [REPS]             N elements of silu(gate) * up
@@ -41,9 +41,11 @@ static double checksum(const float *y, size_t n) {
 static int bench_matmul(int rows, int cols, int n, int reps, const char *dtype) {
     llmi_dtype t = !strcmp(dtype, "q4_1") ? LLMI_Q4_1 : !strcmp(dtype, "q4_0") ? LLMI_Q4_0
                  : !strcmp(dtype, "q8_0") ? LLMI_Q8_0 : !strcmp(dtype, "f16") ? LLMI_F16
-                 : !strcmp(dtype, "bf16") ? LLMI_BF16 : LLMI_DTYPE_COUNT;
-    if (rows <= 0 || cols <= 0 || cols % 32 || n <= 0 || t == LLMI_DTYPE_COUNT) {
-        fprintf(stderr, "kernel_bench: matmul needs ROWS > 0, COLS a multiple of 32, N > 0, DTYPE q4_1|q4_0|q8_0|f16|bf16\n");
+                 : !strcmp(dtype, "bf16") ? LLMI_BF16 : !strcmp(dtype, "q4_k") ? LLMI_Q4_K
+                 : !strcmp(dtype, "q5_k") ? LLMI_Q5_K : !strcmp(dtype, "q6_k") ? LLMI_Q6_K : LLMI_DTYPE_COUNT;
+    if (rows <= 0 || cols <= 0 || n <= 0 || t == LLMI_DTYPE_COUNT || cols % (dtype_is_kquant(t) ? 256 : 32)) {
+        fprintf(stderr, "kernel_bench: matmul needs ROWS > 0, COLS a multiple of 32 (256: k-quants), N > 0, "
+                        "DTYPE q4_1|q4_0|q8_0|q4_k|q5_k|q6_k|f16|bf16\n");
         return 2;
     }
     uint64_t s = 7;
@@ -57,8 +59,9 @@ static int bench_matmul(int rows, int cols, int n, int reps, const char *dtype) 
         uint16_t sc = f32_to_fp16(0.01f + 0.01f * (unif(&s) + 0.5f)), mn = f32_to_fp16(-0.05f);
         if (t == LLMI_F16) sc = f32_to_fp16(0.05f * unif(&s));
         if (t == LLMI_BF16) sc = f32_to_bf16(0.05f * unif(&s));
-        memcpy(d + b * bb, &sc, 2);
-        if (t == LLMI_Q4_1) memcpy(d + b * bb + 2, &mn, 2);
+        if (dtype_is_kquant(t)) sc = f32_to_fp16(0.001f);   /* a k-quant's super-block scale (Q4_K/Q5_K: and dmin) */
+        memcpy(d + b * bb + (t == LLMI_Q6_K ? 208 : 0), &sc, 2);
+        if (t == LLMI_Q4_1 || t == LLMI_Q4_K || t == LLMI_Q5_K) memcpy(d + b * bb + 2, dtype_is_kquant(t) ? &sc : &mn, 2);
     }
     w.data = d;
     llmi_tensor pk = w;   /* the layout the backend runs on: quantized weights packed once, as at load */

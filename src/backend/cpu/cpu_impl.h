@@ -7,6 +7,7 @@
 #include <omp.h>
 #include "backend/backend.h"
 #include "backend/cost.h"
+#include "backend/cpu/ops.h"
 
 typedef struct cpu_step cpu_step;
 
@@ -64,8 +65,11 @@ static inline void prof(llmi_backend *b, llmi_op_class c, double *t0, llmi_op_co
     *t0 = now;
 }
 
+/* The bytes a matmul reads are its weight's as the kernels hold it: a packed one's (the
+ * k-quants pack larger than their GGUF bytes, ops.h). */
 static inline llmi_op_cost mm_cost(const llmi_tensor *w, int n) {
-    return cost_matmul(w->rows, w->cols, (double)w->rows * (double)w->row_bytes, n, sizeof(float));
+    const double bytes = w->layout == LLMI_LAYOUT_CPU16 ? (double)cpu_qweight_bytes(w) : (double)w->rows * (double)w->row_bytes;
+    return cost_matmul(w->rows, w->cols, bytes, n, sizeof(float));
 }
 static inline llmi_op_cost cost_sum(llmi_op_cost a, llmi_op_cost b) { return (llmi_op_cost){a.bytes + b.bytes, a.flops + b.flops}; }
 

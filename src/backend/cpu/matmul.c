@@ -3,17 +3,25 @@
  * Numeric recipe (one per dtype, used for every n so results are batch invariant):
  *  - F32/F16/BF16 weights: fp32 FMA dot products over the row, 16 fixed lanes, reduced
  *    in a fixed order.
- *  - Q8_0/Q4_0/Q4_1 weights, packed at load (cpu_qweight_pack: rows in groups of 16, so
- *    one 64-byte load holds 4 quants of 16 rows): each activation row is quantized to
- *    int8 blocks of 32 with one fp32 scale d_x per block (as llama.cpp's Q8_0/Q8_1
- *    activations).  Per (row, token), over the blocks b in order, starting from 0:
+ *  - Q8_0/Q4_0/Q4_1 and Q4_K/Q5_K/Q6_K weights, packed at load (cpu_qweight_pack: rows in
+ *    groups of 16, so one 64-byte load holds 4 quants of 16 rows; a k-quant's 256-value
+ *    super-block as 8 blocks of 32 with exact fp32 scales): each activation row is
+ *    quantized to int8 blocks of 32 with one fp32 scale d_x per block (as llama.cpp's
+ *    Q8_0/Q8_1 activations; llama.cpp reads k-quants with Q8_K's blocks of 256, so its
+ *    results differ from these by that rounding only).  Per (row, token), over the
+ *    32-column blocks b in order, starting from 0:
  *        is  = sum_j u_j * x_q,j - k * sum_j x_q,j      exact int32 (AVX-512 VNNI vpdpbusd:
  *                                                       unsigned weight x signed activation)
  *        acc = fma((float)is, d_w * d_x, acc)           d_w * d_x rounded to fp32 first
- *        acc = fma(m_w, d_x * sum_j x_q,j, acc)         Q4_1 only (its "+ m" term)
- *    where u = q + k is the unsigned weight (Q4_0 k = 8, Q8_0 k = 128, Q4_1 k = 0).  The
- *    AVX-512 kernel computes 16 rows per lane vector; the portable one the same
- *    operations one (row, token) at a time, so the two give the same bits.
+ *        acc = fma(m_w, d_x * sum_j x_q,j, acc)         Q4_1, Q4_K, Q5_K (their "+ m" term)
+ *    where u = q + k is the unsigned weight (Q4_0 k = 8, Q8_0 k = 128, else 0) and d_w, m_w
+ *    the block's fp16 scale and min (Q4_K/Q5_K: the fp32 d * scale and -(dmin * min) of
+ *    its sub-block).  Q6_K has a scale per 16 columns, d_0 and d_1 (fp32 d * scales[]), and
+ *    u = q + 32: its block is two dots, is_h over columns 16h .. 16h + 15, each carrying
+ *    -32 times the sum of its 16 x_q, then
+ *        acc = fma((float)is_0, d_0 * d_x, acc);  acc = fma((float)is_1, d_1 * d_x, acc)
+ *    The AVX-512 kernel computes 16 rows per lane vector, the AVX2 one 8, the portable one
+ *    the same operations one (row, token) at a time, so all give the same bits.
  *  - LLMI_I4G (GPTQ/AWQ int4) weights: a block of rows is dequantized exactly
  *    (scale * (q - zero) in fp32, as quant_dequant_row) into a thread's fp32 buffer, then
  *    the dense kernel runs over it; the int4 weights are read once per call.
@@ -315,25 +323,56 @@ static void matmul_i4g(const llmi_tensor *w, const float *x, int n, float *y) {
 
 /* ---------------------------------------------------------------- quantized weights */
 
-static int is_q8_q4(llmi_dtype t) { return t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1; }
+/* The dtypes the packed kernels read (ops.h): int8 activations, 16-row groups. */
+static int is_qpacked(llmi_dtype t) {
+    return t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1 || dtype_is_kquant(t);
+}
 
-/* Packed layout (ops.h): per group of QP_ROWS rows and 32-column block, the rows' fp16
- * scales d, for Q4_1 their fp16 mins m, then qp_quads(t) quads of (QP_ROWS rows x 4 bytes).
- * A Q8_0 quant is stored as u = q + 128 and a Q4_0 nibble as u = q (its -8 applied as a
- * correction), so that every weight operand of vpdpbusd is unsigned. */
+/* Packed layout (ops.h): per group of QP_ROWS rows and 32-column block, a head of the rows'
+ * scales (and mins), then qp_quads(t) quads of (QP_ROWS rows x 4 bytes).  A Q8_0 quant is
+ * stored as u = q + 128 and a Q4_0 nibble as u = q (its -8 applied as a correction), so that
+ * every weight operand of vpdpbusd is unsigned; the k-quants store their unsigned codes
+ * (Q6_K's -32, like Q4_0's -8, is a correction).  Heads:
+ *   Q8_0, Q4_0: d (16) fp16                 Q4_1: d (16) fp16, m (16) fp16
+ *   Q4_K, Q5_K: d (16) fp32, m (16) fp32    Q6_K: d of columns 0-15 (16) fp32, of 16-31 (16) fp32
+ * The k-quants' are the exact fp32 products of kquant_sub_block, so a k-quant becomes
+ * Q4_1's form (x = d * u + m) or, for Q6_K, a Q4_0-like one with a scale per half block,
+ * with no rounding; the price is memory: 6 bits a weight for Q4_K (4.5 in GGUF), 10 for Q5_K
+ * and Q6_K (5.5, 6.56), their codes a byte each as Q8_0's. */
 #define QP_ROWS 16
-static int qp_quads(llmi_dtype t) { return t == LLMI_Q8_0 ? 8 : 4; }
-static size_t qp_head(llmi_dtype t) { return t == LLMI_Q4_1 ? 4 * QP_ROWS : 2 * QP_ROWS; }
-static size_t qp_block(llmi_dtype t) { return QP_ROWS * dtype_block_bytes(t); }   /* = head + quads * 64 */
+/* One byte per weight (8 quads, columns in order), or two nibbles (4 quads: a byte's low
+ * nibble column i, its high one column 16 + i). */
+static int qp_quads(llmi_dtype t) { return t == LLMI_Q8_0 || t == LLMI_Q5_K || t == LLMI_Q6_K ? 8 : 4; }
+static size_t qp_head(llmi_dtype t) {
+    return dtype_is_kquant(t) ? 8 * QP_ROWS : (t == LLMI_Q4_1 ? 4 * QP_ROWS : 2 * QP_ROWS);
+}
+static size_t qp_block(llmi_dtype t) { return qp_head(t) + (size_t)qp_quads(t) * 4 * QP_ROWS; }
 /* The unsigned weights are q + k: the block's integer dot carries -k * sum(x_q). */
 static int qp_k(llmi_dtype t) { return t == LLMI_Q4_0 ? 8 : (t == LLMI_Q8_0 ? 128 : 0); }
+/* Whether the block's "+ m" term applies (the head's second half holds m). */
+static int qp_has_min(llmi_dtype t) { return t == LLMI_Q4_1 || t == LLMI_Q4_K || t == LLMI_Q5_K; }
 
 int cpu_qweight_packable(const llmi_tensor *w) {
-    return is_q8_q4(w->dtype) && w->layout == LLMI_LAYOUT_ROWS && w->cols % 32 == 0;
+    return is_qpacked(w->dtype) && w->layout == LLMI_LAYOUT_ROWS && w->cols % dtype_block_elems(w->dtype) == 0;
 }
 
 size_t cpu_qweight_bytes(const llmi_tensor *w) {
     return (size_t)((w->rows + QP_ROWS - 1) / QP_ROWS) * (size_t)(w->cols / 32) * qp_block(w->dtype);
+}
+
+/* Row i of a group, 32-column block b (k-quant super-block b / 8, sub-block b % 8) into
+ * the packed block o: its head entries and its codes. */
+static void pack_kquant(llmi_dtype t, const uint8_t *row, int64_t b, int i, uint8_t *o) {
+    uint8_t u[32];
+    float f[2];
+    kquant_sub_block(t, row + (size_t)(b / 8) * dtype_block_bytes(t), (int)(b % 8), u, f);
+    memcpy(o + 4 * i, &f[0], 4);
+    memcpy(o + 4 * QP_ROWS + 4 * i, &f[1], 4);
+    uint8_t *q = o + qp_head(t) + 4 * i;   /* byte e of quad j at q + j * 4 * QP_ROWS + e */
+    for (int c = 0; c < 32; c++) {
+        if (qp_quads(t) == 8) q[(size_t)(c / 4) * 4 * QP_ROWS + c % 4] = u[c];
+        else if (c < 16) q[(size_t)(c / 4) * 4 * QP_ROWS + c % 4] = (uint8_t)(u[c] | u[c + 16] << 4);
+    }
 }
 
 int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st) {
@@ -357,7 +396,12 @@ int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st) {
         uint8_t *og = p + (size_t)g * nb * pb;   /* (nb, head + quads * 64) */
         if (nr < QP_ROWS) memset(og, 0, (size_t)nb * pb);   /* rows past the end stay zero */
         for (int i = 0; i < nr; i++) {
-            const uint8_t *src = (const uint8_t *)w->data + (size_t)(g * QP_ROWS + i) * w->row_bytes;
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)(g * QP_ROWS + i) * w->row_bytes;
+            if (dtype_is_kquant(t)) {
+                for (int64_t b = 0; b < nb; b++) pack_kquant(t, row, b, i, og + (size_t)b * pb);
+                continue;
+            }
+            const uint8_t *src = row;
             for (int64_t b = 0; b < nb; b++, src += bb) {
                 uint8_t *o = og + (size_t)b * pb;
                 memcpy(o + 2 * i, src, 2);                                           /* d */
@@ -379,15 +423,15 @@ int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st) {
     return LLMI_OK;
 }
 
-/* The bytes of the four arrays cpu_qact_init lays out, each rounded up to 64. */
+/* The bytes of the five arrays cpu_qact_init lays out, each rounded up to 64. */
 static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 
 size_t cpu_matmul_scratch_bytes(int n, int64_t cols) {
     size_t nb = (size_t)(cols / 32);
-    return round64((size_t)n * nb * 32) + 3 * round64((size_t)n * nb * 4);
+    return round64((size_t)n * nb * 32) + 3 * round64((size_t)n * nb * 4) + round64((size_t)n * nb * 8);
 }
 
-int cpu_qact_layout(llmi_dtype t) { return is_q8_q4(t) ? 0 : -1; }
+int cpu_qact_layout(llmi_dtype t) { return is_qpacked(t) ? 0 : -1; }
 
 void cpu_qact_init(cpu_qact *qa, void *scratch, int n, int64_t cols) {
     qa->nb = (int)(cols / 32);
@@ -397,6 +441,7 @@ void cpu_qact_init(cpu_qact *qa, void *scratch, int n, int64_t cols) {
     qa->dx = (float *)(buf + a);
     qa->isx = (int32_t *)(buf + a + f);
     qa->sx = (float *)(buf + a + 2 * f);
+    qa->isx16 = (int32_t *)(buf + a + 3 * f);
 }
 
 /* Activation row t -> int8 blocks: d = amax/127, q = round-to-even(x * 127/amax) clamped
@@ -408,7 +453,7 @@ static void quantize_token(const float *x, const cpu_qact *qx, int t) {
     for (int b = 0; b < nb; b++) {
         const float *xb = x + (size_t)b * 32;
         float amax = 0.0f, d, id;
-        int sum = 0;
+        int sum0 = 0, sum1 = 0;   /* of columns 0-15, 16-31 */
 #if defined(MM_AVX512)
         __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
         amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
@@ -419,7 +464,8 @@ static void quantize_token(const float *x, const cpu_qact *qx, int t) {
         __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
         i0 = _mm512_max_epi32(_mm512_min_epi32(i0, lim), nlim);
         i1 = _mm512_max_epi32(_mm512_min_epi32(i1, lim), nlim);
-        sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+        sum0 = _mm512_reduce_add_epi32(i0);
+        sum1 = _mm512_reduce_add_epi32(i1);
         _mm_storeu_si128((__m128i *)(q + (size_t)b * 32), _mm512_cvtepi32_epi8(i0));
         _mm_storeu_si128((__m128i *)(q + (size_t)b * 32 + 16), _mm512_cvtepi32_epi8(i1));
 #else
@@ -430,12 +476,16 @@ static void quantize_token(const float *x, const cpu_qact *qx, int t) {
             int v = (int)nearbyintf(xb[j] * id);
             v = v > 127 ? 127 : (v < -127 ? -127 : v);
             q[(size_t)b * 32 + j] = (int8_t)v;
-            sum += v;
+            if (j < 16) sum0 += v;
+            else sum1 += v;
         }
 #endif
-        qx->dx[(size_t)t * nb + b] = d;
-        qx->isx[(size_t)t * nb + b] = sum;
-        qx->sx[(size_t)t * nb + b] = d * (float)sum;
+        const size_t tb = (size_t)t * nb + b;
+        qx->dx[tb] = d;
+        qx->isx[tb] = sum0 + sum1;
+        qx->sx[tb] = d * (float)(sum0 + sum1);
+        qx->isx16[2 * tb] = sum0;
+        qx->isx16[2 * tb + 1] = sum1;
     }
 }
 
@@ -451,7 +501,8 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
 #if defined(MM_AVX512)
 /* acc[i] (QP_ROWS lanes: the group's rows) for tokens t0 + i, i < TN, over all blocks of
  * one packed group, in the recipe's order (see the file comment).  The block's weight
- * operands are unpacked once for the TN tokens. */
+ * operands are unpacked once for the TN tokens.  DT is a constant: each instance keeps
+ * only its dtype's branches. */
 #define QGROUP_INSTANCE(NAME, DT, TN)                                                                  \
     static void NAME(const uint8_t *gp, const cpu_qact *qx, int t0, int pf, __m512 *out) {             \
         const int nb = qx->nb, k = qp_k(DT);                                                            \
@@ -464,13 +515,20 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
             if (pf)                                                                                     \
                 for (size_t off = 0; off < pb; off += 64)                                               \
                     _mm_prefetch((const char *)p + MM_PREFETCH_BYTES + off, _MM_HINT_T0);               \
-            __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));                         \
-            __m512 mn = DT == LLMI_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32))) \
-                                        : _mm512_setzero_ps();                                          \
+            /* the rows' scales d and mins m (Q6_K: the scales of columns 0-15 and 16-31) */           \
+            __m512 d, mn;                                                                               \
+            if (dtype_is_kquant(DT)) {                                                                  \
+                d = _mm512_loadu_ps(p);                                                                 \
+                mn = _mm512_loadu_ps(p + 64);                                                           \
+            } else {                                                                                    \
+                d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));                            \
+                mn = DT == LLMI_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)))   \
+                                     : _mm512_setzero_ps();                                             \
+            }                                                                                           \
             __m512i u[8]; /* operand j pairs with activation bytes xo[j]..xo[j]+3 */                    \
             int xo[8];                                                                                  \
             for (int j = 0; j < 4; j++) {                                                               \
-                if (DT == LLMI_Q8_0) {                                                                  \
+                if (qp_quads(DT) == 8) { /* operands 0-3 are columns 0-15, 4-7 columns 16-31 */        \
                     u[2 * j] = _mm512_loadu_si512(p + head + (size_t)(2 * j) * 64);                      \
                     u[2 * j + 1] = _mm512_loadu_si512(p + head + (size_t)(2 * j + 1) * 64);              \
                     xo[2 * j] = 8 * j;                                                                  \
@@ -486,15 +544,28 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
             _Pragma("GCC unroll 8") for (int i = 0; i < TN; i++) { /* (unrolled: acc stays in registers) */ \
                 const size_t tb = (size_t)(t0 + i) * nb + b;                                            \
                 const int8_t *xq = qx->q + tb * 32;                                                     \
+                const __m512 dx = _mm512_set1_ps(qx->dx[tb]);                                           \
+                if (DT == LLMI_Q6_K) { /* a dot per half block: is_h = sum u * x_q - 32 * sum x_q */   \
+                    __m512i is0 = _mm512_set1_epi32(-32 * qx->isx16[2 * tb]);                           \
+                    __m512i is1 = _mm512_set1_epi32(-32 * qx->isx16[2 * tb + 1]);                       \
+                    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                              \
+                        int32_t x4;                                                                     \
+                        memcpy(&x4, xq + xo[j], 4);                                                     \
+                        if (j < 4) is0 = _mm512_dpbusd_epi32(is0, u[j], _mm512_set1_epi32(x4));         \
+                        else is1 = _mm512_dpbusd_epi32(is1, u[j], _mm512_set1_epi32(x4));               \
+                    }                                                                                   \
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is0), _mm512_mul_ps(d, dx), acc[i]);     \
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is1), _mm512_mul_ps(mn, dx), acc[i]);    \
+                    continue;                                                                           \
+                }                                                                                       \
                 __m512i is = _mm512_set1_epi32(-k * qx->isx[tb]);                                       \
                 _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                                  \
                     int32_t x4;                                                                         \
                     memcpy(&x4, xq + xo[j], 4);                                                         \
                     is = _mm512_dpbusd_epi32(is, u[j], _mm512_set1_epi32(x4));                          \
                 }                                                                                       \
-                __m512 s = _mm512_mul_ps(d, _mm512_set1_ps(qx->dx[tb]));                                \
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), s, acc[i]);                            \
-                if (DT == LLMI_Q4_1) acc[i] = _mm512_fmadd_ps(mn, _mm512_set1_ps(qx->sx[tb]), acc[i]);   \
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, dx), acc[i]);          \
+                if (qp_has_min(DT)) acc[i] = _mm512_fmadd_ps(mn, _mm512_set1_ps(qx->sx[tb]), acc[i]);     \
             }                                                                                           \
         }                                                                                               \
         _Pragma("GCC unroll 8") for (int i = 0; i < TN; i++) out[i] = acc[i];                           \
@@ -514,21 +585,32 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
 QGROUP_FORMAT(LLMI_Q4_0, q4_0)
 QGROUP_FORMAT(LLMI_Q4_1, q4_1)
 QGROUP_FORMAT(LLMI_Q8_0, q8_0)
+QGROUP_FORMAT(LLMI_Q4_K, q4_k)
+QGROUP_FORMAT(LLMI_Q5_K, q5_k)
+QGROUP_FORMAT(LLMI_Q6_K, q6_k)
 #elif defined(MM_AVX2)
 /* The same recipe on AVX2, 8 rows a vector: half h of the group (rows 8h .. 8h + 7) is 32
  * bytes of each 64-byte quad.  vpmaddubsw multiplies unsigned by signed bytes and sums the
- * pairs into int16, saturating: a nibble (<= 15) times an activation (|x| <= 127) gives pairs
- * of at most 3,810, so a block's 8 operands sum in int16 (<= 30,480) and one vpmaddwd by
- * ones makes the row's int32 dot, exactly.  A Q8_0 byte u = q + 128 (up to 255) would
- * saturate: it is split into its nibbles, u = 16 u_hi + u_lo, two such dots.  The block's
- * integer dot is then the same int32 as vpdpbusd's, and its float steps (fp16 scales by
- * F16C, the product rounded, two FMAs) are the AVX-512 kernel's per lane: the same bits.
- * The weights of a half are unpacked once for TN tokens. */
+ * pairs into int16, saturating, so the operands' int16 sums are widened by vpmaddwd (by
+ * ones) to int32 before they can overflow: a pair of codes of at most U times activations
+ * (|x| <= 127) is at most 254 U, so MM_I16_RUN operands of a block are summed in int16 where
+ * 254 U times that many is at most 32,767: 8 for nibbles (U = 15: 30,480), 4 for Q5_K's
+ * 5-bit codes (31,496), 2 for Q6_K's 6-bit ones (32,004).  A Q8_0 byte u = q + 128 (up to
+ * 255) would saturate one pair alone: it is split into its nibbles, u = 16 u_hi + u_lo, two
+ * such dots.  The block's integer dots are then the same int32s as vpdpbusd's, and their
+ * float steps (fp16 scales by F16C, the products rounded, the FMAs) are the AVX-512
+ * kernel's per lane: the same bits.  The weights of a half are unpacked once for TN tokens. */
+static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in every lane */
+    int32_t x4;
+    memcpy(&x4, x, 4);
+    return _mm256_set1_epi32(x4);
+}
+#define MM_I16_RUN(DT) ((DT) == LLMI_Q6_K ? 2 : (DT) == LLMI_Q5_K ? 4 : 8)
 #define QGROUP2_INSTANCE(NAME, DT, TN)                                                                  \
     static void NAME(const uint8_t *gp, const cpu_qact *qx, int t0, int pf, float *out) {               \
         const int nb = qx->nb, k = qp_k(DT);                                                            \
         const size_t pb = qp_block(DT), head = qp_head(DT);                                             \
-        const __m256i m4 = _mm256_set1_epi8(15);                                                        \
+        const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);                          \
         for (int h = 0; h < 2; h++) {                                                                   \
             __m256 acc[TN];                                                                             \
             _Pragma("GCC unroll 4") for (int i = 0; i < TN; i++) acc[i] = _mm256_setzero_ps();          \
@@ -537,15 +619,21 @@ QGROUP_FORMAT(LLMI_Q8_0, q8_0)
                 if (pf && h == 0)                                                                       \
                     for (size_t off = 0; off < pb; off += 64)                                           \
                         _mm_prefetch((const char *)p + MM_PREFETCH_BYTES + off, _MM_HINT_T0);           \
-                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));      \
-                const __m256 mn = DT == LLMI_Q4_1                                                       \
-                                      ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h))) \
-                                      : _mm256_setzero_ps();                                            \
+                /* the rows' scales d and mins m (Q6_K: the scales of columns 0-15 and 16-31) */       \
+                __m256 d, mn;                                                                           \
+                if (dtype_is_kquant(DT)) {                                                              \
+                    d = _mm256_loadu_ps((const float *)(p + 32 * h));                                   \
+                    mn = _mm256_loadu_ps((const float *)(p + 64 + 32 * h));                             \
+                } else {                                                                                \
+                    d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));                \
+                    mn = DT == LLMI_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h))) \
+                                         : _mm256_setzero_ps();                                         \
+                }                                                                                       \
                 __m256i u[8]; /* operand j pairs with activation bytes xo[j]..xo[j]+3 (Q8_0: u_lo, u_hi) */ \
                 int xo[8];                                                                              \
                 for (int j = 0; j < 4; j++) {                                                           \
-                    if (DT == LLMI_Q8_0) {                                                              \
-                        /* quads 2j and 2j + 1 (columns 8j.., 8j + 4..), split at the dot below */   \
+                    if (qp_quads(DT) == 8) {                                                            \
+                        /* quads 2j and 2j + 1 (columns 8j.., 8j + 4..); Q8_0's split at the dot below */ \
                         u[2 * j] = _mm256_loadu_si256((const __m256i *)(p + head + (size_t)(2 * j) * 64 + 32 * h)); \
                         u[2 * j + 1] = _mm256_loadu_si256((const __m256i *)(p + head + (size_t)(2 * j + 1) * 64 + 32 * h)); \
                         xo[2 * j] = 8 * j;                                                              \
@@ -561,25 +649,35 @@ QGROUP_FORMAT(LLMI_Q8_0, q8_0)
                 _Pragma("GCC unroll 4") for (int i = 0; i < TN; i++) {                                  \
                     const size_t tb = (size_t)(t0 + i) * nb + b;                                        \
                     const int8_t *xq = qx->q + tb * 32;                                                 \
-                    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256(); /* int16 pair sums */ \
-                    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                              \
-                        int32_t x4;                                                                     \
-                        memcpy(&x4, xq + xo[j], 4);                                                     \
-                        const __m256i xv = _mm256_set1_epi32(x4);                                       \
-                        if (DT == LLMI_Q8_0) { /* split per token: u_lo/u_hi kept would take 16 ymm */ \
+                    const __m256 dx = _mm256_set1_ps(qx->dx[tb]);                                       \
+                    if (DT == LLMI_Q8_0) { /* split per token: u_lo/u_hi kept would take 16 ymm */      \
+                        __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256(); /* int16 pair sums */ \
+                        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                           \
+                            const __m256i xv = mm_bcast4(xq + xo[j]);                                   \
                             lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_and_si256(u[j], m4), xv)); \
-                            hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(                             \
-                                _mm256_and_si256(_mm256_srli_epi16(u[j], 4), m4), xv));                 \
-                        } else {                                                                        \
-                            lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(u[j], xv));                  \
+                            const __m256i uh = _mm256_and_si256(_mm256_srli_epi16(u[j], 4), m4);        \
+                            hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(uh, xv));                    \
                         }                                                                               \
+                        __m256i is = _mm256_add_epi32(_mm256_set1_epi32(-k * qx->isx[tb]), _mm256_madd_epi16(lo, ones)); \
+                        is = _mm256_add_epi32(is, _mm256_slli_epi32(_mm256_madd_epi16(hi, ones), 4));   \
+                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, dx), acc[i]); \
+                        continue;                                                                       \
                     }                                                                                   \
-                    const __m256i ones = _mm256_set1_epi16(1);                                          \
-                    __m256i is = _mm256_add_epi32(_mm256_set1_epi32(-k * qx->isx[tb]), _mm256_madd_epi16(lo, ones)); \
-                    if (DT == LLMI_Q8_0) is = _mm256_add_epi32(is, _mm256_slli_epi32(_mm256_madd_epi16(hi, ones), 4)); \
-                    const __m256 s = _mm256_mul_ps(d, _mm256_set1_ps(qx->dx[tb]));                      \
-                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), s, acc[i]);                        \
-                    if (DT == LLMI_Q4_1) acc[i] = _mm256_fmadd_ps(mn, _mm256_set1_ps(qx->sx[tb]), acc[i]); \
+                    /* is0: the block's dot (Q6_K: of columns 0-15, is1 of 16-31) */                    \
+                    __m256i is0 = _mm256_set1_epi32(DT == LLMI_Q6_K ? -32 * qx->isx16[2 * tb] : -k * qx->isx[tb]); \
+                    __m256i is1 = _mm256_set1_epi32(DT == LLMI_Q6_K ? -32 * qx->isx16[2 * tb + 1] : 0); \
+                    _Pragma("GCC unroll 8") for (int j0 = 0; j0 < 8; j0 += MM_I16_RUN(DT)) {            \
+                        __m256i s16 = _mm256_maddubs_epi16(u[j0], mm_bcast4(xq + xo[j0]));              \
+                        _Pragma("GCC unroll 8") for (int j = j0 + 1; j < j0 + MM_I16_RUN(DT); j++)      \
+                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[j], mm_bcast4(xq + xo[j]))); \
+                        if (DT == LLMI_Q6_K && j0 >= 4) is1 = _mm256_add_epi32(is1, _mm256_madd_epi16(s16, ones)); \
+                        else is0 = _mm256_add_epi32(is0, _mm256_madd_epi16(s16, ones));                 \
+                    }                                                                                   \
+                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is0), _mm256_mul_ps(d, dx), acc[i]);    \
+                    if (DT == LLMI_Q6_K)                                                                \
+                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is1), _mm256_mul_ps(mn, dx), acc[i]); \
+                    else if (qp_has_min(DT))                                                            \
+                        acc[i] = _mm256_fmadd_ps(mn, _mm256_set1_ps(qx->sx[tb]), acc[i]);               \
                 }                                                                                       \
             }                                                                                           \
             _Pragma("GCC unroll 4") for (int i = 0; i < TN; i++)                                        \
@@ -599,9 +697,22 @@ QGROUP_FORMAT(LLMI_Q8_0, q8_0)
 QGROUP2_FORMAT(LLMI_Q4_0, q4_0)
 QGROUP2_FORMAT(LLMI_Q4_1, q4_1)
 QGROUP2_FORMAT(LLMI_Q8_0, q8_0)
+QGROUP2_FORMAT(LLMI_Q4_K, q4_k)
+QGROUP2_FORMAT(LLMI_Q5_K, q5_k)
+QGROUP2_FORMAT(LLMI_Q6_K, q6_k)
 #else
 /* The same recipe one (row, token) at a time: the same integers, products and fused
- * multiply-adds in the same order, so both bodies give the same bits. */
+ * multiply-adds in the same order, so every body gives the same bits. */
+static float qp_head_value(const uint8_t *p, llmi_dtype t, int k, int r) {   /* head half k, row r */
+    if (dtype_is_kquant(t)) {
+        float f;
+        memcpy(&f, p + 4 * QP_ROWS * k + 4 * r, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, p + 2 * QP_ROWS * k + 2 * r, 2);
+    return fp16_to_f32(h);
+}
 static void qgroup_scalar(const uint8_t *gp, llmi_dtype t, const cpu_qact *qx, int t0, int tn, float *acc) {
     const int nb = qx->nb, k = qp_k(t);
     const size_t pb = qp_block(t), head = qp_head(t);
@@ -612,21 +723,18 @@ static void qgroup_scalar(const uint8_t *gp, llmi_dtype t, const cpu_qact *qx, i
                 const uint8_t *p = gp + (size_t)b * pb;
                 const size_t tb = (size_t)(t0 + i) * nb + b;
                 const int8_t *xq = qx->q + tb * 32;
-                int32_t is = -k * qx->isx[tb];
+                /* is[0]: the block's dot (Q6_K: of columns 0-15, is[1] of 16-31) */
+                int32_t is[2] = {t == LLMI_Q6_K ? -32 * qx->isx16[2 * tb] : -k * qx->isx[tb],
+                                 t == LLMI_Q6_K ? -32 * qx->isx16[2 * tb + 1] : 0};
                 for (int j = 0; j < qp_quads(t); j++)
                     for (int e = 0; e < 4; e++) {
                         int u = p[head + (size_t)j * 4 * QP_ROWS + 4 * r + e];
-                        if (t == LLMI_Q8_0) is += u * xq[4 * j + e];
-                        else is += (u & 15) * xq[4 * j + e] + (u >> 4) * xq[16 + 4 * j + e];
+                        if (qp_quads(t) == 8) is[t == LLMI_Q6_K && j >= 4] += u * xq[4 * j + e];
+                        else is[0] += (u & 15) * xq[4 * j + e] + (u >> 4) * xq[16 + 4 * j + e];
                     }
-                uint16_t h;
-                memcpy(&h, p + 2 * r, 2);
-                float s = fp16_to_f32(h) * qx->dx[tb];
-                a = fmaf((float)is, s, a);
-                if (t == LLMI_Q4_1) {
-                    memcpy(&h, p + 2 * QP_ROWS + 2 * r, 2);
-                    a = fmaf(fp16_to_f32(h), qx->sx[tb], a);
-                }
+                a = fmaf((float)is[0], qp_head_value(p, t, 0, r) * qx->dx[tb], a);
+                if (t == LLMI_Q6_K) a = fmaf((float)is[1], qp_head_value(p, t, 1, r) * qx->dx[tb], a);
+                else if (qp_has_min(t)) a = fmaf(qp_head_value(p, t, 1, r), qx->sx[tb], a);
             }
             acc[(size_t)i * QP_ROWS + r] = a;
         }
@@ -648,18 +756,28 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
             int tn = tb - t0 < MM_TILE ? tb - t0 : MM_TILE, pf = t0 == ta;
 #if defined(MM_AVX512)
             __m512 acc[MM_TILE];   /* (token of the tile) the group's QP_ROWS rows */
-            if (w->dtype == LLMI_Q4_1) qgroup_q4_1(gp, qx, t0, tn, pf, acc);
-            else if (w->dtype == LLMI_Q4_0) qgroup_q4_0(gp, qx, t0, tn, pf, acc);
-            else qgroup_q8_0(gp, qx, t0, tn, pf, acc);
+            switch (w->dtype) {
+            case LLMI_Q4_1: qgroup_q4_1(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q4_0: qgroup_q4_0(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q4_K: qgroup_q4_k(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q5_K: qgroup_q5_k(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q6_K: qgroup_q6_k(gp, qx, t0, tn, pf, acc); break;
+            default: qgroup_q8_0(gp, qx, t0, tn, pf, acc); break;
+            }
             __mmask16 keep = (__mmask16)(((1u << (hi - lo)) - 1) << (lo - g * QP_ROWS));
             for (int i = 0; i < tn; i++)
                 _mm512_mask_storeu_ps(y + (size_t)(t0 + i) * w->rows + g * QP_ROWS, keep, acc[i]);
 #else
             float acc[MM_TILE * QP_ROWS];   /* (token of the tile, row of the group) */
 #if defined(MM_AVX2)
-            if (w->dtype == LLMI_Q4_1) qgroup2_q4_1(gp, qx, t0, tn, pf, acc);
-            else if (w->dtype == LLMI_Q4_0) qgroup2_q4_0(gp, qx, t0, tn, pf, acc);
-            else qgroup2_q8_0(gp, qx, t0, tn, pf, acc);
+            switch (w->dtype) {
+            case LLMI_Q4_1: qgroup2_q4_1(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q4_0: qgroup2_q4_0(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q4_K: qgroup2_q4_k(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q5_K: qgroup2_q5_k(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q6_K: qgroup2_q6_k(gp, qx, t0, tn, pf, acc); break;
+            default: qgroup2_q8_0(gp, qx, t0, tn, pf, acc); break;
+            }
 #else
             (void)pf;
             qgroup_scalar(gp, w->dtype, qx, t0, tn, acc);
@@ -740,8 +858,8 @@ static const llmi_tensor *packed_for_call(const llmi_tensor *w, llmi_tensor *tmp
 void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n, const float *const *bias,
                       float *const *y, void *scratch, size_t scratch_bytes) {
     if (n <= 0 || nw <= 0) return;
-    int shared = nw <= MM_MAX_MULTI && is_q8_q4(w[0]->dtype);
-    for (int i = 1; i < nw && shared; i++) shared = is_q8_q4(w[i]->dtype) && w[i]->cols == w[0]->cols;
+    int shared = nw <= MM_MAX_MULTI && is_qpacked(w[0]->dtype);
+    for (int i = 1; i < nw && shared; i++) shared = is_qpacked(w[i]->dtype) && w[i]->cols == w[0]->cols;
     if (!shared) {
         for (int i = 0; i < nw; i++) cpu_matmul(w[i], x, n, bias ? bias[i] : NULL, y[i]);
         return;
@@ -765,7 +883,7 @@ void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n
 
 void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, float *y) {
     if (n <= 0) return;
-    if (is_q8_q4(w->dtype)) {
+    if (is_qpacked(w->dtype)) {
         const float *b1[1] = {bias};
         cpu_matmul_multi(1, &w, x, n, b1, &y, NULL, 0);
         return;
@@ -779,7 +897,7 @@ void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, 
 
 void cpu_matmul_rows(const llmi_tensor *w, const float *x, const cpu_qact *qa, int n, int64_t r0, int64_t r1,
                      const float *bias, float *y) {
-    if (is_q8_q4(w->dtype))
+    if (is_qpacked(w->dtype))
         quant_range(w, qa, 0, n, r0, r1, y);
     else
         dense_range(w, r0, r1, x, n, y);

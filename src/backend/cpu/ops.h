@@ -32,38 +32,49 @@ void cpu_head_rmsnorm(float *x, int64_t stride, int n, int h0, int h1, int head_
 void cpu_matmul(const llmi_tensor *w, const float *x, int n, const float *bias, float *y);
 
 /* y[i] (n, w[i]->rows) = x (n, cols) @ W[i]^T (+ bias[i]) for nw weights that read the
- * same x (Q/K/V, gate/up).  Bit-identical to nw cpu_matmul calls; when the weights share
- * a quantized dtype and width, x is quantized once and one parallel region covers all
- * rows.  bias may be NULL, or hold NULL entries.  scratch (scratch_bytes, 64-byte
- * aligned) holds the quantized activations when it is at least
- * cpu_matmul_scratch_bytes(n, cols); otherwise the call allocates its own. */
+ * same x (Q/K/V, gate/up).  Bit-identical to nw cpu_matmul calls; when the weights are all
+ * quantized (any mix of the packed dtypes below, as a Q4_K_M file's Q4_K and Q6_K) and of
+ * one width, x is quantized once and one parallel region covers all rows.  bias may be
+ * NULL, or hold NULL entries.  scratch (scratch_bytes, 64-byte aligned) holds the quantized
+ * activations when it is at least cpu_matmul_scratch_bytes(n, cols); otherwise the call
+ * allocates its own. */
 void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n, const float *const *bias,
                       float *const *y, void *scratch, size_t scratch_bytes);
 size_t cpu_matmul_scratch_bytes(int n, int64_t cols);
 
-/* Quantized weights (Q8_0, Q4_0, Q4_1) as the CPU kernels read them, "packed": the rows
- * in groups of 16 (the last group padded with zero rows), and per group and 32-column
- * block b, at ((group * n_blocks) + b) * 16 * block_bytes:
- *   d  (16) fp16 scales, one per row
- *   m  (16) fp16 mins, Q4_1 only
- *   q  (quads, 16 rows, 4 bytes): quad j holds every row's block bytes 4j..4j+3 (Q4: 4
- *      nibble pairs, the low nibbles columns 4j..4j+3 and the high ones 16+4j..; Q8_0,
- *      8 quads: columns 4j..4j+3 as q + 128)
+/* Quantized weights (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) as the CPU kernels read them,
+ * "packed": the rows in groups of 16 (the last group padded with zero rows), and per group
+ * and 32-column block b (a k-quant super-block is 8 of them), at
+ * ((group * n_blocks) + b) * block_bytes (head + quads * 64), a head then the codes:
+ *   Q8_0, Q4_0  d (16) fp16 scales, one per row
+ *   Q4_1        d (16) fp16 scales, m (16) fp16 mins: x = d * q + m
+ *   Q4_K, Q5_K  d (16) fp32 = d * scale, m (16) fp32 = -(dmin * min) of the row's
+ *               sub-block: x = d * q + m, exact
+ *   Q6_K        d0, d1 (16 each) fp32 = d * scales[] of columns 0-15 and 16-31:
+ *               x = d_h * (q - 32), exact
+ *   q  (quads, 16 rows, 4 bytes): quad j holds every row's code bytes 4j..4j+3: Q4_0, Q4_1,
+ *      Q4_K 4 quads of nibble pairs, the low nibbles columns 4j..4j+3, the high ones 16+4j..;
+ *      Q8_0, Q5_K, Q6_K 8 quads of one byte per column (4j..4j+3): Q8_0 q + 128, the
+ *      k-quants their unsigned codes
  * so one 64-byte load is one column quad of 16 rows: the operand of one VNNI dot product
- * against 4 activation bytes.  The same bytes per row as the GGUF layout.
+ * against 4 activation bytes.  Bits per weight: Q8_0, Q4_0, Q4_1 the GGUF layout's
+ * (8.5, 4.5, 5); Q4_K 6 (4.5 in GGUF), Q5_K and Q6_K 10 (5.5, 6.5625): the price of the
+ * exact, re-quantization-free conversion to the kernels' skeleton.
  * cpu_qweight_pack makes one (out->owned: free it) with layout LLMI_LAYOUT_CPU16. */
 int cpu_qweight_packable(const llmi_tensor *w);
 size_t cpu_qweight_bytes(const llmi_tensor *w);
 int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st);
 
-/* Activations quantized for the Q8_0/Q4_0/Q4_1 kernels (matmul.c's numeric recipe), laid
+/* Activations quantized for the packed kernels (matmul.c's numeric recipe), laid
  * over a scratch of cpu_matmul_scratch_bytes(n, cols).  nb = cols / 32 blocks. */
 typedef struct cpu_qact {
     int nb;
     int8_t *q;        /* (n, nb*32) int8 activations, columns in order */
     float *dx;        /* (n, nb) block scale d_x = amax / 127 */
     int32_t *isx;     /* (n, nb) sum of the block's 32 x_q (the -k * sum correction) */
-    float *sx;        /* (n, nb) d_x * sum(x_q) (Q4_1's min term) */
+    float *sx;        /* (n, nb) d_x * sum(x_q) (Q4_1's, Q4_K's, Q5_K's min term) */
+    int32_t *isx16;   /* (n, nb, 2) sums of the x_q of columns 0-15 and 16-31 (Q6_K's -32 *
+                         sum correction, one per scale of 16 columns) */
 } cpu_qact;
 void cpu_qact_init(cpu_qact *qa, void *scratch, int n, int64_t cols);
 /* Quantizes tokens [t0, t1) of x (n, cols) into qa (every quantized dtype reads the same). */
