@@ -325,8 +325,13 @@ static void matmul_i4g(const llmi_tensor *w, const float *x, int n, float *y) {
 
 /* The dtypes the packed kernels read (ops.h): int8 activations, 16-row groups. */
 static int is_qpacked(llmi_dtype t) {
-    return t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1 || dtype_is_kquant(t);
+    return t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1 || t == LLMI_Q5_0 || t == LLMI_Q5_1 || dtype_is_kquant(t);
 }
+
+/* The packed form a dtype takes, which the kernels dispatch on: Q5_0 and Q5_1 blocks become
+ * Q5_K's (byte codes, fp32 d and m: Q5_1's d and m as they are, Q5_0's d and -16 d, both
+ * exact), so they need no kernels of their own. */
+static llmi_dtype qp_form(llmi_dtype t) { return t == LLMI_Q5_0 || t == LLMI_Q5_1 ? LLMI_Q5_K : t; }
 
 /* Packed layout (ops.h): per group of QP_ROWS rows and 32-column block, a head of the rows'
  * scales (and mins), then qp_quads(t) quads of (QP_ROWS rows x 4 bytes).  A Q8_0 quant is
@@ -357,15 +362,29 @@ int cpu_qweight_packable(const llmi_tensor *w) {
 }
 
 size_t cpu_qweight_bytes(const llmi_tensor *w) {
-    return (size_t)((w->rows + QP_ROWS - 1) / QP_ROWS) * (size_t)(w->cols / 32) * qp_block(w->dtype);
+    return (size_t)((w->rows + QP_ROWS - 1) / QP_ROWS) * (size_t)(w->cols / 32) * qp_block(qp_form(w->dtype));
 }
 
-/* Row i of a group, 32-column block b (k-quant super-block b / 8, sub-block b % 8) into
- * the packed block o: its head entries and its codes. */
+/* Row i of a group, 32-column block b (k-quant super-block b / 8, sub-block b % 8; a Q5_0
+ * or Q5_1 block b) into the packed block o: its head entries and its codes. */
 static void pack_kquant(llmi_dtype t, const uint8_t *row, int64_t b, int i, uint8_t *o) {
     uint8_t u[32];
     float f[2];
-    kquant_sub_block(t, row + (size_t)(b / 8) * dtype_block_bytes(t), (int)(b % 8), u, f);
+    if (t == LLMI_Q5_0 || t == LLMI_Q5_1) {
+        const bool q51 = t == LLMI_Q5_1;
+        const uint8_t *blk = row + (size_t)b * dtype_block_bytes(t), *qs = blk + (q51 ? 8 : 6);
+        uint16_t h;
+        uint32_t qh;
+        memcpy(&h, blk, 2);
+        f[0] = fp16_to_f32(h);
+        memcpy(&h, blk + 2, 2);
+        f[1] = q51 ? fp16_to_f32(h) : -16.0f * f[0];
+        memcpy(&qh, blk + (q51 ? 4 : 2), 4);
+        for (int c = 0; c < 32; c++) u[c] = (uint8_t)((c < 16 ? qs[c] & 15 : qs[c - 16] >> 4) | (qh >> c & 1) << 4);
+        t = LLMI_Q5_K;
+    } else {
+        kquant_sub_block(t, row + (size_t)(b / 8) * dtype_block_bytes(t), (int)(b % 8), u, f);
+    }
     memcpy(o + 4 * i, &f[0], 4);
     memcpy(o + 4 * QP_ROWS + 4 * i, &f[1], 4);
     uint8_t *q = o + qp_head(t) + 4 * i;   /* byte e of quad j at q + j * 4 * QP_ROWS + e */
@@ -381,7 +400,7 @@ int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st) {
                          dtype_name(w->dtype), (long long)w->rows, (long long)w->cols);
     const llmi_dtype t = w->dtype;
     const int64_t groups = (w->rows + QP_ROWS - 1) / QP_ROWS, nb = w->cols / 32;
-    const size_t bb = dtype_block_bytes(t), pb = qp_block(t), head = qp_head(t), bytes = cpu_qweight_bytes(w);
+    const size_t bb = dtype_block_bytes(t), pb = qp_block(qp_form(t)), head = qp_head(t), bytes = cpu_qweight_bytes(w);
     /* 2 MB aligned and advised as huge pages where the kernel allows (THP "madvise"): a
      * decode pass streams every packed byte once, one TLB entry per 2 MB instead of 4 KB */
     const size_t huge = (size_t)2 << 20, alloc = bytes >= huge ? (bytes + huge - 1) / huge * huge : (bytes + 63) / 64 * 64;
@@ -397,7 +416,7 @@ int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st) {
         if (nr < QP_ROWS) memset(og, 0, (size_t)nb * pb);   /* rows past the end stay zero */
         for (int i = 0; i < nr; i++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)(g * QP_ROWS + i) * w->row_bytes;
-            if (dtype_is_kquant(t)) {
+            if (qp_form(t) != t || dtype_is_kquant(t)) {
                 for (int64_t b = 0; b < nb; b++) pack_kquant(t, row, b, i, og + (size_t)b * pb);
                 continue;
             }
@@ -748,7 +767,7 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
         fprintf(stderr, "llmi: internal error: cpu matmul on an unpacked %s weight\n", dtype_name(w->dtype));
         abort();
     }
-    const size_t gbytes = (size_t)qx->nb * qp_block(w->dtype);
+    const size_t gbytes = (size_t)qx->nb * qp_block(qp_form(w->dtype));
     for (int64_t g = r0 / QP_ROWS; g * QP_ROWS < r1; g++) {
         const uint8_t *gp = (const uint8_t *)w->data + (size_t)g * gbytes;
         const int64_t lo = g * QP_ROWS > r0 ? g * QP_ROWS : r0, hi = (g + 1) * QP_ROWS < r1 ? (g + 1) * QP_ROWS : r1;
@@ -756,7 +775,7 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
             int tn = tb - t0 < MM_TILE ? tb - t0 : MM_TILE, pf = t0 == ta;
 #if defined(MM_AVX512)
             __m512 acc[MM_TILE];   /* (token of the tile) the group's QP_ROWS rows */
-            switch (w->dtype) {
+            switch (qp_form(w->dtype)) {
             case LLMI_Q4_1: qgroup_q4_1(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q4_0: qgroup_q4_0(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q4_K: qgroup_q4_k(gp, qx, t0, tn, pf, acc); break;
@@ -770,7 +789,7 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
 #else
             float acc[MM_TILE * QP_ROWS];   /* (token of the tile, row of the group) */
 #if defined(MM_AVX2)
-            switch (w->dtype) {
+            switch (qp_form(w->dtype)) {
             case LLMI_Q4_1: qgroup2_q4_1(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q4_0: qgroup2_q4_0(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q4_K: qgroup2_q4_k(gp, qx, t0, tn, pf, acc); break;
@@ -780,7 +799,7 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
             }
 #else
             (void)pf;
-            qgroup_scalar(gp, w->dtype, qx, t0, tn, acc);
+            qgroup_scalar(gp, qp_form(w->dtype), qx, t0, tn, acc);
 #endif
             for (int i = 0; i < tn; i++)
                 for (int64_t r = lo; r < hi; r++) y[(size_t)(t0 + i) * w->rows + r] = acc[(size_t)i * QP_ROWS + (r - g * QP_ROWS)];
