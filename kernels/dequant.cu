@@ -19,15 +19,8 @@ __device__ float kquant_value(const uint8_t *blk, llmi_dtype dt, int e) {
         return __fmul_rn(__fmul_rn(half_bits(blk + 208), (float)(int8_t)blk[192 + e / 16]), (float)q);
     }
     const int j = e >> 5, i = e & 31;
-    const uint8_t *s = blk + 4;
     int sc, mn;
-    if (j < 4) {
-        sc = s[j] & 63;
-        mn = s[j + 4] & 63;
-    } else {
-        sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
+    kquant_scale_min(blk + 4, j, &sc, &mn);
     const uint8_t q = blk[(dt == LLMI_Q5_K ? 48 : 16) + 32 * (j >> 1) + i];
     int v = (j & 1) ? q >> 4 : q & 15;
     if (dt == LLMI_Q5_K && ((blk[16 + i] >> j) & 1)) v += 16;

@@ -80,7 +80,12 @@ static inline int dtype_is_kquant(llmi_dtype t) { return t == LLMI_Q4_K || t == 
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block from its 12
  * packed bytes: j < 4 in the low 6 bits of bytes j and j + 4; j >= 4 split between a
  * nibble of byte j + 4 and the top 2 bits of bytes j - 4 (scale) and j (min). */
-static inline void kquant_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
+#ifdef __CUDACC__
+#define LLMI_DTYPE_HD __host__ __device__   /* also kernels/dequant.cu's, so both read one layout */
+#else
+#define LLMI_DTYPE_HD
+#endif
+static inline LLMI_DTYPE_HD void kquant_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
     if (j < 4) {
         *sc = s[j] & 63;
         *mn = s[j + 4] & 63;

@@ -14,6 +14,18 @@
  * 2-3, 4-5, 6-7 of qh[32h + l] as bits 4-5. */
 void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], float f[2]) {
     uint16_t h;
+    if (t == LLMI_Q5_0 || t == LLMI_Q5_1) {   /* a block of 32 is its one sub-block */
+        const bool q51 = t == LLMI_Q5_1;
+        const uint8_t *qs = blk + (q51 ? 8 : 6);
+        uint32_t qh;
+        memcpy(&qh, blk + (q51 ? 4 : 2), 4);
+        memcpy(&h, blk, 2);
+        f[0] = fp16_to_f32(h);
+        memcpy(&h, blk + 2, 2);
+        f[1] = q51 ? fp16_to_f32(h) : -16.0f * f[0];   /* exact: d * (q - 16) = d * q - 16 d */
+        for (int c = 0; c < 32; c++) u[c] = (uint8_t)((c < 16 ? qs[c] & 15 : qs[c - 16] >> 4) | (qh >> c & 1) << 4);
+        return;
+    }
     if (t == LLMI_Q6_K) {
         /* sub-block s = 4 * half + k: k's nibble is the low (k < 2) or high one of ql's
          * run k % 2, its top bits pair k of qh */
@@ -44,12 +56,16 @@ void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], fl
 }
 
 void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out) {
-    for (int s = 0; s < 8; s++) {
+    for (int s = 0; s < dtype_block_elems(t) / 32; s++) {
         uint8_t u[32];
         float f[2];
         kquant_sub_block(t, blk, s, u, f);
-        for (int i = 0; i < 32; i++)   /* (x + -m is x - m: the same fp32 result) */
-            out[32 * s + i] = t == LLMI_Q6_K ? f[i / 16] * (float)(u[i] - 32) : f[0] * (float)u[i] + f[1];
+        /* (x + -m is x - m: the same fp32 result; Q5_0 keeps ggml's d * (q - 16), whose zero
+         * takes d's sign where d * q - 16 d would give +0) */
+        for (int i = 0; i < 32; i++)
+            out[32 * s + i] = t == LLMI_Q6_K   ? f[i / 16] * (float)(u[i] - 32)
+                              : t == LLMI_Q5_0 ? f[0] * (float)(u[i] - 16)
+                                               : f[0] * (float)u[i] + f[1];
     }
 }
 
@@ -108,31 +124,19 @@ void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out) {
             }
         }
         break;
-    case LLMI_Q5_0:
-    case LLMI_Q5_1:
-        for (int64_t b = 0; b < n / 32; b++) {
-            const bool q51 = t->dtype == LLMI_Q5_1;
-            const uint8_t *blk = row + b * (q51 ? 24 : 22), *qs = blk + (q51 ? 8 : 6);
-            uint16_t dh, mh;
-            uint32_t qh;
-            memcpy(&dh, blk, 2);
-            memcpy(&mh, blk + 2, 2);
-            memcpy(&qh, blk + (q51 ? 4 : 2), 4);
-            const float d = fp16_to_f32(dh), m = fp16_to_f32(mh);
-            for (int j = 0; j < 32; j++) {
-                const int q = (j < 16 ? qs[j] & 15 : qs[j - 16] >> 4) | (int)(qh >> j & 1) << 4;
-                out[b * 32 + j] = q51 ? (float)q * d + m : (float)(q - 16) * d;
-            }
-        }
-        break;
     case LLMI_I4G:
         quant_dequant_row(t, r, out); /* GPTQ/AWQ int4: quant_tensor.c */
         break;
     case LLMI_Q4_K:
     case LLMI_Q5_K:
     case LLMI_Q6_K:
-        for (int64_t b = 0; b < n / 256; b++) kquant_dequant_block(t->dtype, row + b * dtype_block_bytes(t->dtype), out + b * 256);
+    case LLMI_Q5_0:
+    case LLMI_Q5_1: {
+        const int64_t be = dtype_block_elems(t->dtype);
+        for (int64_t b = 0; b < n / be; b++)
+            kquant_dequant_block(t->dtype, row + b * dtype_block_bytes(t->dtype), out + b * be);
         break;
+    }
     default:
         for (int64_t i = 0; i < n; i++) out[i] = 0.0f;
         break;

@@ -29,14 +29,15 @@ typedef struct llmi_tensor {
     int n_groups;            /* cols / group_size */
 } llmi_tensor;
 
-/* One Q4_K, Q5_K or Q6_K super-block (dtype_block_bytes(t) bytes) -> 256 floats, as ggml's
- * dequantize_row_q*_K computes them. */
+/* One Q4_K, Q5_K or Q6_K super-block, or Q5_0 / Q5_1 block (dtype_block_bytes(t) bytes) ->
+ * dtype_block_elems(t) floats, as ggml's dequantize_row_* computes them. */
 void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out);
-/* Sub-block s (0..7: values 32s .. 32s + 31) of such a super-block, the one decoder of the
- * layouts (tensor.c): codes u (32, in value order; 0..15 Q4_K, 0..31 Q5_K, 0..63 Q6_K) and
- * two fp32 factors, both exact products of the block's fp16 and integer scales, such that
- * value i is, in fp32,
+/* Sub-block s (values 32s .. 32s + 31: 0..7 of a super-block, 0 of a Q5_0/Q5_1 block), the
+ * one decoder of these layouts (tensor.c): codes u (32, in value order; 0..15 Q4_K,
+ * 0..31 Q5_K, Q5_0, Q5_1, 0..63 Q6_K) and two fp32 factors, both exact products of the
+ * block's fp16 and integer scales, such that value i is, in fp32,
  *   Q4_K, Q5_K:  f[0] * u[i] + f[1]        f[0] = d * scale_s, f[1] = -(dmin * min_s)
+ *   Q5_0, Q5_1:  f[0] * u[i] + f[1]        f[0] = d, f[1] = -16 d (Q5_0) or m (Q5_1)
  *   Q6_K:        f[i / 16] * (u[i] - 32)    f[h] = d * scales[2s + h] */
 void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], float f[2]);
 /* Dequantizes row r of t (layout ROWS) into out (cols floats).  The CPU backend's reference path. */

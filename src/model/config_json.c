@@ -154,7 +154,10 @@ static int cj_shapes(const cJSON *j, const cj_family *f, llmi_config *c, const c
     c->n_kv_heads = !kv_given && f->n_kv_heads ? f->n_kv_heads : c->n_heads;
     if (json_int(j, "num_key_value_heads", 1, INT32_MAX, &c->n_kv_heads, file, st) < 0) return LLMI_E_RUNTIME;
     int hrc = json_int(j, "head_dim", 1, INT32_MAX, &c->head_dim, file, st);
-    if (hrc == 0 && f->arch == LLMI_ARCH_QWEN3) c->head_dim = CJ_QWEN3_HEAD_DIM, hrc = 1;
+    if (hrc == 0 && f->arch == LLMI_ARCH_QWEN3) {   /* Qwen3Config's default, not hidden_size / heads */
+        c->head_dim = CJ_QWEN3_HEAD_DIM;
+        hrc = 1;
+    }
     if (hrc < 0 || (hrc == 0 && model_head_dim(c, file, "hidden_size", "num_attention_heads", st)))
         return LLMI_E_RUNTIME;
     c->rope_dim = c->head_dim;

@@ -370,21 +370,9 @@ size_t cpu_qweight_bytes(const llmi_tensor *w) {
 static void pack_kquant(llmi_dtype t, const uint8_t *row, int64_t b, int i, uint8_t *o) {
     uint8_t u[32];
     float f[2];
-    if (t == LLMI_Q5_0 || t == LLMI_Q5_1) {
-        const bool q51 = t == LLMI_Q5_1;
-        const uint8_t *blk = row + (size_t)b * dtype_block_bytes(t), *qs = blk + (q51 ? 8 : 6);
-        uint16_t h;
-        uint32_t qh;
-        memcpy(&h, blk, 2);
-        f[0] = fp16_to_f32(h);
-        memcpy(&h, blk + 2, 2);
-        f[1] = q51 ? fp16_to_f32(h) : -16.0f * f[0];
-        memcpy(&qh, blk + (q51 ? 4 : 2), 4);
-        for (int c = 0; c < 32; c++) u[c] = (uint8_t)((c < 16 ? qs[c] & 15 : qs[c - 16] >> 4) | (qh >> c & 1) << 4);
-        t = LLMI_Q5_K;
-    } else {
-        kquant_sub_block(t, row + (size_t)(b / 8) * dtype_block_bytes(t), (int)(b % 8), u, f);
-    }
+    const int per = dtype_block_elems(t) / 32;   /* 32-column blocks per stored block */
+    kquant_sub_block(t, row + (size_t)(b / per) * dtype_block_bytes(t), (int)(b % per), u, f);
+    t = qp_form(t);
     memcpy(o + 4 * i, &f[0], 4);
     memcpy(o + 4 * QP_ROWS + 4 * i, &f[1], 4);
     uint8_t *q = o + qp_head(t) + 4 * i;   /* byte e of quad j at q + j * 4 * QP_ROWS + e */
