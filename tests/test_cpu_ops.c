@@ -272,8 +272,8 @@ TEST(cpu_matmul_all_dtypes) {
 
 /* The quantized recipe of matmul.c's comment, written here from the GGUF block layout
  * (FORMATS.md) with plain C arithmetic: int8 activations, exact int32 block dots with the
- * signed weights, then per block acc = fmaf(dot, d_w * d_x, acc) (Q4_1: then
- * acc = fmaf(m_w, d_x * sum(x_q), acc)).  cpu_matmul (which packs the raw weight into
+ * signed weights (Q5_0's q - 16 as Q4_0's q - 8), then per block
+ * acc = fmaf(dot, d_w * d_x, acc) (Q4_1, Q5_1: then acc = fmaf(m_w, d_x * sum(x_q), acc)).  cpu_matmul (which packs the raw weight into
  * 16-row groups first) must give exactly these bits, on shapes whose rows do not fill the
  * last group, for any number of tokens. */
 /* The k-quants, per 32-column block (sub-block s of a super-block), the same with the
@@ -284,12 +284,12 @@ TEST(cpu_matmul_all_dtypes) {
 static float quant_recipe_ref(const llmi_tensor *w, int row, const float *x) {
     const uint8_t *p = (const uint8_t *)w->data + w->row_bytes * row;
     const llmi_dtype t = w->dtype;
-    const int kq = dtype_is_kquant(t), q5 = t == LLMI_Q5_0 || t == LLMI_Q5_1;   /* q5: packed as Q5_K's form */
+    const int kq = dtype_is_kquant(t);
     size_t bb = dtype_block_bytes(t);
     float acc = 0.0f;
     for (int b = 0; b < w->cols / 32; b++) {
         const uint8_t *blk = kq ? p + bb * (size_t)(b / 8) : p + bb * b;
-        const int sub = q5 ? 0 : b % 8;
+        const int sub = kq ? b % 8 : 0;
         const float *xb = x + 32 * b;
         float amax = 0.0f;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
@@ -304,12 +304,13 @@ static float quant_recipe_ref(const llmi_tensor *w, int row, const float *x) {
             case LLMI_Q4_0: q = (j < 16 ? (blk[2 + j] & 15) : (blk[2 + j - 16] >> 4)) - 8; break;
             case LLMI_Q4_1: q = j < 16 ? (blk[4 + j] & 15) : (blk[4 + j - 16] >> 4); break;
             case LLMI_Q6_K: q = kq_code(t, blk, 32 * sub + j) - 32; break;
+            case LLMI_Q5_0: q = kq_code(t, blk, j) - 16; break;
             default: q = kq_code(t, blk, 32 * sub + j); break;
             }
             dot[t == LLMI_Q6_K && j >= 16] += q * v;
             sum += v;
         }
-        if (kq || q5) {
+        if (kq) {
             float f[2];
             kq_factors(t, blk, sub, f);
             acc = fmaf((float)dot[0], f[0] * d, acc);
@@ -319,7 +320,7 @@ static float quant_recipe_ref(const llmi_tensor *w, int row, const float *x) {
         }
         float s = (float)get_half(blk) * d;
         acc = fmaf((float)dot[0], s, acc);
-        if (t == LLMI_Q4_1) acc = fmaf((float)get_half(blk + 2), d * (float)sum, acc);
+        if (t == LLMI_Q4_1 || t == LLMI_Q5_1) acc = fmaf((float)get_half(blk + 2), d * (float)sum, acc);
     }
     return acc;
 }
@@ -400,56 +401,74 @@ TEST(cpu_matmul_dense_recipe_exact) {
     CHECK_MSG(bad == 0, "%ld of %ld outputs differ from the recipe", bad, total);
 }
 
-/* Packing is a permutation of the GGUF bytes (the k-quants: a conversion to exact fp32
- * factors and codes, 6 bits a weight for Q4_K, 10 for Q5_K and Q6_K): every row's scales
- * (mins) and quants are found where ops.h says, padding rows are zero, and a packed weight
- * multiplies as the raw one. */
+/* Packing keeps every row's scales (mins) and codes where ops.h says, read back here from
+ * the GGUF bytes with the test's own decoders: fp16 heads copied (Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1), the k-quants' super-block fp32 d (-dmin) and integer sub-block scales (mins)
+ * whose products are the exact factors, codes as nibbles plus top-bit quads; padding rows
+ * are zero; the bytes per weight are the stated ones; a packed weight multiplies as the
+ * raw one. */
+static int packed_code(int bits, const uint8_t *q, int i, int c) {   /* ops.h's layout, independently */
+    if (bits == 8) return q[64 * (c / 4) + 4 * i + c % 4];
+    const int j = c % 16 / 4, hi = c >= 16, w = bits - 4;
+    int v = q[64 * j + 4 * i + c % 4] >> (4 * hi) & 15;
+    if (w) {
+        const int per = 4 / w;   /* nibble quads whose top bits one quad holds */
+        v |= (q[64 * (4 + j / per) + 4 * i + c % 4] >> (w * (j % per) + 4 * hi) & ((1 << w) - 1)) << 4;
+    }
+    return v;
+}
 TEST(cpu_qweight_pack_layout) {
     rng r = rng_make("qpack");
     FOR_WEIGHT_DTYPES(t, LLMI_Q8_0) {
-        const int q5 = t == LLMI_Q5_0 || t == LLMI_Q5_1;   /* packed in Q5_K's form */
-        const int kq = dtype_is_kquant((llmi_dtype)t) || q5, rows = 21, cols = dtype_is_kquant((llmi_dtype)t) ? 512 : 96;
-        const int nb = cols / 32;
+        const int kq = dtype_is_kquant((llmi_dtype)t), rows = 21, cols = kq ? 512 : 96, nb = cols / 32;
         llmi_tensor w = make_weight(&r, (llmi_dtype)t, rows, cols), pk;
         llmi_status st;
         CHECK(cpu_qweight_pack(&w, &pk, &st) == 0);
         CHECK(pk.layout == LLMI_LAYOUT_CPU16 && pk.rows == rows && pk.cols == cols);
-        int quads = t == LLMI_Q8_0 || t == LLMI_Q5_K || t == LLMI_Q6_K || q5 ? 8 : 4, mism = 0;
-        size_t bb = dtype_block_bytes(w.dtype), head = kq ? 128 : t == LLMI_Q4_1 ? 64 : 32, pb = head + 64 * (size_t)quads;
-        const double bits[] = {[LLMI_Q8_0] = 8.5, [LLMI_Q4_0] = 4.5, [LLMI_Q4_1] = 5, [LLMI_Q4_K] = 6, [LLMI_Q5_K] = 10,
-                               [LLMI_Q6_K] = 10, [LLMI_Q5_0] = 10, [LLMI_Q5_1] = 10};
-        CHECK_MSG(cpu_qweight_bytes(&w) == 2 * (size_t)nb * pb && pb * 8 == bits[t] * 16 * 32,
+        const int bits = t == LLMI_Q8_0 ? 8 : t == LLMI_Q6_K ? 6 : (t == LLMI_Q5_0 || t == LLMI_Q5_1 || t == LLMI_Q5_K) ? 5 : 4;
+        const size_t head = t == LLMI_Q4_1 || t == LLMI_Q5_1 ? 64 : 32, pb = head + 64 * (size_t)bits;
+        const size_t shead = kq ? (t == LLMI_Q6_K ? 64 : 128) : 0, gb = kq ? (size_t)nb / 8 * (shead + 8 * pb) : (size_t)nb * pb;
+        const double bpw[] = {[LLMI_Q8_0] = 8.5, [LLMI_Q4_0] = 4.5, [LLMI_Q4_1] = 5, [LLMI_Q4_K] = 4.75,
+                              [LLMI_Q5_K] = 5.75, [LLMI_Q6_K] = 6.625, [LLMI_Q5_0] = 5.5, [LLMI_Q5_1] = 6};
+        CHECK_MSG(cpu_qweight_bytes(&w) == 2 * gb && (double)gb * 8 == bpw[t] * 16 * cols,
                   "%s: %zu packed bytes", dtype_name((llmi_dtype)t), cpu_qweight_bytes(&w));
+        int mism = 0;
+        size_t bb = dtype_block_bytes(w.dtype);
         for (int row = 0; row < 32; row++)
             for (int b = 0; b < nb; b++) {
-                const uint8_t *g = (const uint8_t *)pk.data + ((size_t)(row / 16) * nb + b) * pb;
-                int i = row % 16;
-                if (kq) {   /* fp32 factors, then a byte per code (Q4_K: nibbles, column i low, 16 + i high) */
-                    const int per = q5 ? 1 : 8, sub = b % per;   /* blocks of 32, or 8 per super-block */
-                    const uint8_t *blk = row < rows ? (const uint8_t *)w.data + w.row_bytes * row + bb * (size_t)(b / per) : NULL;
-                    float f[2] = {0, 0}, got[2];
+                const uint8_t *gp = (const uint8_t *)pk.data + (size_t)(row / 16) * gb;
+                const uint8_t *sh = kq ? gp + (size_t)(b / 8) * (shead + 8 * pb) : NULL;   /* super-block head */
+                const uint8_t *g = kq ? sh + shead + (size_t)(b % 8) * pb : gp + (size_t)b * pb;
+                const int i = row % 16, sub = kq ? b % 8 : 0;
+                const uint8_t *blk = row < rows ? (const uint8_t *)w.data + w.row_bytes * row + bb * (size_t)(kq ? b / 8 : b) : NULL;
+                if (kq) {   /* fp32 d (-dmin) times the sub-block's integer scale (min): the exact factors */
+                    float f[2] = {0, 0}, sd, snd = 0;
                     if (blk) kq_factors((llmi_dtype)t, blk, sub, f);
-                    memcpy(&got[0], g + 4 * i, 4);
-                    memcpy(&got[1], g + 64 + 4 * i, 4);
+                    memcpy(&sd, sh + 4 * i, 4);
+                    if (t != LLMI_Q6_K) memcpy(&snd, sh + 64 + 4 * i, 4);
+                    const int s0 = t == LLMI_Q6_K ? (int8_t)g[i] : g[i], s1 = t == LLMI_Q6_K ? (int8_t)g[16 + i] : g[16 + i];
+                    const float got[2] = {sd * (float)s0, (t == LLMI_Q6_K ? sd : snd) * (float)s1};
                     mism += memcmp(got, f, sizeof f) != 0;
-                    for (int c = 0; c < 32; c++) {
-                        int code = blk ? kq_code((llmi_dtype)t, blk, 32 * sub + c) : 0;
-                        if (quads == 8) mism += g[head + 64 * (c / 4) + 4 * i + c % 4] != code;
-                        else mism += (g[head + 64 * (c % 16 / 4) + 4 * i + c % 4] >> (c < 16 ? 0 : 4) & 15) != code;
-                    }
-                    continue;
+                    if (blk) mism += sd != (float)get_half(blk + (t == LLMI_Q6_K ? 208 : 0));
+                } else {    /* the block's fp16 d (and m) bytes */
+                    for (int k = 0; k < 2; k++) mism += g[2 * i + k] != (blk ? blk[k] : 0);
+                    if (head == 64) for (int k = 0; k < 2; k++) mism += g[32 + 2 * i + k] != (blk ? blk[2 + k] : 0);
                 }
-                const uint8_t *src = row < rows ? (const uint8_t *)w.data + w.row_bytes * row + bb * b : NULL;
-                for (int k = 0; k < 2; k++) mism += g[2 * i + k] != (src ? src[k] : 0);
-                if (t == LLMI_Q4_1) for (int k = 0; k < 2; k++) mism += g[32 + 2 * i + k] != (src ? src[2 + k] : 0);
-                const uint8_t *qs = src ? src + (t == LLMI_Q4_1 ? 4 : 2) : NULL;
-                for (int j = 0; j < quads; j++)
-                    for (int e = 0; e < 4; e++) {
-                        uint8_t want = qs ? (uint8_t)(qs[4 * j + e] ^ (t == LLMI_Q8_0 ? 0x80 : 0)) : 0;
-                        mism += g[head + 64 * j + 4 * i + e] != want;
-                    }
+                for (int c = 0; c < 32; c++) {
+                    int want = 0;
+                    if (blk) switch (t) {
+                        case LLMI_Q8_0: want = (int8_t)blk[2 + c] + 128; break;
+                        case LLMI_Q4_0: case LLMI_Q4_1: {
+                            const uint8_t qb = blk[(t == LLMI_Q4_1 ? 4 : 2) + c % 16];
+                            want = c < 16 ? qb & 15 : qb >> 4;
+                            break;
+                        }
+                        default: want = kq_code((llmi_dtype)t, blk, 32 * sub + c); break;
+                        }
+                    mism += packed_code(bits, g + head, i, c) != want;
+                }
             }
-        CHECK_MSG(mism == 0, "%s: %d packed bytes out of place", dtype_name((llmi_dtype)t), mism);
+        CHECK_MSG(mism == 0, "%s: %d packed values out of place", dtype_name((llmi_dtype)t), mism);
         float x[3 * 512], y0[3 * 21], y1[3 * 21];
         for (int i = 0; i < 3 * cols; i++) x[i] = rng_unif(&r);
         cpu_matmul(&w, x, 3, NULL, y0);

@@ -26,33 +26,44 @@ void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], fl
         for (int c = 0; c < 32; c++) u[c] = (uint8_t)((c < 16 ? qs[c] & 15 : qs[c - 16] >> 4) | (qh >> c & 1) << 4);
         return;
     }
+    float sup[2];
+    int isc[2];
+    kquant_sub_scales(t, blk, s, sup, isc);
     if (t == LLMI_Q6_K) {
         /* sub-block s = 4 * half + k: k's nibble is the low (k < 2) or high one of ql's
          * run k % 2, its top bits pair k of qh */
         const uint8_t *ql = blk + 64 * (s / 4) + 32 * (s % 2), *qh = blk + 128 + 32 * (s / 4);
-        const int8_t *sc = (const int8_t *)(blk + 192);
         const int k = s % 4;
-        memcpy(&h, blk + 208, 2);
-        const float d = fp16_to_f32(h);
         for (int l = 0; l < 32; l++) u[l] = (uint8_t)((ql[l] >> (4 * (k / 2)) & 15) | (qh[l] >> (2 * k) & 3) << 4);
-        f[0] = d * (float)sc[2 * s];
-        f[1] = d * (float)sc[2 * s + 1];
+        f[0] = sup[0] * (float)isc[0];
+        f[1] = sup[1] * (float)isc[1];
         return;
     }
-    memcpy(&h, blk, 2);
-    const float d = fp16_to_f32(h);
-    memcpy(&h, blk + 2, 2);
-    const float dmin = fp16_to_f32(h);
     const uint8_t *qh = blk + 16, *q = blk + (t == LLMI_Q5_K ? 48 : 16) + 32 * (s / 2);
-    int sc, mn;
-    kquant_scale_min(blk + 4, s, &sc, &mn);
     for (int i = 0; i < 32; i++) {
         int v = q[i] >> (4 * (s % 2)) & 15;
         if (t == LLMI_Q5_K) v |= (qh[i] >> s & 1) << 4;
         u[i] = (uint8_t)v;
     }
-    f[0] = d * (float)sc;
-    f[1] = -(dmin * (float)mn);
+    f[0] = sup[0] * (float)isc[0];
+    f[1] = -(sup[1] * (float)isc[1]);
+}
+
+void kquant_sub_scales(llmi_dtype t, const uint8_t *blk, int s, float sup[2], int isc[2]) {
+    uint16_t h;
+    if (t == LLMI_Q6_K) {
+        const int8_t *sc = (const int8_t *)(blk + 192);
+        memcpy(&h, blk + 208, 2);
+        sup[0] = sup[1] = fp16_to_f32(h);
+        isc[0] = sc[2 * s];
+        isc[1] = sc[2 * s + 1];
+        return;
+    }
+    memcpy(&h, blk, 2);
+    sup[0] = fp16_to_f32(h);
+    memcpy(&h, blk + 2, 2);
+    sup[1] = fp16_to_f32(h);
+    kquant_scale_min(blk + 4, s, &isc[0], &isc[1]);
 }
 
 void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out) {

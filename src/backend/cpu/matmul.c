@@ -3,22 +3,22 @@
  * Numeric recipe (one per dtype, used for every n so results are batch invariant):
  *  - F32/F16/BF16 weights: fp32 FMA dot products over the row, 16 fixed lanes, reduced
  *    in a fixed order.
- *  - Q8_0/Q4_0/Q4_1 and Q4_K/Q5_K/Q6_K weights, packed at load (cpu_qweight_pack: rows in
- *    groups of 16, so one 64-byte load holds 4 quants of 16 rows; a k-quant's 256-value
- *    super-block as 8 blocks of 32 with exact fp32 scales): each activation row is
- *    quantized to int8 blocks of 32 with one fp32 scale d_x per block (as llama.cpp's
- *    Q8_0/Q8_1 activations; llama.cpp reads k-quants with Q8_K's blocks of 256, so its
- *    results differ from these by that rounding only).  Per (row, token), over the
- *    32-column blocks b in order, starting from 0:
+ *  - Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 and Q4_K/Q5_K/Q6_K weights, packed at load
+ *    (cpu_qweight_pack: rows in groups of 16, so one 64-byte load holds 4 codes of 16
+ *    rows; a k-quant's integer sub-block scales and its super-block's fp32 d kept apart,
+ *    their product exact): each activation row is quantized to int8 blocks of 32 with one
+ *    fp32 scale d_x per block (as llama.cpp's Q8_0/Q8_1 activations; llama.cpp reads
+ *    k-quants with Q8_K's blocks of 256, so its results differ from these by that rounding
+ *    only).  Per (row, token), over the 32-column blocks b in order, starting from 0:
  *        is  = sum_j u_j * x_q,j - k * sum_j x_q,j      exact int32 (AVX-512 VNNI vpdpbusd:
  *                                                       unsigned weight x signed activation)
  *        acc = fma((float)is, d_w * d_x, acc)           d_w * d_x rounded to fp32 first
- *        acc = fma(m_w, d_x * sum_j x_q,j, acc)         Q4_1, Q4_K, Q5_K (their "+ m" term)
- *    where u = q + k is the unsigned weight (Q4_0 k = 8, Q8_0 k = 128, else 0) and d_w, m_w
- *    the block's fp16 scale and min (Q4_K/Q5_K: the fp32 d * scale and -(dmin * min) of
- *    its sub-block).  Q6_K has a scale per 16 columns, d_0 and d_1 (fp32 d * scales[]), and
- *    u = q + 32: its block is two dots, is_h over columns 16h .. 16h + 15, each carrying
- *    -32 times the sum of its 16 x_q, then
+ *        acc = fma(m_w, d_x * sum_j x_q,j, acc)         Q4_1, Q5_1, Q4_K, Q5_K ("+ m")
+ *    where u = q + k is the unsigned weight (Q4_0 k = 8, Q5_0 k = 16, Q8_0 k = 128, else
+ *    0) and d_w, m_w the block's fp16 scale and min (Q4_K/Q5_K: the fp32 d * scale and
+ *    -dmin * min of its sub-block).  Q6_K has a scale per 16 columns, d_0 and d_1 (fp32
+ *    d * scales[]), and u = q + 32: its block is two dots, is_h over columns 16h .. 16h +
+ *    15, each carrying -32 times the sum of its 16 x_q, then
  *        acc = fma((float)is_0, d_0 * d_x, acc);  acc = fma((float)is_1, d_1 * d_x, acc)
  *    The AVX-512 kernel computes 16 rows per lane vector, the AVX2 one 8, the portable one
  *    the same operations one (row, token) at a time, so all give the same bits.
@@ -328,58 +328,101 @@ static int is_qpacked(llmi_dtype t) {
     return t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1 || t == LLMI_Q5_0 || t == LLMI_Q5_1 || dtype_is_kquant(t);
 }
 
-/* The packed form a dtype takes, which the kernels dispatch on: Q5_0 and Q5_1 blocks become
- * Q5_K's (byte codes, fp32 d and m: Q5_1's d and m as they are, Q5_0's d and -16 d, both
- * exact), so they need no kernels of their own. */
-static llmi_dtype qp_form(llmi_dtype t) { return t == LLMI_Q5_0 || t == LLMI_Q5_1 ? LLMI_Q5_K : t; }
-
-/* Packed layout (ops.h): per group of QP_ROWS rows and 32-column block, a head of the rows'
- * scales (and mins), then qp_quads(t) quads of (QP_ROWS rows x 4 bytes).  A Q8_0 quant is
- * stored as u = q + 128 and a Q4_0 nibble as u = q (its -8 applied as a correction), so that
- * every weight operand of vpdpbusd is unsigned; the k-quants store their unsigned codes
- * (Q6_K's -32, like Q4_0's -8, is a correction).  Heads:
- *   Q8_0, Q4_0: d (16) fp16                 Q4_1: d (16) fp16, m (16) fp16
- *   Q4_K, Q5_K: d (16) fp32, m (16) fp32    Q6_K: d of columns 0-15 (16) fp32, of 16-31 (16) fp32
- * The k-quants' are the exact fp32 products of kquant_sub_block, so a k-quant becomes
- * Q4_1's form (x = d * u + m) or, for Q6_K, a Q4_0-like one with a scale per half block,
- * with no rounding; the price is memory: 6 bits a weight for Q4_K (4.5 in GGUF), 10 for Q5_K
- * and Q6_K (5.5, 6.56), their codes a byte each as Q8_0's. */
+/* Packed layout (ops.h): per group of QP_ROWS rows, the 32-column blocks in order, each a
+ * head of the rows' scales (and mins) then qp_bits(t) quads of (QP_ROWS rows x 4 bytes);
+ * a k-quant's 8 blocks follow a super-block head of the rows' fp32 d (and -dmin).  The
+ * codes are unsigned so that every weight operand of vpdpbusd is: a Q8_0 quant is stored
+ * as u = q + 128, a Q4_0 nibble as u = q, a Q5_0 code as u = q, their -128, -8, -16 (and
+ * Q6_K's -32) applied as a correction.  Heads:
+ *   Q8_0, Q4_0, Q5_0: d (16) fp16                Q4_1, Q5_1: d (16) fp16, m (16) fp16
+ *   Q4_K, Q5_K: super d (16), -dmin (16) fp32;   per block scale (16), min (16) uint8
+ *   Q6_K:       super d (16) fp32;               per block scales of columns 0-15 (16),
+ *                                                16-31 (16) int8
+ * so a k-quant block's fp32 factors d * scale and -dmin * min are the kernels' exact
+ * products, the same numbers as kquant_sub_block's, and a k-quant is Q4_1's form
+ * (x = d_w * u + m_w) or, for Q6_K, a Q4_0-like one with a scale per half block. */
 #define QP_ROWS 16
-/* One byte per weight (8 quads, columns in order), or two nibbles (4 quads: a byte's low
- * nibble column i, its high one column 16 + i). */
-static int qp_quads(llmi_dtype t) { return t == LLMI_Q8_0 || t == LLMI_Q5_K || t == LLMI_Q6_K ? 8 : 4; }
-static size_t qp_head(llmi_dtype t) {
-    return dtype_is_kquant(t) ? 8 * QP_ROWS : (t == LLMI_Q4_1 ? 4 * QP_ROWS : 2 * QP_ROWS);
+/* Bits per code, which is also the quads per block: 8 one byte per column (quad j
+ * columns 4j..4j+3), else 4 quads of nibbles (quad j: low nibble column 4j + e, high
+ * nibble 16 + 4j + e) and, for 5 and 6 bits, 1 or 2 quads of the codes' top bits. */
+static int qp_bits(llmi_dtype t) {
+    switch (t) {
+    case LLMI_Q8_0: return 8;
+    case LLMI_Q5_0: case LLMI_Q5_1: case LLMI_Q5_K: return 5;
+    case LLMI_Q6_K: return 6;
+    default: return 4;
+    }
 }
-static size_t qp_block(llmi_dtype t) { return qp_head(t) + (size_t)qp_quads(t) * 4 * QP_ROWS; }
+/* Top bits of codes wider than 4: top-bit quad 4 + j / (4 / w) (w = bits - 4) holds, at
+ * byte 4r + e, the w top bits of column 4j + e at bit qp_top_shift and of column
+ * 16 + 4j + e at bit 4 + qp_top_shift: one 64-byte load holds 4 (w = 1) or 2 (w = 2)
+ * nibble quads' top bits, each extracted by one shift and mask. */
+static inline int qp_top_quad(int bits, int j) { return 4 + j / (4 / (bits - 4)); }
+static inline int qp_top_shift(int bits, int j) { return (bits - 4) * (j % (4 / (bits - 4))); }
+static size_t qp_head(llmi_dtype t) { return (t == LLMI_Q4_1 || t == LLMI_Q5_1 ? 4 : 2) * QP_ROWS; }
+static size_t qp_block(llmi_dtype t) { return qp_head(t) + (size_t)qp_bits(t) * 4 * QP_ROWS; }
+static int qp_per_super(llmi_dtype t) { return dtype_is_kquant(t) ? 8 : 1; }
+static size_t qp_super_head(llmi_dtype t) { return dtype_is_kquant(t) ? (t == LLMI_Q6_K ? 4 : 8) * QP_ROWS : 0; }
+static size_t qp_super(llmi_dtype t) { return qp_super_head(t) + (size_t)qp_per_super(t) * qp_block(t); }
+/* A group's packed bytes (nb 32-column blocks) and its block b. */
+static size_t qp_group_bytes(llmi_dtype t, int64_t nb) { return (size_t)(nb / qp_per_super(t)) * qp_super(t); }
+static inline const uint8_t *qp_block_at(const uint8_t *gp, llmi_dtype t, int64_t b) {
+    return gp + (size_t)(b / qp_per_super(t)) * qp_super(t) + qp_super_head(t) + (size_t)(b % qp_per_super(t)) * qp_block(t);
+}
 /* The unsigned weights are q + k: the block's integer dot carries -k * sum(x_q). */
-static int qp_k(llmi_dtype t) { return t == LLMI_Q4_0 ? 8 : (t == LLMI_Q8_0 ? 128 : 0); }
+static int qp_k(llmi_dtype t) { return t == LLMI_Q4_0 ? 8 : t == LLMI_Q5_0 ? 16 : (t == LLMI_Q8_0 ? 128 : 0); }
 /* Whether the block's "+ m" term applies (the head's second half holds m). */
-static int qp_has_min(llmi_dtype t) { return t == LLMI_Q4_1 || t == LLMI_Q4_K || t == LLMI_Q5_K; }
+static int qp_has_min(llmi_dtype t) { return t == LLMI_Q4_1 || t == LLMI_Q5_1 || t == LLMI_Q4_K || t == LLMI_Q5_K; }
 
 int cpu_qweight_packable(const llmi_tensor *w) {
     return is_qpacked(w->dtype) && w->layout == LLMI_LAYOUT_ROWS && w->cols % dtype_block_elems(w->dtype) == 0;
 }
 
 size_t cpu_qweight_bytes(const llmi_tensor *w) {
-    return (size_t)((w->rows + QP_ROWS - 1) / QP_ROWS) * (size_t)(w->cols / 32) * qp_block(qp_form(w->dtype));
+    return (size_t)((w->rows + QP_ROWS - 1) / QP_ROWS) * qp_group_bytes(w->dtype, w->cols / 32);
 }
 
-/* Row i of a group, 32-column block b (k-quant super-block b / 8, sub-block b % 8; a Q5_0
- * or Q5_1 block b) into the packed block o: its head entries and its codes. */
-static void pack_kquant(llmi_dtype t, const uint8_t *row, int64_t b, int i, uint8_t *o) {
-    uint8_t u[32];
-    float f[2];
-    const int per = dtype_block_elems(t) / 32;   /* 32-column blocks per stored block */
-    kquant_sub_block(t, row + (size_t)(b / per) * dtype_block_bytes(t), (int)(b % per), u, f);
-    t = qp_form(t);
-    memcpy(o + 4 * i, &f[0], 4);
-    memcpy(o + 4 * QP_ROWS + 4 * i, &f[1], 4);
-    uint8_t *q = o + qp_head(t) + 4 * i;   /* byte e of quad j at q + j * 4 * QP_ROWS + e */
+/* Row r's 32 codes u into a block's code quads q (zeroed before). */
+static void qp_put_codes(int bits, const uint8_t u[32], int r, uint8_t *q) {
     for (int c = 0; c < 32; c++) {
-        if (qp_quads(t) == 8) q[(size_t)(c / 4) * 4 * QP_ROWS + c % 4] = u[c];
-        else if (c < 16) q[(size_t)(c / 4) * 4 * QP_ROWS + c % 4] = (uint8_t)(u[c] | u[c + 16] << 4);
+        if (bits == 8) {
+            q[(size_t)(c / 4) * 4 * QP_ROWS + 4 * r + c % 4] = u[c];
+            continue;
+        }
+        const int j = c % 16 / 4, e = c % 4, hi = c >= 16;
+        q[(size_t)j * 4 * QP_ROWS + 4 * r + e] |= (uint8_t)((u[c] & 15) << (4 * hi));
+        if (bits > 4)
+            q[(size_t)qp_top_quad(bits, j) * 4 * QP_ROWS + 4 * r + e] |= (uint8_t)((u[c] >> 4) << (qp_top_shift(bits, j) + 4 * hi));
     }
+}
+
+/* Row i of a group, 32-column block b of a Q5_0/Q5_1 or k-quant row (a k-quant's
+ * super-block b / 8, sub-block b % 8) into the group's packed bytes og. */
+static void pack_decoded(llmi_dtype t, const uint8_t *row, int64_t b, int i, uint8_t *og) {
+    const int per = qp_per_super(t), s = (int)(b % per);
+    const uint8_t *blk = row + (size_t)(b / per) * dtype_block_bytes(t);
+    uint8_t u[32], *o = (uint8_t *)qp_block_at(og, t, b);
+    float f[2];
+    kquant_sub_block(t, blk, s, u, f);
+    if (dtype_is_kquant(t)) {
+        float sup[2];
+        int isc[2];
+        kquant_sub_scales(t, blk, s, sup, isc);
+        uint8_t *sh = o - qp_super_head(t) - (size_t)s * qp_block(t);
+        if (s == 0) {
+            memcpy(sh + 4 * i, &sup[0], 4);
+            if (t != LLMI_Q6_K) {
+                const float nd = -sup[1];
+                memcpy(sh + 4 * QP_ROWS + 4 * i, &nd, 4);
+            }
+        }
+        o[i] = (uint8_t)isc[0];   /* Q6_K's int8 scales as their two's complement bytes */
+        o[QP_ROWS + i] = (uint8_t)isc[1];
+    } else {
+        memcpy(o + 2 * i, blk, 2);                                            /* d */
+        if (t == LLMI_Q5_1) memcpy(o + 2 * QP_ROWS + 2 * i, blk + 2, 2);       /* m */
+    }
+    qp_put_codes(qp_bits(t), u, i, o + qp_head(t));
 }
 
 int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st) {
@@ -388,7 +431,7 @@ int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st) {
                          dtype_name(w->dtype), (long long)w->rows, (long long)w->cols);
     const llmi_dtype t = w->dtype;
     const int64_t groups = (w->rows + QP_ROWS - 1) / QP_ROWS, nb = w->cols / 32;
-    const size_t bb = dtype_block_bytes(t), pb = qp_block(qp_form(t)), head = qp_head(t), bytes = cpu_qweight_bytes(w);
+    const size_t bb = dtype_block_bytes(t), head = qp_head(t), gbytes = qp_group_bytes(t, nb), bytes = cpu_qweight_bytes(w);
     /* 2 MB aligned and advised as huge pages where the kernel allows (THP "madvise"): a
      * decode pass streams every packed byte once, one TLB entry per 2 MB instead of 4 KB */
     const size_t huge = (size_t)2 << 20, alloc = bytes >= huge ? (bytes + huge - 1) / huge * huge : (bytes + 63) / 64 * 64;
@@ -400,21 +443,23 @@ int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st) {
 #pragma omp parallel for schedule(static) if (bytes > (1u << 20))
     for (int64_t g = 0; g < groups; g++) {
         const int nr = w->rows - g * QP_ROWS < QP_ROWS ? (int)(w->rows - g * QP_ROWS) : QP_ROWS;
-        uint8_t *og = p + (size_t)g * nb * pb;   /* (nb, head + quads * 64) */
-        if (nr < QP_ROWS) memset(og, 0, (size_t)nb * pb);   /* rows past the end stay zero */
+        uint8_t *og = p + (size_t)g * gbytes;
+        memset(og, 0, gbytes);   /* rows past the end stay zero; codes are or-ed in */
         for (int i = 0; i < nr; i++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)(g * QP_ROWS + i) * w->row_bytes;
-            if (qp_form(t) != t || dtype_is_kquant(t)) {
-                for (int64_t b = 0; b < nb; b++) pack_kquant(t, row, b, i, og + (size_t)b * pb);
+            if (t != LLMI_Q8_0 && t != LLMI_Q4_0 && t != LLMI_Q4_1) {
+                for (int64_t b = 0; b < nb; b++) pack_decoded(t, row, b, i, og);
                 continue;
             }
+            /* Q8_0, Q4_0, Q4_1: the GGUF block's bytes in place (a block's qs[4j..4j+3] is
+             * nibble quad j's, or byte quad j's) */
             const uint8_t *src = row;
             for (int64_t b = 0; b < nb; b++, src += bb) {
-                uint8_t *o = og + (size_t)b * pb;
+                uint8_t *o = og + (size_t)b * qp_block(t);
                 memcpy(o + 2 * i, src, 2);                                           /* d */
                 if (t == LLMI_Q4_1) memcpy(o + 2 * QP_ROWS + 2 * i, src + 2, 2);      /* m */
                 const uint8_t *qs = src + (t == LLMI_Q4_1 ? 4 : 2);
-                for (int j = 0; j < qp_quads(t); j++) {
+                for (int j = 0; j < qp_bits(t); j++) {
                     uint32_t v;
                     memcpy(&v, qs + 4 * j, 4);
                     if (t == LLMI_Q8_0) v ^= 0x80808080u;
@@ -510,42 +555,49 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
  * one packed group, in the recipe's order (see the file comment).  The block's weight
  * operands are unpacked once for the TN tokens.  DT is a constant: each instance keeps
  * only its dtype's branches. */
-#define QGROUP_INSTANCE(NAME, DT, TN)                                                                  \
-    static void NAME(const uint8_t *gp, const cpu_qact *qx, int t0, int pf, __m512 *out) {             \
-        const int nb = qx->nb, k = qp_k(DT);                                                            \
-        const size_t pb = qp_block(DT), head = qp_head(DT);                                             \
-        const __m512i m4 = _mm512_set1_epi8(15);                                                        \
+#define QGROUP_INSTANCE(NAME, DT, TN, ATTR)                                                                \
+    static ATTR void NAME(const uint8_t *gp, const cpu_qact *qx, int t0, int pf, __m512 *out) {        \
+        const int nb = qx->nb, k = qp_k(DT), bits = qp_bits(DT), per = qp_per_super(DT);                \
+        const size_t pb = qp_block(DT), head = qp_head(DT), sh = qp_super_head(DT), sb = sh + per * pb; \
+        const __m512i m4 = _mm512_set1_epi8(15), top = _mm512_set1_epi8(bits == 6 ? 0x30 : 0x10);        \
         __m512 acc[TN];                                                                                 \
         _Pragma("GCC unroll 8") for (int i = 0; i < TN; i++) acc[i] = _mm512_setzero_ps();              \
         for (int b = 0; b < nb; b++) {                                                                  \
-            const uint8_t *p = gp + (size_t)b * pb;                                                     \
-            if (pf)                                                                                     \
-                for (size_t off = 0; off < pb; off += 64)                                               \
+            const uint8_t *sp = gp + (size_t)(b / per) * sb, *p = sp + sh + (size_t)(b % per) * pb;     \
+            if (pf) /* (the last block of a super-block also the next one's head) */                   \
+                for (size_t off = 0; off < pb + (b % per == per - 1 ? sh : 0); off += 64)              \
                     _mm_prefetch((const char *)p + MM_PREFETCH_BYTES + off, _MM_HINT_T0);               \
             /* the rows' scales d and mins m (Q6_K: the scales of columns 0-15 and 16-31) */           \
             __m512 d, mn;                                                                               \
-            if (dtype_is_kquant(DT)) {                                                                  \
-                d = _mm512_loadu_ps(p);                                                                 \
-                mn = _mm512_loadu_ps(p + 64);                                                           \
+            if (DT == LLMI_Q6_K) {                                                                      \
+                const __m512 sd = _mm512_loadu_ps(sp);                                                  \
+                d = _mm512_mul_ps(sd, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)))); \
+                mn = _mm512_mul_ps(sd, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))))); \
+            } else if (dtype_is_kquant(DT)) {                                                           \
+                d = _mm512_mul_ps(_mm512_loadu_ps(sp),                                                  \
+                                  _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)))); \
+                mn = _mm512_mul_ps(_mm512_loadu_ps(sp + 64),                                            \
+                                   _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))))); \
             } else {                                                                                    \
                 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));                            \
-                mn = DT == LLMI_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)))   \
-                                     : _mm512_setzero_ps();                                             \
+                mn = qp_has_min(DT) ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)))    \
+                                    : _mm512_setzero_ps();                                              \
             }                                                                                           \
-            __m512i u[8]; /* operand j pairs with activation bytes xo[j]..xo[j]+3 */                    \
-            int xo[8];                                                                                  \
-            for (int j = 0; j < 4; j++) {                                                               \
-                if (qp_quads(DT) == 8) { /* operands 0-3 are columns 0-15, 4-7 columns 16-31 */        \
-                    u[2 * j] = _mm512_loadu_si512(p + head + (size_t)(2 * j) * 64);                      \
-                    u[2 * j + 1] = _mm512_loadu_si512(p + head + (size_t)(2 * j + 1) * 64);              \
-                    xo[2 * j] = 8 * j;                                                                  \
-                    xo[2 * j + 1] = 8 * j + 4;                                                          \
-                } else {                                                                                \
-                    __m512i v = _mm512_loadu_si512(p + head + (size_t)j * 64);                           \
-                    u[2 * j] = _mm512_and_si512(v, m4);                                                  \
-                    u[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);                        \
-                    xo[2 * j] = 4 * j;                                                                  \
-                    xo[2 * j + 1] = 16 + 4 * j;                                                         \
+            __m512i u[8]; /* operand j pairs with activation bytes 4j..4j+3 */                          \
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {                                      \
+                if (bits == 8) {                                                                        \
+                    u[j] = _mm512_loadu_si512(p + head + (size_t)j * 64);                               \
+                    u[4 + j] = _mm512_loadu_si512(p + head + (size_t)(4 + j) * 64);                     \
+                    continue;                                                                           \
+                }                                                                                       \
+                const __m512i v = _mm512_loadu_si512(p + head + (size_t)j * 64);                         \
+                u[j] = _mm512_and_si512(v, m4);                                                         \
+                u[4 + j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);                               \
+                if (bits > 4) { /* the top bits to bit 4 (no 16-bit shift crosses a byte's mask) */    \
+                    const __m512i tq = _mm512_loadu_si512(p + head + (size_t)qp_top_quad(bits, j) * 64); \
+                    const int sft = qp_top_shift(bits, j);                                              \
+                    u[j] = _mm512_or_si512(u[j], _mm512_and_si512(_mm512_slli_epi16(tq, 4 - sft), top)); \
+                    u[4 + j] = _mm512_or_si512(u[4 + j], _mm512_and_si512(_mm512_srli_epi16(tq, sft), top)); \
                 }                                                                                       \
             }                                                                                           \
             _Pragma("GCC unroll 8") for (int i = 0; i < TN; i++) { /* (unrolled: acc stays in registers) */ \
@@ -557,7 +609,7 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
                     __m512i is1 = _mm512_set1_epi32(-32 * qx->isx16[2 * tb + 1]);                       \
                     _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                              \
                         int32_t x4;                                                                     \
-                        memcpy(&x4, xq + xo[j], 4);                                                     \
+                        memcpy(&x4, xq + 4 * j, 4);                                                     \
                         if (j < 4) is0 = _mm512_dpbusd_epi32(is0, u[j], _mm512_set1_epi32(x4));         \
                         else is1 = _mm512_dpbusd_epi32(is1, u[j], _mm512_set1_epi32(x4));               \
                     }                                                                                   \
@@ -568,7 +620,7 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
                 __m512i is = _mm512_set1_epi32(-k * qx->isx[tb]);                                       \
                 _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                                  \
                     int32_t x4;                                                                         \
-                    memcpy(&x4, xq + xo[j], 4);                                                         \
+                    memcpy(&x4, xq + 4 * j, 4);                                                         \
                     is = _mm512_dpbusd_epi32(is, u[j], _mm512_set1_epi32(x4));                          \
                 }                                                                                       \
                 acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, dx), acc[i]);          \
@@ -577,11 +629,11 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
         }                                                                                               \
         _Pragma("GCC unroll 8") for (int i = 0; i < TN; i++) out[i] = acc[i];                           \
     }
-#define QGROUP_FORMAT(DT, SFX)                                                                          \
-    QGROUP_INSTANCE(qgroup_##SFX##_1, DT, 1)                                                            \
-    QGROUP_INSTANCE(qgroup_##SFX##_2, DT, 2)                                                            \
-    QGROUP_INSTANCE(qgroup_##SFX##_4, DT, 4)                                                            \
-    QGROUP_INSTANCE(qgroup_##SFX##_8, DT, 8)                                                            \
+#define QGROUP_FORMAT(DT, SFX, ATTR)                                                                    \
+    QGROUP_INSTANCE(qgroup_##SFX##_1, DT, 1, ATTR)                                                      \
+    QGROUP_INSTANCE(qgroup_##SFX##_2, DT, 2, ATTR)                                                      \
+    QGROUP_INSTANCE(qgroup_##SFX##_4, DT, 4, ATTR)                                                      \
+    QGROUP_INSTANCE(qgroup_##SFX##_8, DT, 8, ATTR)                                                      \
     static void qgroup_##SFX(const uint8_t *gp, const cpu_qact *qx, int t0, int tn, int pf, __m512 *acc) { \
         int i = 0;                                                                                      \
         for (; i + 8 <= tn; i += 8) qgroup_##SFX##_8(gp, qx, t0 + i, pf, acc + i);                     \
@@ -589,20 +641,25 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
         for (; i + 2 <= tn; i += 2) qgroup_##SFX##_2(gp, qx, t0 + i, pf, acc + i);                     \
         for (; i < tn; i++) qgroup_##SFX##_1(gp, qx, t0 + i, pf, acc + i);                             \
     }
-QGROUP_FORMAT(LLMI_Q4_0, q4_0)
-QGROUP_FORMAT(LLMI_Q4_1, q4_1)
-QGROUP_FORMAT(LLMI_Q8_0, q8_0)
-QGROUP_FORMAT(LLMI_Q4_K, q4_k)
-QGROUP_FORMAT(LLMI_Q5_K, q5_k)
-QGROUP_FORMAT(LLMI_Q6_K, q6_k)
+/* The wider codes' kernels are kept out of quant_range: inlined there, their decode
+ * (one token) runs 1.3x slower (register allocation over the larger function). */
+#define QG_OWN __attribute__((noinline))
+QGROUP_FORMAT(LLMI_Q4_0, q4_0, )
+QGROUP_FORMAT(LLMI_Q4_1, q4_1, )
+QGROUP_FORMAT(LLMI_Q8_0, q8_0, )
+QGROUP_FORMAT(LLMI_Q5_0, q5_0, QG_OWN)
+QGROUP_FORMAT(LLMI_Q5_1, q5_1, QG_OWN)
+QGROUP_FORMAT(LLMI_Q4_K, q4_k, QG_OWN)
+QGROUP_FORMAT(LLMI_Q5_K, q5_k, QG_OWN)
+QGROUP_FORMAT(LLMI_Q6_K, q6_k, QG_OWN)
 #elif defined(MM_AVX2)
 /* The same recipe on AVX2, 8 rows a vector: half h of the group (rows 8h .. 8h + 7) is 32
  * bytes of each 64-byte quad.  vpmaddubsw multiplies unsigned by signed bytes and sums the
  * pairs into int16, saturating, so the operands' int16 sums are widened by vpmaddwd (by
  * ones) to int32 before they can overflow: a pair of codes of at most U times activations
  * (|x| <= 127) is at most 254 U, so MM_I16_RUN operands of a block are summed in int16 where
- * 254 U times that many is at most 32,767: 8 for nibbles (U = 15: 30,480), 4 for Q5_K's
- * 5-bit codes (31,496), 2 for Q6_K's 6-bit ones (32,004).  A Q8_0 byte u = q + 128 (up to
+ * 254 U times that many is at most 32,767: 8 for nibbles (U = 15: 30,480), 4 for the Q5 types
+ * (5-bit codes: 31,496), 2 for Q6_K's 6-bit ones (32,004).  A Q8_0 byte u = q + 128 (up to
  * 255) would saturate one pair alone: it is split into its nibbles, u = 16 u_hi + u_lo, two
  * such dots.  The block's integer dots are then the same int32s as vpdpbusd's, and their
  * float steps (fp16 scales by F16C, the products rounded, the FMAs) are the AVX-512
@@ -612,45 +669,54 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
     memcpy(&x4, x, 4);
     return _mm256_set1_epi32(x4);
 }
-#define MM_I16_RUN(DT) ((DT) == LLMI_Q6_K ? 2 : (DT) == LLMI_Q5_K ? 4 : 8)
+/* (an expression of DT, not qp_bits(DT): GCC's unroll pragmas want a bound it can read) */
+#define MM_I16_RUN(DT) ((DT) == LLMI_Q6_K ? 2 : ((DT) == LLMI_Q5_0 || (DT) == LLMI_Q5_1 || (DT) == LLMI_Q5_K) ? 4 : 8)
 #define QGROUP2_INSTANCE(NAME, DT, TN)                                                                  \
     static void NAME(const uint8_t *gp, const cpu_qact *qx, int t0, int pf, float *out) {               \
-        const int nb = qx->nb, k = qp_k(DT);                                                            \
-        const size_t pb = qp_block(DT), head = qp_head(DT);                                             \
+        const int nb = qx->nb, k = qp_k(DT), bits = qp_bits(DT), per = qp_per_super(DT);                \
+        const size_t pb = qp_block(DT), head = qp_head(DT), sh = qp_super_head(DT), sb = sh + per * pb; \
         const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);                          \
         for (int h = 0; h < 2; h++) {                                                                   \
             __m256 acc[TN];                                                                             \
             _Pragma("GCC unroll 4") for (int i = 0; i < TN; i++) acc[i] = _mm256_setzero_ps();          \
             for (int b = 0; b < nb; b++) {                                                              \
-                const uint8_t *p = gp + (size_t)b * pb;                                                 \
+                const uint8_t *sp = gp + (size_t)(b / per) * sb, *p = sp + sh + (size_t)(b % per) * pb; \
                 if (pf && h == 0)                                                                       \
-                    for (size_t off = 0; off < pb; off += 64)                                           \
+                    for (size_t off = 0; off < pb + (b % per == per - 1 ? sh : 0); off += 64)          \
                         _mm_prefetch((const char *)p + MM_PREFETCH_BYTES + off, _MM_HINT_T0);           \
                 /* the rows' scales d and mins m (Q6_K: the scales of columns 0-15 and 16-31) */       \
                 __m256 d, mn;                                                                           \
-                if (dtype_is_kquant(DT)) {                                                              \
-                    d = _mm256_loadu_ps((const float *)(p + 32 * h));                                   \
-                    mn = _mm256_loadu_ps((const float *)(p + 64 + 32 * h));                             \
+                if (DT == LLMI_Q6_K) {                                                                  \
+                    const __m256 sd = _mm256_loadu_ps((const float *)(sp + 32 * h));                    \
+                    d = _mm256_mul_ps(sd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * h))))); \
+                    mn = _mm256_mul_ps(sd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 16 + 8 * h))))); \
+                } else if (dtype_is_kquant(DT)) {                                                       \
+                    d = _mm256_mul_ps(_mm256_loadu_ps((const float *)(sp + 32 * h)),                    \
+                                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * h))))); \
+                    mn = _mm256_mul_ps(_mm256_loadu_ps((const float *)(sp + 64 + 32 * h)),              \
+                                       _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 16 + 8 * h))))); \
                 } else {                                                                                \
                     d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));                \
-                    mn = DT == LLMI_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h))) \
-                                         : _mm256_setzero_ps();                                         \
+                    mn = qp_has_min(DT) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h))) \
+                                        : _mm256_setzero_ps();                                          \
                 }                                                                                       \
-                __m256i u[8]; /* operand j pairs with activation bytes xo[j]..xo[j]+3 (Q8_0: u_lo, u_hi) */ \
-                int xo[8];                                                                              \
-                for (int j = 0; j < 4; j++) {                                                           \
-                    if (qp_quads(DT) == 8) {                                                            \
-                        /* quads 2j and 2j + 1 (columns 8j.., 8j + 4..); Q8_0's split at the dot below */ \
-                        u[2 * j] = _mm256_loadu_si256((const __m256i *)(p + head + (size_t)(2 * j) * 64 + 32 * h)); \
-                        u[2 * j + 1] = _mm256_loadu_si256((const __m256i *)(p + head + (size_t)(2 * j + 1) * 64 + 32 * h)); \
-                        xo[2 * j] = 8 * j;                                                              \
-                        xo[2 * j + 1] = 8 * j + 4;                                                      \
-                    } else {                                                                            \
-                        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + head + (size_t)j * 64 + 32 * h)); \
-                        u[2 * j] = _mm256_and_si256(v, m4);                                             \
-                        u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);                   \
-                        xo[2 * j] = 4 * j;                                                              \
-                        xo[2 * j + 1] = 16 + 4 * j;                                                     \
+                __m256i u[8]; /* operand j pairs with activation bytes 4j..4j+3 (Q8_0: split below) */  \
+                _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {                                  \
+                    if (bits == 8) {                                                                    \
+                        u[j] = _mm256_loadu_si256((const __m256i *)(p + head + (size_t)j * 64 + 32 * h)); \
+                        u[4 + j] = _mm256_loadu_si256((const __m256i *)(p + head + (size_t)(4 + j) * 64 + 32 * h)); \
+                        continue;                                                                       \
+                    }                                                                                   \
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(p + head + (size_t)j * 64 + 32 * h)); \
+                    u[j] = _mm256_and_si256(v, m4);                                                     \
+                    u[4 + j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);                           \
+                    if (bits > 4) { /* the top bits to bit 4 */                                         \
+                        const __m256i top = _mm256_set1_epi8(bits == 6 ? 0x30 : 0x10);                   \
+                        const __m256i tq = _mm256_loadu_si256(                                           \
+                            (const __m256i *)(p + head + (size_t)qp_top_quad(bits, j) * 64 + 32 * h));   \
+                        const int sft = qp_top_shift(bits, j);                                          \
+                        u[j] = _mm256_or_si256(u[j], _mm256_and_si256(_mm256_slli_epi16(tq, 4 - sft), top)); \
+                        u[4 + j] = _mm256_or_si256(u[4 + j], _mm256_and_si256(_mm256_srli_epi16(tq, sft), top)); \
                     }                                                                                   \
                 }                                                                                       \
                 _Pragma("GCC unroll 4") for (int i = 0; i < TN; i++) {                                  \
@@ -660,7 +726,7 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
                     if (DT == LLMI_Q8_0) { /* split per token: u_lo/u_hi kept would take 16 ymm */      \
                         __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256(); /* int16 pair sums */ \
                         _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                           \
-                            const __m256i xv = mm_bcast4(xq + xo[j]);                                   \
+                            const __m256i xv = mm_bcast4(xq + 4 * j);                                   \
                             lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_and_si256(u[j], m4), xv)); \
                             const __m256i uh = _mm256_and_si256(_mm256_srli_epi16(u[j], 4), m4);        \
                             hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(uh, xv));                    \
@@ -674,9 +740,9 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
                     __m256i is0 = _mm256_set1_epi32(DT == LLMI_Q6_K ? -32 * qx->isx16[2 * tb] : -k * qx->isx[tb]); \
                     __m256i is1 = _mm256_set1_epi32(DT == LLMI_Q6_K ? -32 * qx->isx16[2 * tb + 1] : 0); \
                     _Pragma("GCC unroll 8") for (int j0 = 0; j0 < 8; j0 += MM_I16_RUN(DT)) {            \
-                        __m256i s16 = _mm256_maddubs_epi16(u[j0], mm_bcast4(xq + xo[j0]));              \
+                        __m256i s16 = _mm256_maddubs_epi16(u[j0], mm_bcast4(xq + 4 * j0));              \
                         _Pragma("GCC unroll 8") for (int j = j0 + 1; j < j0 + MM_I16_RUN(DT); j++)      \
-                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[j], mm_bcast4(xq + xo[j]))); \
+                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[j], mm_bcast4(xq + 4 * j))); \
                         if (DT == LLMI_Q6_K && j0 >= 4) is1 = _mm256_add_epi32(is1, _mm256_madd_epi16(s16, ones)); \
                         else is0 = _mm256_add_epi32(is0, _mm256_madd_epi16(s16, ones));                 \
                     }                                                                                   \
@@ -704,17 +770,33 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
 QGROUP2_FORMAT(LLMI_Q4_0, q4_0)
 QGROUP2_FORMAT(LLMI_Q4_1, q4_1)
 QGROUP2_FORMAT(LLMI_Q8_0, q8_0)
+QGROUP2_FORMAT(LLMI_Q5_0, q5_0)
+QGROUP2_FORMAT(LLMI_Q5_1, q5_1)
 QGROUP2_FORMAT(LLMI_Q4_K, q4_k)
 QGROUP2_FORMAT(LLMI_Q5_K, q5_k)
 QGROUP2_FORMAT(LLMI_Q6_K, q6_k)
 #else
 /* The same recipe one (row, token) at a time: the same integers, products and fused
  * multiply-adds in the same order, so every body gives the same bits. */
-static float qp_head_value(const uint8_t *p, llmi_dtype t, int k, int r) {   /* head half k, row r */
-    if (dtype_is_kquant(t)) {
+/* Code c of row r in a block's code quads q (the layout above). */
+static int qp_code(int bits, const uint8_t *q, int r, int c) {
+    if (bits == 8) return q[(size_t)(c / 4) * 4 * QP_ROWS + 4 * r + c % 4];
+    const int j = c % 16 / 4, e = c % 4, hi = c >= 16;
+    int v = q[(size_t)j * 4 * QP_ROWS + 4 * r + e] >> (4 * hi) & 15;
+    if (bits > 4) {
+        const int top = q[(size_t)qp_top_quad(bits, j) * 4 * QP_ROWS + 4 * r + e];
+        v |= (top >> (qp_top_shift(bits, j) + 4 * hi) & ((1 << (bits - 4)) - 1)) << 4;
+    }
+    return v;
+}
+static float qp_head_value(const uint8_t *gp, llmi_dtype t, int b, int k, int r) {   /* head half k, row r */
+    const uint8_t *p = qp_block_at(gp, t, b);
+    if (dtype_is_kquant(t)) {   /* the super-block's d (-dmin) times the integer scale (min) */
+        const uint8_t *sp = p - qp_super_head(t) - (size_t)(b % qp_per_super(t)) * qp_block(t);
         float f;
-        memcpy(&f, p + 4 * QP_ROWS * k + 4 * r, 4);
-        return f;
+        memcpy(&f, sp + (t == LLMI_Q6_K ? 0 : 4 * QP_ROWS * k) + 4 * r, 4);
+        const int s = t == LLMI_Q6_K ? (int8_t)p[QP_ROWS * k + r] : p[QP_ROWS * k + r];
+        return f * (float)s;
     }
     uint16_t h;
     memcpy(&h, p + 2 * QP_ROWS * k + 2 * r, 2);
@@ -722,26 +804,20 @@ static float qp_head_value(const uint8_t *p, llmi_dtype t, int k, int r) {   /* 
 }
 static void qgroup_scalar(const uint8_t *gp, llmi_dtype t, const cpu_qact *qx, int t0, int tn, float *acc) {
     const int nb = qx->nb, k = qp_k(t);
-    const size_t pb = qp_block(t), head = qp_head(t);
     for (int i = 0; i < tn; i++)
         for (int r = 0; r < QP_ROWS; r++) {
             float a = 0.0f;
             for (int b = 0; b < nb; b++) {
-                const uint8_t *p = gp + (size_t)b * pb;
+                const uint8_t *q = qp_block_at(gp, t, b) + qp_head(t);
                 const size_t tb = (size_t)(t0 + i) * nb + b;
                 const int8_t *xq = qx->q + tb * 32;
                 /* is[0]: the block's dot (Q6_K: of columns 0-15, is[1] of 16-31) */
                 int32_t is[2] = {t == LLMI_Q6_K ? -32 * qx->isx16[2 * tb] : -k * qx->isx[tb],
                                  t == LLMI_Q6_K ? -32 * qx->isx16[2 * tb + 1] : 0};
-                for (int j = 0; j < qp_quads(t); j++)
-                    for (int e = 0; e < 4; e++) {
-                        int u = p[head + (size_t)j * 4 * QP_ROWS + 4 * r + e];
-                        if (qp_quads(t) == 8) is[t == LLMI_Q6_K && j >= 4] += u * xq[4 * j + e];
-                        else is[0] += (u & 15) * xq[4 * j + e] + (u >> 4) * xq[16 + 4 * j + e];
-                    }
-                a = fmaf((float)is[0], qp_head_value(p, t, 0, r) * qx->dx[tb], a);
-                if (t == LLMI_Q6_K) a = fmaf((float)is[1], qp_head_value(p, t, 1, r) * qx->dx[tb], a);
-                else if (qp_has_min(t)) a = fmaf(qp_head_value(p, t, 1, r), qx->sx[tb], a);
+                for (int c = 0; c < 32; c++) is[t == LLMI_Q6_K && c >= 16] += qp_code(qp_bits(t), q, r, c) * xq[c];
+                a = fmaf((float)is[0], qp_head_value(gp, t, b, 0, r) * qx->dx[tb], a);
+                if (t == LLMI_Q6_K) a = fmaf((float)is[1], qp_head_value(gp, t, b, 1, r) * qx->dx[tb], a);
+                else if (qp_has_min(t)) a = fmaf(qp_head_value(gp, t, b, 1, r), qx->sx[tb], a);
             }
             acc[(size_t)i * QP_ROWS + r] = a;
         }
@@ -755,7 +831,7 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
         fprintf(stderr, "llmi: internal error: cpu matmul on an unpacked %s weight\n", dtype_name(w->dtype));
         abort();
     }
-    const size_t gbytes = (size_t)qx->nb * qp_block(qp_form(w->dtype));
+    const size_t gbytes = qp_group_bytes(w->dtype, qx->nb);
     for (int64_t g = r0 / QP_ROWS; g * QP_ROWS < r1; g++) {
         const uint8_t *gp = (const uint8_t *)w->data + (size_t)g * gbytes;
         const int64_t lo = g * QP_ROWS > r0 ? g * QP_ROWS : r0, hi = (g + 1) * QP_ROWS < r1 ? (g + 1) * QP_ROWS : r1;
@@ -763,9 +839,11 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
             int tn = tb - t0 < MM_TILE ? tb - t0 : MM_TILE, pf = t0 == ta;
 #if defined(MM_AVX512)
             __m512 acc[MM_TILE];   /* (token of the tile) the group's QP_ROWS rows */
-            switch (qp_form(w->dtype)) {
+            switch (w->dtype) {
             case LLMI_Q4_1: qgroup_q4_1(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q4_0: qgroup_q4_0(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q5_0: qgroup_q5_0(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q5_1: qgroup_q5_1(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q4_K: qgroup_q4_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q5_K: qgroup_q5_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q6_K: qgroup_q6_k(gp, qx, t0, tn, pf, acc); break;
@@ -777,9 +855,11 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
 #else
             float acc[MM_TILE * QP_ROWS];   /* (token of the tile, row of the group) */
 #if defined(MM_AVX2)
-            switch (qp_form(w->dtype)) {
+            switch (w->dtype) {
             case LLMI_Q4_1: qgroup2_q4_1(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q4_0: qgroup2_q4_0(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q5_0: qgroup2_q5_0(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q5_1: qgroup2_q5_1(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q4_K: qgroup2_q4_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q5_K: qgroup2_q5_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q6_K: qgroup2_q6_k(gp, qx, t0, tn, pf, acc); break;
@@ -787,7 +867,7 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
             }
 #else
             (void)pf;
-            qgroup_scalar(gp, qp_form(w->dtype), qx, t0, tn, acc);
+            qgroup_scalar(gp, w->dtype, qx, t0, tn, acc);
 #endif
             for (int i = 0; i < tn; i++)
                 for (int64_t r = lo; r < hi; r++) y[(size_t)(t0 + i) * w->rows + r] = acc[(size_t)i * QP_ROWS + (r - g * QP_ROWS)];

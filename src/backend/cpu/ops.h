@@ -42,24 +42,24 @@ void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n
                       float *const *y, void *scratch, size_t scratch_bytes);
 size_t cpu_matmul_scratch_bytes(int n, int64_t cols);
 
-/* Quantized weights (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) as the CPU kernels read them,
- * "packed": the rows in groups of 16 (the last group padded with zero rows), and per group
- * and 32-column block b (a k-quant super-block is 8 of them), at
- * ((group * n_blocks) + b) * block_bytes (head + quads * 64), a head then the codes:
- *   Q8_0, Q4_0  d (16) fp16 scales, one per row
- *   Q4_1        d (16) fp16 scales, m (16) fp16 mins: x = d * q + m
- *   Q4_K, Q5_K  d (16) fp32 = d * scale, m (16) fp32 = -(dmin * min) of the row's
- *               sub-block: x = d * q + m, exact
- *   Q6_K        d0, d1 (16 each) fp32 = d * scales[] of columns 0-15 and 16-31:
- *               x = d_h * (q - 32), exact
- *   q  (quads, 16 rows, 4 bytes): quad j holds every row's code bytes 4j..4j+3: Q4_0, Q4_1,
- *      Q4_K 4 quads of nibble pairs, the low nibbles columns 4j..4j+3, the high ones 16+4j..;
- *      Q8_0, Q5_K, Q6_K 8 quads of one byte per column (4j..4j+3): Q8_0 q + 128, the
- *      k-quants their unsigned codes
+/* Quantized weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) as the CPU kernels
+ * read them, "packed": the rows in groups of 16 (the last group padded with zero rows), a
+ * group's 32-column blocks in order (a k-quant's 8 blocks after a super-block head of the
+ * rows' fp32 d, and -dmin for Q4_K/Q5_K), each block a head then its code quads:
+ *   Q8_0, Q4_0, Q5_0  d (16) fp16 scales, one per row
+ *   Q4_1, Q5_1        d (16) fp16 scales, m (16) fp16 mins: x = d * q + m
+ *   Q4_K, Q5_K        scale (16), min (16) uint8: x = (d * scale) * q + (-dmin * min)
+ *   Q6_K              scale of columns 0-15 (16), of 16-31 (16) int8: x = (d * scale) * (q - 32)
+ * (each product exact in fp32: the factors are the file's, nothing is re-quantized), then
+ * quads of (16 rows, 4 bytes) at byte 4 * row + e:
+ *   Q8_0     8 quads, quad j bytes q + 128 of columns 4j + e
+ *   the rest 4 quads, quad j the low 4 bits of column 4j + e (low nibble) and of column
+ *            16 + 4j + e (high nibble); then 5-bit codes (Q5_*) 1 quad, 6-bit (Q6_K) 2,
+ *            of the top bits: top quad 4 + j / (4 / w) (w = bits - 4) holds, at bit
+ *            w * (j % (4 / w)), column 4j + e's and, 4 bits higher, column 16 + 4j + e's
  * so one 64-byte load is one column quad of 16 rows: the operand of one VNNI dot product
- * against 4 activation bytes.  Bits per weight: Q8_0, Q4_0, Q4_1 the GGUF layout's
- * (8.5, 4.5, 5); Q4_K 6 (4.5 in GGUF), Q5_K and Q6_K 10 (5.5, 6.5625): the price of the
- * exact, re-quantization-free conversion to the kernels' skeleton.
+ * against 4 activation bytes.  Bits per weight: Q8_0 8.5, Q4_0 4.5, Q4_1 5, Q5_0 5.5, Q5_1
+ * 6 (the GGUF layout's), Q4_K 4.75, Q5_K 5.75, Q6_K 6.625 (GGUF 4.5, 5.5, 6.5625).
  * cpu_qweight_pack makes one (out->owned: free it) with layout LLMI_LAYOUT_CPU16. */
 int cpu_qweight_packable(const llmi_tensor *w);
 size_t cpu_qweight_bytes(const llmi_tensor *w);
@@ -72,7 +72,7 @@ typedef struct cpu_qact {
     int8_t *q;        /* (n, nb*32) int8 activations, columns in order */
     float *dx;        /* (n, nb) block scale d_x = amax / 127 */
     int32_t *isx;     /* (n, nb) sum of the block's 32 x_q (the -k * sum correction) */
-    float *sx;        /* (n, nb) d_x * sum(x_q) (Q4_1's, Q4_K's, Q5_K's min term) */
+    float *sx;        /* (n, nb) d_x * sum(x_q) (the min term of Q4_1, Q5_1, Q4_K, Q5_K) */
     int32_t *isx16;   /* (n, nb, 2) sums of the x_q of columns 0-15 and 16-31 (Q6_K's -32 *
                          sum correction, one per scale of 16 columns) */
 } cpu_qact;
