@@ -1,5 +1,5 @@
 /* dequant.cu — owns the load-time conversion of stored weights (GGUF Q8_0/Q4_0/Q4_1,
- * Q5_0/Q5_1, Q4_K/Q5_K/Q6_K, f32/f16/bf16) to the GEMM dtype (bf16, or f16 for fp16 models), and the conversions of
+ * Q5_0/Q5_1, Q3_K/Q4_K/Q5_K/Q6_K, f32/f16/bf16) to the GEMM dtype (bf16, or f16 for fp16 models), and the conversions of
  * activations between fp32 and a stored dtype.  Twins: tensor_dequant_row, whose products
  * it reproduces without fused multiply-adds so the fp32 value before the final rounding is
  * the same; f32_to_bf16 / f32_to_fp16 (core/dtype.h) for the stores. */
@@ -12,6 +12,11 @@ __device__ __forceinline__ float half_bits(const uint8_t *p) {
 /* Value e (0..255) of a k-quant super-block, as kquant_dequant_block (core/tensor.c)
  * computes it: the same products in the same order, none fused. */
 __device__ float kquant_value(const uint8_t *blk, llmi_dtype dt, int e) {
+    if (dt == LLMI_Q3_K) {   /* bit pair of qs, third bit of hmask, signed 6-bit scale per 16 */
+        const int half = e >> 7, k = (e >> 5) & 3, l = e & 31;
+        const int q = ((blk[32 + 32 * half + l] >> (2 * k)) & 3 | ((blk[l] >> (e >> 5)) & 1) << 2) - 4;
+        return __fmul_rn(__fmul_rn(half_bits(blk + 108), (float)kquant_q3_scale(blk + 96, e >> 4)), (float)q);
+    }
     if (dt == LLMI_Q6_K) {
         const int half = e >> 7, k = (e >> 5) & 3, l = e & 31;
         const uint8_t lo = blk[64 * half + l + 32 * (k & 1)], hb = blk[128 + 32 * half + l];
@@ -63,11 +68,15 @@ __global__ void llmi_dequant_kernel(const uint8_t *src, llmi_dtype src_dt, int64
                     : __fmul_rn((float)(qv - 16), half_bits(blk));
             break;
         }
+        case LLMI_Q3_K:
         case LLMI_Q4_K:
         case LLMI_Q5_K:
         case LLMI_Q6_K:
-            v = kquant_value(src + (i >> 8) * (src_dt == LLMI_Q4_K ? 144 : src_dt == LLMI_Q5_K ? 176 : 210), src_dt,
-                             (int)(i & 255));
+            v = kquant_value(src + (i >> 8) * (src_dt == LLMI_Q3_K   ? 110
+                                               : src_dt == LLMI_Q4_K ? 144
+                                               : src_dt == LLMI_Q5_K ? 176
+                                                                     : 210),
+                             src_dt, (int)(i & 255));
             break;
         default:
             v = llmi_load(src, src_dt, i);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes testdata/kquant/: random GGUF k-quant super-blocks (Q4_K, Q5_K, Q6_K) and 5-bit
+"""Writes testdata/kquant/: random GGUF k-quant super-blocks (Q3_K, Q4_K, Q5_K, Q6_K) and 5-bit
 blocks (Q5_0, Q5_1, what llama-quantize's k-quant mixes fall back to), and their
 values as gguf-py (llama.cpp's own Python package, gguf.quants, a numpy port of ggml's
 dequantize_row_q*_K) dequantizes them, for tests/test_cpu_ops.c's checks of llmi's
@@ -13,10 +13,10 @@ Each type gets ROWS x BLOCKS super-blocks (a ROWS x 256*BLOCKS matrix, row-major
 tensor stores it): <type>.bin, the raw blocks, and <type>.f32, the dequantized values as
 little-endian float32.  The bytes are random (numpy PCG64, seed 20261128) except the fp16
 super-block scales, drawn as fp16 values of magnitude 2^-12 .. 2^-4 (d positive or
-negative, dmin positive, as llama-quantize writes them; negative d occurs in Q6_K, Q5_0
-and Q5_1, whose m is signed too), so no block holds inf or NaN.  Row 0 is special: all
-scales maximal (63, and 127/-128 in Q6_K) and all codes maximal, the corners of each
-format.  Q5_0 and Q5_1 fill the same 6 x 768 matrix with blocks of 32.
+negative, dmin positive, as llama-quantize writes them; negative d occurs in Q6_K, Q3_K,
+Q5_0 and Q5_1, whose m is signed too), so no block holds inf or NaN.  Row 0 is special: all
+scales maximal (63, 127/-128 in Q6_K, -32 in Q3_K) and all codes maximal, the corners of
+each format.  Q5_0 and Q5_1 fill the same 6 x 768 matrix with blocks of 32.
 """
 import os
 import sys
@@ -32,6 +32,7 @@ LAYOUT = {  # block bytes, offsets of the fp16 scales
     "q6_k": (QT.Q6_K, 210, [208]),
     "q5_0": (QT.Q5_0, 22, [0]),
     "q5_1": (QT.Q5_1, 24, [0, 2]),
+    "q3_k": (QT.Q3_K, 110, [108]),   # added last: the types above keep their random bytes
 }
 
 
@@ -50,7 +51,7 @@ def main(out):
         n = ROWS * BLOCKS * per
         blocks = rng.integers(0, 256, size=(n, bb), dtype=np.uint8)
         for k, off in enumerate(scale_offs):
-            signed = name in ("q6_k", "q5_0", "q5_1")   # Q5_1's m is a signed offset too
+            signed = name in ("q6_k", "q5_0", "q5_1", "q3_k")   # Q5_1's m is a signed offset too
             blocks[:, off:off + 2] = fp16_bytes(rng, n, signed)
         for b in range(BLOCKS * per):   # row 0: every scale and code at its maximum
             blk = blocks[b]
@@ -58,6 +59,8 @@ def main(out):
             blk[:] = 0xFF
             if name == "q6_k":
                 blk[192:208] = np.array([127, 0x80] * 8, dtype=np.uint8)   # +127 and -128
+            if name == "q3_k":
+                blk[96:108] = 0   # every scale -32, the largest magnitude (codes all 7)
             for o, v in zip(scale_offs, keep):
                 blk[o:o + 2] = np.frombuffer(v, dtype=np.uint8)
         vals = quants.dequantize(blocks.reshape(-1), qt).astype("<f4").reshape(ROWS, BLOCKS * 256)

@@ -52,7 +52,7 @@ static llmi_tensor make_weight(rng *r, llmi_dtype t, int rows, int cols) {
             case LLMI_Q4_1: put_half(p + 20 * c, sc); put_half(p + 20 * c + 2, -8 * sc * (rng_unif(r) + 1.2f)); break;
             case LLMI_Q5_0: put_half(p + 22 * c, sc); break;
             case LLMI_Q5_1: put_half(p + 24 * c, sc); put_half(p + 24 * c + 2, -16 * sc * (rng_unif(r) + 1.1f)); break;
-            case LLMI_Q4_K: case LLMI_Q5_K: case LLMI_Q6_K: {
+            case LLMI_Q3_K: case LLMI_Q4_K: case LLMI_Q5_K: case LLMI_Q6_K: {
                 /* random scales, mins and codes under fp16 super-block scales d of 2^-9 ..
                  * 2^-7 (Q6_K's of either sign) and dmin that centres the values on 0 on average
                  * (mean code times d), as a quantizer's mins do: scripts/make-kquant-refs.py's
@@ -63,10 +63,12 @@ static llmi_tensor make_weight(rng *r, llmi_dtype t, int rows, int cols) {
                 uint8_t *blk = p + dtype_block_bytes(t) * c;
                 if (row == 0 && c == 0) {
                     if (t == LLMI_Q6_K) memset(blk, 0xff, 192);                   /* ql, qh */
+                    else if (t == LLMI_Q3_K) memset(blk, 0xff, 96), memset(blk + 96, 0, 12);   /* codes 7, scales -32 */
                     else memset(blk + 16, 0xff, dtype_block_bytes(t) - 16);       /* (qh,) qs */
                 }
                 float mag = exp2f(-8.0f + rng_unif(r));
                 if (t == LLMI_Q6_K) put_half(blk + 208, rng_int(r, 2) ? mag : -mag);
+                else if (t == LLMI_Q3_K) put_half(blk + 108, rng_int(r, 2) ? mag : -mag);
                 else put_half(blk, mag), put_half(blk + 2, mag * (t == LLMI_Q5_K ? 15.5f : 7.5f));
                 break;
             }
@@ -82,11 +84,15 @@ static llmi_tensor make_weight(rng *r, llmi_dtype t, int rows, int cols) {
 /* The test's own reading of a k-quant super-block blk (the layouts of core/tensor.c's
  * comment): value e's unsigned code, and the fp32 factors of its sub-block (exact products
  * of the fp16 and integer scales): value = f[0] * code + f[1] for Q4_K and Q5_K,
- * f[e % 32 / 16] * (code - 32) for Q6_K. */
+ * f[e % 32 / 16] * (code - 32) for Q6_K, f[e % 32 / 16] * (code - 4) for Q3_K. */
 static int kq_code(llmi_dtype t, const uint8_t *blk, int e) {
     if (t == LLMI_Q5_0 || t == LLMI_Q5_1) {   /* blk a block of 32: nibbles, then bit e of qh */
         const uint8_t *qs = blk + (t == LLMI_Q5_1 ? 8 : 6), *qh = blk + (t == LLMI_Q5_1 ? 4 : 2);
         return (e < 16 ? qs[e] & 15 : qs[e - 16] >> 4) | ((qh[e / 8] >> (e % 8)) & 1) << 4;
+    }
+    if (t == LLMI_Q3_K) {   /* bit pair k of qs[32 * half + l], third bit e / 32 of hmask[l] */
+        int half = e / 128, k = e % 128 / 32, l = e % 32;
+        return (blk[32 + 32 * half + l] >> (2 * k) & 3) | (blk[l] >> (e / 32) & 1) << 2;
     }
     if (t == LLMI_Q6_K) {
         int half = e / 128, k = e % 128 / 32, l = e % 32;
@@ -103,6 +109,14 @@ static void kq_factors(llmi_dtype t, const uint8_t *blk, int s, float f[2]) {
     if (t == LLMI_Q5_0 || t == LLMI_Q5_1) {   /* x = d * q + m; Q5_0's m is -16 d */
         f[0] = (float)get_half(blk);
         f[1] = t == LLMI_Q5_1 ? (float)get_half(blk + 2) : -16.0f * f[0];
+        return;
+    }
+    if (t == LLMI_Q3_K) {   /* scale j: low 4 bits from bytes 0-7 (low nibbles first), top 2 from 8-11 */
+        float d = (float)get_half(blk + 108);
+        for (int h = 0; h < 2; h++) {
+            int j = 2 * s + h, lo = j < 8 ? blk[96 + j] & 15 : blk[96 + j - 8] >> 4, hi = blk[104 + j % 4] >> (2 * (j / 4)) & 3;
+            f[h] = d * (float)((lo | hi << 4) - 32);
+        }
         return;
     }
     if (t == LLMI_Q6_K) {
@@ -132,7 +146,8 @@ static double ref_w(const llmi_tensor *w, int row, int c) {
         float f[2];
         kq_factors(w->dtype, blk, c % 256 / 32, f);
         int q = kq_code(w->dtype, blk, c % 256);
-        return w->dtype == LLMI_Q6_K ? (double)f[j / 16] * (q - 32) : (double)f[0] * q + f[1];
+        if (w->dtype == LLMI_Q6_K || w->dtype == LLMI_Q3_K) return (double)f[j / 16] * (q - (w->dtype == LLMI_Q6_K ? 32 : 4));
+        return (double)f[0] * q + f[1];
     }
     switch (w->dtype) {
     case LLMI_F32: { float f; memcpy(&f, p + 4 * c, 4); return f; }
@@ -153,7 +168,7 @@ static float *rand_vec(rng *r, size_t n, float scale) {
 }
 
 /* The weight dtypes make_weight builds (every one but LLMI_I4G, tested in test_quant*.c). */
-#define FOR_WEIGHT_DTYPES(t, first) for (int t = (first); t <= LLMI_Q5_1; t += (t + 1 == LLMI_I4G ? 2 : 1))
+#define FOR_WEIGHT_DTYPES(t, first) for (int t = (first); t < LLMI_DTYPE_COUNT; t += (t + 1 == LLMI_I4G ? 2 : 1))
 
 TEST(cpu_dequant_row_and_embed) {
     rng r = rng_make("dequant");
@@ -304,17 +319,18 @@ static float quant_recipe_ref(const llmi_tensor *w, int row, const float *x) {
             case LLMI_Q4_0: q = (j < 16 ? (blk[2 + j] & 15) : (blk[2 + j - 16] >> 4)) - 8; break;
             case LLMI_Q4_1: q = j < 16 ? (blk[4 + j] & 15) : (blk[4 + j - 16] >> 4); break;
             case LLMI_Q6_K: q = kq_code(t, blk, 32 * sub + j) - 32; break;
+            case LLMI_Q3_K: q = kq_code(t, blk, 32 * sub + j) - 4; break;
             case LLMI_Q5_0: q = kq_code(t, blk, j) - 16; break;
             default: q = kq_code(t, blk, 32 * sub + j); break;
             }
-            dot[t == LLMI_Q6_K && j >= 16] += q * v;
+            dot[(t == LLMI_Q6_K || t == LLMI_Q3_K) && j >= 16] += q * v;
             sum += v;
         }
         if (kq) {
             float f[2];
             kq_factors(t, blk, sub, f);
             acc = fmaf((float)dot[0], f[0] * d, acc);
-            if (t == LLMI_Q6_K) acc = fmaf((float)dot[1], f[1] * d, acc);
+            if (t == LLMI_Q6_K || t == LLMI_Q3_K) acc = fmaf((float)dot[1], f[1] * d, acc);
             else acc = fmaf(f[1], d * (float)sum, acc);
             continue;
         }
@@ -427,9 +443,11 @@ TEST(cpu_qweight_pack_layout) {
         CHECK(pk.layout == LLMI_LAYOUT_CPU16 && pk.rows == rows && pk.cols == cols);
         const int bits = t == LLMI_Q8_0 ? 8 : t == LLMI_Q6_K ? 6 : (t == LLMI_Q5_0 || t == LLMI_Q5_1 || t == LLMI_Q5_K) ? 5 : 4;
         const size_t head = t == LLMI_Q4_1 || t == LLMI_Q5_1 ? 64 : 32, pb = head + 64 * (size_t)bits;
-        const size_t shead = kq ? (t == LLMI_Q6_K ? 64 : 128) : 0, gb = kq ? (size_t)nb / 8 * (shead + 8 * pb) : (size_t)nb * pb;
+        const int halves = t == LLMI_Q6_K || t == LLMI_Q3_K;   /* a scale per 16 columns, d alone */
+        const size_t shead = kq ? (halves ? 64 : 128) : 0, gb = kq ? (size_t)nb / 8 * (shead + 8 * pb) : (size_t)nb * pb;
         const double bpw[] = {[LLMI_Q8_0] = 8.5, [LLMI_Q4_0] = 4.5, [LLMI_Q4_1] = 5, [LLMI_Q4_K] = 4.75,
-                              [LLMI_Q5_K] = 5.75, [LLMI_Q6_K] = 6.625, [LLMI_Q5_0] = 5.5, [LLMI_Q5_1] = 6};
+                              [LLMI_Q5_K] = 5.75, [LLMI_Q6_K] = 6.625, [LLMI_Q5_0] = 5.5, [LLMI_Q5_1] = 6,
+                              [LLMI_Q3_K] = 4.625};
         CHECK_MSG(cpu_qweight_bytes(&w) == 2 * gb && (double)gb * 8 == bpw[t] * 16 * cols,
                   "%s: %zu packed bytes", dtype_name((llmi_dtype)t), cpu_qweight_bytes(&w));
         int mism = 0;
@@ -445,11 +463,11 @@ TEST(cpu_qweight_pack_layout) {
                     float f[2] = {0, 0}, sd, snd = 0;
                     if (blk) kq_factors((llmi_dtype)t, blk, sub, f);
                     memcpy(&sd, sh + 4 * i, 4);
-                    if (t != LLMI_Q6_K) memcpy(&snd, sh + 64 + 4 * i, 4);
-                    const int s0 = t == LLMI_Q6_K ? (int8_t)g[i] : g[i], s1 = t == LLMI_Q6_K ? (int8_t)g[16 + i] : g[16 + i];
-                    const float got[2] = {sd * (float)s0, (t == LLMI_Q6_K ? sd : snd) * (float)s1};
+                    if (!halves) memcpy(&snd, sh + 64 + 4 * i, 4);
+                    const int s0 = halves ? (int8_t)g[i] : g[i], s1 = halves ? (int8_t)g[16 + i] : g[16 + i];
+                    const float got[2] = {sd * (float)s0, (halves ? sd : snd) * (float)s1};
                     mism += memcmp(got, f, sizeof f) != 0;
-                    if (blk) mism += sd != (float)get_half(blk + (t == LLMI_Q6_K ? 208 : 0));
+                    if (blk) mism += sd != (float)get_half(blk + (t == LLMI_Q6_K ? 208 : t == LLMI_Q3_K ? 108 : 0));
                 } else {    /* the block's fp16 d (and m) bytes */
                     for (int k = 0; k < 2; k++) mism += g[2 * i + k] != (blk ? blk[k] : 0);
                     if (head == 64) for (int k = 0; k < 2; k++) mism += g[32 + 2 * i + k] != (blk ? blk[2 + k] : 0);
@@ -776,8 +794,8 @@ TEST(cpu_paged_attention_vs_dense) {
 TEST(cpu_matmul_multi_matches_single) {
     rng r = rng_make("multi");
     const llmi_dtype mixes[][3] = {{LLMI_Q4_K, LLMI_Q6_K, LLMI_Q8_0}, {LLMI_Q5_K, LLMI_Q4_0, LLMI_Q6_K},
-                                   {LLMI_Q4_1, LLMI_Q4_K, LLMI_F16}};
-    const int n_single = LLMI_Q6_K + 1, n_mix = sizeof mixes / sizeof mixes[0];
+                                   {LLMI_Q4_1, LLMI_Q4_K, LLMI_F16}, {LLMI_Q3_K, LLMI_Q5_0, LLMI_Q4_K}};
+    const int n_single = LLMI_DTYPE_COUNT, n_mix = sizeof mixes / sizeof mixes[0];
     for (int k = 0; k < n_single + n_mix; k++) {
         if (k == LLMI_I4G) continue;
         llmi_dtype dt[3];
@@ -950,7 +968,8 @@ static int kq_load(test_ctx *t_, const char *name, llmi_dtype dt, llmi_tensor *w
 }
 
 static const struct { const char *name; llmi_dtype dt; } kq_types[] = {
-    {"q4_k", LLMI_Q4_K}, {"q5_k", LLMI_Q5_K}, {"q6_k", LLMI_Q6_K}, {"q5_0", LLMI_Q5_0}, {"q5_1", LLMI_Q5_1}};
+    {"q4_k", LLMI_Q4_K}, {"q5_k", LLMI_Q5_K}, {"q6_k", LLMI_Q6_K}, {"q5_0", LLMI_Q5_0}, {"q5_1", LLMI_Q5_1},
+    {"q3_k", LLMI_Q3_K}};
 
 /* Every value bit for bit, the corner row (all scales and codes at their maximum) included. */
 TEST(cpu_kquant_dequant_vs_gguf_py) {

@@ -16,6 +16,7 @@ const char *dtype_name(llmi_dtype t) {
     case LLMI_Q6_K: return "Q6_K";
     case LLMI_Q5_0: return "Q5_0";
     case LLMI_Q5_1: return "Q5_1";
+    case LLMI_Q3_K: return "Q3_K";
     default: return "unknown";
     }
 }

@@ -25,6 +25,8 @@ typedef enum llmi_dtype {
      * not whole super-blocks): blocks of 32, value j's fifth bit is bit j of the u32 qh */
     LLMI_Q5_0,   /* fp16 d, u32 qh, u8 qs[16]: x = d * (q - 16)        (22 bytes) */
     LLMI_Q5_1,   /* fp16 d, fp16 m, u32 qh, u8 qs[16]: x = d * q + m   (24 bytes) */
+    LLMI_Q3_K,   /* k-quant: 32 hmask (third bits), 64 qs (2-bit pairs), 12 bytes of 6-bit scales
+                    (sub-blocks of 16), fp16 d: x = d * (scale - 32) * (q - 4) (110 bytes) */
     LLMI_DTYPE_COUNT
 } llmi_dtype;
 
@@ -55,7 +57,7 @@ int kv_dtype_parse(const char *s, llmi_kv_dtype *out);   /* 0, or -1 for an unkn
 /* Weights per block and bytes per block; dense types have a block of 1. */
 static inline int dtype_block_elems(llmi_dtype t) {
     if (t == LLMI_I4G) return 2;
-    if (t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K) return 256;
+    if (t == LLMI_Q3_K || t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K) return 256;
     return (t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1 || t == LLMI_Q5_0 || t == LLMI_Q5_1) ? 32 : 1;
 }
 static inline size_t dtype_block_bytes(llmi_dtype t) {
@@ -71,12 +73,15 @@ static inline size_t dtype_block_bytes(llmi_dtype t) {
     case LLMI_Q6_K: return 210;
     case LLMI_Q5_0: return 22;
     case LLMI_Q5_1: return 24;
+    case LLMI_Q3_K: return 110;
     default: return 0;
     }
 }
 const char *dtype_name(llmi_dtype t);
 /* Whether t is one of the k-quants (super-blocks of 256). */
-static inline int dtype_is_kquant(llmi_dtype t) { return t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K; }
+static inline int dtype_is_kquant(llmi_dtype t) {
+    return t == LLMI_Q3_K || t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K;
+}
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block from its 12
  * packed bytes: j < 4 in the low 6 bits of bytes j and j + 4; j >= 4 split between a
  * nibble of byte j + 4 and the top 2 bits of bytes j - 4 (scale) and j (min). */
@@ -93,6 +98,13 @@ static inline LLMI_DTYPE_HD void kquant_scale_min(const uint8_t *s, int j, int *
         *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
         *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
+}
+
+/* The signed scale of sub-block j (0..15, 16 values each) of a Q3_K super-block from its
+ * 12 packed bytes: the low 4 bits in nibble j / 8 of byte j % 8, the top 2 in bits
+ * 2 (j / 4) of byte 8 + j % 4, minus 32 (gguf-py's Q3_K.dequantize_blocks). */
+static inline LLMI_DTYPE_HD int kquant_q3_scale(const uint8_t *s, int j) {
+    return ((s[j % 8] >> (4 * (j / 8)) & 15) | (s[8 + j % 4] >> (2 * (j / 4)) & 3) << 4) - 32;
 }
 
 static inline float fp16_to_f32(uint16_t h) {

@@ -11,7 +11,10 @@
  * Q6_K: value e is d * scales[e / 16] * (q - 32), q 6 bits: per 128-value half h and
  * l < 32, values l, l + 32, l + 64, l + 96 take the low nibble of ql[64h + l], of
  * ql[64h + l + 32], the high nibble of ql[64h + l], of ql[64h + l + 32], and bit pairs 0-1,
- * 2-3, 4-5, 6-7 of qh[32h + l] as bits 4-5. */
+ * 2-3, 4-5, 6-7 of qh[32h + l] as bits 4-5.
+ * Q3_K: value e is d * (scale[e / 16] - 32) * (q - 4), q 3 bits: per 128-value half h and
+ * l < 32, values l + 32k (k = 0..3) take bit pair k of qs[32h + l], and value e's third bit
+ * is bit e / 32 of hmask[e % 32] (kquant_q3_scale reads the scales). */
 void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], float f[2]) {
     uint16_t h;
     if (t == LLMI_Q5_0 || t == LLMI_Q5_1) {   /* a block of 32 is its one sub-block */
@@ -29,6 +32,13 @@ void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], fl
     float sup[2];
     int isc[2];
     kquant_sub_scales(t, blk, s, sup, isc);
+    if (t == LLMI_Q3_K) {   /* sub-block s = 4 * half + k */
+        const uint8_t *qs = blk + 32 + 32 * (s / 4);
+        for (int l = 0; l < 32; l++) u[l] = (uint8_t)((qs[l] >> (2 * (s % 4)) & 3) | (blk[l] >> s & 1) << 2);
+        f[0] = sup[0] * (float)isc[0];
+        f[1] = sup[1] * (float)isc[1];
+        return;
+    }
     if (t == LLMI_Q6_K) {
         /* sub-block s = 4 * half + k: k's nibble is the low (k < 2) or high one of ql's
          * run k % 2, its top bits pair k of qh */
@@ -51,6 +61,13 @@ void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], fl
 
 void kquant_sub_scales(llmi_dtype t, const uint8_t *blk, int s, float sup[2], int isc[2]) {
     uint16_t h;
+    if (t == LLMI_Q3_K) {
+        memcpy(&h, blk + 108, 2);
+        sup[0] = sup[1] = fp16_to_f32(h);
+        isc[0] = kquant_q3_scale(blk + 96, 2 * s);
+        isc[1] = kquant_q3_scale(blk + 96, 2 * s + 1);
+        return;
+    }
     if (t == LLMI_Q6_K) {
         const int8_t *sc = (const int8_t *)(blk + 192);
         memcpy(&h, blk + 208, 2);
@@ -75,6 +92,7 @@ void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out) {
          * takes d's sign where d * q - 16 d would give +0) */
         for (int i = 0; i < 32; i++)
             out[32 * s + i] = t == LLMI_Q6_K   ? f[i / 16] * (float)(u[i] - 32)
+                              : t == LLMI_Q3_K ? f[i / 16] * (float)(u[i] - 4)
                               : t == LLMI_Q5_0 ? f[0] * (float)(u[i] - 16)
                                                : f[0] * (float)u[i] + f[1];
     }
@@ -138,6 +156,7 @@ void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out) {
     case LLMI_I4G:
         quant_dequant_row(t, r, out); /* GPTQ/AWQ int4: quant_tensor.c */
         break;
+    case LLMI_Q3_K:
     case LLMI_Q4_K:
     case LLMI_Q5_K:
     case LLMI_Q6_K:

@@ -29,7 +29,7 @@ typedef struct llmi_tensor {
     int n_groups;            /* cols / group_size */
 } llmi_tensor;
 
-/* One Q4_K, Q5_K or Q6_K super-block, or Q5_0 / Q5_1 block (dtype_block_bytes(t) bytes) ->
+/* One Q3_K, Q4_K, Q5_K or Q6_K super-block, or Q5_0 / Q5_1 block (dtype_block_bytes(t) bytes) ->
  * dtype_block_elems(t) floats, as ggml's dequantize_row_* computes them. */
 void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out);
 /* Sub-block s (values 32s .. 32s + 31: 0..7 of a super-block, 0 of a Q5_0/Q5_1 block), the
@@ -38,12 +38,14 @@ void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out);
  * block's fp16 and integer scales, such that value i is, in fp32,
  *   Q4_K, Q5_K:  f[0] * u[i] + f[1]        f[0] = d * scale_s, f[1] = -(dmin * min_s)
  *   Q5_0, Q5_1:  f[0] * u[i] + f[1]        f[0] = d, f[1] = -16 d (Q5_0) or m (Q5_1)
- *   Q6_K:        f[i / 16] * (u[i] - 32)    f[h] = d * scales[2s + h] */
+ *   Q6_K:        f[i / 16] * (u[i] - 32)    f[h] = d * scales[2s + h]
+ *   Q3_K:        f[i / 16] * (u[i] - 4)     f[h] = d * (scale_{2s + h} - 32), u 0..7 */
 void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], float f[2]);
 /* The factors of a k-quant's sub-block s before their product: the super-block's d and dmin
  * (Q6_K: d twice) in fp32 and the integer scale and min (Q6_K: the scales of values 0-15
- * and 16-31), so that kquant_sub_block's f[0] = sup[0] * isc[0] and f[1] = -(sup[1] *
- * isc[1]) (Q6_K: sup[1] * isc[1]), each product exact. */
+ * and 16-31; Q3_K: d twice and the signed scales), so that kquant_sub_block's f[0] =
+ * sup[0] * isc[0] and f[1] = -(sup[1] * isc[1]) (Q6_K, Q3_K: sup[1] * isc[1]), each
+ * product exact. */
 void kquant_sub_scales(llmi_dtype t, const uint8_t *blk, int s, float sup[2], int isc[2]);
 /* Dequantizes row r of t (layout ROWS) into out (cols floats).  The CPU backend's reference path. */
 void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out);

@@ -3,7 +3,7 @@
  * Numeric recipe (one per dtype, used for every n so results are batch invariant):
  *  - F32/F16/BF16 weights: fp32 FMA dot products over the row, 16 fixed lanes, reduced
  *    in a fixed order.
- *  - Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 and Q4_K/Q5_K/Q6_K weights, packed at load
+ *  - Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 and Q3_K/Q4_K/Q5_K/Q6_K weights, packed at load
  *    (cpu_qweight_pack: rows in groups of 16, so one 64-byte load holds 4 codes of 16
  *    rows; a k-quant's integer sub-block scales and its super-block's fp32 d kept apart,
  *    their product exact): each activation row is quantized to int8 blocks of 32 with one
@@ -16,9 +16,9 @@
  *        acc = fma(m_w, d_x * sum_j x_q,j, acc)         Q4_1, Q5_1, Q4_K, Q5_K ("+ m")
  *    where u = q + k is the unsigned weight (Q4_0 k = 8, Q5_0 k = 16, Q8_0 k = 128, else
  *    0) and d_w, m_w the block's fp16 scale and min (Q4_K/Q5_K: the fp32 d * scale and
- *    -dmin * min of its sub-block).  Q6_K has a scale per 16 columns, d_0 and d_1 (fp32
- *    d * scales[]), and u = q + 32: its block is two dots, is_h over columns 16h .. 16h +
- *    15, each carrying -32 times the sum of its 16 x_q, then
+ *    -dmin * min of its sub-block).  Q6_K and Q3_K have a scale per 16 columns, d_0 and
+ *    d_1 (fp32 d * scales[]), and u = q + k (Q6_K k = 32, Q3_K 4): a block is two dots,
+ *    is_h over columns 16h .. 16h + 15, each carrying -k times the sum of its 16 x_q, then
  *        acc = fma((float)is_0, d_0 * d_x, acc);  acc = fma((float)is_1, d_1 * d_x, acc)
  *    The AVX-512 kernel computes 16 rows per lane vector, the AVX2 one 8, the portable one
  *    the same operations one (row, token) at a time, so all give the same bits.
@@ -333,14 +333,14 @@ static int is_qpacked(llmi_dtype t) {
  * a k-quant's 8 blocks follow a super-block head of the rows' fp32 d (and -dmin).  The
  * codes are unsigned so that every weight operand of vpdpbusd is: a Q8_0 quant is stored
  * as u = q + 128, a Q4_0 nibble as u = q, a Q5_0 code as u = q, their -128, -8, -16 (and
- * Q6_K's -32) applied as a correction.  Heads:
+ * Q6_K's -32, Q3_K's -4) applied as a correction.  Heads:
  *   Q8_0, Q4_0, Q5_0: d (16) fp16                Q4_1, Q5_1: d (16) fp16, m (16) fp16
  *   Q4_K, Q5_K: super d (16), -dmin (16) fp32;   per block scale (16), min (16) uint8
- *   Q6_K:       super d (16) fp32;               per block scales of columns 0-15 (16),
- *                                                16-31 (16) int8
+ *   Q6_K, Q3_K: super d (16) fp32;               per block scales of columns 0-15 (16),
+ *                                                16-31 (16) int8 (Q3_K's minus 32)
  * so a k-quant block's fp32 factors d * scale and -dmin * min are the kernels' exact
  * products, the same numbers as kquant_sub_block's, and a k-quant is Q4_1's form
- * (x = d_w * u + m_w) or, for Q6_K, a Q4_0-like one with a scale per half block. */
+ * (x = d_w * u + m_w) or, for Q6_K and Q3_K, a Q4_0-like one with a scale per half block. */
 #define QP_ROWS 16
 /* Bits per code, which is also the quads per block: 8 one byte per column (quad j
  * columns 4j..4j+3), else 4 quads of nibbles (quad j: low nibble column 4j + e, high
@@ -350,9 +350,11 @@ static int qp_bits(llmi_dtype t) {
     case LLMI_Q8_0: return 8;
     case LLMI_Q5_0: case LLMI_Q5_1: case LLMI_Q5_K: return 5;
     case LLMI_Q6_K: return 6;
-    default: return 4;
+    default: return 4;   /* Q4_*, and Q3_K's 3-bit codes in nibbles */
     }
 }
+/* Whether t has a scale per 16 columns (Q6_K, Q3_K): a block is two dots, one per half. */
+#define QP_HALVES(t) ((t) == LLMI_Q6_K || (t) == LLMI_Q3_K)
 /* Top bits of codes wider than 4: top-bit quad 4 + j / (4 / w) (w = bits - 4) holds, at
  * byte 4r + e, the w top bits of column 4j + e at bit qp_top_shift and of column
  * 16 + 4j + e at bit 4 + qp_top_shift: one 64-byte load holds 4 (w = 1) or 2 (w = 2)
@@ -362,15 +364,25 @@ static inline int qp_top_shift(int bits, int j) { return (bits - 4) * (j % (4 / 
 static size_t qp_head(llmi_dtype t) { return (t == LLMI_Q4_1 || t == LLMI_Q5_1 ? 4 : 2) * QP_ROWS; }
 static size_t qp_block(llmi_dtype t) { return qp_head(t) + (size_t)qp_bits(t) * 4 * QP_ROWS; }
 static int qp_per_super(llmi_dtype t) { return dtype_is_kquant(t) ? 8 : 1; }
-static size_t qp_super_head(llmi_dtype t) { return dtype_is_kquant(t) ? (t == LLMI_Q6_K ? 4 : 8) * QP_ROWS : 0; }
+static size_t qp_super_head(llmi_dtype t) { return dtype_is_kquant(t) ? (QP_HALVES(t) ? 4 : 8) * QP_ROWS : 0; }
 static size_t qp_super(llmi_dtype t) { return qp_super_head(t) + (size_t)qp_per_super(t) * qp_block(t); }
 /* A group's packed bytes (nb 32-column blocks) and its block b. */
 static size_t qp_group_bytes(llmi_dtype t, int64_t nb) { return (size_t)(nb / qp_per_super(t)) * qp_super(t); }
 static inline const uint8_t *qp_block_at(const uint8_t *gp, llmi_dtype t, int64_t b) {
     return gp + (size_t)(b / qp_per_super(t)) * qp_super(t) + qp_super_head(t) + (size_t)(b % qp_per_super(t)) * qp_block(t);
 }
-/* The unsigned weights are q + k: the block's integer dot carries -k * sum(x_q). */
-static int qp_k(llmi_dtype t) { return t == LLMI_Q4_0 ? 8 : t == LLMI_Q5_0 ? 16 : (t == LLMI_Q8_0 ? 128 : 0); }
+/* The unsigned weights are q + k: the block's integer dot (Q6_K's, Q3_K's each half's)
+ * carries -k * sum(x_q). */
+static int qp_k(llmi_dtype t) {
+    switch (t) {
+    case LLMI_Q3_K: return 4;
+    case LLMI_Q4_0: return 8;
+    case LLMI_Q5_0: return 16;
+    case LLMI_Q6_K: return 32;
+    case LLMI_Q8_0: return 128;
+    default: return 0;
+    }
+}
 /* Whether the block's "+ m" term applies (the head's second half holds m). */
 static int qp_has_min(llmi_dtype t) { return t == LLMI_Q4_1 || t == LLMI_Q5_1 || t == LLMI_Q4_K || t == LLMI_Q5_K; }
 
@@ -411,12 +423,12 @@ static void pack_decoded(llmi_dtype t, const uint8_t *row, int64_t b, int i, uin
         uint8_t *sh = o - qp_super_head(t) - (size_t)s * qp_block(t);
         if (s == 0) {
             memcpy(sh + 4 * i, &sup[0], 4);
-            if (t != LLMI_Q6_K) {
+            if (!QP_HALVES(t)) {
                 const float nd = -sup[1];
                 memcpy(sh + 4 * QP_ROWS + 4 * i, &nd, 4);
             }
         }
-        o[i] = (uint8_t)isc[0];   /* Q6_K's int8 scales as their two's complement bytes */
+        o[i] = (uint8_t)isc[0];   /* Q6_K's, Q3_K's int8 scales as their two's complement bytes */
         o[QP_ROWS + i] = (uint8_t)isc[1];
     } else {
         memcpy(o + 2 * i, blk, 2);                                            /* d */
@@ -569,7 +581,7 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
                     _mm_prefetch((const char *)p + MM_PREFETCH_BYTES + off, _MM_HINT_T0);               \
             /* the rows' scales d and mins m (Q6_K: the scales of columns 0-15 and 16-31) */           \
             __m512 d, mn;                                                                               \
-            if (DT == LLMI_Q6_K) {                                                                      \
+            if (QP_HALVES(DT)) {                                                                        \
                 const __m512 sd = _mm512_loadu_ps(sp);                                                  \
                 d = _mm512_mul_ps(sd, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)))); \
                 mn = _mm512_mul_ps(sd, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))))); \
@@ -604,9 +616,9 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
                 const size_t tb = (size_t)(t0 + i) * nb + b;                                            \
                 const int8_t *xq = qx->q + tb * 32;                                                     \
                 const __m512 dx = _mm512_set1_ps(qx->dx[tb]);                                           \
-                if (DT == LLMI_Q6_K) { /* a dot per half block: is_h = sum u * x_q - 32 * sum x_q */   \
-                    __m512i is0 = _mm512_set1_epi32(-32 * qx->isx16[2 * tb]);                           \
-                    __m512i is1 = _mm512_set1_epi32(-32 * qx->isx16[2 * tb + 1]);                       \
+                if (QP_HALVES(DT)) { /* a dot per half block: is_h = sum u * x_q - k * sum x_q */      \
+                    __m512i is0 = _mm512_set1_epi32(-k * qx->isx16[2 * tb]);                            \
+                    __m512i is1 = _mm512_set1_epi32(-k * qx->isx16[2 * tb + 1]);                        \
                     _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                              \
                         int32_t x4;                                                                     \
                         memcpy(&x4, xq + 4 * j, 4);                                                     \
@@ -652,6 +664,7 @@ QGROUP_FORMAT(LLMI_Q5_1, q5_1, QG_OWN)
 QGROUP_FORMAT(LLMI_Q4_K, q4_k, QG_OWN)
 QGROUP_FORMAT(LLMI_Q5_K, q5_k, QG_OWN)
 QGROUP_FORMAT(LLMI_Q6_K, q6_k, QG_OWN)
+QGROUP_FORMAT(LLMI_Q3_K, q3_k, QG_OWN)
 #elif defined(MM_AVX2)
 /* The same recipe on AVX2, 8 rows a vector: half h of the group (rows 8h .. 8h + 7) is 32
  * bytes of each 64-byte quad.  vpmaddubsw multiplies unsigned by signed bytes and sums the
@@ -670,7 +683,8 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
     return _mm256_set1_epi32(x4);
 }
 /* (an expression of DT, not qp_bits(DT): GCC's unroll pragmas want a bound it can read) */
-#define MM_I16_RUN(DT) ((DT) == LLMI_Q6_K ? 2 : ((DT) == LLMI_Q5_0 || (DT) == LLMI_Q5_1 || (DT) == LLMI_Q5_K) ? 4 : 8)
+#define MM_I16_RUN(DT) \
+    ((DT) == LLMI_Q6_K ? 2 : ((DT) == LLMI_Q5_0 || (DT) == LLMI_Q5_1 || (DT) == LLMI_Q5_K || (DT) == LLMI_Q3_K) ? 4 : 8)
 #define QGROUP2_INSTANCE(NAME, DT, TN)                                                                  \
     static void NAME(const uint8_t *gp, const cpu_qact *qx, int t0, int pf, float *out) {               \
         const int nb = qx->nb, k = qp_k(DT), bits = qp_bits(DT), per = qp_per_super(DT);                \
@@ -686,7 +700,7 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
                         _mm_prefetch((const char *)p + MM_PREFETCH_BYTES + off, _MM_HINT_T0);           \
                 /* the rows' scales d and mins m (Q6_K: the scales of columns 0-15 and 16-31) */       \
                 __m256 d, mn;                                                                           \
-                if (DT == LLMI_Q6_K) {                                                                  \
+                if (QP_HALVES(DT)) {                                                                    \
                     const __m256 sd = _mm256_loadu_ps((const float *)(sp + 32 * h));                    \
                     d = _mm256_mul_ps(sd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * h))))); \
                     mn = _mm256_mul_ps(sd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 16 + 8 * h))))); \
@@ -737,17 +751,17 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
                         continue;                                                                       \
                     }                                                                                   \
                     /* is0: the block's dot (Q6_K: of columns 0-15, is1 of 16-31) */                    \
-                    __m256i is0 = _mm256_set1_epi32(DT == LLMI_Q6_K ? -32 * qx->isx16[2 * tb] : -k * qx->isx[tb]); \
-                    __m256i is1 = _mm256_set1_epi32(DT == LLMI_Q6_K ? -32 * qx->isx16[2 * tb + 1] : 0); \
+                    __m256i is0 = _mm256_set1_epi32(-k * (QP_HALVES(DT) ? qx->isx16[2 * tb] : qx->isx[tb])); \
+                    __m256i is1 = _mm256_set1_epi32(QP_HALVES(DT) ? -k * qx->isx16[2 * tb + 1] : 0);      \
                     _Pragma("GCC unroll 8") for (int j0 = 0; j0 < 8; j0 += MM_I16_RUN(DT)) {            \
                         __m256i s16 = _mm256_maddubs_epi16(u[j0], mm_bcast4(xq + 4 * j0));              \
                         _Pragma("GCC unroll 8") for (int j = j0 + 1; j < j0 + MM_I16_RUN(DT); j++)      \
                             s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[j], mm_bcast4(xq + 4 * j))); \
-                        if (DT == LLMI_Q6_K && j0 >= 4) is1 = _mm256_add_epi32(is1, _mm256_madd_epi16(s16, ones)); \
+                        if (QP_HALVES(DT) && j0 >= 4) is1 = _mm256_add_epi32(is1, _mm256_madd_epi16(s16, ones)); \
                         else is0 = _mm256_add_epi32(is0, _mm256_madd_epi16(s16, ones));                 \
                     }                                                                                   \
                     acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is0), _mm256_mul_ps(d, dx), acc[i]);    \
-                    if (DT == LLMI_Q6_K)                                                                \
+                    if (QP_HALVES(DT))                                                                  \
                         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is1), _mm256_mul_ps(mn, dx), acc[i]); \
                     else if (qp_has_min(DT))                                                            \
                         acc[i] = _mm256_fmadd_ps(mn, _mm256_set1_ps(qx->sx[tb]), acc[i]);               \
@@ -775,6 +789,7 @@ QGROUP2_FORMAT(LLMI_Q5_1, q5_1)
 QGROUP2_FORMAT(LLMI_Q4_K, q4_k)
 QGROUP2_FORMAT(LLMI_Q5_K, q5_k)
 QGROUP2_FORMAT(LLMI_Q6_K, q6_k)
+QGROUP2_FORMAT(LLMI_Q3_K, q3_k)
 #else
 /* The same recipe one (row, token) at a time: the same integers, products and fused
  * multiply-adds in the same order, so every body gives the same bits. */
@@ -794,8 +809,8 @@ static float qp_head_value(const uint8_t *gp, llmi_dtype t, int b, int k, int r)
     if (dtype_is_kquant(t)) {   /* the super-block's d (-dmin) times the integer scale (min) */
         const uint8_t *sp = p - qp_super_head(t) - (size_t)(b % qp_per_super(t)) * qp_block(t);
         float f;
-        memcpy(&f, sp + (t == LLMI_Q6_K ? 0 : 4 * QP_ROWS * k) + 4 * r, 4);
-        const int s = t == LLMI_Q6_K ? (int8_t)p[QP_ROWS * k + r] : p[QP_ROWS * k + r];
+        memcpy(&f, sp + (QP_HALVES(t) ? 0 : 4 * QP_ROWS * k) + 4 * r, 4);
+        const int s = QP_HALVES(t) ? (int8_t)p[QP_ROWS * k + r] : p[QP_ROWS * k + r];
         return f * (float)s;
     }
     uint16_t h;
@@ -812,11 +827,11 @@ static void qgroup_scalar(const uint8_t *gp, llmi_dtype t, const cpu_qact *qx, i
                 const size_t tb = (size_t)(t0 + i) * nb + b;
                 const int8_t *xq = qx->q + tb * 32;
                 /* is[0]: the block's dot (Q6_K: of columns 0-15, is[1] of 16-31) */
-                int32_t is[2] = {t == LLMI_Q6_K ? -32 * qx->isx16[2 * tb] : -k * qx->isx[tb],
-                                 t == LLMI_Q6_K ? -32 * qx->isx16[2 * tb + 1] : 0};
-                for (int c = 0; c < 32; c++) is[t == LLMI_Q6_K && c >= 16] += qp_code(qp_bits(t), q, r, c) * xq[c];
+                int32_t is[2] = {-k * (QP_HALVES(t) ? qx->isx16[2 * tb] : qx->isx[tb]),
+                                 QP_HALVES(t) ? -k * qx->isx16[2 * tb + 1] : 0};
+                for (int c = 0; c < 32; c++) is[QP_HALVES(t) && c >= 16] += qp_code(qp_bits(t), q, r, c) * xq[c];
                 a = fmaf((float)is[0], qp_head_value(gp, t, b, 0, r) * qx->dx[tb], a);
-                if (t == LLMI_Q6_K) a = fmaf((float)is[1], qp_head_value(gp, t, b, 1, r) * qx->dx[tb], a);
+                if (QP_HALVES(t)) a = fmaf((float)is[1], qp_head_value(gp, t, b, 1, r) * qx->dx[tb], a);
                 else if (qp_has_min(t)) a = fmaf(qp_head_value(gp, t, b, 1, r), qx->sx[tb], a);
             }
             acc[(size_t)i * QP_ROWS + r] = a;
@@ -847,6 +862,7 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
             case LLMI_Q4_K: qgroup_q4_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q5_K: qgroup_q5_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q6_K: qgroup_q6_k(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q3_K: qgroup_q3_k(gp, qx, t0, tn, pf, acc); break;
             default: qgroup_q8_0(gp, qx, t0, tn, pf, acc); break;
             }
             __mmask16 keep = (__mmask16)(((1u << (hi - lo)) - 1) << (lo - g * QP_ROWS));
@@ -863,6 +879,7 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
             case LLMI_Q4_K: qgroup2_q4_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q5_K: qgroup2_q5_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q6_K: qgroup2_q6_k(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q3_K: qgroup2_q3_k(gp, qx, t0, tn, pf, acc); break;
             default: qgroup2_q8_0(gp, qx, t0, tn, pf, acc); break;
             }
 #else
