@@ -1,5 +1,5 @@
 /* dequant.cu — owns the load-time conversion of stored weights (GGUF Q8_0/Q4_0/Q4_1,
- * Q5_0/Q5_1, Q3_K/Q4_K/Q5_K/Q6_K, f32/f16/bf16) to the GEMM dtype (bf16, or f16 for fp16 models), and the conversions of
+ * Q5_0/Q5_1, Q3_K/Q4_K/Q5_K/Q6_K, IQ4_NL/IQ4_XS, f32/f16/bf16) to the GEMM dtype (bf16, or f16 for fp16 models), and the conversions of
  * activations between fp32 and a stored dtype.  Twins: tensor_dequant_row, whose products
  * it reproduces without fused multiply-adds so the fp32 value before the final rounding is
  * the same; f32_to_bf16 / f32_to_fp16 (core/dtype.h) for the stores. */
@@ -66,6 +66,19 @@ __global__ void llmi_dequant_kernel(const uint8_t *src, llmi_dtype src_dt, int64
             const int qv = (j < 16 ? q & 15 : q >> 4) | ((qh[j >> 3] >> (j & 7)) & 1) << 4;   /* qh: a little-endian u32 */
             v = q51 ? __fadd_rn(__fmul_rn((float)qv, half_bits(blk)), half_bits(blk + 2))
                     : __fmul_rn((float)(qv - 16), half_bits(blk));
+            break;
+        }
+        case LLMI_IQ4_NL: {   /* d * v[q], q a nibble in Q4_0's order */
+            const uint8_t *blk = src + b * 18;
+            const uint8_t q = blk[2 + (j & 15)];
+            v = __fmul_rn(half_bits(blk), (float)iq4nl_value(j < 16 ? q & 15 : q >> 4));
+            break;
+        }
+        case LLMI_IQ4_XS: {   /* (d * (s - 32)) * v[q], sub-block i / 32 of super-block i / 256 */
+            const uint8_t *blk = src + (i >> 8) * 136;
+            const int s = (int)((i >> 5) & 7);
+            const uint8_t q = blk[8 + 16 * s + (j & 15)];
+            v = __fmul_rn(__fmul_rn(half_bits(blk), (float)iq4xs_scale(blk, s)), (float)iq4nl_value(j < 16 ? q & 15 : q >> 4));
             break;
         }
         case LLMI_Q3_K:

@@ -29,6 +29,10 @@ static rng rng_make(const char *what) {
 
 static void put_half(uint8_t *p, float f) { uint16_t h = f32_to_fp16(f); memcpy(p, &h, 2); }
 static double get_half(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return fp16_to_f32(h); }
+/* Whether t is stored in super-blocks of 256 values (the k-quants, IQ4_XS). */
+static int superblock(llmi_dtype t) { return dtype_block_elems(t) == 256; }
+/* IQ4_NL's and IQ4_XS's values (ggml-common.h's kvalues_iq4nl, FORMATS.md), the test's own copy. */
+static const int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* A random (rows, cols) weight in dtype t; data is malloc'ed into owned. */
 static llmi_tensor make_weight(rng *r, llmi_dtype t, int rows, int cols) {
@@ -52,6 +56,13 @@ static llmi_tensor make_weight(rng *r, llmi_dtype t, int rows, int cols) {
             case LLMI_Q4_1: put_half(p + 20 * c, sc); put_half(p + 20 * c + 2, -8 * sc * (rng_unif(r) + 1.2f)); break;
             case LLMI_Q5_0: put_half(p + 22 * c, sc); break;
             case LLMI_Q5_1: put_half(p + 24 * c, sc); put_half(p + 24 * c + 2, -16 * sc * (rng_unif(r) + 1.1f)); break;
+            case LLMI_IQ4_NL: put_half(p + 18 * c, sc / 16); if (c == 0) p[2] = 0; break;   /* value -127 */
+            case LLMI_IQ4_XS: {   /* random 6-bit scales; row 0's first super-block all -32 and -127 */
+                uint8_t *blk = p + 136 * c;
+                if (row == 0 && c == 0) memset(blk + 2, 0, 134);
+                put_half(blk, (rng_int(r, 2) ? 1 : -1) * exp2f(-12.0f + rng_unif(r)));
+                break;
+            }
             case LLMI_Q3_K: case LLMI_Q4_K: case LLMI_Q5_K: case LLMI_Q6_K: {
                 /* random scales, mins and codes under fp16 super-block scales d of 2^-9 ..
                  * 2^-7 (Q6_K's of either sign) and dmin that centres the values on 0 on average
@@ -86,6 +97,10 @@ static llmi_tensor make_weight(rng *r, llmi_dtype t, int rows, int cols) {
  * of the fp16 and integer scales): value = f[0] * code + f[1] for Q4_K and Q5_K,
  * f[e % 32 / 16] * (code - 32) for Q6_K, f[e % 32 / 16] * (code - 4) for Q3_K. */
 static int kq_code(llmi_dtype t, const uint8_t *blk, int e) {
+    if (t == LLMI_IQ4_NL || t == LLMI_IQ4_XS) {   /* an index: nibbles as Q4_0's, 16 bytes per 32 values */
+        const uint8_t *qs = t == LLMI_IQ4_NL ? blk + 2 : blk + 8 + 16 * (e / 32);
+        return e % 32 < 16 ? qs[e % 32] & 15 : qs[e % 32 - 16] >> 4;
+    }
     if (t == LLMI_Q5_0 || t == LLMI_Q5_1) {   /* blk a block of 32: nibbles, then bit e of qh */
         const uint8_t *qs = blk + (t == LLMI_Q5_1 ? 8 : 6), *qh = blk + (t == LLMI_Q5_1 ? 4 : 2);
         return (e < 16 ? qs[e] & 15 : qs[e - 16] >> 4) | ((qh[e / 8] >> (e % 8)) & 1) << 4;
@@ -106,6 +121,17 @@ static int kq_code(llmi_dtype t, const uint8_t *blk, int e) {
     return v;
 }
 static void kq_factors(llmi_dtype t, const uint8_t *blk, int s, float f[2]) {
+    if (t == LLMI_IQ4_NL || t == LLMI_IQ4_XS) {   /* x = f[0] * iq4_values[code] */
+        int sc = 0;
+        if (t == LLMI_IQ4_XS) {   /* low 4 bits: nibble s % 2 of scales_l[s / 2]; top 2: bits 2s of scales_h */
+            uint16_t hi;
+            memcpy(&hi, blk + 2, 2);
+            sc = ((blk[4 + s / 2] >> (4 * (s % 2)) & 15) | (hi >> (2 * s) & 3) << 4) - 32;
+        }
+        f[0] = t == LLMI_IQ4_NL ? (float)get_half(blk) : (float)get_half(blk) * (float)sc;
+        f[1] = 0.0f;
+        return;
+    }
     if (t == LLMI_Q5_0 || t == LLMI_Q5_1) {   /* x = d * q + m; Q5_0's m is -16 d */
         f[0] = (float)get_half(blk);
         f[1] = t == LLMI_Q5_1 ? (float)get_half(blk + 2) : -16.0f * f[0];
@@ -135,13 +161,19 @@ static void kq_factors(llmi_dtype t, const uint8_t *blk, int s, float f[2]) {
 static double ref_w(const llmi_tensor *w, int row, int c) {
     const uint8_t *p = (const uint8_t *)w->data + w->row_bytes * row;
     int b = c / 32, j = c % 32;
+    if (w->dtype == LLMI_IQ4_NL || w->dtype == LLMI_IQ4_XS) {
+        const uint8_t *blk = p + dtype_block_bytes(w->dtype) * (size_t)(w->dtype == LLMI_IQ4_NL ? b : c / 256);
+        float f[2];
+        kq_factors(w->dtype, blk, w->dtype == LLMI_IQ4_NL ? 0 : c % 256 / 32, f);
+        return (double)f[0] * iq4_values[kq_code(w->dtype, blk, w->dtype == LLMI_IQ4_NL ? j : c % 256)];
+    }
     if (w->dtype == LLMI_Q5_0 || w->dtype == LLMI_Q5_1) {
         const uint8_t *blk = p + dtype_block_bytes(w->dtype) * (size_t)b;
         float f[2];
         kq_factors(w->dtype, blk, 0, f);
         return (double)f[0] * kq_code(w->dtype, blk, j) + f[1];
     }
-    if (dtype_is_kquant(w->dtype)) {
+    if (superblock(w->dtype)) {
         const uint8_t *blk = p + dtype_block_bytes(w->dtype) * (size_t)(c / 256);
         float f[2];
         kq_factors(w->dtype, blk, c % 256 / 32, f);
@@ -173,7 +205,7 @@ static float *rand_vec(rng *r, size_t n, float scale) {
 TEST(cpu_dequant_row_and_embed) {
     rng r = rng_make("dequant");
     FOR_WEIGHT_DTYPES(t, LLMI_F32) {
-        const int cols = dtype_is_kquant((llmi_dtype)t) ? 512 : 96;
+        const int cols = superblock((llmi_dtype)t) ? 512 : 96;
         llmi_tensor w = make_weight(&r, (llmi_dtype)t, 11, cols);
         float row[512];
         double maxd = 0;   /* relative above 1: a k-quant's d * q + m rounds once to fp32 */
@@ -212,7 +244,7 @@ TEST(cpu_matmul_all_dtypes) {
     const int kshapes[][2] = {{37, 256}, {65, 512}, {1, 256}, {130, 768}, {17, 1536}, {3, 65792}};   /* k-quants */
     const int ns[] = {1, 37, 3, 9};
     FOR_WEIGHT_DTYPES(t, LLMI_F32) {
-        int quant = t >= LLMI_Q8_0, kq = dtype_is_kquant((llmi_dtype)t);
+        int quant = t >= LLMI_Q8_0, kq = superblock((llmi_dtype)t);
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             int rows = kq ? kshapes[si][0] : shapes[si][0];
             int cols = kq ? kshapes[si][1] : shapes[si][1] + (quant ? 0 : rng_int(&r, 2) * 3);   /* odd dense cols too */
@@ -299,7 +331,7 @@ TEST(cpu_matmul_all_dtypes) {
 static float quant_recipe_ref(const llmi_tensor *w, int row, const float *x) {
     const uint8_t *p = (const uint8_t *)w->data + w->row_bytes * row;
     const llmi_dtype t = w->dtype;
-    const int kq = dtype_is_kquant(t);
+    const int kq = superblock(t);
     size_t bb = dtype_block_bytes(t);
     float acc = 0.0f;
     for (int b = 0; b < w->cols / 32; b++) {
@@ -321,15 +353,17 @@ static float quant_recipe_ref(const llmi_tensor *w, int row, const float *x) {
             case LLMI_Q6_K: q = kq_code(t, blk, 32 * sub + j) - 32; break;
             case LLMI_Q3_K: q = kq_code(t, blk, 32 * sub + j) - 4; break;
             case LLMI_Q5_0: q = kq_code(t, blk, j) - 16; break;
+            case LLMI_IQ4_NL: case LLMI_IQ4_XS: q = iq4_values[kq_code(t, blk, 32 * sub + j)]; break;
             default: q = kq_code(t, blk, 32 * sub + j); break;
             }
             dot[(t == LLMI_Q6_K || t == LLMI_Q3_K) && j >= 16] += q * v;
             sum += v;
         }
-        if (kq) {
+        if (kq || t == LLMI_IQ4_NL) {
             float f[2];
             kq_factors(t, blk, sub, f);
             acc = fmaf((float)dot[0], f[0] * d, acc);
+            if (t == LLMI_IQ4_NL || t == LLMI_IQ4_XS) continue;   /* no min term */
             if (t == LLMI_Q6_K || t == LLMI_Q3_K) acc = fmaf((float)dot[1], f[1] * d, acc);
             else acc = fmaf(f[1], d * (float)sum, acc);
             continue;
@@ -349,7 +383,7 @@ TEST(cpu_matmul_quant_recipe_exact) {
     long bad = 0, total = 0;
     FOR_WEIGHT_DTYPES(t, LLMI_Q8_0)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            const int kq = dtype_is_kquant((llmi_dtype)t);
+            const int kq = superblock((llmi_dtype)t);
             int rows = kq ? kshapes[si][0] : shapes[si][0], cols = kq ? kshapes[si][1] : shapes[si][1], n = ns[si];
             llmi_tensor w = make_weight(&r, (llmi_dtype)t, rows, cols);
             float *x = rand_vec(&r, (size_t)n * cols, 2.0f), *y = malloc(sizeof(float) * n * rows);
@@ -436,18 +470,19 @@ static int packed_code(int bits, const uint8_t *q, int i, int c) {   /* ops.h's 
 TEST(cpu_qweight_pack_layout) {
     rng r = rng_make("qpack");
     FOR_WEIGHT_DTYPES(t, LLMI_Q8_0) {
-        const int kq = dtype_is_kquant((llmi_dtype)t), rows = 21, cols = kq ? 512 : 96, nb = cols / 32;
+        const int kq = superblock((llmi_dtype)t), rows = 21, cols = kq ? 512 : 96, nb = cols / 32;
         llmi_tensor w = make_weight(&r, (llmi_dtype)t, rows, cols), pk;
         llmi_status st;
         CHECK(cpu_qweight_pack(&w, &pk, &st) == 0);
         CHECK(pk.layout == LLMI_LAYOUT_CPU16 && pk.rows == rows && pk.cols == cols);
         const int bits = t == LLMI_Q8_0 ? 8 : t == LLMI_Q6_K ? 6 : (t == LLMI_Q5_0 || t == LLMI_Q5_1 || t == LLMI_Q5_K) ? 5 : 4;
-        const size_t head = t == LLMI_Q4_1 || t == LLMI_Q5_1 ? 64 : 32, pb = head + 64 * (size_t)bits;
+        const size_t head = t == LLMI_Q4_1 || t == LLMI_Q5_1 ? 64 : t == LLMI_IQ4_XS ? 16 : 32, pb = head + 64 * (size_t)bits;
         const int halves = t == LLMI_Q6_K || t == LLMI_Q3_K;   /* a scale per 16 columns, d alone */
-        const size_t shead = kq ? (halves ? 64 : 128) : 0, gb = kq ? (size_t)nb / 8 * (shead + 8 * pb) : (size_t)nb * pb;
+        const int dalone = halves || t == LLMI_IQ4_XS;          /* int8 scales under d alone */
+        const size_t shead = kq ? (dalone ? 64 : 128) : 0, gb = kq ? (size_t)nb / 8 * (shead + 8 * pb) : (size_t)nb * pb;
         const double bpw[] = {[LLMI_Q8_0] = 8.5, [LLMI_Q4_0] = 4.5, [LLMI_Q4_1] = 5, [LLMI_Q4_K] = 4.75,
                               [LLMI_Q5_K] = 5.75, [LLMI_Q6_K] = 6.625, [LLMI_Q5_0] = 5.5, [LLMI_Q5_1] = 6,
-                              [LLMI_Q3_K] = 4.625};
+                              [LLMI_Q3_K] = 4.625, [LLMI_IQ4_NL] = 4.5, [LLMI_IQ4_XS] = 4.375};
         CHECK_MSG(cpu_qweight_bytes(&w) == 2 * gb && (double)gb * 8 == bpw[t] * 16 * cols,
                   "%s: %zu packed bytes", dtype_name((llmi_dtype)t), cpu_qweight_bytes(&w));
         int mism = 0;
@@ -463,8 +498,9 @@ TEST(cpu_qweight_pack_layout) {
                     float f[2] = {0, 0}, sd, snd = 0;
                     if (blk) kq_factors((llmi_dtype)t, blk, sub, f);
                     memcpy(&sd, sh + 4 * i, 4);
-                    if (!halves) memcpy(&snd, sh + 64 + 4 * i, 4);
-                    const int s0 = halves ? (int8_t)g[i] : g[i], s1 = halves ? (int8_t)g[16 + i] : g[16 + i];
+                    if (!dalone) memcpy(&snd, sh + 64 + 4 * i, 4);
+                    const int s0 = dalone ? (int8_t)g[i] : g[i];
+                    const int s1 = t == LLMI_IQ4_XS ? 0 : halves ? (int8_t)g[16 + i] : g[16 + i];
                     const float got[2] = {sd * (float)s0, (halves ? sd : snd) * (float)s1};
                     mism += memcmp(got, f, sizeof f) != 0;
                     if (blk) mism += sd != (float)get_half(blk + (t == LLMI_Q6_K ? 208 : t == LLMI_Q3_K ? 108 : 0));
@@ -476,7 +512,7 @@ TEST(cpu_qweight_pack_layout) {
                     int want = 0;
                     if (blk) switch (t) {
                         case LLMI_Q8_0: want = (int8_t)blk[2 + c] + 128; break;
-                        case LLMI_Q4_0: case LLMI_Q4_1: {
+                        case LLMI_Q4_0: case LLMI_Q4_1: case LLMI_IQ4_NL: {
                             const uint8_t qb = blk[(t == LLMI_Q4_1 ? 4 : 2) + c % 16];
                             want = c < 16 ? qb & 15 : qb >> 4;
                             break;
@@ -794,13 +830,14 @@ TEST(cpu_paged_attention_vs_dense) {
 TEST(cpu_matmul_multi_matches_single) {
     rng r = rng_make("multi");
     const llmi_dtype mixes[][3] = {{LLMI_Q4_K, LLMI_Q6_K, LLMI_Q8_0}, {LLMI_Q5_K, LLMI_Q4_0, LLMI_Q6_K},
-                                   {LLMI_Q4_1, LLMI_Q4_K, LLMI_F16}, {LLMI_Q3_K, LLMI_Q5_0, LLMI_Q4_K}};
+                                   {LLMI_Q4_1, LLMI_Q4_K, LLMI_F16}, {LLMI_Q3_K, LLMI_Q5_0, LLMI_Q4_K},
+                                   {LLMI_IQ4_XS, LLMI_IQ4_NL, LLMI_Q6_K}};
     const int n_single = LLMI_DTYPE_COUNT, n_mix = sizeof mixes / sizeof mixes[0];
     for (int k = 0; k < n_single + n_mix; k++) {
         if (k == LLMI_I4G) continue;
         llmi_dtype dt[3];
         for (int i = 0; i < 3; i++) dt[i] = k < n_single ? (llmi_dtype)k : mixes[k - n_single][i];
-        int kq = dtype_is_kquant(dt[0]) || dtype_is_kquant(dt[1]) || dtype_is_kquant(dt[2]);
+        int kq = superblock(dt[0]) || superblock(dt[1]) || superblock(dt[2]);
         int n = 1 + rng_int(&r, 20), cols = kq ? 512 : 96, t = k;
         llmi_tensor w[3] = {make_weight(&r, dt[0], 64, cols), make_weight(&r, dt[1], 17, cols),
                             make_weight(&r, dt[2], 33, cols)};
@@ -969,7 +1006,7 @@ static int kq_load(test_ctx *t_, const char *name, llmi_dtype dt, llmi_tensor *w
 
 static const struct { const char *name; llmi_dtype dt; } kq_types[] = {
     {"q4_k", LLMI_Q4_K}, {"q5_k", LLMI_Q5_K}, {"q6_k", LLMI_Q6_K}, {"q5_0", LLMI_Q5_0}, {"q5_1", LLMI_Q5_1},
-    {"q3_k", LLMI_Q3_K}};
+    {"q3_k", LLMI_Q3_K}, {"iq4_nl", LLMI_IQ4_NL}, {"iq4_xs", LLMI_IQ4_XS}};
 
 /* Every value bit for bit, the corner row (all scales and codes at their maximum) included. */
 TEST(cpu_kquant_dequant_vs_gguf_py) {

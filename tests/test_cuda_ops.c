@@ -774,16 +774,17 @@ TEST(cuda_gemm_tune) {
 TEST(cuda_dequant) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_dequant");
-    llmi_dtype src[12] = {LLMI_Q4_0, LLMI_Q4_1, LLMI_Q8_0, LLMI_F16, LLMI_F32, LLMI_BF16, LLMI_Q4_K, LLMI_Q5_K, LLMI_Q6_K,
-                          LLMI_Q5_0, LLMI_Q5_1, LLMI_Q3_K};
-    for (int si = 0; si < 12; si++) {
+    llmi_dtype src[14] = {LLMI_Q4_0, LLMI_Q4_1, LLMI_Q8_0, LLMI_F16, LLMI_F32, LLMI_BF16, LLMI_Q4_K, LLMI_Q5_K, LLMI_Q6_K,
+                          LLMI_Q5_0, LLMI_Q5_1, LLMI_Q3_K, LLMI_IQ4_NL, LLMI_IQ4_XS};
+    for (int si = 0; si < 14; si++) {
         llmi_dtype dt = src[si];
-        const int rows = 5, cols = dtype_is_kquant(dt) ? 768 : 96;
+        const int rows = 5, cols = dtype_block_elems(dt) == 256 ? 768 : 96;
         size_t rb = (size_t)cols / dtype_block_elems(dt) * dtype_block_bytes(dt);
         uint8_t *raw = malloc(rb * rows);
         for (size_t i = 0; i < rb * rows; i++) raw[i] = (uint8_t)trng_next(&r);
         /* keep the scales and dense values finite and moderate */
-        if (dt == LLMI_Q4_0 || dt == LLMI_Q4_1 || dt == LLMI_Q8_0 || dt == LLMI_Q5_0 || dt == LLMI_Q5_1) {
+        if (dt == LLMI_Q4_0 || dt == LLMI_Q4_1 || dt == LLMI_Q8_0 || dt == LLMI_Q5_0 || dt == LLMI_Q5_1 || dt == LLMI_IQ4_NL ||
+            dt == LLMI_IQ4_XS) {   /* (IQ4_XS: d; its scales and codes random) */
             size_t bb = dtype_block_bytes(dt);
             for (size_t bo = 0; bo < rb * rows; bo += bb) {
                 uint16_t h = f32_to_fp16(0.01f * trng_unif(&r));

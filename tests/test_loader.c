@@ -124,7 +124,7 @@ static void load_any(test_ctx *t_, const char *path, bool no_tok) {
 /* ---------------------------------------------------------------- a tiny model */
 
 /* GGUF type ids and geometry the writer needs (ggml-common.h). */
-enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q8_0 = 8, T_IQ4_NL = 20, T_BF16 = 30 };
+enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q8_0 = 8, T_Q8_1 = 9, T_BF16 = 30 };
 static int64_t ty_blck(int t) { return (t == T_F32 || t == T_F16 || t == T_BF16) ? 1 : 32; }
 static size_t ty_bytes(int t) {
     switch (t) {
@@ -134,7 +134,7 @@ static size_t ty_bytes(int t) {
     case T_Q4_1: return 20;
     case T_Q5_0: return 22;
     case T_Q8_0: return 34;
-    case T_IQ4_NL: return 18;   /* a type llmi does not read */
+    case T_Q8_1: return 36;     /* a type llmi does not read */
     }
     return 0;
 }
@@ -174,7 +174,7 @@ static void fill_random(ttensor *x, rng *r) {
         case T_F16: h = f32_to_fp16(rng_f(r)); memcpy(p, &h, 2); break;
         case T_BF16: h = f32_to_bf16(rng_f(r)); memcpy(p, &h, 2); break;
         case T_Q4_1: h = f32_to_fp16(rng_f(r) * 0.5f); memcpy(p + 2, &h, 2); /* fall through */
-        case T_Q4_0: case T_Q8_0: case T_Q5_0: case T_IQ4_NL: h = f32_to_fp16(rng_f(r) * 0.1f); memcpy(p, &h, 2); break;
+        case T_Q4_0: case T_Q8_0: case T_Q5_0: case T_Q8_1: h = f32_to_fp16(rng_f(r) * 0.1f); memcpy(p, &h, 2); break;
         }
     }
 }
@@ -767,8 +767,8 @@ TEST(loader_gguf_model_attacks) {
     gcase_init(&c, &o, false); EXPECT_FAIL(c.path, true, "missing tensor output_norm.weight"); gcase_free(&c);
     memset(&o, 0, sizeof o);
     o.retype = "blk.0.ffn_down.weight";
-    o.retype_to = T_IQ4_NL;
-    gcase_init(&c, &o, false); EXPECT_FAIL(c.path, true, "unsupported tensor type IQ4_NL in blk.0.ffn_down.weight");
+    o.retype_to = T_Q8_1;
+    gcase_init(&c, &o, false); EXPECT_FAIL(c.path, true, "unsupported tensor type Q8_1 in blk.0.ffn_down.weight");
     gcase_free(&c);
     o.retype = "blk.1.attn_norm.weight";
     o.retype_to = T_Q8_0;

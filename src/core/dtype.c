@@ -17,6 +17,8 @@ const char *dtype_name(llmi_dtype t) {
     case LLMI_Q5_0: return "Q5_0";
     case LLMI_Q5_1: return "Q5_1";
     case LLMI_Q3_K: return "Q3_K";
+    case LLMI_IQ4_NL: return "IQ4_NL";
+    case LLMI_IQ4_XS: return "IQ4_XS";
     default: return "unknown";
     }
 }

@@ -27,6 +27,10 @@ typedef enum llmi_dtype {
     LLMI_Q5_1,   /* fp16 d, fp16 m, u32 qh, u8 qs[16]: x = d * q + m   (24 bytes) */
     LLMI_Q3_K,   /* k-quant: 32 hmask (third bits), 64 qs (2-bit pairs), 12 bytes of 6-bit scales
                     (sub-blocks of 16), fp16 d: x = d * (scale - 32) * (q - 4) (110 bytes) */
+    /* GGUF non-linear 4-bit quants: a 4-bit index q into the 16 int8 values of iq4nl_value */
+    LLMI_IQ4_NL, /* blocks of 32: fp16 d, u8 qs[16] (Q4_0's nibble order): x = d * v[q]  (18 bytes) */
+    LLMI_IQ4_XS, /* super-blocks of 256: fp16 d, u16 scales_h, u8 scales_l[4], u8 qs[128]; sub-block j
+                    (32) has the 6-bit scale s_j: x = d * (s_j - 32) * v[q]              (136 bytes) */
     LLMI_DTYPE_COUNT
 } llmi_dtype;
 
@@ -57,8 +61,10 @@ int kv_dtype_parse(const char *s, llmi_kv_dtype *out);   /* 0, or -1 for an unkn
 /* Weights per block and bytes per block; dense types have a block of 1. */
 static inline int dtype_block_elems(llmi_dtype t) {
     if (t == LLMI_I4G) return 2;
-    if (t == LLMI_Q3_K || t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K) return 256;
-    return (t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1 || t == LLMI_Q5_0 || t == LLMI_Q5_1) ? 32 : 1;
+    if (t == LLMI_Q3_K || t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K || t == LLMI_IQ4_XS) return 256;
+    return (t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1 || t == LLMI_Q5_0 || t == LLMI_Q5_1 || t == LLMI_IQ4_NL)
+               ? 32
+               : 1;
 }
 static inline size_t dtype_block_bytes(llmi_dtype t) {
     switch (t) {
@@ -74,6 +80,8 @@ static inline size_t dtype_block_bytes(llmi_dtype t) {
     case LLMI_Q5_0: return 22;
     case LLMI_Q5_1: return 24;
     case LLMI_Q3_K: return 110;
+    case LLMI_IQ4_NL: return 18;
+    case LLMI_IQ4_XS: return 136;
     default: return 0;
     }
 }
@@ -100,6 +108,17 @@ static inline LLMI_DTYPE_HD void kquant_scale_min(const uint8_t *s, int j, int *
     }
 }
 
+/* IQ4_NL's and IQ4_XS's 16 values (ggml's kvalues_iq4nl), index q 0..15. */
+static inline LLMI_DTYPE_HD int iq4nl_value(int q) {
+    const int8_t v[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    return v[q & 15];
+}
+/* The signed scale of sub-block j (0..7, 32 values each) of an IQ4_XS super-block: the low
+ * 4 bits in nibble j % 2 of scales_l[j / 2], the top 2 in bits 2j of the u16 scales_h. */
+static inline LLMI_DTYPE_HD int iq4xs_scale(const uint8_t *blk, int j) {
+    const int h = blk[2] | blk[3] << 8;
+    return ((blk[4 + j / 2] >> (4 * (j % 2)) & 15) | (h >> (2 * j) & 3) << 4) - 32;
+}
 /* The signed scale of sub-block j (0..15, 16 values each) of a Q3_K super-block from its
  * 12 packed bytes: the low 4 bits in nibble j / 8 of byte j % 8, the top 2 in bits
  * 2 (j / 4) of byte 8 + j % 4, minus 32 (gguf-py's Q3_K.dequantize_blocks). */

@@ -14,9 +14,19 @@
  * 2-3, 4-5, 6-7 of qh[32h + l] as bits 4-5.
  * Q3_K: value e is d * (scale[e / 16] - 32) * (q - 4), q 3 bits: per 128-value half h and
  * l < 32, values l + 32k (k = 0..3) take bit pair k of qs[32h + l], and value e's third bit
- * is bit e / 32 of hmask[e % 32] (kquant_q3_scale reads the scales). */
+ * is bit e / 32 of hmask[e % 32] (kquant_q3_scale reads the scales).
+ * IQ4_NL (a block of 32) and IQ4_XS sub-block s: 16 bytes of nibbles in Q4_0's order (byte
+ * l: value l low, value 16 + l high), each an index into iq4nl_value's table. */
 void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], float f[2]) {
     uint16_t h;
+    if (t == LLMI_IQ4_NL || t == LLMI_IQ4_XS) {
+        const uint8_t *qs = t == LLMI_IQ4_NL ? blk + 2 : blk + 8 + 16 * s;
+        for (int c = 0; c < 32; c++) u[c] = (uint8_t)(c < 16 ? qs[c] & 15 : qs[c - 16] >> 4);
+        memcpy(&h, blk, 2);
+        f[0] = t == LLMI_IQ4_NL ? fp16_to_f32(h) : fp16_to_f32(h) * (float)iq4xs_scale(blk, s);
+        f[1] = 0.0f;
+        return;
+    }
     if (t == LLMI_Q5_0 || t == LLMI_Q5_1) {   /* a block of 32 is its one sub-block */
         const bool q51 = t == LLMI_Q5_1;
         const uint8_t *qs = blk + (q51 ? 8 : 6);
@@ -61,6 +71,13 @@ void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], fl
 
 void kquant_sub_scales(llmi_dtype t, const uint8_t *blk, int s, float sup[2], int isc[2]) {
     uint16_t h;
+    if (t == LLMI_IQ4_XS) {
+        memcpy(&h, blk, 2);
+        sup[0] = sup[1] = fp16_to_f32(h);
+        isc[0] = iq4xs_scale(blk, s);
+        isc[1] = 0;
+        return;
+    }
     if (t == LLMI_Q3_K) {
         memcpy(&h, blk + 108, 2);
         sup[0] = sup[1] = fp16_to_f32(h);
@@ -93,6 +110,7 @@ void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out) {
         for (int i = 0; i < 32; i++)
             out[32 * s + i] = t == LLMI_Q6_K   ? f[i / 16] * (float)(u[i] - 32)
                               : t == LLMI_Q3_K ? f[i / 16] * (float)(u[i] - 4)
+                              : (t == LLMI_IQ4_NL || t == LLMI_IQ4_XS) ? f[0] * (float)iq4nl_value(u[i])
                               : t == LLMI_Q5_0 ? f[0] * (float)(u[i] - 16)
                                                : f[0] * (float)u[i] + f[1];
     }
@@ -156,6 +174,8 @@ void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out) {
     case LLMI_I4G:
         quant_dequant_row(t, r, out); /* GPTQ/AWQ int4: quant_tensor.c */
         break;
+    case LLMI_IQ4_NL:
+    case LLMI_IQ4_XS:
     case LLMI_Q3_K:
     case LLMI_Q4_K:
     case LLMI_Q5_K:

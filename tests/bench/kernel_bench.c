@@ -2,7 +2,8 @@
  * forward, timed in thread CPU time (best of REPS), so that two builds can be compared
  * side by side on a busy machine where wall-clock rates of the whole binary scatter.
  *   build/kernel_bench matmul ROWS COLS N [REPS [DTYPE]]  a DTYPE weight (q4_1 default, q4_0, q8_0,
- *                                                  q5_0, q5_1, q3_k, q4_k, q5_k, q6_k packed; f16, bf16)
+ *                                                  q5_0, q5_1, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs
+ *                                                  packed; f16, bf16)
  *                                                  x N tokens (cpu_matmul)
  *   build/kernel_bench attention N [REPS]          causal prefill of N tokens, SmolLM2's
  *                                                  9 heads / 3 KV heads of 64, f16 KV
@@ -45,10 +46,11 @@ static int bench_matmul(int rows, int cols, int n, int reps, const char *dtype) 
                  : !strcmp(dtype, "bf16") ? LLMI_BF16 : !strcmp(dtype, "q4_k") ? LLMI_Q4_K
                  : !strcmp(dtype, "q5_k") ? LLMI_Q5_K : !strcmp(dtype, "q6_k") ? LLMI_Q6_K
                  : !strcmp(dtype, "q3_k") ? LLMI_Q3_K : !strcmp(dtype, "q5_0") ? LLMI_Q5_0
-                 : !strcmp(dtype, "q5_1") ? LLMI_Q5_1 : LLMI_DTYPE_COUNT;
-    if (rows <= 0 || cols <= 0 || n <= 0 || t == LLMI_DTYPE_COUNT || cols % (dtype_is_kquant(t) ? 256 : 32)) {
+                 : !strcmp(dtype, "q5_1") ? LLMI_Q5_1 : !strcmp(dtype, "iq4_nl") ? LLMI_IQ4_NL
+                 : !strcmp(dtype, "iq4_xs") ? LLMI_IQ4_XS : LLMI_DTYPE_COUNT;
+    if (rows <= 0 || cols <= 0 || n <= 0 || t == LLMI_DTYPE_COUNT || cols % dtype_block_elems(t)) {
         fprintf(stderr, "kernel_bench: matmul needs ROWS > 0, COLS a multiple of 32 (256: k-quants), N > 0, "
-                        "DTYPE q4_1|q4_0|q8_0|q5_0|q5_1|q3_k|q4_k|q5_k|q6_k|f16|bf16\n");
+                        "DTYPE q4_1|q4_0|q8_0|q5_0|q5_1|q3_k|q4_k|q5_k|q6_k|iq4_nl|iq4_xs|f16|bf16\n");
         return 2;
     }
     uint64_t s = 7;
@@ -62,7 +64,7 @@ static int bench_matmul(int rows, int cols, int n, int reps, const char *dtype) 
         uint16_t sc = f32_to_fp16(0.01f + 0.01f * (unif(&s) + 0.5f)), mn = f32_to_fp16(-0.05f);
         if (t == LLMI_F16) sc = f32_to_fp16(0.05f * unif(&s));
         if (t == LLMI_BF16) sc = f32_to_bf16(0.05f * unif(&s));
-        if (dtype_is_kquant(t)) sc = f32_to_fp16(0.001f);   /* a k-quant's super-block scale (Q4_K/Q5_K: and dmin) */
+        if (dtype_block_elems(t) == 256) sc = f32_to_fp16(0.001f);   /* a super-block scale (Q4_K/Q5_K: and dmin) */
         memcpy(d + b * bb + (t == LLMI_Q6_K ? 208 : t == LLMI_Q3_K ? 108 : 0), &sc, 2);
         if (t == LLMI_Q4_1 || t == LLMI_Q5_1 || t == LLMI_Q4_K || t == LLMI_Q5_K)
             memcpy(d + b * bb + 2, dtype_is_kquant(t) ? &sc : &mn, 2);

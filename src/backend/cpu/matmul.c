@@ -325,7 +325,8 @@ static void matmul_i4g(const llmi_tensor *w, const float *x, int n, float *y) {
 
 /* The dtypes the packed kernels read (ops.h): int8 activations, 16-row groups. */
 static int is_qpacked(llmi_dtype t) {
-    return t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1 || t == LLMI_Q5_0 || t == LLMI_Q5_1 || dtype_is_kquant(t);
+    return t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1 || t == LLMI_Q5_0 || t == LLMI_Q5_1 || t == LLMI_IQ4_NL ||
+           t == LLMI_IQ4_XS || dtype_is_kquant(t);
 }
 
 /* Packed layout (ops.h): per group of QP_ROWS rows, the 32-column blocks in order, each a
@@ -355,16 +356,25 @@ static int qp_bits(llmi_dtype t) {
 }
 /* Whether t has a scale per 16 columns (Q6_K, Q3_K): a block is two dots, one per half. */
 #define QP_HALVES(t) ((t) == LLMI_Q6_K || (t) == LLMI_Q3_K)
+/* Whether t's nibbles index iq4nl_value's table (IQ4_NL, IQ4_XS): the kernels look the
+ * unsigned weight u = value + 128 up (one byte shuffle), so k = 128 as Q8_0's. */
+#define QP_LUT(t) ((t) == LLMI_IQ4_NL || (t) == LLMI_IQ4_XS)
 /* Top bits of codes wider than 4: top-bit quad 4 + j / (4 / w) (w = bits - 4) holds, at
  * byte 4r + e, the w top bits of column 4j + e at bit qp_top_shift and of column
  * 16 + 4j + e at bit 4 + qp_top_shift: one 64-byte load holds 4 (w = 1) or 2 (w = 2)
  * nibble quads' top bits, each extracted by one shift and mask. */
 static inline int qp_top_quad(int bits, int j) { return 4 + j / (4 / (bits - 4)); }
 static inline int qp_top_shift(int bits, int j) { return (bits - 4) * (j % (4 / (bits - 4))); }
-static size_t qp_head(llmi_dtype t) { return (t == LLMI_Q4_1 || t == LLMI_Q5_1 ? 4 : 2) * QP_ROWS; }
+static size_t qp_head(llmi_dtype t) {
+    return (t == LLMI_Q4_1 || t == LLMI_Q5_1 ? 4 : t == LLMI_IQ4_XS ? 1 : 2) * QP_ROWS;
+}
 static size_t qp_block(llmi_dtype t) { return qp_head(t) + (size_t)qp_bits(t) * 4 * QP_ROWS; }
-static int qp_per_super(llmi_dtype t) { return dtype_is_kquant(t) ? 8 : 1; }
-static size_t qp_super_head(llmi_dtype t) { return dtype_is_kquant(t) ? (QP_HALVES(t) ? 4 : 8) * QP_ROWS : 0; }
+/* Super-blocks of 256 (the k-quants, IQ4_XS): 8 blocks after a head of the rows' fp32 d
+ * (Q4_K, Q5_K: and -dmin). */
+static int qp_per_super(llmi_dtype t) { return dtype_block_elems(t) == 256 ? 8 : 1; }
+static size_t qp_super_head(llmi_dtype t) {
+    return dtype_block_elems(t) != 256 ? 0 : (QP_HALVES(t) || t == LLMI_IQ4_XS ? 4 : 8) * QP_ROWS;
+}
 static size_t qp_super(llmi_dtype t) { return qp_super_head(t) + (size_t)qp_per_super(t) * qp_block(t); }
 /* A group's packed bytes (nb 32-column blocks) and its block b. */
 static size_t qp_group_bytes(llmi_dtype t, int64_t nb) { return (size_t)(nb / qp_per_super(t)) * qp_super(t); }
@@ -379,7 +389,7 @@ static int qp_k(llmi_dtype t) {
     case LLMI_Q4_0: return 8;
     case LLMI_Q5_0: return 16;
     case LLMI_Q6_K: return 32;
-    case LLMI_Q8_0: return 128;
+    case LLMI_Q8_0: case LLMI_IQ4_NL: case LLMI_IQ4_XS: return 128;
     default: return 0;
     }
 }
@@ -408,28 +418,28 @@ static void qp_put_codes(int bits, const uint8_t u[32], int r, uint8_t *q) {
     }
 }
 
-/* Row i of a group, 32-column block b of a Q5_0/Q5_1 or k-quant row (a k-quant's
- * super-block b / 8, sub-block b % 8) into the group's packed bytes og. */
+/* Row i of a group, 32-column block b of a Q5_0/Q5_1, k-quant or IQ4_XS row (a super-block
+ * b / 8's sub-block b % 8) into the group's packed bytes og. */
 static void pack_decoded(llmi_dtype t, const uint8_t *row, int64_t b, int i, uint8_t *og) {
     const int per = qp_per_super(t), s = (int)(b % per);
     const uint8_t *blk = row + (size_t)(b / per) * dtype_block_bytes(t);
     uint8_t u[32], *o = (uint8_t *)qp_block_at(og, t, b);
     float f[2];
     kquant_sub_block(t, blk, s, u, f);
-    if (dtype_is_kquant(t)) {
+    if (per == 8) {
         float sup[2];
         int isc[2];
         kquant_sub_scales(t, blk, s, sup, isc);
         uint8_t *sh = o - qp_super_head(t) - (size_t)s * qp_block(t);
         if (s == 0) {
             memcpy(sh + 4 * i, &sup[0], 4);
-            if (!QP_HALVES(t)) {
+            if (qp_super_head(t) == 8 * QP_ROWS) {   /* Q4_K, Q5_K: -dmin too */
                 const float nd = -sup[1];
                 memcpy(sh + 4 * QP_ROWS + 4 * i, &nd, 4);
             }
         }
-        o[i] = (uint8_t)isc[0];   /* Q6_K's, Q3_K's int8 scales as their two's complement bytes */
-        o[QP_ROWS + i] = (uint8_t)isc[1];
+        o[i] = (uint8_t)isc[0];   /* Q6_K's, Q3_K's, IQ4_XS's int8 scales as their two's complement bytes */
+        if (qp_head(t) == 2 * QP_ROWS) o[QP_ROWS + i] = (uint8_t)isc[1];
     } else {
         memcpy(o + 2 * i, blk, 2);                                            /* d */
         if (t == LLMI_Q5_1) memcpy(o + 2 * QP_ROWS + 2 * i, blk + 2, 2);       /* m */
@@ -459,12 +469,12 @@ int cpu_qweight_pack(const llmi_tensor *w, llmi_tensor *out, llmi_status *st) {
         memset(og, 0, gbytes);   /* rows past the end stay zero; codes are or-ed in */
         for (int i = 0; i < nr; i++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)(g * QP_ROWS + i) * w->row_bytes;
-            if (t != LLMI_Q8_0 && t != LLMI_Q4_0 && t != LLMI_Q4_1) {
+            if (t != LLMI_Q8_0 && t != LLMI_Q4_0 && t != LLMI_Q4_1 && t != LLMI_IQ4_NL) {
                 for (int64_t b = 0; b < nb; b++) pack_decoded(t, row, b, i, og);
                 continue;
             }
-            /* Q8_0, Q4_0, Q4_1: the GGUF block's bytes in place (a block's qs[4j..4j+3] is
-             * nibble quad j's, or byte quad j's) */
+            /* Q8_0, Q4_0, Q4_1, IQ4_NL: the GGUF block's bytes in place (a block's qs[4j..4j+3]
+             * is nibble quad j's, or byte quad j's) */
             const uint8_t *src = row;
             for (int64_t b = 0; b < nb; b++, src += bb) {
                 uint8_t *o = og + (size_t)b * qp_block(t);
@@ -562,6 +572,15 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
  * 4 KB page. */
 #define MM_PREFETCH_BYTES 4096   /* 2-16 KB ahead, to L1 or L2, measured alike on Zen 4 */
 
+#if defined(MM_AVX512) || defined(MM_AVX2)
+/* IQ4's 16 unsigned weights iq4nl_value(q) + 128 (1..241) as one 16-byte shuffle table. */
+static inline __m128i qp_lut128(void) {
+    uint8_t v[16];
+    for (int q = 0; q < 16; q++) v[q] = (uint8_t)(iq4nl_value(q) + 128);
+    return _mm_loadu_si128((const __m128i *)v);
+}
+#endif
+
 #if defined(MM_AVX512)
 /* acc[i] (QP_ROWS lanes: the group's rows) for tokens t0 + i, i < TN, over all blocks of
  * one packed group, in the recipe's order (see the file comment).  The block's weight
@@ -572,6 +591,7 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
         const int nb = qx->nb, k = qp_k(DT), bits = qp_bits(DT), per = qp_per_super(DT);                \
         const size_t pb = qp_block(DT), head = qp_head(DT), sh = qp_super_head(DT), sb = sh + per * pb; \
         const __m512i m4 = _mm512_set1_epi8(15), top = _mm512_set1_epi8(bits == 6 ? 0x30 : 0x10);        \
+        const __m512i lut = _mm512_broadcast_i32x4(qp_lut128());                                         \
         __m512 acc[TN];                                                                                 \
         _Pragma("GCC unroll 8") for (int i = 0; i < TN; i++) acc[i] = _mm512_setzero_ps();              \
         for (int b = 0; b < nb; b++) {                                                                  \
@@ -585,6 +605,10 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
                 const __m512 sd = _mm512_loadu_ps(sp);                                                  \
                 d = _mm512_mul_ps(sd, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)))); \
                 mn = _mm512_mul_ps(sd, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))))); \
+            } else if (DT == LLMI_IQ4_XS) {                                                             \
+                d = _mm512_mul_ps(_mm512_loadu_ps(sp),                                                  \
+                                  _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)))); \
+                mn = _mm512_setzero_ps();                                                               \
             } else if (dtype_is_kquant(DT)) {                                                           \
                 d = _mm512_mul_ps(_mm512_loadu_ps(sp),                                                  \
                                   _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)))); \
@@ -610,6 +634,10 @@ void cpu_qact_quantize(const cpu_qact *qa, const float *x, int64_t cols, int t0,
                     const int sft = qp_top_shift(bits, j);                                              \
                     u[j] = _mm512_or_si512(u[j], _mm512_and_si512(_mm512_slli_epi16(tq, 4 - sft), top)); \
                     u[4 + j] = _mm512_or_si512(u[4 + j], _mm512_and_si512(_mm512_srli_epi16(tq, sft), top)); \
+                }                                                                                       \
+                if (QP_LUT(DT)) { /* the index's value + 128 */                                         \
+                    u[j] = _mm512_shuffle_epi8(lut, u[j]);                                              \
+                    u[4 + j] = _mm512_shuffle_epi8(lut, u[4 + j]);                                      \
                 }                                                                                       \
             }                                                                                           \
             _Pragma("GCC unroll 8") for (int i = 0; i < TN; i++) { /* (unrolled: acc stays in registers) */ \
@@ -665,6 +693,8 @@ QGROUP_FORMAT(LLMI_Q4_K, q4_k, QG_OWN)
 QGROUP_FORMAT(LLMI_Q5_K, q5_k, QG_OWN)
 QGROUP_FORMAT(LLMI_Q6_K, q6_k, QG_OWN)
 QGROUP_FORMAT(LLMI_Q3_K, q3_k, QG_OWN)
+QGROUP_FORMAT(LLMI_IQ4_NL, iq4_nl, QG_OWN)
+QGROUP_FORMAT(LLMI_IQ4_XS, iq4_xs, QG_OWN)
 #elif defined(MM_AVX2)
 /* The same recipe on AVX2, 8 rows a vector: half h of the group (rows 8h .. 8h + 7) is 32
  * bytes of each 64-byte quad.  vpmaddubsw multiplies unsigned by signed bytes and sums the
@@ -690,6 +720,7 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
         const int nb = qx->nb, k = qp_k(DT), bits = qp_bits(DT), per = qp_per_super(DT);                \
         const size_t pb = qp_block(DT), head = qp_head(DT), sh = qp_super_head(DT), sb = sh + per * pb; \
         const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);                          \
+        const __m256i lut = _mm256_broadcastsi128_si256(qp_lut128());                                    \
         for (int h = 0; h < 2; h++) {                                                                   \
             __m256 acc[TN];                                                                             \
             _Pragma("GCC unroll 4") for (int i = 0; i < TN; i++) acc[i] = _mm256_setzero_ps();          \
@@ -704,6 +735,10 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
                     const __m256 sd = _mm256_loadu_ps((const float *)(sp + 32 * h));                    \
                     d = _mm256_mul_ps(sd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * h))))); \
                     mn = _mm256_mul_ps(sd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 16 + 8 * h))))); \
+                } else if (DT == LLMI_IQ4_XS) {                                                         \
+                    d = _mm256_mul_ps(_mm256_loadu_ps((const float *)(sp + 32 * h)),                    \
+                                      _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * h))))); \
+                    mn = _mm256_setzero_ps();                                                           \
                 } else if (dtype_is_kquant(DT)) {                                                       \
                     d = _mm256_mul_ps(_mm256_loadu_ps((const float *)(sp + 32 * h)),                    \
                                       _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * h))))); \
@@ -732,12 +767,16 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
                         u[j] = _mm256_or_si256(u[j], _mm256_and_si256(_mm256_slli_epi16(tq, 4 - sft), top)); \
                         u[4 + j] = _mm256_or_si256(u[4 + j], _mm256_and_si256(_mm256_srli_epi16(tq, sft), top)); \
                     }                                                                                   \
+                    if (QP_LUT(DT)) { /* the index's value + 128 */                                     \
+                        u[j] = _mm256_shuffle_epi8(lut, u[j]);                                          \
+                        u[4 + j] = _mm256_shuffle_epi8(lut, u[4 + j]);                                  \
+                    }                                                                                   \
                 }                                                                                       \
                 _Pragma("GCC unroll 4") for (int i = 0; i < TN; i++) {                                  \
                     const size_t tb = (size_t)(t0 + i) * nb + b;                                        \
                     const int8_t *xq = qx->q + tb * 32;                                                 \
                     const __m256 dx = _mm256_set1_ps(qx->dx[tb]);                                       \
-                    if (DT == LLMI_Q8_0) { /* split per token: u_lo/u_hi kept would take 16 ymm */      \
+                    if (DT == LLMI_Q8_0 || QP_LUT(DT)) { /* bytes to 255: split per token (u_lo/u_hi kept would take 16 ymm) */ \
                         __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256(); /* int16 pair sums */ \
                         _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                           \
                             const __m256i xv = mm_bcast4(xq + 4 * j);                                   \
@@ -790,6 +829,8 @@ QGROUP2_FORMAT(LLMI_Q4_K, q4_k)
 QGROUP2_FORMAT(LLMI_Q5_K, q5_k)
 QGROUP2_FORMAT(LLMI_Q6_K, q6_k)
 QGROUP2_FORMAT(LLMI_Q3_K, q3_k)
+QGROUP2_FORMAT(LLMI_IQ4_NL, iq4_nl)
+QGROUP2_FORMAT(LLMI_IQ4_XS, iq4_xs)
 #else
 /* The same recipe one (row, token) at a time: the same integers, products and fused
  * multiply-adds in the same order, so every body gives the same bits. */
@@ -806,11 +847,12 @@ static int qp_code(int bits, const uint8_t *q, int r, int c) {
 }
 static float qp_head_value(const uint8_t *gp, llmi_dtype t, int b, int k, int r) {   /* head half k, row r */
     const uint8_t *p = qp_block_at(gp, t, b);
-    if (dtype_is_kquant(t)) {   /* the super-block's d (-dmin) times the integer scale (min) */
+    if (qp_per_super(t) == 8) {   /* the super-block's d (-dmin) times the integer scale (min) */
         const uint8_t *sp = p - qp_super_head(t) - (size_t)(b % qp_per_super(t)) * qp_block(t);
         float f;
-        memcpy(&f, sp + (QP_HALVES(t) ? 0 : 4 * QP_ROWS * k) + 4 * r, 4);
-        const int s = QP_HALVES(t) ? (int8_t)p[QP_ROWS * k + r] : p[QP_ROWS * k + r];
+        const int sgn = QP_HALVES(t) || t == LLMI_IQ4_XS;   /* int8 scales, d alone */
+        memcpy(&f, sp + (sgn ? 0 : 4 * QP_ROWS * k) + 4 * r, 4);
+        const int s = sgn ? (int8_t)p[QP_ROWS * k + r] : p[QP_ROWS * k + r];
         return f * (float)s;
     }
     uint16_t h;
@@ -829,7 +871,10 @@ static void qgroup_scalar(const uint8_t *gp, llmi_dtype t, const cpu_qact *qx, i
                 /* is[0]: the block's dot (Q6_K: of columns 0-15, is[1] of 16-31) */
                 int32_t is[2] = {-k * (QP_HALVES(t) ? qx->isx16[2 * tb] : qx->isx[tb]),
                                  QP_HALVES(t) ? -k * qx->isx16[2 * tb + 1] : 0};
-                for (int c = 0; c < 32; c++) is[QP_HALVES(t) && c >= 16] += qp_code(qp_bits(t), q, r, c) * xq[c];
+                for (int c = 0; c < 32; c++) {
+                    const int u = qp_code(qp_bits(t), q, r, c);
+                    is[QP_HALVES(t) && c >= 16] += (QP_LUT(t) ? iq4nl_value(u) + 128 : u) * xq[c];
+                }
                 a = fmaf((float)is[0], qp_head_value(gp, t, b, 0, r) * qx->dx[tb], a);
                 if (QP_HALVES(t)) a = fmaf((float)is[1], qp_head_value(gp, t, b, 1, r) * qx->dx[tb], a);
                 else if (qp_has_min(t)) a = fmaf(qp_head_value(gp, t, b, 1, r), qx->sx[tb], a);
@@ -863,6 +908,8 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
             case LLMI_Q5_K: qgroup_q5_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q6_K: qgroup_q6_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q3_K: qgroup_q3_k(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_IQ4_NL: qgroup_iq4_nl(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_IQ4_XS: qgroup_iq4_xs(gp, qx, t0, tn, pf, acc); break;
             default: qgroup_q8_0(gp, qx, t0, tn, pf, acc); break;
             }
             __mmask16 keep = (__mmask16)(((1u << (hi - lo)) - 1) << (lo - g * QP_ROWS));
@@ -880,6 +927,8 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
             case LLMI_Q5_K: qgroup2_q5_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q6_K: qgroup2_q6_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_Q3_K: qgroup2_q3_k(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_IQ4_NL: qgroup2_iq4_nl(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_IQ4_XS: qgroup2_iq4_xs(gp, qx, t0, tn, pf, acc); break;
             default: qgroup2_q8_0(gp, qx, t0, tn, pf, acc); break;
             }
 #else
