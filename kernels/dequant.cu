@@ -1,5 +1,5 @@
 /* dequant.cu — owns the load-time conversion of stored weights (GGUF Q8_0/Q4_0/Q4_1,
- * Q5_0/Q5_1, Q3_K/Q4_K/Q5_K/Q6_K, IQ4_NL/IQ4_XS, f32/f16/bf16) to the GEMM dtype (bf16, or f16 for fp16 models), and the conversions of
+ * Q5_0/Q5_1, Q2_K/Q3_K/Q4_K/Q5_K/Q6_K, IQ4_NL/IQ4_XS, f32/f16/bf16) to the GEMM dtype (bf16, or f16 for fp16 models), and the conversions of
  * activations between fp32 and a stored dtype.  Twins: tensor_dequant_row, whose products
  * it reproduces without fused multiply-adds so the fp32 value before the final rounding is
  * the same; f32_to_bf16 / f32_to_fp16 (core/dtype.h) for the stores. */
@@ -12,6 +12,12 @@ __device__ __forceinline__ float half_bits(const uint8_t *p) {
 /* Value e (0..255) of a k-quant super-block, as kquant_dequant_block (core/tensor.c)
  * computes it: the same products in the same order, none fused. */
 __device__ float kquant_value(const uint8_t *blk, llmi_dtype dt, int e) {
+    if (dt == LLMI_Q2_K) {   /* bit pair of qs; 4-bit scale (low) and min (high) per 16 */
+        const int half = e >> 7, k = (e >> 5) & 3, l = e & 31;
+        const int q = (blk[16 + 32 * half + l] >> (2 * k)) & 3, sm = blk[e >> 4];
+        const float dl = __fmul_rn(half_bits(blk + 80), (float)(sm & 15)), ml = __fmul_rn(half_bits(blk + 82), (float)(sm >> 4));
+        return __fsub_rn(__fmul_rn(dl, (float)q), ml);
+    }
     if (dt == LLMI_Q3_K) {   /* bit pair of qs, third bit of hmask, signed 6-bit scale per 16 */
         const int half = e >> 7, k = (e >> 5) & 3, l = e & 31;
         const int q = ((blk[32 + 32 * half + l] >> (2 * k)) & 3 | ((blk[l] >> (e >> 5)) & 1) << 2) - 4;
@@ -81,11 +87,13 @@ __global__ void llmi_dequant_kernel(const uint8_t *src, llmi_dtype src_dt, int64
             v = __fmul_rn(__fmul_rn(half_bits(blk), (float)iq4xs_scale(blk, s)), (float)iq4nl_value(j < 16 ? q & 15 : q >> 4));
             break;
         }
+        case LLMI_Q2_K:
         case LLMI_Q3_K:
         case LLMI_Q4_K:
         case LLMI_Q5_K:
         case LLMI_Q6_K:
-            v = kquant_value(src + (i >> 8) * (src_dt == LLMI_Q3_K   ? 110
+            v = kquant_value(src + (i >> 8) * (src_dt == LLMI_Q2_K   ? 84
+                                               : src_dt == LLMI_Q3_K ? 110
                                                : src_dt == LLMI_Q4_K ? 144
                                                : src_dt == LLMI_Q5_K ? 176
                                                                      : 210),

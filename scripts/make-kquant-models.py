@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes testdata/hf/qwen3-kq.{Q4_K_M,Q5_K_M,Q3_K_M,IQ4_XS,IQ4_NL}.gguf, tiny Qwen3 models in
+"""Writes testdata/hf/qwen3-kq.{Q4_K_M,Q5_K_M,Q3_K_M,IQ4_XS,IQ4_NL,Q2_K}.gguf, tiny Qwen3 models in
 llama.cpp's k-quant and IQ4 mixes, and the logits transformers computes from those very files
 (testdata/hf/ref/qwen3-kq.Q*_K_M.*), for tests/test_hf_models.c.
 
@@ -7,7 +7,7 @@ Not run by CI: run once by hand, commit the output, record it in docs/REFERENCES
 
     python3 scripts/make-kquant-models.py LLAMA_CPP_DIR LLAMA_QUANTIZE testdata/hf [MIXES]
 
-MIXES: comma-separated llama-quantize types (default Q4_K_M,Q5_K_M,Q3_K_M,IQ4_XS,IQ4_NL); the checkpoint
+MIXES: comma-separated llama-quantize types (default Q4_K_M,Q5_K_M,Q3_K_M,IQ4_XS,IQ4_NL,Q2_K); the checkpoint
 is the same whichever are made, so one mix can be added without remaking the others.
 
 LLAMA_CPP_DIR: vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist; LLAMA_QUANTIZE: its
@@ -21,9 +21,9 @@ sentencepiece (PyPI).
    untied; transformers' random init (seed 1234, initializer_range 0.1) with every RMSNorm
    weight 1 + 0.2 N(0,1); float32.
 2. llama.cpp's convert_hf_to_gguf.py (scripts/hf-to-gguf.py) -> F32 GGUF.
-3. llama-quantize F32 -> Q4_K_M, Q5_K_M, Q3_K_M, IQ4_XS, IQ4_NL (its mixes: Q4_K / Q5_K /
-   Q3_K / IQ4_XS / IQ4_NL with Q6_K for the output matrix, and in the K mixes some attn_v /
-   ffn_down a wider type; no importance matrix).
+3. llama-quantize F32 -> Q4_K_M, Q5_K_M, Q3_K_M, IQ4_XS, IQ4_NL, Q2_K (its mixes: Q4_K /
+   Q5_K / Q3_K / IQ4_XS / IQ4_NL / Q2_K with Q6_K for the output matrix, and in the K mixes
+   some attn_v / ffn_down a wider type; no importance matrix).
 4. Reference: transformers loads each quantized GGUF itself (gguf_file=..., gguf-py's
    dequantization, float32, eager attention; the config given, see below) and computes the logits at every position of
    the three sequences of testdata/hf/ref/qwen3-qknorm.json.  llmi must match them up to
@@ -45,7 +45,7 @@ SEED = 1234
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def main(llama_cpp, quantize, outdir, mixes="Q4_K_M,Q5_K_M,Q3_K_M,IQ4_XS,IQ4_NL"):
+def main(llama_cpp, quantize, outdir, mixes="Q4_K_M,Q5_K_M,Q3_K_M,IQ4_XS,IQ4_NL,Q2_K"):
     refdir = os.path.join(outdir, "ref")
     with open(os.path.join(refdir, "qwen3-qknorm.json"), encoding="utf-8") as f:
         seqs = [s["ids"] for s in json.load(f)["seqs"]]

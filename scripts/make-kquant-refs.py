@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes testdata/kquant/: random GGUF k-quant super-blocks (Q3_K, Q4_K, Q5_K, Q6_K), 5-bit
+"""Writes testdata/kquant/: random GGUF k-quant super-blocks (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), 5-bit
 blocks (Q5_0, Q5_1, what llama-quantize's k-quant mixes fall back to) and the non-linear
 IQ4_NL and IQ4_XS, and their
 values as gguf-py (llama.cpp's own Python package, gguf.quants, a numpy port of ggml's
@@ -37,6 +37,7 @@ LAYOUT = {  # block bytes, offsets of the fp16 scales
     "q3_k": (QT.Q3_K, 110, [108]),   # added last: the types above keep their random bytes
     "iq4_nl": (QT.IQ4_NL, 18, [0]),
     "iq4_xs": (QT.IQ4_XS, 136, [0]),
+    "q2_k": (QT.Q2_K, 84, [80, 82]),
 }
 
 

@@ -63,7 +63,7 @@ static llmi_tensor make_weight(rng *r, llmi_dtype t, int rows, int cols) {
                 put_half(blk, (rng_int(r, 2) ? 1 : -1) * exp2f(-12.0f + rng_unif(r)));
                 break;
             }
-            case LLMI_Q3_K: case LLMI_Q4_K: case LLMI_Q5_K: case LLMI_Q6_K: {
+            case LLMI_Q2_K: case LLMI_Q3_K: case LLMI_Q4_K: case LLMI_Q5_K: case LLMI_Q6_K: {
                 /* random scales, mins and codes under fp16 super-block scales d of 2^-9 ..
                  * 2^-7 (Q6_K's of either sign) and dmin that centres the values on 0 on average
                  * (mean code times d), as a quantizer's mins do: scripts/make-kquant-refs.py's
@@ -75,11 +75,13 @@ static llmi_tensor make_weight(rng *r, llmi_dtype t, int rows, int cols) {
                 if (row == 0 && c == 0) {
                     if (t == LLMI_Q6_K) memset(blk, 0xff, 192);                   /* ql, qh */
                     else if (t == LLMI_Q3_K) memset(blk, 0xff, 96), memset(blk + 96, 0, 12);   /* codes 7, scales -32 */
+                    else if (t == LLMI_Q2_K) memset(blk, 0xff, 80);   /* scales, mins 15, codes 3 */
                     else memset(blk + 16, 0xff, dtype_block_bytes(t) - 16);       /* (qh,) qs */
                 }
                 float mag = exp2f(-8.0f + rng_unif(r));
                 if (t == LLMI_Q6_K) put_half(blk + 208, rng_int(r, 2) ? mag : -mag);
                 else if (t == LLMI_Q3_K) put_half(blk + 108, rng_int(r, 2) ? mag : -mag);
+                else if (t == LLMI_Q2_K) put_half(blk + 80, mag), put_half(blk + 82, mag * 1.5f);
                 else put_half(blk, mag), put_half(blk + 2, mag * (t == LLMI_Q5_K ? 15.5f : 7.5f));
                 break;
             }
@@ -104,6 +106,10 @@ static int kq_code(llmi_dtype t, const uint8_t *blk, int e) {
     if (t == LLMI_Q5_0 || t == LLMI_Q5_1) {   /* blk a block of 32: nibbles, then bit e of qh */
         const uint8_t *qs = blk + (t == LLMI_Q5_1 ? 8 : 6), *qh = blk + (t == LLMI_Q5_1 ? 4 : 2);
         return (e < 16 ? qs[e] & 15 : qs[e - 16] >> 4) | ((qh[e / 8] >> (e % 8)) & 1) << 4;
+    }
+    if (t == LLMI_Q2_K) {   /* bit pair k of qs[32 * half + l] */
+        int half = e / 128, k = e % 128 / 32, l = e % 32;
+        return blk[16 + 32 * half + l] >> (2 * k) & 3;
     }
     if (t == LLMI_Q3_K) {   /* bit pair k of qs[32 * half + l], third bit e / 32 of hmask[l] */
         int half = e / 128, k = e % 128 / 32, l = e % 32;
@@ -157,6 +163,15 @@ static void kq_factors(llmi_dtype t, const uint8_t *blk, int s, float f[2]) {
     f[1] = -((float)get_half(blk + 2) * (float)mn);
 }
 
+/* Q2_K's four factors of sub-block s: scale (f[h]) and min (f[2 + h]) of its halves h, as
+ * d * (scales[j] & 15) and -(dmin * (scales[j] >> 4)), j = 2s + h; d, dmin at bytes 80, 82. */
+static void q2k_factors(const uint8_t *blk, int s, float f[4]) {
+    for (int h = 0; h < 2; h++) {
+        f[h] = (float)get_half(blk + 80) * (float)(blk[2 * s + h] & 15);
+        f[2 + h] = -((float)get_half(blk + 82) * (float)(blk[2 * s + h] >> 4));
+    }
+}
+
 /* The test's own dequantizer (FORMATS.md), in double. */
 static double ref_w(const llmi_tensor *w, int row, int c) {
     const uint8_t *p = (const uint8_t *)w->data + w->row_bytes * row;
@@ -175,7 +190,11 @@ static double ref_w(const llmi_tensor *w, int row, int c) {
     }
     if (superblock(w->dtype)) {
         const uint8_t *blk = p + dtype_block_bytes(w->dtype) * (size_t)(c / 256);
-        float f[2];
+        float f[4];
+        if (w->dtype == LLMI_Q2_K) {
+            q2k_factors(blk, c % 256 / 32, f);
+            return (double)f[j / 16] * kq_code(w->dtype, blk, c % 256) + f[2 + j / 16];
+        }
         kq_factors(w->dtype, blk, c % 256 / 32, f);
         int q = kq_code(w->dtype, blk, c % 256);
         if (w->dtype == LLMI_Q6_K || w->dtype == LLMI_Q3_K) return (double)f[j / 16] * (q - (w->dtype == LLMI_Q6_K ? 32 : 4));
@@ -341,7 +360,7 @@ static float quant_recipe_ref(const llmi_tensor *w, int row, const float *x) {
         float amax = 0.0f;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
         float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        int32_t dot[2] = {0, 0}, sum = 0;   /* dot[1]: Q6_K's second half */
+        int32_t dot[2] = {0, 0}, sum = 0, hsum[2] = {0, 0};   /* dot[1]: a second half's (Q6_K, Q3_K, Q2_K) */
         for (int j = 0; j < 32; j++) {
             int v = (int)nearbyintf(xb[j] * id);
             v = v > 127 ? 127 : (v < -127 ? -127 : v);
@@ -356,8 +375,18 @@ static float quant_recipe_ref(const llmi_tensor *w, int row, const float *x) {
             case LLMI_IQ4_NL: case LLMI_IQ4_XS: q = iq4_values[kq_code(t, blk, 32 * sub + j)]; break;
             default: q = kq_code(t, blk, 32 * sub + j); break;
             }
-            dot[(t == LLMI_Q6_K || t == LLMI_Q3_K) && j >= 16] += q * v;
+            dot[(t == LLMI_Q6_K || t == LLMI_Q3_K || t == LLMI_Q2_K) && j >= 16] += q * v;
             sum += v;
+            hsum[j >= 16] += v;
+        }
+        if (t == LLMI_Q2_K) {   /* halves' dots, then halves' mins */
+            float f[4];
+            q2k_factors(blk, sub, f);
+            acc = fmaf((float)dot[0], f[0] * d, acc);
+            acc = fmaf((float)dot[1], f[1] * d, acc);
+            acc = fmaf(f[2], d * (float)hsum[0], acc);
+            acc = fmaf(f[3], d * (float)hsum[1], acc);
+            continue;
         }
         if (kq || t == LLMI_IQ4_NL) {
             float f[2];
@@ -459,6 +488,10 @@ TEST(cpu_matmul_dense_recipe_exact) {
  * raw one. */
 static int packed_code(int bits, const uint8_t *q, int i, int c) {   /* ops.h's layout, independently */
     if (bits == 8) return q[64 * (c / 4) + 4 * i + c % 4];
+    if (bits <= 3) {   /* operand j = c / 4: bit pair j % 4 of quad j / 4; third bit j of quad 2 */
+        const int j = c / 4;
+        return (q[64 * (j / 4) + 4 * i + c % 4] >> (2 * (j % 4)) & 3) | (bits == 3 ? (q[128 + 4 * i + c % 4] >> j & 1) << 2 : 0);
+    }
     const int j = c % 16 / 4, hi = c >= 16, w = bits - 4;
     int v = q[64 * j + 4 * i + c % 4] >> (4 * hi) & 15;
     if (w) {
@@ -475,14 +508,16 @@ TEST(cpu_qweight_pack_layout) {
         llmi_status st;
         CHECK(cpu_qweight_pack(&w, &pk, &st) == 0);
         CHECK(pk.layout == LLMI_LAYOUT_CPU16 && pk.rows == rows && pk.cols == cols);
-        const int bits = t == LLMI_Q8_0 ? 8 : t == LLMI_Q6_K ? 6 : (t == LLMI_Q5_0 || t == LLMI_Q5_1 || t == LLMI_Q5_K) ? 5 : 4;
-        const size_t head = t == LLMI_Q4_1 || t == LLMI_Q5_1 ? 64 : t == LLMI_IQ4_XS ? 16 : 32, pb = head + 64 * (size_t)bits;
-        const int halves = t == LLMI_Q6_K || t == LLMI_Q3_K;   /* a scale per 16 columns, d alone */
+        const int bits = t == LLMI_Q8_0 ? 8 : t == LLMI_Q6_K ? 6 : (t == LLMI_Q5_0 || t == LLMI_Q5_1 || t == LLMI_Q5_K) ? 5
+                       : t == LLMI_Q3_K ? 3 : t == LLMI_Q2_K ? 2 : 4;
+        const size_t head = t == LLMI_Q4_1 || t == LLMI_Q5_1 || t == LLMI_Q2_K ? 64 : t == LLMI_IQ4_XS ? 16 : 32;
+        const size_t pb = head + 64 * (size_t)bits;
+        const int halves = t == LLMI_Q6_K || t == LLMI_Q3_K;   /* a signed scale per 16 columns, d alone */
         const int dalone = halves || t == LLMI_IQ4_XS;          /* int8 scales under d alone */
         const size_t shead = kq ? (dalone ? 64 : 128) : 0, gb = kq ? (size_t)nb / 8 * (shead + 8 * pb) : (size_t)nb * pb;
         const double bpw[] = {[LLMI_Q8_0] = 8.5, [LLMI_Q4_0] = 4.5, [LLMI_Q4_1] = 5, [LLMI_Q4_K] = 4.75,
                               [LLMI_Q5_K] = 5.75, [LLMI_Q6_K] = 6.625, [LLMI_Q5_0] = 5.5, [LLMI_Q5_1] = 6,
-                              [LLMI_Q3_K] = 4.625, [LLMI_IQ4_NL] = 4.5, [LLMI_IQ4_XS] = 4.375};
+                              [LLMI_Q3_K] = 3.625, [LLMI_IQ4_NL] = 4.5, [LLMI_IQ4_XS] = 4.375, [LLMI_Q2_K] = 3.25};
         CHECK_MSG(cpu_qweight_bytes(&w) == 2 * gb && (double)gb * 8 == bpw[t] * 16 * cols,
                   "%s: %zu packed bytes", dtype_name((llmi_dtype)t), cpu_qweight_bytes(&w));
         int mism = 0;
@@ -494,7 +529,15 @@ TEST(cpu_qweight_pack_layout) {
                 const uint8_t *g = kq ? sh + shead + (size_t)(b % 8) * pb : gp + (size_t)b * pb;
                 const int i = row % 16, sub = kq ? b % 8 : 0;
                 const uint8_t *blk = row < rows ? (const uint8_t *)w.data + w.row_bytes * row + bb * (size_t)(kq ? b / 8 : b) : NULL;
-                if (kq) {   /* fp32 d (-dmin) times the sub-block's integer scale (min): the exact factors */
+                if (t == LLMI_Q2_K) {   /* d times scales, -dmin times mins, per half */
+                    float f[4] = {0, 0, 0, 0}, sd, snd, got[4];
+                    if (blk) q2k_factors(blk, sub, f);
+                    memcpy(&sd, sh + 4 * i, 4);
+                    memcpy(&snd, sh + 64 + 4 * i, 4);
+                    for (int k = 0; k < 4; k++) got[k] = (k < 2 ? sd : snd) * (float)g[16 * k + i];
+                    mism += memcmp(got, f, sizeof f) != 0;
+                    if (blk) mism += sd != (float)get_half(blk + 80) || snd != -(float)get_half(blk + 82);
+                } else if (kq) {   /* fp32 d (-dmin) times the sub-block's integer scale (min): the exact factors */
                     float f[2] = {0, 0}, sd, snd = 0;
                     if (blk) kq_factors((llmi_dtype)t, blk, sub, f);
                     memcpy(&sd, sh + 4 * i, 4);
@@ -831,7 +874,7 @@ TEST(cpu_matmul_multi_matches_single) {
     rng r = rng_make("multi");
     const llmi_dtype mixes[][3] = {{LLMI_Q4_K, LLMI_Q6_K, LLMI_Q8_0}, {LLMI_Q5_K, LLMI_Q4_0, LLMI_Q6_K},
                                    {LLMI_Q4_1, LLMI_Q4_K, LLMI_F16}, {LLMI_Q3_K, LLMI_Q5_0, LLMI_Q4_K},
-                                   {LLMI_IQ4_XS, LLMI_IQ4_NL, LLMI_Q6_K}};
+                                   {LLMI_IQ4_XS, LLMI_IQ4_NL, LLMI_Q6_K}, {LLMI_Q2_K, LLMI_Q3_K, LLMI_Q4_K}};
     const int n_single = LLMI_DTYPE_COUNT, n_mix = sizeof mixes / sizeof mixes[0];
     for (int k = 0; k < n_single + n_mix; k++) {
         if (k == LLMI_I4G) continue;
@@ -1006,7 +1049,7 @@ static int kq_load(test_ctx *t_, const char *name, llmi_dtype dt, llmi_tensor *w
 
 static const struct { const char *name; llmi_dtype dt; } kq_types[] = {
     {"q4_k", LLMI_Q4_K}, {"q5_k", LLMI_Q5_K}, {"q6_k", LLMI_Q6_K}, {"q5_0", LLMI_Q5_0}, {"q5_1", LLMI_Q5_1},
-    {"q3_k", LLMI_Q3_K}, {"iq4_nl", LLMI_IQ4_NL}, {"iq4_xs", LLMI_IQ4_XS}};
+    {"q3_k", LLMI_Q3_K}, {"iq4_nl", LLMI_IQ4_NL}, {"iq4_xs", LLMI_IQ4_XS}, {"q2_k", LLMI_Q2_K}};
 
 /* Every value bit for bit, the corner row (all scales and codes at their maximum) included. */
 TEST(cpu_kquant_dequant_vs_gguf_py) {

@@ -774,9 +774,9 @@ TEST(cuda_gemm_tune) {
 TEST(cuda_dequant) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_dequant");
-    llmi_dtype src[14] = {LLMI_Q4_0, LLMI_Q4_1, LLMI_Q8_0, LLMI_F16, LLMI_F32, LLMI_BF16, LLMI_Q4_K, LLMI_Q5_K, LLMI_Q6_K,
-                          LLMI_Q5_0, LLMI_Q5_1, LLMI_Q3_K, LLMI_IQ4_NL, LLMI_IQ4_XS};
-    for (int si = 0; si < 14; si++) {
+    llmi_dtype src[15] = {LLMI_Q4_0, LLMI_Q4_1, LLMI_Q8_0, LLMI_F16, LLMI_F32, LLMI_BF16, LLMI_Q4_K, LLMI_Q5_K, LLMI_Q6_K,
+                          LLMI_Q5_0, LLMI_Q5_1, LLMI_Q3_K, LLMI_IQ4_NL, LLMI_IQ4_XS, LLMI_Q2_K};
+    for (int si = 0; si < 15; si++) {
         llmi_dtype dt = src[si];
         const int rows = 5, cols = dtype_block_elems(dt) == 256 ? 768 : 96;
         size_t rb = (size_t)cols / dtype_block_elems(dt) * dtype_block_bytes(dt);
@@ -798,9 +798,9 @@ TEST(cuda_dequant) {
             size_t bb = dtype_block_bytes(dt);
             for (size_t bo = 0; bo < rb * rows; bo += bb) {
                 uint16_t h = f32_to_fp16(0.01f * trng_unif(&r));
-                memcpy(raw + bo + (dt == LLMI_Q6_K ? 208 : dt == LLMI_Q3_K ? 108 : 0), &h, 2);
+                memcpy(raw + bo + (dt == LLMI_Q6_K ? 208 : dt == LLMI_Q3_K ? 108 : dt == LLMI_Q2_K ? 80 : 0), &h, 2);
                 h = f32_to_fp16(0.01f * fabsf(trng_unif(&r)));
-                if (dt != LLMI_Q6_K && dt != LLMI_Q3_K) memcpy(raw + bo + 2, &h, 2);
+                if (dt != LLMI_Q6_K && dt != LLMI_Q3_K) memcpy(raw + bo + (dt == LLMI_Q2_K ? 82 : 2), &h, 2);
             }
         } else {
             for (int i = 0; i < rows * cols; i++) {

@@ -28,7 +28,7 @@ static const char *const hf_models[] = {"llama-gqa-rope3", "qwen2-bias-tied", "m
 /* llama-quantize's k-quant mixes of a tiny Qwen3 (hidden 256), whose references are
  * transformers' logits from those files (scripts/make-kquant-models.py). */
 static const char *const hf_kquant[] = {"qwen3-kq.Q4_K_M", "qwen3-kq.Q5_K_M", "qwen3-kq.Q3_K_M", "qwen3-kq.IQ4_XS",
-                                        "qwen3-kq.IQ4_NL"};
+                                        "qwen3-kq.IQ4_NL", "qwen3-kq.Q2_K"};
 typedef struct hf_seq {
     int n_tokens;
     int32_t ids[HF_MAX_TOKENS];   /* (n_tokens) */
@@ -276,6 +276,7 @@ TEST(hf_gguf_q5_k_m_vs_transformers) { hf_check_kquant(t_, hf_kquant[1], false);
 TEST(hf_gguf_q3_k_m_vs_transformers) { hf_check_kquant(t_, hf_kquant[2], false); }
 TEST(hf_gguf_iq4_xs_vs_transformers) { hf_check_kquant(t_, hf_kquant[3], false); }
 TEST(hf_gguf_iq4_nl_vs_transformers) { hf_check_kquant(t_, hf_kquant[4], false); }
+TEST(hf_gguf_q2_k_vs_transformers) { hf_check_kquant(t_, hf_kquant[5], false); }
 
 #ifdef LLMI_CUDA
 /* The CUDA backend on the same references: only in the CUDA build (as test_cuda_ops.c),
@@ -310,6 +311,10 @@ TEST(hf_cuda_gguf_iq4_xs_vs_transformers) {
 TEST(hf_cuda_gguf_iq4_nl_vs_transformers) {
     if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
     hf_check_kquant(t_, hf_kquant[4], true);
+}
+TEST(hf_cuda_gguf_q2_k_vs_transformers) {
+    if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
+    hf_check_kquant(t_, hf_kquant[5], true);
 }
 #endif
 

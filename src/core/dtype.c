@@ -19,6 +19,7 @@ const char *dtype_name(llmi_dtype t) {
     case LLMI_Q3_K: return "Q3_K";
     case LLMI_IQ4_NL: return "IQ4_NL";
     case LLMI_IQ4_XS: return "IQ4_XS";
+    case LLMI_Q2_K: return "Q2_K";
     default: return "unknown";
     }
 }

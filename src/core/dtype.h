@@ -31,6 +31,8 @@ typedef enum llmi_dtype {
     LLMI_IQ4_NL, /* blocks of 32: fp16 d, u8 qs[16] (Q4_0's nibble order): x = d * v[q]  (18 bytes) */
     LLMI_IQ4_XS, /* super-blocks of 256: fp16 d, u16 scales_h, u8 scales_l[4], u8 qs[128]; sub-block j
                     (32) has the 6-bit scale s_j: x = d * (s_j - 32) * v[q]              (136 bytes) */
+    LLMI_Q2_K,   /* k-quant: 16 bytes of 4-bit scale (low) and min (high) per 16 values, 64 qs (2-bit
+                    codes), fp16 d, fp16 dmin: x = d * scale * q - dmin * min             (84 bytes) */
     LLMI_DTYPE_COUNT
 } llmi_dtype;
 
@@ -61,7 +63,8 @@ int kv_dtype_parse(const char *s, llmi_kv_dtype *out);   /* 0, or -1 for an unkn
 /* Weights per block and bytes per block; dense types have a block of 1. */
 static inline int dtype_block_elems(llmi_dtype t) {
     if (t == LLMI_I4G) return 2;
-    if (t == LLMI_Q3_K || t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K || t == LLMI_IQ4_XS) return 256;
+    if (t == LLMI_Q2_K || t == LLMI_Q3_K || t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K || t == LLMI_IQ4_XS)
+        return 256;
     return (t == LLMI_Q8_0 || t == LLMI_Q4_0 || t == LLMI_Q4_1 || t == LLMI_Q5_0 || t == LLMI_Q5_1 || t == LLMI_IQ4_NL)
                ? 32
                : 1;
@@ -82,13 +85,14 @@ static inline size_t dtype_block_bytes(llmi_dtype t) {
     case LLMI_Q3_K: return 110;
     case LLMI_IQ4_NL: return 18;
     case LLMI_IQ4_XS: return 136;
+    case LLMI_Q2_K: return 84;
     default: return 0;
     }
 }
 const char *dtype_name(llmi_dtype t);
 /* Whether t is one of the k-quants (super-blocks of 256). */
 static inline int dtype_is_kquant(llmi_dtype t) {
-    return t == LLMI_Q3_K || t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K;
+    return t == LLMI_Q2_K || t == LLMI_Q3_K || t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K;
 }
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block from its 12
  * packed bytes: j < 4 in the low 6 bits of bytes j and j + 4; j >= 4 split between a

@@ -15,16 +15,19 @@
  * Q3_K: value e is d * (scale[e / 16] - 32) * (q - 4), q 3 bits: per 128-value half h and
  * l < 32, values l + 32k (k = 0..3) take bit pair k of qs[32h + l], and value e's third bit
  * is bit e / 32 of hmask[e % 32] (kquant_q3_scale reads the scales).
+ * Q2_K: value e is d * scale[e / 16] * q - dmin * min[e / 16] (scales[j]: scale low nibble,
+ * min high), q 2 bits: per 128-value half h and l < 32, values l + 32k (k = 0..3) take bit
+ * pair k of qs[32h + l]; d, dmin at bytes 80, 82.
  * IQ4_NL (a block of 32) and IQ4_XS sub-block s: 16 bytes of nibbles in Q4_0's order (byte
  * l: value l low, value 16 + l high), each an index into iq4nl_value's table. */
-void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], float f[2]) {
+void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], float f[4]) {
     uint16_t h;
+    f[0] = f[1] = f[2] = f[3] = 0.0f;
     if (t == LLMI_IQ4_NL || t == LLMI_IQ4_XS) {
         const uint8_t *qs = t == LLMI_IQ4_NL ? blk + 2 : blk + 8 + 16 * s;
         for (int c = 0; c < 32; c++) u[c] = (uint8_t)(c < 16 ? qs[c] & 15 : qs[c - 16] >> 4);
         memcpy(&h, blk, 2);
         f[0] = t == LLMI_IQ4_NL ? fp16_to_f32(h) : fp16_to_f32(h) * (float)iq4xs_scale(blk, s);
-        f[1] = 0.0f;
         return;
     }
     if (t == LLMI_Q5_0 || t == LLMI_Q5_1) {   /* a block of 32 is its one sub-block */
@@ -40,8 +43,17 @@ void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], fl
         return;
     }
     float sup[2];
-    int isc[2];
+    int isc[4];
     kquant_sub_scales(t, blk, s, sup, isc);
+    if (t == LLMI_Q2_K) {   /* sub-block s = 4 * half + k */
+        const uint8_t *qs = blk + 16 + 32 * (s / 4);
+        for (int l = 0; l < 32; l++) u[l] = (uint8_t)(qs[l] >> (2 * (s % 4)) & 3);
+        for (int k = 0; k < 2; k++) {
+            f[k] = sup[0] * (float)isc[k];
+            f[2 + k] = -(sup[1] * (float)isc[2 + k]);
+        }
+        return;
+    }
     if (t == LLMI_Q3_K) {   /* sub-block s = 4 * half + k */
         const uint8_t *qs = blk + 32 + 32 * (s / 4);
         for (int l = 0; l < 32; l++) u[l] = (uint8_t)((qs[l] >> (2 * (s % 4)) & 3) | (blk[l] >> s & 1) << 2);
@@ -69,13 +81,24 @@ void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], fl
     f[1] = -(sup[1] * (float)isc[1]);
 }
 
-void kquant_sub_scales(llmi_dtype t, const uint8_t *blk, int s, float sup[2], int isc[2]) {
+void kquant_sub_scales(llmi_dtype t, const uint8_t *blk, int s, float sup[2], int isc[4]) {
     uint16_t h;
+    isc[0] = isc[1] = isc[2] = isc[3] = 0;
+    if (t == LLMI_Q2_K) {   /* scales[j] of values 16j..: scale in the low nibble, min in the high */
+        memcpy(&h, blk + 80, 2);
+        sup[0] = fp16_to_f32(h);
+        memcpy(&h, blk + 82, 2);
+        sup[1] = fp16_to_f32(h);
+        for (int k = 0; k < 2; k++) {
+            isc[k] = blk[2 * s + k] & 15;
+            isc[2 + k] = blk[2 * s + k] >> 4;
+        }
+        return;
+    }
     if (t == LLMI_IQ4_XS) {
         memcpy(&h, blk, 2);
         sup[0] = sup[1] = fp16_to_f32(h);
         isc[0] = iq4xs_scale(blk, s);
-        isc[1] = 0;
         return;
     }
     if (t == LLMI_Q3_K) {
@@ -103,13 +126,14 @@ void kquant_sub_scales(llmi_dtype t, const uint8_t *blk, int s, float sup[2], in
 void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out) {
     for (int s = 0; s < dtype_block_elems(t) / 32; s++) {
         uint8_t u[32];
-        float f[2];
+        float f[4];
         kquant_sub_block(t, blk, s, u, f);
         /* (x + -m is x - m: the same fp32 result; Q5_0 keeps ggml's d * (q - 16), whose zero
          * takes d's sign where d * q - 16 d would give +0) */
         for (int i = 0; i < 32; i++)
             out[32 * s + i] = t == LLMI_Q6_K   ? f[i / 16] * (float)(u[i] - 32)
                               : t == LLMI_Q3_K ? f[i / 16] * (float)(u[i] - 4)
+                              : t == LLMI_Q2_K ? f[i / 16] * (float)u[i] + f[2 + i / 16]
                               : (t == LLMI_IQ4_NL || t == LLMI_IQ4_XS) ? f[0] * (float)iq4nl_value(u[i])
                               : t == LLMI_Q5_0 ? f[0] * (float)(u[i] - 16)
                                                : f[0] * (float)u[i] + f[1];
@@ -176,6 +200,7 @@ void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out) {
         break;
     case LLMI_IQ4_NL:
     case LLMI_IQ4_XS:
+    case LLMI_Q2_K:
     case LLMI_Q3_K:
     case LLMI_Q4_K:
     case LLMI_Q5_K:

@@ -29,27 +29,32 @@ typedef struct llmi_tensor {
     int n_groups;            /* cols / group_size */
 } llmi_tensor;
 
-/* One Q3_K, Q4_K, Q5_K, Q6_K or IQ4_XS super-block, or Q5_0 / Q5_1 / IQ4_NL block (dtype_block_bytes(t) bytes) ->
+/* One Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or IQ4_XS super-block, or Q5_0 / Q5_1 / IQ4_NL block
+ * (dtype_block_bytes(t) bytes) ->
  * dtype_block_elems(t) floats, as ggml's dequantize_row_* computes them. */
 void kquant_dequant_block(llmi_dtype t, const uint8_t *blk, float *out);
-/* Sub-block s (values 32s .. 32s + 31: 0..7 of a super-block, 0 of a Q5_0/Q5_1 block), the
- * one decoder of these layouts (tensor.c): codes u (32, in value order; 0..15 Q4_K,
- * 0..31 Q5_K, Q5_0, Q5_1, 0..63 Q6_K) and two fp32 factors, both exact products of the
- * block's fp16 and integer scales, such that value i is, in fp32,
- *   Q4_K, Q5_K:  f[0] * u[i] + f[1]        f[0] = d * scale_s, f[1] = -(dmin * min_s)
- *   Q5_0, Q5_1:  f[0] * u[i] + f[1]        f[0] = d, f[1] = -16 d (Q5_0) or m (Q5_1)
- *   Q6_K:        f[i / 16] * (u[i] - 32)    f[h] = d * scales[2s + h]
- *   Q3_K:        f[i / 16] * (u[i] - 4)     f[h] = d * (scale_{2s + h} - 32), u 0..7
- *   IQ4_NL:      f[0] * iq4nl_value(u[i])   f[0] = d, u 0..15 (an index), f[1] = 0
- *   IQ4_XS:      the same                   f[0] = d * (scale_s - 32) */
-void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], float f[2]);
-/* The factors of a k-quant's sub-block s before their product: the super-block's d and dmin
- * (Q6_K: d twice) in fp32 and the integer scale and min (Q6_K: the scales of values 0-15
- * and 16-31; Q3_K: d twice and the signed scales; IQ4_XS: d twice, the signed scale and
- * 0), so that kquant_sub_block's f[0] =
- * sup[0] * isc[0] and f[1] = -(sup[1] * isc[1]) (Q6_K, Q3_K: sup[1] * isc[1]), each
- * product exact. */
-void kquant_sub_scales(llmi_dtype t, const uint8_t *blk, int s, float sup[2], int isc[2]);
+/* Sub-block s (values 32s .. 32s + 31: 0..7 of a super-block, 0 of a Q5_0/Q5_1/IQ4_NL
+ * block), the one decoder of these layouts (tensor.c): codes u (32, in value order; 0..3
+ * Q2_K, 0..7 Q3_K, 0..15 Q4_K, 0..31 Q5_K, Q5_0, Q5_1, 0..63 Q6_K, an index 0..15 IQ4_*)
+ * and four fp32 factors, each an exact product of the block's fp16 and integer scales,
+ * such that value i is, in fp32 (h = i / 16, the half of the sub-block),
+ *   Q4_K, Q5_K:  f[0] * u[i] + f[1]            f[0] = d * scale_s, f[1] = -(dmin * min_s)
+ *   Q5_0, Q5_1:  f[0] * u[i] + f[1]            f[0] = d, f[1] = -16 d (Q5_0) or m (Q5_1)
+ *   Q6_K:        f[h] * (u[i] - 32)            f[h] = d * scales[2s + h]
+ *   Q3_K:        f[h] * (u[i] - 4)             f[h] = d * (scale_{2s + h} - 32)
+ *   Q2_K:        f[h] * u[i] + f[2 + h]        f[h] = d * scale_{2s + h}, f[2 + h] = -(dmin * min_{2s + h})
+ *   IQ4_NL:      f[0] * iq4nl_value(u[i])      f[0] = d
+ *   IQ4_XS:      the same                      f[0] = d * (scale_s - 32)
+ * (the factors a type does not use are 0). */
+void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], float f[4]);
+/* The factors of a k-quant's (or IQ4_XS's) sub-block s before their products: the
+ * super-block's d and dmin (Q6_K, Q3_K, IQ4_XS: d twice) in fp32 and the integer scales
+ * and mins: kquant_sub_block's factors are
+ *   Q4_K, Q5_K:       sup[0] * isc[0], -(sup[1] * isc[1])
+ *   Q6_K, Q3_K:       sup[0] * isc[0], sup[1] * isc[1] (the halves' signed scales)
+ *   Q2_K:             sup[0] * isc[h], -(sup[1] * isc[2 + h]) for the halves h
+ *   IQ4_XS:           sup[0] * isc[0] (the signed scale; isc[1..3] 0). */
+void kquant_sub_scales(llmi_dtype t, const uint8_t *blk, int s, float sup[2], int isc[4]);
 /* Dequantizes row r of t (layout ROWS) into out (cols floats).  The CPU backend's reference path. */
 void tensor_dequant_row(const llmi_tensor *t, int64_t r, float *out);
 

@@ -23,7 +23,7 @@ typedef enum {
 
 /* ggml tensor type ids this reader knows the block geometry of (every id in use). */
 enum { GGUF_TYPE_F32 = 0, GGUF_TYPE_F16 = 1, GGUF_TYPE_Q4_0 = 2, GGUF_TYPE_Q4_1 = 3,
-       GGUF_TYPE_Q5_0 = 6, GGUF_TYPE_Q5_1 = 7, GGUF_TYPE_Q8_0 = 8, GGUF_TYPE_Q3_K = 11, GGUF_TYPE_Q4_K = 12, GGUF_TYPE_Q5_K = 13, GGUF_TYPE_Q6_K = 14, GGUF_TYPE_IQ4_NL = 20, GGUF_TYPE_IQ4_XS = 23, GGUF_TYPE_BF16 = 30,
+       GGUF_TYPE_Q5_0 = 6, GGUF_TYPE_Q5_1 = 7, GGUF_TYPE_Q8_0 = 8, GGUF_TYPE_Q2_K = 10, GGUF_TYPE_Q3_K = 11, GGUF_TYPE_Q4_K = 12, GGUF_TYPE_Q5_K = 13, GGUF_TYPE_Q6_K = 14, GGUF_TYPE_IQ4_NL = 20, GGUF_TYPE_IQ4_XS = 23, GGUF_TYPE_BF16 = 30,
        GGUF_TYPE_COUNT = 43 };
 
 #define GGUF_MAX_DIMS 4

@@ -39,6 +39,7 @@ static int gguf_find_src(const weight_src *w, const char *name, src_tensor *out,
     case GGUF_TYPE_Q4_K: out->dtype = LLMI_Q4_K; break;
     case GGUF_TYPE_Q5_K: out->dtype = LLMI_Q5_K; break;
     case GGUF_TYPE_Q6_K: out->dtype = LLMI_Q6_K; break;
+    case GGUF_TYPE_Q2_K: out->dtype = LLMI_Q2_K; break;
     case GGUF_TYPE_Q3_K: out->dtype = LLMI_Q3_K; break;
     case GGUF_TYPE_IQ4_NL: out->dtype = LLMI_IQ4_NL; break;
     case GGUF_TYPE_IQ4_XS: out->dtype = LLMI_IQ4_XS; break;

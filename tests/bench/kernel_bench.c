@@ -2,7 +2,7 @@
  * forward, timed in thread CPU time (best of REPS), so that two builds can be compared
  * side by side on a busy machine where wall-clock rates of the whole binary scatter.
  *   build/kernel_bench matmul ROWS COLS N [REPS [DTYPE]]  a DTYPE weight (q4_1 default, q4_0, q8_0,
- *                                                  q5_0, q5_1, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs
+ *                                                  q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs
  *                                                  packed; f16, bf16)
  *                                                  x N tokens (cpu_matmul)
  *   build/kernel_bench attention N [REPS]          causal prefill of N tokens, SmolLM2's
@@ -47,10 +47,10 @@ static int bench_matmul(int rows, int cols, int n, int reps, const char *dtype) 
                  : !strcmp(dtype, "q5_k") ? LLMI_Q5_K : !strcmp(dtype, "q6_k") ? LLMI_Q6_K
                  : !strcmp(dtype, "q3_k") ? LLMI_Q3_K : !strcmp(dtype, "q5_0") ? LLMI_Q5_0
                  : !strcmp(dtype, "q5_1") ? LLMI_Q5_1 : !strcmp(dtype, "iq4_nl") ? LLMI_IQ4_NL
-                 : !strcmp(dtype, "iq4_xs") ? LLMI_IQ4_XS : LLMI_DTYPE_COUNT;
+                 : !strcmp(dtype, "iq4_xs") ? LLMI_IQ4_XS : !strcmp(dtype, "q2_k") ? LLMI_Q2_K : LLMI_DTYPE_COUNT;
     if (rows <= 0 || cols <= 0 || n <= 0 || t == LLMI_DTYPE_COUNT || cols % dtype_block_elems(t)) {
         fprintf(stderr, "kernel_bench: matmul needs ROWS > 0, COLS a multiple of 32 (256: k-quants), N > 0, "
-                        "DTYPE q4_1|q4_0|q8_0|q5_0|q5_1|q3_k|q4_k|q5_k|q6_k|iq4_nl|iq4_xs|f16|bf16\n");
+                        "DTYPE q4_1|q4_0|q8_0|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|iq4_nl|iq4_xs|f16|bf16\n");
         return 2;
     }
     uint64_t s = 7;
@@ -65,7 +65,8 @@ static int bench_matmul(int rows, int cols, int n, int reps, const char *dtype) 
         if (t == LLMI_F16) sc = f32_to_fp16(0.05f * unif(&s));
         if (t == LLMI_BF16) sc = f32_to_bf16(0.05f * unif(&s));
         if (dtype_block_elems(t) == 256) sc = f32_to_fp16(0.001f);   /* a super-block scale (Q4_K/Q5_K: and dmin) */
-        memcpy(d + b * bb + (t == LLMI_Q6_K ? 208 : t == LLMI_Q3_K ? 108 : 0), &sc, 2);
+        memcpy(d + b * bb + (t == LLMI_Q6_K ? 208 : t == LLMI_Q3_K ? 108 : t == LLMI_Q2_K ? 80 : 0), &sc, 2);
+        if (t == LLMI_Q2_K) memcpy(d + b * bb + 82, &sc, 2);
         if (t == LLMI_Q4_1 || t == LLMI_Q5_1 || t == LLMI_Q4_K || t == LLMI_Q5_K)
             memcpy(d + b * bb + 2, dtype_is_kquant(t) ? &sc : &mn, 2);
     }

@@ -3,7 +3,7 @@
  * Numeric recipe (one per dtype, used for every n so results are batch invariant):
  *  - F32/F16/BF16 weights: fp32 FMA dot products over the row, 16 fixed lanes, reduced
  *    in a fixed order.
- *  - Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 and Q3_K/Q4_K/Q5_K/Q6_K weights, packed at load
+ *  - Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL and Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS weights, packed at load
  *    (cpu_qweight_pack: rows in groups of 16, so one 64-byte load holds 4 codes of 16
  *    rows; a k-quant's integer sub-block scales and its super-block's fp32 d kept apart,
  *    their product exact): each activation row is quantized to int8 blocks of 32 with one
@@ -14,12 +14,15 @@
  *                                                       unsigned weight x signed activation)
  *        acc = fma((float)is, d_w * d_x, acc)           d_w * d_x rounded to fp32 first
  *        acc = fma(m_w, d_x * sum_j x_q,j, acc)         Q4_1, Q5_1, Q4_K, Q5_K ("+ m")
- *    where u = q + k is the unsigned weight (Q4_0 k = 8, Q5_0 k = 16, Q8_0 k = 128, else
- *    0) and d_w, m_w the block's fp16 scale and min (Q4_K/Q5_K: the fp32 d * scale and
- *    -dmin * min of its sub-block).  Q6_K and Q3_K have a scale per 16 columns, d_0 and
+ *    where u = q + k is the unsigned weight (Q4_0 k = 8, Q5_0 k = 16, Q8_0 and IQ4 k = 128,
+ *    else 0; IQ4's q the value its index names) and d_w, m_w the block's fp16 scale and
+ *    min (Q4_K/Q5_K: the fp32 d * scale and -dmin * min of its sub-block; IQ4_XS the fp32
+ *    d * (scale - 32)).  Q6_K and Q3_K have a scale per 16 columns, d_0 and
  *    d_1 (fp32 d * scales[]), and u = q + k (Q6_K k = 32, Q3_K 4): a block is two dots,
  *    is_h over columns 16h .. 16h + 15, each carrying -k times the sum of its 16 x_q, then
  *        acc = fma((float)is_0, d_0 * d_x, acc);  acc = fma((float)is_1, d_1 * d_x, acc)
+ *    Q2_K has those two (k = 0) and a min per 16 columns, m_h = -dmin * min_h, after them:
+ *        acc = fma(m_0, d_x * (float)sum_0, acc);  acc = fma(m_1, d_x * (float)sum_1, acc)
  *    The AVX-512 kernel computes 16 rows per lane vector, the AVX2 one 8, the portable one
  *    the same operations one (row, token) at a time, so all give the same bits.
  *  - LLMI_I4G (GPTQ/AWQ int4) weights: a block of rows is dequantized exactly
@@ -334,28 +337,37 @@ static int is_qpacked(llmi_dtype t) {
  * a k-quant's 8 blocks follow a super-block head of the rows' fp32 d (and -dmin).  The
  * codes are unsigned so that every weight operand of vpdpbusd is: a Q8_0 quant is stored
  * as u = q + 128, a Q4_0 nibble as u = q, a Q5_0 code as u = q, their -128, -8, -16 (and
- * Q6_K's -32, Q3_K's -4) applied as a correction.  Heads:
- *   Q8_0, Q4_0, Q5_0: d (16) fp16                Q4_1, Q5_1: d (16) fp16, m (16) fp16
+ * Q6_K's -32, Q3_K's -4) applied as a correction; an IQ4 nibble is an index, its value
+ * + 128 looked up in the kernel, the -128 a correction.  Heads:
+ *   Q8_0, Q4_0, Q5_0, IQ4_NL: d (16) fp16        Q4_1, Q5_1: d (16) fp16, m (16) fp16
  *   Q4_K, Q5_K: super d (16), -dmin (16) fp32;   per block scale (16), min (16) uint8
  *   Q6_K, Q3_K: super d (16) fp32;               per block scales of columns 0-15 (16),
  *                                                16-31 (16) int8 (Q3_K's minus 32)
+ *   IQ4_XS:     super d (16) fp32;               per block scale (16) int8 (minus 32)
+ *   Q2_K:       super d (16), -dmin (16) fp32;   per block scales of columns 0-15, 16-31,
+ *                                                then mins of the same (16 each) uint8
  * so a k-quant block's fp32 factors d * scale and -dmin * min are the kernels' exact
  * products, the same numbers as kquant_sub_block's, and a k-quant is Q4_1's form
  * (x = d_w * u + m_w) or, for Q6_K and Q3_K, a Q4_0-like one with a scale per half block. */
 #define QP_ROWS 16
 /* Bits per code, which is also the quads per block: 8 one byte per column (quad j
- * columns 4j..4j+3), else 4 quads of nibbles (quad j: low nibble column 4j + e, high
- * nibble 16 + 4j + e) and, for 5 and 6 bits, 1 or 2 quads of the codes' top bits. */
+ * columns 4j..4j+3); 4 to 6: 4 quads of nibbles (quad j: low nibble column 4j + e, high
+ * nibble 16 + 4j + e) and, for 5 and 6 bits, 1 or 2 quads of the codes' top bits; 2 and 3:
+ * 2 quads of bit pairs (quad k: bits 2m, 2m + 1 the low 2 bits of column 4(4k + m) + e)
+ * and, for 3 bits, 1 quad of the third bits (bit j: column 4j + e's). */
 static int qp_bits(llmi_dtype t) {
     switch (t) {
     case LLMI_Q8_0: return 8;
     case LLMI_Q5_0: case LLMI_Q5_1: case LLMI_Q5_K: return 5;
     case LLMI_Q6_K: return 6;
-    default: return 4;   /* Q4_*, and Q3_K's 3-bit codes in nibbles */
+    case LLMI_Q3_K: return 3;
+    case LLMI_Q2_K: return 2;
+    default: return 4;
     }
 }
-/* Whether t has a scale per 16 columns (Q6_K, Q3_K): a block is two dots, one per half. */
-#define QP_HALVES(t) ((t) == LLMI_Q6_K || (t) == LLMI_Q3_K)
+/* Whether t has a scale per 16 columns (Q6_K, Q3_K, Q2_K): a block is two dots, one per
+ * half (Q2_K: and a min per half). */
+#define QP_HALVES(t) ((t) == LLMI_Q6_K || (t) == LLMI_Q3_K || (t) == LLMI_Q2_K)
 /* Whether t's nibbles index iq4nl_value's table (IQ4_NL, IQ4_XS): the kernels look the
  * unsigned weight u = value + 128 up (one byte shuffle), so k = 128 as Q8_0's. */
 #define QP_LUT(t) ((t) == LLMI_IQ4_NL || (t) == LLMI_IQ4_XS)
@@ -366,14 +378,14 @@ static int qp_bits(llmi_dtype t) {
 static inline int qp_top_quad(int bits, int j) { return 4 + j / (4 / (bits - 4)); }
 static inline int qp_top_shift(int bits, int j) { return (bits - 4) * (j % (4 / (bits - 4))); }
 static size_t qp_head(llmi_dtype t) {
-    return (t == LLMI_Q4_1 || t == LLMI_Q5_1 ? 4 : t == LLMI_IQ4_XS ? 1 : 2) * QP_ROWS;
+    return (t == LLMI_Q4_1 || t == LLMI_Q5_1 || t == LLMI_Q2_K ? 4 : t == LLMI_IQ4_XS ? 1 : 2) * QP_ROWS;
 }
 static size_t qp_block(llmi_dtype t) { return qp_head(t) + (size_t)qp_bits(t) * 4 * QP_ROWS; }
 /* Super-blocks of 256 (the k-quants, IQ4_XS): 8 blocks after a head of the rows' fp32 d
  * (Q4_K, Q5_K: and -dmin). */
 static int qp_per_super(llmi_dtype t) { return dtype_block_elems(t) == 256 ? 8 : 1; }
 static size_t qp_super_head(llmi_dtype t) {
-    return dtype_block_elems(t) != 256 ? 0 : (QP_HALVES(t) || t == LLMI_IQ4_XS ? 4 : 8) * QP_ROWS;
+    return dtype_block_elems(t) != 256 ? 0 : (t == LLMI_Q6_K || t == LLMI_Q3_K || t == LLMI_IQ4_XS ? 4 : 8) * QP_ROWS;
 }
 static size_t qp_super(llmi_dtype t) { return qp_super_head(t) + (size_t)qp_per_super(t) * qp_block(t); }
 /* A group's packed bytes (nb 32-column blocks) and its block b. */
@@ -393,8 +405,11 @@ static int qp_k(llmi_dtype t) {
     default: return 0;
     }
 }
-/* Whether the block's "+ m" term applies (the head's second half holds m). */
-static int qp_has_min(llmi_dtype t) { return t == LLMI_Q4_1 || t == LLMI_Q5_1 || t == LLMI_Q4_K || t == LLMI_Q5_K; }
+/* Whether the block's "+ m" term applies (the head's second half holds m; Q2_K's, one
+ * per half, are its last two quarters). */
+static int qp_has_min(llmi_dtype t) {
+    return t == LLMI_Q4_1 || t == LLMI_Q5_1 || t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q2_K;
+}
 
 int cpu_qweight_packable(const llmi_tensor *w) {
     return is_qpacked(w->dtype) && w->layout == LLMI_LAYOUT_ROWS && w->cols % dtype_block_elems(w->dtype) == 0;
@@ -411,6 +426,12 @@ static void qp_put_codes(int bits, const uint8_t u[32], int r, uint8_t *q) {
             q[(size_t)(c / 4) * 4 * QP_ROWS + 4 * r + c % 4] = u[c];
             continue;
         }
+        if (bits <= 3) {   /* operand j = c / 4: bit pair j % 4 of pair quad j / 4, third bit j */
+            const int j = c / 4, e = c % 4;
+            q[(size_t)(j / 4) * 4 * QP_ROWS + 4 * r + e] |= (uint8_t)((u[c] & 3) << (2 * (j % 4)));
+            if (bits == 3) q[(size_t)2 * 4 * QP_ROWS + 4 * r + e] |= (uint8_t)((u[c] >> 2 & 1) << j);
+            continue;
+        }
         const int j = c % 16 / 4, e = c % 4, hi = c >= 16;
         q[(size_t)j * 4 * QP_ROWS + 4 * r + e] |= (uint8_t)((u[c] & 15) << (4 * hi));
         if (bits > 4)
@@ -424,11 +445,11 @@ static void pack_decoded(llmi_dtype t, const uint8_t *row, int64_t b, int i, uin
     const int per = qp_per_super(t), s = (int)(b % per);
     const uint8_t *blk = row + (size_t)(b / per) * dtype_block_bytes(t);
     uint8_t u[32], *o = (uint8_t *)qp_block_at(og, t, b);
-    float f[2];
+    float f[4];
     kquant_sub_block(t, blk, s, u, f);
     if (per == 8) {
         float sup[2];
-        int isc[2];
+        int isc[4];
         kquant_sub_scales(t, blk, s, sup, isc);
         uint8_t *sh = o - qp_super_head(t) - (size_t)s * qp_block(t);
         if (s == 0) {
@@ -438,8 +459,9 @@ static void pack_decoded(llmi_dtype t, const uint8_t *row, int64_t b, int i, uin
                 memcpy(sh + 4 * QP_ROWS + 4 * i, &nd, 4);
             }
         }
-        o[i] = (uint8_t)isc[0];   /* Q6_K's, Q3_K's, IQ4_XS's int8 scales as their two's complement bytes */
-        if (qp_head(t) == 2 * QP_ROWS) o[QP_ROWS + i] = (uint8_t)isc[1];
+        /* one byte per row of each of the head's 1, 2 or 4 arrays (Q6_K's, Q3_K's, IQ4_XS's
+         * int8 scales as their two's complement bytes) */
+        for (size_t k = 0; k < qp_head(t) / QP_ROWS; k++) o[k * QP_ROWS + i] = (uint8_t)isc[k];
     } else {
         memcpy(o + 2 * i, blk, 2);                                            /* d */
         if (t == LLMI_Q5_1) memcpy(o + 2 * QP_ROWS + 2 * i, blk + 2, 2);       /* m */
@@ -600,11 +622,16 @@ static inline __m128i qp_lut128(void) {
                 for (size_t off = 0; off < pb + (b % per == per - 1 ? sh : 0); off += 64)              \
                     _mm_prefetch((const char *)p + MM_PREFETCH_BYTES + off, _MM_HINT_T0);               \
             /* the rows' scales d and mins m (Q6_K: the scales of columns 0-15 and 16-31) */           \
-            __m512 d, mn;                                                                               \
+            __m512 d, mn, mh0 = _mm512_setzero_ps(), mh1 = _mm512_setzero_ps(); /* mh: Q2_K's mins */   \
             if (QP_HALVES(DT)) {                                                                        \
                 const __m512 sd = _mm512_loadu_ps(sp);                                                  \
                 d = _mm512_mul_ps(sd, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)))); \
                 mn = _mm512_mul_ps(sd, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))))); \
+                if (DT == LLMI_Q2_K) {                                                                  \
+                    const __m512 snd = _mm512_loadu_ps(sp + 64);                                        \
+                    mh0 = _mm512_mul_ps(snd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 32))))); \
+                    mh1 = _mm512_mul_ps(snd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 48))))); \
+                }                                                                                       \
             } else if (DT == LLMI_IQ4_XS) {                                                             \
                 d = _mm512_mul_ps(_mm512_loadu_ps(sp),                                                  \
                                   _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)))); \
@@ -620,7 +647,18 @@ static inline __m128i qp_lut128(void) {
                                     : _mm512_setzero_ps();                                              \
             }                                                                                           \
             __m512i u[8]; /* operand j pairs with activation bytes 4j..4j+3 */                          \
-            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {                                      \
+            if (bits <= 3) { /* bit pairs (and third bits) to bits 0-1 (2) */                           \
+                const __m512i m3 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);                       \
+                const __m512i c0 = _mm512_loadu_si512(p + head), c1 = _mm512_loadu_si512(p + head + 64); \
+                const __m512i t3 = bits == 3 ? _mm512_loadu_si512(p + head + 128) : _mm512_setzero_si512(); \
+                _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                                  \
+                    u[j] = _mm512_and_si512(_mm512_srli_epi16(j < 4 ? c0 : c1, 2 * (j % 4)), m3);       \
+                    if (bits == 3)                                                                      \
+                        u[j] = _mm512_or_si512(u[j], _mm512_and_si512(j < 2 ? _mm512_slli_epi16(t3, 2 - j) \
+                                                                            : _mm512_srli_epi16(t3, j - 2), b2)); \
+                }                                                                                       \
+            }                                                                                           \
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4 && bits > 3; j++) {                          \
                 if (bits == 8) {                                                                        \
                     u[j] = _mm512_loadu_si512(p + head + (size_t)j * 64);                               \
                     u[4 + j] = _mm512_loadu_si512(p + head + (size_t)(4 + j) * 64);                     \
@@ -655,6 +693,10 @@ static inline __m128i qp_lut128(void) {
                     }                                                                                   \
                     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is0), _mm512_mul_ps(d, dx), acc[i]);     \
                     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is1), _mm512_mul_ps(mn, dx), acc[i]);    \
+                    if (DT == LLMI_Q2_K) { /* its mins: m_h * (d_x * sum of the half's x_q) */           \
+                        acc[i] = _mm512_fmadd_ps(mh0, _mm512_set1_ps(qx->dx[tb] * (float)qx->isx16[2 * tb]), acc[i]); \
+                        acc[i] = _mm512_fmadd_ps(mh1, _mm512_set1_ps(qx->dx[tb] * (float)qx->isx16[2 * tb + 1]), acc[i]); \
+                    }                                                                                   \
                     continue;                                                                           \
                 }                                                                                       \
                 __m512i is = _mm512_set1_epi32(-k * qx->isx[tb]);                                       \
@@ -695,6 +737,7 @@ QGROUP_FORMAT(LLMI_Q6_K, q6_k, QG_OWN)
 QGROUP_FORMAT(LLMI_Q3_K, q3_k, QG_OWN)
 QGROUP_FORMAT(LLMI_IQ4_NL, iq4_nl, QG_OWN)
 QGROUP_FORMAT(LLMI_IQ4_XS, iq4_xs, QG_OWN)
+QGROUP_FORMAT(LLMI_Q2_K, q2_k, QG_OWN)
 #elif defined(MM_AVX2)
 /* The same recipe on AVX2, 8 rows a vector: half h of the group (rows 8h .. 8h + 7) is 32
  * bytes of each 64-byte quad.  vpmaddubsw multiplies unsigned by signed bytes and sums the
@@ -713,8 +756,10 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
     return _mm256_set1_epi32(x4);
 }
 /* (an expression of DT, not qp_bits(DT): GCC's unroll pragmas want a bound it can read) */
-#define MM_I16_RUN(DT) \
-    ((DT) == LLMI_Q6_K ? 2 : ((DT) == LLMI_Q5_0 || (DT) == LLMI_Q5_1 || (DT) == LLMI_Q5_K || (DT) == LLMI_Q3_K) ? 4 : 8)
+#define MM_I16_RUN(DT)                                                                                          \
+    ((DT) == LLMI_Q6_K ? 2                                                                                      \
+     : ((DT) == LLMI_Q5_0 || (DT) == LLMI_Q5_1 || (DT) == LLMI_Q5_K || (DT) == LLMI_Q3_K || (DT) == LLMI_Q2_K) ? 4 \
+                                                                                                              : 8)
 #define QGROUP2_INSTANCE(NAME, DT, TN)                                                                  \
     static void NAME(const uint8_t *gp, const cpu_qact *qx, int t0, int pf, float *out) {               \
         const int nb = qx->nb, k = qp_k(DT), bits = qp_bits(DT), per = qp_per_super(DT);                \
@@ -730,11 +775,16 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
                     for (size_t off = 0; off < pb + (b % per == per - 1 ? sh : 0); off += 64)          \
                         _mm_prefetch((const char *)p + MM_PREFETCH_BYTES + off, _MM_HINT_T0);           \
                 /* the rows' scales d and mins m (Q6_K: the scales of columns 0-15 and 16-31) */       \
-                __m256 d, mn;                                                                           \
+                __m256 d, mn, mh0 = _mm256_setzero_ps(), mh1 = _mm256_setzero_ps(); /* mh: Q2_K's mins */ \
                 if (QP_HALVES(DT)) {                                                                    \
                     const __m256 sd = _mm256_loadu_ps((const float *)(sp + 32 * h));                    \
                     d = _mm256_mul_ps(sd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * h))))); \
                     mn = _mm256_mul_ps(sd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 16 + 8 * h))))); \
+                    if (DT == LLMI_Q2_K) {                                                              \
+                        const __m256 snd = _mm256_loadu_ps((const float *)(sp + 64 + 32 * h));          \
+                        mh0 = _mm256_mul_ps(snd, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 32 + 8 * h))))); \
+                        mh1 = _mm256_mul_ps(snd, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 48 + 8 * h))))); \
+                    }                                                                                   \
                 } else if (DT == LLMI_IQ4_XS) {                                                         \
                     d = _mm256_mul_ps(_mm256_loadu_ps((const float *)(sp + 32 * h)),                    \
                                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * h))))); \
@@ -750,7 +800,20 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
                                         : _mm256_setzero_ps();                                          \
                 }                                                                                       \
                 __m256i u[8]; /* operand j pairs with activation bytes 4j..4j+3 (Q8_0: split below) */  \
-                _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {                                  \
+                if (bits <= 3) { /* bit pairs (and third bits) to bits 0-1 (2) */                       \
+                    const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);                   \
+                    const __m256i c0 = _mm256_loadu_si256((const __m256i *)(p + head + 32 * h));        \
+                    const __m256i c1 = _mm256_loadu_si256((const __m256i *)(p + head + 64 + 32 * h));   \
+                    const __m256i t3 = bits == 3 ? _mm256_loadu_si256((const __m256i *)(p + head + 128 + 32 * h)) \
+                                                 : _mm256_setzero_si256();                              \
+                    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                              \
+                        u[j] = _mm256_and_si256(_mm256_srli_epi16(j < 4 ? c0 : c1, 2 * (j % 4)), m3);   \
+                        if (bits == 3)                                                                  \
+                            u[j] = _mm256_or_si256(u[j], _mm256_and_si256(j < 2 ? _mm256_slli_epi16(t3, 2 - j) \
+                                                                                : _mm256_srli_epi16(t3, j - 2), b2)); \
+                    }                                                                                   \
+                }                                                                                       \
+                _Pragma("GCC unroll 4") for (int j = 0; j < 4 && bits > 3; j++) {                      \
                     if (bits == 8) {                                                                    \
                         u[j] = _mm256_loadu_si256((const __m256i *)(p + head + (size_t)j * 64 + 32 * h)); \
                         u[4 + j] = _mm256_loadu_si256((const __m256i *)(p + head + (size_t)(4 + j) * 64 + 32 * h)); \
@@ -800,9 +863,13 @@ static inline __m256i mm_bcast4(const int8_t *x) {   /* 4 activation bytes in ev
                         else is0 = _mm256_add_epi32(is0, _mm256_madd_epi16(s16, ones));                 \
                     }                                                                                   \
                     acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is0), _mm256_mul_ps(d, dx), acc[i]);    \
-                    if (QP_HALVES(DT))                                                                  \
+                    if (QP_HALVES(DT)) {                                                                \
                         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is1), _mm256_mul_ps(mn, dx), acc[i]); \
-                    else if (qp_has_min(DT))                                                            \
+                        if (DT == LLMI_Q2_K) { /* its mins: m_h * (d_x * sum of the half's x_q) */      \
+                            acc[i] = _mm256_fmadd_ps(mh0, _mm256_set1_ps(qx->dx[tb] * (float)qx->isx16[2 * tb]), acc[i]); \
+                            acc[i] = _mm256_fmadd_ps(mh1, _mm256_set1_ps(qx->dx[tb] * (float)qx->isx16[2 * tb + 1]), acc[i]); \
+                        }                                                                               \
+                    } else if (qp_has_min(DT))                                                          \
                         acc[i] = _mm256_fmadd_ps(mn, _mm256_set1_ps(qx->sx[tb]), acc[i]);               \
                 }                                                                                       \
             }                                                                                           \
@@ -831,12 +898,19 @@ QGROUP2_FORMAT(LLMI_Q6_K, q6_k)
 QGROUP2_FORMAT(LLMI_Q3_K, q3_k)
 QGROUP2_FORMAT(LLMI_IQ4_NL, iq4_nl)
 QGROUP2_FORMAT(LLMI_IQ4_XS, iq4_xs)
+QGROUP2_FORMAT(LLMI_Q2_K, q2_k)
 #else
 /* The same recipe one (row, token) at a time: the same integers, products and fused
  * multiply-adds in the same order, so every body gives the same bits. */
 /* Code c of row r in a block's code quads q (the layout above). */
 static int qp_code(int bits, const uint8_t *q, int r, int c) {
     if (bits == 8) return q[(size_t)(c / 4) * 4 * QP_ROWS + 4 * r + c % 4];
+    if (bits <= 3) {
+        const int j = c / 4, e = c % 4;
+        int v = q[(size_t)(j / 4) * 4 * QP_ROWS + 4 * r + e] >> (2 * (j % 4)) & 3;
+        if (bits == 3) v |= (q[(size_t)2 * 4 * QP_ROWS + 4 * r + e] >> j & 1) << 2;
+        return v;
+    }
     const int j = c % 16 / 4, e = c % 4, hi = c >= 16;
     int v = q[(size_t)j * 4 * QP_ROWS + 4 * r + e] >> (4 * hi) & 15;
     if (bits > 4) {
@@ -845,13 +919,14 @@ static int qp_code(int bits, const uint8_t *q, int r, int c) {
     }
     return v;
 }
-static float qp_head_value(const uint8_t *gp, llmi_dtype t, int b, int k, int r) {   /* head half k, row r */
+static float qp_head_value(const uint8_t *gp, llmi_dtype t, int b, int k, int r) {   /* head array k, row r */
     const uint8_t *p = qp_block_at(gp, t, b);
     if (qp_per_super(t) == 8) {   /* the super-block's d (-dmin) times the integer scale (min) */
         const uint8_t *sp = p - qp_super_head(t) - (size_t)(b % qp_per_super(t)) * qp_block(t);
         float f;
-        const int sgn = QP_HALVES(t) || t == LLMI_IQ4_XS;   /* int8 scales, d alone */
-        memcpy(&f, sp + (sgn ? 0 : 4 * QP_ROWS * k) + 4 * r, 4);
+        const int sgn = t == LLMI_Q6_K || t == LLMI_Q3_K || t == LLMI_IQ4_XS;   /* int8 scales, d alone */
+        const int mins = t == LLMI_Q2_K ? k >= 2 : !sgn && k == 1;             /* a min: times -dmin */
+        memcpy(&f, sp + (mins ? 4 * QP_ROWS : 0) + 4 * r, 4);
         const int s = sgn ? (int8_t)p[QP_ROWS * k + r] : p[QP_ROWS * k + r];
         return f * (float)s;
     }
@@ -876,8 +951,14 @@ static void qgroup_scalar(const uint8_t *gp, llmi_dtype t, const cpu_qact *qx, i
                     is[QP_HALVES(t) && c >= 16] += (QP_LUT(t) ? iq4nl_value(u) + 128 : u) * xq[c];
                 }
                 a = fmaf((float)is[0], qp_head_value(gp, t, b, 0, r) * qx->dx[tb], a);
-                if (QP_HALVES(t)) a = fmaf((float)is[1], qp_head_value(gp, t, b, 1, r) * qx->dx[tb], a);
-                else if (qp_has_min(t)) a = fmaf(qp_head_value(gp, t, b, 1, r), qx->sx[tb], a);
+                if (QP_HALVES(t)) {
+                    a = fmaf((float)is[1], qp_head_value(gp, t, b, 1, r) * qx->dx[tb], a);
+                    if (t == LLMI_Q2_K)
+                        for (int h = 0; h < 2; h++)
+                            a = fmaf(qp_head_value(gp, t, b, 2 + h, r), qx->dx[tb] * (float)qx->isx16[2 * tb + h], a);
+                } else if (qp_has_min(t)) {
+                    a = fmaf(qp_head_value(gp, t, b, 1, r), qx->sx[tb], a);
+                }
             }
             acc[(size_t)i * QP_ROWS + r] = a;
         }
@@ -910,6 +991,7 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
             case LLMI_Q3_K: qgroup_q3_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_IQ4_NL: qgroup_iq4_nl(gp, qx, t0, tn, pf, acc); break;
             case LLMI_IQ4_XS: qgroup_iq4_xs(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q2_K: qgroup_q2_k(gp, qx, t0, tn, pf, acc); break;
             default: qgroup_q8_0(gp, qx, t0, tn, pf, acc); break;
             }
             __mmask16 keep = (__mmask16)(((1u << (hi - lo)) - 1) << (lo - g * QP_ROWS));
@@ -929,6 +1011,7 @@ static void quant_range(const llmi_tensor *w, const cpu_qact *qx, int ta, int tb
             case LLMI_Q3_K: qgroup2_q3_k(gp, qx, t0, tn, pf, acc); break;
             case LLMI_IQ4_NL: qgroup2_iq4_nl(gp, qx, t0, tn, pf, acc); break;
             case LLMI_IQ4_XS: qgroup2_iq4_xs(gp, qx, t0, tn, pf, acc); break;
+            case LLMI_Q2_K: qgroup2_q2_k(gp, qx, t0, tn, pf, acc); break;
             default: qgroup2_q8_0(gp, qx, t0, tn, pf, acc); break;
             }
 #else

@@ -42,27 +42,32 @@ void cpu_matmul_multi(int nw, const llmi_tensor *const *w, const float *x, int n
                       float *const *y, void *scratch, size_t scratch_bytes);
 size_t cpu_matmul_scratch_bytes(int n, int64_t cols);
 
-/* Quantized weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K) as the CPU kernels
+/* Quantized weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) as the CPU kernels
  * read them, "packed": the rows in groups of 16 (the last group padded with zero rows), a
- * group's 32-column blocks in order (a k-quant's 8 blocks after a super-block head of the
- * rows' fp32 d, and -dmin for Q4_K/Q5_K), each block a head then its code quads:
- *   Q8_0, Q4_0, Q5_0  d (16) fp16 scales, one per row
+ * group's 32-column blocks in order (a k-quant's or IQ4_XS's 8 blocks after a super-block
+ * head of the rows' fp32 d, and -dmin for Q2_K/Q4_K/Q5_K), each block a head then its code quads:
+ *   Q8_0, Q4_0, Q5_0, IQ4_NL  d (16) fp16 scales, one per row
  *   Q4_1, Q5_1        d (16) fp16 scales, m (16) fp16 mins: x = d * q + m
  *   Q4_K, Q5_K        scale (16), min (16) uint8: x = (d * scale) * q + (-dmin * min)
  *   Q6_K, Q3_K        scale of columns 0-15 (16), of 16-31 (16) int8: x = (d * scale) * (q - 32)
  *                     (Q3_K: scale - 32, and q - 4)
+ *   Q2_K              scales of columns 0-15, 16-31 (16 each), then mins of the same (16 each)
+ *                     uint8: x = (d * scale_h) * q + (-dmin * min_h)
+ *   IQ4_XS            signed scale s (16) int8 (the file's 6-bit scale - 32): x = (d * s) * v[q]
+ *                     (IQ4_NL: d * v[q]), q an index into iq4nl_value's table
  * (each product exact in fp32: the factors are the file's, nothing is re-quantized), then
  * quads of (16 rows, 4 bytes) at byte 4 * row + e:
  *   Q8_0     8 quads, quad j bytes q + 128 of columns 4j + e
+ *   Q2_K, Q3_K  2 quads of bit pairs, quad k bits 2m, 2m + 1 the low 2 bits of column
+ *            4(4k + m) + e; Q3_K then 1 quad whose bit j is column 4j + e's third bit
  *   the rest 4 quads, quad j the low 4 bits of column 4j + e (low nibble) and of column
- *            16 + 4j + e (high nibble) (Q3_K's 3-bit codes whole); then 5-bit codes
- *            (Q5_*) 1 quad, 6-bit (Q6_K) 2,
+ *            16 + 4j + e (high nibble); then 5-bit codes (Q5_*) 1 quad, 6-bit (Q6_K) 2,
  *            of the top bits: top quad 4 + j / (4 / w) (w = bits - 4) holds, at bit
  *            w * (j % (4 / w)), column 4j + e's and, 4 bits higher, column 16 + 4j + e's
  * so one 64-byte load is one column quad of 16 rows: the operand of one VNNI dot product
  * against 4 activation bytes.  Bits per weight: Q8_0 8.5, Q4_0 4.5, Q4_1 5, Q5_0 5.5, Q5_1
- * 6 (the GGUF layout's), Q3_K 4.625, Q4_K 4.75, Q5_K 5.75, Q6_K 6.625 (GGUF 3.4375, 4.5,
- * 5.5, 6.5625).
+ * 6, IQ4_NL 4.5 (the GGUF layout's), Q2_K 3.25, Q3_K 3.625, Q4_K 4.75, Q5_K 5.75, Q6_K
+ * 6.625, IQ4_XS 4.375 (GGUF 2.625, 3.4375, 4.5, 5.5, 6.5625, 4.25).
  * cpu_qweight_pack makes one (out->owned: free it) with layout LLMI_LAYOUT_CPU16. */
 int cpu_qweight_packable(const llmi_tensor *w);
 size_t cpu_qweight_bytes(const llmi_tensor *w);
