@@ -292,30 +292,16 @@ TEST(hf_cuda_mistral_sharded_f16_vs_transformers) { hf_check_model_cuda(t_, hf_m
 TEST(hf_cuda_llama_head_dim_vs_transformers) { hf_check_model_cuda(t_, hf_models[3]); }
 TEST(hf_cuda_llama_attention_bias_vs_transformers) { hf_check_model_cuda(t_, hf_models[4]); }
 TEST(hf_cuda_qwen3_qk_norm_vs_transformers) { hf_check_model_cuda(t_, hf_models[5]); }
-TEST(hf_cuda_gguf_q4_k_m_vs_transformers) {
+static void hf_check_kquant_cuda(test_ctx *t_, const char *name) {
     if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
-    hf_check_kquant(t_, hf_kquant[0], true);
+    hf_check_kquant(t_, name, true);
 }
-TEST(hf_cuda_gguf_q5_k_m_vs_transformers) {
-    if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
-    hf_check_kquant(t_, hf_kquant[1], true);
-}
-TEST(hf_cuda_gguf_q3_k_m_vs_transformers) {
-    if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
-    hf_check_kquant(t_, hf_kquant[2], true);
-}
-TEST(hf_cuda_gguf_iq4_xs_vs_transformers) {
-    if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
-    hf_check_kquant(t_, hf_kquant[3], true);
-}
-TEST(hf_cuda_gguf_iq4_nl_vs_transformers) {
-    if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
-    hf_check_kquant(t_, hf_kquant[4], true);
-}
-TEST(hf_cuda_gguf_q2_k_vs_transformers) {
-    if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
-    hf_check_kquant(t_, hf_kquant[5], true);
-}
+TEST(hf_cuda_gguf_q4_k_m_vs_transformers) { hf_check_kquant_cuda(t_, hf_kquant[0]); }
+TEST(hf_cuda_gguf_q5_k_m_vs_transformers) { hf_check_kquant_cuda(t_, hf_kquant[1]); }
+TEST(hf_cuda_gguf_q3_k_m_vs_transformers) { hf_check_kquant_cuda(t_, hf_kquant[2]); }
+TEST(hf_cuda_gguf_iq4_xs_vs_transformers) { hf_check_kquant_cuda(t_, hf_kquant[3]); }
+TEST(hf_cuda_gguf_iq4_nl_vs_transformers) { hf_check_kquant_cuda(t_, hf_kquant[4]); }
+TEST(hf_cuda_gguf_q2_k_vs_transformers) { hf_check_kquant_cuda(t_, hf_kquant[5]); }
 #endif
 
 /* The same directories with their tokenizer: tokenizer.json trained by HF tokenizers
