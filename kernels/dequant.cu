@@ -92,12 +92,7 @@ __global__ void llmi_dequant_kernel(const uint8_t *src, llmi_dtype src_dt, int64
         case LLMI_Q4_K:
         case LLMI_Q5_K:
         case LLMI_Q6_K:
-            v = kquant_value(src + (i >> 8) * (src_dt == LLMI_Q2_K   ? 84
-                                               : src_dt == LLMI_Q3_K ? 110
-                                               : src_dt == LLMI_Q4_K ? 144
-                                               : src_dt == LLMI_Q5_K ? 176
-                                                                     : 210),
-                             src_dt, (int)(i & 255));
+            v = kquant_value(src + (i >> 8) * dtype_block_bytes(src_dt), src_dt, (int)(i & 255));
             break;
         default:
             v = llmi_load(src, src_dt, i);

@@ -60,8 +60,14 @@ static inline size_t kv_dtype_row_bytes(llmi_kv_dtype t, size_t n) {
 const char *kv_dtype_name(llmi_kv_dtype t);     /* "f32", "f16", "bf16", "q8", "fp8" */
 int kv_dtype_parse(const char *s, llmi_kv_dtype *out);   /* 0, or -1 for an unknown name */
 
+#ifdef __CUDACC__
+#define LLMI_DTYPE_HD __host__ __device__   /* the block geometry and decoders below are also kernels/dequant.cu's, so both read one layout */
+#else
+#define LLMI_DTYPE_HD
+#endif
+
 /* Weights per block and bytes per block; dense types have a block of 1. */
-static inline int dtype_block_elems(llmi_dtype t) {
+static inline LLMI_DTYPE_HD int dtype_block_elems(llmi_dtype t) {
     if (t == LLMI_I4G) return 2;
     if (t == LLMI_Q2_K || t == LLMI_Q3_K || t == LLMI_Q4_K || t == LLMI_Q5_K || t == LLMI_Q6_K || t == LLMI_IQ4_XS)
         return 256;
@@ -69,7 +75,7 @@ static inline int dtype_block_elems(llmi_dtype t) {
                ? 32
                : 1;
 }
-static inline size_t dtype_block_bytes(llmi_dtype t) {
+static inline LLMI_DTYPE_HD size_t dtype_block_bytes(llmi_dtype t) {
     switch (t) {
     case LLMI_F32: return 4;
     case LLMI_F16: case LLMI_BF16: return 2;
@@ -97,11 +103,6 @@ static inline int dtype_is_kquant(llmi_dtype t) {
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block from its 12
  * packed bytes: j < 4 in the low 6 bits of bytes j and j + 4; j >= 4 split between a
  * nibble of byte j + 4 and the top 2 bits of bytes j - 4 (scale) and j (min). */
-#ifdef __CUDACC__
-#define LLMI_DTYPE_HD __host__ __device__   /* also kernels/dequant.cu's, so both read one layout */
-#else
-#define LLMI_DTYPE_HD
-#endif
 static inline LLMI_DTYPE_HD void kquant_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
     if (j < 4) {
         *sc = s[j] & 63;

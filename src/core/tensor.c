@@ -23,11 +23,10 @@
 void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], float f[4]) {
     uint16_t h;
     f[0] = f[1] = f[2] = f[3] = 0.0f;
-    if (t == LLMI_IQ4_NL || t == LLMI_IQ4_XS) {
-        const uint8_t *qs = t == LLMI_IQ4_NL ? blk + 2 : blk + 8 + 16 * s;
-        for (int c = 0; c < 32; c++) u[c] = (uint8_t)(c < 16 ? qs[c] & 15 : qs[c - 16] >> 4);
+    if (t == LLMI_IQ4_NL) {
+        for (int c = 0; c < 32; c++) u[c] = (uint8_t)(c < 16 ? blk[2 + c] & 15 : blk[2 + c - 16] >> 4);
         memcpy(&h, blk, 2);
-        f[0] = t == LLMI_IQ4_NL ? fp16_to_f32(h) : fp16_to_f32(h) * (float)iq4xs_scale(blk, s);
+        f[0] = fp16_to_f32(h);
         return;
     }
     if (t == LLMI_Q5_0 || t == LLMI_Q5_1) {   /* a block of 32 is its one sub-block */
@@ -45,6 +44,12 @@ void kquant_sub_block(llmi_dtype t, const uint8_t *blk, int s, uint8_t u[32], fl
     float sup[2];
     int isc[4];
     kquant_sub_scales(t, blk, s, sup, isc);
+    if (t == LLMI_IQ4_XS) {   /* sub-block s: 16 bytes of nibbles from byte 8 + 16 s */
+        const uint8_t *qs = blk + 8 + 16 * s;
+        for (int c = 0; c < 32; c++) u[c] = (uint8_t)(c < 16 ? qs[c] & 15 : qs[c - 16] >> 4);
+        f[0] = sup[0] * (float)isc[0];
+        return;
+    }
     if (t == LLMI_Q2_K) {   /* sub-block s = 4 * half + k */
         const uint8_t *qs = blk + 16 + 32 * (s / 4);
         for (int l = 0; l < 32; l++) u[l] = (uint8_t)(qs[l] >> (2 * (s % 4)) & 3);

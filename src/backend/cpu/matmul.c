@@ -924,7 +924,7 @@ static float qp_head_value(const uint8_t *gp, llmi_dtype t, int b, int k, int r)
     if (qp_per_super(t) == 8) {   /* the super-block's d (-dmin) times the integer scale (min) */
         const uint8_t *sp = p - qp_super_head(t) - (size_t)(b % qp_per_super(t)) * qp_block(t);
         float f;
-        const int sgn = t == LLMI_Q6_K || t == LLMI_Q3_K || t == LLMI_IQ4_XS;   /* int8 scales, d alone */
+        const int sgn = qp_super_head(t) == 4 * QP_ROWS;   /* d alone: int8 (signed) scales */
         const int mins = t == LLMI_Q2_K ? k >= 2 : !sgn && k == 1;             /* a min: times -dmin */
         memcpy(&f, sp + (mins ? 4 * QP_ROWS : 0) + 4 * r, 4);
         const int s = sgn ? (int8_t)p[QP_ROWS * k + r] : p[QP_ROWS * k + r];
