@@ -11,7 +11,10 @@
  *    registers, so only the K/V tile loads need block barriers; with a bf16/f16 cache
  *    they come by cp.async, each while the tile before it is being computed on.
  * Both read K/V through the sequence's block table and mask positions > the token's own,
- * so prefill chunks and decode tokens can share one batch. */
+ * so prefill chunks and decode tokens can share one batch.  With a window (sliding
+ * layers: llmi_cuda_attn.window) a query at p sees keys [p - window + 1, p] only: the
+ * decode path splits just that range, and the prefill starts at its tile's lowest
+ * first key and masks the keys before each row's own. */
 #include "common.cuh"
 
 #define DEC_T 32          /* KV positions per decode tile (one per lane in the softmax) */
@@ -168,6 +171,18 @@ template <typename T> struct dec_tile16 {
 template <> struct dec_tile<__nv_bfloat16> : dec_tile16<__nv_bfloat16> {};
 template <> struct dec_tile<__half> : dec_tile16<__half> {};
 
+/* Split `split` of n_splits of the positions a decode token at pos attends to, [lo, pos]
+ * (lo = pos - window + 1 with a window, else 0): [*start, *end), whole DEC_T tiles from lo,
+ * empty (end <= start) past the range.  Each token splits its own range, so the launch does
+ * not depend on the batch's longest one (a captured graph replays with any positions), and
+ * the keys before a window are never loaded. */
+static __device__ __forceinline__ void dec_split(int pos, int window, int n_splits, int split, int *start, int *end) {
+    const int lo = window > 0 && pos >= window ? pos - window + 1 : 0;
+    const int chunk = ((pos - lo + n_splits) / n_splits + DEC_T - 1) / DEC_T * DEC_T;
+    *start = lo + split * chunk;
+    *end = min(pos + 1, *start + chunk);
+}
+
 /* grid (n_kv_heads, n_tokens_listed, n_splits), block DEC_THREADS.  Shared, hd4 =
  * dec_hd4(hd) (columns hd..hd4 zero): qs (G, hd4) f32 | ks (DEC_T, ldk) KT | vs (DEC_T,
  * ld) KT | S (G, DEC_T) f32 | acc (G, hd4) f32 | m, l, alpha (G) f32. */
@@ -186,10 +201,8 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
     const int pos = a.positions[t];
     const int32_t *bt = a.block_tables + (int64_t)a.seq_of_token[t] * a.max_blocks_per_seq;
     const int h0 = kvh * G;
-    /* each token splits its own context, so the launch does not depend on the batch's
-     * longest one (a captured graph replays with any positions) */
-    const int chunk = ((pos + n_splits) / n_splits + DEC_T - 1) / DEC_T * DEC_T;
-    const int start = split * chunk, end = min(pos + 1, start + chunk);
+    int start, end;
+    dec_split(pos, a.window, n_splits, split, &start, &end);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
     /* fp32 tiles from an f32 cache: 16-byte loads where rows allow, else one element at a time */
     const int vw = f32_tile && a.kv_dt == LLMI_KV_F32 && hd % 4 == 0 ? 4 : 1;
@@ -346,13 +359,15 @@ extern "C" size_t llmi_cuda_attn_work_floats(int n_decode, int n_heads, int head
     return (size_t)n_decode * n_heads * n_splits * ((size_t)head_dim + 2);
 }
 
-extern "C" int llmi_cuda_attn_splits(int n_decode, int n_kv_heads, int n_heads, int head_dim, int max_pos, int n_sms,
-                                     size_t work_floats) {
+extern "C" int llmi_cuda_attn_splits(int n_decode, int n_kv_heads, int n_heads, int head_dim, int max_pos, int window,
+                                     int n_sms, size_t work_floats) {
     if (n_decode <= 0) return 1;
     long blocks = (long)n_decode * n_kv_heads;
     long target = 2L * (n_sms > 0 ? n_sms : 1);
     long splits = (target + blocks - 1) / blocks;
-    long by_len = ((long)max_pos + 1 + 255) / 256;   /* a split under 256 positions costs more than it saves */
+    /* a split under 256 positions costs more than it saves; a window bounds the positions */
+    long len = window > 0 && window < (long)max_pos + 1 ? window : (long)max_pos + 1;
+    long by_len = (len + 255) / 256;
     if (splits > by_len) splits = by_len;
     if (splits > 64) splits = 64;
     if (splits < 1) splits = 1;
@@ -600,25 +615,43 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q2 = 2 * (lane & 3);
     const int32_t *bt = a.block_tables + (int64_t)a.seq_of_token[t0] * a.max_blocks_per_seq;
 
-    /* the tile's last key, found by every warp alike (no static shared memory beside the
-     * dynamic buffer, whose 16-byte alignment the vector copies rely on) */
-    int max_pos = -1;
-    for (int r = lane; r < nq; r += 32) max_pos = max(max_pos, a.positions[t0 + r]);
-    for (int o = 16; o > 0; o >>= 1) max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, o));
+    /* the tile's last key, and its first: 0, or with a window the lowest row's first (the
+     * keys before it are never loaded), found by every warp alike (no static shared memory
+     * beside the dynamic buffer, whose 16-byte alignment the vector copies rely on) */
+    int max_pos = -1, min_pos = INT_MAX;
+    for (int r = lane; r < nq; r += 32) {
+        const int p = a.positions[t0 + r];
+        max_pos = max(max_pos, p);
+        min_pos = min(min_pos, p);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        max_pos = max(max_pos, __shfl_xor_sync(0xffffffffu, max_pos, o));
+        min_pos = min(min_pos, __shfl_xor_sync(0xffffffffu, min_pos, o));
+    }
+    const int kv_first = a.window > 0 ? max(0, min_pos - a.window + 1) : 0;
     /* the first K tile on its way while Q is loaded */
-    if (ASYNC) kv_tile_async16<T>(a, a.k_cache, bt, kvh, 0, PF_BK, max_pos + 1, Ks, ld, tid, blockDim.x);
+    if (ASYNC) kv_tile_async16<T>(a, a.k_cache, bt, kvh, kv_first, PF_BK, max_pos + 1, Ks, ld, tid, blockDim.x);
     tc_load_q(a, t0, nq, h, hd, ld, Qs, tid, blockDim.x);
     __syncthreads();
     const bool same_type = a.kv_dt == tc_conv<T>::kv;
     const float ksc = kv_scale_of(a.kv_dt, a.k_scale, kvh), vsc = kv_scale_of(a.kv_dt, a.v_scale, kvh);
     const int r0 = warp * 16;   /* this warp's first query row */
-    /* positions of this lane's two rows (-1: a row past the tile, which every key masks) */
+    /* positions of this lane's two rows (-1: a row past the tile, which every key masks), and
+     * their first keys (a row sees keys lo_r <= key <= pos_r) */
     const int pos_r[2] = {r0 + g < nq ? a.positions[t0 + r0 + g] : -1, r0 + g + 8 < nq ? a.positions[t0 + r0 + g + 8] : -1};
+    const int lo_r[2] = {a.window > 0 ? pos_r[0] - a.window + 1 : 0, a.window > 0 ? pos_r[1] - a.window + 1 : 0};
     int warp_max_pos = max(pos_r[0], pos_r[1]);
     for (int o = 16; o > 0; o >>= 1) warp_max_pos = max(warp_max_pos, __shfl_xor_sync(0xffffffffu, warp_max_pos, o));
-    /* the smallest position among the warp's rows in the tile (rows past it are never stored) */
+    /* the smallest position and the smallest and largest first key among the warp's rows in
+     * the tile (rows past it are never stored) */
     int warp_min_pos = min(pos_r[0] < 0 ? INT_MAX : pos_r[0], pos_r[1] < 0 ? INT_MAX : pos_r[1]);
-    for (int o = 16; o > 0; o >>= 1) warp_min_pos = min(warp_min_pos, __shfl_xor_sync(0xffffffffu, warp_min_pos, o));
+    int warp_min_lo = min(pos_r[0] < 0 ? INT_MAX : lo_r[0], pos_r[1] < 0 ? INT_MAX : lo_r[1]);
+    int warp_max_lo = max(pos_r[0] < 0 ? INT_MIN : lo_r[0], pos_r[1] < 0 ? INT_MIN : lo_r[1]);
+    for (int o = 16; o > 0; o >>= 1) {
+        warp_min_pos = min(warp_min_pos, __shfl_xor_sync(0xffffffffu, warp_min_pos, o));
+        warp_min_lo = min(warp_min_lo, __shfl_xor_sync(0xffffffffu, warp_min_lo, o));
+        warp_max_lo = max(warp_max_lo, __shfl_xor_sync(0xffffffffu, warp_max_lo, o));
+    }
     const int n_kd = hd / 16, n_jd = hd / 8;
 
     float o_acc[HDMAX / 8][4];   /* O (16, hd): 8-column piece jd, fragment layout */
@@ -626,7 +659,7 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
     for (int jd = 0; jd < HDMAX / 8; jd++) o_acc[jd][0] = o_acc[jd][1] = o_acc[jd][2] = o_acc[jd][3] = 0.0f;
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};   /* l: this lane's columns only */
 
-    for (int kv0 = 0; kv0 <= max_pos; kv0 += PF_BK) {
+    for (int kv0 = kv_first; kv0 <= max_pos; kv0 += PF_BK) {
         if (ASYNC) {
             cp_async_wait_all();
             __syncthreads();   /* K is in for every thread; every warp is done with the previous V */
@@ -639,7 +672,9 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
                 kv_tile_load_conv<8>(a, bt, kvh, kv0, PF_BK, max_pos + 1, ksc, vsc, Ks, ld, Vs, ld, tid, blockDim.x);
             __syncthreads();
         }
-        const bool active = kv0 <= warp_max_pos;   /* warp-uniform: else every key of the tile is masked */
+        /* warp-uniform: else every key of the tile is masked (past every row, or before every
+         * row's window) */
+        const bool active = kv0 <= warp_max_pos && kv0 + PF_BK > warp_min_lo;
 
         /* S (16, PF_BK) = Q_w (16, hd) @ K^T: piece j holds keys kv0 + 8j .. + 7 */
         float sc[PF_BK / 8][4];
@@ -655,9 +690,10 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
             }
 
             /* mask and scale: element e of piece j is row g + 8 * (e / 2), key kv0 + 8j + q2 + e % 2;
-             * a tile wholly before every row's position (all but the last one or two of a
-             * row range) has nothing to mask: scale only */
-            if (kv0 + PF_BK - 1 <= warp_min_pos) {
+             * a tile wholly before every row's position and inside every row's window (all
+             * but the last one or two of a row range, and the first one or two with a
+             * window) has nothing to mask: scale only */
+            if (kv0 + PF_BK - 1 <= warp_min_pos && kv0 >= warp_max_lo) {
 #pragma unroll
                 for (int j = 0; j < PF_BK / 8; j++)
 #pragma unroll
@@ -668,7 +704,7 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         int key = kv0 + 8 * j + q2 + (e & 1);
-                        sc[j][e] = key <= pos_r[e >> 1] ? sc[j][e] * a.scale : -INFINITY;
+                        sc[j][e] = key <= pos_r[e >> 1] && key >= lo_r[e >> 1] ? sc[j][e] * a.scale : -INFINITY;
                     }
             }
             tc_softmax_step(sc, m_run, l_run, o_acc);
@@ -755,8 +791,8 @@ llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits
     const int pos = a.positions[t];
     const int32_t *bt = a.block_tables + (int64_t)a.seq_of_token[t] * a.max_blocks_per_seq;
     const int h0 = kvh * G;
-    const int chunk = ((pos + n_splits) / n_splits + DEC_T - 1) / DEC_T * DEC_T;   /* the fp32 kernel's */
-    const int start = split * chunk, end = min(pos + 1, start + chunk);
+    int start, end;   /* the fp32 kernel's chunks */
+    dec_split(pos, a.window, n_splits, split, &start, &end);
     const int n_kd = hd / 16, n_jd = hd / 8;
 
     /* Q (16, hd) as mma's A fragments: rows g and g + 8 of this lane, heads h0 + row */

@@ -26,17 +26,20 @@ extern "C" {
 #include "sample_chain.h"
 
 /* ---- embed.cu ---- */
-/* out (n, dim) f32 = rows of table (n_vocab, dim) in tdt (F32/F16/BF16) picked by tokens (n);
- * a token outside [0, n_vocab) yields a zero row. */
+/* out (n, dim) f32 = rows of table (n_vocab, dim) in tdt (F32/F16/BF16) picked by tokens (n),
+ * each value times scale in fp32 (Gemma's sqrt(dim); 1 leaves the row as it is); a token
+ * outside [0, n_vocab) yields a zero row. */
 cudaError_t llmi_cuda_embed(const void *table, llmi_dtype tdt, int64_t n_vocab, int dim, const int32_t *tokens, int n,
-                            float *out, cudaStream_t s);
+                            float scale, float *out, cudaStream_t s);
 
 /* ---- norm.cu ---- */
 /* Row i (< n) reads r = rows ? rows[i] : i, x = residual[r] (+ delta[r] when delta != NULL)
  * and writes out[i] (n, dim) in out_dt = x * rsqrt(mean(x^2) + eps) * w.  Without rows and
  * with delta, residual[r] = x is written back (cpu_add_rmsnorm); with rows it is not (the
- * final norm of just the logit rows).  residual, delta (*, dim) f32; w (dim) f32;
- * dim <= LLMI_NORM_MAX_DIM (cudaErrorInvalidValue otherwise). */
+ * final norm of just the logit rows).  Without delta and rows, out may be residual itself
+ * in F32: an RMSNorm in place (cpu_rmsnorm; Gemma 3's post-norms of a sub-block's output).
+ * residual, delta (*, dim) f32; w (dim) f32; dim <= LLMI_NORM_MAX_DIM (cudaErrorInvalidValue
+ * otherwise). */
 #define LLMI_NORM_MAX_DIM 16384
 cudaError_t llmi_cuda_add_rmsnorm(float *residual, const float *delta, const float *w, const int32_t *rows, int n,
                                   int dim, float eps, void *out, llmi_dtype out_dt, cudaStream_t s);
@@ -66,6 +69,9 @@ cudaError_t llmi_cuda_rope_kv(float *q, int q_stride, float *k, int k_stride, co
 /* out (n, d) in out_dt (row stride d) = silu(gate) * up; gate and up rows are in_stride apart. */
 cudaError_t llmi_cuda_swiglu(const float *gate, const float *up, int in_stride, int n, int d, void *out,
                              llmi_dtype out_dt, cudaStream_t s);
+/* The same shapes with gelu_tanh(gate) * up (Gemma's GeGLU, cpu_geglu's expression). */
+cudaError_t llmi_cuda_geglu(const float *gate, const float *up, int in_stride, int n, int d, void *out,
+                            llmi_dtype out_dt, cudaStream_t s);
 /* y (n, cols; row stride) += bias (cols). */
 cudaError_t llmi_cuda_add_bias(float *y, int stride, const float *bias, int n, int cols, cudaStream_t s);
 
@@ -83,7 +89,9 @@ typedef struct llmi_cuda_attn {
     const int32_t *block_tables; /* (n_seqs, max_blocks_per_seq) */
     int max_blocks_per_seq;
     int n_heads, n_kv_heads, head_dim, block_size;
-    float scale;
+    float scale;                 /* of q.k (config_attn_scale) */
+    int window;                  /* keys a query at position p attends to: [p - window + 1, p]; 0: [0, p]
+                                    (the layer's config_layer_window) */
     void *out;                   /* (n_tokens, out_stride) in out_dt; head h at out + h*head_dim */
     int out_stride;
     llmi_dtype out_dt;
@@ -112,20 +120,23 @@ cudaError_t llmi_cuda_attn_init(int n_heads, int n_kv_heads, int head_dim);
 #define LLMI_ATTN_TILE_Q 64
 void llmi_cuda_attn_plan(const llmi_batch *b, int head_dim, int32_t *decode_tokens, int *n_decode, int32_t *tiles,
                          int *n_tiles, int *max_pos);
-/* Splits for the decode path: enough blocks to fill the GPU, each split >= 256 positions,
- * capped by work_floats (the workspace the caller holds). */
-int llmi_cuda_attn_splits(int n_decode, int n_kv_heads, int n_heads, int head_dim, int max_pos, int n_sms,
+/* Splits for the decode path: enough blocks to fill the GPU, each split >= 256 positions of
+ * the longest range a token attends to (max_pos + 1, or window when that is shorter:
+ * llmi_cuda_attn.window), capped by work_floats (the workspace the caller holds). */
+int llmi_cuda_attn_splits(int n_decode, int n_kv_heads, int n_heads, int head_dim, int max_pos, int window, int n_sms,
                           size_t work_floats);
 /* Floats of workspace the decode path needs for n_decode tokens and n_splits > 1. */
 size_t llmi_cuda_attn_work_floats(int n_decode, int n_heads, int head_dim, int n_splits);
 /* Flash-decoding over paged KV, GQA-aware (one block reads a KV tile once for all the
  * query heads of its KV head), split-K with a combine pass when n_splits > 1: each
- * token's positions [0, pos] are cut into n_splits equal chunks.  tokens (n) device list
+ * token's positions [0, pos] (with a window, [pos - window + 1, pos]) are cut into n_splits
+ * equal chunks.  tokens (n) device list
  * of token indices; work (llmi_cuda_attn_work_floats) device floats. */
 cudaError_t llmi_cuda_attn_decode(const llmi_cuda_attn *a, const int32_t *tokens, int n, int n_splits, float *work,
                                   cudaStream_t s);
 /* Tiled causal flash-attention over paged KV on tensor cores (mma.sync, bf16 or f16 inputs,
- * fp32 accumulation); tiles (n_tiles, 2) device array from llmi_cuda_attn_plan.
+ * fp32 accumulation); with a window each tile starts at its lowest row's first key and masks
+ * the keys before each row's own; tiles (n_tiles, 2) device array from llmi_cuda_attn_plan.
  * Needs head_dim % 16 == 0 and head_dim <= 256, q 16-byte aligned and q_stride a multiple
  * of 4 (cudaErrorInvalidValue otherwise). */
 cudaError_t llmi_cuda_attn_prefill(const llmi_cuda_attn *a, const int32_t *tiles, int n_tiles, cudaStream_t s);

@@ -67,7 +67,10 @@ static bool cj_same(const llmi_config *a, const llmi_config *b) {
            a->rope_dim == b->rope_dim && a->rope_scaling == b->rope_scaling && a->rope_factor == b->rope_factor &&
            a->rope_low_freq_factor == b->rope_low_freq_factor && a->rope_high_freq_factor == b->rope_high_freq_factor &&
            a->rope_orig_max_pos == b->rope_orig_max_pos && a->tie_embeddings == b->tie_embeddings &&
-           a->qkv_bias == b->qkv_bias;
+           a->qkv_bias == b->qkv_bias && a->qk_norm == b->qk_norm && a->act == b->act &&
+           a->embed_scale == b->embed_scale && a->attn_scale == b->attn_scale && a->post_norms == b->post_norms &&
+           a->sliding_window == b->sliding_window && a->rope_theta_local == b->rope_theta_local &&
+           !memcmp(a->layer_sliding, b->layer_sliding, sizeof a->layer_sliding);
 }
 
 /* Loads dir as a model (weights, no tokenizer) and as a --dummy spec: both must succeed
@@ -112,8 +115,8 @@ TEST(config_json_llama_defaults_agree) {
     cj_rm_dir(d);
 }
 
-/* MistralConfig: max_position_embeddings 4096*32, sliding_window 4096 when absent (so the
- * context is capped to it), none when null, num_key_value_heads 8 when absent. */
+/* MistralConfig: max_position_embeddings 4096*32, sliding_window 4096 when absent (on every
+ * layer; the context stays the model's), none when null, num_key_value_heads 8 when absent. */
 TEST(config_json_mistral_window) {
     const char *base = "{\"model_type\": \"mistral\", " LLAMA_BASE;
     char cfg[1024];
@@ -121,17 +124,19 @@ TEST(config_json_mistral_window) {
     char *d = cj_model_dir("mistral-sharded", cfg);
     llmi_config c;
     cj_both(t_, d, &c);
-    CHECK_MSG(c.max_ctx == 4096 && c.norm_eps == 1e-6f && !strcmp(c.arch_name, "mistral"), "max_ctx %d", c.max_ctx);
+    CHECK_MSG(c.max_ctx == 4096 * 32 && c.sliding_window == 4096 && c.norm_eps == 1e-6f &&
+              !strcmp(c.arch_name, "mistral"), "max_ctx %d window %d", c.max_ctx, c.sliding_window);
+    for (int l = 0; l < c.n_layers; l++) CHECK(config_layer_window(&c, l) == 4096 && !config_layer_rope_local(&c, l));
     cj_rm_dir(d);
     snprintf(cfg, sizeof cfg, "%s, \"sliding_window\": null}", base);
     d = cj_model_dir("mistral-sharded", cfg);
     cj_both(t_, d, &c);
-    CHECK(c.max_ctx == 4096 * 32);
+    CHECK(c.max_ctx == 4096 * 32 && c.sliding_window == 0 && config_layer_window(&c, 0) == 0);
     cj_rm_dir(d);
     snprintf(cfg, sizeof cfg, "%s, \"sliding_window\": 100, \"max_position_embeddings\": 256}", base);
     d = cj_model_dir("mistral-sharded", cfg);
     cj_both(t_, d, &c);
-    CHECK(c.max_ctx == 100);
+    CHECK(c.max_ctx == 256 && config_layer_window(&c, 0) == 100 && config_layer_window(&c, c.n_layers - 1) == 100);
     cj_rm_dir(d);
     /* num_key_value_heads: 8 when absent, all heads when null */
     llmi_status st = {0};
@@ -148,22 +153,22 @@ TEST(config_json_mistral_window) {
     cj_rm_dir(t);
 }
 
-/* Qwen2Config: a window only with use_sliding_window, and only if some layer slides
- * (layer_types, else the layers from max_window_layers on); max_position_embeddings 32768. */
+/* Qwen2Config: a window only with use_sliding_window, on the layers layer_types names (else
+ * the layers from max_window_layers on); max_position_embeddings 32768, never capped. */
 TEST(config_json_qwen2_window) {
     const char *base = "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
                        "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 96, "
                        "\"vocab_size\": 320, \"tie_word_embeddings\": true";
-    struct { const char *extra; int max_ctx; } cases[] = {
-        {"", 32768},
-        {", \"sliding_window\": 64", 32768},                                   /* use_sliding_window false */
-        {", \"use_sliding_window\": true, \"sliding_window\": 64", 32768},     /* max_window_layers 28 >= 2 */
-        {", \"use_sliding_window\": true, \"sliding_window\": 64, \"max_window_layers\": 1", 64},
-        {", \"use_sliding_window\": true, \"max_window_layers\": 0", 4096},    /* default window */
+    struct { const char *extra; int window0, window1; } cases[] = {   /* layer 0's and layer 1's windows */
+        {"", 0, 0},
+        {", \"sliding_window\": 64", 0, 0},                                   /* use_sliding_window false */
+        {", \"use_sliding_window\": true, \"sliding_window\": 64", 0, 0},     /* max_window_layers 28 >= 2 */
+        {", \"use_sliding_window\": true, \"sliding_window\": 64, \"max_window_layers\": 1", 0, 64},
+        {", \"use_sliding_window\": true, \"max_window_layers\": 0", 4096, 4096},    /* default window */
         {", \"use_sliding_window\": true, \"sliding_window\": 64, \"layer_types\": [\"full_attention\", "
-         "\"sliding_attention\"]", 64},
+         "\"sliding_attention\"]", 0, 64},
         {", \"use_sliding_window\": true, \"sliding_window\": 64, \"max_window_layers\": 0, \"layer_types\": "
-         "[\"full_attention\", \"full_attention\"]", 32768},
+         "[\"full_attention\", \"full_attention\"]", 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cfg[1024];
@@ -171,7 +176,10 @@ TEST(config_json_qwen2_window) {
         char *d = cj_model_dir("qwen2-bias-tied", cfg);
         llmi_config c;
         cj_both(t_, d, &c);
-        CHECK_MSG(c.max_ctx == cases[i].max_ctx, "case %zu: max_ctx %d, want %d", i, c.max_ctx, cases[i].max_ctx);
+        CHECK_MSG(c.max_ctx == 32768 && config_layer_window(&c, 0) == cases[i].window0 &&
+                  config_layer_window(&c, 1) == cases[i].window1, "case %zu: max_ctx %d, windows %d %d, want %d %d", i,
+                  c.max_ctx, config_layer_window(&c, 0), config_layer_window(&c, 1), cases[i].window0,
+                  cases[i].window1);
         CHECK(c.arch == LLMI_ARCH_QWEN2 && c.qkv_bias && c.norm_eps == 1e-6f);
         cj_rm_dir(d);
     }
@@ -201,6 +209,76 @@ TEST(config_json_qwen3_defaults) {
         CHECK_MSG(rc == 0 && c.arch == LLMI_ARCH_QWEN3 && c.qk_norm && c.head_dim == cases[i].head_dim &&
                       c.qkv_bias == cases[i].bias && c.max_ctx == 32768 && c.norm_eps == 1e-6f,
                   "case %zu: rc %d head_dim %d bias %d: %s", i, rc, c.head_dim, c.qkv_bias, st.msg);
+    }
+    cj_rm_dir(d);
+}
+
+/* Gemma3TextConfig (transformers 5.24 configuration_gemma3.py): its defaults, both config
+ * forms (transformers 4's top-level keys, transformers 5's layer_types and per-type
+ * rope_parameters), and what llmi refuses by name. */
+TEST(config_json_gemma3) {
+    char *d = cj_model_dir("none", "{}");
+    char p[1024];
+    snprintf(p, sizeof p, "%s/config.json", d);
+    const char *shape = "\"model_type\": \"gemma3_text\", \"hidden_size\": 64, \"num_hidden_layers\": 6, "
+                        "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 96, "
+                        "\"vocab_size\": 32";
+    struct {
+        const char *extra;
+        int head_dim, window;
+        const char *sliding;              /* per layer: 1 slides */
+        float attn_scale, theta, theta_local, factor;
+    } cases[] = {
+        {"", 256, 4096, "111110", 0.0625f, 1e6f, 1e4f, 0},
+        {", \"head_dim\": 32, \"sliding_window\": 8, \"sliding_window_pattern\": 2, \"query_pre_attn_scalar\": 16, "
+         "\"rope_theta\": 5e5, \"rope_local_base_freq\": 500, \"rope_scaling\": {\"rope_type\": \"linear\", "
+         "\"factor\": 4.0}", 32, 8, "101010", 0.25f, 5e5f, 500.f, 4.f},
+        {", \"head_dim\": 32, \"sliding_window\": 5, \"layer_types\": [\"full_attention\", \"sliding_attention\", "
+         "\"sliding_attention\", \"full_attention\", \"sliding_attention\", \"full_attention\"], "
+         "\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"linear\", \"factor\": 2.0, \"rope_theta\": 2e5}, "
+         "\"sliding_attention\": {\"rope_type\": \"default\", \"rope_theta\": 1000.0}}", 32, 5, "011010", 0.0625f,
+         2e5f, 1000.f, 2.f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg, "{%s%s}", shape, cases[i].extra);
+        cj_write(p, cfg);
+        llmi_config c;
+        llmi_status st = {0};
+        int rc = config_json_read(p, NULL, &c, NULL, &st);
+        CHECK_MSG(rc == 0, "case %zu: %s", i, st.msg);
+        if (rc) continue;
+        CHECK(c.arch == LLMI_ARCH_GEMMA3 && c.act == LLMI_ACT_GELU_TANH && c.qk_norm && c.post_norms &&
+              c.tie_embeddings && c.embed_scale == 8.0f && c.max_ctx == 131072 && c.norm_eps == 1e-6f);
+        CHECK_MSG(c.head_dim == cases[i].head_dim && c.sliding_window == cases[i].window &&
+                      c.attn_scale == cases[i].attn_scale && c.rope_theta == cases[i].theta &&
+                      c.rope_theta_local == cases[i].theta_local,
+                  "case %zu: head_dim %d window %d scale %g theta %g local %g", i, c.head_dim, c.sliding_window,
+                  (double)c.attn_scale, (double)c.rope_theta, (double)c.rope_theta_local);
+        CHECK(cases[i].factor == 0 ? c.rope_scaling == LLMI_ROPE_SCALING_NONE
+                                   : c.rope_scaling == LLMI_ROPE_SCALING_LINEAR && c.rope_factor == cases[i].factor);
+        for (int l = 0; l < 6; l++) {
+            bool slide = cases[i].sliding[l] == '1';
+            CHECK_MSG(config_layer_window(&c, l) == (slide ? cases[i].window : 0) &&
+                          config_layer_rope_local(&c, l) == slide, "case %zu layer %d", i, l);
+        }
+    }
+    const char *bad[][2] = {
+        {"{\"model_type\": \"gemma3\", \"architectures\": [\"Gemma3ForConditionalGeneration\"]}", "text-only"},
+        {"{%s, \"hidden_activation\": \"gelu\"}", "gelu_pytorch_tanh"},
+        {"{%s, \"final_logit_softcapping\": 30.0}", "final_logit_softcapping is not supported"},
+        {"{%s, \"layer_types\": [\"full_attention\"]}", "one type per layer"},
+        {"{%s, \"rope_parameters\": {\"sliding_attention\": {\"rope_type\": \"linear\", \"factor\": 2.0}}}",
+         "default rope"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg, bad[i][0], shape);
+        cj_write(p, cfg);
+        llmi_config c;
+        llmi_status st = {0};
+        CHECK_MSG(config_json_read(p, NULL, &c, NULL, &st) == LLMI_E_RUNTIME && strstr(st.msg, bad[i][1]),
+                  "bad case %zu: %s", i, st.msg);
     }
     cj_rm_dir(d);
 }

@@ -642,6 +642,41 @@ TEST(cpu_swiglu_bits_equal_libm) {
     free(g); free(u); free(out);
 }
 
+/* GeGLU: against torch's gelu(approximate="tanh") formula in double on ordinary
+ * activations, and its vector body against the scalar formula bit for bit on the inputs of
+ * the SwiGLU test (any bit pattern, the |y| < 88 switch, every offset). */
+TEST(cpu_geglu_vs_tanh_formula) {
+    rng r = rng_make("geglu");
+    enum { N = 1 << 14 };
+    float *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N), *out = malloc(sizeof(float) * N);
+    float *ref = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) {
+        g[i] = rng_unif(&r) * (i % 3 == 0 ? 12.0f : 4.0f);
+        u[i] = rng_unif(&r) * 3.0f;
+        double x = g[i];
+        ref[i] = (float)(0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * u[i]);
+    }
+    cpu_geglu(g, u, 4, N / 4, out);
+    double e = test_nmse(out, ref, N);
+    CHECK_MSG(e < 1e-12, "geglu NMSE %g vs 0.5 x (1 + tanh(...))", e);
+    for (int i = 0; i < N; i++) {
+        uint32_t bits = (uint32_t)rng_next(&r);
+        if (i % 4 == 0) memcpy(&g[i], &bits, 4);
+        if (i % 4 == 1) g[i] = (i & 8 ? -1.0f : 1.0f) * (3.8f + 0.005f * (float)rng_int(&r, 100));   /* |y| near 88 */
+    }
+    long bad = 0;
+    for (int off = 0; off < 17; off++) {
+        cpu_geglu_range(g, u, (size_t)off, N, out);
+        for (int i = off; i < N; i++) {
+            float want = g[i] / (1.0f + expf(-1.5957691216057308f * (g[i] + 0.044715f * g[i] * g[i] * g[i]))) * u[i];
+            if (memcmp(&want, &out[i], 4) != 0 && bad++ < 3)
+                fprintf(stderr, "  g=%a u=%a: %a, scalar formula %a\n", g[i], u[i], out[i], want);
+        }
+    }
+    CHECK_MSG(bad == 0, "%ld GeGLU values differ from the scalar formula", bad);
+    free(g); free(u); free(out); free(ref);
+}
+
 #if defined(__AVX512F__)
 /* vec_expf16 against libm's expf directly, on every 509th float of |x| < 88 (4.4 million,
  * every table entry and exponent): a wrong bit in a table entry or coefficient shows here
@@ -802,7 +837,11 @@ TEST(cpu_rope_kv_write) {
 TEST(cpu_paged_attention_vs_dense) {
     rng r = rng_make("attn");
     int nh = 6, nkv = 2, bs = 4, n_seqs = 4, maxb = 12, nblocks = 48;
-    for (int kt = 0; kt < 6; kt++) {   /* each KV dtype, with a head_dim off and on the 16-lane grid */
+    /* each KV dtype, with a head_dim off and on the 16-lane grid; each without a window and
+     * with windows of 1 key, a random one inside a 16-position chunk, and one past a chunk */
+    for (int kw = 0; kw < 24; kw++) {
+        const int kt = kw % 6, wi = kw / 6;
+        const int window = wi == 0 ? 0 : wi == 1 ? 1 : wi == 2 ? 2 + rng_int(&r, 14) : 17 + rng_int(&r, 20);
         llmi_kv_dtype kd = (llmi_kv_dtype)(kt % 3);
         int hd = kt < 3 ? 40 : 64;
         size_t esz = kd == LLMI_KV_F32 ? 4 : 2, row = (size_t)nkv * hd;
@@ -839,20 +878,21 @@ TEST(cpu_paged_attention_vs_dense) {
         b.n_tokens = n; b.positions = pos; b.slot_mapping = slot; b.seq_of_token = sot; b.n_seqs = n_seqs;
         b.query_start = qs; b.block_tables = tables; b.max_blocks_per_seq = maxb;
         float scale = 1.0f / sqrtf((float)hd);
-        cpu_paged_attention(q, kc, vc, kd, NULL, NULL, &b, nh, nkv, hd, bs, scale, out);
+        cpu_paged_attention(q, kc, vc, kd, NULL, NULL, &b, nh, nkv, hd, bs, scale, window, out);
         double sc[64];
         for (int t = 0; t < n; t++)
             for (int h = 0; h < nh; h++) {
-                int s = sot[t], kvh = h / (nh / nkv), len = pos[t] + 1;
+                int s = sot[t], kvh = h / (nh / nkv), len = pos[t] + 1, p0 = window && len > window ? len - window : 0;
                 double mx = -INFINITY, sum = 0;
-                for (int p = 0; p < len; p++) {
+                for (int p = 0; p < p0; p++) sc[p] = 0;   /* outside the window: weight 0 */
+                for (int p = p0; p < len; p++) {
                     size_t base = ((size_t)tables[s * maxb + p / bs] * bs + p % bs) * row + (size_t)kvh * hd;
                     double d = 0;
                     for (int i = 0; i < hd; i++) d += (double)q[((size_t)t * nh + h) * hd + i] * kv_get(kc, kd, base + i);
                     sc[p] = d * scale;
                     mx = fmax(mx, sc[p]);
                 }
-                for (int p = 0; p < len; p++) sum += (sc[p] = exp(sc[p] - mx));
+                for (int p = p0; p < len; p++) sum += (sc[p] = exp(sc[p] - mx));
                 for (int i = 0; i < hd; i++) {
                     double o = 0;
                     for (int p = 0; p < len; p++) {
@@ -863,7 +903,15 @@ TEST(cpu_paged_attention_vs_dense) {
                 }
             }
         double e = test_nmse(out, ref, (long)n * nh * hd);
-        CHECK_MSG(e < 1e-10, "attention kv dtype %d head_dim %d NMSE %g", kt % 3, hd, e);
+        CHECK_MSG(e < 1e-10, "attention kv dtype %d head_dim %d window %d NMSE %g", kt % 3, hd, window, e);
+        /* the decode step's share-by-share form: the same bits whatever units share a call */
+        float *part = malloc(sizeof(float) * n * nh * hd);
+        int split = 1 + rng_int(&r, n * nh - 1);
+        cpu_paged_attention_part(q, kc, vc, kd, NULL, NULL, &b, nh, nkv, hd, bs, scale, window, 0, split, part);
+        cpu_paged_attention_part(q, kc, vc, kd, NULL, NULL, &b, nh, nkv, hd, bs, scale, window, split, n * nh, part);
+        CHECK_MSG(memcmp(part, out, sizeof(float) * n * nh * hd) == 0, "window %d: attention_part differs from attention",
+                  window);
+        free(part);
         free(pos); free(sot); free(slot); free(kf); free(vf); free(kc); free(vc); free(q); free(out); free(ref);
     }
 }
@@ -1002,7 +1050,7 @@ TEST(kv_quant_attention_vs_f32_kv) {
         memcpy(k, k0, sizeof(float) * n * nkv * hd);
         const float *ks = t == LLMI_KV_FP8 ? k_scale : NULL, *vs = t == LLMI_KV_FP8 ? v_scale : NULL;
         cpu_rope_kv_write(q, k, v0, pos, slot, n, nh, nkv, hd, inv, kc, vc, t, ks, vs);
-        cpu_paged_attention(q, kc, vc, t, ks, vs, &b, nh, nkv, hd, bs, 1.0f / sqrtf((float)hd),
+        cpu_paged_attention(q, kc, vc, t, ks, vs, &b, nh, nkv, hd, bs, 1.0f / sqrtf((float)hd), 0,
                             ti == 0 ? ref : out);
         if (ti > 0) {
             double e = test_nmse(out, ref, (long)n * nh * hd);

@@ -90,13 +90,15 @@ static void kv_fill(void *cache, llmi_kv_dtype t, const float *x, size_t n_rows,
         vec_f32_to_kv(x + r * hd, t, scale[r % n_heads], (char *)cache + r * rb, hd);
 }
 
+/* Each table dtype, unscaled and with Gemma's sqrt(dim) scale (cpu_embed, then cpu_scale). */
 TEST(cuda_embed) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_embed");
     const int n_vocab = 37, dim = 77, n = 13;
     llmi_dtype dts[3] = {LLMI_F32, LLMI_F16, LLMI_BF16};
-    for (int di = 0; di < 3; di++) {
-        llmi_dtype dt = dts[di];
+    for (int ci = 0; ci < 6; ci++) {
+        const llmi_dtype dt = dts[ci % 3];
+        const float scale = ci < 3 ? 1.0f : sqrtf((float)dim);
         size_t es = dtype_block_bytes(dt);
         void *tab = malloc((size_t)n_vocab * dim * es);
         for (int i = 0; i < n_vocab * dim; i++) {
@@ -110,14 +112,17 @@ TEST(cuda_embed) {
         llmi_tensor t = {.dtype = dt, .rows = n_vocab, .cols = dim, .row_bytes = dim * es, .data = tab};
         float *ref = malloc(sizeof(float) * n * dim), *got = malloc(sizeof(float) * n * dim);
         cpu_embed(&t, tok, n, ref);
+        if (scale != 1.0f) cpu_scale(ref, (size_t)n * dim, scale);
         void *d_tab = dup_to_dev(tab, (size_t)n_vocab * dim * es);
         int32_t *d_tok = dup_to_dev(tok, sizeof tok);
         float *d_out = dup_to_dev(NULL, sizeof(float) * n * dim);
-        CHECK(llmi_cuda_embed(d_tab, dt, n_vocab, dim, d_tok, n, d_out, 0) == cudaSuccess);
+        CHECK(llmi_cuda_embed(d_tab, dt, n_vocab, dim, d_tok, n, scale, d_out, 0) == cudaSuccess);
         CHECK(cudaDeviceSynchronize() == cudaSuccess);
         to_host(got, d_out, sizeof(float) * n * dim);
-        double e = test_nmse(got, ref, (long)n * dim);
-        CHECK_MSG(e <= 1e-7, "%s nmse %g", dtype_name(dt), e);
+        /* one fp32 product of the same values: the same bits */
+        long diff = 0;
+        for (long i = 0; i < (long)n * dim; i++) diff += memcmp(&got[i], &ref[i], 4) != 0;
+        CHECK_MSG(diff == 0, "%s scale %g: %ld of %d values differ", dtype_name(dt), scale, diff, n * dim);
         cudaFree(d_tab); cudaFree(d_tok); cudaFree(d_out);
         free(tab); free(ref); free(got);
     }
@@ -311,20 +316,25 @@ TEST(cuda_rope_kv) {
     cudaFree(d_ks); cudaFree(d_vs);
 }
 
-/* SwiGLU at d = 333 (the column-by-column path) or d = 512 (16-byte loads and stores; the
- * forward's shape), f32 or bf16 out, against cpu_swiglu. */
-static void swiglu_case(test_ctx *t_, trng *r, int n, int d, llmi_dtype out_dt) {
+/* SwiGLU (or GeGLU) at d = 333 (the column-by-column path) or d = 512 (16-byte loads and
+ * stores; the forward's shape), f32 or bf16 out, against cpu_swiglu (cpu_geglu).  GeGLU's
+ * gates also take values far out, where the CPU's expf overflows to inf or underflows. */
+static void glu_case(test_ctx *t_, trng *r, llmi_act act, int n, int d, llmi_dtype out_dt) {
     float *gu = malloc(sizeof(float) * n * 2 * d), *g = malloc(sizeof(float) * n * d), *u = malloc(sizeof(float) * n * d);
     float *ref = malloc(sizeof(float) * n * d), *got = malloc(sizeof(float) * n * d);
     uint16_t *got16 = malloc(sizeof(uint16_t) * n * d);
+    const bool gelu = act == LLMI_ACT_GELU_TANH;
     for (int i = 0; i < n * 2 * d; i++) gu[i] = 6 * trng_unif(r);
+    for (int i = 0; gelu && i < n * 2 * d; i += 37) gu[i] = 150 * trng_unif(r);
     for (int t = 0; t < n; t++) {
         memcpy(g + (size_t)t * d, gu + (size_t)t * 2 * d, d * 4);
         memcpy(u + (size_t)t * d, gu + (size_t)t * 2 * d + d, d * 4);
     }
-    cpu_swiglu(g, u, n, d, ref);
+    if (gelu) cpu_geglu(g, u, n, d, ref);
+    else cpu_swiglu(g, u, n, d, ref);
     float *d_gu = dup_to_dev(gu, sizeof(float) * n * 2 * d), *d_out = dup_to_dev(NULL, sizeof(float) * n * d);
-    CHECK(llmi_cuda_swiglu(d_gu, d_gu + d, 2 * d, n, d, d_out, out_dt, 0) == cudaSuccess);
+    if (gelu) CHECK(llmi_cuda_geglu(d_gu, d_gu + d, 2 * d, n, d, d_out, out_dt, 0) == cudaSuccess);
+    else CHECK(llmi_cuda_swiglu(d_gu, d_gu + d, 2 * d, n, d, d_out, out_dt, 0) == cudaSuccess);
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     if (out_dt == LLMI_F32) {
         to_host(got, d_out, sizeof(float) * n * d);
@@ -334,7 +344,8 @@ static void swiglu_case(test_ctx *t_, trng *r, int n, int d, llmi_dtype out_dt) 
     }
     /* bf16: one rounding of each value (relative error <= 2^-9) */
     double e = test_nmse(got, ref, (long)n * d), lim = out_dt == LLMI_F32 ? 1e-7 : 1e-5;
-    CHECK_MSG(e <= lim, "swiglu %dx%d %s: nmse %g", n, d, out_dt == LLMI_F32 ? "f32" : "bf16", e);
+    CHECK_MSG(e <= lim, "%s %dx%d %s: nmse %g", gelu ? "geglu" : "swiglu", n, d, out_dt == LLMI_F32 ? "f32" : "bf16",
+              e);
     cudaFree(d_gu); cudaFree(d_out);
     free(gu); free(g); free(u); free(ref); free(got); free(got16);
 }
@@ -343,10 +354,10 @@ static void swiglu_case(test_ctx *t_, trng *r, int n, int d, llmi_dtype out_dt) 
 TEST(cuda_swiglu) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_swiglu");
-    swiglu_case(t_, &r, 5, 512, LLMI_F32);
-    swiglu_case(t_, &r, 5, 512, LLMI_BF16);
-    swiglu_case(t_, &r, 7, 333, LLMI_F32);
-    swiglu_case(t_, &r, 3, 333, LLMI_BF16);
+    glu_case(t_, &r, LLMI_ACT_SILU, 5, 512, LLMI_F32);
+    glu_case(t_, &r, LLMI_ACT_SILU, 5, 512, LLMI_BF16);
+    glu_case(t_, &r, LLMI_ACT_SILU, 7, 333, LLMI_F32);
+    glu_case(t_, &r, LLMI_ACT_SILU, 3, 333, LLMI_BF16);
     const int n = 7, d = 333;
     float *gu = malloc(sizeof(float) * n * 2 * d);
     for (int i = 0; i < n * 2 * d; i++) gu[i] = 6 * trng_unif(&r);
@@ -369,10 +380,23 @@ TEST(cuda_swiglu) {
     free(gu); free(gu2);
 }
 
+/* Gemma's GeGLU (gelu_tanh(gate) * up) on both paths in f32 and bf16, against cpu_geglu. */
+TEST(cuda_geglu) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_geglu");
+    glu_case(t_, &r, LLMI_ACT_GELU_TANH, 5, 512, LLMI_F32);
+    glu_case(t_, &r, LLMI_ACT_GELU_TANH, 5, 512, LLMI_BF16);
+    glu_case(t_, &r, LLMI_ACT_GELU_TANH, 7, 333, LLMI_F32);
+    glu_case(t_, &r, LLMI_ACT_GELU_TANH, 3, 333, LLMI_BF16);
+}
+
 /* A batch mixing a decode token, a prefill from position 0, a chunked prefill after a
- * cached prefix and a short 3-token range, over shuffled blocks. */
-static void attention_case_bs(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int force_splits, int nh, int nkv,
-                              int bs) {
+ * cached prefix and a short 3-token range, over shuffled blocks; with window > 0 each query
+ * sees its last `window` keys only (a sliding layer).  Then sequence 0's decode token (at
+ * position 299) has the K/V before its window poisoned with NaN (every dtype's all-ones
+ * bytes) on the device: the decode kernels must never read them. */
+static void attention_case_win(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int force_splits, int nh, int nkv,
+                               int bs, int window) {
     const int nseq = 4, mbps = (300 + bs - 1) / bs, nblocks = nseq * mbps;
     const int qlen[4] = {1, 70, 20, 3}, ctx[4] = {300, 70, 70, 45};
     int n = 0;
@@ -412,10 +436,18 @@ static void attention_case_bs(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, i
     size_t qn = (size_t)n * nh * hd;
     float *q = malloc(qn * 4), *ref = malloc(qn * 4), *got = malloc(qn * 4), *ref32 = malloc(qn * 4);
     for (size_t i = 0; i < qn; i++) q[i] = trng_unif(r);
-    float scale = 1.0f / sqrtf((float)hd);
-    cpu_paged_attention(q, kc, vc, dt, ks, vs, &b, nh, nkv, hd, bs, scale, ref);
-    cpu_paged_attention(q, kf, vf, LLMI_KV_F32, NULL, NULL, &b, nh, nkv, hd, bs, scale, ref32);
+    /* a scale that is not 1/sqrt(hd) (Gemma 3's query_pre_attn_scalar) */
+    float scale = (window ? 0.8f : 1.0f) / sqrtf((float)hd);
+    cpu_paged_attention(q, kc, vc, dt, ks, vs, &b, nh, nkv, hd, bs, scale, window, ref);
+    cpu_paged_attention(q, kf, vf, LLMI_KV_F32, NULL, NULL, &b, nh, nkv, hd, bs, scale, window, ref32);
     float *d_ks = dup_to_dev(ks, sizeof ks), *d_vs = dup_to_dev(vs, sizeof vs);
+    const int lo0 = window > 0 && ctx[0] > window ? ctx[0] - window : 0;   /* sequence 0's first key */
+    const size_t slot_bytes = kv_dtype_row_bytes(dt, (size_t)hd) * nkv;
+    for (int p = 0; p < lo0; p++) {
+        const size_t at = ((size_t)tables[p / bs] * bs + p % bs) * slot_bytes;
+        memset((char *)kc + at, 0xff, slot_bytes);
+        memset((char *)vc + at, 0xff, slot_bytes);
+    }
 
     int32_t *dec = malloc(n * 4), *tiles = malloc(2 * n * 4);
     int nd = 0, nt = 0, mp = 0;
@@ -426,13 +458,13 @@ static void attention_case_bs(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, i
     int32_t *d_pos = dup_to_dev(pos, n * 4), *d_seq = dup_to_dev(seq, n * 4);
     int32_t *d_tab = dup_to_dev(tables, sizeof(int32_t) * nseq * mbps);
     int32_t *d_dec = dup_to_dev(dec, n * 4), *d_tiles = dup_to_dev(tiles, 2 * n * 4);
-    int splits = force_splits ? force_splits : llmi_cuda_attn_splits(nd, nkv, nh, hd, mp, 132, (size_t)1 << 24);
+    int splits = force_splits ? force_splits : llmi_cuda_attn_splits(nd, nkv, nh, hd, mp, window, 132, (size_t)1 << 24);
     size_t wf = llmi_cuda_attn_work_floats(nd, nh, hd, splits);
     float *d_work = dup_to_dev(NULL, wf * 4);
     llmi_cuda_attn a = {.q = d_q, .q_stride = nh * hd, .k_cache = d_kc, .v_cache = d_vc, .kv_dt = dt,
                         .k_scale = d_ks, .v_scale = d_vs, .positions = d_pos, .seq_of_token = d_seq, .block_tables = d_tab, .max_blocks_per_seq = mbps,
                         .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .block_size = bs, .scale = scale,
-                        .out = d_out, .out_stride = nh * hd, .out_dt = LLMI_F32};
+                        .window = window, .out = d_out, .out_stride = nh * hd, .out_dt = LLMI_F32};
     CHECK(llmi_cuda_attn_init(nh, nkv, hd) == cudaSuccess);
     CHECK(llmi_cuda_attn_decode(&a, d_dec, nd, splits, d_work, 0) == cudaSuccess);
     CHECK(llmi_cuda_attn_prefill(&a, d_tiles, nt, 0) == cudaSuccess);
@@ -459,8 +491,8 @@ static void attention_case_bs(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, i
         to_host(ga, d_out, qn * 4);
         long diff = 0;
         for (size_t i = 0; i < qn; i++) diff += memcmp(&ga[i], &got[i], 4) != 0;
-        CHECK_MSG(diff == 0, "hd %d kv %s: prefill by cp.async: %ld of %zu outputs differ from the register-loaded "
-                  "prefill's", hd, kv_name(dt), diff, qn);
+        CHECK_MSG(diff == 0, "hd %d kv %s win %d: prefill by cp.async: %ld of %zu outputs differ from the "
+                  "register-loaded prefill's", hd, kv_name(dt), window, diff, qn);
         free(ga);
     }
     /* decode-path rows are fp32 math; tensor-core rows see bf16/f16 inputs */
@@ -476,9 +508,10 @@ static void attention_case_bs(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, i
      * at most 5.1e-6 and 7.6e-8 over 8 runs (the bound was 5e-4 before); one tile's scores
      * scaled 1% off in a few rows gives ~1.8e-6 on the f16 cases */
     const double pf_bound = dt == LLMI_KV_BF16 || dt == LLMI_KV_F32 ? 2e-5 : 1e-6;
-    CHECK_MSG(e_all <= pf_bound, "hd %d kv %s splits %d: nmse %g (bound %g)", hd, kv_name(dt), splits, e_all,
-              pf_bound);
-    CHECK_MSG(e_dec <= 1e-7, "hd %d kv %s splits %d: decode-path nmse %g", hd, kv_name(dt), splits, e_dec);
+    CHECK_MSG(e_all <= pf_bound, "hd %d kv %s win %d splits %d: nmse %g (bound %g)", hd, kv_name(dt), window, splits,
+              e_all, pf_bound);
+    CHECK_MSG(e_dec <= 1e-7, "hd %d kv %s win %d splits %d: decode-path nmse %g", hd, kv_name(dt), window, splits,
+              e_dec);
     /* against attention over the unquantized fp32 cache: the quantization error itself, within
      * the CPU test's bounds (kv_quant_attention_vs_f32_kv: q8 1e-3, fp8 1e-2) */
     /* the tensor-core decode (decode_tc) where it applies: the prefill's rounding of q and the
@@ -497,8 +530,10 @@ static void attention_case_bs(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, i
         for (int i = 0; i < nd; i++) memcpy(gtd + (size_t)i * nh * hd, gt + (size_t)dec[i] * nh * hd, (size_t)nh * hd * 4);
         e_tc = test_nmse(gtd, rd, (long)m), e_tc_simt = test_nmse(gtd, gd, (long)m);
         const double tc_bound = dt == LLMI_KV_BF16 ? 2e-5 : 5e-7;
-        CHECK_MSG(tc ? e_tc <= tc_bound && e_tc > 0 : e_tc_simt == 0, "hd %d kv %s G %d splits %d: tensor-core decode nmse %g "
-                  "(vs the fp32 kernel %g)", hd, kv_name(dt), nh / nkv, splits, e_tc, e_tc_simt);
+        /* (a window of 1 leaves each row its own V, exactly, on every path) */
+        CHECK_MSG(tc ? e_tc <= tc_bound && (e_tc > 0 || window == 1) : e_tc_simt == 0, "hd %d kv %s G %d win %d splits "
+                  "%d: tensor-core decode nmse %g (vs the fp32 kernel %g)", hd, kv_name(dt), nh / nkv, window, splits,
+                  e_tc, e_tc_simt);
         /* its tiles by cp.async (tiles_async: two stages up to head_dim 128, one above): the
          * same products in the same order, so the same bits */
         at.tiles_async = 1;
@@ -510,21 +545,27 @@ static void attention_case_bs(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, i
         long diff = 0;
         for (int i = 0; i < nd; i++)
             diff += memcmp(ga + (size_t)dec[i] * nh * hd, gt + (size_t)dec[i] * nh * hd, (size_t)nh * hd * 4) != 0;
-        CHECK_MSG(diff == 0, "hd %d kv %s G %d splits %d: decode by cp.async: %ld of %d tokens differ from the "
-                  "register-loaded kernel's", hd, kv_name(dt), nh / nkv, splits, diff, nd);
+        CHECK_MSG(diff == 0, "hd %d kv %s G %d win %d splits %d: decode by cp.async: %ld of %d tokens differ from the "
+                  "register-loaded kernel's", hd, kv_name(dt), nh / nkv, window, splits, diff, nd);
         free(ga);
         free(gt), free(gtd);
     }
     double e32 = test_nmse(got, ref32, (long)qn);
     if (dt == LLMI_KV_Q8 || dt == LLMI_KV_FP8)
         CHECK_MSG(e32 < (dt == LLMI_KV_Q8 ? 1e-3 : 1e-2) && e32 > 0, "hd %d kv %s: nmse vs f32 KV %g", hd, kv_name(dt), e32);
-    printf("  attention hd %d kv %-4s G %d splits %d: %d decode tokens, %d tiles, nmse %.3g (decode %.3g, on tensor "
-           "cores %.3g), vs f32 KV %.3g\n", hd, kv_name(dt), nh / nkv, splits, nd, nt, e_all, e_dec, e_tc, e32);
+    printf("  attention hd %d kv %-4s G %d win %d splits %d: %d decode tokens, %d tiles, nmse %.3g (decode %.3g, on "
+           "tensor cores %.3g), vs f32 KV %.3g\n", hd, kv_name(dt), nh / nkv, window, splits, nd, nt, e_all, e_dec,
+           e_tc, e32);
     cudaFree(d_ks); cudaFree(d_vs); free(kf); free(vf); free(ref32);
     cudaFree(d_q); cudaFree(d_out); cudaFree(d_kc); cudaFree(d_vc); cudaFree(d_pos); cudaFree(d_seq); cudaFree(d_tab);
     cudaFree(d_dec); cudaFree(d_tiles); cudaFree(d_work);
     free(pos); free(seq); free(slot); free(tables); free(perm); free(kc); free(vc); free(q); free(ref); free(got);
     free(dec); free(tiles); free(gd); free(rd);
+}
+
+static void attention_case_bs(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int force_splits, int nh, int nkv,
+                              int bs) {
+    attention_case_win(t_, r, hd, dt, force_splits, nh, nkv, bs, 0);
 }
 
 static void attention_case_heads(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int force_splits, int nh, int nkv) {
@@ -563,6 +604,28 @@ TEST(cuda_attention) {
     /* a block size that is not a power of two: the loaders' division in place of the shift */
     attention_case_bs(t_, &r, 128, LLMI_KV_BF16, 2, 8, 2, 12);
     attention_case_bs(t_, &r, 64, LLMI_KV_Q8, 0, 8, 2, 12);
+}
+
+/* Sliding windows (Gemma 3's local layers, Mistral's): every path against cpu_paged_attention
+ * with the same window.  Windows of 1 key, 7 (starting mid-block for every row), 50 and 64
+ * (smaller than sequence 0's context of 300, larger than the prefills'), and 1000 (past
+ * every context: the full attention); head_dim 64 with 9 query heads on 3 KV heads and
+ * head_dim 256 (Gemma 3's) with 4 on 1, the decode split by the planner and forced to 3;
+ * then the other caches, head shapes and block sizes once each. */
+TEST(cuda_attention_window) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_attention_window");
+    const int windows[5] = {1, 7, 50, 64, 1000};
+    for (int w = 0; w < 5; w++) {
+        attention_case_win(t_, &r, 64, LLMI_KV_BF16, 0, 9, 3, 16, windows[w]);
+        attention_case_win(t_, &r, 256, LLMI_KV_BF16, 3, 4, 1, 16, windows[w]);
+    }
+    attention_case_win(t_, &r, 256, LLMI_KV_F16, 0, 8, 4, 16, 50);
+    attention_case_win(t_, &r, 64, LLMI_KV_F32, 2, 5, 5, 16, 7);
+    attention_case_win(t_, &r, 64, LLMI_KV_Q8, 0, 6, 2, 16, 100);
+    attention_case_win(t_, &r, 64, LLMI_KV_FP8, 3, 8, 2, 16, 50);
+    attention_case_win(t_, &r, 40, LLMI_KV_BF16, 2, 8, 2, 16, 7);   /* off the tensor cores: all on the decode path */
+    attention_case_win(t_, &r, 128, LLMI_KV_BF16, 2, 8, 2, 12, 7);   /* a block size that is not a power of two */
 }
 
 /* A product's operands on the host and the device: W (rows, cols) and x (n, cols) in dt (bf16
@@ -990,11 +1053,9 @@ static llmi_tensor bf16_weight(trng *r, int rows, int cols) {
     return w;
 }
 
-static void cuda_tiny_model(llmi_model *m, trng *r, bool bias) {
-    memset(m, 0, sizeof *m);
+/* m's weights, random, for the shapes in m->cfg. */
+static void cuda_tiny_weights(llmi_model *m, trng *r, bool bias) {
     llmi_config *c = &m->cfg;
-    c->n_vocab = 301; c->dim = 256; c->n_layers = 2; c->n_heads = 4; c->n_kv_heads = 2; c->head_dim = 64;
-    c->ffn_dim = 384; c->max_ctx = 512; c->norm_eps = 1e-5f; c->rope_theta = 10000.0f; c->rope_dim = 64;
     c->qkv_bias = bias;
     m->tok_embd = bf16_weight(r, c->n_vocab, c->dim);
     m->lm_head = bf16_weight(r, c->n_vocab, c->dim);
@@ -1013,6 +1074,14 @@ static void cuda_tiny_model(llmi_model *m, trng *r, bool bias) {
     }
 }
 
+static void cuda_tiny_model(llmi_model *m, trng *r, bool bias) {
+    memset(m, 0, sizeof *m);
+    llmi_config *c = &m->cfg;
+    c->n_vocab = 301; c->dim = 256; c->n_layers = 2; c->n_heads = 4; c->n_kv_heads = 2; c->head_dim = 64;
+    c->ffn_dim = 384; c->max_ctx = 512; c->norm_eps = 1e-5f; c->rope_theta = 10000.0f; c->rope_dim = 64;
+    cuda_tiny_weights(m, r, bias);
+}
+
 /* m as Qwen3 makes it: per-head q and k norms before RoPE, their weights not 1, so that a
  * backend that skipped them would not match the CPU's. */
 static void cuda_tiny_qk_norm(llmi_model *m, trng *r) {
@@ -1024,11 +1093,39 @@ static void cuda_tiny_qk_norm(llmi_model *m, trng *r) {
     }
 }
 
+/* A tiny Gemma 3: head_dim 256 with 4 query heads on 1 KV head, GeGLU, the sqrt(dim)
+ * embedding scale, an attention scale that is not 1/sqrt(head_dim), q/k head norms, the
+ * sandwich norms (weights far from 1) and layer 0 sliding over 8 keys with its own RoPE base
+ * (layer 1 global).  Every piece moves the logits, so a backend that skipped one would not
+ * match the CPU's. */
+static void cuda_tiny_gemma3(llmi_model *m, trng *r) {
+    memset(m, 0, sizeof *m);
+    llmi_config *c = &m->cfg;
+    c->arch = LLMI_ARCH_GEMMA3;
+    c->n_vocab = 301; c->dim = 256; c->n_layers = 2; c->n_heads = 4; c->n_kv_heads = 1; c->head_dim = 256;
+    c->ffn_dim = 384; c->max_ctx = 512; c->norm_eps = 1e-6f; c->rope_theta = 1000000.0f; c->rope_dim = 256;
+    c->act = LLMI_ACT_GELU_TANH;
+    c->embed_scale = 16.0f;
+    c->attn_scale = 1.0f / sqrtf(200.0f);
+    c->post_norms = true;
+    c->sliding_window = 8;
+    c->layer_sliding[0] = true;
+    c->rope_theta_local = 10000.0f;
+    cuda_tiny_weights(m, r, false);   /* embedding rows ~1/sqrt(dim), of order 1 once scaled, as Gemma's */
+    cuda_tiny_qk_norm(m, r);
+    m->cfg.arch = LLMI_ARCH_GEMMA3;
+    for (int l = 0; l < c->n_layers; l++) {
+        m->layers[l].post_attn_norm = fvec(r, c->dim, 1.0f, 0.5f);
+        m->layers[l].post_ffn_norm = fvec(r, c->dim, 1.0f, 0.5f);
+    }
+}
+
 static void cuda_tiny_free(llmi_model *m) {
     free(m->tok_embd.owned); free(m->lm_head.owned); free(m->out_norm);
     for (int l = 0; l < m->cfg.n_layers; l++) {
         llmi_layer *L = &m->layers[l];
         free(L->attn_norm); free(L->ffn_norm); free(L->bq); free(L->bk); free(L->bv); free(L->q_norm); free(L->k_norm);
+        free(L->post_attn_norm); free(L->post_ffn_norm);
         free(L->wq.owned); free(L->wk.owned); free(L->wv.owned); free(L->wo.owned);
         free(L->w_gate.owned); free(L->w_up.owned); free(L->w_down.owned);
     }
@@ -1702,6 +1799,107 @@ TEST(cuda_backend_forward_layers) {
     free(lc.buf); free(lg.buf); free(hc); free(hg); free(h2);
     cuda_tiny_free(&m);
     cuda_tiny_free(&other);
+}
+
+/* Gemma 3's pieces through the whole backend (cuda_tiny_gemma3): the five forward steps
+ * (prefills whose window starts mid-block, a mixed step, decode steps run eagerly, captured
+ * and replayed as a graph) against the CPU backend, with bf16 linears and cache (the
+ * tensor-core attention at head_dim 256), then with int4 g128 linears (the dequantizing
+ * prefill and the W4A16 GEMVs); the profiled (eager) run against the graph run; and on the
+ * bf16 model forward_layers' hidden states (the last layer's output post-normed in them)
+ * against the CPU's, and layer 1's post-norms swapped under the live backend: uploaded again. */
+TEST(cuda_backend_gemma3) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_backend_gemma3");
+    for (int variant = 0; variant < 2; variant++) {
+        llmi_model m;
+        cuda_tiny_gemma3(&m, &r);
+        for (int l = 0; variant == 1 && l < m.cfg.n_layers; l++) {
+            llmi_tensor *ts[7];
+            layer_linears(&m.layers[l], ts);
+            for (int k = 0; k < 7; k++) {
+                int rows = (int)ts[k]->rows, cols = (int)ts[k]->cols;
+                free(ts[k]->owned);
+                *ts[k] = i4_weight(&r, rows, cols, 128, false);
+            }
+        }
+        const int nv = m.cfg.n_vocab, dim = m.cfg.dim, n_rows = 45 + 22 + 9;
+        int32_t toks[3 * 64];
+        for (int i = 0; i < 3 * 64; i++) toks[i] = trng_int(&r, nv);
+        llmi_backend_opts o = {.gpu_mem_util = 0.5f, .kv_dtype = LLMI_KV_BF16, .block_size = FB_BS,
+                               .max_batch_tokens = 64, .max_seqs = 4};
+        llmi_backend *cpu = NULL, *gpu = NULL;
+        llmi_status st = {0};
+        CHECK_MSG(backend_cpu_create(&m, &o, &cpu, &st) == 0, "%s", st.msg);
+        CHECK_MSG(backend_cuda_create(&m, &o, &gpu, &st) == 0, "%s", st.msg);
+        float *ref = malloc(sizeof(float) * n_rows * nv), *got = malloc(sizeof(float) * n_rows * nv);
+        float *again = malloc(sizeof(float) * n_rows * nv);
+        if (cpu && gpu && cpu->kv_alloc(cpu, 3 * FB_MAXB, &st) == 0 && gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0) {
+            CHECK_MSG(forward_steps(cpu, toks, ref, &st) == 0, "cpu: %s", st.msg);
+            CHECK_MSG(forward_steps(gpu, toks, got, &st) == 0, "cuda: %s", st.msg);
+            double e = test_nmse(got, ref, (long)n_rows * nv);
+            int agree = 0;
+            for (int i = 0; i < n_rows; i++) {
+                int a = 0, b2 = 0;
+                for (int j = 1; j < nv; j++) {
+                    if (got[(size_t)i * nv + j] > got[(size_t)i * nv + a]) a = j;
+                    if (ref[(size_t)i * nv + j] > ref[(size_t)i * nv + b2]) b2 = j;
+                }
+                agree += a == b2;
+            }
+            CHECK_MSG(gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0, "%s", st.msg);
+            gpu->profiling = true;
+            CHECK_MSG(forward_steps(gpu, toks, again, &st) == 0, "cuda profiled: %s", st.msg);
+            gpu->profiling = false;
+            double e2 = test_nmse(again, got, (long)n_rows * nv);
+            printf("  gemma3 %s: logits nmse %.3g, argmax agrees on %d of %d rows, eager vs graph %.3g\n",
+                   variant ? "int4 g128" : "bf16", e, agree, n_rows, e2);
+            CHECK_MSG(e <= 1e-3, "logits nmse %g", e);   /* bf16 activations into the GEMMs */
+            CHECK(agree >= n_rows * 9 / 10);
+            CHECK_MSG(e2 <= 1e-6, "eager vs graph logits nmse %g", e2);
+        }
+        if (variant == 0 && cpu && gpu && cpu->kv_alloc(cpu, 3 * FB_MAXB, &st) == 0 &&
+            gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0) {
+            fb_step f;
+            fb_step_make(&f, 0, toks);
+            f.bt.n_logits = 0;
+            f.bt.logit_rows = NULL;
+            const size_t hn = (size_t)f.bt.n_tokens * dim;
+            float *hc = malloc(hn * sizeof(float)), *hg = malloc(hn * sizeof(float)), *h2 = malloc(hn * sizeof(float));
+            llmi_layer_run rc = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = hc};
+            llmi_layer_run rg = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = hg};
+            CHECK_MSG(cpu->forward_layers(cpu, &f.bt, &rc, &st) == 0, "cpu: %s", st.msg);
+            CHECK_MSG(gpu->forward_layers(gpu, &f.bt, &rg, &st) == 0, "cuda: %s", st.msg);
+            double eh = test_nmse(hg, hc, (long)hn);
+            CHECK_MSG(eh <= 1e-3, "forward_layers hidden nmse %g", eh);
+            llmi_layer *L = &m.layers[1];
+            float *keep_a = L->post_attn_norm, *keep_f = L->post_ffn_norm;
+            L->post_attn_norm = fvec(&r, dim, 1.0f, 0.5f);
+            L->post_ffn_norm = fvec(&r, dim, 1.0f, 0.5f);
+            llmi_layer_run rw = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = h2};
+            CHECK_MSG(gpu->forward_layers(gpu, &f.bt, &rw, &st) == 0, "after the swap: %s", st.msg);
+            llmi_backend *fresh = NULL;
+            double ef = 1, ed = 0;
+            CHECK_MSG(backend_cuda_create(&m, &o, &fresh, &st) == 0, "%s", st.msg);
+            if (fresh && fresh->kv_alloc(fresh, 3 * FB_MAXB, &st) == 0) {
+                llmi_layer_run rf = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = hc};
+                CHECK_MSG(fresh->forward_layers(fresh, &f.bt, &rf, &st) == 0, "%s", st.msg);
+                ef = test_nmse(h2, hc, (long)hn), ed = test_nmse(h2, hg, (long)hn);
+            }
+            printf("  gemma3 forward_layers: hidden nmse %.3g; post-norms swapped: live vs new backend %.3g, "
+                   "changed by %.3g\n", eh, ef, ed);
+            CHECK_MSG(ef <= 1e-10, "post-norms swapped: live backend vs a new one, hidden nmse %g", ef);
+            CHECK_MSG(ed > 1e-6, "post-norms swapped: nothing changed (nmse %g)", ed);
+            if (fresh) fresh->destroy(fresh);
+            free(L->post_attn_norm), free(L->post_ffn_norm);
+            L->post_attn_norm = keep_a, L->post_ffn_norm = keep_f;
+            free(hc), free(hg), free(h2);
+        }
+        if (cpu) cpu->destroy(cpu);
+        if (gpu) gpu->destroy(gpu);
+        free(ref), free(got), free(again);
+        cuda_tiny_free(&m);
+    }
 }
 
 #else /* built without CUDA */

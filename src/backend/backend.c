@@ -65,14 +65,14 @@ size_t backend_kv_block_bytes(const llmi_config *c, int block_size, llmi_kv_dtyp
 
 /* Mirrors transformers' _compute_default_rope_parameters and _compute_llama3_parameters
  * (modeling_rope_utils.py); computed in double, rounded once to fp32. */
-void backend_rope_inv_freq(const llmi_config *c, float *inv_freq) {
+static void rope_inv_freq(const llmi_config *c, double theta, bool scaled, float *inv_freq) {
     int rd = c->rope_dim > 0 ? c->rope_dim : c->head_dim;
     int half = c->head_dim / 2;
     for (int i = 0; i < half; i++) {
-        double f = (2 * i < rd) ? pow((double)c->rope_theta, -(double)(2 * i) / (double)rd) : 0.0;
-        if (c->rope_scaling == LLMI_ROPE_SCALING_LINEAR && c->rope_factor > 0) {
+        double f = (2 * i < rd) ? pow(theta, -(double)(2 * i) / (double)rd) : 0.0;
+        if (scaled && c->rope_scaling == LLMI_ROPE_SCALING_LINEAR && c->rope_factor > 0) {
             f /= c->rope_factor;
-        } else if (c->rope_scaling == LLMI_ROPE_SCALING_LLAMA3 && f > 0) {
+        } else if (scaled && c->rope_scaling == LLMI_ROPE_SCALING_LLAMA3 && f > 0) {
             double factor = c->rope_factor, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
             double old = c->rope_orig_max_pos;
             double lo_wavelen = old / lo, hi_wavelen = old / hi;
@@ -86,4 +86,11 @@ void backend_rope_inv_freq(const llmi_config *c, float *inv_freq) {
         }
         inv_freq[i] = (float)f;
     }
+}
+
+void backend_rope_inv_freq(const llmi_config *c, float *inv_freq) { rope_inv_freq(c, c->rope_theta, true, inv_freq); }
+
+/* Gemma 3's sliding layers: transformers' "sliding_attention" rope parameters, default type. */
+void backend_rope_inv_freq_local(const llmi_config *c, float *inv_freq) {
+    rope_inv_freq(c, c->rope_theta_local, false, inv_freq);
 }

@@ -33,6 +33,9 @@ size_t backend_kv_block_bytes(const llmi_config *c, int block_size, llmi_kv_dtyp
 /* inv_freq (head_dim / 2): RoPE inverse frequencies with the config's scaling, as
  * transformers computes them (modeling_rope_utils.py), in double rounded once to fp32. */
 void backend_rope_inv_freq(const llmi_config *c, float *inv_freq);
+/* The same for the sliding layers of a model with rope_theta_local (Gemma 3): that base,
+ * no scaling (config_layer_rope_local says which layers take it). */
+void backend_rope_inv_freq_local(const llmi_config *c, float *inv_freq);
 
 typedef struct llmi_op_stats {
     double seconds[LLMI_OP_COUNT];

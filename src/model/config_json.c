@@ -34,6 +34,7 @@ static const cj_family k_families[] = {
     {"mistral", "MistralForCausalLM", LLMI_ARCH_LLAMA, 4096 * 32, 8, CJ_WINDOW_MISTRAL},
     {"qwen2", "Qwen2ForCausalLM", LLMI_ARCH_QWEN2, 32768, 32, CJ_WINDOW_QWEN2},
     {"qwen3", "Qwen3ForCausalLM", LLMI_ARCH_QWEN3, 32768, 32, CJ_WINDOW_QWEN2},
+    {"gemma3_text", "Gemma3ForCausalLM", LLMI_ARCH_GEMMA3, 131072, 4, CJ_WINDOW_NONE},   /* windows: cj_gemma3 */
 };
 #define N_FAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
 
@@ -42,6 +43,12 @@ static const cj_family k_families[] = {
 #define CJ_ROPE_THETA    10000.0f
 #define CJ_WINDOW        4096      /* sliding_window of MistralConfig, Qwen2Config and Qwen3Config */
 #define CJ_WINDOW_LAYERS 28        /* max_window_layers of Qwen2Config and Qwen3Config */
+/* Gemma3TextConfig's defaults */
+#define CJ_GEMMA3_HEAD_DIM 256
+#define CJ_GEMMA3_WINDOW 4096
+#define CJ_GEMMA3_PATTERN 6        /* sliding_window_pattern: every 6th layer global */
+#define CJ_GEMMA3_THETA 1000000.0f
+#define CJ_GEMMA3_THETA_LOCAL 10000.0f
 
 /* ---------------------------------------------------------------- typed fields */
 
@@ -121,8 +128,11 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
             return 0;
         }
         printable(b, sizeof b, mt->valuestring);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported model_type %s (supported: llama, mistral, qwen2, qwen3)", file,
-                         b);
+        if (strcmp(mt->valuestring, "gemma3") == 0)
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: model_type gemma3 (Gemma3ForConditionalGeneration, text and vision) "
+                             "is not supported: use a text-only checkpoint (gemma3_text) or a GGUF", file);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported model_type %s (supported: llama, mistral, qwen2, qwen3, "
+                         "gemma3_text)", file, b);
     }
     if (!a0)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: no model_type and no architectures[0]: which model is this?", file);
@@ -135,7 +145,7 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
     printable(b2, sizeof b2, a0->valuestring);
     return llmi_fail(st, LLMI_E_RUNTIME,
                      "%s: unsupported architecture %s (supported: LlamaForCausalLM, MistralForCausalLM, "
-                     "Qwen2ForCausalLM, Qwen3ForCausalLM)", file, b2);
+                     "Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM)", file, b2);
 }
 
 /* The shapes: required sizes, then the head geometry. */
@@ -154,8 +164,8 @@ static int cj_shapes(const cJSON *j, const cj_family *f, llmi_config *c, const c
     c->n_kv_heads = !kv_given && f->n_kv_heads ? f->n_kv_heads : c->n_heads;
     if (json_int(j, "num_key_value_heads", 1, INT32_MAX, &c->n_kv_heads, file, st) < 0) return LLMI_E_RUNTIME;
     int hrc = json_int(j, "head_dim", 1, INT32_MAX, &c->head_dim, file, st);
-    if (hrc == 0 && f->arch == LLMI_ARCH_QWEN3) {   /* Qwen3Config's default, not hidden_size / heads */
-        c->head_dim = CJ_QWEN3_HEAD_DIM;
+    if (hrc == 0 && (f->arch == LLMI_ARCH_QWEN3 || f->arch == LLMI_ARCH_GEMMA3)) {
+        c->head_dim = f->arch == LLMI_ARCH_QWEN3 ? CJ_QWEN3_HEAD_DIM : CJ_GEMMA3_HEAD_DIM;   /* not hidden_size / heads */
         hrc = 1;
     }
     if (hrc < 0 || (hrc == 0 && model_head_dim(c, file, "hidden_size", "num_attention_heads", st)))
@@ -164,33 +174,33 @@ static int cj_shapes(const cJSON *j, const cj_family *f, llmi_config *c, const c
     return 0;
 }
 
-/* The attention window a family applies to this config, 0 for none. */
-static int cj_window_of(const cJSON *j, const cj_family *f, const llmi_config *c, const char *file, int *window,
-                        llmi_status *st) {
-    *window = 0;
+/* The attention window a family applies to this config: c->sliding_window (0 for none)
+ * and which layers slide (Mistral: all; Qwen2/Qwen3: layer_types, else the layers from
+ * max_window_layers on, and only with use_sliding_window). */
+static int cj_window_of(const cJSON *j, const cj_family *f, llmi_config *c, const char *file, llmi_status *st) {
+    c->sliding_window = 0;
     if (f->window == CJ_WINDOW_NONE) return 0;
     bool given = cJSON_GetObjectItemCaseSensitive(j, "sliding_window") != NULL;
     int w = given ? 0 : CJ_WINDOW;   /* an explicit null: no window */
     if (json_int(j, "sliding_window", 1, INT32_MAX, &w, file, st) < 0) return LLMI_E_RUNTIME;
+    for (int l = 0; l < c->n_layers; l++) c->layer_sliding[l] = true;
     if (f->window == CJ_WINDOW_QWEN2) {
         bool use = false;
         int full_layers = CJ_WINDOW_LAYERS;
         if (json_bool(j, "use_sliding_window", &use, file, st) < 0 ||
             json_int(j, "max_window_layers", 0, INT32_MAX, &full_layers, file, st) < 0)
             return LLMI_E_RUNTIME;
-        bool any_sliding = full_layers < c->n_layers;
-        const cJSON *types = json_item(j, "layer_types"), *t;
-        if (types) {
-            if (!cJSON_IsArray(types))
-                return llmi_fail(st, LLMI_E_RUNTIME, "%s: layer_types must be a list", file);
-            any_sliding = false;
-            cJSON_ArrayForEach(t, types) {
-                if (cJSON_IsString(t) && !strcmp(t->valuestring, "sliding_attention")) any_sliding = true;
-            }
+        const cJSON *types = json_item(j, "layer_types");
+        if (types && (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers))
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: layer_types must list one type per layer (%d)", file, c->n_layers);
+        for (int l = 0; l < c->n_layers; l++) {
+            const cJSON *t = types ? cJSON_GetArrayItem(types, l) : NULL;
+            c->layer_sliding[l] = types ? cJSON_IsString(t) && !strcmp(t->valuestring, "sliding_attention")
+                                        : l >= full_layers;
         }
-        if (!use || !any_sliding) w = 0;
+        if (!use) w = 0;
     }
-    *window = w;
+    c->sliding_window = w;
     return 0;
 }
 
@@ -223,6 +233,70 @@ static int cj_rope_scaling(const cJSON *rs, llmi_config *c, const char *file, ll
     return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling type %s is not supported", file, b);
 }
 
+/* Gemma3TextConfig (transformers' configuration_gemma3.py and modeling_gemma3.py): GeGLU
+ * (gelu_pytorch_tanh), embeddings times sqrt(hidden_size), q/k norms, sandwich norms, q.k
+ * scaled by query_pre_attn_scalar^-1/2, and layers of layer_types (or, in the older form,
+ * every sliding_window_pattern-th layer) global, the rest attending to the last
+ * sliding_window keys with RoPE base rope_local_base_freq, unscaled; rope_scaling (or
+ * rope_parameters.full_attention) scales only the global layers. */
+static int cj_gemma3(const cJSON *j, llmi_config *c, const char *file, llmi_status *st) {
+    c->act = LLMI_ACT_GELU_TANH;
+    c->qk_norm = true;
+    c->post_norms = true;
+    c->embed_scale = sqrtf((float)c->dim);
+    c->tie_embeddings = true;
+    c->rope_theta = CJ_GEMMA3_THETA;
+    c->rope_theta_local = CJ_GEMMA3_THETA_LOCAL;
+    const cJSON *act = json_item(j, "hidden_activation");
+    if (!act) act = json_item(j, "hidden_act");
+    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "gelu_pytorch_tanh") != 0))
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: hidden_activation must be gelu_pytorch_tanh", file);
+    const char *caps[2] = {"final_logit_softcapping", "attn_logit_softcapping"};
+    for (int i = 0; i < 2; i++)
+        if (json_item(j, caps[i])) return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s is not supported", file, caps[i]);
+    bool bidir = false;
+    if (json_bool(j, "use_bidirectional_attention", &bidir, file, st) < 0) return LLMI_E_RUNTIME;
+    if (bidir) return llmi_fail(st, LLMI_E_RUNTIME, "%s: use_bidirectional_attention is not supported", file);
+    int qpas = CJ_GEMMA3_HEAD_DIM, pattern = CJ_GEMMA3_PATTERN;
+    bool given = cJSON_GetObjectItemCaseSensitive(j, "sliding_window") != NULL;
+    c->sliding_window = given ? 0 : CJ_GEMMA3_WINDOW;   /* an explicit null: no window */
+    if (json_int(j, "query_pre_attn_scalar", 1, INT32_MAX, &qpas, file, st) < 0 ||
+        json_int(j, "sliding_window", 1, INT32_MAX, &c->sliding_window, file, st) < 0 ||
+        json_int(j, "sliding_window_pattern", 1, LLMI_MAX_LAYERS, &pattern, file, st) < 0 ||
+        json_bool(j, "tie_word_embeddings", &c->tie_embeddings, file, st) < 0 ||
+        json_num(j, "rope_theta", &c->rope_theta, file, st) < 0 ||
+        json_num(j, "rope_local_base_freq", &c->rope_theta_local, file, st) < 0)
+        return LLMI_E_RUNTIME;
+    c->attn_scale = model_to_f32(1.0 / sqrt((double)qpas));
+    const cJSON *types = json_item(j, "layer_types");
+    if (types && (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers))
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: layer_types must list one type per layer (%d)", file, c->n_layers);
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!types) { c->layer_sliding[l] = (l + 1) % pattern != 0; continue; }
+        const cJSON *t = cJSON_GetArrayItem(types, l);
+        const char *name = cJSON_IsString(t) ? t->valuestring : "";
+        if (strcmp(name, "sliding_attention") != 0 && strcmp(name, "full_attention") != 0)
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: layer_types[%d] must be sliding_attention or full_attention", file, l);
+        c->layer_sliding[l] = name[0] == 's';
+    }
+    /* transformers 5: rope_parameters per layer type */
+    const cJSON *rp = json_item(j, "rope_parameters"), *rs = json_item(j, "rope_scaling");
+    if (rp) {
+        const cJSON *full = json_item(rp, "full_attention"), *slide = json_item(rp, "sliding_attention");
+        if (!cJSON_IsObject(rp) || (full && !cJSON_IsObject(full)) || (slide && !cJSON_IsObject(slide)))
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_parameters must map full_attention and sliding_attention to "
+                             "objects", file);
+        if ((full && json_num(full, "rope_theta", &c->rope_theta, file, st) < 0) ||
+            (slide && json_num(slide, "rope_theta", &c->rope_theta_local, file, st) < 0))
+            return LLMI_E_RUNTIME;
+        const cJSON *stype = slide ? json_item(slide, "rope_type") : NULL;
+        if (stype && (!cJSON_IsString(stype) || strcmp(stype->valuestring, "default") != 0))
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_parameters.sliding_attention must be the default rope", file);
+        if (!rs) rs = full;
+    }
+    return cj_rope_scaling(rs, c, file, st);
+}
+
 /* Everything after the shapes: norms, positions, biases, activation, RoPE. */
 static int cj_rest(const cJSON *j, const cj_family *f, llmi_config *c, const char *file, llmi_status *st) {
     c->norm_eps = CJ_NORM_EPS;
@@ -233,15 +307,14 @@ static int cj_rest(const cJSON *j, const cj_family *f, llmi_config *c, const cha
         json_int(j, "max_position_embeddings", 1, INT32_MAX, &c->max_ctx, file, st) < 0 ||
         json_bool(j, "tie_word_embeddings", &c->tie_embeddings, file, st) < 0)
         return LLMI_E_RUNTIME;
-    int window;
-    if (cj_window_of(j, f, c, file, &window, st)) return LLMI_E_RUNTIME;
-    if (window > 0 && window < c->max_ctx) c->max_ctx = window;
+    if (cj_window_of(j, f, c, file, st)) return LLMI_E_RUNTIME;
     c->qkv_bias = c->arch == LLMI_ARCH_QWEN2;   /* Qwen2 always; Llama and Qwen3 by attention_bias */
     if (c->arch != LLMI_ARCH_QWEN2 && json_bool(j, "attention_bias", &c->qkv_bias, file, st) < 0) return LLMI_E_RUNTIME;
     c->qk_norm = c->arch == LLMI_ARCH_QWEN3;
     bool mlp_bias = false;
     if (json_bool(j, "mlp_bias", &mlp_bias, file, st) < 0) return LLMI_E_RUNTIME;
     if (mlp_bias) return llmi_fail(st, LLMI_E_RUNTIME, "%s: mlp_bias is not supported", file);
+    if (c->arch == LLMI_ARCH_GEMMA3) return cj_gemma3(j, c, file, st);
     const cJSON *hact = json_item(j, "hidden_act");
     if (hact && (!cJSON_IsString(hact) || strcmp(hact->valuestring, "silu") != 0))
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: hidden_act must be silu", file);

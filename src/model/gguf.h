@@ -100,6 +100,9 @@ int gguf_get_i32_array(const gguf_file *g, const char *key, uint64_t max_n, int3
                        llmi_status *st);
 int gguf_get_f32_array(const gguf_file *g, const char *key, uint64_t max_n, float **vals, uint64_t *n,
                        llmi_status *st);
+/* Exactly n flags (bools, or integers read as nonzero) into out (n); a present key of
+ * another length or type is an error. */
+int gguf_get_bool_array(const gguf_file *g, const char *key, bool *out, uint64_t n, llmi_status *st);
 
 /* Undoes the HF->GGUF converter's Q/K row permutation for architecture llama: within
  * each head, GGUF row 2i + t holds HF row t*head_dim/2 + i (t in {0,1}).  src and dst

@@ -20,6 +20,10 @@
 
 /* ================================================================ config_validate */
 
+float config_attn_scale(const llmi_config *c) {
+    return c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)c->head_dim);
+}
+
 int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
 #define BAD(...) return llmi_fail(st, LLMI_E_RUNTIME, __VA_ARGS__)
     if (c->n_layers < 1 || c->n_layers > LLMI_MAX_LAYERS)
@@ -48,6 +52,13 @@ int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
         BAD("%s: rms norm epsilon %g must be finite and in (0, 1)", what, (double)c->norm_eps);
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
         BAD("%s: rope theta %g must be finite and > 0", what, (double)c->rope_theta);
+    if (!(c->rope_theta_local >= 0) || !isfinite(c->rope_theta_local))
+        BAD("%s: local rope theta %g must be finite and >= 0", what, (double)c->rope_theta_local);
+    if (c->sliding_window < 0 || c->sliding_window > CFG_MAX_CTX)
+        BAD("%s: sliding window %d is outside [0, %d]", what, c->sliding_window, CFG_MAX_CTX);
+    if (!(c->embed_scale >= 0) || !isfinite(c->embed_scale) || !(c->attn_scale >= 0) || !isfinite(c->attn_scale))
+        BAD("%s: embedding scale %g and attention scale %g must be finite and >= 0", what, (double)c->embed_scale,
+            (double)c->attn_scale);
     switch (c->rope_scaling) {
     case LLMI_ROPE_SCALING_NONE: break;
     case LLMI_ROPE_SCALING_LINEAR:
@@ -91,6 +102,8 @@ void model_free(llmi_model *m) {
             free(L->bo);
             free(L->q_norm);
             free(L->k_norm);
+            free(L->post_attn_norm);
+            free(L->post_ffn_norm);
             tensor_release(&L->wq);
             tensor_release(&L->wk);
             tensor_release(&L->wv);
@@ -206,6 +219,9 @@ static int bind_vector(const weight_src *w, weight_role r, int layer, int64_t n,
             v[i] = t.dtype == LLMI_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
         }
     }
+    const bool is_norm = r == W_OUT_NORM || r == W_ATTN_NORM || r == W_FFN_NORM || r == W_Q_NORM || r == W_K_NORM ||
+                         r == W_POST_ATTN_NORM || r == W_POST_FFN_NORM;
+    for (int64_t i = 0; is_norm && w->norm_shift != 0 && i < n; i++) v[i] += w->norm_shift;   /* in fp32, as HF's 1 + w.float() */
     *out = v;
     *bytes += t.n_bytes;
     return 0;
@@ -270,6 +286,9 @@ int model_bind_weights(const weight_src *w, llmi_model *m, bool permute_qk, llmi
         if (rc > 0 && bind_vector(w, W_BO, l, c->dim, &L->bo, &bytes, st)) return LLMI_E_RUNTIME;
         if (c->qk_norm && (bind_vector(w, W_Q_NORM, l, c->head_dim, &L->q_norm, &bytes, st) ||
                            bind_vector(w, W_K_NORM, l, c->head_dim, &L->k_norm, &bytes, st)))
+            return LLMI_E_RUNTIME;
+        if (c->post_norms && (bind_vector(w, W_POST_ATTN_NORM, l, c->dim, &L->post_attn_norm, &bytes, st) ||
+                              bind_vector(w, W_POST_FFN_NORM, l, c->dim, &L->post_ffn_norm, &bytes, st)))
             return LLMI_E_RUNTIME;
         if (permute_qk) {
             if (unpermute_matrix(&L->wq, c->n_heads, c->head_dim, w->what, st) ||

@@ -6,7 +6,7 @@
  * config_json.c), model_dummy.c; model.c holds what they share.  Loaders validate everything
  * they read, a model file being untrusted input (the formats: ggml's docs/gguf.md and
  * huggingface/safetensors; our notes on them and their attacks: ../shared/docs/FORMATS.md,
- * outside this repository).  Supported architectures: llama (Llama, Mistral, SmolLM2), qwen2, qwen3 (dense). */
+ * outside this repository).  Supported architectures: llama (Llama, Mistral, SmolLM2), qwen2, qwen3 (dense), gemma3 (text). */
 #ifndef LLMI_MODEL_H
 #define LLMI_MODEL_H
 
@@ -18,7 +18,10 @@
 
 #define LLMI_MAX_LAYERS 512
 
-typedef enum { LLMI_ARCH_LLAMA = 0, LLMI_ARCH_QWEN2, LLMI_ARCH_QWEN3 } llmi_arch;
+typedef enum { LLMI_ARCH_LLAMA = 0, LLMI_ARCH_QWEN2, LLMI_ARCH_QWEN3, LLMI_ARCH_GEMMA3 } llmi_arch;
+/* The MLP's gate activation: SwiGLU (silu(gate) * up) or GeGLU with the tanh approximation of
+ * gelu (Gemma's gelu_pytorch_tanh). */
+typedef enum { LLMI_ACT_SILU = 0, LLMI_ACT_GELU_TANH } llmi_act;
 typedef enum { LLMI_ROPE_SCALING_NONE = 0, LLMI_ROPE_SCALING_LLAMA3, LLMI_ROPE_SCALING_LINEAR } llmi_rope_scaling_type;
 
 typedef struct llmi_config {
@@ -43,8 +46,27 @@ typedef struct llmi_config {
     int rope_orig_max_pos;
     bool tie_embeddings;
     bool qkv_bias;
-    bool qk_norm;              /* RMSNorm of each q and k head before RoPE (Qwen3) */
+    bool qk_norm;              /* RMSNorm of each q and k head before RoPE (Qwen3, Gemma 3) */
+    llmi_act act;
+    float embed_scale;         /* the embedding rows are multiplied by this (Gemma: sqrt(dim)); 0 = 1 */
+    float attn_scale;          /* q.k scale (Gemma 3: query_pre_attn_scalar^-1/2); 0 = 1/sqrt(head_dim) */
+    bool post_norms;           /* Gemma 3: each sub-block's output is RMS-normed before the residual add */
+    int sliding_window;        /* keys a sliding layer's query attends to, itself included (HF: key > query -
+                                  window); 0 = no layer slides */
+    float rope_theta_local;    /* RoPE base of the sliding layers, unscaled (Gemma 3); 0 = the global RoPE */
+    bool layer_sliding[LLMI_MAX_LAYERS];   /* (n_layers) which layers slide when sliding_window > 0 */
 } llmi_config;
+
+/* Layer l's attention window in keys (0 = the whole context). */
+static inline int config_layer_window(const llmi_config *c, int l) {
+    return c->sliding_window > 0 && c->layer_sliding[l] ? c->sliding_window : 0;
+}
+/* Whether layer l takes the local RoPE table (backend_rope_inv_freq_local). */
+static inline bool config_layer_rope_local(const llmi_config *c, int l) {
+    return c->rope_theta_local > 0 && config_layer_window(c, l) > 0;
+}
+static inline float config_embed_scale(const llmi_config *c) { return c->embed_scale > 0 ? c->embed_scale : 1.0f; }
+float config_attn_scale(const llmi_config *c);
 
 typedef struct llmi_layer {
     float *attn_norm;                     /* (dim) */
@@ -56,6 +78,8 @@ typedef struct llmi_layer {
     float *bo;                            /* (dim) o_proj bias (HF llama attention_bias) or NULL */
     float *q_norm, *k_norm;               /* (head_dim) each: per-head RMSNorm weights; NULL without qk_norm */
     float *ffn_norm;                      /* (dim) */
+    float *post_attn_norm, *post_ffn_norm; /* (dim) each: norms of o_proj's and down_proj's outputs; NULL
+                                             without post_norms */
     llmi_tensor w_gate;                   /* (ffn_dim, dim) */
     llmi_tensor w_up;                     /* (ffn_dim, dim) */
     llmi_tensor w_down;                   /* (dim, ffn_dim) */

@@ -57,12 +57,25 @@ static const dummy_preset k_presets[] = {
     {"qwen3-8b", {.arch = LLMI_ARCH_QWEN3, .arch_name = "qwen3", .n_vocab = 151936, .dim = 4096, .n_layers = 36,
                   .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .ffn_dim = 12288, .max_ctx = 40960,
                   .norm_eps = 1e-6f, .rope_theta = 1000000.f, .rope_dim = 128, .qk_norm = true}},
+    /* google/gemma-3-1b-it and -4b-it (its text model); their sliding layers and embedding scale are
+     * set by model_dummy_config */
+    {"gemma-3-1b", {.arch = LLMI_ARCH_GEMMA3, .arch_name = "gemma3_text", .n_vocab = 262144, .dim = 1152,
+                    .n_layers = 26, .n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .ffn_dim = 6912, .max_ctx = 32768,
+                    .norm_eps = 1e-6f, .rope_theta = 1000000.f, .rope_dim = 256, .tie_embeddings = true,
+                    .qk_norm = true, .act = LLMI_ACT_GELU_TANH, .attn_scale = 0.0625f, .post_norms = true,
+                    .sliding_window = 512, .rope_theta_local = 10000.f}},
+    {"gemma-3-4b", {.arch = LLMI_ARCH_GEMMA3, .arch_name = "gemma3_text", .n_vocab = 262208, .dim = 2560,
+                    .n_layers = 34, .n_heads = 8, .n_kv_heads = 4, .head_dim = 256, .ffn_dim = 10240, .max_ctx = 131072,
+                    .norm_eps = 1e-6f, .rope_theta = 1000000.f, .rope_dim = 256, .tie_embeddings = true,
+                    .rope_scaling = LLMI_ROPE_SCALING_LINEAR, .rope_factor = 8.f,
+                    .qk_norm = true, .act = LLMI_ACT_GELU_TANH, .attn_scale = 0.0625f, .post_norms = true,
+                    .sliding_window = 1024, .rope_theta_local = 10000.f}},
 };
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
 
 const char *model_dummy_preset_names(void) {
     return "smollm2-135m, smollm2-360m, tinyllama-1.1b, llama-3.2-1b, llama-2-7b, llama-3-8b, mistral-7b, "
-           "qwen2.5-7b, qwen3-0.6b, qwen3-8b";
+           "qwen2.5-7b, qwen3-0.6b, qwen3-8b, gemma-3-1b, gemma-3-4b";
 }
 
 /* ---------------------------------------------------------------- config.json */
@@ -259,6 +272,8 @@ static void dummy_place(llmi_model *m, llmi_dtype dt, int gs, dummy_layout *l, u
         L->q_norm = c->qk_norm ? dummy_vec(c->head_dim, l, base) : NULL;
         L->k_norm = c->qk_norm ? dummy_vec(c->head_dim, l, base) : NULL;
         L->ffn_norm = dummy_vec(c->dim, l, base);
+        L->post_attn_norm = c->post_norms ? dummy_vec(c->dim, l, base) : NULL;
+        L->post_ffn_norm = c->post_norms ? dummy_vec(c->dim, l, base) : NULL;
         dummy_tensor(&L->w_gate, dt, gs, c->ffn_dim, c->dim, l, base);
         dummy_tensor(&L->w_up, dt, gs, c->ffn_dim, c->dim, l, base);
         dummy_tensor(&L->w_down, dt, gs, c->dim, c->ffn_dim, l, base);
@@ -276,6 +291,10 @@ int model_dummy_config(const char *spec, llmi_config *c, llmi_status *st) {
         if (!strcmp(spec, k_presets[i].name)) {
             *c = k_presets[i].cfg;
             snprintf(c->name, sizeof c->name, "%s", k_presets[i].name);
+            if (c->arch == LLMI_ARCH_GEMMA3) {   /* Gemma3TextConfig: every 6th layer global */
+                c->embed_scale = sqrtf((float)c->dim);
+                for (int l = 0; l < c->n_layers; l++) c->layer_sliding[l] = (l + 1) % 6 != 0;
+            }
             return 0;
         }
     }
@@ -320,7 +339,7 @@ int model_load_dummy(const char *spec, llmi_dtype dtype, int group_size, llmi_mo
     for (int i = 0; i < c->n_layers; i++) {
         const llmi_layer *L = &m->layers[i];
         vec_ok &= L->attn_norm && L->ffn_norm && (!c->qkv_bias || (L->bq && L->bk && L->bv)) &&
-                  (!c->qk_norm || (L->q_norm && L->k_norm));
+                  (!c->qk_norm || (L->q_norm && L->k_norm)) && (!c->post_norms || (L->post_attn_norm && L->post_ffn_norm));
     }
     if (!vec_ok) {
         model_free(m);
@@ -358,6 +377,10 @@ int model_load_dummy(const char *spec, llmi_dtype dtype, int group_size, llmi_mo
         if (c->qk_norm) {
             for (int d = 0; d < c->head_dim; d++) L->q_norm[d] = L->k_norm[d] = 1.f;
             wbytes += 2 * (size_t)c->head_dim * sizeof(float);
+        }
+        if (c->post_norms) {
+            for (int d = 0; d < c->dim; d++) L->post_attn_norm[d] = L->post_ffn_norm[d] = 1.f;
+            wbytes += 2 * (size_t)c->dim * sizeof(float);
         }
     }
     for (int d = 0; d < c->dim; d++) m->out_norm[d] = 1.f;

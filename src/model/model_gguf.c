@@ -17,7 +17,8 @@ static const char *const gguf_names[W_COUNT] = {
     "blk.%d.attn_q.weight", "blk.%d.attn_k.weight", "blk.%d.attn_v.weight", "blk.%d.attn_output.weight",
     "blk.%d.attn_q.bias", "blk.%d.attn_k.bias", "blk.%d.attn_v.bias", "blk.%d.attn_output.bias",
     "blk.%d.ffn_norm.weight", "blk.%d.ffn_gate.weight", "blk.%d.ffn_up.weight", "blk.%d.ffn_down.weight",
-    "blk.%d.attn_q_norm.weight", "blk.%d.attn_k_norm.weight",
+    "blk.%d.attn_q_norm.weight", "blk.%d.attn_k_norm.weight", "blk.%d.post_attention_norm.weight",
+    "blk.%d.post_ffw_norm.weight",
 };
 
 static int gguf_find_src(const weight_src *w, const char *name, src_tensor *out, llmi_status *st) {
@@ -137,6 +138,43 @@ static int gguf_rope_freqs(const gguf_file *g, llmi_config *c, llmi_status *st) 
     return 0;
 }
 
+/* Gemma 3 as llama.cpp reads it (src/models/gemma3.cpp): GeGLU, sqrt(dim) embedding scale,
+ * sandwich norms (their 1 + w already in the file), and with attention.sliding_window the
+ * layers sliding in the pattern attention.sliding_window_pattern (a period, 6 when absent:
+ * every 6th layer global; or one bool per layer) with RoPE base rope.freq_base_swa (10000)
+ * and no scaling.  The attention scale is 1/sqrt(head_dim) except for the 62-layer 27B,
+ * whose query_pre_attn_scalar is dim / n_heads. */
+static int gguf_gemma3(const gguf_file *g, llmi_config *c, llmi_status *st) {
+    const int64_t I = INT32_MAX;
+    c->act = LLMI_ACT_GELU_TANH;
+    c->embed_scale = sqrtf((float)c->dim);
+    c->post_norms = true;
+    c->attn_scale = c->n_layers == 62 ? 1.0f / sqrtf((float)(c->dim / c->n_heads)) : 1.0f / sqrtf((float)c->head_dim);
+    float cap = 0;
+    if (arch_float(g, "gemma3", "final_logit_softcapping", false, &cap, st) < 0) return LLMI_E_RUNTIME;
+    if (cap != 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: gemma3.final_logit_softcapping %g is not supported", g->path,
+                         (double)cap);
+    int window = 0;
+    if (arch_int(g, "gemma3", "attention.sliding_window", false, 0, I, &window, st) < 0) return LLMI_E_RUNTIME;
+    if (window == 0) return 0;
+    c->sliding_window = window;
+    c->rope_theta_local = 10000.0f;
+    if (arch_float(g, "gemma3", "rope.freq_base_swa", false, &c->rope_theta_local, st) < 0) return LLMI_E_RUNTIME;
+    const gguf_kv *kv = gguf_find_kv(g, "gemma3.attention.sliding_window_pattern");
+    if (kv && kv->type == GGUF_ARRAY) {
+        bool flags[LLMI_MAX_LAYERS];
+        if (gguf_get_bool_array(g, "gemma3.attention.sliding_window_pattern", flags, c->n_layers, st))
+            return LLMI_E_RUNTIME;
+        for (int l = 0; l < c->n_layers; l++) c->layer_sliding[l] = flags[l];
+        return 0;
+    }
+    int period = 6;
+    if (arch_int(g, "gemma3", "attention.sliding_window_pattern", false, 0, I, &period, st) < 0) return LLMI_E_RUNTIME;
+    for (int l = 0; l < c->n_layers; l++) c->layer_sliding[l] = period == 0 || l % period < period - 1;
+    return 0;
+}
+
 static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llmi_status *st) {
     const char *path = g->path;
     gguf_str a;
@@ -146,15 +184,17 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     if (gguf_str_eq(a, "llama")) c->arch = LLMI_ARCH_LLAMA;
     else if (gguf_str_eq(a, "qwen2")) c->arch = LLMI_ARCH_QWEN2;
     else if (gguf_str_eq(a, "qwen3")) c->arch = LLMI_ARCH_QWEN3;
+    else if (gguf_str_eq(a, "gemma3")) c->arch = LLMI_ARCH_GEMMA3;
     else {
         char b[40];
         size_t n = 0;
         for (uint64_t i = 0; i < a.len && n < sizeof b - 1; i++)
             b[n++] = (a.p[i] >= 0x20 && a.p[i] < 0x7f) ? a.p[i] : '?';
         b[n] = '\0';
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, qwen2, qwen3)", path, b);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, qwen2, qwen3, gemma3)", path, b);
     }
-    const char *arch = c->arch == LLMI_ARCH_LLAMA ? "llama" : c->arch == LLMI_ARCH_QWEN2 ? "qwen2" : "qwen3";
+    const char *arch = c->arch == LLMI_ARCH_LLAMA ? "llama" : c->arch == LLMI_ARCH_QWEN2 ? "qwen2"
+                     : c->arch == LLMI_ARCH_QWEN3 ? "qwen3" : "gemma3";
     snprintf(c->arch_name, sizeof c->arch_name, "%s", arch);
     gguf_str nm;
     rc = gguf_get_str(g, "general.name", &nm, st);
@@ -227,7 +267,8 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
         }
     }
     c->qkv_bias = c->arch == LLMI_ARCH_QWEN2 || gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
-    c->qk_norm = c->arch == LLMI_ARCH_QWEN3;
+    c->qk_norm = c->arch == LLMI_ARCH_QWEN3 || c->arch == LLMI_ARCH_GEMMA3;
+    if (c->arch == LLMI_ARCH_GEMMA3 && gguf_gemma3(g, c, st)) return LLMI_E_RUNTIME;
     *has_output = gguf_find_tensor(g, "output.weight") != NULL;
     c->tie_embeddings = !*has_output;
     if (config_validate(c, path, st)) return LLMI_E_RUNTIME;
@@ -240,7 +281,7 @@ int model_load_gguf(const char *path, const llmi_load_opts *opts, llmi_model *m,
     gguf_file g;
     if (gguf_open(path, &g, st)) return LLMI_E_RUNTIME;
     bool has_output = false;
-    weight_src w = {gguf_names, path, &g, gguf_find_src, NULL, NULL};
+    weight_src w = {gguf_names, path, &g, gguf_find_src, NULL, NULL, 0.0f};   /* the converter added Gemma's 1 */
     if (gguf_config(&g, &m->cfg, &has_output, st) ||
         model_bind_weights(&w, m, m->cfg.arch == LLMI_ARCH_LLAMA, st))
         goto fail;

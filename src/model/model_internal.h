@@ -19,7 +19,7 @@
 /* Every weight the model reads, named per format by a table of W_COUNT patterns. */
 typedef enum {
     W_EMBD, W_OUT_NORM, W_LM_HEAD, W_ATTN_NORM, W_Q, W_K, W_V, W_O, W_BQ, W_BK, W_BV, W_BO,
-    W_FFN_NORM, W_GATE, W_UP, W_DOWN, W_Q_NORM, W_K_NORM, W_COUNT
+    W_FFN_NORM, W_GATE, W_UP, W_DOWN, W_Q_NORM, W_K_NORM, W_POST_ATTN_NORM, W_POST_FFN_NORM, W_COUNT
 } weight_role;
 
 /* One stored tensor as either format describes it, shape in HF order (shape[0] slowest). */
@@ -43,6 +43,8 @@ struct weight_src {
     int (*find)(const weight_src *w, const char *name, src_tensor *out, llmi_status *st);
     const quant_config *qc;    /* GPTQ/AWQ checkpoint: linears are read by quant_load_linear */
     quant_find_fn find_st;     /* its raw tensor lookup (HF only) */
+    float norm_shift;          /* added to every RMSNorm weight read: 1 for a Gemma checkpoint, whose
+                                  norms multiply by 1 + w (llama.cpp's converter adds it to its GGUFs) */
 };
 
 /* Reads the optional tensor of a role: 1 found, 0 absent, < 0 error. */

@@ -23,6 +23,11 @@ static const struct { int first, last; } qm_sets[QS_COUNT] = {
 static const char *const qm_set_names[QS_COUNT] = {"q/k/v", "o", "gate/up", "down"};
 
 int quant_check_shapes(const llmi_config *c, const quant_opts *o, llmi_status *st) {
+    /* write_hf.c writes Llama/Qwen checkpoints: Gemma's norm names, its 1 + w and its config
+     * keys are not written yet */
+    if (c->arch == LLMI_ARCH_GEMMA3)
+        return llmi_fail(st, LLMI_E_USAGE, "llmi quantize: %s is a gemma3 model, which quantize does not write yet "
+                         "(supported: llama, mistral, qwen2, qwen3)", c->name);
     for (int i = 0; i < QL_COUNT; i++) {
         int rows, cols;
         quant_linear_shape(c, i, &rows, &cols);

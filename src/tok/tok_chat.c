@@ -15,6 +15,7 @@ void tok_detect_chat(tokenizer *t) {
     if (!s || !*s) t->chat = TOK_CHAT_NONE;
     else if (strstr(s, "<|im_start|>")) t->chat = TOK_CHAT_CHATML;
     else if (strstr(s, "<|start_header_id|>")) t->chat = TOK_CHAT_LLAMA3;
+    else if (strstr(s, "<start_of_turn>")) t->chat = TOK_CHAT_GEMMA;
     else if (strstr(s, "[INST]")) t->chat = strstr(s, "<<SYS>>") ? TOK_CHAT_LLAMA2 : TOK_CHAT_MISTRAL;
     else t->chat = TOK_CHAT_UNKNOWN;
 }
@@ -25,6 +26,7 @@ const char *tok_chat_template_name(const tokenizer *t) {
     case TOK_CHAT_LLAMA3: return "llama3";
     case TOK_CHAT_LLAMA2: return "llama2";
     case TOK_CHAT_MISTRAL: return "mistral";
+    case TOK_CHAT_GEMMA: return "gemma";
     case TOK_CHAT_UNKNOWN: return "unknown";
     default: return "none";
     }
@@ -120,7 +122,8 @@ static int chat_begin(const tokenizer *t, const char *flag, const char **user, c
     if (t->chat == TOK_CHAT_NONE)
         return llmi_fail(st, LLMI_E_USAGE, "%s: the model has no chat template (tokenizer.chat_template)", flag);
     if (t->chat == TOK_CHAT_UNKNOWN)
-        return llmi_fail(st, LLMI_E_USAGE, "%s: model's chat template is not one of chatml, llama3, llama2, mistral", flag);
+        return llmi_fail(st, LLMI_E_USAGE, "%s: model's chat template is not one of chatml, llama3, llama2, mistral, gemma",
+                         flag);
     return 0;
 }
 
@@ -146,6 +149,7 @@ static const struct user_turn_shape {
                          "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", true, false},
     [TOK_CHAT_LLAMA2] = {"[INST] ", " [/INST]", true, true},
     [TOK_CHAT_MISTRAL] = {"[INST] ", " [/INST]", false, false},
+    [TOK_CHAT_GEMMA] = {"<start_of_turn>user\n", "<end_of_turn>\n<start_of_turn>model\n", true, false},
 };
 
 static void user_turn(sbuf *b, const tokenizer *t, const char *content) {
@@ -241,6 +245,18 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
         sb_put(&b, bos, bl);
         user_turn_folded(&b, t, "", system && *system ? system : NULL, "\n\n", user);
         break;
+    case TOK_CHAT_GEMMA:
+        /* Gemma 3: no system turn; the system text + "\n\n" opens the first user turn, before
+         * the user's content, which alone is trimmed */
+        sb_put(&b, bos, bl);
+        sb_str(&b, user_turns[TOK_CHAT_GEMMA].open);
+        if (system) {
+            sb_str(&b, system);
+            sb_str(&b, "\n\n");
+        }
+        sb_strip(&b, user);
+        sb_str(&b, user_turns[TOK_CHAT_GEMMA].close);
+        break;
     default: break;
     }
     return chat_done(&b, out, "--chat", st);
@@ -260,6 +276,7 @@ int tok_chat_next_turn(const tokenizer *t, const char *user, char **out, llmi_st
         sb_put(&b, eos, el);
         break;
     case TOK_CHAT_MISTRAL: sb_put(&b, eos, el); break;
+    case TOK_CHAT_GEMMA: sb_str(&b, "<end_of_turn>\n"); break;
     default: break;
     }
     user_turn(&b, t, user);

@@ -142,9 +142,12 @@ static int gguf_tok_specials(const gguf_file *g, gguf_tok *a, llmi_status *st) {
         if (gguf_special_id(g, eog_keys[r], n, false, &a->eog[r], st)) return LLMI_E_RUNTIME;
     }
     s->eog_ids = a->eog;
+    bool space_prefix = true;   /* llama.cpp's default for SentencePiece */
     if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &s->add_bos, st) < 0 ||
-        gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &s->add_eos, st) < 0)
+        gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &s->add_eos, st) < 0 ||
+        gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &space_prefix, st) < 0)
         return LLMI_E_RUNTIME;
+    s->no_space_prefix = !space_prefix;
     return 0;
 }
 
@@ -255,8 +258,8 @@ int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st) {
         /* llama.cpp's SentencePiece path: a space before the text, spaces as "▁", unknown
          * characters as <0xNN> bytes, one leading space dropped when decoding. */
         t->dec = TOK_DEC_SPM;
-        t->dec_strip_space = true;
-        t->norm = TOK_NORM_SPM_LEGACY;
+        t->dec_strip_space = !spec->no_space_prefix;
+        t->norm = spec->no_space_prefix ? TOK_NORM_SPM : TOK_NORM_SPM_LEGACY;
         t->byte_fallback = true;
         t->fuse_unk = true;
         t->pre = TOK_PRE_NONE;

@@ -67,6 +67,14 @@ typedef struct {
 static int hf_normalizer(tokenizer *t, const cJSON *n, hf_ctx *c) {
     if (!n || cJSON_IsNull(n)) return 0;
     if (jtype_is(n, "NFC")) { t->norm = TOK_NORM_NFC; return 0; }
+    if (jtype_is(n, "Replace")) {   /* Gemma: spaces as "▁", no prefix */
+        bool rx;
+        const char *pat = pattern_of(n, &rx), *rep = jstr(n, "content");
+        if (pat && !rx && strcmp(pat, " ") == 0 && rep && strcmp(rep, "\xE2\x96\x81") == 0) {
+            t->norm = TOK_NORM_SPM;
+            return 0;
+        }
+    }
     if (jtype_is(n, "Sequence")) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
         int k = cJSON_GetArraySize(list);
@@ -83,8 +91,8 @@ static int hf_normalizer(tokenizer *t, const cJSON *n, hf_ctx *c) {
         }
     }
     char *s = cJSON_PrintUnformatted(n);
-    int rc = UNSUPPORTED(c, "%s: unsupported normalizer %.120s (llmi knows NFC and Sequence[Prepend(\"\xE2\x96\x81\"), "
-                         "Replace(\" \", \"\xE2\x96\x81\")])", c->path, s ? s : "?");
+    int rc = UNSUPPORTED(c, "%s: unsupported normalizer %.120s (llmi knows NFC, Replace(\" \", \"\xE2\x96\x81\") and "
+                         "Sequence[Prepend(\"\xE2\x96\x81\"), Replace(\" \", \"\xE2\x96\x81\")])", c->path, s ? s : "?");
     free(s);
     return rc;
 }
@@ -110,6 +118,16 @@ static int hf_pre_tokenizer(tokenizer *t, const cJSON *p, hf_ctx *c) {
         if (hf_bytelevel(p, true, c)) return c->st->code;
         t->pre = TOK_PRE_GPT2;
         return tok_compile_regex(t, tok_re_gpt2, c->path, c->st);
+    }
+    if (jtype_is(p, "Split") && t->norm == TOK_NORM_SPM) {
+        /* Gemma's Split(" ", merged_with_previous) runs after its normalizer has turned
+         * every space into "▁": there is nothing left to split */
+        bool rx;
+        const char *pat = pattern_of(p, &rx);
+        if (pat && !rx && strcmp(pat, " ") == 0 && !jbool(p, "invert", false)) {
+            t->pre = TOK_PRE_NONE;
+            return 0;
+        }
     }
     if (jtype_is(p, "Metaspace")) {
         const char *r = jstr(p, "replacement");

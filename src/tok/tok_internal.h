@@ -20,11 +20,13 @@ enum {                                /* tokenizer.flags[id] bits */
     TOKF_BYTE = 8,                    /* <0xNN> byte-fallback token: piece is one raw byte */
 };
 
-typedef enum { TOK_NORM_NONE = 0, TOK_NORM_NFC, TOK_NORM_SPM_LEGACY } tok_norm_kind;
+/* SPM_LEGACY: "▁" before the text and for every space (Llama-2's SentencePiece); SPM: spaces
+ * only, no prefix (Gemma: add_dummy_prefix false). */
+typedef enum { TOK_NORM_NONE = 0, TOK_NORM_NFC, TOK_NORM_SPM_LEGACY, TOK_NORM_SPM } tok_norm_kind;
 typedef enum { TOK_MS_NONE = 0, TOK_MS_ALWAYS, TOK_MS_FIRST, TOK_MS_NEVER } tok_metaspace_kind;
 typedef enum { TOK_DEC_BYTELEVEL = 0, TOK_DEC_SPM } tok_dec_kind;
 typedef enum { TOK_CHAT_NONE = 0, TOK_CHAT_UNKNOWN, TOK_CHAT_CHATML, TOK_CHAT_LLAMA3, TOK_CHAT_LLAMA2,
-               TOK_CHAT_MISTRAL } tok_chat_kind;
+               TOK_CHAT_MISTRAL, TOK_CHAT_GEMMA } tok_chat_kind;
 
 typedef struct tok_added {
     int32_t id;

@@ -456,10 +456,12 @@ static int build_added(tokenizer *t, const tok_build *b, llmi_status *st) {
                 if (!q) { free(nfc); return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", origin); }
                 t->added_text = q;
             }
-            if (a.normalized && t->norm == TOK_NORM_SPM_LEGACY) {
+            if (a.normalized && (t->norm == TOK_NORM_SPM_LEGACY || t->norm == TOK_NORM_SPM)) {
                 size_t k = 0;
-                memcpy(t->added_text + ao, SPM_SPACE, 3);
-                k = 3;
+                if (t->norm == TOK_NORM_SPM_LEGACY) {
+                    memcpy(t->added_text + ao, SPM_SPACE, 3);
+                    k = 3;
+                }
                 for (size_t j = 0; j < len; j++) {
                     if (src[j] == ' ') { memcpy(t->added_text + ao + k, SPM_SPACE, 3); k += 3; }
                     else t->added_text[ao + k++] = src[j];
@@ -820,11 +822,14 @@ static void raw_segment(enc_ctx *c, const char *s, size_t n, bool at_start) {
                                           UTF8PROC_STABLE | UTF8PROC_COMPOSE);
         if (r >= 0) { norm = (char *)o; nn = (size_t)r; p = norm; }
         else free(o);   /* invalid UTF-8: left as is, bytes still encodable */
-    } else if (t->norm == TOK_NORM_SPM_LEGACY) {
+    } else if (t->norm == TOK_NORM_SPM_LEGACY || t->norm == TOK_NORM_SPM) {
         norm = malloc(n * 3 + 4);
         if (!norm) { c->oom = true; return; }
-        memcpy(norm, SPM_SPACE, 3);
-        size_t k = 3;
+        size_t k = 0;
+        if (t->norm == TOK_NORM_SPM_LEGACY) {
+            memcpy(norm, SPM_SPACE, 3);
+            k = 3;
+        }
         for (size_t i = 0; i < n; i++) {
             if (s[i] == ' ') { memcpy(norm + k, SPM_SPACE, 3); k += 3; }
             else norm[k++] = s[i];

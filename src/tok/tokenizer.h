@@ -37,6 +37,7 @@ typedef struct tok_spec {
     int bos_id, eos_id, unk_id, pad_id;   /* -1 when absent */
     const int32_t *eog_ids;           /* NULL, or (TOK_EOG_ROLES) the id named per tok_eog_role, -1 for none */
     bool add_bos, add_eos;
+    bool no_space_prefix;             /* SentencePiece without the "▁" before the text (Gemma) */
     const char *chat_template;        /* or NULL */
 } tok_spec;
 
@@ -88,7 +89,7 @@ int tok_stream_push(tok_stream *s, int32_t id, char *buf, size_t cap);
 size_t tok_stream_cap(const tokenizer *t);
 int tok_stream_flush(tok_stream *s, char *buf, size_t cap);
 
-/* Chat formatting (--chat/--system): recognises ChatML, Llama-3, Llama-2 and Mistral from
+/* Chat formatting (--chat/--system): recognises ChatML, Llama-3, Llama-2, Mistral and Gemma from
  * the model's template text.  *out is malloc'ed; it ends with the assistant turn opened. */
 int tok_chat_format(const tokenizer *t, const char *system, const char *user, char **out, llmi_status *st);
 const char *tok_chat_template_name(const tokenizer *t);  /* "chatml", "llama3", ... or "none" */

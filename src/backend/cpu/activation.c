@@ -1,4 +1,5 @@
-/* cpu/activation.c — owns the SwiGLU gate: silu(gate) * up. */
+/* cpu/activation.c — owns the gated activations: SwiGLU, silu(gate) * up, and GeGLU,
+ * gelu_tanh(gate) * up; and the plain scale of a vector. */
 #include <math.h>
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec.h"
@@ -30,4 +31,48 @@ void cpu_swiglu(const float *gate, const float *up, int n, int d, float *out) {
     size_t nc = (total + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if (total > 65536)
     for (size_t c = 0; c < nc; c++) cpu_swiglu_range(gate, up, c * chunk, (c + 1) * chunk < total ? (c + 1) * chunk : total, out);
+}
+
+/* gelu_tanh(g) = 0.5 g (1 + tanh(y)) = g * sigmoid(2y), y = sqrt(2/pi) (g + 0.044715 g^3): one
+ * expf, as silu takes (the same value as torch's gelu(approximate="tanh") up to rounding). */
+#define GELU_2SQRT2PI 1.5957691216057308f
+static inline float geglu_one(float g, float u) {
+    return g / (1.0f + expf(-GELU_2SQRT2PI * (g + 0.044715f * g * g * g))) * u;
+}
+
+void cpu_geglu_range(const float *gate, const float *up, size_t i0, size_t i1, float *out) {
+    size_t i = i0;
+#if defined(__AVX512F__)
+    /* the scalar formula on 16 lanes (vec_expf16 gives expf's bits, so results are
+     * identical); a vector with an exponent outside |y| < 88 takes the scalar path */
+    const __m512 one = _mm512_set1_ps(1.0f), lim = _mm512_set1_ps(88.0f), c = _mm512_set1_ps(0.044715f);
+    const __m512 k = _mm512_set1_ps(-GELU_2SQRT2PI);
+    for (; i + 16 <= i1; i += 16) {
+        __m512 g = _mm512_loadu_ps(gate + i);
+        __m512 y = _mm512_mul_ps(k, _mm512_add_ps(g, _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(c, g), g), g)));
+        if (_mm512_cmp_ps_mask(_mm512_abs_ps(y), lim, _CMP_NLT_UQ)) {
+            for (size_t j = i; j < i + 16; j++) out[j] = geglu_one(gate[j], up[j]);
+            continue;
+        }
+        __m512 e = vec_expf16(y);
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
+    }
+#endif
+    for (; i < i1; i++) out[i] = geglu_one(gate[i], up[i]);
+}
+
+void cpu_geglu(const float *gate, const float *up, int n, int d, float *out) {
+    size_t total = (size_t)n * (size_t)d, chunk = 4096;
+    size_t nc = (total + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (total > 65536)
+    for (size_t c = 0; c < nc; c++) cpu_geglu_range(gate, up, c * chunk, (c + 1) * chunk < total ? (c + 1) * chunk : total, out);
+}
+
+void cpu_glu_range(llmi_act act, const float *gate, const float *up, size_t i0, size_t i1, float *out) {
+    if (act == LLMI_ACT_GELU_TANH) cpu_geglu_range(gate, up, i0, i1, out);
+    else cpu_swiglu_range(gate, up, i0, i1, out);
+}
+
+void cpu_scale(float *x, size_t n, float s) {
+    for (size_t i = 0; i < n; i++) x[i] *= s;
 }

@@ -135,6 +135,7 @@ typedef struct attn_args {
     const llmi_batch *b;
     int n_heads, n_kv_heads, head_dim, block_size;
     float scale;
+    int window;              /* keys a query sees, itself included; 0 = all */
     size_t slot_bytes, head_bytes;
     float *out;              /* (n_tokens, n_heads, head_dim) */
 } attn_args;
@@ -198,24 +199,30 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
     float s[ATTN_ROWS][ATTN_CHUNK];               /* (row, position) scores of the chunk */
     float pr[ATTN_ROWS][ATTN_CHUNK];              /* (row, position) probabilities */
     float m[ATTN_ROWS], l[ATTN_ROWS], corr[ATTN_ROWS];
-    int len[ATTN_QTILE];
+    int len[ATTN_QTILE], lo[ATTN_QTILE];          /* token i attends to positions [lo[i], len[i]) */
     const llmi_batch *b = a->b;
     const int32_t *table = b->block_tables + (size_t)b->seq_of_token[t0] * b->max_blocks_per_seq;
-    int maxlen = 0;
+    int maxlen = 0, minlo = INT32_MAX;
     for (int i = 0; i < nt; i++) {
         len[i] = b->positions[t0 + i] + 1;
+        lo[i] = a->window > 0 && len[i] > a->window ? len[i] - a->window : 0;
         maxlen = len[i] > maxlen ? len[i] : maxlen;
+        minlo = lo[i] < minlo ? lo[i] : minlo;
     }
     for (int r = 0; r < nr; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
     for (int i = 0; i < nr * hd; i++) acc[i] = 0.0f;
     const float ks = a->k_scale ? a->k_scale[kvh] : 1.0f, vs = a->v_scale ? a->v_scale[kvh] : 1.0f;
-    for (int p0 = 0; p0 < maxlen; p0 += ATTN_CHUNK) {
+    /* Chunks stay aligned to position 0 and a row skips the chunks wholly before its
+     * window, so its chunks, and its result, are the same whatever tile it is in; inside
+     * the chunk where its window starts, the positions before the start are masked. */
+    for (int p0 = minlo / ATTN_CHUNK * ATTN_CHUNK; p0 < maxlen; p0 += ATTN_CHUNK) {
         int cmax = maxlen - p0 < ATTN_CHUNK ? maxlen - p0 : ATTN_CHUNK;
         chunk_rows(a, a->k_cache, table, p0, cmax, kvh, ks, kbuf, krows);
+#define ROW_SKIPS(i) (len[i] <= p0 || lo[i] >= p0 + ATTN_CHUNK)
         /* row r = (token i, head g): scores of the chunk */
         for (int r = 0; r < nr; r++) {
             int i = r / ng, g = r % ng, cn = len[i] - p0 < ATTN_CHUNK ? len[i] - p0 : ATTN_CHUNK;
-            if (cn <= 0) continue;
+            if (ROW_SKIPS(i)) continue;
             const float *qg = a->q + ((size_t)(t0 + i) * a->n_heads + h0 + g) * hd;
 #if defined(__AVX512F__)
             if (hd % 16 == 0) {
@@ -256,13 +263,14 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
             } else
 #endif
             for (int j = 0; j < cn; j++) s[r][j] = vec_dot_f32(qg, krows[j], hd) * a->scale;
+            for (int j = 0; j < lo[i] - p0; j++) s[r][j] = -INFINITY;   /* before the window */
         }
         /* the softmax update in its own pass: each row's is a chain of dependent
          * reductions, and rows next to each other in one loop overlap those latencies
          * (15% less attention time at 512 tokens than scoring and updating row by row) */
         for (int r = 0; r < nr; r++) {
             int i = r / ng, cn = len[i] - p0 < ATTN_CHUNK ? len[i] - p0 : ATTN_CHUNK;
-            if (cn <= 0) continue;
+            if (ROW_SKIPS(i)) continue;
 #if defined(__AVX512F__)
             /* one reduction instead of a chain of cn dependent scalar maxes, the latency
              * that bounded attention at long contexts; the same maximum (a signed zero
@@ -286,17 +294,20 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
              * (the usual case deep into a sequence) skips the call */
             corr[r] = cm == m[r] ? 1.0f : expf(m[r] - cm);
             l[r] = l[r] * corr[r] + attn_probs(s[r], cn, cm, pr[r]);
+            /* the vector exps clamp at e^-87, not 0: masked positions get exactly 0 (their
+             * e^-87 in l is far below l's last bit, since l >= 1) */
+            for (int j = 0; j < lo[i] - p0; j++) pr[r][j] = 0.0f;
             m[r] = cm;
         }
         chunk_rows(a, a->v_cache, table, p0, cmax, kvh, vs, vbuf, vrows);
         /* acc = acc * corr + sum_j p_j v_j, 16 dims at a time kept in a register */
         for (int r = 0; r < nr; r++) {
             int cn = len[r / ng] - p0 < ATTN_CHUNK ? len[r / ng] - p0 : ATTN_CHUNK;
-            if (cn <= 0) continue;
+            if (ROW_SKIPS(r / ng)) continue;
             float *ag = acc + (size_t)r * hd;
 #if defined(__AVX512F__)
             int full4 = hd % 64 == 0 && r + 4 <= nr;
-            for (int k = 0; k < 4 && full4; k++) full4 = len[(r + k) / ng] - p0 >= ATTN_CHUNK;
+            for (int k = 0; k < 4 && full4; k++) full4 = len[(r + k) / ng] - p0 >= ATTN_CHUNK && !ROW_SKIPS((r + k) / ng);
             if (full4) {   /* rows r..r+3 all take a full chunk */
                 float *a4[4] = {ag, ag + hd, ag + 2 * hd, ag + 3 * hd};
                 const float *p4[4] = {pr[r], pr[r + 1], pr[r + 2], pr[r + 3]};
@@ -333,6 +344,7 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
             }
 #endif
         }
+#undef ROW_SKIPS
     }
     for (int r = 0; r < nr; r++) {
         float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
@@ -343,24 +355,25 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
 
 static attn_args attn_make(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
                            const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
-                           int n_kv_heads, int head_dim, int block_size, float scale, float *out) {
+                           int n_kv_heads, int head_dim, int block_size, float scale, int window, float *out) {
     return (attn_args){q, k_cache, v_cache, kv_dtype, k_scale, v_scale, b, n_heads, n_kv_heads, head_dim, block_size,
-                       scale, kv_dtype_row_bytes(kv_dtype, (size_t)n_kv_heads * head_dim),
+                       scale, window, kv_dtype_row_bytes(kv_dtype, (size_t)n_kv_heads * head_dim),
                        kv_dtype_row_bytes(kv_dtype, (size_t)head_dim), out};
 }
 
 void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
                          const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
-                         int n_kv_heads, int head_dim, int block_size, float scale, float *out) {
+                         int n_kv_heads, int head_dim, int block_size, float scale, int window, float *out) {
     const attn_args a = attn_make(q, k_cache, v_cache, kv_dtype, k_scale, v_scale, b, n_heads, n_kv_heads, head_dim,
-                                  block_size, scale, out);
+                                  block_size, scale, window, out);
     const int group = n_heads / n_kv_heads, gmax = attn_gmax(head_dim);
     const int nsub = (group + gmax - 1) / gmax, ng0 = group < gmax ? group : gmax;
     const int nt = attn_tile_tokens(ng0, head_dim), n = b->n_tokens, ntiles = (n + nt - 1) / nt;
     /* Work in q.k products; a single decode token over a short context is cheaper than
      * waking the team (and its kv-head tasks split unevenly over 2 threads anyway). */
     double work = 0;
-    for (int t = 0; t < n; t++) work += (double)(b->positions[t] + 1) * n_heads * head_dim;
+    for (int t = 0; t < n; t++)
+        work += (double)(window > 0 && b->positions[t] >= window ? window : b->positions[t] + 1) * n_heads * head_dim;
 #pragma omp parallel for collapse(3) schedule(dynamic, 1) if (work > (double)(1 << 20))
     for (int ti = 0; ti < ntiles; ti++)
         for (int kvh = 0; kvh < n_kv_heads; kvh++)
@@ -379,9 +392,10 @@ void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cach
 
 void cpu_paged_attention_part(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
                               const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
-                              int n_kv_heads, int head_dim, int block_size, float scale, int u0, int u1, float *out) {
+                              int n_kv_heads, int head_dim, int block_size, float scale, int window, int u0, int u1,
+                              float *out) {
     const attn_args a = attn_make(q, k_cache, v_cache, kv_dtype, k_scale, v_scale, b, n_heads, n_kv_heads, head_dim,
-                                  block_size, scale, out);
+                                  block_size, scale, window, out);
     const int group = n_heads / n_kv_heads, gmax = attn_gmax(head_dim);
     for (int u = u0; u < u1;) {
         int t = u / n_heads, h0 = u % n_heads, kvh = h0 / group;

@@ -140,6 +140,7 @@ static void cpu_destroy(llmi_backend *b) {
         free(im->x); free(im->xn); free(im->q); free(im->k); free(im->v); free(im->att);
         free(im->delta); free(im->gate); free(im->up); free(im->lg); free(im->inv_freq);
         free(im->rope_cs); free(im->rope_sn);
+        free(im->inv_freq_local); free(im->rope_cs_local); free(im->rope_sn_local);
         free(im->seq_maxpos); free(im->kv); free(im->mm_scratch); free(im->kv_scale);
         cpu_step_destroy(im->step);
         for (int i = 0; im->packed && i <= b->model->cfg.n_layers * CPU_W_PER_LAYER; i++) free(im->packed[i].t.owned);
@@ -191,6 +192,7 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
     double ctx_sum = 0;   /* sum over tokens of attended positions, for attention stats */
     for (int i = 0; i < n; i++) ctx_sum += bt->positions[i] + 1;
     cpu_rope_table(bt->positions, n, hd, im->inv_freq, im->rope_cs, im->rope_sn);
+    if (c->rope_theta_local > 0) cpu_rope_table(bt->positions, n, hd, im->inv_freq_local, im->rope_cs_local, im->rope_sn_local);
     int rc = 0;
     *stopped = false;
 #define TAP(l, t, x, w)                                             \
@@ -228,14 +230,16 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
             prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, qd + kvd, false, sizeof(float)));
         }
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
-        cpu_rope_kv_write_table(im->q, im->k, im->v, im->rope_cs, im->rope_sn, bt->slot_mapping, n, nh, nkv, hd, kc,
+        const bool local = config_layer_rope_local(c, l);
+        cpu_rope_kv_write_table(im->q, im->k, im->v, local ? im->rope_cs_local : im->rope_cs,
+                                local ? im->rope_sn_local : im->rope_sn, bt->slot_mapping, n, nh, nkv, hd, kc,
                                 vc, b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,
                                 im->kv_scale + ((size_t)l * 2 + 1) * nkv);
         prof(b, LLMI_OP_ROPE_KV, t0, cost_rope_kv(n, qd, kvd, esz));
 
         cpu_paged_attention(im->q, kc, vc, b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,
                             im->kv_scale + ((size_t)l * 2 + 1) * nkv, bt, nh, nkv, hd, b->opts.block_size,
-                            1.0f / sqrtf((float)hd), im->att);
+                            config_attn_scale(c), config_layer_window(c, l), im->att);
         prof(b, LLMI_OP_ATTN, t0, cost_attention(ctx_sum, n, qd, kvd, esz, sizeof(float)));
         TAP(l, LLMI_TAP_O_IN, im->att, qd);
 
@@ -243,6 +247,10 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
         const llmi_tensor *wo[1] = {W[CPU_W_O]};
         cpu_matmul_multi(1, wo, im->att, n, bo, &im->delta, im->mm_scratch, im->mm_scratch_bytes);
         prof(b, LLMI_OP_O_PROJ, t0, mm_cost(W[CPU_W_O], n));
+        if (L->post_attn_norm) {   /* Gemma 3: the sub-block's output is normed before the residual add */
+            cpu_rmsnorm(im->delta, L->post_attn_norm, n, dim, c->norm_eps, im->delta);
+            prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, false, sizeof(float)));
+        }
 
         cpu_add_rmsnorm(im->x, im->delta, L->ffn_norm, n, dim, c->norm_eps, im->xn);
         prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, true, sizeof(float)));
@@ -253,12 +261,17 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
         cpu_matmul_multi(2, gu_w, im->xn, n, NULL, gu_y, im->mm_scratch, im->mm_scratch_bytes);
         prof(b, LLMI_OP_MLP_UP, t0, cost_sum(mm_cost(W[CPU_W_GATE], n), mm_cost(W[CPU_W_UP], n)));
 
-        cpu_swiglu(im->gate, im->up, n, ffn, im->gate);
+        if (c->act == LLMI_ACT_GELU_TANH) cpu_geglu(im->gate, im->up, n, ffn, im->gate);
+        else cpu_swiglu(im->gate, im->up, n, ffn, im->gate);
         prof(b, LLMI_OP_ACT, t0, cost_swiglu(n, ffn, sizeof(float)));
         TAP(l, LLMI_TAP_DOWN_IN, im->gate, ffn);
 
         cpu_matmul_1(im, W[CPU_W_DOWN], im->gate, n, im->delta);
         prof(b, LLMI_OP_MLP_DOWN, t0, mm_cost(W[CPU_W_DOWN], n));
+        if (L->post_ffn_norm) {
+            cpu_rmsnorm(im->delta, L->post_ffn_norm, n, dim, c->norm_eps, im->delta);
+            prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, false, sizeof(float)));
+        }
         *pending = true;
     }
 #undef TAP
@@ -288,6 +301,7 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
     double t0 = omp_get_wtime();
 
     cpu_embed(&m->tok_embd, bt->tokens, n, im->x);
+    if (config_embed_scale(c) != 1.0f) cpu_scale(im->x, (size_t)n * dim, config_embed_scale(c));
     prof(b, LLMI_OP_EMBED, &t0, cost_embed(n, dim, (double)m->tok_embd.row_bytes, sizeof(float)));
     bool pending = false, stopped = false;
     int rc = run_layers(b, bt, 0, c->n_layers, &pending, &stopped, &t0, st);
@@ -322,6 +336,7 @@ static int cpu_forward_layers(llmi_backend *b, const llmi_batch *bt, llmi_layer_
     double t0 = omp_get_wtime();
     if (run->embed) {
         cpu_embed(&m->tok_embd, bt->tokens, n, im->x);
+        if (config_embed_scale(&m->cfg) != 1.0f) cpu_scale(im->x, (size_t)n * dim, config_embed_scale(&m->cfg));
         prof(b, LLMI_OP_EMBED, &t0, cost_embed(n, dim, (double)m->tok_embd.row_bytes, sizeof(float)));
     } else {
         memcpy(im->x, run->hidden, (size_t)n * dim * sizeof(float));
@@ -366,14 +381,17 @@ static void read_cpu_name(char *dst, size_t cap) {
 }
 
 /* Workspace sizes for T batch tokens: floats of x, xn, q, k, v, att, delta, gate, up, lg,
- * inv_freq, rope_cs, rope_sn (the order of cpu_impl), then the matmul scratch in bytes. */
-enum { CPU_WS_COUNT = 14 };
+ * inv_freq, rope_cs, rope_sn, and the local RoPE's three (16 floats without one) (the order
+ * of cpu_impl), then the matmul scratch in bytes. */
+enum { CPU_WS_COUNT = 17 };
 static void cpu_ws_sizes(const llmi_config *c, int max_batch_tokens, size_t sz[CPU_WS_COUNT]) {
     size_t T = (size_t)max_batch_tokens;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    const bool local = c->rope_theta_local > 0;
     size_t f[CPU_WS_COUNT - 1] = {T * c->dim, T * c->dim, T * qd, T * kvd, T * kvd, T * qd, T * c->dim,
                                   T * c->ffn_dim, T * c->ffn_dim, T * c->dim, (size_t)c->head_dim / 2,
-                                  T * c->head_dim / 2, T * c->head_dim / 2};
+                                  T * c->head_dim / 2, T * c->head_dim / 2, local ? (size_t)c->head_dim / 2 : 16,
+                                  local ? T * c->head_dim / 2 : 16, local ? T * c->head_dim / 2 : 16};
     memcpy(sz, f, sizeof f);
     int64_t widest = c->dim > c->ffn_dim ? c->dim : c->ffn_dim;
     if ((int64_t)qd > widest) widest = (int64_t)qd;
@@ -428,7 +446,8 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     cpu_ws_sizes(c, o->max_batch_tokens, sz);
     int fail = 0;
     float **ws[CPU_WS_COUNT - 1] = {&im->x, &im->xn, &im->q, &im->k, &im->v, &im->att, &im->delta, &im->gate, &im->up,
-                                    &im->lg, &im->inv_freq, &im->rope_cs, &im->rope_sn};
+                                    &im->lg, &im->inv_freq, &im->rope_cs, &im->rope_sn, &im->inv_freq_local,
+                                    &im->rope_cs_local, &im->rope_sn_local};
     for (int i = 0; i < CPU_WS_COUNT - 1; i++) *ws[i] = ws_alloc(im, sz[i], &fail);
     im->seq_maxpos = calloc((size_t)o->max_seqs, sizeof(int32_t));
     size_t n_scales = (size_t)c->n_layers * 2 * c->n_kv_heads;
@@ -452,6 +471,7 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
         }
     }
     backend_rope_inv_freq(c, im->inv_freq);
+    if (c->rope_theta_local > 0) backend_rope_inv_freq_local(c, im->inv_freq_local);
     if (cpu_weights_refresh(b, st)) {   /* packed now, so the first forward's TTFT does not pay for it */
         cpu_destroy(b);
         return st->code;

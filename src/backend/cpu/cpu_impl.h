@@ -38,6 +38,8 @@ typedef struct cpu_impl {
     float *inv_freq; /* (head_dim/2) */
     float *rope_cs;  /* (max_tokens, head_dim/2) cos of each batch token's RoPE angles, shared by the layers */
     float *rope_sn;  /* (max_tokens, head_dim/2) sin of the same */
+    float *inv_freq_local, *rope_cs_local, *rope_sn_local;   /* the same three for the sliding layers'
+                                                                 RoPE (rope_theta_local > 0), else unused */
     int32_t *seq_maxpos; /* (max_seqs) highest position a batch touches per sequence */
     void *mm_scratch;    /* quantized activations of one matmul: cpu_matmul_scratch_bytes(max_tokens, widest in) */
     size_t mm_scratch_bytes;

@@ -123,22 +123,32 @@ void cpu_rope_kv_write_heads(float *k, const float *v, const float *cs, const fl
                              const float *k_scale, const float *v_scale);
 
 /* out (n_tokens, n_heads * head_dim) = causal attention of each token's q over its
- * sequence's cached K/V positions [0, positions[i]] through the batch's block tables,
+ * sequence's cached K/V positions [0, positions[i]] through the batch's block tables (with
+ * window > 0 only the last window of them: [positions[i] - window + 1, positions[i]]),
  * the cache dequantized to fp32 first (fp8 times k_scale / v_scale (n_kv_heads), NULL = 1).
  * GQA: head h reads kv head h / (n_heads / n_kv_heads).  scale = 1/sqrt(head_dim). */
 void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
                          const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
-                         int n_kv_heads, int head_dim, int block_size, float scale, float *out);
+                         int n_kv_heads, int head_dim, int block_size, float scale, int window, float *out);
 
 /* The same for the (token, head) units [u0, u1) only (unit u = token u / n_heads, head
  * u % n_heads) on the calling thread: a share of one step's attention. */
 void cpu_paged_attention_part(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
                               const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
-                              int n_kv_heads, int head_dim, int block_size, float scale, int u0, int u1, float *out);
+                              int n_kv_heads, int head_dim, int block_size, float scale, int window, int u0, int u1,
+                              float *out);
 
 /* out (n, d) = silu(gate) * up;  gate, up (n, d). */
 void cpu_swiglu(const float *gate, const float *up, int n, int d, float *out);
 /* Elements [i0, i1) of the same on the calling thread. */
 void cpu_swiglu_range(const float *gate, const float *up, size_t i0, size_t i1, float *out);
+/* out (n, d) = gelu_tanh(gate) * up (Gemma's GeGLU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))));
+ * and elements [i0, i1) of it on the calling thread. */
+void cpu_geglu(const float *gate, const float *up, int n, int d, float *out);
+void cpu_geglu_range(const float *gate, const float *up, size_t i0, size_t i1, float *out);
+/* The model's gated activation (cfg.act) of elements [i0, i1). */
+void cpu_glu_range(llmi_act act, const float *gate, const float *up, size_t i0, size_t i1, float *out);
+/* x (n) *= s, in place (Gemma's embedding scale). */
+void cpu_scale(float *x, size_t n, float s);
 
 #endif

@@ -216,6 +216,19 @@ static void qkv_split(const llmi_config *c, int id, int T, int64_t *q0, int64_t 
     *q1 = start[1];
 }
 
+/* x += post_norm(delta) where the model has one (Gemma 3's sandwich norm of the previous
+ * sub-block's output, post_w; else delta as it is), then xn = norm(x) * w: one row,
+ * numbers equal to run_layers' (which norms delta in place first). */
+static void add_norm_row(float *x, const float *delta, const float *post_w, const float *w, int dim, float eps,
+                         float *xn) {
+    if (post_w) {
+        cpu_rmsnorm_row(delta, post_w, dim, eps, xn);
+        cpu_add_rmsnorm_row(x, xn, w, dim, eps, xn);
+    } else {
+        cpu_add_rmsnorm_row(x, delta, w, dim, eps, xn);
+    }
+}
+
 static void step_run(const step_ctx *cx) {
     llmi_backend *b = cx->b;
     cpu_impl *im = b->impl;
@@ -242,7 +255,10 @@ static void step_run(const step_ctx *cx) {
 #define SUB_END() do { if (pr) sub_s = omp_get_wtime() - sub0; } while (0)
 #define PROF_SUB(cls, cost) do { if (pr) { op_stats_add(&b->stats, (cls), sub_s, (cost)); t0 += sub_s; } } while (0)
 
-    for (int t = 0; t < n; t++) tensor_dequant_row(&m->tok_embd, bt->tokens[t], th->x + (size_t)t * dim);
+    for (int t = 0; t < n; t++) {
+        tensor_dequant_row(&m->tok_embd, bt->tokens[t], th->x + (size_t)t * dim);
+        if (config_embed_scale(c) != 1.0f) cpu_scale(th->x + (size_t)t * dim, (size_t)dim, config_embed_scale(c));
+    }
     PROF(LLMI_OP_EMBED, cost_embed(n, dim, (double)m->tok_embd.row_bytes, sizeof(float)));
 
     int64_t q0, q1, kh0, kh1, u0, u1, o0, o1, f0, f1;
@@ -256,11 +272,13 @@ static void step_run(const step_ctx *cx) {
         const llmi_tensor *const *W = im->lw + (size_t)l * CPU_W_PER_LAYER;   /* packed where they pack */
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
         const float *ks = im->kv_scale + (size_t)l * 2 * nkv, *vs = ks + nkv;
+        const bool local = config_layer_rope_local(c, l);
+        const float *rcs = local ? im->rope_cs_local : im->rope_cs, *rsn = local ? im->rope_sn_local : im->rope_sn;
 
         /* 1: (residual add +) attn norm, q rows, this thread's kv heads roped into the cache */
         for (int t = 0; t < n; t++) {
             float *x = th->x + (size_t)t * dim, *xn = th->xn + (size_t)t * dim;
-            if (l > 0) cpu_add_rmsnorm_row(x, im->delta + (size_t)t * dim, L->attn_norm, dim, eps, xn);
+            if (l > 0) add_norm_row(x, im->delta + (size_t)t * dim, m->layers[l - 1].post_ffn_norm, L->attn_norm, dim, eps, xn);
             else cpu_rmsnorm_row(x, L->attn_norm, dim, eps, xn);
         }
         PROF(LLMI_OP_NORM, cost_rmsnorm(n, dim, l > 0, sizeof(float)));
@@ -272,8 +290,8 @@ static void step_run(const step_ctx *cx) {
         for (int t = 0; t < n && kh0 < kh1 && L->k_norm; t++)   /* Qwen3: k heads normalised before RoPE */
             cpu_head_rmsnorm(im->k + (size_t)t * kvd, kvd, 1, (int)kh0, (int)kh1, hd, L->k_norm, eps);
         for (int t = 0; t < n && kh0 < kh1; t++)
-            cpu_rope_kv_write_heads(im->k + (size_t)t * kvd, im->v + (size_t)t * kvd, im->rope_cs + (size_t)t * half,
-                                    im->rope_sn + (size_t)t * half, bt->slot_mapping[t], (int)kh0, (int)kh1, nkv, hd,
+            cpu_rope_kv_write_heads(im->k + (size_t)t * kvd, im->v + (size_t)t * kvd, rcs + (size_t)t * half,
+                                    rsn + (size_t)t * half, bt->slot_mapping[t], (int)kh0, (int)kh1, nkv, hd,
                                     kc, vc, b->opts.kv_dtype, ks, vs);
         SUB_END();
         bar_wait(&s->bar, T, s->spin_ns);
@@ -284,12 +302,11 @@ static void step_run(const step_ctx *cx) {
         for (int64_t u = u0; u < u1;) {
             int t = (int)(u / nh), h0 = (int)(u % nh), h1 = (int)(h0 + (u1 - u) < nh ? h0 + (u1 - u) : nh);
             if (L->q_norm) cpu_head_rmsnorm(im->q + (size_t)t * qd, qd, 1, h0, h1, hd, L->q_norm, eps);
-            cpu_rope_heads(im->q + (size_t)t * qd, im->rope_cs + (size_t)t * half, im->rope_sn + (size_t)t * half, h0,
-                           h1, hd);
+            cpu_rope_heads(im->q + (size_t)t * qd, rcs + (size_t)t * half, rsn + (size_t)t * half, h0, h1, hd);
             u += h1 - h0;
         }
         cpu_paged_attention_part(im->q, kc, vc, b->opts.kv_dtype, ks, vs, bt, nh, nkv, hd, b->opts.block_size,
-                                 1.0f / sqrtf((float)hd), (int)u0, (int)u1, im->att);
+                                 config_attn_scale(c), config_layer_window(c, l), (int)u0, (int)u1, im->att);
         bar_wait(&s->bar, T, s->spin_ns);
         PROF(LLMI_OP_ATTN, cost_attention(ctx_sum, n, qd, kvd, esz, sizeof(float)));
 
@@ -301,16 +318,16 @@ static void step_run(const step_ctx *cx) {
 
         /* 4: residual add + ffn norm, gate/up rows, SwiGLU on them (in place in gate) */
         for (int t = 0; t < n; t++)
-            cpu_add_rmsnorm_row(th->x + (size_t)t * dim, im->delta + (size_t)t * dim, L->ffn_norm, dim, eps,
-                                th->xn + (size_t)t * dim);
+            add_norm_row(th->x + (size_t)t * dim, im->delta + (size_t)t * dim, L->post_attn_norm, L->ffn_norm, dim, eps,
+                         th->xn + (size_t)t * dim);
         PROF(LLMI_OP_NORM, cost_rmsnorm(n, dim, true, sizeof(float)));
         th->layout = -2;
         mm(th, W[CPU_W_GATE], th->xn, n, f0, f1, NULL, im->gate);
         mm(th, W[CPU_W_UP], th->xn, n, f0, f1, NULL, im->up);
         SUB_BEGIN();
         for (int t = 0; t < n; t++)
-            cpu_swiglu_range(im->gate + (size_t)t * ffn, im->up + (size_t)t * ffn, (size_t)f0, (size_t)f1,
-                             im->gate + (size_t)t * ffn);
+            cpu_glu_range(c->act, im->gate + (size_t)t * ffn, im->up + (size_t)t * ffn, (size_t)f0, (size_t)f1,
+                          im->gate + (size_t)t * ffn);
         SUB_END();
         bar_wait(&s->bar, T, s->spin_ns);
         PROF_SUB(LLMI_OP_ACT, cost_swiglu(n, ffn, sizeof(float)));
@@ -326,10 +343,16 @@ static void step_run(const step_ctx *cx) {
     /* the rows that need logits: final residual add and norm (each thread), lm_head slice */
     const int nl = bt->n_logits;
     if (nl <= 0) return;
+    const float *last_post = m->layers[c->n_layers - 1].post_ffn_norm;
     for (int i = 0; i < nl; i++) {
         size_t r = (size_t)bt->logit_rows[i] * dim;
         float *lg = th->xn + (size_t)i * dim;
-        for (int j = 0; j < dim; j++) lg[j] = th->x[r + j] + im->delta[r + j];
+        if (last_post) {
+            cpu_rmsnorm_row(im->delta + r, last_post, dim, eps, lg);
+            for (int j = 0; j < dim; j++) lg[j] = th->x[r + j] + lg[j];
+        } else {
+            for (int j = 0; j < dim; j++) lg[j] = th->x[r + j] + im->delta[r + j];
+        }
         cpu_rmsnorm_row(lg, m->out_norm, dim, eps, lg);
     }
     PROF(LLMI_OP_NORM, cost_rmsnorm(nl, dim, true, sizeof(float)));
@@ -350,6 +373,9 @@ void cpu_step_forward(llmi_backend *b, const llmi_batch *bt, float *logits) {
     cpu_step *s = im->step;
     step_pick_spin(s);
     cpu_rope_table(bt->positions, bt->n_tokens, b->model->cfg.head_dim, im->inv_freq, im->rope_cs, im->rope_sn);
+    if (b->model->cfg.rope_theta_local > 0)
+        cpu_rope_table(bt->positions, bt->n_tokens, b->model->cfg.head_dim, im->inv_freq_local, im->rope_cs_local,
+                       im->rope_sn_local);
 #pragma omp parallel num_threads(s->n_threads)
     {
         /* a smaller team than asked for (a thread limit) runs on thread 0 alone */

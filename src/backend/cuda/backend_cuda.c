@@ -70,7 +70,7 @@ typedef struct cuda_linear {
 typedef struct cuda_layer_src {
     const void *w[7];         /* data of q, k, v, o, gate, up, down */
     llmi_dtype dt[7];
-    const float *f[8];        /* attn_norm, ffn_norm, q_norm, k_norm, bq, bk, bv, bo */
+    const float *f[10];       /* attn_norm, ffn_norm, q_norm, k_norm, post_attn_norm, post_ffn_norm, bq, bk, bv, bo */
 } cuda_layer_src;
 
 /* The parts of a layer that are uploaded (and replaced) on their own: a quantizer step
@@ -83,6 +83,7 @@ typedef struct cuda_layer {
     float *attn_norm;         /* (dim) */
     float *ffn_norm;          /* (dim) */
     float *q_norm, *k_norm;   /* (head_dim) each, or NULL without qk_norm (Qwen3) */
+    float *post_attn_norm, *post_ffn_norm;   /* (dim) each, or NULL without post_norms (Gemma 3) */
     cuda_linear qkv[3];       /* [0] is (q_dim + 2*kv_dim, dim), wq rows then wk then wv, dense
                                  or int4; int4 parts that cannot stack: q, k, v, each writing
                                  its columns of the qkv buffer */
@@ -127,6 +128,8 @@ typedef struct cuda_impl {
     void *lm_head;            /* (n_vocab, dim) bf16; == tok_embd when tied */
     float *out_norm;          /* (dim) */
     float *inv_freq;          /* (head_dim/2) */
+    float *inv_freq_local;    /* (head_dim/2) the sliding layers' (config_layer_rope_local), or NULL
+                                 without rope_theta_local */
     void *i4_scratch;         /* (i4_scratch_cap) bf16: an int4 weight dequantized for a prefill GEMM */
     size_t i4_scratch_elems;  /* the largest int4 linear uploaded (a stacked group whole) */
     size_t i4_scratch_cap;
@@ -290,7 +293,8 @@ static void layer_part_free(cuda_layer *L, cuda_layer_part p) {
     switch (p) {
     case LP_NORMS:
         dfree(L->attn_norm), dfree(L->ffn_norm), dfree(L->q_norm), dfree(L->k_norm);
-        L->attn_norm = L->ffn_norm = L->q_norm = L->k_norm = NULL;
+        dfree(L->post_attn_norm), dfree(L->post_ffn_norm);
+        L->attn_norm = L->ffn_norm = L->q_norm = L->k_norm = L->post_attn_norm = L->post_ffn_norm = NULL;
         break;
     case LP_QKV:
         for (int i = 0; i < 3; i++) linear_free(&L->qkv[i]);
@@ -336,7 +340,8 @@ static void cuda_destroy(llmi_backend *b) {
         }
         if (im->lm_head != im->tok_embd) dfree(im->lm_head);
         if (im->refresh_up_ready) uploader_free(&im->refresh_up);
-        dfree(im->tok_embd); dfree(im->out_norm); dfree(im->inv_freq); dfree(im->kv); dfree(im->i4_scratch);
+        dfree(im->tok_embd); dfree(im->out_norm); dfree(im->inv_freq); dfree(im->inv_freq_local); dfree(im->kv);
+        dfree(im->i4_scratch);
         dfree(im->x); dfree(im->xn); dfree(im->qkv); dfree(im->att); dfree(im->delta); dfree(im->gu);
         dfree(im->act); dfree(im->lgn); dfree(im->logits); dfree(im->attn_work); dfree(im->meta_d);
         hfree(im->meta_h);
@@ -373,6 +378,11 @@ static int check_model(const llmi_model *m, llmi_status *st) {
     if (c->n_heads / c->n_kv_heads > 64)
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: %d query heads per KV head is more than the 64 supported",
                          c->n_heads / c->n_kv_heads);
+    if (c->act != LLMI_ACT_SILU && c->act != LLMI_ACT_GELU_TANH)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: MLP activation %d is neither SwiGLU nor GeGLU",
+                         (int)c->act);
+    if (c->sliding_window < 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: sliding window %d is negative", c->sliding_window);
     return 0;
 }
 
@@ -665,10 +675,11 @@ static size_t weights_needed(const llmi_model *m, bool tied, size_t *i4_max_elem
             if (i4 && elems > *i4_max_elems) *i4_max_elems = elems;
         }
         total += 2 * dim * 4 + (c->qkv_bias ? ((size_t)c->n_heads + 2 * (size_t)c->n_kv_heads) * c->head_dim * 4 : 0) +
-                 (L->q_norm ? (size_t)c->head_dim * 4 : 0) + (L->k_norm ? (size_t)c->head_dim * 4 : 0);
+                 (L->q_norm ? (size_t)c->head_dim * 4 : 0) + (L->k_norm ? (size_t)c->head_dim * 4 : 0) +
+                 (L->post_attn_norm ? dim * 4 : 0) + (L->post_ffn_norm ? dim * 4 : 0);
     }
     size_t embd = (size_t)c->n_vocab * dim * WDT_BYTES;
-    return total + embd * (tied ? 1 : 2) + dim * 4 + (size_t)c->head_dim * 2;
+    return total + embd * (tied ? 1 : 2) + dim * 4 + (size_t)c->head_dim * 2 * (c->rope_theta_local > 0 ? 2 : 1);
 }
 
 static size_t workspace_needed(const llmi_config *c, size_t T, size_t attn_floats, size_t i4_elems) {
@@ -688,14 +699,15 @@ static cuda_layer_src layer_src(const llmi_layer *L) {
         s.w[i] = ts[i]->data;
         s.dt[i] = ts[i]->dtype;
     }
-    const float *f[8] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->bq, L->bk, L->bv, L->bo};
+    const float *f[10] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->post_attn_norm, L->post_ffn_norm,
+                          L->bq, L->bk, L->bv, L->bo};
     memcpy(s.f, f, sizeof f);
     return s;
 }
 
 /* The linears (first index, count in layer_src's w) and floats (f) of each part. */
 static const struct { int w0, nw, f0, nf; } layer_part_src[LP_COUNT] = {
-    [LP_NORMS] = {0, 0, 0, 4}, [LP_QKV] = {0, 3, 4, 3}, [LP_O] = {3, 1, 7, 1}, [LP_GU] = {4, 2, 0, 0},
+    [LP_NORMS] = {0, 0, 0, 6}, [LP_QKV] = {0, 3, 6, 3}, [LP_O] = {3, 1, 9, 1}, [LP_GU] = {4, 2, 0, 0},
     [LP_DOWN] = {6, 1, 0, 0}};
 
 static bool layer_part_same(const cuda_layer_src *a, const cuda_layer_src *b, cuda_layer_part p) {
@@ -720,6 +732,8 @@ static int upload_layer_part(cuda_impl *im, uploader *u, const llmi_config *c, c
         if (!rc) rc = upload_floats(im, &D->ffn_norm, L->ffn_norm, dim, st);
         if (!rc && L->q_norm) rc = upload_floats(im, &D->q_norm, L->q_norm, (size_t)c->head_dim, st);
         if (!rc && L->k_norm) rc = upload_floats(im, &D->k_norm, L->k_norm, (size_t)c->head_dim, st);
+        if (!rc && L->post_attn_norm) rc = upload_floats(im, &D->post_attn_norm, L->post_attn_norm, dim, st);
+        if (!rc && L->post_ffn_norm) rc = upload_floats(im, &D->post_ffn_norm, L->post_ffn_norm, dim, st);
         break;
     case LP_QKV:
         rc = upload_linears(im, u, qkv, 3, D->qkv, &D->n_qkv, st);
@@ -812,12 +826,20 @@ static int alloc_workspaces(cuda_impl *im, const llmi_config *c, llmi_status *st
     im->lp_slot = malloc(T * sizeof(int32_t));
     if (!im->plan_dec || !im->plan_tiles || !im->seq_maxpos || !im->lp_slot)
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
-    float *h = malloc((size_t)c->head_dim / 2 * sizeof(float));
+    /* the RoPE tables: the model's, and the sliding layers' own where they have one (Gemma 3) */
+    const size_t half = (size_t)c->head_dim / 2;
+    float *h = malloc(2 * half * sizeof(float));
     if (!h) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
     backend_rope_inv_freq(c, h);
-    int rc = dalloc(im, (void **)&im->inv_freq, (size_t)c->head_dim / 2 * 4, a, st);
-    if (!rc && cudaMemcpyAsync(im->inv_freq, h, (size_t)c->head_dim / 2 * 4, cudaMemcpyHostToDevice, im->stream) != cudaSuccess)
+    const bool local = c->rope_theta_local > 0;
+    if (local) backend_rope_inv_freq_local(c, h + half);
+    int rc = dalloc(im, (void **)&im->inv_freq, half * 4, a, st);
+    if (!rc && local) rc = dalloc(im, (void **)&im->inv_freq_local, half * 4, a, st);
+    if (!rc && (cudaMemcpyAsync(im->inv_freq, h, half * 4, cudaMemcpyHostToDevice, im->stream) != cudaSuccess ||
+                (local && cudaMemcpyAsync(im->inv_freq_local, h + half, half * 4, cudaMemcpyHostToDevice, im->stream) !=
+                              cudaSuccess)))
         rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: uploading RoPE frequencies: %s", cudaGetErrorString(cudaGetLastError()));
+    /* pageable sources: each copy returns once h is staged */
     free(h);
     return rc;
 }
@@ -959,7 +981,8 @@ static llmi_op_cost linears_cost(const cuda_linear *ws, int n_ws, int n) {
  * graph replay into its bucket's fixed region of gmeta_d, so a captured graph's kernel
  * arguments stay valid. */
 typedef struct fwd_plan {
-    int n, nl, n_dec, n_tiles, n_splits, max_blocks_per_seq;
+    int n, nl, n_dec, n_tiles, max_blocks_per_seq;
+    int n_splits, n_splits_win;   /* decode splits of the layers without and with a window (sliding_window) */
     const int32_t *tok, *pos, *slot, *seq, *bt, *lr, *dec, *tiles;   /* device */
     double ctx_sum;           /* attended positions summed over tokens (stats) */
     float *host_logits;       /* (nl, n_vocab) host: every logit row copied here, or NULL */
@@ -1020,6 +1043,18 @@ static int cuda_tap(llmi_backend *b, cuda_impl *im, int l, llmi_tap t, const voi
     return b->tap(b->tap_ctx, l, t, im->tap_h, n, width, st);
 }
 
+/* Gemma 3's sandwich norm: the sub-block's output rows im->delta (n, dim) RMS-normed in place
+ * by w before the residual add takes them (the next norm, the final norm before lm_head, or
+ * forward_layers' hidden output); nothing without w. */
+static int post_norm(llmi_backend *b, cuda_impl *im, const float *w, int n, llmi_status *st) {
+    if (!w) return 0;
+    const llmi_config *c = &b->model->cfg;
+    CU_CHECK(st, llmi_cuda_add_rmsnorm(im->delta, NULL, w, NULL, n, c->dim, c->norm_eps, im->delta, LLMI_F32,
+                                       im->stream));
+    MARK(LLMI_OP_NORM, cost_rmsnorm(n, c->dim, false, sizeof(float)));
+    return 0;
+}
+
 /* Decoder layers [first, last) over the plan's batch, on the residual stream in im->x:
  * layer `first` reads it as it is, each later one adds the previous layer's output
  * (im->delta) inside its first norm, and the last layer's stays in im->delta.  Taps (only
@@ -1061,18 +1096,21 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
 
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
         /* fp8 scales NULL = 1 in rope_kv and attention, as the CPU backend's fixed kv_scale */
+        const float *inv_freq = config_layer_rope_local(c, l) ? im->inv_freq_local : im->inv_freq;
         CU_CHECK(st, llmi_cuda_rope_kv(im->qkv, W, im->qkv + qd, W, im->qkv + qd + kvd, W, f->pos, f->slot, n, nh, nkv,
-                                       hd, im->inv_freq, kc, vc, b->opts.kv_dtype, NULL, NULL, im->stream));
+                                       hd, inv_freq, kc, vc, b->opts.kv_dtype, NULL, NULL, im->stream));
         MARK(LLMI_OP_ROPE_KV, cost_rope_kv(n, qd, kvd, esz));
 
+        const int window = config_layer_window(c, l);   /* the whole context's K/V stays; the kernels skip it */
         llmi_cuda_attn a = {
             .q = im->qkv, .q_stride = W, .k_cache = kc, .v_cache = vc, .kv_dt = b->opts.kv_dtype,
             .positions = f->pos, .seq_of_token = f->seq, .block_tables = f->bt,
             .max_blocks_per_seq = f->max_blocks_per_seq, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
-            .block_size = b->opts.block_size, .scale = 1.0f / sqrtf((float)hd), .out = im->att, .out_stride = qd,
-            .out_dt = WDT, .decode_tc = im->decode_tc, .tiles_async = im->tiles_async,
+            .block_size = b->opts.block_size, .scale = config_attn_scale(c), .window = window, .out = im->att,
+            .out_stride = qd, .out_dt = WDT, .decode_tc = im->decode_tc, .tiles_async = im->tiles_async,
         };
-        CU_CHECK(st, llmi_cuda_attn_decode(&a, f->dec, f->n_dec, f->n_splits, im->attn_work, im->stream));
+        CU_CHECK(st, llmi_cuda_attn_decode(&a, f->dec, f->n_dec, window ? f->n_splits_win : f->n_splits, im->attn_work,
+                                           im->stream));
         CU_CHECK(st, llmi_cuda_attn_prefill(&a, f->tiles, f->n_tiles, im->stream));
         MARK(LLMI_OP_ATTN, cost_attention(f->ctx_sum, n, qd, kvd, esz, e));
         TAP(l, LLMI_TAP_O_IN, im->att, qd);
@@ -1080,6 +1118,7 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
         if (linear_run(im, &L->wo, im->att, n, im->delta, dim, st)) return st->code;
         if (L->b_o) CU_CHECK(st, llmi_cuda_add_bias(im->delta, dim, L->b_o, n, dim, im->stream));
         MARK(LLMI_OP_O_PROJ, linears_cost(&L->wo, 1, n));
+        if (post_norm(b, im, L->post_attn_norm, n, st)) return st->code;
 
         CU_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, L->ffn_norm, NULL, n, dim, c->norm_eps, im->xn, WDT,
                                            im->stream));
@@ -1089,12 +1128,16 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
         if (linears_run(im, L->gu, L->n_gu, im->xn, n, im->gu, 2 * ffn, st)) return st->code;
         MARK(LLMI_OP_MLP_UP, linears_cost(L->gu, L->n_gu, n));
 
-        CU_CHECK(st, llmi_cuda_swiglu(im->gu, im->gu + ffn, 2 * ffn, n, ffn, im->act, WDT, im->stream));
+        if (c->act == LLMI_ACT_GELU_TANH)
+            CU_CHECK(st, llmi_cuda_geglu(im->gu, im->gu + ffn, 2 * ffn, n, ffn, im->act, WDT, im->stream));
+        else
+            CU_CHECK(st, llmi_cuda_swiglu(im->gu, im->gu + ffn, 2 * ffn, n, ffn, im->act, WDT, im->stream));
         MARK(LLMI_OP_ACT, cost_swiglu(n, ffn, e));
         TAP(l, LLMI_TAP_DOWN_IN, im->act, ffn);
 
         if (linear_run(im, &L->down, im->act, n, im->delta, dim, st)) return st->code;
         MARK(LLMI_OP_MLP_DOWN, linears_cost(&L->down, 1, n));
+        if (post_norm(b, im, L->post_ffn_norm, n, st)) return st->code;
     }
 #undef TAP
     return 0;
@@ -1107,7 +1150,8 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
     const int n = f->n, dim = c->dim;
     const size_t e = WDT_BYTES;
 
-    CU_CHECK(st, llmi_cuda_embed(im->tok_embd, WDT, c->n_vocab, dim, f->tok, n, im->x, im->stream));
+    CU_CHECK(st, llmi_cuda_embed(im->tok_embd, WDT, c->n_vocab, dim, f->tok, n, config_embed_scale(c), im->x,
+                                 im->stream));
     MARK(LLMI_OP_EMBED, cost_embed(n, dim, (double)dim * e, sizeof(float)));
     bool stopped = false;
     if (layers_run(b, im, f, 0, c->n_layers, &stopped, st)) return st->code;
@@ -1136,8 +1180,10 @@ static int plan_batch(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, fwd_
     f->max_blocks_per_seq = bt->max_blocks_per_seq;
     int max_pos = 0;
     llmi_cuda_attn_plan(bt, c->head_dim, im->plan_dec, &f->n_dec, im->plan_tiles, &f->n_tiles, &max_pos);
-    f->n_splits = llmi_cuda_attn_splits(f->n_dec, c->n_kv_heads, c->n_heads, c->head_dim, max_pos, im->n_sms,
-                                       im->attn_work_floats);
+    f->n_splits = llmi_cuda_attn_splits(f->n_dec, c->n_kv_heads, c->n_heads, c->head_dim, max_pos, 0, im->n_sms,
+                                        im->attn_work_floats);
+    f->n_splits_win = llmi_cuda_attn_splits(f->n_dec, c->n_kv_heads, c->n_heads, c->head_dim, max_pos,
+                                            c->sliding_window, im->n_sms, im->attn_work_floats);
     for (int i = 0; i < n; i++) f->ctx_sum += bt->positions[i] + 1;
 
     /* one upload of every index array: tokens | positions | slots | seq_of_token |
@@ -1214,8 +1260,12 @@ static int graph_forward(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, c
     fwd_plan f = {.n = B, .nl = B, .n_dec = B, .n_tiles = 0, .max_blocks_per_seq = gm, .tok = d, .pos = d + B,
                   .slot = d + 2 * B, .seq = d + 3 * B, .lr = d + 4 * B, .dec = d + 5 * B, .bt = d + 6 * B,
                   .tiles = d};
-    f.n_splits = llmi_cuda_attn_splits(B, c->n_kv_heads, c->n_heads, c->head_dim, gm * b->opts.block_size - 1,
+    /* fixed per bucket, for the longest position the table stride allows (a window bounds
+     * the sliding layers' ranges at any position) */
+    f.n_splits = llmi_cuda_attn_splits(B, c->n_kv_heads, c->n_heads, c->head_dim, gm * b->opts.block_size - 1, 0,
                                        im->n_sms, im->attn_work_floats);
+    f.n_splits_win = llmi_cuda_attn_splits(B, c->n_kv_heads, c->n_heads, c->head_dim, gm * b->opts.block_size - 1,
+                                           c->sliding_window, im->n_sms, im->attn_work_floats);
     CU_CHECK(st, cudaMemcpyAsync(d, h, 3 * (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
     CU_CHECK(st, cudaMemcpy2DAsync(d + 6 * B, (size_t)gm * 4, tab, (size_t)W * 4, (size_t)W * 4, (size_t)B,
                                    cudaMemcpyHostToDevice, im->stream));
@@ -1405,7 +1455,8 @@ static int cuda_forward_layers(llmi_backend *b, const llmi_batch *bt, llmi_layer
                          dtype_name(hdt));
     run->overflow = 0;
     if (run->embed)
-        CU_CHECK(st, llmi_cuda_embed(im->tok_embd, WDT, c->n_vocab, dim, f.tok, n, im->x, im->stream));
+        CU_CHECK(st, llmi_cuda_embed(im->tok_embd, WDT, c->n_vocab, dim, f.tok, n, config_embed_scale(c), im->x,
+                                     im->stream));
     else if (run->hidden_device)
         CU_CHECK(st, llmi_cuda_to_f32(run->hidden_device, hdt, (int64_t)n * dim, im->x, im->stream));
     else
