@@ -48,7 +48,8 @@ def main():
             smol = t
         # Llama-2's template writes ' ' + answer.strip(): the answer as generated brings the space
         answer = " Hi there." if r["kind"] == "llama2" else "Hi there."
-        for system in ([None] if r["kind"] == "mistral" else [None, "You are terse."]):
+        no_system = r["kind"] == "mistral" or "System role not supported" in r["template"]   # Mistral, Gemma 2
+        for system in ([None] if no_system else [None, "You are terse."]):
             msgs = ([] if system is None else [{"role": "system", "content": system}]) + [
                 {"role": "user", "content": "Hello!"}, {"role": "assistant", "content": answer},
                 {"role": "user", "content": "And now?"}]

@@ -377,6 +377,52 @@ QWEN25_TEMPLATE_FILE = "models/templates/Qwen-Qwen2.5-7B-Instruct.jinja"
 QWEN3_TEMPLATE_FILE = "models/templates/Qwen-Qwen3-0.6B.jinja"
 
 
+# Gemma 3's chat template: google/gemma-3-4b-it's tokenizer_config.json (the same text in
+# gemma-3-1b-it and 27b-it), image parts included.
+GEMMA3_TEMPLATE = (
+    "{{ bos_token }}\n"
+    "{%- if messages[0]['role'] == 'system' -%}\n"
+    "    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\\n\\n' -%}\n"
+    "    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n"
+    "{%- else -%}\n"
+    "    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n"
+    "{%- endif -%}\n"
+    "{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+    "    {%- endif -%}\n"
+    "    {%- if (message['role'] == 'assistant') -%}\n"
+    "        {%- set role = \"model\" -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set role = message['role'] -%}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n"
+    "        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n"
+    "        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n"
+    "                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n"
+    "                {{ item['text'] | trim }}\n"
+    "            {%- endif -%}\n"
+    "        {%- endfor -%}\n"
+    "    {%- else -%}\n"
+    "        {{ raise_exception(\"Invalid content type\") }}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<end_of_turn>\\n' }}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "    {{'<start_of_turn>model\\n'}}\n"
+    "{%- endif -%}\n"
+)
+
+
 def render_chat(smol_template):
     import jinja2
 
@@ -393,14 +439,17 @@ def render_chat(smol_template):
     templates = [("chatml", "smollm2", smol_template, "", ""),
                  ("llama3", "llama3", LLAMA3_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>"),
                  ("llama2", "llama2", LLAMA2_TEMPLATE, "<s>", "</s>"),
-                 ("mistral", "mistral", MISTRAL_TEMPLATE, "<s>", "</s>")]
+                 ("mistral", "mistral", MISTRAL_TEMPLATE, "<s>", "</s>"),
+                 ("gemma", "gemma3", GEMMA3_TEMPLATE, "<bos>", "<eos>")]
     for kind, fn in (("chatml", QWEN25_TEMPLATE_FILE), ("chatml", QWEN3_TEMPLATE_FILE),
                      ("llama3", "models/templates/meta-llama-Llama-3.1-8B-Instruct.jinja"),
                      ("llama3", "models/templates/meta-llama-Llama-3.2-3B-Instruct.jinja"),
-                     ("llama3", "models/templates/meta-llama-Llama-3.3-70B-Instruct.jinja")):
+                     ("llama3", "models/templates/meta-llama-Llama-3.3-70B-Instruct.jinja"),
+                     ("gemma", "models/templates/google-gemma-2-2b-it.jinja")):
         p = os.path.join(LLAMACPP, fn)
         if os.path.exists(p):
-            bos, eos = ("<|begin_of_text|>", "<|eot_id|>") if kind == "llama3" else ("", "<|im_end|>")
+            bos, eos = (("<|begin_of_text|>", "<|eot_id|>") if kind == "llama3" else ("<bos>", "<eos>")
+                        if kind == "gemma" else ("", "<|im_end|>"))
             templates.append((kind, os.path.basename(fn), open(p, encoding="utf-8").read(), bos, eos))
     convs = [(None, "Hello!"), ("You are terse.", "What is 2+2?"), ("", "hi"),
              ("Multi\nline system.", "  spaced user text \n"), (None, "Unicode: 你好 🚀 é")]
@@ -408,7 +457,7 @@ def render_chat(smol_template):
     for kind, name, tpl, bos, eos in templates:
         t = env.from_string(tpl)
         for system, user in convs:
-            if kind == "mistral" and system is not None:
+            if (kind == "mistral" or name == "google-gemma-2-2b-it.jinja") and system is not None:
                 continue   # the template rejects a system message
             msgs = ([] if system is None else [{"role": "system", "content": system}]) + [
                 {"role": "user", "content": user}]

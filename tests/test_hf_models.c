@@ -23,6 +23,12 @@
 
 static const char *const hf_models[] = {"llama-gqa-rope3", "qwen2-bias-tied", "mistral-sharded", "llama-headdim",
                                         "llama-attn-bias", "qwen3-qknorm"};
+/* Gemma 3 (text): 6 layers, sliding windows of 8 keys on layers 0-4 with their own RoPE base,
+ * bf16 (and as llama.cpp's converter writes it); and 2 layers in transformers 5's config form
+ * with query_pre_attn_scalar != head_dim and linear rope scaling on the global layer, f32.
+ * Their tokenizer is Gemma's kind (SentencePiece-style BPE, no space prefix). */
+static const char *const hf_gemma[] = {"gemma3-swa", "gemma3-scaled"};
+#define HF_GEMMA3_GGUF "gemma3-swa.bf16.gguf"
 /* qwen3-qknorm as llama.cpp's convert_hf_to_gguf.py writes it (bf16, the same values). */
 #define HF_QWEN3_GGUF "qwen3-qknorm.bf16.gguf"
 /* llama-quantize's k-quant mixes of a tiny Qwen3 (hidden 256), whose references are
@@ -197,7 +203,7 @@ static void hf_check_model_on(test_ctx *t_, const char *name, const char *file, 
     CHECK_MSG(rc == 0, "model_load(%s): %s", dir, st.msg);
     if (rc) { hf_ref_free(&ref); return; }
     CHECK_MSG(m.cfg.n_vocab == ref.n_vocab, "%s: n_vocab %d, reference %d", name, m.cfg.n_vocab, ref.n_vocab);
-    CHECK(m.cfg.n_layers == 2 && (m.cfg.dim == 64 || m.cfg.dim == 256));
+    CHECK(m.cfg.n_layers <= 6 && (m.cfg.dim == 64 || m.cfg.dim == 256));
     llmi_backend_opts bo = {.n_threads = 2, .kv_dtype = cuda ? LLMI_KV_BF16 : LLMI_KV_F32, .block_size = HF_BLOCK,
                             .max_batch_tokens = HF_MAX_TOKENS, .max_seqs = 1, .gpu_mem_util = 0.5f};
     const bool loose = cuda || int8_act;
@@ -271,6 +277,9 @@ TEST(hf_llama_head_dim_vs_transformers) { hf_check_model(t_, hf_models[3]); }
 TEST(hf_llama_attention_bias_vs_transformers) { hf_check_model(t_, hf_models[4]); }
 TEST(hf_qwen3_qk_norm_vs_transformers) { hf_check_model(t_, hf_models[5]); }
 TEST(hf_qwen3_gguf_vs_transformers) { hf_check_model_on(t_, hf_models[5], HF_QWEN3_GGUF, false, false); }
+TEST(hf_gemma3_sliding_window_vs_transformers) { hf_check_model(t_, hf_gemma[0]); }
+TEST(hf_gemma3_scaled_v5_config_vs_transformers) { hf_check_model(t_, hf_gemma[1]); }
+TEST(hf_gemma3_gguf_vs_transformers) { hf_check_model_on(t_, hf_gemma[0], HF_GEMMA3_GGUF, false, false); }
 TEST(hf_gguf_q4_k_m_vs_transformers) { hf_check_kquant(t_, hf_kquant[0], false); }
 TEST(hf_gguf_q5_k_m_vs_transformers) { hf_check_kquant(t_, hf_kquant[1], false); }
 TEST(hf_gguf_q3_k_m_vs_transformers) { hf_check_kquant(t_, hf_kquant[2], false); }
@@ -292,6 +301,8 @@ TEST(hf_cuda_mistral_sharded_f16_vs_transformers) { hf_check_model_cuda(t_, hf_m
 TEST(hf_cuda_llama_head_dim_vs_transformers) { hf_check_model_cuda(t_, hf_models[3]); }
 TEST(hf_cuda_llama_attention_bias_vs_transformers) { hf_check_model_cuda(t_, hf_models[4]); }
 TEST(hf_cuda_qwen3_qk_norm_vs_transformers) { hf_check_model_cuda(t_, hf_models[5]); }
+TEST(hf_cuda_gemma3_sliding_window_vs_transformers) { hf_check_model_cuda(t_, hf_gemma[0]); }
+TEST(hf_cuda_gemma3_scaled_v5_config_vs_transformers) { hf_check_model_cuda(t_, hf_gemma[1]); }
 static void hf_check_kquant_cuda(test_ctx *t_, const char *name) {
     if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
     hf_check_kquant(t_, name, true);
@@ -343,5 +354,59 @@ TEST(hf_models_tokenizer_vs_hf_tokenizers) {
         }
         model_free(&m);
     }
+    cJSON_Delete(j);
+}
+
+/* Gemma's kind of tokenizer (testdata/hf/gemma3-swa: SentencePiece-style BPE with byte
+ * fallback, spaces as "▁" and no prefix, <start_of_turn>/<end_of_turn> specials) against HF
+ * tokenizers' encodings with the BOS it adds, and decoded back to HF's text; its chat
+ * template is Gemma 3's and <end_of_turn> ends generation. */
+TEST(hf_gemma3_tokenizer_vs_hf_tokenizers) {
+    char path[1024], dir[1024];
+    snprintf(path, sizeof path, "%s/hf/ref/gemma3-tokenizer.json", hf_testdata());
+    snprintf(dir, sizeof dir, "%s/hf/%s", hf_testdata(), hf_gemma[0]);
+    char *txt = hf_read_file(path, NULL);
+    CHECK_MSG(txt != NULL, "%s: %s", path, strerror(errno));
+    if (!txt) return;
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(j, "cases"), *c;
+    CHECK_MSG(cJSON_GetArraySize(cases) >= 5, "%s: no cases", path);
+    llmi_model m;
+    memset(&m, 0, sizeof m);
+    llmi_status st = {0};
+    int rc = model_load(dir, &(llmi_load_opts){.no_tokenizer = false}, &m, &st);
+    CHECK_MSG(rc == 0 && m.tok, "model_load(%s) with tokenizer: %s", dir, st.msg);
+    int n_cases = 0;
+    cJSON_ArrayForEach(c, cases) {
+        if (rc || !m.tok) break;
+        const char *text = cJSON_GetObjectItemCaseSensitive(c, "text")->valuestring;
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(c, "ids");
+        const char *decoded = cJSON_GetObjectItemCaseSensitive(c, "decoded")->valuestring;
+        int32_t *got = NULL;
+        int n = 0, want = cJSON_GetArraySize(ids), first = -1;
+        CHECK(tok_encode(m.tok, text, strlen(text), true, true, &got, &n, &st) == 0);
+        for (int i = 0; i < want && i < n && first < 0; i++)
+            if (got[i] != cJSON_GetArrayItem(ids, i)->valueint) first = i;
+        CHECK_MSG(n == want && first < 0, "case %d (%.30s...): %d ids, HF %d; first difference at %d", n_cases, text, n,
+                  want, first);
+        char *back = NULL;
+        size_t blen = 0;
+        CHECK(tok_decode(m.tok, got, n, false, &back, &blen, &st) == 0);
+        CHECK_MSG(back && strcmp(back, decoded) == 0, "case %d: decodes to \"%s\", HF \"%s\"", n_cases, back ? back : "",
+                  decoded);
+        free(back);
+        free(got);
+        n_cases++;
+    }
+    if (m.tok) {
+        CHECK(strcmp(tok_chat_template_name(m.tok), "gemma") == 0);
+        int32_t *eot = NULL;
+        int n = 0;
+        CHECK(tok_encode(m.tok, "<end_of_turn>", 13, false, true, &eot, &n, &st) == 0 && n == 1 && tok_is_eog(m.tok, eot[0]));
+        free(eot);
+    }
+    fprintf(stderr, "  %s: %d strings encode and decode as HF tokenizers\n", dir, n_cases);
+    model_free(&m);
     cJSON_Delete(j);
 }
