@@ -199,15 +199,15 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
     float s[ATTN_ROWS][ATTN_CHUNK];               /* (row, position) scores of the chunk */
     float pr[ATTN_ROWS][ATTN_CHUNK];              /* (row, position) probabilities */
     float m[ATTN_ROWS], l[ATTN_ROWS], corr[ATTN_ROWS];
-    int len[ATTN_QTILE], lo[ATTN_QTILE];          /* token i attends to positions [lo[i], len[i]) */
+    int len[ATTN_QTILE], first[ATTN_QTILE];       /* token i attends to positions [first[i], len[i]) */
     const llmi_batch *b = a->b;
     const int32_t *table = b->block_tables + (size_t)b->seq_of_token[t0] * b->max_blocks_per_seq;
-    int maxlen = 0, minlo = INT32_MAX;
+    int maxlen = 0, minfirst = INT32_MAX;
     for (int i = 0; i < nt; i++) {
         len[i] = b->positions[t0 + i] + 1;
-        lo[i] = a->window > 0 && len[i] > a->window ? len[i] - a->window : 0;
+        first[i] = a->window > 0 && len[i] > a->window ? len[i] - a->window : 0;
         maxlen = len[i] > maxlen ? len[i] : maxlen;
-        minlo = lo[i] < minlo ? lo[i] : minlo;
+        minfirst = first[i] < minfirst ? first[i] : minfirst;
     }
     for (int r = 0; r < nr; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
     for (int i = 0; i < nr * hd; i++) acc[i] = 0.0f;
@@ -215,10 +215,10 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
     /* Chunks stay aligned to position 0 and a row skips the chunks wholly before its
      * window, so its chunks, and its result, are the same whatever tile it is in; inside
      * the chunk where its window starts, the positions before the start are masked. */
-    for (int p0 = minlo / ATTN_CHUNK * ATTN_CHUNK; p0 < maxlen; p0 += ATTN_CHUNK) {
+    for (int p0 = minfirst / ATTN_CHUNK * ATTN_CHUNK; p0 < maxlen; p0 += ATTN_CHUNK) {
         int cmax = maxlen - p0 < ATTN_CHUNK ? maxlen - p0 : ATTN_CHUNK;
         chunk_rows(a, a->k_cache, table, p0, cmax, kvh, ks, kbuf, krows);
-#define ROW_SKIPS(i) (len[i] <= p0 || lo[i] >= p0 + ATTN_CHUNK)
+#define ROW_SKIPS(i) (len[i] <= p0 || first[i] >= p0 + ATTN_CHUNK)
         /* row r = (token i, head g): scores of the chunk */
         for (int r = 0; r < nr; r++) {
             int i = r / ng, g = r % ng, cn = len[i] - p0 < ATTN_CHUNK ? len[i] - p0 : ATTN_CHUNK;
@@ -263,7 +263,7 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
             } else
 #endif
             for (int j = 0; j < cn; j++) s[r][j] = vec_dot_f32(qg, krows[j], hd) * a->scale;
-            for (int j = 0; j < lo[i] - p0; j++) s[r][j] = -INFINITY;   /* before the window */
+            for (int j = 0; j < first[i] - p0; j++) s[r][j] = -INFINITY;   /* before the window */
         }
         /* the softmax update in its own pass: each row's is a chain of dependent
          * reductions, and rows next to each other in one loop overlap those latencies
@@ -296,7 +296,7 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
             l[r] = l[r] * corr[r] + attn_probs(s[r], cn, cm, pr[r]);
             /* the vector exps clamp at e^-87, not 0: masked positions get exactly 0 (their
              * e^-87 in l is far below l's last bit, since l >= 1) */
-            for (int j = 0; j < lo[i] - p0; j++) pr[r][j] = 0.0f;
+            for (int j = 0; j < first[i] - p0; j++) pr[r][j] = 0.0f;
             m[r] = cm;
         }
         chunk_rows(a, a->v_cache, table, p0, cmax, kvh, vs, vbuf, vrows);
