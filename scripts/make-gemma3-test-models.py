@@ -35,7 +35,6 @@ random (Gemma multiplies by 1 + w, so a loader that forgets the 1 fails).
 import importlib.util
 import json
 import os
-import struct
 import sys
 
 import torch
@@ -178,26 +177,7 @@ def main(corpus, outdir):
         assert type(ref).__name__ == "Gemma3ForCausalLM", type(ref)
         hf = AutoTokenizer.from_pretrained(path)
         assert hf(hfm.TOK_TEST_TEXT)["input_ids"] == tok.encode(hfm.TOK_TEST_TEXT).ids
-        meta = {"model": name, "n_vocab": VOCAB, "weights_dtype": str(dtype).replace("torch.", ""),
-                "transformers": transformers.__version__, "torch": torch.__version__, "seqs": []}
-        for k, ids in enumerate(seqs):
-            with torch.no_grad():
-                logits = ref(torch.tensor([ids])).logits[0].to(torch.float32).contiguous()
-            assert logits.shape == (len(ids), VOCAB)
-            fname = f"{name}.s{k}.f32"
-            flat = logits.reshape(-1).tolist()
-            with open(os.path.join(refdir, fname), "wb") as f:
-                f.write(struct.pack(f"<{len(flat)}f", *flat))
-            top2 = torch.topk(logits, 2, dim=-1).values
-            margin = float((top2[:, 0] - top2[:, 1]).min())
-            meta["seqs"].append({"ids": ids, "n_tokens": len(ids), "file": fname,
-                                 "max_abs": float(logits.abs().max()), "std": float(logits.std()),
-                                 "min_top2_margin": margin})
-            print(f"{name} s{k}: n={len(ids)} max|logit|={logits.abs().max():.3f} "
-                  f"std={logits.std():.3f} min top-2 margin={margin:.2e}", file=sys.stderr)
-        with open(os.path.join(refdir, name + ".json"), "w", encoding="utf-8") as f:
-            json.dump(meta, f)
-            f.write("\n")
+        hfm.write_refs(ref, name, seqs, VOCAB, dtype, refdir)
     hf = AutoTokenizer.from_pretrained(os.path.join(outdir, "gemma3-swa"))
     recs = []
     for s in TOK_STRINGS:

@@ -145,6 +145,31 @@ def load_fp32(path):
         return AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
 
 
+def write_refs(ref, name, seqs, vocab, dtype, refdir):
+    """Transformers' fp32 logits of every sequence at every position: refdir/<name>.s<k>.f32
+    (raw little-endian float32 (n_tokens, vocab)) and refdir/<name>.json (the ids)."""
+    meta = {"model": name, "n_vocab": vocab, "weights_dtype": str(dtype).replace("torch.", ""),
+            "transformers": transformers.__version__, "torch": torch.__version__, "seqs": []}
+    for k, ids in enumerate(seqs):
+        with torch.no_grad():
+            logits = ref(torch.tensor([ids])).logits[0].to(torch.float32).contiguous()
+        assert logits.shape == (len(ids), vocab)
+        fname = f"{name}.s{k}.f32"
+        flat = logits.reshape(-1).tolist()
+        with open(os.path.join(refdir, fname), "wb") as f:
+            f.write(struct.pack(f"<{len(flat)}f", *flat))
+        top2 = torch.topk(logits, 2, dim=-1).values
+        margin = float((top2[:, 0] - top2[:, 1]).min())
+        meta["seqs"].append({"ids": ids, "n_tokens": len(ids), "file": fname,
+                             "max_abs": float(logits.abs().max()), "std": float(logits.std()),
+                             "min_top2_margin": margin})
+        print(f"{name} s{k}: n={len(ids)} max|logit|={logits.abs().max():.3f} "
+              f"std={logits.std():.3f} min top-2 margin={margin:.2e}", file=sys.stderr)
+    with open(os.path.join(refdir, name + ".json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f)
+        f.write("\n")
+
+
 def main(corpus, outdir, only=None):
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
@@ -196,26 +221,7 @@ def main(corpus, outdir, only=None):
         # Reference from what was written: bf16/f16 weights upcast, all math in fp32.
         ref = load_fp32(path).eval()
         assert AutoTokenizer.from_pretrained(path)(TOK_TEST_TEXT)["input_ids"] == ids_raw
-        meta = {"model": name, "n_vocab": VOCAB, "weights_dtype": str(dtype).replace("torch.", ""),
-                "transformers": transformers.__version__, "torch": torch.__version__, "seqs": []}
-        for k, ids in enumerate(seqs[:2] if name == "llama-attn-bias" else seqs):
-            with torch.no_grad():
-                logits = ref(torch.tensor([ids])).logits[0].to(torch.float32).contiguous()
-            assert logits.shape == (len(ids), VOCAB)
-            fname = f"{name}.s{k}.f32"
-            flat = logits.reshape(-1).tolist()
-            with open(os.path.join(refdir, fname), "wb") as f:
-                f.write(struct.pack(f"<{len(flat)}f", *flat))
-            top2 = torch.topk(logits, 2, dim=-1).values
-            margin = float((top2[:, 0] - top2[:, 1]).min())
-            meta["seqs"].append({"ids": ids, "n_tokens": len(ids), "file": fname,
-                                 "max_abs": float(logits.abs().max()), "std": float(logits.std()),
-                                 "min_top2_margin": margin})
-            print(f"{name} s{k}: n={len(ids)} max|logit|={logits.abs().max():.3f} "
-                  f"std={logits.std():.3f} min top-2 margin={margin:.2e}", file=sys.stderr)
-        with open(os.path.join(refdir, name + ".json"), "w", encoding="utf-8") as f:
-            json.dump(meta, f)
-            f.write("\n")
+        write_refs(ref, name, seqs[:2] if name == "llama-attn-bias" else seqs, VOCAB, dtype, refdir)
         print(f"{name}: {shards}", file=sys.stderr)
 
 

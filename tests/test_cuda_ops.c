@@ -1163,6 +1163,20 @@ static void fb_step_make(fb_step *f, int step, const int32_t *toks) {
     f->bt = (llmi_batch){n, f->tokens, f->pos, f->slot, f->sot, nseq[step], f->qs, f->tables, FB_MAXB, n, f->rows};
 }
 
+/* Rows (of n_rows, each nv logits) whose argmax is the same in got and ref. */
+static int argmax_agree(const float *got, const float *ref, int n_rows, int nv) {
+    int agree = 0;
+    for (int i = 0; i < n_rows; i++) {
+        int a = 0, b = 0;
+        for (int j = 1; j < nv; j++) {
+            if (got[(size_t)i * nv + j] > got[(size_t)i * nv + a]) a = j;
+            if (ref[(size_t)i * nv + j] > ref[(size_t)i * nv + b]) b = j;
+        }
+        agree += a == b;
+    }
+    return agree;
+}
+
 static int forward_steps(llmi_backend *b, const int32_t *toks, float *logits, llmi_status *st) {
     float *out = logits;
     for (int step = 0; step < 5; step++) {
@@ -1253,15 +1267,7 @@ TEST(cuda_backend_forward) {
         CHECK_MSG(forward_steps(cpu, toks, ref, &st) == 0, "cpu: %s", st.msg);
         CHECK_MSG(forward_steps(gpu, toks, got, &st) == 0, "cuda: %s", st.msg);
         double e = test_nmse(got, ref, (long)n_rows * nv);
-        int agree = 0;
-        for (int i = 0; i < n_rows; i++) {
-            int a = 0, b2 = 0;
-            for (int j = 1; j < nv; j++) {
-                if (got[(size_t)i * nv + j] > got[(size_t)i * nv + a]) a = j;
-                if (ref[(size_t)i * nv + j] > ref[(size_t)i * nv + b2]) b2 = j;
-            }
-            agree += a == b2;
-        }
+        int agree = argmax_agree(got, ref, n_rows, nv);
         printf("  forward kv %s%s: logits nmse %.3g, argmax agrees on %d of %d rows\n", kv_name(kvt[variant]),
                qwen3 ? ", qk norm" : variant % 2 ? ", bias" : "", e, agree, n_rows);
         CHECK_MSG(e <= 1e-3, "logits nmse %g", e);   /* bf16 activations into the GEMMs */
@@ -1838,15 +1844,7 @@ TEST(cuda_backend_gemma3) {
             CHECK_MSG(forward_steps(cpu, toks, ref, &st) == 0, "cpu: %s", st.msg);
             CHECK_MSG(forward_steps(gpu, toks, got, &st) == 0, "cuda: %s", st.msg);
             double e = test_nmse(got, ref, (long)n_rows * nv);
-            int agree = 0;
-            for (int i = 0; i < n_rows; i++) {
-                int a = 0, b2 = 0;
-                for (int j = 1; j < nv; j++) {
-                    if (got[(size_t)i * nv + j] > got[(size_t)i * nv + a]) a = j;
-                    if (ref[(size_t)i * nv + j] > ref[(size_t)i * nv + b2]) b2 = j;
-                }
-                agree += a == b2;
-            }
+            int agree = argmax_agree(got, ref, n_rows, nv);
             CHECK_MSG(gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0, "%s", st.msg);
             gpu->profiling = true;
             CHECK_MSG(forward_steps(gpu, toks, again, &st) == 0, "cuda profiled: %s", st.msg);

@@ -29,20 +29,10 @@ static const char *const hf_names[W_COUNT] = {
     "model.layers.%d.self_attn.q_norm.weight", "model.layers.%d.self_attn.k_norm.weight",
     "model.layers.%d.post_attention_layernorm.weight", "model.layers.%d.post_feedforward_layernorm.weight",
 };
-
-/* Gemma 3 names its norms by place: post_attention_layernorm is the attention output's
- * norm (W_POST_ATTN_NORM), pre_feedforward_layernorm the MLP input's (W_FFN_NORM). */
-static const char *const hf_names_gemma3[W_COUNT] = {
-    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.%d.input_layernorm.weight",
-    "model.layers.%d.self_attn.q_proj.weight", "model.layers.%d.self_attn.k_proj.weight",
-    "model.layers.%d.self_attn.v_proj.weight", "model.layers.%d.self_attn.o_proj.weight",
-    "model.layers.%d.self_attn.q_proj.bias", "model.layers.%d.self_attn.k_proj.bias",
-    "model.layers.%d.self_attn.v_proj.bias", "model.layers.%d.self_attn.o_proj.bias",
-    "model.layers.%d.pre_feedforward_layernorm.weight", "model.layers.%d.mlp.gate_proj.weight",
-    "model.layers.%d.mlp.up_proj.weight", "model.layers.%d.mlp.down_proj.weight",
-    "model.layers.%d.self_attn.q_norm.weight", "model.layers.%d.self_attn.k_norm.weight",
-    "model.layers.%d.post_attention_layernorm.weight", "model.layers.%d.post_feedforward_layernorm.weight",
-};
+/* Llama's post_attention_layernorm is its MLP input's norm (W_FFN_NORM); Gemma 3 names its
+ * norms by place: post_attention_layernorm is the attention output's (W_POST_ATTN_NORM, read
+ * only with post_norms), the MLP input's is pre_feedforward_layernorm. */
+#define HF_GEMMA3_FFN_NORM "model.layers.%d.pre_feedforward_layernorm.weight"
 
 /* Reads config.json: the hyper-parameters (config_json_read, validated), then a GPTQ/AWQ
  * quantization_config when the checkpoint has one. */
@@ -218,7 +208,10 @@ int model_load_hf(const char *dir, const llmi_load_opts *opts, llmi_model *m, ll
     if (!h) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", dir);
     h->dir = dir;
     const bool gemma = m->cfg.arch == LLMI_ARCH_GEMMA3;
-    weight_src w = {gemma ? hf_names_gemma3 : hf_names, dir, h, hf_find_src, quantized ? &qc : NULL, hf_find_st,
+    const char *names[W_COUNT];
+    memcpy(names, hf_names, sizeof names);
+    if (gemma) names[W_FFN_NORM] = HF_GEMMA3_FFN_NORM;
+    weight_src w = {names, dir, h, hf_find_src, quantized ? &qc : NULL, hf_find_st,
                     gemma ? 1.0f : 0.0f};   /* Gemma's norms multiply by 1 + w */
     if (hf_open_shards(dir, h, st)) goto fail;
     if (!m->cfg.tie_embeddings) {
