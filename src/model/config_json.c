@@ -174,6 +174,27 @@ static int cj_shapes(const cJSON *j, const cj_family *f, llmi_config *c, const c
     return 0;
 }
 
+/* layer_types (transformers' per-layer "sliding_attention" / "full_attention") into
+ * c->layer_sliding: 1 read, 0 absent, < 0 error naming the file. */
+static int cj_layer_types(const cJSON *j, llmi_config *c, const char *file, llmi_status *st) {
+    const cJSON *types = json_item(j, "layer_types");
+    if (!types) return 0;
+    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers) {
+        llmi_fail(st, LLMI_E_RUNTIME, "%s: layer_types must list one type per layer (%d)", file, c->n_layers);
+        return -LLMI_E_RUNTIME;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const cJSON *t = cJSON_GetArrayItem(types, l);
+        const char *name = cJSON_IsString(t) ? t->valuestring : "";
+        if (strcmp(name, "sliding_attention") != 0 && strcmp(name, "full_attention") != 0) {
+            llmi_fail(st, LLMI_E_RUNTIME, "%s: layer_types[%d] must be sliding_attention or full_attention", file, l);
+            return -LLMI_E_RUNTIME;
+        }
+        c->layer_sliding[l] = name[0] == 's';
+    }
+    return 1;
+}
+
 /* The attention window a family applies to this config: c->sliding_window (0 for none)
  * and which layers slide (Mistral: all; Qwen2/Qwen3: layer_types, else the layers from
  * max_window_layers on, and only with use_sliding_window). */
@@ -190,14 +211,9 @@ static int cj_window_of(const cJSON *j, const cj_family *f, llmi_config *c, cons
         if (json_bool(j, "use_sliding_window", &use, file, st) < 0 ||
             json_int(j, "max_window_layers", 0, INT32_MAX, &full_layers, file, st) < 0)
             return LLMI_E_RUNTIME;
-        const cJSON *types = json_item(j, "layer_types");
-        if (types && (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers))
-            return llmi_fail(st, LLMI_E_RUNTIME, "%s: layer_types must list one type per layer (%d)", file, c->n_layers);
-        for (int l = 0; l < c->n_layers; l++) {
-            const cJSON *t = types ? cJSON_GetArrayItem(types, l) : NULL;
-            c->layer_sliding[l] = types ? cJSON_IsString(t) && !strcmp(t->valuestring, "sliding_attention")
-                                        : l >= full_layers;
-        }
+        int typed = cj_layer_types(j, c, file, st);
+        if (typed < 0) return LLMI_E_RUNTIME;
+        for (int l = 0; l < c->n_layers && !typed; l++) c->layer_sliding[l] = l >= full_layers;
         if (!use) w = 0;
     }
     c->sliding_window = w;
@@ -268,17 +284,9 @@ static int cj_gemma3(const cJSON *j, llmi_config *c, const char *file, llmi_stat
         json_num(j, "rope_local_base_freq", &c->rope_theta_local, file, st) < 0)
         return LLMI_E_RUNTIME;
     c->attn_scale = model_to_f32(1.0 / sqrt((double)qpas));
-    const cJSON *types = json_item(j, "layer_types");
-    if (types && (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers))
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: layer_types must list one type per layer (%d)", file, c->n_layers);
-    for (int l = 0; l < c->n_layers; l++) {
-        if (!types) { c->layer_sliding[l] = (l + 1) % pattern != 0; continue; }
-        const cJSON *t = cJSON_GetArrayItem(types, l);
-        const char *name = cJSON_IsString(t) ? t->valuestring : "";
-        if (strcmp(name, "sliding_attention") != 0 && strcmp(name, "full_attention") != 0)
-            return llmi_fail(st, LLMI_E_RUNTIME, "%s: layer_types[%d] must be sliding_attention or full_attention", file, l);
-        c->layer_sliding[l] = name[0] == 's';
-    }
+    int typed = cj_layer_types(j, c, file, st);
+    if (typed < 0) return LLMI_E_RUNTIME;
+    for (int l = 0; l < c->n_layers && !typed; l++) c->layer_sliding[l] = (l + 1) % pattern != 0;
     /* transformers 5: rope_parameters per layer type */
     const cJSON *rp = json_item(j, "rope_parameters"), *rs = json_item(j, "rope_scaling");
     if (rp) {

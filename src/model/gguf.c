@@ -545,22 +545,24 @@ int gguf_get_i32_array(const gguf_file *g, const char *key, uint64_t max_n, int3
 int gguf_get_bool_array(const gguf_file *g, const char *key, bool *out, uint64_t n, llmi_status *st) {
     const gguf_kv *kv;
     int rc = array_head(g, key, n, &kv, st);
-    if (rc <= 0) return rc < 0 ? LLMI_E_RUNTIME : 0;
-    if (kv->elem_type != GGUF_BOOL && !is_int_type(kv->elem_type))
-        return -wrong_type(g, key, kv, "an array of bools", st);
-    if (kv->n != n)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: key %s has %llu elements, expected one per layer (%llu)", g->path, key,
-                         (unsigned long long)kv->n, (unsigned long long)n);
+    if (rc <= 0) return rc;
+    if (kv->elem_type != GGUF_BOOL && !is_int_type(kv->elem_type)) return wrong_type(g, key, kv, "an array of bools", st);
+    if (kv->n != n) {
+        llmi_fail(st, LLMI_E_RUNTIME, "%s: key %s has %llu elements, expected one per layer (%llu)", g->path, key,
+                  (unsigned long long)kv->n, (unsigned long long)n);
+        return -LLMI_E_RUNTIME;
+    }
     size_t es = gguf_vtype_size[kv->elem_type];
     for (uint64_t i = 0; i < n; i++) {
-        int64_t x = 0;
-        if (kv->elem_type == GGUF_BOOL) x = kv->val[i] != 0;
-        else if (!load_int(kv->elem_type, kv->val + i * es, &x))
-            return llmi_fail(st, LLMI_E_RUNTIME, "%s: key %s: element %llu is not readable", g->path, key,
-                             (unsigned long long)i);
+        int64_t x = kv->val[i] != 0;   /* GGUF_BOOL: one byte */
+        if (kv->elem_type != GGUF_BOOL && !load_int(kv->elem_type, kv->val + i * es, &x)) {
+            llmi_fail(st, LLMI_E_RUNTIME, "%s: key %s: element %llu is not readable", g->path, key,
+                      (unsigned long long)i);
+            return -LLMI_E_RUNTIME;
+        }
         out[i] = x != 0;
     }
-    return 0;
+    return 1;
 }
 
 int gguf_get_f32_array(const gguf_file *g, const char *key, uint64_t max_n, float **vals, uint64_t *n,

@@ -100,8 +100,8 @@ int gguf_get_i32_array(const gguf_file *g, const char *key, uint64_t max_n, int3
                        llmi_status *st);
 int gguf_get_f32_array(const gguf_file *g, const char *key, uint64_t max_n, float **vals, uint64_t *n,
                        llmi_status *st);
-/* Exactly n flags (bools, or integers read as nonzero) into out (n); a present key of
- * another length or type is an error. */
+/* Exactly n flags (bools, or integers read as nonzero) into out (n), with the returns of the
+ * look-ups above; a present key of another length or type is an error. */
 int gguf_get_bool_array(const gguf_file *g, const char *key, bool *out, uint64_t n, llmi_status *st);
 
 /* Undoes the HF->GGUF converter's Q/K row permutation for architecture llama: within

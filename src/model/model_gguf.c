@@ -162,13 +162,9 @@ static int gguf_gemma3(const gguf_file *g, llmi_config *c, llmi_status *st) {
     c->rope_theta_local = 10000.0f;
     if (arch_float(g, "gemma3", "rope.freq_base_swa", false, &c->rope_theta_local, st) < 0) return LLMI_E_RUNTIME;
     const gguf_kv *kv = gguf_find_kv(g, "gemma3.attention.sliding_window_pattern");
-    if (kv && kv->type == GGUF_ARRAY) {
-        bool flags[LLMI_MAX_LAYERS];
-        if (gguf_get_bool_array(g, "gemma3.attention.sliding_window_pattern", flags, c->n_layers, st))
-            return LLMI_E_RUNTIME;
-        for (int l = 0; l < c->n_layers; l++) c->layer_sliding[l] = flags[l];
-        return 0;
-    }
+    if (kv && kv->type == GGUF_ARRAY)   /* one flag per layer */
+        return gguf_get_bool_array(g, "gemma3.attention.sliding_window_pattern", c->layer_sliding,
+                                   (uint64_t)c->n_layers, st) < 0 ? LLMI_E_RUNTIME : 0;
     int period = 6;
     if (arch_int(g, "gemma3", "attention.sliding_window_pattern", false, 0, I, &period, st) < 0) return LLMI_E_RUNTIME;
     for (int l = 0; l < c->n_layers; l++) c->layer_sliding[l] = period == 0 || l % period < period - 1;

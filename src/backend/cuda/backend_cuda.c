@@ -1182,8 +1182,10 @@ static int plan_batch(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, fwd_
     llmi_cuda_attn_plan(bt, c->head_dim, im->plan_dec, &f->n_dec, im->plan_tiles, &f->n_tiles, &max_pos);
     f->n_splits = llmi_cuda_attn_splits(f->n_dec, c->n_kv_heads, c->n_heads, c->head_dim, max_pos, 0, im->n_sms,
                                         im->attn_work_floats);
-    f->n_splits_win = llmi_cuda_attn_splits(f->n_dec, c->n_kv_heads, c->n_heads, c->head_dim, max_pos,
-                                            c->sliding_window, im->n_sms, im->attn_work_floats);
+    f->n_splits_win = c->sliding_window > 0 ? llmi_cuda_attn_splits(f->n_dec, c->n_kv_heads, c->n_heads, c->head_dim,
+                                                                     max_pos, c->sliding_window, im->n_sms,
+                                                                     im->attn_work_floats)
+                                            : f->n_splits;
     for (int i = 0; i < n; i++) f->ctx_sum += bt->positions[i] + 1;
 
     /* one upload of every index array: tokens | positions | slots | seq_of_token |
