@@ -95,6 +95,22 @@ static void tiny_model(llmi_model *m, brng *r, int n_layers, llmi_dtype t) {
     tiny_model_of(m, r, n_layers, 64, 96, dt);
 }
 
+/* The same with a mixture of 6 experts of ffn 32, 2 per token, in every layer (stacked as
+ * model.h lays them out), and an f32 router scaled up so its choices are clear. */
+static void tiny_moe_model(llmi_model *m, brng *r, int n_layers, llmi_dtype t) {
+    tiny_model(m, r, n_layers, t);
+    llmi_config *c = &m->cfg;
+    c->n_experts = 6; c->n_experts_used = 2; c->moe_norm_topk = true; c->ffn_dim = 32;
+    for (int l = 0; l < n_layers; l++) {
+        llmi_layer *L = &m->layers[l];
+        free(L->w_gate.owned); free(L->w_up.owned); free(L->w_down.owned);
+        L->w_gate = tw(r, t, 6 * 32, c->dim); L->w_up = tw(r, t, 6 * 32, c->dim); L->w_down = tw(r, t, 6 * c->dim, 32);
+        L->w_router = tw(r, LLMI_F32, 6, c->dim);
+        float *rw = L->w_router.owned;
+        for (int i = 0; i < 6 * c->dim; i++) rw[i] *= 8.0f;
+    }
+}
+
 /* As llama-quantize's Q4_K_M mixes them: Q4_K, with Q6_K for the lm_head, v and down (and
  * here one Q8_0 and one Q5_K), so that one layer's matmuls share activations across k-quants
  * and a Q8_0. */
@@ -110,7 +126,7 @@ static void tiny_free(llmi_model *m) {
         llmi_layer *L = &m->layers[l];
         free(L->attn_norm); free(L->ffn_norm);
         free(L->wq.owned); free(L->wk.owned); free(L->wv.owned); free(L->wo.owned);
-        free(L->w_gate.owned); free(L->w_up.owned); free(L->w_down.owned);
+        free(L->w_gate.owned); free(L->w_up.owned); free(L->w_down.owned); free(L->w_router.owned);
     }
     free(m->layers);
 }
@@ -193,10 +209,13 @@ static int argmax(const float *v, int n) {
 
 TEST(backend_cpu_batch_invariance) {
     unsigned long long seed = test_seed();
-    for (int dt = 0; dt < 2; dt++) {
-        brng r = {seed + (unsigned)dt};
+    for (int variant = 0; variant < 4; variant++) {   /* dense f32, dense Q4_1, MoE f32, MoE Q4_1 */
+        const int dt = variant & 1;
+        const bool moe = variant >= 2;
+        brng r = {seed + (unsigned)variant};
         llmi_model m;
-        tiny_model(&m, &r, 2, dt ? LLMI_Q4_1 : LLMI_F32);
+        if (moe) tiny_moe_model(&m, &r, 2, dt ? LLMI_Q4_1 : LLMI_F32);
+        else tiny_model(&m, &r, 2, dt ? LLMI_Q4_1 : LLMI_F32);
         llmi_backend_opts o = {0};
         o.n_threads = 2; o.kv_dtype = dt ? LLMI_KV_F16 : LLMI_KV_F32; o.block_size = BS;
         o.max_batch_tokens = 64; o.max_seqs = 8;
@@ -241,8 +260,11 @@ TEST(backend_cpu_batch_invariance) {
                 argmax_bad += argmax(cmp + (size_t)i * V, V) != argmax(ref + (size_t)i * V, V);
             }
         }
-        CHECK_MSG(worst < 1e-5, "%s: logits differ by %g across batchings", dt ? "Q4_1" : "F32", worst);
-        CHECK_MSG(argmax_bad == 0, "%s: %d argmax changes across batchings", dt ? "Q4_1" : "F32", argmax_bad);
+        CHECK_MSG(worst < 1e-5, "%s%s: logits differ by %g across batchings", dt ? "Q4_1" : "F32", moe ? " MoE" : "",
+                  worst);
+        CHECK_MSG(argmax_bad == 0, "%s%s: %d argmax changes across batchings", dt ? "Q4_1" : "F32", moe ? " MoE" : "",
+                  argmax_bad);
+        if (moe) printf("  MoE %s: max |logit diff| across batchings %g\n", dt ? "Q4_1" : "F32", worst);
         if (st.code) fprintf(stderr, "  %s\n", st.msg);
         /* a batch beyond the workspaces fails cleanly */
         llmi_status st2 = {0};

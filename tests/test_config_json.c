@@ -324,3 +324,68 @@ TEST(config_json_family_keys) {
     CHECK(config_json_read(p, "--dummy", &c, NULL, &st) == LLMI_E_USAGE && strstr(st.msg, "--dummy "));
     cj_rm_dir(d);
 }
+
+/* MixtralConfig and Qwen3MoeConfig (transformers 5.24): their defaults for absent keys
+ * (experts, top-k, renormalisation, Mixtral's rms_norm_eps 1e-5, rope 1e6 and no window,
+ * Qwen3-MoE's head_dim from hidden_size / heads and moe_intermediate_size as the experts'
+ * width), the keys when given, and dense layers refused. */
+TEST(config_json_moe) {
+    char *d = cj_model_dir("none", "{}");
+    char p[1024];
+    snprintf(p, sizeof p, "%s/config.json", d);
+    const char *shape = "\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 8, "
+                        "\"intermediate_size\": 96, \"vocab_size\": 32";
+    struct {
+        const char *cfg;
+        llmi_arch arch;
+        int experts, used, ffn, head_dim, kv, window;
+        bool norm;
+        float eps, theta;
+    } cases[] = {
+        {"{\"model_type\": \"mixtral\", %s}", LLMI_ARCH_LLAMA, 8, 2, 96, 8, 8, 0, true, 1e-5f, 1e6f},
+        {"{\"model_type\": \"mixtral\", %s, \"num_local_experts\": 4, \"num_experts_per_tok\": 3, "
+         "\"num_key_value_heads\": 2, \"sliding_window\": 7, \"rope_theta\": 5e5}", LLMI_ARCH_LLAMA, 4, 3, 96, 8, 2, 7,
+         true, 1e-5f, 5e5f},
+        {"{\"model_type\": \"qwen3_moe\", %s}", LLMI_ARCH_QWEN3, 128, 8, 768, 8, 4, 0, false, 1e-6f, 1e4f},
+        {"{\"architectures\": [\"Qwen3MoeForCausalLM\"], %s, \"num_experts\": 6, \"num_experts_per_tok\": 2, "
+         "\"moe_intermediate_size\": 32, \"norm_topk_prob\": true, \"head_dim\": 32, \"mlp_only_layers\": [], "
+         "\"decoder_sparse_step\": 1, \"use_sliding_window\": true, \"sliding_window\": 9}", LLMI_ARCH_QWEN3, 6, 2, 32,
+         32, 4, 9, true, 1e-6f, 1e4f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg, cases[i].cfg, shape);
+        cj_write(p, cfg);
+        llmi_config c;
+        llmi_status st = {0};
+        int rc = config_json_read(p, NULL, &c, NULL, &st);
+        CHECK_MSG(rc == 0, "case %zu: %s", i, st.msg);
+        if (rc) continue;
+        CHECK_MSG(c.arch == cases[i].arch && c.n_experts == cases[i].experts && c.n_experts_used == cases[i].used &&
+                      c.ffn_dim == cases[i].ffn && c.head_dim == cases[i].head_dim && c.n_kv_heads == cases[i].kv &&
+                      c.moe_norm_topk == cases[i].norm && c.norm_eps == cases[i].eps && c.rope_theta == cases[i].theta &&
+                      c.qk_norm == (cases[i].arch == LLMI_ARCH_QWEN3),
+                  "case %zu: experts %d/%d ffn %d head_dim %d kv %d norm %d eps %g theta %g", i, c.n_experts,
+                  c.n_experts_used, c.ffn_dim, c.head_dim, c.n_kv_heads, c.moe_norm_topk, (double)c.norm_eps,
+                  (double)c.rope_theta);
+        CHECK_MSG(config_layer_window(&c, 0) == cases[i].window && config_layer_window(&c, 1) == cases[i].window,
+                  "case %zu: window %d", i, config_layer_window(&c, 0));
+    }
+    const char *bad[][2] = {
+        {"{\"model_type\": \"qwen3_moe\", %s, \"mlp_only_layers\": [1]}", "dense MLP layers"},
+        {"{\"model_type\": \"qwen3_moe\", %s, \"decoder_sparse_step\": 2}", "dense MLP layers"},
+        {"{\"model_type\": \"qwen3_moe\", %s, \"num_experts\": 4, \"num_experts_per_tok\": 5}", "experts per token"},
+        {"{\"model_type\": \"mixtral\", %s, \"num_local_experts\": 100000}", "num_local_experts must be"},
+        {"{\"model_type\": \"qwen2_moe\", %s}", "unsupported model_type qwen2_moe"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg, bad[i][0], shape);
+        cj_write(p, cfg);
+        llmi_config c;
+        llmi_status st = {0};
+        CHECK_MSG(config_json_read(p, NULL, &c, NULL, &st) == LLMI_E_RUNTIME && strstr(st.msg, bad[i][1]),
+                  "bad case %zu: %s", i, st.msg);
+    }
+    cj_rm_dir(d);
+}

@@ -1152,3 +1152,54 @@ TEST(cpu_kquant_matmul_vs_gguf_py) {
         free(x), free(y), free(ref), free(w.owned), free(want);
     }
 }
+
+/* MoE routing against the definition computed independently in double: softmax over all
+ * experts, the k largest by a full sort (ties to the lower expert), renormalised or not,
+ * listed by ascending expert.  Logits drawn from a few values make exact ties common. */
+static const double *moe_ref_cmp_p;
+static int moe_ref_cmp(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    if (moe_ref_cmp_p[x] != moe_ref_cmp_p[y]) return moe_ref_cmp_p[x] > moe_ref_cmp_p[y] ? -1 : 1;
+    return x - y;
+}
+static int moe_int_cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+TEST(cpu_moe_route_vs_definition) {
+    rng r = rng_make("moe_route");
+    const int shapes[][2] = {{1, 1}, {4, 2}, {8, 2}, {8, 8}, {60, 4}, {128, 8}, {7, 3}};
+    long bad_sel = 0, bad_w = 0, cases = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int norm = 0; norm < 2; norm++) {
+            const int E = shapes[s][0], k = shapes[s][1], n = 1 + rng_int(&r, 37);
+            float *lg = malloc(sizeof(float) * n * E), *w = malloc(sizeof(float) * n * k);
+            int32_t *sel = malloc(sizeof(int32_t) * n * k);
+            double *p = malloc(sizeof(double) * E);
+            int *order = malloc(sizeof(int) * E);
+            for (int i = 0; i < n * E; i++)
+                lg[i] = (i % 5 == 0) ? (float)rng_int(&r, 3) : rng_unif(&r) * 6.0f;   /* ties among 0, 1, 2 */
+            cpu_moe_route(lg, n, E, k, norm, sel, w);
+            for (int t = 0; t < n; t++, cases++) {
+                double mx = -INFINITY, sum = 0, top = 0;
+                for (int e = 0; e < E; e++) mx = fmax(mx, lg[(size_t)t * E + e]);
+                for (int e = 0; e < E; e++) sum += p[e] = exp((double)lg[(size_t)t * E + e] - mx);
+                for (int e = 0; e < E; e++) { p[e] /= sum; order[e] = e; }
+                moe_ref_cmp_p = p;
+                qsort(order, (size_t)E, sizeof *order, moe_ref_cmp);
+                qsort(order, (size_t)k, sizeof *order, moe_int_cmp);
+                for (int j = 0; j < k; j++) top += p[order[j]];
+                for (int j = 0; j < k; j++) {
+                    double want = p[order[j]] / (norm ? top : 1.0);
+                    if (sel[(size_t)t * k + j] != order[j] && bad_sel++ < 3)
+                        fprintf(stderr, "  E=%d k=%d token %d slot %d: expert %d, want %d\n", E, k, t, j,
+                                sel[(size_t)t * k + j], order[j]);
+                    if (fabs(w[(size_t)t * k + j] - want) > 1e-6 * want + 1e-12 && bad_w++ < 3)
+                        fprintf(stderr, "  E=%d k=%d token %d slot %d: weight %.9g, want %.9g\n", E, k, t, j,
+                                (double)w[(size_t)t * k + j], want);
+                }
+            }
+            free(lg); free(w); free(sel); free(p); free(order);
+        }
+    CHECK_MSG(bad_sel == 0, "%ld expert choices differ from the definition", bad_sel);
+    CHECK_MSG(bad_w == 0, "%ld routing weights differ from the definition", bad_w);
+    printf("  moe routing: %ld tokens over 14 (experts, k, norm) cases as defined\n", cases);
+}

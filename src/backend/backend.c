@@ -40,10 +40,13 @@ int backend_check_model(const llmi_model *m, const char *who, llmi_status *st) {
         const llmi_layer *L = &m->layers[l];
         if (check_weight(who, &L->wq, qd, dim, "q_proj", l, st) || check_weight(who, &L->wk, kvd, dim, "k_proj", l, st) ||
             check_weight(who, &L->wv, kvd, dim, "v_proj", l, st) || check_weight(who, &L->wo, dim, qd, "o_proj", l, st) ||
-            check_weight(who, &L->w_gate, c->ffn_dim, dim, "gate_proj", l, st) ||
-            check_weight(who, &L->w_up, c->ffn_dim, dim, "up_proj", l, st) ||
-            check_weight(who, &L->w_down, dim, c->ffn_dim, "down_proj", l, st))
+            check_weight(who, &L->w_gate, (int64_t)config_experts(c) * c->ffn_dim, dim, "gate_proj", l, st) ||
+            check_weight(who, &L->w_up, (int64_t)config_experts(c) * c->ffn_dim, dim, "up_proj", l, st) ||
+            check_weight(who, &L->w_down, (int64_t)config_experts(c) * dim, c->ffn_dim, "down_proj", l, st) ||
+            (c->n_experts > 0 && check_weight(who, &L->w_router, c->n_experts, dim, "router", l, st)))
             return st->code;
+        if (c->n_experts > 0 && (L->w_gate.dtype == LLMI_I4G || L->w_up.dtype == LLMI_I4G || L->w_down.dtype == LLMI_I4G))
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s backend: int4 (GPTQ/AWQ) experts are not supported", who);
         if (!L->attn_norm || !L->ffn_norm)
             return llmi_fail(st, LLMI_E_RUNTIME, "%s backend: layer %d lacks a norm", who, l);
     }

@@ -25,12 +25,15 @@ void bench_meta(report *r, const llmi_model *m, const llmi_backend *b, const cha
     report_str(r, "device", b ? b->device_name : "");
     report_str(r, "model", model_label);
     report_str(r, "model_format", m->format);
-    /* Parameters in millions: weights of the shapes, counted once when tied. */
+    /* Parameters in millions: weights of the shapes, counted once when tied; a MoE model's
+     * every expert and router (active_params_m: those one token reads, k experts a layer). */
     const llmi_config *c = &m->cfg;
-    double per_layer = (double)c->dim * c->n_heads * c->head_dim * 2 + (double)c->dim * c->n_kv_heads * c->head_dim * 2 +
-                       3.0 * c->dim * c->ffn_dim;
-    double params = per_layer * c->n_layers + (double)c->n_vocab * c->dim * (c->tie_embeddings ? 1 : 2);
+    double attn = (double)c->dim * c->n_heads * c->head_dim * 2 + (double)c->dim * c->n_kv_heads * c->head_dim * 2;
+    double expert = 3.0 * c->dim * c->ffn_dim, router = (double)c->n_experts * c->dim;
+    double outer = (double)c->n_vocab * c->dim * (c->tie_embeddings ? 1 : 2);
+    double params = (attn + expert * config_experts(c) + router) * c->n_layers + outer;
     report_num(r, "params_m", params / 1e6, 1);
+    if (c->n_experts > 0) report_num(r, "active_params_m", ((attn + expert * c->n_experts_used + router) * c->n_layers + outer) / 1e6, 1);
     report_num(r, "weights_gib", (double)m->weight_bytes / (1 << 30), 3);
     report_str(r, "weight_dtype", bench_weight_dtype(m));
     /* 0 means "the default" to the backend: report what it resolved to. */

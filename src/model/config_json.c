@@ -15,9 +15,16 @@
 
 typedef enum {
     CJ_WINDOW_NONE = 0,    /* LlamaConfig has no sliding window: the key is ignored */
-    CJ_WINDOW_MISTRAL,     /* sliding_window on every layer, 4096 when absent, none when null */
+    CJ_WINDOW_MISTRAL,     /* sliding_window on every layer (absent: the family's default; null: none) */
     CJ_WINDOW_QWEN2,       /* only with use_sliding_window, on layers >= max_window_layers */
+    CJ_WINDOW_QWEN3_MOE,   /* only with use_sliding_window, on every layer */
 } cj_window;
+
+typedef enum {
+    CJ_MOE_NONE = 0,
+    CJ_MOE_MIXTRAL,        /* num_local_experts of intermediate_size, top-k always renormalised */
+    CJ_MOE_QWEN3,          /* num_experts of moe_intermediate_size, renormalised with norm_topk_prob */
+} cj_moe;
 
 /* What transformers' config class of each family assumes for an absent key. */
 typedef struct cj_family {
@@ -26,25 +33,40 @@ typedef struct cj_family {
     llmi_arch arch;
     int max_ctx;               /* max_position_embeddings */
     int n_kv_heads;            /* num_key_value_heads when absent; 0 = num_attention_heads */
+    int head_dim;              /* head_dim when absent; 0 = hidden_size / num_attention_heads */
     cj_window window;
+    int window_default;        /* sliding_window when absent */
+    cj_moe moe;
+    float norm_eps;            /* rms_norm_eps when absent; 0 = CJ_NORM_EPS */
+    float rope_theta;          /* the config class's default_theta; 0 = CJ_ROPE_THETA */
 } cj_family;
 
+#define CJ_QWEN3_HEAD_DIM 128      /* Qwen3Config's head_dim (not hidden_size / heads) */
+#define CJ_GEMMA3_HEAD_DIM 256
+#define CJ_WINDOW        4096      /* sliding_window of MistralConfig, Qwen2Config and Qwen3(Moe)Config */
+
 static const cj_family k_families[] = {
-    {"llama", "LlamaForCausalLM", LLMI_ARCH_LLAMA, 2048, 0, CJ_WINDOW_NONE},
-    {"mistral", "MistralForCausalLM", LLMI_ARCH_LLAMA, 4096 * 32, 8, CJ_WINDOW_MISTRAL},
-    {"qwen2", "Qwen2ForCausalLM", LLMI_ARCH_QWEN2, 32768, 32, CJ_WINDOW_QWEN2},
-    {"qwen3", "Qwen3ForCausalLM", LLMI_ARCH_QWEN3, 32768, 32, CJ_WINDOW_QWEN2},
-    {"gemma3_text", "Gemma3ForCausalLM", LLMI_ARCH_GEMMA3, 131072, 4, CJ_WINDOW_NONE},   /* windows: cj_gemma3 */
+    {.model_type = "llama", .arch_class = "LlamaForCausalLM", .arch = LLMI_ARCH_LLAMA, .max_ctx = 2048},
+    {.model_type = "mistral", .arch_class = "MistralForCausalLM", .arch = LLMI_ARCH_LLAMA, .max_ctx = 4096 * 32,
+     .n_kv_heads = 8, .window = CJ_WINDOW_MISTRAL, .window_default = CJ_WINDOW},
+    {.model_type = "mixtral", .arch_class = "MixtralForCausalLM", .arch = LLMI_ARCH_LLAMA, .max_ctx = 4096 * 32,
+     .n_kv_heads = 8, .window = CJ_WINDOW_MISTRAL, .moe = CJ_MOE_MIXTRAL, .norm_eps = 1e-5f, .rope_theta = 1e6f},
+    {.model_type = "qwen2", .arch_class = "Qwen2ForCausalLM", .arch = LLMI_ARCH_QWEN2, .max_ctx = 32768,
+     .n_kv_heads = 32, .window = CJ_WINDOW_QWEN2, .window_default = CJ_WINDOW},
+    {.model_type = "qwen3", .arch_class = "Qwen3ForCausalLM", .arch = LLMI_ARCH_QWEN3, .max_ctx = 32768,
+     .n_kv_heads = 32, .head_dim = CJ_QWEN3_HEAD_DIM, .window = CJ_WINDOW_QWEN2, .window_default = CJ_WINDOW},
+    /* Qwen3MoeConfig has no head_dim: the model takes hidden_size / heads when the file has none */
+    {.model_type = "qwen3_moe", .arch_class = "Qwen3MoeForCausalLM", .arch = LLMI_ARCH_QWEN3, .max_ctx = 32768,
+     .n_kv_heads = 4, .window = CJ_WINDOW_QWEN3_MOE, .window_default = CJ_WINDOW, .moe = CJ_MOE_QWEN3},
+    {.model_type = "gemma3_text", .arch_class = "Gemma3ForCausalLM", .arch = LLMI_ARCH_GEMMA3, .max_ctx = 131072,
+     .n_kv_heads = 4, .head_dim = CJ_GEMMA3_HEAD_DIM},   /* windows: cj_gemma3 */
 };
 #define N_FAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
 
-#define CJ_NORM_EPS      1e-6f     /* rms_norm_eps of all four config classes */
-#define CJ_QWEN3_HEAD_DIM 128      /* Qwen3Config's head_dim (not hidden_size / heads) */
+#define CJ_NORM_EPS      1e-6f     /* rms_norm_eps of every config class but Mixtral's */
 #define CJ_ROPE_THETA    10000.0f
-#define CJ_WINDOW        4096      /* sliding_window of MistralConfig, Qwen2Config and Qwen3Config */
 #define CJ_WINDOW_LAYERS 28        /* max_window_layers of Qwen2Config and Qwen3Config */
 /* Gemma3TextConfig's defaults */
-#define CJ_GEMMA3_HEAD_DIM 256
 #define CJ_GEMMA3_WINDOW 4096
 #define CJ_GEMMA3_PATTERN 6        /* sliding_window_pattern: every 6th layer global */
 #define CJ_GEMMA3_THETA 1000000.0f
@@ -131,8 +153,8 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
         if (strcmp(mt->valuestring, "gemma3") == 0)
             return llmi_fail(st, LLMI_E_RUNTIME, "%s: model_type gemma3 (Gemma3ForConditionalGeneration, text and vision) "
                              "is not supported: use a text-only checkpoint (gemma3_text) or a GGUF", file);
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported model_type %s (supported: llama, mistral, qwen2, qwen3, "
-                         "gemma3_text)", file, b);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported model_type %s (supported: llama, mistral, mixtral, qwen2, "
+                         "qwen3, qwen3_moe, gemma3_text)", file, b);
     }
     if (!a0)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: no model_type and no architectures[0]: which model is this?", file);
@@ -145,7 +167,8 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
     printable(b2, sizeof b2, a0->valuestring);
     return llmi_fail(st, LLMI_E_RUNTIME,
                      "%s: unsupported architecture %s (supported: LlamaForCausalLM, MistralForCausalLM, "
-                     "Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM)", file, b2);
+                     "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Gemma3ForCausalLM)",
+                     file, b2);
 }
 
 /* The shapes: required sizes, then the head geometry. */
@@ -164,8 +187,8 @@ static int cj_shapes(const cJSON *j, const cj_family *f, llmi_config *c, const c
     c->n_kv_heads = !kv_given && f->n_kv_heads ? f->n_kv_heads : c->n_heads;
     if (json_int(j, "num_key_value_heads", 1, INT32_MAX, &c->n_kv_heads, file, st) < 0) return LLMI_E_RUNTIME;
     int hrc = json_int(j, "head_dim", 1, INT32_MAX, &c->head_dim, file, st);
-    if (hrc == 0 && (f->arch == LLMI_ARCH_QWEN3 || f->arch == LLMI_ARCH_GEMMA3)) {
-        c->head_dim = f->arch == LLMI_ARCH_QWEN3 ? CJ_QWEN3_HEAD_DIM : CJ_GEMMA3_HEAD_DIM;   /* not hidden_size / heads */
+    if (hrc == 0 && f->head_dim) {
+        c->head_dim = f->head_dim;   /* not hidden_size / heads */
         hrc = 1;
     }
     if (hrc < 0 || (hrc == 0 && model_head_dim(c, file, "hidden_size", "num_attention_heads", st)))
@@ -196,15 +219,21 @@ static int cj_layer_types(const cJSON *j, llmi_config *c, const char *file, llmi
 }
 
 /* The attention window a family applies to this config: c->sliding_window (0 for none)
- * and which layers slide (Mistral: all; Qwen2/Qwen3: layer_types, else the layers from
- * max_window_layers on, and only with use_sliding_window). */
+ * and which layers slide (Mistral, Mixtral: all; Qwen2/Qwen3: layer_types, else the layers
+ * from max_window_layers on, and only with use_sliding_window; Qwen3-MoE: all, only with
+ * use_sliding_window). */
 static int cj_window_of(const cJSON *j, const cj_family *f, llmi_config *c, const char *file, llmi_status *st) {
     c->sliding_window = 0;
     if (f->window == CJ_WINDOW_NONE) return 0;
     bool given = cJSON_GetObjectItemCaseSensitive(j, "sliding_window") != NULL;
-    int w = given ? 0 : CJ_WINDOW;   /* an explicit null: no window */
+    int w = given ? 0 : f->window_default;   /* an explicit null: no window */
     if (json_int(j, "sliding_window", 1, INT32_MAX, &w, file, st) < 0) return LLMI_E_RUNTIME;
     for (int l = 0; l < c->n_layers; l++) c->layer_sliding[l] = true;
+    if (f->window == CJ_WINDOW_QWEN3_MOE) {
+        bool use = false;
+        if (json_bool(j, "use_sliding_window", &use, file, st) < 0) return LLMI_E_RUNTIME;
+        if (!use) w = 0;
+    }
     if (f->window == CJ_WINDOW_QWEN2) {
         bool use = false;
         int full_layers = CJ_WINDOW_LAYERS;
@@ -305,17 +334,45 @@ static int cj_gemma3(const cJSON *j, llmi_config *c, const char *file, llmi_stat
     return cj_rope_scaling(rs, c, file, st);
 }
 
+/* The experts (MixtralConfig, Qwen3MoeConfig and their modeling files' routing): a softmax
+ * over every expert's router logit, the top num_experts_per_tok, renormalised always
+ * (Mixtral) or with norm_topk_prob (Qwen3-MoE, false when absent).  Qwen3-MoE's dense
+ * layers (mlp_only_layers, decoder_sparse_step > 1) are refused: no released checkpoint
+ * has them. */
+static int cj_moe_of(const cJSON *j, const cj_family *f, llmi_config *c, const char *file, llmi_status *st) {
+    if (f->moe == CJ_MOE_NONE) return 0;
+    const bool mixtral = f->moe == CJ_MOE_MIXTRAL;
+    c->n_experts = mixtral ? 8 : 128;
+    c->n_experts_used = mixtral ? 2 : 8;
+    c->moe_norm_topk = mixtral;
+    int step = 1;
+    if (json_int(j, mixtral ? "num_local_experts" : "num_experts", 1, CFG_MAX_EXPERTS, &c->n_experts, file, st) < 0 ||
+        json_int(j, "num_experts_per_tok", 1, CFG_MAX_EXPERTS, &c->n_experts_used, file, st) < 0)
+        return LLMI_E_RUNTIME;
+    if (mixtral) return 0;
+    c->ffn_dim = 768;
+    if (json_int(j, "moe_intermediate_size", 1, INT32_MAX, &c->ffn_dim, file, st) < 0 ||
+        json_bool(j, "norm_topk_prob", &c->moe_norm_topk, file, st) < 0 ||
+        json_int(j, "decoder_sparse_step", 1, INT32_MAX, &step, file, st) < 0)
+        return LLMI_E_RUNTIME;
+    const cJSON *dense = json_item(j, "mlp_only_layers");
+    if (step != 1 || (dense && (!cJSON_IsArray(dense) || cJSON_GetArraySize(dense) > 0)))
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: dense MLP layers in a MoE model (mlp_only_layers, decoder_sparse_step "
+                         "%d) are not supported", file, step);
+    return 0;
+}
+
 /* Everything after the shapes: norms, positions, biases, activation, RoPE. */
 static int cj_rest(const cJSON *j, const cj_family *f, llmi_config *c, const char *file, llmi_status *st) {
-    c->norm_eps = CJ_NORM_EPS;
-    c->rope_theta = CJ_ROPE_THETA;
+    c->norm_eps = f->norm_eps > 0 ? f->norm_eps : CJ_NORM_EPS;
+    c->rope_theta = f->rope_theta > 0 ? f->rope_theta : CJ_ROPE_THETA;
     c->max_ctx = f->max_ctx;
     if (json_num(j, "rms_norm_eps", &c->norm_eps, file, st) < 0 ||
         json_num(j, "rope_theta", &c->rope_theta, file, st) < 0 ||
         json_int(j, "max_position_embeddings", 1, INT32_MAX, &c->max_ctx, file, st) < 0 ||
         json_bool(j, "tie_word_embeddings", &c->tie_embeddings, file, st) < 0)
         return LLMI_E_RUNTIME;
-    if (cj_window_of(j, f, c, file, st)) return LLMI_E_RUNTIME;
+    if (cj_window_of(j, f, c, file, st) || cj_moe_of(j, f, c, file, st)) return LLMI_E_RUNTIME;
     c->qkv_bias = c->arch == LLMI_ARCH_QWEN2;   /* Qwen2 always; Llama and Qwen3 by attention_bias */
     if (c->arch != LLMI_ARCH_QWEN2 && json_bool(j, "attention_bias", &c->qkv_bias, file, st) < 0) return LLMI_E_RUNTIME;
     c->qk_norm = c->arch == LLMI_ARCH_QWEN3;

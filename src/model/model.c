@@ -59,6 +59,12 @@ int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
     if (!(c->embed_scale >= 0) || !isfinite(c->embed_scale) || !(c->attn_scale >= 0) || !isfinite(c->attn_scale))
         BAD("%s: embedding scale %g and attention scale %g must be finite and >= 0", what, (double)c->embed_scale,
             (double)c->attn_scale);
+    if (c->n_experts < 0 || c->n_experts > CFG_MAX_EXPERTS)
+        BAD("%s: %d experts is outside [0, %d]", what, c->n_experts, CFG_MAX_EXPERTS);
+    if (c->n_experts > 0 && (c->n_experts_used < 1 || c->n_experts_used > c->n_experts))
+        BAD("%s: %d experts per token is outside [1, %d experts]", what, c->n_experts_used, c->n_experts);
+    if ((int64_t)config_experts(c) * c->ffn_dim > CFG_MAX_DIM * 64 || (int64_t)config_experts(c) * c->dim > CFG_MAX_DIM * 64)
+        BAD("%s: %d experts of %d x %d are more than llmi holds", what, c->n_experts, c->ffn_dim, c->dim);
     switch (c->rope_scaling) {
     case LLMI_ROPE_SCALING_NONE: break;
     case LLMI_ROPE_SCALING_LINEAR:
@@ -111,6 +117,7 @@ void model_free(llmi_model *m) {
             tensor_release(&L->w_gate);
             tensor_release(&L->w_up);
             tensor_release(&L->w_down);
+            tensor_release(&L->w_router);
         }
         free(m->layers);
     }
@@ -126,15 +133,23 @@ void model_free(llmi_model *m) {
 
 /* ================================================================ weight binding */
 
-static void weight_name(const weight_src *w, weight_role r, int layer, char *buf, size_t cap) {
-    snprintf(buf, cap, w->names[r], layer);
+/* The name of role r's tensor in layer (and expert, for the W_*_EXP roles); "" where the
+ * format has none.  (A pattern with one %d ignores the expert.) */
+static void weight_name(const weight_src *w, weight_role r, int layer, int expert, char *buf, size_t cap) {
+    if (w->names[r]) snprintf(buf, cap, w->names[r], layer, expert);
+    else buf[0] = '\0';
+}
+
+static int find_named(const weight_src *w, weight_role r, int layer, int expert, src_tensor *t, char *name,
+                      size_t cap, llmi_status *st) {
+    weight_name(w, r, layer, expert, name, cap);
+    memset(t, 0, sizeof *t);
+    return name[0] ? w->find(w, name, t, st) : 0;
 }
 
 int model_find_role(const weight_src *w, weight_role r, int layer, src_tensor *t, char *name, size_t cap,
                     llmi_status *st) {
-    weight_name(w, r, layer, name, cap);
-    memset(t, 0, sizeof *t);
-    return w->find(w, name, t, st);
+    return find_named(w, r, layer, 0, t, name, cap, st);
 }
 
 static int shape_error(const src_tensor *t, const char *name, int64_t rows, int64_t cols, llmi_status *st) {
@@ -147,14 +162,57 @@ static int shape_error(const src_tensor *t, const char *name, int64_t rows, int6
     return llmi_fail(st, LLMI_E_RUNTIME, "%s: tensor %s has shape [%s], expected [%s]", t->file, name, got, want);
 }
 
-/* Binds a (rows, cols) matrix; the data stays in the mapping unless it is misaligned for
- * its element type, in which case it is copied so backends may load it directly. */
+/* Checks a found tensor t of n_mats stacked (rows, cols) matrices (n_mats 1: a 2-d tensor)
+ * and its dtype; *row_bytes the bytes of one row. */
+static int check_matrix(const src_tensor *t, const char *name, int n_mats, int64_t rows, int64_t cols,
+                        size_t *row_bytes, llmi_status *st) {
+    if (!t->dtype_ok) return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported tensor type %s in %s", t->file, t->type_name, name);
+    bool shape_ok = n_mats == 1 ? t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols
+                                : t->n_dims == 3 && t->shape[0] == n_mats && t->shape[1] == rows && t->shape[2] == cols;
+    if (!shape_ok) {
+        if (n_mats == 1) return shape_error(t, name, rows, cols, st);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tensor %s is not %d stacked %lldx%lld matrices", t->file, name, n_mats,
+                         (long long)rows, (long long)cols);
+    }
+    int64_t be = dtype_block_elems(t->dtype);
+    if (cols % be != 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tensor %s: %lld columns are not a multiple of the %s block", t->file,
+                         name, (long long)cols, dtype_name(t->dtype));
+    *row_bytes = (size_t)(cols / be) * dtype_block_bytes(t->dtype);
+    if ((uint64_t)n_mats * (uint64_t)rows * *row_bytes != t->n_bytes)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tensor %s holds %llu bytes, expected %llu", t->file, name,
+                         (unsigned long long)t->n_bytes, (unsigned long long)((uint64_t)n_mats * rows * *row_bytes));
+    return 0;
+}
+
+/* Points out at a checked tensor's (rows, cols) bytes; they stay in the mapping unless
+ * misaligned for their element type, in which case they are copied so backends may load
+ * them directly. */
+static int view_matrix(const src_tensor *t, const char *name, int64_t rows, int64_t cols, size_t row_bytes,
+                       llmi_tensor *out, size_t *bytes, llmi_status *st) {
+    memset(out, 0, sizeof *out);
+    out->dtype = t->dtype;
+    out->rows = rows;
+    out->cols = cols;
+    out->row_bytes = row_bytes;
+    out->data = t->data;
+    if ((uintptr_t)t->data % 4 != 0) {
+        out->owned = malloc(t->n_bytes ? t->n_bytes : 1);
+        if (!out->owned) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory copying %s", t->file, name);
+        memcpy(out->owned, t->data, t->n_bytes);
+        out->data = out->owned;
+    }
+    *bytes += t->n_bytes;
+    return 0;
+}
+
+/* Binds a (rows, cols) matrix. */
 static int bind_matrix(const weight_src *w, weight_role r, int layer, int64_t rows, int64_t cols, llmi_tensor *out,
                        size_t *bytes, llmi_status *st) {
     src_tensor t;
     char name[128];
     if (w->qc && r >= W_Q && r <= W_DOWN && r != W_BQ && r != W_BK && r != W_BV && r != W_BO) {
-        weight_name(w, r, layer, name, sizeof name);
+        weight_name(w, r, layer, 0, name, sizeof name);
         char *dot = strrchr(name, '.'); /* "....q_proj.weight" -> "....q_proj" */
         if (dot) *dot = '\0';
         llmi_status qst = {0};
@@ -166,29 +224,50 @@ static int bind_matrix(const weight_src *w, weight_role r, int layer, int64_t ro
     int rc = model_find_role(w, r, layer, &t, name, sizeof name, st);
     if (rc < 0) return LLMI_E_RUNTIME;
     if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing tensor %s", w->what, name);
-    if (!t.dtype_ok) return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported tensor type %s in %s", t.file, t.type_name, name);
-    if (t.n_dims != 2 || t.shape[0] != rows || t.shape[1] != cols) return shape_error(&t, name, rows, cols, st);
-    int64_t be = dtype_block_elems(t.dtype);
-    if (cols % be != 0)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tensor %s: %lld columns are not a multiple of the %s block", t.file,
-                         name, (long long)cols, dtype_name(t.dtype));
-    size_t row_bytes = (size_t)(cols / be) * dtype_block_bytes(t.dtype);
-    if ((uint64_t)rows * row_bytes != t.n_bytes)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tensor %s holds %llu bytes, expected %llu", t.file, name,
-                         (unsigned long long)t.n_bytes, (unsigned long long)((uint64_t)rows * row_bytes));
+    size_t row_bytes;
+    if (check_matrix(&t, name, 1, rows, cols, &row_bytes, st)) return LLMI_E_RUNTIME;
+    return view_matrix(&t, name, rows, cols, row_bytes, out, bytes, st);
+}
+
+/* Binds one MoE matrix of a layer's n_exp experts, (rows, cols) each, as one tensor of
+ * (n_exp * rows, cols): the format's stacked tensor where it has one (a view of the
+ * mapping), else its per-expert tensors copied together in expert order (their mapped
+ * pages dropped after the copy, so the weights are resident once). */
+static int bind_experts(const weight_src *w, weight_role stacked, weight_role one, int layer, int n_exp, int64_t rows,
+                        int64_t cols, llmi_tensor *out, size_t *bytes, llmi_status *st) {
+    src_tensor t;
+    char name[128];
+    size_t row_bytes;
+    int rc = find_named(w, stacked, layer, 0, &t, name, sizeof name, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc > 0)
+        return check_matrix(&t, name, n_exp, rows, cols, &row_bytes, st) ||
+               view_matrix(&t, name, (int64_t)n_exp * rows, cols, row_bytes, out, bytes, st) ? LLMI_E_RUNTIME : 0;
     memset(out, 0, sizeof *out);
-    out->dtype = t.dtype;
-    out->rows = rows;
-    out->cols = cols;
-    out->row_bytes = row_bytes;
-    out->data = t.data;
-    if ((uintptr_t)t.data % 4 != 0) {
-        out->owned = malloc(t.n_bytes ? t.n_bytes : 1);
-        if (!out->owned) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory copying %s", t.file, name);
-        memcpy(out->owned, t.data, t.n_bytes);
-        out->data = out->owned;
+    for (int e = 0; e < n_exp; e++) {
+        rc = find_named(w, one, layer, e, &t, name, sizeof name, st);
+        if (rc < 0) return LLMI_E_RUNTIME;
+        if (rc == 0) {
+            if (e == 0 && w->names[stacked]) weight_name(w, stacked, layer, 0, name, sizeof name);
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing tensor %s", w->what, name);
+        }
+        if (check_matrix(&t, name, 1, rows, cols, &row_bytes, st)) return LLMI_E_RUNTIME;
+        if (e == 0) {
+            out->dtype = t.dtype;
+            out->rows = (int64_t)n_exp * rows;
+            out->cols = cols;
+            out->row_bytes = row_bytes;
+            out->owned = malloc((size_t)n_exp * t.n_bytes);
+            if (!out->owned) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory copying %s", t.file, name);
+            out->data = out->owned;
+        } else if (t.dtype != out->dtype) {
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: tensor %s is %s, expert 0's is %s", t.file, name, t.type_name,
+                             dtype_name(out->dtype));
+        }
+        memcpy((uint8_t *)out->owned + (size_t)e * t.n_bytes, t.data, t.n_bytes);
+        mapfile_drop_pages(t.data, t.n_bytes);
+        *bytes += t.n_bytes;
     }
-    *bytes += t.n_bytes;
     return 0;
 }
 
@@ -251,6 +330,9 @@ static int unpermute_vector(float **v, int n_head, int head_dim, const char *wha
 
 int model_bind_weights(const weight_src *w, llmi_model *m, bool permute_qk, llmi_status *st) {
     const llmi_config *c = &m->cfg;
+    if (w->qc && c->n_experts > 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: GPTQ/AWQ checkpoints of mixture-of-experts models are not supported",
+                         w->what);
     int64_t q_rows = (int64_t)c->n_heads * c->head_dim, kv_rows = (int64_t)c->n_kv_heads * c->head_dim;
     size_t bytes = 0;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
@@ -270,10 +352,17 @@ int model_bind_weights(const weight_src *w, llmi_model *m, bool permute_qk, llmi
             bind_matrix(w, W_K, l, kv_rows, c->dim, &L->wk, &bytes, st) ||
             bind_matrix(w, W_V, l, kv_rows, c->dim, &L->wv, &bytes, st) ||
             bind_matrix(w, W_O, l, c->dim, q_rows, &L->wo, &bytes, st) ||
-            bind_vector(w, W_FFN_NORM, l, c->dim, &L->ffn_norm, &bytes, st) ||
-            bind_matrix(w, W_GATE, l, c->ffn_dim, c->dim, &L->w_gate, &bytes, st) ||
-            bind_matrix(w, W_UP, l, c->ffn_dim, c->dim, &L->w_up, &bytes, st) ||
-            bind_matrix(w, W_DOWN, l, c->dim, c->ffn_dim, &L->w_down, &bytes, st))
+            bind_vector(w, W_FFN_NORM, l, c->dim, &L->ffn_norm, &bytes, st))
+            return LLMI_E_RUNTIME;
+        if (c->n_experts == 0 && (bind_matrix(w, W_GATE, l, c->ffn_dim, c->dim, &L->w_gate, &bytes, st) ||
+                                  bind_matrix(w, W_UP, l, c->ffn_dim, c->dim, &L->w_up, &bytes, st) ||
+                                  bind_matrix(w, W_DOWN, l, c->dim, c->ffn_dim, &L->w_down, &bytes, st)))
+            return LLMI_E_RUNTIME;
+        if (c->n_experts > 0 &&
+            (bind_matrix(w, W_ROUTER, l, c->n_experts, c->dim, &L->w_router, &bytes, st) ||
+             bind_experts(w, W_GATE_EXPS, W_GATE_EXP, l, c->n_experts, c->ffn_dim, c->dim, &L->w_gate, &bytes, st) ||
+             bind_experts(w, W_UP_EXPS, W_UP_EXP, l, c->n_experts, c->ffn_dim, c->dim, &L->w_up, &bytes, st) ||
+             bind_experts(w, W_DOWN_EXPS, W_DOWN_EXP, l, c->n_experts, c->dim, c->ffn_dim, &L->w_down, &bytes, st)))
             return LLMI_E_RUNTIME;
         if (c->qkv_bias && (bind_vector(w, W_BQ, l, q_rows, &L->bq, &bytes, st) ||
                             bind_vector(w, W_BK, l, kv_rows, &L->bk, &bytes, st) ||

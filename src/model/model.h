@@ -6,7 +6,8 @@
  * config_json.c), model_dummy.c; model.c holds what they share.  Loaders validate everything
  * they read, a model file being untrusted input (the formats: ggml's docs/gguf.md and
  * huggingface/safetensors; our notes on them and their attacks: ../shared/docs/FORMATS.md,
- * outside this repository).  Supported architectures: llama (Llama, Mistral, SmolLM2), qwen2, qwen3 (dense), gemma3 (text). */
+ * outside this repository).  Supported architectures: llama (Llama, Mistral, Mixtral, SmolLM2), qwen2, qwen3
+ * (dense and MoE), gemma3 (text). */
 #ifndef LLMI_MODEL_H
 #define LLMI_MODEL_H
 
@@ -34,7 +35,7 @@ typedef struct llmi_config {
     int n_heads;
     int n_kv_heads;
     int head_dim;              /* usually dim / n_heads, but config.json may set it */
-    int ffn_dim;               /* intermediate size */
+    int ffn_dim;               /* intermediate size (of each expert in a MoE model) */
     int max_ctx;               /* max_position_embeddings / context_length */
     float norm_eps;
     float rope_theta;
@@ -55,6 +56,13 @@ typedef struct llmi_config {
                                   window); 0 = no layer slides */
     float rope_theta_local;    /* RoPE base of the sliding layers, unscaled (Gemma 3); 0 = the global RoPE */
     bool layer_sliding[LLMI_MAX_LAYERS];   /* (n_layers) which layers slide when sliding_window > 0 */
+    /* Mixture of experts (Mixtral, Qwen3-MoE): every layer's MLP is n_experts SwiGLU experts of
+     * ffn_dim; a token's router logits go through a softmax over all experts, the
+     * n_experts_used largest probabilities pick its experts, and its MLP output is their
+     * outputs weighted by those probabilities (renormalised to sum 1 when moe_norm_topk). */
+    int n_experts;             /* 0 = a dense MLP */
+    int n_experts_used;        /* top-k */
+    bool moe_norm_topk;        /* Mixtral: always; Qwen3-MoE: norm_topk_prob */
 } llmi_config;
 
 /* Layer l's attention window in keys (0 = the whole context). */
@@ -65,6 +73,8 @@ static inline int config_layer_window(const llmi_config *c, int l) {
 static inline bool config_layer_rope_local(const llmi_config *c, int l) {
     return c->rope_theta_local > 0 && config_layer_window(c, l) > 0;
 }
+/* Experts of each layer's MLP (1 for a dense model): the stacking factor of w_gate, w_up, w_down. */
+static inline int config_experts(const llmi_config *c) { return c->n_experts > 0 ? c->n_experts : 1; }
 static inline float config_embed_scale(const llmi_config *c) { return c->embed_scale > 0 ? c->embed_scale : 1.0f; }
 float config_attn_scale(const llmi_config *c);
 
@@ -80,9 +90,12 @@ typedef struct llmi_layer {
     float *ffn_norm;                      /* (dim) */
     float *post_attn_norm, *post_ffn_norm; /* (dim) each: norms of o_proj's and down_proj's outputs; NULL
                                              without post_norms */
-    llmi_tensor w_gate;                   /* (ffn_dim, dim) */
-    llmi_tensor w_up;                     /* (ffn_dim, dim) */
-    llmi_tensor w_down;                   /* (dim, ffn_dim) */
+    /* A MoE layer stacks its experts' matrices (as GGUF's *_exps tensors do): expert e's gate and
+     * up are rows [e * ffn_dim, (e + 1) * ffn_dim), its down rows [e * dim, (e + 1) * dim). */
+    llmi_tensor w_gate;                   /* (ffn_dim, dim); MoE: (n_experts * ffn_dim, dim) */
+    llmi_tensor w_up;                     /* (ffn_dim, dim); MoE: (n_experts * ffn_dim, dim) */
+    llmi_tensor w_down;                   /* (dim, ffn_dim); MoE: (n_experts * dim, ffn_dim) */
+    llmi_tensor w_router;                 /* (n_experts, dim) MoE only: the router's logits */
 } llmi_layer;
 
 /* from_file: a model file mapped read-only, whose dropped pages fault back in from the

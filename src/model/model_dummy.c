@@ -70,12 +70,21 @@ static const dummy_preset k_presets[] = {
                     .rope_scaling = LLMI_ROPE_SCALING_LINEAR, .rope_factor = 8.f,
                     .qk_norm = true, .act = LLMI_ACT_GELU_TANH, .attn_scale = 0.0625f, .post_norms = true,
                     .sliding_window = 1024, .rope_theta_local = 10000.f}},
+    /* Qwen/Qwen3-30B-A3B and mistralai/Mixtral-8x7B-v0.1: mixtures of experts */
+    {"qwen3-30b-a3b", {.arch = LLMI_ARCH_QWEN3, .arch_name = "qwen3_moe", .n_vocab = 151936, .dim = 2048,
+                       .n_layers = 48, .n_heads = 32, .n_kv_heads = 4, .head_dim = 128, .ffn_dim = 768,
+                       .max_ctx = 40960, .norm_eps = 1e-6f, .rope_theta = 1000000.f, .rope_dim = 128, .qk_norm = true,
+                       .n_experts = 128, .n_experts_used = 8, .moe_norm_topk = true}},
+    {"mixtral-8x7b", {.arch = LLMI_ARCH_LLAMA, .arch_name = "mixtral", .n_vocab = 32000, .dim = 4096, .n_layers = 32,
+                      .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .ffn_dim = 14336, .max_ctx = 32768,
+                      .norm_eps = 1e-5f, .rope_theta = 1000000.f, .rope_dim = 128, .n_experts = 8,
+                      .n_experts_used = 2, .moe_norm_topk = true}},
 };
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
 
 const char *model_dummy_preset_names(void) {
     return "smollm2-135m, smollm2-360m, tinyllama-1.1b, llama-3.2-1b, llama-2-7b, llama-3-8b, mistral-7b, "
-           "qwen2.5-7b, qwen3-0.6b, qwen3-8b, gemma-3-1b, gemma-3-4b";
+           "qwen2.5-7b, qwen3-0.6b, qwen3-8b, gemma-3-1b, gemma-3-4b, qwen3-30b-a3b, mixtral-8x7b";
 }
 
 /* ---------------------------------------------------------------- config.json */
@@ -274,9 +283,11 @@ static void dummy_place(llmi_model *m, llmi_dtype dt, int gs, dummy_layout *l, u
         L->ffn_norm = dummy_vec(c->dim, l, base);
         L->post_attn_norm = c->post_norms ? dummy_vec(c->dim, l, base) : NULL;
         L->post_ffn_norm = c->post_norms ? dummy_vec(c->dim, l, base) : NULL;
-        dummy_tensor(&L->w_gate, dt, gs, c->ffn_dim, c->dim, l, base);
-        dummy_tensor(&L->w_up, dt, gs, c->ffn_dim, c->dim, l, base);
-        dummy_tensor(&L->w_down, dt, gs, c->dim, c->ffn_dim, l, base);
+        const int64_t ne = config_experts(c);   /* a MoE layer's experts stacked */
+        dummy_tensor(&L->w_gate, dt, gs, ne * c->ffn_dim, c->dim, l, base);
+        dummy_tensor(&L->w_up, dt, gs, ne * c->ffn_dim, c->dim, l, base);
+        dummy_tensor(&L->w_down, dt, gs, ne * c->dim, c->ffn_dim, l, base);
+        if (c->n_experts > 0) dummy_tensor(&L->w_router, dummy_embd_dtype(dt), 0, c->n_experts, c->dim, l, base);
     }
     m->out_norm = dummy_vec(c->dim, l, base);
     if (c->tie_embeddings) m->lm_head = m->tok_embd;
@@ -354,14 +365,14 @@ int model_load_dummy(const char *spec, llmi_dtype dtype, int group_size, llmi_mo
     for (int i = 0; i < c->n_layers; i++) {
         llmi_layer *L = &m->layers[i];
         uint64_t k = seed ^ ((uint64_t)(i + 1) << 8);
-        llmi_tensor *ts[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int j = 0; j < 7; j++) {
+        llmi_tensor *ts[8] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->w_router};
+        for (int j = 0; j < 8 && ts[j]->data; j++) {
             const float scale = 1.f / sqrtf((float)ts[j]->cols);
-            if (dtype == LLMI_I4G) {
+            if (ts[j]->dtype == LLMI_I4G) {
                 dummy_fill_i4g(ts[j], scale, k + (uint64_t)j + 2);
                 wbytes += (size_t)ts[j]->n_groups * (size_t)ts[j]->rows * (sizeof(uint16_t) + 1);
             } else {
-                dummy_fill((void *)ts[j]->data, dtype, ts[j]->rows, ts[j]->cols, scale, k + (uint64_t)j + 2);
+                dummy_fill((void *)ts[j]->data, ts[j]->dtype, ts[j]->rows, ts[j]->cols, scale, k + (uint64_t)j + 2);
             }
             wbytes += tensor_bytes(ts[j]);
         }

@@ -18,7 +18,10 @@ static const char *const gguf_names[W_COUNT] = {
     "blk.%d.attn_q.bias", "blk.%d.attn_k.bias", "blk.%d.attn_v.bias", "blk.%d.attn_output.bias",
     "blk.%d.ffn_norm.weight", "blk.%d.ffn_gate.weight", "blk.%d.ffn_up.weight", "blk.%d.ffn_down.weight",
     "blk.%d.attn_q_norm.weight", "blk.%d.attn_k_norm.weight", "blk.%d.post_attention_norm.weight",
-    "blk.%d.post_ffw_norm.weight",
+    "blk.%d.post_ffw_norm.weight", "blk.%d.ffn_gate_inp.weight", "blk.%d.ffn_gate_exps.weight",
+    "blk.%d.ffn_up_exps.weight", "blk.%d.ffn_down_exps.weight",
+    /* the first Mixtral GGUFs' one tensor per expert, which llama.cpp still reads */
+    "blk.%d.ffn_gate.%d.weight", "blk.%d.ffn_up.%d.weight", "blk.%d.ffn_down.%d.weight",
 };
 
 static int gguf_find_src(const weight_src *w, const char *name, src_tensor *out, llmi_status *st) {
@@ -171,6 +174,37 @@ static int gguf_gemma3(const gguf_file *g, llmi_config *c, llmi_status *st) {
     return 0;
 }
 
+/* Mixture of experts as llama.cpp runs it for llama (Mixtral) and qwen3moe: expert_count
+ * experts, expert_used_count per token, softmax gating with the chosen weights
+ * renormalised (build_moe_ffn's norm_w; a file's expert_weights_norm false says otherwise),
+ * qwen3moe's expert size in expert_feed_forward_length.  Sigmoid gating and shared experts
+ * (other architectures' keys) are refused. */
+static int gguf_moe(const gguf_file *g, const char *arch, llmi_config *c, llmi_status *st) {
+    const int64_t I = INT32_MAX;
+    int rc = arch_int(g, arch, "expert_count", false, 0, I, &c->n_experts, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (c->n_experts == 0) return 0;
+    if (c->arch == LLMI_ARCH_GEMMA3 || c->arch == LLMI_ARCH_QWEN2)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s.expert_count: mixture of experts is supported for llama and "
+                         "qwen3moe only", g->path, arch);
+    if (arch_int(g, arch, "expert_used_count", true, 1, I, &c->n_experts_used, st) < 0 ||
+        arch_int(g, arch, "expert_feed_forward_length", false, 1, I, &c->ffn_dim, st) < 0)
+        return LLMI_E_RUNTIME;
+    int shared = 0, gating = 1;
+    if (arch_int(g, arch, "expert_shared_count", false, 0, I, &shared, st) < 0 ||
+        arch_int(g, arch, "expert_gating_func", false, 0, I, &gating, st) < 0)
+        return LLMI_E_RUNTIME;
+    if (shared > 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s.expert_shared_count %d: shared experts are not supported",
+                                     g->path, arch, shared);
+    if (gating != 1)   /* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX */
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s.expert_gating_func %d: only softmax gating (1) is supported", g->path,
+                         arch, gating);
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+    c->moe_norm_topk = true;
+    return gguf_get_bool(g, key, &c->moe_norm_topk, st) < 0 ? LLMI_E_RUNTIME : 0;
+}
+
 static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llmi_status *st) {
     const char *path = g->path;
     gguf_str a;
@@ -179,7 +213,7 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key general.architecture", path);
     if (gguf_str_eq(a, "llama")) c->arch = LLMI_ARCH_LLAMA;
     else if (gguf_str_eq(a, "qwen2")) c->arch = LLMI_ARCH_QWEN2;
-    else if (gguf_str_eq(a, "qwen3")) c->arch = LLMI_ARCH_QWEN3;
+    else if (gguf_str_eq(a, "qwen3") || gguf_str_eq(a, "qwen3moe")) c->arch = LLMI_ARCH_QWEN3;
     else if (gguf_str_eq(a, "gemma3")) c->arch = LLMI_ARCH_GEMMA3;
     else {
         char b[40];
@@ -187,10 +221,11 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
         for (uint64_t i = 0; i < a.len && n < sizeof b - 1; i++)
             b[n++] = (a.p[i] >= 0x20 && a.p[i] < 0x7f) ? a.p[i] : '?';
         b[n] = '\0';
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, qwen2, qwen3, gemma3)", path, b);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, qwen2, qwen3, qwen3moe, "
+                         "gemma3)", path, b);
     }
     const char *arch = c->arch == LLMI_ARCH_LLAMA ? "llama" : c->arch == LLMI_ARCH_QWEN2 ? "qwen2"
-                     : c->arch == LLMI_ARCH_QWEN3 ? "qwen3" : "gemma3";
+                     : c->arch == LLMI_ARCH_GEMMA3 ? "gemma3" : gguf_str_eq(a, "qwen3moe") ? "qwen3moe" : "qwen3";
     snprintf(c->arch_name, sizeof c->arch_name, "%s", arch);
     gguf_str nm;
     rc = gguf_get_str(g, "general.name", &nm, st);
@@ -265,6 +300,7 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     c->qkv_bias = c->arch == LLMI_ARCH_QWEN2 || gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
     c->qk_norm = c->arch == LLMI_ARCH_QWEN3 || c->arch == LLMI_ARCH_GEMMA3;
     if (c->arch == LLMI_ARCH_GEMMA3 && gguf_gemma3(g, c, st)) return LLMI_E_RUNTIME;
+    if (gguf_moe(g, arch, c, st)) return LLMI_E_RUNTIME;
     *has_output = gguf_find_tensor(g, "output.weight") != NULL;
     c->tie_embeddings = !*has_output;
     if (config_validate(c, path, st)) return LLMI_E_RUNTIME;

@@ -28,6 +28,14 @@ static const char *const hf_names[W_COUNT] = {
     "model.layers.%d.mlp.up_proj.weight", "model.layers.%d.mlp.down_proj.weight",
     "model.layers.%d.self_attn.q_norm.weight", "model.layers.%d.self_attn.k_norm.weight",
     "model.layers.%d.post_attention_layernorm.weight", "model.layers.%d.post_feedforward_layernorm.weight",
+    "model.layers.%d.mlp.gate.weight", NULL, NULL, NULL,   /* Qwen3-MoE's router; experts one tensor each: */
+    "model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
+    "model.layers.%d.mlp.experts.%d.down_proj.weight",
+};
+/* Mixtral's names for its router and experts (w1 gate, w3 up, w2 down) */
+static const char *const hf_mixtral_moe_names[4] = {
+    "model.layers.%d.block_sparse_moe.gate.weight", "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
+    "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", "model.layers.%d.block_sparse_moe.experts.%d.w2.weight",
 };
 /* Llama's post_attention_layernorm is its MLP input's norm (W_FFN_NORM); Gemma 3 names its
  * norms by place: post_attention_layernorm is the attention output's (W_POST_ATTN_NORM, read
@@ -211,6 +219,12 @@ int model_load_hf(const char *dir, const llmi_load_opts *opts, llmi_model *m, ll
     const char *names[W_COUNT];
     memcpy(names, hf_names, sizeof names);
     if (gemma) names[W_FFN_NORM] = HF_GEMMA3_FFN_NORM;
+    if (m->cfg.n_experts > 0 && m->cfg.arch == LLMI_ARCH_LLAMA) {
+        names[W_ROUTER] = hf_mixtral_moe_names[0];
+        names[W_GATE_EXP] = hf_mixtral_moe_names[1];
+        names[W_UP_EXP] = hf_mixtral_moe_names[2];
+        names[W_DOWN_EXP] = hf_mixtral_moe_names[3];
+    }
     weight_src w = {names, dir, h, hf_find_src, quantized ? &qc : NULL, hf_find_st,
                     gemma ? 1.0f : 0.0f};   /* Gemma's norms multiply by 1 + w */
     if (hf_open_shards(dir, h, st)) goto fail;

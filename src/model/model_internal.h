@@ -15,11 +15,17 @@
 #define CFG_MAX_VOCAB   (1 << 24)
 #define CFG_MAX_HEADS   4096
 #define CFG_MAX_CTX     (1 << 24)
+#define CFG_MAX_EXPERTS 1024
 
-/* Every weight the model reads, named per format by a table of W_COUNT patterns. */
+/* Every weight the model reads, named per format by a table of W_COUNT patterns.  A MoE
+ * layer's experts come either stacked, one 3-d tensor per matrix (W_*_EXPS: GGUF's
+ * ffn_gate_exps, ...), or one tensor per expert (W_*_EXP, patterns with the layer and then
+ * the expert as their two %d: Hugging Face's experts.E.gate_proj, ...); NULL where a
+ * format has no such name. */
 typedef enum {
     W_EMBD, W_OUT_NORM, W_LM_HEAD, W_ATTN_NORM, W_Q, W_K, W_V, W_O, W_BQ, W_BK, W_BV, W_BO,
-    W_FFN_NORM, W_GATE, W_UP, W_DOWN, W_Q_NORM, W_K_NORM, W_POST_ATTN_NORM, W_POST_FFN_NORM, W_COUNT
+    W_FFN_NORM, W_GATE, W_UP, W_DOWN, W_Q_NORM, W_K_NORM, W_POST_ATTN_NORM, W_POST_FFN_NORM,
+    W_ROUTER, W_GATE_EXPS, W_UP_EXPS, W_DOWN_EXPS, W_GATE_EXP, W_UP_EXP, W_DOWN_EXP, W_COUNT
 } weight_role;
 
 /* One stored tensor as either format describes it, shape in HF order (shape[0] slowest). */
@@ -36,7 +42,7 @@ typedef struct src_tensor {
 
 typedef struct weight_src weight_src;
 struct weight_src {
-    const char *const *names;  /* (W_COUNT) printf patterns with the layer as %d */
+    const char *const *names;  /* (W_COUNT) printf patterns with the layer as %d (W_*_EXP: layer, expert) */
     const char *what;          /* the file or directory, for messages */
     const void *ctx;
     /* 1 found (out filled), 0 absent, < 0 error (st filled) */
@@ -47,7 +53,7 @@ struct weight_src {
                                   norms multiply by 1 + w (llama.cpp's converter adds it to its GGUFs) */
 };
 
-/* Reads the optional tensor of a role: 1 found, 0 absent, < 0 error. */
+/* Reads the optional tensor of a role: 1 found, 0 absent (or no name in this format), < 0 error. */
 int model_find_role(const weight_src *w, weight_role r, int layer, src_tensor *t, char *name, size_t cap,
                     llmi_status *st);
 /* Binds every weight of m (cfg already validated).  permute_qk: the source is a llama-arch

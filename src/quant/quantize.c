@@ -28,6 +28,9 @@ int quant_check_shapes(const llmi_config *c, const quant_opts *o, llmi_status *s
     if (c->arch == LLMI_ARCH_GEMMA3)
         return llmi_fail(st, LLMI_E_USAGE, "llmi quantize: %s is a gemma3 model, which quantize does not write yet "
                          "(supported: llama, mistral, qwen2, qwen3)", c->name);
+    if (c->n_experts > 0)
+        return llmi_fail(st, LLMI_E_USAGE, "llmi quantize: %s is a mixture-of-experts model (%d experts), which quantize "
+                         "does not support yet (supported: dense llama, mistral, qwen2, qwen3)", c->name, c->n_experts);
     for (int i = 0; i < QL_COUNT; i++) {
         int rows, cols;
         quant_linear_shape(c, i, &rows, &cols);

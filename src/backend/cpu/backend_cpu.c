@@ -82,7 +82,8 @@ static int cpu_kv_write_block(llmi_backend *b, int block, const void *src, llmi_
 }
 
 static const llmi_tensor *layer_weight(const llmi_layer *L, int i) {
-    const llmi_tensor *w[CPU_W_PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    const llmi_tensor *w[CPU_W_PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
+                                             &L->w_router};
     return w[i];
 }
 
@@ -92,7 +93,7 @@ static size_t tensor_bytes(const llmi_tensor *t) { return (size_t)t->rows * t->r
 /* The forward's weight at slot: the packed copy of src when it packs, else src itself. */
 static int refresh_one(llmi_backend *b, cpu_packed *slot, const llmi_tensor *src, const llmi_tensor **use,
                        llmi_status *st) {
-    if (!cpu_qweight_packable(src)) {
+    if (!src->data || !cpu_qweight_packable(src)) {
         *use = src;
         return LLMI_OK;
     }
@@ -108,17 +109,41 @@ static int refresh_one(llmi_backend *b, cpu_packed *slot, const llmi_tensor *src
     return LLMI_OK;
 }
 
+/* Expert e's matrix `which` (CPU_E_*) of a MoE layer: rows of the stacked tensor. */
+static llmi_tensor expert_view(const llmi_layer *L, const llmi_config *c, int e, int which) {
+    const llmi_tensor *s = which == CPU_E_GATE ? &L->w_gate : which == CPU_E_UP ? &L->w_up : &L->w_down;
+    llmi_tensor v = *s;
+    v.owned = NULL;
+    v.rows = which == CPU_E_DOWN ? c->dim : c->ffn_dim;
+    v.data = (const uint8_t *)s->data + (size_t)e * (size_t)v.rows * s->row_bytes;
+    return v;
+}
+
 int cpu_weights_refresh(llmi_backend *b, llmi_status *st) {
     cpu_impl *im = b->impl;
     const llmi_model *m = b->model;
-    const int L = m->cfg.n_layers;
+    const llmi_config *c = &m->cfg;
+    const int L = c->n_layers, E = c->n_experts;
     size_t bytes = tensor_bytes(&m->tok_embd);
     for (int l = 0; l < L; l++)
         for (int i = 0; i < CPU_W_PER_LAYER; i++) {
             const llmi_tensor *src = layer_weight(&m->layers[l], i), **use = &im->lw[(size_t)l * CPU_W_PER_LAYER + i];
+            if (E > 0 && (i == CPU_W_GATE || i == CPU_W_UP || i == CPU_W_DOWN)) {
+                *use = src;   /* read expert by expert, below */
+                continue;
+            }
             if (refresh_one(b, &im->packed[(size_t)l * CPU_W_PER_LAYER + i], src, use, st)) return st->code;
             bytes += (*use)->layout == LLMI_LAYOUT_CPU16 ? cpu_qweight_bytes(*use) : tensor_bytes(*use);
         }
+    for (int l = 0; l < L && E > 0; l++)
+        for (int e = 0; e < E; e++)
+            for (int i = 0; i < CPU_E_PER_EXPERT; i++) {
+                size_t at = ((size_t)l * E + e) * CPU_E_PER_EXPERT + i;
+                im->expert_views[at] = expert_view(&m->layers[l], c, e, i);
+                if (refresh_one(b, &im->expert_packed[at], &im->expert_views[at], &im->experts[at], st)) return st->code;
+                bytes += im->experts[at]->layout == LLMI_LAYOUT_CPU16 ? cpu_qweight_bytes(im->experts[at])
+                                                                       : tensor_bytes(im->experts[at]);
+            }
     if (refresh_one(b, &im->packed[(size_t)L * CPU_W_PER_LAYER], &m->lm_head, &im->lm_head, st)) return st->code;
     if (im->lm_head->layout == LLMI_LAYOUT_CPU16) bytes += cpu_qweight_bytes(im->lm_head);
     else if (im->lm_head->data != m->tok_embd.data) bytes += tensor_bytes(im->lm_head);
@@ -146,6 +171,11 @@ static void cpu_destroy(llmi_backend *b) {
         for (int i = 0; im->packed && i <= b->model->cfg.n_layers * CPU_W_PER_LAYER; i++) free(im->packed[i].t.owned);
         free(im->packed);
         free(im->lw);
+        size_t n_exp = (size_t)b->model->cfg.n_layers * b->model->cfg.n_experts * CPU_E_PER_EXPERT;
+        for (size_t i = 0; im->expert_packed && i < n_exp; i++) free(im->expert_packed[i].t.owned);
+        free(im->expert_views); free(im->expert_packed); free(im->experts);
+        free(im->moe_logits); free(im->moe_sel); free(im->moe_wt); free(im->moe_tok); free(im->moe_tok_wt);
+        free(im->moe_start); free(im->moe_x); free(im->moe_y);
         free(im);
     }
     free(b);
@@ -173,6 +203,53 @@ static int tap(llmi_backend *b, int l, llmi_tap t, const float *x, int n, int wi
     if (r == LLMI_TAP_STOP) return 1;
     *rc = r;
     return r != 0;
+}
+
+/* A MoE layer's MLP: im->delta (n, dim) = for each token the sum over its experts, in
+ * ascending expert order, of routing weight * expert(xn), from im->xn (n, dim).  Each
+ * expert runs once on the rows of the tokens routed to it, gathered, so a step reads only
+ * the experts its tokens chose; a token's sum does not depend on the rest of the batch. */
+static void moe_mlp(llmi_backend *b, int l, int n, double *t0) {
+    cpu_impl *im = b->impl;
+    const llmi_config *c = &b->model->cfg;
+    const int dim = c->dim, ffn = c->ffn_dim, E = c->n_experts, k = c->n_experts_used;
+    cpu_matmul_1(im, im->lw[(size_t)l * CPU_W_PER_LAYER + CPU_W_ROUTER], im->xn, n, im->moe_logits);
+    cpu_moe_route(im->moe_logits, n, E, k, c->moe_norm_topk, im->moe_sel, im->moe_wt);
+    prof(b, LLMI_OP_MLP_UP, t0, mm_cost(im->lw[(size_t)l * CPU_W_PER_LAYER + CPU_W_ROUTER], n));
+    /* group the (token, expert) pairs by expert, tokens ascending within each */
+    for (int e = 0; e <= E; e++) im->moe_start[e] = 0;
+    for (int i = 0; i < n * k; i++) im->moe_start[im->moe_sel[i] + 1]++;
+    for (int e = 0; e < E; e++) im->moe_start[e + 1] += im->moe_start[e];
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            int e = im->moe_sel[(size_t)t * k + j], at = im->moe_start[e]++;
+            im->moe_tok[at] = t;
+            im->moe_tok_wt[at] = im->moe_wt[(size_t)t * k + j];
+        }
+    for (int e = E; e > 0; e--) im->moe_start[e] = im->moe_start[e - 1];   /* undo the fill's advance */
+    im->moe_start[0] = 0;
+    memset(im->delta, 0, (size_t)n * dim * sizeof(float));
+    const llmi_tensor *const *X = im->experts + (size_t)l * E * CPU_E_PER_EXPERT;
+    for (int e = 0; e < E; e++) {
+        const int p0 = im->moe_start[e], cnt = im->moe_start[e + 1] - p0;
+        if (cnt == 0) continue;
+        const llmi_tensor *const *W = X + (size_t)e * CPU_E_PER_EXPERT;
+        for (int i = 0; i < cnt; i++)
+            memcpy(im->moe_x + (size_t)i * dim, im->xn + (size_t)im->moe_tok[p0 + i] * dim, (size_t)dim * sizeof(float));
+        const llmi_tensor *gu_w[2] = {W[CPU_E_GATE], W[CPU_E_UP]};
+        float *gu_y[2] = {im->gate, im->up};
+        cpu_matmul_multi(2, gu_w, im->moe_x, cnt, NULL, gu_y, im->mm_scratch, im->mm_scratch_bytes);
+        prof(b, LLMI_OP_MLP_UP, t0, cost_sum(mm_cost(W[CPU_E_GATE], cnt), mm_cost(W[CPU_E_UP], cnt)));
+        cpu_swiglu(im->gate, im->up, cnt, ffn, im->gate);
+        prof(b, LLMI_OP_ACT, t0, cost_swiglu(cnt, ffn, sizeof(float)));
+        cpu_matmul_1(im, W[CPU_E_DOWN], im->gate, cnt, im->moe_y);
+        for (int i = 0; i < cnt; i++) {
+            float *d = im->delta + (size_t)im->moe_tok[p0 + i] * dim;
+            const float *y = im->moe_y + (size_t)i * dim, w = im->moe_tok_wt[p0 + i];
+            for (int j = 0; j < dim; j++) d[j] += y[j] * w;
+        }
+        prof(b, LLMI_OP_MLP_DOWN, t0, mm_cost(W[CPU_E_DOWN], cnt));
+    }
 }
 
 /* Decoder layers [first, last) over the batch.  The residual stream is im->x plus, when
@@ -256,18 +333,22 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
         prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, true, sizeof(float)));
         TAP(l, LLMI_TAP_MLP_IN, im->xn, dim);
 
-        const llmi_tensor *gu_w[2] = {W[CPU_W_GATE], W[CPU_W_UP]};
-        float *gu_y[2] = {im->gate, im->up};
-        cpu_matmul_multi(2, gu_w, im->xn, n, NULL, gu_y, im->mm_scratch, im->mm_scratch_bytes);
-        prof(b, LLMI_OP_MLP_UP, t0, cost_sum(mm_cost(W[CPU_W_GATE], n), mm_cost(W[CPU_W_UP], n)));
+        if (c->n_experts > 0) {
+            moe_mlp(b, l, n, t0);
+        } else {
+            const llmi_tensor *gu_w[2] = {W[CPU_W_GATE], W[CPU_W_UP]};
+            float *gu_y[2] = {im->gate, im->up};
+            cpu_matmul_multi(2, gu_w, im->xn, n, NULL, gu_y, im->mm_scratch, im->mm_scratch_bytes);
+            prof(b, LLMI_OP_MLP_UP, t0, cost_sum(mm_cost(W[CPU_W_GATE], n), mm_cost(W[CPU_W_UP], n)));
 
-        if (c->act == LLMI_ACT_GELU_TANH) cpu_geglu(im->gate, im->up, n, ffn, im->gate);
-        else cpu_swiglu(im->gate, im->up, n, ffn, im->gate);
-        prof(b, LLMI_OP_ACT, t0, cost_swiglu(n, ffn, sizeof(float)));
-        TAP(l, LLMI_TAP_DOWN_IN, im->gate, ffn);
+            if (c->act == LLMI_ACT_GELU_TANH) cpu_geglu(im->gate, im->up, n, ffn, im->gate);
+            else cpu_swiglu(im->gate, im->up, n, ffn, im->gate);
+            prof(b, LLMI_OP_ACT, t0, cost_swiglu(n, ffn, sizeof(float)));
+            TAP(l, LLMI_TAP_DOWN_IN, im->gate, ffn);
 
-        cpu_matmul_1(im, W[CPU_W_DOWN], im->gate, n, im->delta);
-        prof(b, LLMI_OP_MLP_DOWN, t0, mm_cost(W[CPU_W_DOWN], n));
+            cpu_matmul_1(im, W[CPU_W_DOWN], im->gate, n, im->delta);
+            prof(b, LLMI_OP_MLP_DOWN, t0, mm_cost(W[CPU_W_DOWN], n));
+        }
         if (L->post_ffn_norm) {
             cpu_rmsnorm(im->delta, L->post_ffn_norm, n, dim, c->norm_eps, im->delta);
             prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, false, sizeof(float)));
@@ -381,17 +462,22 @@ static void read_cpu_name(char *dst, size_t cap) {
 }
 
 /* Workspace sizes for T batch tokens: floats of x, xn, q, k, v, att, delta, gate, up, lg,
- * inv_freq, rope_cs, rope_sn, and the local RoPE's three (16 floats without one) (the order
- * of cpu_impl), then the matmul scratch in bytes. */
-enum { CPU_WS_COUNT = 17 };
+ * inv_freq, rope_cs, rope_sn, the local RoPE's three (16 floats without one), the MoE
+ * routing's eight (16 floats each for a dense model; int32 arrays counted as floats) (the
+ * order of cpu_impl), then the matmul scratch in bytes. */
+enum { CPU_WS_COUNT = 25 };
 static void cpu_ws_sizes(const llmi_config *c, int max_batch_tokens, size_t sz[CPU_WS_COUNT]) {
     size_t T = (size_t)max_batch_tokens;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-    const bool local = c->rope_theta_local > 0;
+    const bool local = c->rope_theta_local > 0, moe = c->n_experts > 0;
+    const size_t k = (size_t)c->n_experts_used;
     size_t f[CPU_WS_COUNT - 1] = {T * c->dim, T * c->dim, T * qd, T * kvd, T * kvd, T * qd, T * c->dim,
                                   T * c->ffn_dim, T * c->ffn_dim, T * c->dim, (size_t)c->head_dim / 2,
                                   T * c->head_dim / 2, T * c->head_dim / 2, local ? (size_t)c->head_dim / 2 : 16,
-                                  local ? T * c->head_dim / 2 : 16, local ? T * c->head_dim / 2 : 16};
+                                  local ? T * c->head_dim / 2 : 16, local ? T * c->head_dim / 2 : 16,
+                                  moe ? T * c->n_experts : 16, moe ? T * k : 16, moe ? T * k : 16, moe ? T * k : 16,
+                                  moe ? T * k : 16, moe ? (size_t)c->n_experts + 1 : 16, moe ? T * c->dim : 16,
+                                  moe ? T * c->dim : 16};
     memcpy(sz, f, sizeof f);
     int64_t widest = c->dim > c->ffn_dim ? c->dim : c->ffn_dim;
     if ((int64_t)qd > widest) widest = (int64_t)qd;
@@ -447,8 +533,13 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     int fail = 0;
     float **ws[CPU_WS_COUNT - 1] = {&im->x, &im->xn, &im->q, &im->k, &im->v, &im->att, &im->delta, &im->gate, &im->up,
                                     &im->lg, &im->inv_freq, &im->rope_cs, &im->rope_sn, &im->inv_freq_local,
-                                    &im->rope_cs_local, &im->rope_sn_local};
-    for (int i = 0; i < CPU_WS_COUNT - 1; i++) *ws[i] = ws_alloc(im, sz[i], &fail);
+                                    &im->rope_cs_local, &im->rope_sn_local, &im->moe_logits, NULL, &im->moe_wt, NULL,
+                                    &im->moe_tok_wt, NULL, &im->moe_x, &im->moe_y};
+    for (int i = 0; i < CPU_WS_COUNT - 1; i++)
+        if (ws[i]) *ws[i] = ws_alloc(im, sz[i], &fail);
+    im->moe_sel = (int32_t *)ws_alloc(im, sz[17], &fail);   /* the int32 arrays of that list */
+    im->moe_tok = (int32_t *)ws_alloc(im, sz[19], &fail);
+    im->moe_start = (int32_t *)ws_alloc(im, sz[21], &fail);
     im->seq_maxpos = calloc((size_t)o->max_seqs, sizeof(int32_t));
     size_t n_scales = (size_t)c->n_layers * 2 * c->n_kv_heads;
     im->kv_scale = malloc(n_scales * sizeof(float));
@@ -458,6 +549,13 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     im->ws_bytes += im->mm_scratch_bytes;
     im->packed = calloc((size_t)c->n_layers * CPU_W_PER_LAYER + 1, sizeof *im->packed);
     im->lw = calloc((size_t)c->n_layers * CPU_W_PER_LAYER, sizeof *im->lw);
+    if (c->n_experts > 0) {
+        size_t n_exp = (size_t)c->n_layers * c->n_experts * CPU_E_PER_EXPERT;
+        im->expert_views = calloc(n_exp, sizeof *im->expert_views);
+        im->expert_packed = calloc(n_exp, sizeof *im->expert_packed);
+        im->experts = calloc(n_exp, sizeof *im->experts);
+        fail |= !im->expert_views || !im->expert_packed || !im->experts;
+    }
     if (fail || !im->seq_maxpos || !im->mm_scratch || !im->kv_scale || !im->packed || !im->lw) {
         cpu_destroy(b);
         return llmi_fail(st, LLMI_E_RUNTIME, "cpu backend: cannot allocate workspaces for %d tokens", o->max_batch_tokens);

@@ -98,6 +98,12 @@ void cpu_matmul_rows(const llmi_tensor *w, const float *x, const cpu_qact *qa, i
                      const float *bias, float *y);
 int cpu_matmul_rows_ok(llmi_dtype t);
 
+/* Mixture-of-experts routing of n tokens from their router logits (n, n_experts): a softmax
+ * over all experts (fp32 values, fp64 sum), the k most probable (a tie goes to the lower
+ * expert), their probabilities divided by their sum when norm.  experts (n, k) in ascending
+ * expert order per token, weights (n, k) in the same order. */
+void cpu_moe_route(const float *logits, int n, int n_experts, int k, bool norm, int32_t *experts, float *weights);
+
 /* Rotates q (n, n_heads, head_dim) in place and k (n, n_kv_heads, head_dim) in place by
  * positions (n), HF rotate-half convention, then writes k and v (n, n_kv_heads, head_dim)
  * into the caches at slot_mapping (n), each head in kv_dtype (fp8 divided by its head's

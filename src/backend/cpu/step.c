@@ -158,6 +158,7 @@ cpu_step *cpu_step_create(const llmi_config *c, int n_threads, int max_tokens, s
 }
 
 bool cpu_step_supports(const llmi_model *m) {
+    if (m->cfg.n_experts > 0) return false;   /* the experts' gathered matmuls are run_layers' (cpu_moe) */
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const llmi_layer *L = &m->layers[l];
         const llmi_tensor *w[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};

@@ -370,6 +370,9 @@ static void cuda_destroy(llmi_backend *b) {
 static int check_model(const llmi_model *m, llmi_status *st) {
     if (backend_check_model(m, "cuda", st)) return st->code;
     const llmi_config *c = &m->cfg;
+    if (c->n_experts > 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: mixture-of-experts models (%s, %d experts) are not supported "
+                         "yet: use --device cpu", c->name, c->n_experts);
     if (c->head_dim > 256 || c->head_dim % 2)
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: head_dim %d must be even and at most 256", c->head_dim);
     if (c->dim > LLMI_NORM_MAX_DIM)
