@@ -154,6 +154,28 @@ hf_dir("hf_no_weights", st=None)
 hf_dir("hf_index_escape", st=None, extra_files={"model.safetensors.index.json":
        json.dumps({"weight_map": {"model.norm.weight": "../../etc/passwd"}}).encode()})
 
+# ---- a tiny Qwen3-MoE (3 experts, 2 per token, one tensor per expert), one corruption each
+moe_cfg = {"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 96, "moe_intermediate_size": 32,
+           "num_experts": 3, "num_experts_per_tok": 2, "norm_topk_prob": True, "vocab_size": 32,
+           "max_position_embeddings": 128, "tie_word_embeddings": True}
+moe_shapes = [(n, s) for n, s in shapes if "mlp." not in n]
+moe_shapes += [("model.layers.0.self_attn.q_norm.weight", [16]), ("model.layers.0.self_attn.k_norm.weight", [16]),
+               ("model.layers.0.mlp.gate.weight", [3, 64])]
+for e in range(3):
+    moe_shapes += [("model.layers.0.mlp.experts.%d.gate_proj.weight" % e, [32, 64]),
+                   ("model.layers.0.mlp.experts.%d.up_proj.weight" % e, [32, 64]),
+                   ("model.layers.0.mlp.experts.%d.down_proj.weight" % e, [64, 32])]
+moe_good = [(n, s, "F16") for n, s in moe_shapes]
+hf_dir("hf_moe_missing_expert", config=moe_cfg, st=st_bytes([e for e in moe_good if "experts.2.up" not in e[0]]))
+hf_dir("hf_moe_expert_shape", config=moe_cfg,
+       st=st_bytes([(n, [33, 64] if "experts.1.gate" in n else s, t) for n, s, t in moe_good]))
+hf_dir("hf_moe_expert_dtype", config=moe_cfg,
+       st=st_bytes([(n, s, "BF16" if "experts.1.down" in n else t) for n, s, t in moe_good]))
+hf_dir("hf_moe_no_router", config=moe_cfg, st=st_bytes([e for e in moe_good if "mlp.gate.weight" not in e[0]]))
+hf_dir("hf_moe_topk_too_many", config=dict(moe_cfg, num_experts_per_tok=4), st=st_bytes(moe_good))
+hf_dir("hf_moe_dense_layers", config=dict(moe_cfg, mlp_only_layers=[0]), st=st_bytes(moe_good))
+
 with open(os.path.join(work, "cases.txt"), "w") as f:
     f.write("\n".join(cases) + "\n")
 PY
