@@ -347,6 +347,8 @@ TEST(config_json_moe) {
          "\"num_key_value_heads\": 2, \"sliding_window\": 7, \"rope_theta\": 5e5}", LLMI_ARCH_LLAMA, 4, 3, 96, 8, 2, 7,
          true, 1e-5f, 5e5f},
         {"{\"model_type\": \"qwen3_moe\", %s}", LLMI_ARCH_QWEN3, 128, 8, 768, 8, 4, 0, false, 1e-6f, 1e4f},
+        {"{\"model_type\": \"qwen3_moe\", %s, \"num_local_experts\": 12}", LLMI_ARCH_QWEN3, 12, 8, 768, 8, 4, 0, false,
+         1e-6f, 1e4f},
         {"{\"architectures\": [\"Qwen3MoeForCausalLM\"], %s, \"num_experts\": 6, \"num_experts_per_tok\": 2, "
          "\"moe_intermediate_size\": 32, \"norm_topk_prob\": true, \"head_dim\": 32, \"mlp_only_layers\": [], "
          "\"decoder_sparse_step\": 1, \"use_sliding_window\": true, \"sliding_window\": 9}", LLMI_ARCH_QWEN3, 6, 2, 32,
@@ -376,6 +378,7 @@ TEST(config_json_moe) {
         {"{\"model_type\": \"qwen3_moe\", %s, \"decoder_sparse_step\": 2}", "dense MLP layers"},
         {"{\"model_type\": \"qwen3_moe\", %s, \"num_experts\": 4, \"num_experts_per_tok\": 5}", "experts per token"},
         {"{\"model_type\": \"mixtral\", %s, \"num_local_experts\": 100000}", "num_local_experts must be"},
+        {"{\"model_type\": \"qwen3_moe\", %s, \"num_local_experts\": 8, \"num_experts\": 6}", "disagree"},
         {"{\"model_type\": \"qwen2_moe\", %s}", "unsupported model_type qwen2_moe"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -29,6 +29,14 @@ static const char *const hf_models[] = {"llama-gqa-rope3", "qwen2-bias-tied", "m
  * Their tokenizer is Gemma's kind (SentencePiece-style BPE, no space prefix). */
 static const char *const hf_gemma[] = {"gemma3-swa", "gemma3-scaled"};
 #define HF_GEMMA3_GGUF "gemma3-swa.bf16.gguf"
+/* Mixtures of experts (scripts/make-moe-test-models.py): Qwen3-MoE with 8 experts, 2 per
+ * token, renormalised, in the released config form, bf16; Qwen3-MoE with 6 experts, 3 per
+ * token, not renormalised (norm_topk_prob false), in transformers 5's form
+ * (num_local_experts), f32; Mixtral with 4 experts, 2 per token, f32.  Their routers are
+ * drawn so that no reference token is near a tie between its k-th and (k+1)-th expert. */
+static const char *const hf_moe[] = {"qwen3moe-tiny", "qwen3moe-nonorm", "mixtral-tiny"};
+/* the first and the last as llama.cpp's converter writes them (stacked experts, F32 routers) */
+static const char *const hf_moe_gguf[] = {"qwen3moe-tiny.bf16.gguf", "mixtral-tiny.f32.gguf"};
 /* qwen3-qknorm as llama.cpp's convert_hf_to_gguf.py writes it (bf16, the same values). */
 #define HF_QWEN3_GGUF "qwen3-qknorm.bf16.gguf"
 /* llama-quantize's k-quant mixes of a tiny Qwen3 (hidden 256), whose references are
@@ -280,6 +288,11 @@ TEST(hf_qwen3_gguf_vs_transformers) { hf_check_model_on(t_, hf_models[5], HF_QWE
 TEST(hf_gemma3_sliding_window_vs_transformers) { hf_check_model(t_, hf_gemma[0]); }
 TEST(hf_gemma3_scaled_v5_config_vs_transformers) { hf_check_model(t_, hf_gemma[1]); }
 TEST(hf_gemma3_gguf_vs_transformers) { hf_check_model_on(t_, hf_gemma[0], HF_GEMMA3_GGUF, false, false); }
+TEST(hf_qwen3moe_bf16_vs_transformers) { hf_check_model(t_, hf_moe[0]); }
+TEST(hf_qwen3moe_no_topk_norm_v5_config_vs_transformers) { hf_check_model(t_, hf_moe[1]); }
+TEST(hf_mixtral_vs_transformers) { hf_check_model(t_, hf_moe[2]); }
+TEST(hf_qwen3moe_gguf_vs_transformers) { hf_check_model_on(t_, hf_moe[0], hf_moe_gguf[0], false, false); }
+TEST(hf_mixtral_gguf_vs_transformers) { hf_check_model_on(t_, hf_moe[2], hf_moe_gguf[1], false, false); }
 TEST(hf_gguf_q4_k_m_vs_transformers) { hf_check_kquant(t_, hf_kquant[0], false); }
 TEST(hf_gguf_q5_k_m_vs_transformers) { hf_check_kquant(t_, hf_kquant[1], false); }
 TEST(hf_gguf_q3_k_m_vs_transformers) { hf_check_kquant(t_, hf_kquant[2], false); }

@@ -345,10 +345,17 @@ static int cj_moe_of(const cJSON *j, const cj_family *f, llmi_config *c, const c
     c->n_experts = mixtral ? 8 : 128;
     c->n_experts_used = mixtral ? 2 : 8;
     c->moe_norm_topk = mixtral;
-    int step = 1;
-    if (json_int(j, mixtral ? "num_local_experts" : "num_experts", 1, CFG_MAX_EXPERTS, &c->n_experts, file, st) < 0 ||
+    int step = 1, local = 0, named = 0;
+    /* both config classes map num_experts to num_local_experts (attribute_map): the released
+     * Qwen3-MoE files say num_experts, transformers 5 writes num_local_experts */
+    int has_local = json_int(j, "num_local_experts", 1, CFG_MAX_EXPERTS, &local, file, st);
+    int has_named = has_local < 0 ? -1 : json_int(j, "num_experts", 1, CFG_MAX_EXPERTS, &named, file, st);
+    if (has_local < 0 || has_named < 0 ||
         json_int(j, "num_experts_per_tok", 1, CFG_MAX_EXPERTS, &c->n_experts_used, file, st) < 0)
         return LLMI_E_RUNTIME;
+    if (has_local && has_named && local != named)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: num_local_experts %d and num_experts %d disagree", file, local, named);
+    if (has_local || has_named) c->n_experts = has_local ? local : named;
     if (mixtral) return 0;
     c->ffn_dim = 768;
     if (json_int(j, "moe_intermediate_size", 1, INT32_MAX, &c->ffn_dim, file, st) < 0 ||
