@@ -75,6 +75,28 @@ cudaError_t llmi_cuda_geglu(const float *gate, const float *up, int in_stride, i
 /* y (n, cols; row stride) += bias (cols). */
 cudaError_t llmi_cuda_add_bias(float *y, int stride, const float *bias, int n, int cols, cudaStream_t s);
 
+/* ---- moe.cu (mixture of experts) ---- */
+/* Each token's experts (cpu_moe_route): sel (n, k) int32 and weights (n, k) f32 from the
+ * router's logits (n, n_experts) f32.  A softmax over all n_experts, the k most probable
+ * taken (the larger logit first, the lower expert on a tie; a NaN logit ranks last), their
+ * probabilities as weights, divided by their sum when norm; each row's choices in ascending
+ * expert order.  1 <= k <= n_experts <= LLMI_MOE_MAX_EXPERTS (cudaErrorInvalidValue
+ * otherwise).  The choices equal the twin's; the weights agree to fp32 rounding (the
+ * softmax's double sum is taken in another order, and expf may differ by an ulp). */
+#define LLMI_MOE_MAX_EXPERTS 1024
+cudaError_t llmi_cuda_moe_route(const float *logits, int n, int n_experts, int k, bool norm, int32_t *sel,
+                                float *weights, cudaStream_t s);
+/* out (m, row_bytes) row i = x (*, row_bytes) row rows[i] (m), bit for bit: the routed
+ * tokens' normed rows in expert order. */
+cudaError_t llmi_cuda_gather_rows(const void *x, int64_t row_bytes, const int32_t *rows, int m, void *out,
+                                  cudaStream_t s);
+/* out (n, dim) f32 row t = sum over j < k, in j order from zero, of weights[t*k + j] *
+ * y row pos[t*k + j] (y (*, dim) f32: the experts' outputs, a row per routed (token,
+ * expert) pair), each product and sum rounded as the CPU's d += y * w; with the choices in
+ * ascending expert order a token's sum does not depend on what else is in the batch. */
+cudaError_t llmi_cuda_moe_combine(const float *y, const int32_t *pos, const float *weights, int n, int k, int dim,
+                                  float *out, cudaStream_t s);
+
 /* ---- attention.cu ---- */
 typedef struct llmi_cuda_attn {
     const float *q;              /* (n_tokens, q_stride) f32; head h at q + h*head_dim */

@@ -609,7 +609,7 @@ if has_phase sanitize && gpu_gate "compute-sanitizer memcheck" "compute-sanitize
     run memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 "$TESTS" cuda
     row "compute-sanitizer memcheck" "$STATUS" "$(first_match memcheck 'ERROR SUMMARY.*')"
     run racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 20 "$TESTS" \
-      cuda_attention cuda_sample cuda_argmax cuda_add_rmsnorm cuda_rope_kv cuda_gemv quant_cuda
+      cuda_attention cuda_sample cuda_argmax cuda_add_rmsnorm cuda_rope_kv cuda_gemv cuda_moe quant_cuda
     row "compute-sanitizer racecheck" "$STATUS" "$(first_match racecheck '(RACECHECK|ERROR) SUMMARY.*')"
   fi
 fi

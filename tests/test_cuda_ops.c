@@ -1040,6 +1040,110 @@ TEST(cuda_sample) {
     sample_case(t_, &r, 7, 18, 1);
 }
 
+/* ---- mixture of experts (moe.cu) ---- */
+
+/* Routing against cpu_moe_route on random logits and on logits full of exact ties (a
+ * token's logits all equal; tokens of three distinct values, so ties straddle the k-th
+ * place), odd token counts, each expert count, k and norm setting: the same experts in the
+ * same order, weights within 1e-6 relative; and the launcher refuses what it cannot take. */
+TEST(cuda_moe_route) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_moe_route");
+    const int Es[4] = {4, 8, 60, 128}, ks[3] = {1, 2, 8};
+    int cases = 0, tokens = 0, sel_bad = 0;
+    double worst = 0;
+    for (int ei = 0; ei < 4; ei++)
+        for (int ki = 0; ki < 3; ki++)
+            for (int norm = 0; norm < 2; norm++) {
+                const int E = Es[ei], k = ks[ki], n = 2 * trng_int(&r, 20) + 9;
+                if (k > E) continue;
+                const size_t nk = (size_t)n * k;
+                float *lg = malloc(sizeof(float) * n * E), *w_ref = malloc(sizeof(float) * nk),
+                      *w_got = malloc(sizeof(float) * nk);
+                int32_t *s_ref = malloc(sizeof(int32_t) * nk), *s_got = malloc(sizeof(int32_t) * nk);
+                for (int t = 0; t < n; t++)
+                    for (int e = 0; e < E; e++) {
+                        float v = 4 * trng_unif(&r);
+                        if (t == 0) v = 0.5f;
+                        else if (t % 3 == 1) v = (float)trng_int(&r, 3);
+                        lg[(size_t)t * E + e] = v;
+                    }
+                cpu_moe_route(lg, n, E, k, norm, s_ref, w_ref);
+                float *d_lg = dup_to_dev(lg, sizeof(float) * n * E), *d_w = dup_to_dev(NULL, sizeof(float) * nk);
+                int32_t *d_s = dup_to_dev(NULL, sizeof(int32_t) * nk);
+                CHECK(llmi_cuda_moe_route(d_lg, n, E, k, norm, d_s, d_w, 0) == cudaSuccess);
+                CHECK(cudaDeviceSynchronize() == cudaSuccess);
+                to_host(s_got, d_s, sizeof(int32_t) * nk);
+                to_host(w_got, d_w, sizeof(float) * nk);
+                for (size_t i = 0; i < nk; i++) {
+                    sel_bad += s_got[i] != s_ref[i];
+                    double rel = fabs((double)w_got[i] - w_ref[i]) / fabs((double)w_ref[i]);
+                    if (!(rel <= worst)) worst = rel;   /* a NaN sticks */
+                }
+                cases++, tokens += n;
+                cudaFree(d_lg), cudaFree(d_w), cudaFree(d_s);
+                free(lg), free(w_ref), free(w_got), free(s_ref), free(s_got);
+            }
+    printf("  moe route: %d cases, %d tokens: %d choices differ, worst weight rel diff %.3g\n", cases, tokens, sel_bad,
+           worst);
+    CHECK_MSG(sel_bad == 0, "%d choices differ from cpu_moe_route's", sel_bad);
+    CHECK_MSG(worst <= 1e-6, "weights differ by %g relative", worst);
+    float *d_lg = dup_to_dev(NULL, 64), *d_w = dup_to_dev(NULL, 64);
+    int32_t *d_s = dup_to_dev(NULL, 64);
+    CHECK(llmi_cuda_moe_route(d_lg, 1, 4, 5, true, d_s, d_w, 0) == cudaErrorInvalidValue);
+    CHECK(llmi_cuda_moe_route(d_lg, 1, 4, 0, true, d_s, d_w, 0) == cudaErrorInvalidValue);
+    CHECK(llmi_cuda_moe_route(d_lg, 1, LLMI_MOE_MAX_EXPERTS + 1, 2, true, d_s, d_w, 0) == cudaErrorInvalidValue);
+    cudaFree(d_lg), cudaFree(d_w), cudaFree(d_s);
+}
+
+/* The gather of routed rows (bit for bit, by 16-byte chunks and by bytes) and each token's
+ * weighted sum of its expert rows against the CPU's loop (d += y * w from zero in j order:
+ * bit for bit, C rounding each product and sum here as the kernel does), at a width that
+ * takes the float4 path and an odd one that does not. */
+TEST(cuda_moe_gather_combine) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_moe_gather_combine");
+    const int dims[2] = {256, 203}, n = 13, k = 3, m = n * k;
+    for (int di = 0; di < 2; di++) {
+        const int dim = dims[di];
+        uint16_t *x = malloc((size_t)n * dim * 2), *xg = malloc((size_t)m * dim * 2);
+        int32_t rows[3 * 13], pos[3 * 13];
+        float *y = fvec(&r, m * dim, 0, 3), *w = fvec(&r, m, 0.5f, 0.5f);
+        float *ref = malloc(sizeof(float) * n * dim), *got = malloc(sizeof(float) * n * dim);
+        for (int i = 0; i < n * dim; i++) x[i] = (uint16_t)trng_next(&r);
+        for (int i = 0; i < m; i++) rows[i] = trng_int(&r, n), pos[i] = i;
+        for (int i = m - 1; i > 0; i--) {   /* the grouped rows in a shuffled order */
+            int j = trng_int(&r, i + 1), t = pos[i];
+            pos[i] = pos[j], pos[j] = t;
+        }
+        for (int t = 0; t < n; t++)
+            for (int c = 0; c < dim; c++) {
+                float acc = 0.0f;
+                for (int j = 0; j < k; j++) {
+                    float p = y[(size_t)pos[t * k + j] * dim + c] * w[t * k + j];
+                    acc = acc + p;
+                }
+                ref[(size_t)t * dim + c] = acc;
+            }
+        void *d_x = dup_to_dev(x, (size_t)n * dim * 2), *d_xg = dup_to_dev(NULL, (size_t)m * dim * 2);
+        int32_t *d_rows = dup_to_dev(rows, sizeof rows), *d_pos = dup_to_dev(pos, sizeof pos);
+        float *d_y = dup_to_dev(y, sizeof(float) * m * dim), *d_w = dup_to_dev(w, sizeof(float) * m);
+        float *d_out = dup_to_dev(NULL, sizeof(float) * n * dim);
+        CHECK(llmi_cuda_gather_rows(d_x, (int64_t)dim * 2, d_rows, m, d_xg, 0) == cudaSuccess);
+        CHECK(llmi_cuda_moe_combine(d_y, d_pos, d_w, n, k, dim, d_out, 0) == cudaSuccess);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess);
+        to_host(xg, d_xg, (size_t)m * dim * 2);
+        to_host(got, d_out, sizeof(float) * n * dim);
+        int bad_rows = 0, bad_sums = 0;
+        for (int i = 0; i < m; i++) bad_rows += memcmp(xg + (size_t)i * dim, x + (size_t)rows[i] * dim, (size_t)dim * 2) != 0;
+        for (int i = 0; i < n * dim; i++) bad_sums += memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+        printf("  moe gather/combine dim %d: %d of %d rows, %d of %d sums differ\n", dim, bad_rows, m, bad_sums, n * dim);
+        CHECK(bad_rows == 0 && bad_sums == 0);
+        cudaFree(d_x), cudaFree(d_xg), cudaFree(d_rows), cudaFree(d_pos), cudaFree(d_y), cudaFree(d_w), cudaFree(d_out);
+        free(x), free(xg), free(y), free(w), free(ref), free(got);
+    }
+}
+
 /* ---- the whole backend: CUDA forward vs CPU forward on a tiny random model ---- */
 
 /* A (rows, cols) BF16 weight (lossless on the GPU, which converts to bf16). */
@@ -1053,7 +1157,7 @@ static llmi_tensor bf16_weight(trng *r, int rows, int cols) {
     return w;
 }
 
-/* m's weights, random, for the shapes in m->cfg. */
+/* m's weights, random, for the shapes in m->cfg (a MoE's experts stacked, and its router). */
 static void cuda_tiny_weights(llmi_model *m, trng *r, bool bias) {
     llmi_config *c = &m->cfg;
     c->qkv_bias = bias;
@@ -1068,8 +1172,10 @@ static void cuda_tiny_weights(llmi_model *m, trng *r, bool bias) {
         L->ffn_norm = fvec(r, c->dim, 1.0f, 0.2f);
         L->wq = bf16_weight(r, qd, c->dim); L->wk = bf16_weight(r, kvd, c->dim); L->wv = bf16_weight(r, kvd, c->dim);
         L->wo = bf16_weight(r, c->dim, qd);
-        L->w_gate = bf16_weight(r, c->ffn_dim, c->dim); L->w_up = bf16_weight(r, c->ffn_dim, c->dim);
-        L->w_down = bf16_weight(r, c->dim, c->ffn_dim);
+        const int x = config_experts(c);
+        L->w_gate = bf16_weight(r, x * c->ffn_dim, c->dim); L->w_up = bf16_weight(r, x * c->ffn_dim, c->dim);
+        L->w_down = bf16_weight(r, x * c->dim, c->ffn_dim);
+        if (c->n_experts > 0) L->w_router = bf16_weight(r, c->n_experts, c->dim);
         if (bias) { L->bq = fvec(r, qd, 0, 0.5f); L->bk = fvec(r, kvd, 0, 0.5f); L->bv = fvec(r, kvd, 0, 0.5f); }
     }
 }
@@ -1127,7 +1233,7 @@ static void cuda_tiny_free(llmi_model *m) {
         free(L->attn_norm); free(L->ffn_norm); free(L->bq); free(L->bk); free(L->bv); free(L->q_norm); free(L->k_norm);
         free(L->post_attn_norm); free(L->post_ffn_norm);
         free(L->wq.owned); free(L->wk.owned); free(L->wv.owned); free(L->wo.owned);
-        free(L->w_gate.owned); free(L->w_up.owned); free(L->w_down.owned);
+        free(L->w_gate.owned); free(L->w_up.owned); free(L->w_down.owned); free(L->w_router.owned);
     }
     free(m->layers);
 }
@@ -1896,6 +2002,182 @@ TEST(cuda_backend_gemma3) {
         if (cpu) cpu->destroy(cpu);
         if (gpu) gpu->destroy(gpu);
         free(ref), free(got), free(again);
+        cuda_tiny_free(&m);
+    }
+}
+
+/* A tiny mixture of experts: every layer's MLP n_experts SwiGLU experts of ffn_dim 96, so
+ * that 2 * ffn_dim is less than the hidden size (as Qwen3-MoE's experts are narrower than
+ * its model), top-k routing.  With random routers, a token whose k-th and next logits lie
+ * within the backends' bf16 differences (~0.5% of a logit) takes other experts on each,
+ * and its row differs wholly (on random models about one token in a hundred a layer; the
+ * routing itself, ties included, is cuda_moe_route's).  So the routing here has margins:
+ * token v's embedding holds a shuffle of the levels 0, 4, ..., 4 (E - 1) in its first E
+ * entries, which dominate its normed rows in both layers; the router reads entry e for
+ * expert e (ffn_norm 1 there), and a little of the rest. */
+static void cuda_tiny_moe(llmi_model *m, trng *r, int n_experts, int k, bool norm) {
+    memset(m, 0, sizeof *m);
+    llmi_config *c = &m->cfg;
+    c->n_vocab = 301; c->dim = 256; c->n_layers = 2; c->n_heads = 4; c->n_kv_heads = 2; c->head_dim = 64;
+    c->ffn_dim = 96; c->max_ctx = 512; c->norm_eps = 1e-6f; c->rope_theta = 1000000.0f; c->rope_dim = 64;
+    c->n_experts = n_experts; c->n_experts_used = k; c->moe_norm_topk = norm;
+    cuda_tiny_weights(m, r, false);
+    const int E = n_experts, dim = c->dim;
+    uint16_t *emb = m->tok_embd.owned;
+    int perm[64];
+    for (int v = 0; v < c->n_vocab; v++) {
+        for (int e = 0; e < E; e++) perm[e] = e;
+        for (int e = E - 1; e > 0; e--) {
+            int j = trng_int(r, e + 1), t = perm[e];
+            perm[e] = perm[j], perm[j] = t;
+        }
+        for (int e = 0; e < E; e++) emb[(size_t)v * dim + e] = f32_to_bf16(4.0f * perm[e]);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        uint16_t *rt = m->layers[l].w_router.owned;
+        for (int e = 0; e < E; e++) {
+            m->layers[l].ffn_norm[e] = 1.0f;
+            for (int j = 0; j < dim; j++) rt[(size_t)e * dim + j] = f32_to_bf16(j == e ? 1.0f : 0.02f * trng_unif(r));
+        }
+    }
+}
+
+/* The part of fb_step f that is sequence s, as a batch of its own (the same positions,
+ * slots and block table); its tokens' indices in f into idx.  False when s has none. */
+typedef struct fb_alone {
+    int32_t tokens[64], pos[64], slot[64], sot[64], qs[2], rows[64], idx[64];
+    llmi_batch bt;
+} fb_alone;
+static bool fb_alone_make(fb_alone *a, const fb_step *f, int s) {
+    int n = 0;
+    for (int i = 0; i < f->bt.n_tokens; i++) {
+        if (f->sot[i] != s) continue;
+        a->tokens[n] = f->tokens[i], a->pos[n] = f->pos[i], a->slot[n] = f->slot[i];
+        a->sot[n] = 0, a->rows[n] = n, a->idx[n] = i;
+        n++;
+    }
+    a->qs[0] = 0, a->qs[1] = n;
+    a->bt = (llmi_batch){n, a->tokens, a->pos, a->slot, a->sot, 1, a->qs, f->tables + s * FB_MAXB, FB_MAXB, n, a->rows};
+    return n > 0;
+}
+
+/* Mixture-of-experts layers through the whole backend (cuda_tiny_moe), as Mixtral (8
+ * experts, top 2, renormalised; f32 KV) and as Qwen3-MoE (q/k head norms, 16 experts, top 4
+ * not renormalised; bf16 KV): the five forward steps against the CPU backend (every step
+ * eager: a MoE model runs no graphs); each sequence alone against the same sequence in the
+ * batch (its experts' rows and sums must not depend on the batch); device sampling;
+ * forward_layers' taps and hidden states against the CPU's; and the experts and router
+ * counted in the weight bytes. */
+TEST(cuda_backend_moe) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_backend_moe");
+    const int Es[2] = {8, 16}, ks[2] = {2, 4};
+    for (int variant = 0; variant < 2; variant++) {
+        llmi_model m;
+        cuda_tiny_moe(&m, &r, Es[variant], ks[variant], variant == 0);
+        if (variant == 1) cuda_tiny_qk_norm(&m, &r);
+        const llmi_config *c = &m.cfg;
+        const int nv = c->n_vocab, dim = c->dim, qd = c->n_heads * c->head_dim, n_rows = 45 + 22 + 9;
+        int32_t toks[3 * 64];
+        for (int i = 0; i < 3 * 64; i++) toks[i] = trng_int(&r, nv);
+        llmi_backend_opts o = {.gpu_mem_util = 0.5f, .kv_dtype = variant ? LLMI_KV_BF16 : LLMI_KV_F32,
+                               .block_size = FB_BS, .max_batch_tokens = 64, .max_seqs = 4};
+        llmi_backend *cpu = NULL, *gpu = NULL;
+        llmi_status st = {0};
+        CHECK_MSG(backend_cpu_create(&m, &o, &cpu, &st) == 0, "%s", st.msg);
+        CHECK_MSG(backend_cuda_create(&m, &o, &gpu, &st) == 0, "%s", st.msg);
+        float *ref = malloc(sizeof(float) * n_rows * nv), *got = malloc(sizeof(float) * n_rows * nv);
+        float *alone = malloc(sizeof(float) * n_rows * nv);
+        if (cpu && gpu && cpu->kv_alloc(cpu, 3 * FB_MAXB, &st) == 0 && gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0) {
+            CHECK_MSG(forward_steps(cpu, toks, ref, &st) == 0, "cpu: %s", st.msg);
+            CHECK_MSG(forward_steps(gpu, toks, got, &st) == 0, "cuda: %s", st.msg);
+            double e = test_nmse(got, ref, (long)n_rows * nv);
+            int agree = argmax_agree(got, ref, n_rows, nv);
+
+            /* each sequence alone, from a fresh cache (the sequences' blocks are disjoint) */
+            CHECK_MSG(gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0, "%s", st.msg);
+            for (int i = 0; i < n_rows * nv; i++) alone[i] = NAN;
+            for (int s = 0; s < 3; s++)
+                for (int step = 0, base = 0; step < 5; step++) {
+                    fb_step f;
+                    fb_alone a;
+                    fb_step_make(&f, step, toks);
+                    float out[64 * 301];
+                    if (fb_alone_make(&a, &f, s)) {
+                        CHECK_MSG(gpu->forward(gpu, &a.bt, out, &st) == 0, "alone: %s", st.msg);
+                        for (int i = 0; i < a.bt.n_tokens; i++)
+                            memcpy(alone + (size_t)(base + a.idx[i]) * nv, out + (size_t)i * nv, sizeof(float) * nv);
+                    }
+                    base += f.bt.n_tokens;
+                }
+            double ea = test_nmse(alone, got, (long)n_rows * nv);
+            int agree_a = argmax_agree(alone, got, n_rows, nv);
+            size_t w = 0;
+            gpu->memory(gpu, &w, NULL, NULL);
+            const size_t experts = (size_t)c->n_layers * (3 * (size_t)c->n_experts * c->ffn_dim * dim +
+                                                          (size_t)c->n_experts * dim) * 2;
+            printf("  moe %d experts top %d%s: logits nmse %.3g, argmax agrees on %d of %d rows; each sequence alone "
+                   "vs batched nmse %.3g, argmax %d of %d; weights %.2f MiB (experts and routers %.2f)\n",
+                   c->n_experts, c->n_experts_used, c->moe_norm_topk ? " renormalised" : "", e, agree, n_rows, ea,
+                   agree_a, n_rows, w / 1048576.0, experts / 1048576.0);
+            CHECK_MSG(e <= 5e-4, "logits nmse %g", e);
+            CHECK(agree >= n_rows * 9 / 10);
+            CHECK_MSG(ea <= 1e-5, "alone vs batched logits nmse %g", ea);
+            CHECK(agree_a == n_rows);
+            CHECK(w > experts);
+
+            check_forward_sample(t_, gpu, &r, toks);
+
+            /* forward_layers with taps: attention in, o_proj in and MLP in of each layer (no
+             * down_proj tap in a MoE layer, as on the CPU), dim and q_dim wider than the
+             * experts' gate|up rows */
+            fb_step f;
+            fb_step_make(&f, 0, toks);
+            f.bt.n_logits = 0;
+            f.bt.logit_rows = NULL;
+            const int n = f.bt.n_tokens;
+            const size_t cap = 2 * (size_t)n * (dim + qd + dim), hn = (size_t)n * dim;
+            tap_log lc = {malloc(cap * sizeof(float)), 0, cap, 0, -1}, lg = {malloc(cap * sizeof(float)), 0, cap, 0, -1};
+            float *hc = malloc(hn * sizeof(float)), *hg = malloc(hn * sizeof(float));
+            CHECK(cpu->kv_alloc(cpu, 3 * FB_MAXB, &st) == 0 && gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0);
+            cpu->tap = tap_record, cpu->tap_ctx = &lc;
+            gpu->tap = tap_record, gpu->tap_ctx = &lg;
+            llmi_layer_run rc = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = hc};
+            llmi_layer_run rg = {.first_layer = 0, .last_layer = 2, .embed = true, .hidden = hg};
+            CHECK_MSG(cpu->forward_layers(cpu, &f.bt, &rc, &st) == 0, "cpu: %s", st.msg);
+            CHECK_MSG(gpu->forward_layers(gpu, &f.bt, &rg, &st) == 0, "cuda: %s", st.msg);
+            cpu->tap = gpu->tap = NULL;
+            CHECK_MSG(lc.calls == 6 && lg.calls == 6 && lc.n == cap && lg.n == cap, "taps: cpu %d calls, cuda %d",
+                      lc.calls, lg.calls);
+            double et = lg.n == cap ? test_nmse(lg.buf, lc.buf, (long)cap) : 1, eh = test_nmse(hg, hc, (long)hn);
+
+            /* each layer's own output (its attention's and experts', the residual taken away)
+             * from the same input on both, which the routing levels of the stream do not
+             * dilute: from the CPU's embeddings for layer 0, from its layer 0 for layer 1 */
+            float *h_in = malloc(hn * sizeof(float)), *dc = malloc(hn * sizeof(float)), *dg = malloc(hn * sizeof(float));
+            double el[2] = {1, 1};
+            llmi_layer_run r0 = {.first_layer = 0, .last_layer = 0, .embed = true, .hidden = h_in};
+            CHECK_MSG(cpu->forward_layers(cpu, &f.bt, &r0, &st) == 0, "cpu: %s", st.msg);
+            for (int l = 0; l < 2; l++) {
+                memcpy(hc, h_in, hn * sizeof(float));
+                memcpy(hg, h_in, hn * sizeof(float));
+                llmi_layer_run lc1 = {.first_layer = l, .last_layer = l + 1, .hidden = hc};
+                llmi_layer_run lg1 = {.first_layer = l, .last_layer = l + 1, .hidden = hg};
+                CHECK_MSG(cpu->forward_layers(cpu, &f.bt, &lc1, &st) == 0, "cpu: %s", st.msg);
+                CHECK_MSG(gpu->forward_layers(gpu, &f.bt, &lg1, &st) == 0, "cuda: %s", st.msg);
+                for (size_t i = 0; i < hn; i++) dc[i] = hc[i] - h_in[i], dg[i] = hg[i] - h_in[i];
+                el[l] = test_nmse(dg, dc, (long)hn);
+                memcpy(h_in, hc, hn * sizeof(float));
+            }
+            printf("  moe forward_layers: taps nmse %.3g, hidden nmse %.3g; each layer's output nmse %.3g, %.3g\n", et,
+                   eh, el[0], el[1]);
+            CHECK_MSG(et <= 5e-4 && eh <= 5e-4, "taps nmse %g, hidden nmse %g", et, eh);
+            CHECK_MSG(el[0] <= 5e-4 && el[1] <= 5e-4, "layer outputs nmse %g, %g", el[0], el[1]);
+            free(lc.buf), free(lg.buf), free(hc), free(hg), free(h_in), free(dc), free(dg);
+        }
+        if (cpu) cpu->destroy(cpu);
+        if (gpu) gpu->destroy(gpu);
+        free(ref), free(got), free(alone);
         cuda_tiny_free(&m);
     }
 }

@@ -46,6 +46,9 @@ TEST(cuda_plan_graph_eligibility) {
     decode_batch_make(&d, 2, 63);                  /* positions 63, 64: block 4 is past a stride of 4 */
     CHECK(!cuda_graph_eligible(&d.b, 16, 4, 8));
     CHECK(cuda_graph_eligible(&d.b, 16, 5, 8));
+    /* a mixture of experts waits for its routing on the host every layer: never a graph */
+    CHECK(cuda_graph_model_ok(0));
+    CHECK(!cuda_graph_model_ok(8));
 }
 
 TEST(cuda_plan_graph_stride_from_engine_context) {

@@ -316,6 +316,9 @@ TEST(hf_cuda_llama_attention_bias_vs_transformers) { hf_check_model_cuda(t_, hf_
 TEST(hf_cuda_qwen3_qk_norm_vs_transformers) { hf_check_model_cuda(t_, hf_models[5]); }
 TEST(hf_cuda_gemma3_sliding_window_vs_transformers) { hf_check_model_cuda(t_, hf_gemma[0]); }
 TEST(hf_cuda_gemma3_scaled_v5_config_vs_transformers) { hf_check_model_cuda(t_, hf_gemma[1]); }
+TEST(hf_cuda_qwen3moe_bf16_vs_transformers) { hf_check_model_cuda(t_, hf_moe[0]); }
+TEST(hf_cuda_qwen3moe_no_topk_norm_v5_config_vs_transformers) { hf_check_model_cuda(t_, hf_moe[1]); }
+TEST(hf_cuda_mixtral_vs_transformers) { hf_check_model_cuda(t_, hf_moe[2]); }
 static void hf_check_kquant_cuda(test_ctx *t_, const char *name) {
     if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
     hf_check_kquant(t_, name, true);

@@ -68,14 +68,14 @@ typedef struct cuda_linear {
  * caller has put other tensors there (the quantizer moves a one-layer window down the model
  * and swaps its quantized linears in, one group at a time). */
 typedef struct cuda_layer_src {
-    const void *w[7];         /* data of q, k, v, o, gate, up, down */
-    llmi_dtype dt[7];
+    const void *w[8];         /* data of q, k, v, o, gate, up, down, router (NULL for a dense MLP) */
+    llmi_dtype dt[8];
     const float *f[10];       /* attn_norm, ffn_norm, q_norm, k_norm, post_attn_norm, post_ffn_norm, bq, bk, bv, bo */
 } cuda_layer_src;
 
 /* The parts of a layer that are uploaded (and replaced) on their own: a quantizer step
  * swaps one group of linears, and the rest of the layer, its bf16 bulk, stays put. */
-typedef enum { LP_NORMS, LP_QKV, LP_O, LP_GU, LP_DOWN, LP_COUNT } cuda_layer_part;
+typedef enum { LP_NORMS, LP_QKV, LP_O, LP_GU, LP_DOWN, LP_ROUTER, LP_COUNT } cuda_layer_part;
 
 typedef struct cuda_layer {
     cuda_layer_src src;
@@ -91,9 +91,13 @@ typedef struct cuda_layer {
     float *b_qkv;             /* (q_dim + 2*kv_dim) or NULL without bias */
     float *b_o;               /* (dim) or NULL without o_proj bias */
     cuda_linear wo;           /* (dim, q_dim) */
-    cuda_linear gu[2];        /* [0] is (2*ffn_dim, dim), gate rows then up; or gate, up apart as qkv */
+    cuda_linear gu[2];        /* [0] is (2*ffn_dim, dim), gate rows then up; or gate, up apart as qkv.
+                                 MoE: [0] is (n_experts * 2*ffn_dim, dim) bf16, expert e's gate rows
+                                 then its up rows at [e * 2*ffn_dim, (e + 1) * 2*ffn_dim) */
     int n_gu;
-    cuda_linear down;         /* (dim, ffn_dim) */
+    cuda_linear down;         /* (dim, ffn_dim); MoE: (n_experts * dim, ffn_dim) bf16, expert e's rows
+                                 [e * dim, (e + 1) * dim) */
+    cuda_linear router;       /* MoE: (n_experts, dim) bf16; empty for a dense MLP */
 } cuda_layer;
 
 /* Weights cross through two pinned stages, each with its device twin: one fills while the
@@ -146,6 +150,20 @@ typedef struct cuda_impl {
     float *gu;                /* (max_tokens, 2*ffn_dim): gate | up per token */
     void *act;                /* (max_tokens, ffn_dim) bf16: silu(gate) * up */
     void *lgn;                /* (LOGIT_CHUNK, dim) bf16: final-normed logit rows */
+    int gu_width;             /* floats a token has in gu: 2*ffn_dim, or more where a tap's rows (dim,
+                                 q_dim) are wider (a MoE's small experts) */
+
+    /* mixture of experts (n_experts > 0; NULL otherwise), T = max_tokens, K = n_experts_used */
+    float *moe_logits;        /* (T, n_experts) the router's logits */
+    int32_t *moe_sel_d;       /* (T, K) each token's experts, ascending */
+    float *moe_wt;            /* (T, K) their weights */
+    int32_t *moe_sel_h;       /* (T, K) pinned: moe_sel_d on the host */
+    int32_t *moe_idx_h;       /* (2, T*K) pinned: the token of each grouped row (expert by expert, tokens
+                                 ascending) | the grouped row of each (token, j) */
+    int32_t *moe_idx_d;       /* (2, T*K) device copy */
+    int32_t *moe_start;       /* (n_experts + 1) host: expert e's grouped rows [start[e], start[e+1]) */
+    void *moe_xg;             /* (T*K, dim) bf16: the normed rows of the grouped rows */
+    float *moe_y;             /* (T*K, dim) each grouped row's expert output */
     float *logits;            /* (LOGIT_CHUNK, n_vocab) */
     float *attn_work;         /* (attn_work_floats) split-K partials */
     size_t attn_work_floats;
@@ -318,6 +336,10 @@ static void layer_part_free(cuda_layer *L, cuda_layer_part p) {
         linear_free(&L->down);
         memset(&L->down, 0, sizeof L->down);
         break;
+    case LP_ROUTER:
+        linear_free(&L->router);
+        memset(&L->router, 0, sizeof L->router);
+        break;
     case LP_COUNT:
         break;
     }
@@ -344,6 +366,8 @@ static void cuda_destroy(llmi_backend *b) {
         dfree(im->i4_scratch);
         dfree(im->x); dfree(im->xn); dfree(im->qkv); dfree(im->att); dfree(im->delta); dfree(im->gu);
         dfree(im->act); dfree(im->lgn); dfree(im->logits); dfree(im->attn_work); dfree(im->meta_d);
+        dfree(im->moe_logits); dfree(im->moe_sel_d); dfree(im->moe_wt); dfree(im->moe_idx_d); dfree(im->moe_xg);
+        dfree(im->moe_y); hfree(im->moe_sel_h); hfree(im->moe_idx_h); free(im->moe_start);
         hfree(im->meta_h);
         free(im->plan_dec); free(im->plan_tiles); free(im->seq_maxpos); free(im->lp_slot);
         hfree(im->sp_h); dfree(im->sp_d); hfree(im->tok_h); dfree(im->tok_d); hfree(im->hist_h); dfree(im->hist_d);
@@ -370,9 +394,9 @@ static void cuda_destroy(llmi_backend *b) {
 static int check_model(const llmi_model *m, llmi_status *st) {
     if (backend_check_model(m, "cuda", st)) return st->code;
     const llmi_config *c = &m->cfg;
-    if (c->n_experts > 0)
-        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: mixture-of-experts models (%s, %d experts) are not supported "
-                         "yet: use --device cpu", c->name, c->n_experts);
+    if (c->n_experts > LLMI_MOE_MAX_EXPERTS)
+        return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: %d experts are more than the %d the routing kernel takes",
+                         c->n_experts, LLMI_MOE_MAX_EXPERTS);
     if (c->head_dim > 256 || c->head_dim % 2)
         return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: head_dim %d must be even and at most 256", c->head_dim);
     if (c->dim > LLMI_NORM_MAX_DIM)
@@ -592,6 +616,58 @@ static int upload_dense(cuda_impl *im, uploader *u, const llmi_tensor *t, void *
     return 0;
 }
 
+/* n weights of one width stacked into one dense bf16 matrix, *out, their rows one after
+ * another. */
+static int upload_stacked_bf16(cuda_impl *im, uploader *u, const llmi_tensor *const *ts, int n, cuda_linear *out,
+                               llmi_status *st) {
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) rows += ts[i]->rows;
+    out->rows = rows;
+    out->cols = ts[0]->cols;
+    out->bytes = (size_t)rows * (size_t)ts[0]->cols * WDT_BYTES;
+    if (dalloc(im, &out->dense, out->bytes, &im->weight_bytes, st)) return st->code;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (upload_dense(im, u, ts[i], (char *)out->dense + off, st)) return st->code;
+        off += (size_t)ts[i]->rows * (size_t)ts[i]->cols * WDT_BYTES;
+    }
+    return 0;
+}
+
+/* Rows [r0, r0 + rows) of t as a tensor of their own (the data stays t's). */
+static llmi_tensor row_view(const llmi_tensor *t, int64_t r0, int64_t rows) {
+    llmi_tensor v = *t;
+    v.owned = NULL;
+    v.rows = rows;
+    v.data = (const char *)t->data + (size_t)r0 * t->row_bytes;
+    return v;
+}
+
+/* A MoE layer's stacked gate and up (n_experts * ffn_dim, dim) each into one bf16 matrix
+ * with each expert's gate rows and up rows side by side (cuda_layer.gu), so that an
+ * expert's gate|up is one GEMM as a dense layer's is.  Whatever their dtype, experts are
+ * stored as bf16 (the W4A16 kernels do not serve them). */
+static int upload_experts_gu(cuda_impl *im, uploader *u, const llmi_config *c, const llmi_layer *L, cuda_linear *out,
+                             llmi_status *st) {
+    const int E = c->n_experts;
+    llmi_tensor *views = malloc((size_t)2 * E * sizeof *views);
+    const llmi_tensor **ts = malloc((size_t)2 * E * sizeof *ts);
+    int rc = 0;
+    if (!views || !ts) rc = llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
+    for (int e = 0; !rc && e < E; e++) {
+        views[2 * e] = row_view(&L->w_gate, (int64_t)e * c->ffn_dim, c->ffn_dim);
+        views[2 * e + 1] = row_view(&L->w_up, (int64_t)e * c->ffn_dim, c->ffn_dim);
+        ts[2 * e] = &views[2 * e];
+        ts[2 * e + 1] = &views[2 * e + 1];
+    }
+    if (!rc) rc = upload_stacked_bf16(im, u, ts, 2 * E, out, st);
+    /* the copies from pageable memory return once their source is staged; the views are
+     * only pointers into the model */
+    free(views);
+    free(ts);
+    return rc;
+}
+
 /* A group of linears (q/k/v or gate/up, n of them, or one alone): int4 kept packed (all
  * stacked into out[0], or each on its own where group_i4_stackable says no), or all of them
  * stacked into one dense bf16 matrix in out[0]. */
@@ -623,22 +699,9 @@ static int upload_linears(cuda_impl *im, uploader *u, const llmi_tensor *const *
         for (int i = 0; i < n; i++) free(conv[i].owned);
         return rc;
     }
-    int64_t rows = 0;
-    for (int i = 0; i < n; i++) {
-        rows += ts[i]->rows;
-        im->i4_as_bf16 += ts[i]->dtype == LLMI_I4G;
-    }
-    out[0].rows = rows;
-    out[0].cols = ts[0]->cols;
-    out[0].bytes = (size_t)rows * (size_t)ts[0]->cols * WDT_BYTES;
-    if (dalloc(im, &out[0].dense, out[0].bytes, &im->weight_bytes, st)) return st->code;
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        if (upload_dense(im, u, ts[i], (char *)out[0].dense + off, st)) return st->code;
-        off += (size_t)ts[i]->rows * (size_t)ts[i]->cols * WDT_BYTES;
-    }
+    for (int i = 0; i < n; i++) im->i4_as_bf16 += ts[i]->dtype == LLMI_I4G;
     *n_out = 1;
-    return 0;
+    return upload_stacked_bf16(im, u, ts, n, &out[0], st);
 }
 
 static int upload_floats(cuda_impl *im, float **dst, const float *src, size_t n, llmi_status *st) {
@@ -656,9 +719,11 @@ static double now_s(void) {
 }
 
 /* Device bytes of the weights as load_weights will store them, and the largest int4
- * linear, a stacked group counted whole (its dequant scratch for prefill GEMMs). */
+ * linear, a stacked group counted whole (its dequant scratch for prefill GEMMs).  A MoE
+ * layer's experts and router are bf16 whatever their dtype. */
 static size_t weights_needed(const llmi_model *m, bool tied, size_t *i4_max_elems) {
     const llmi_config *c = &m->cfg;
+    const bool moe = c->n_experts > 0;
     size_t dim = (size_t)c->dim, total = 0;
     *i4_max_elems = 0;
     for (int l = 0; l < c->n_layers; l++) {
@@ -668,7 +733,8 @@ static size_t weights_needed(const llmi_model *m, bool tied, size_t *i4_max_elem
         const llmi_tensor *const *groups[4] = {qkv, gu, wo, dn};
         const int sizes[4] = {3, 2, 1, 1};
         for (int g = 0; g < 4; g++) {
-            bool i4 = group_int4(groups[g], sizes[g]), stacked = i4 && group_i4_stackable(groups[g], sizes[g]);
+            const bool experts = moe && (g == 1 || g == 3);   /* gate/up, down */
+            bool i4 = !experts && group_int4(groups[g], sizes[g]), stacked = i4 && group_i4_stackable(groups[g], sizes[g]);
             size_t elems = 0;   /* of the largest int4 linear as upload_linears stores it */
             for (int i = 0; i < sizes[g]; i++) {
                 total += cuda_weight_bytes(groups[g][i], i4);
@@ -677,6 +743,7 @@ static size_t weights_needed(const llmi_model *m, bool tied, size_t *i4_max_elem
             }
             if (i4 && elems > *i4_max_elems) *i4_max_elems = elems;
         }
+        if (moe) total += cuda_weight_bytes(&L->w_router, false);
         total += 2 * dim * 4 + (c->qkv_bias ? ((size_t)c->n_heads + 2 * (size_t)c->n_kv_heads) * c->head_dim * 4 : 0) +
                  (L->q_norm ? (size_t)c->head_dim * 4 : 0) + (L->k_norm ? (size_t)c->head_dim * 4 : 0) +
                  (L->post_attn_norm ? dim * 4 : 0) + (L->post_ffn_norm ? dim * 4 : 0);
@@ -685,20 +752,36 @@ static size_t weights_needed(const llmi_model *m, bool tied, size_t *i4_max_elem
     return total + embd * (tied ? 1 : 2) + dim * 4 + (size_t)c->head_dim * 2 * (c->rope_theta_local > 0 ? 2 : 1);
 }
 
+/* Floats a token has in the gate|up buffer: 2*ffn_dim, or the widest tap (dim, q_dim) that
+ * converts through it when that is more (a MoE's experts may be narrower than the model). */
+static int gu_width(const llmi_config *c) {
+    int w = 2 * c->ffn_dim, qd = c->n_heads * c->head_dim;
+    if (c->dim > w) w = c->dim;
+    return qd > w ? qd : w;
+}
+
+/* Device bytes of a MoE's routing buffers for T tokens (0 for a dense model): logits,
+ * choices and weights, the grouped index arrays, the gathered rows and their outputs. */
+static size_t moe_workspace(const llmi_config *c, size_t T) {
+    if (c->n_experts <= 0) return 0;
+    size_t tk = T * (size_t)c->n_experts_used, dim = (size_t)c->dim;
+    return T * (size_t)c->n_experts * 4 + tk * 4 * 2 + tk * 4 * 2 + tk * dim * WDT_BYTES + tk * dim * 4;
+}
+
 static size_t workspace_needed(const llmi_config *c, size_t T, size_t attn_floats, size_t i4_elems) {
     size_t e = WDT_BYTES, dim = (size_t)c->dim, qd = (size_t)c->n_heads * c->head_dim;
     size_t qkv = qd + 2 * (size_t)c->n_kv_heads * c->head_dim, ffn = (size_t)c->ffn_dim;
     size_t L = LOGIT_CHUNK < T ? LOGIT_CHUNK : T;
-    return T * dim * 4 + T * dim * e + T * qkv * 4 + T * qd * e + T * dim * 4 + T * 2 * ffn * 4 + T * ffn * e +
-           L * dim * e + L * (size_t)c->n_vocab * 4 + attn_floats * 4 + GEMM_WORKSPACE + 2 * STAGE_BYTES +
-           i4_elems * e + T * (sizeof(llmi_cuda_sample_params) + 4);
+    return T * dim * 4 + T * dim * e + T * qkv * 4 + T * qd * e + T * dim * 4 + T * (size_t)gu_width(c) * 4 +
+           T * ffn * e + L * dim * e + L * (size_t)c->n_vocab * 4 + attn_floats * 4 + GEMM_WORKSPACE +
+           2 * STAGE_BYTES + i4_elems * e + T * (sizeof(llmi_cuda_sample_params) + 4) + moe_workspace(c, T);
 }
 
 static cuda_layer_src layer_src(const llmi_layer *L) {
     cuda_layer_src s;
     memset(&s, 0, sizeof s);
-    const llmi_tensor *ts[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    for (int i = 0; i < 7; i++) {
+    const llmi_tensor *ts[8] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->w_router};
+    for (int i = 0; i < 8; i++) {
         s.w[i] = ts[i]->data;
         s.dt[i] = ts[i]->dtype;
     }
@@ -711,7 +794,7 @@ static cuda_layer_src layer_src(const llmi_layer *L) {
 /* The linears (first index, count in layer_src's w) and floats (f) of each part. */
 static const struct { int w0, nw, f0, nf; } layer_part_src[LP_COUNT] = {
     [LP_NORMS] = {0, 0, 0, 6}, [LP_QKV] = {0, 3, 6, 3}, [LP_O] = {3, 1, 9, 1}, [LP_GU] = {4, 2, 0, 0},
-    [LP_DOWN] = {6, 1, 0, 0}};
+    [LP_DOWN] = {6, 1, 0, 0}, [LP_ROUTER] = {7, 1, 0, 0}};
 
 static bool layer_part_same(const cuda_layer_src *a, const cuda_layer_src *b, cuda_layer_part p) {
     const int w0 = layer_part_src[p].w0, f0 = layer_part_src[p].f0;
@@ -727,7 +810,8 @@ static int upload_layer_part(cuda_impl *im, uploader *u, const llmi_config *c, c
                              cuda_layer_part p, llmi_status *st) {
     const size_t dim = (size_t)c->dim, qd = (size_t)im->q_dim, kvd = (size_t)im->kv_dim, before = im->weight_bytes;
     const llmi_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->w_gate, &L->w_up};
-    const llmi_tensor *wo[1] = {&L->wo}, *dn[1] = {&L->w_down};
+    const llmi_tensor *wo[1] = {&L->wo}, *dn[1] = {&L->w_down}, *rt[1] = {&L->w_router};
+    const bool moe = c->n_experts > 0;
     int one = 0, rc = 0;
     switch (p) {
     case LP_NORMS:
@@ -756,8 +840,16 @@ static int upload_layer_part(cuda_impl *im, uploader *u, const llmi_config *c, c
         if (L->bo) rc = upload_floats(im, &D->b_o, L->bo, dim, st);
         if (!rc) rc = upload_linears(im, u, wo, 1, &D->wo, &one, st);
         break;
-    case LP_GU: rc = upload_linears(im, u, gu, 2, D->gu, &D->n_gu, st); break;
-    case LP_DOWN: rc = upload_linears(im, u, dn, 1, &D->down, &one, st); break;
+    case LP_GU:
+        if (!moe) rc = upload_linears(im, u, gu, 2, D->gu, &D->n_gu, st);
+        else if (!(rc = upload_experts_gu(im, u, c, L, &D->gu[0], st))) D->n_gu = 1;
+        break;
+    case LP_DOWN:
+        rc = moe ? upload_stacked_bf16(im, u, dn, 1, &D->down, st) : upload_linears(im, u, dn, 1, &D->down, &one, st);
+        break;
+    case LP_ROUTER:
+        if (moe) rc = upload_stacked_bf16(im, u, rt, 1, &D->router, st);
+        break;
     case LP_COUNT: break;
     }
     D->part_bytes[p] = im->weight_bytes - before;
@@ -812,7 +904,7 @@ static int alloc_workspaces(cuda_impl *im, const llmi_config *c, llmi_status *st
     if (dalloc(im, (void **)&im->x, T * dim * 4, a, st) || dalloc(im, &im->xn, T * dim * e, a, st) ||
         dalloc(im, (void **)&im->qkv, T * (size_t)im->qkv_dim * 4, a, st) ||
         dalloc(im, &im->att, T * (size_t)im->q_dim * e, a, st) || dalloc(im, (void **)&im->delta, T * dim * 4, a, st) ||
-        dalloc(im, (void **)&im->gu, T * 2 * ffn * 4, a, st) || dalloc(im, &im->act, T * ffn * e, a, st) ||
+        dalloc(im, (void **)&im->gu, T * (size_t)gu_width(c) * 4, a, st) || dalloc(im, &im->act, T * ffn * e, a, st) ||
         dalloc(im, &im->lgn, L * dim * e, a, st) || dalloc(im, (void **)&im->logits, L * (size_t)c->n_vocab * 4, a, st) ||
         dalloc(im, (void **)&im->attn_work, im->attn_work_floats * 4, a, st) ||
         dalloc(im, &im->i4_scratch, im->i4_scratch_elems * e, a, st) ||
@@ -820,7 +912,19 @@ static int alloc_workspaces(cuda_impl *im, const llmi_config *c, llmi_status *st
         dalloc(im, (void **)&im->tok_d, T * sizeof(int32_t), a, st))
         return st->code;
     im->i4_scratch_cap = im->i4_scratch_elems;
+    im->gu_width = gu_width(c);
     im->act_bytes += GEMM_WORKSPACE;
+    if (c->n_experts > 0) {
+        const size_t E = (size_t)c->n_experts, tk = T * (size_t)c->n_experts_used;
+        if (dalloc(im, (void **)&im->moe_logits, T * E * 4, a, st) || dalloc(im, (void **)&im->moe_sel_d, tk * 4, a, st) ||
+            dalloc(im, (void **)&im->moe_wt, tk * 4, a, st) || dalloc(im, (void **)&im->moe_idx_d, 2 * tk * 4, a, st) ||
+            dalloc(im, &im->moe_xg, tk * dim * e, a, st) || dalloc(im, (void **)&im->moe_y, tk * dim * 4, a, st))
+            return st->code;
+        CU_CHECK(st, cudaMallocHost((void **)&im->moe_sel_h, tk * sizeof(int32_t)));
+        CU_CHECK(st, cudaMallocHost((void **)&im->moe_idx_h, 2 * tk * sizeof(int32_t)));
+        if (!(im->moe_start = malloc((E + 1) * sizeof(int32_t))))
+            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
+    }
     CU_CHECK(st, cudaMallocHost((void **)&im->sp_h, T * sizeof(llmi_cuda_sample_params)));
     CU_CHECK(st, cudaMallocHost((void **)&im->tok_h, T * sizeof(int32_t)));
     im->plan_dec = malloc(T * sizeof(int32_t));
@@ -866,7 +970,8 @@ static int graphs_init(llmi_backend *b, cuda_impl *im, llmi_status *st) {
         im->graph_region_off[k] = total;
         total += graph_region_ints(1 << k, im->graph_mbps);
     }
-    im->graphs_on = !(env && strcmp(env, "0") == 0) && total <= ((size_t)16 << 20);
+    im->graphs_on = !(env && strcmp(env, "0") == 0) && total <= ((size_t)16 << 20) &&
+                    cuda_graph_model_ok(b->model->cfg.n_experts);
     if (!im->graphs_on) return 0;
     CU_CHECK(st, cudaMallocHost((void **)&im->gmeta_h, total * sizeof(int32_t)));
     if (dalloc(im, (void **)&im->gmeta_d, total * sizeof(int32_t), &im->act_bytes, st)) return st->code;
@@ -903,7 +1008,8 @@ static int pair_reserve(cuda_impl *im, void **h, void **d, size_t *cap, size_t n
 static int prof_start(llmi_backend *b, cuda_impl *im, llmi_status *st) {
     if (!b->profiling) return 0;
     if (!im->events) {
-        int cap = b->model->cfg.n_layers * 16 + 64 + 3 * (im->max_tokens / LOGIT_CHUNK + 1);
+        /* a MoE layer marks each expert's gate|up, activation and down */
+        int cap = b->model->cfg.n_layers * (16 + 3 * b->model->cfg.n_experts) + 64 + 3 * (im->max_tokens / LOGIT_CHUNK + 1);
         im->events = calloc((size_t)cap + 1, sizeof(cudaEvent_t));
         im->marks = calloc((size_t)cap, sizeof(cuda_prof_mark));
         if (!im->events || !im->marks) return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: out of host memory");
@@ -1035,7 +1141,7 @@ static int cuda_tap(llmi_backend *b, cuda_impl *im, int l, llmi_tap t, const voi
     const size_t cnt = (size_t)n * (size_t)width;
     const float *src = x;
     if (dt != LLMI_F32) {
-        if (width > 2 * b->model->cfg.ffn_dim)
+        if (width > im->gu_width)
             return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: a tap of width %d exceeds its fp32 scratch", width);
         CU_CHECK(st, llmi_cuda_to_f32(x, dt, (int64_t)cnt, im->gu, im->stream));
         src = im->gu;
@@ -1055,6 +1161,73 @@ static int post_norm(llmi_backend *b, cuda_impl *im, const float *w, int n, llmi
     CU_CHECK(st, llmi_cuda_add_rmsnorm(im->delta, NULL, w, NULL, n, c->dim, c->norm_eps, im->delta, LLMI_F32,
                                        im->stream));
     MARK(LLMI_OP_NORM, cost_rmsnorm(n, c->dim, false, sizeof(float)));
+    return 0;
+}
+
+/* A MoE layer's MLP (the CPU's moe_mlp) on im->xn (n, dim) bf16 into im->delta (n, dim):
+ * the router GEMM and the routing kernel on the device; the choices to the host, the one
+ * wait of the layer, to count each expert's tokens; the (token, expert) pairs grouped by
+ * expert, tokens ascending, as the CPU groups them, and that grouping uploaded; the routed
+ * rows gathered; for each expert with tokens, its gate|up GEMM, SwiGLU and down GEMM on
+ * row views of the stacked weights, into its rows of moe_y; then each token's outputs
+ * weighted and summed in ascending expert order.  The wait is why a MoE model runs no
+ * decode graphs (cuda_graph_model_ok). */
+static int moe_mlp(llmi_backend *b, cuda_impl *im, const cuda_layer *L, int n, llmi_status *st) {
+    const llmi_config *c = &b->model->cfg;
+    const int dim = c->dim, ffn = c->ffn_dim, E = c->n_experts, k = c->n_experts_used;
+    const size_t e = WDT_BYTES, nk = (size_t)n * k;
+    if (linear_run(im, &L->router, im->xn, n, im->moe_logits, E, st)) return st->code;
+    CU_CHECK(st, llmi_cuda_moe_route(im->moe_logits, n, E, k, c->moe_norm_topk, im->moe_sel_d, im->moe_wt, im->stream));
+    MARK(LLMI_OP_MLP_UP, linears_cost(&L->router, 1, n));
+    CU_CHECK(st, cudaMemcpyAsync(im->moe_sel_h, im->moe_sel_d, nk * sizeof(int32_t), cudaMemcpyDeviceToHost, im->stream));
+    CU_CHECK(st, cudaStreamSynchronize(im->stream));
+
+    /* start[x + 1] counts expert x's pairs, then start[x] becomes its first grouped row;
+     * the fill advances each start to the next expert's, and the shift undoes that */
+    int32_t *start = im->moe_start, *tok = im->moe_idx_h, *row = im->moe_idx_h + nk;
+    const int32_t *sel = im->moe_sel_h;
+    memset(start, 0, ((size_t)E + 1) * sizeof(int32_t));
+    for (size_t i = 0; i < nk; i++) {
+        if (sel[i] < 0 || sel[i] >= E)
+            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: the router chose expert %d of %d", sel[i], E);
+        start[sel[i] + 1]++;
+    }
+    for (int x = 0; x < E; x++) {
+        if (start[x + 1] > n)   /* a token takes an expert once: an expert's rows fit gu and act */
+            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: expert %d routed %d times in %d tokens", x,
+                             start[x + 1], n);
+        start[x + 1] += start[x];
+    }
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            const int32_t at = start[sel[(size_t)t * k + j]]++;
+            tok[at] = t;
+            row[(size_t)t * k + j] = at;
+        }
+    for (int x = E; x > 0; x--) start[x] = start[x - 1];
+    start[0] = 0;
+    CU_CHECK(st, cudaMemcpyAsync(im->moe_idx_d, im->moe_idx_h, 2 * nk * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                 im->stream));
+    CU_CHECK(st, llmi_cuda_gather_rows(im->xn, (int64_t)dim * e, im->moe_idx_d, (int)nk, im->moe_xg, im->stream));
+    MARK(LLMI_OP_HOST, ((llmi_op_cost){.bytes = 3.0 * nk * sizeof(int32_t) + 2.0 * nk * dim * e}));
+
+    for (int x = 0; x < E; x++) {
+        const int p0 = start[x], cnt = start[x + 1] - p0;
+        if (cnt == 0) continue;
+        const cuda_linear gu = {.dense = (char *)L->gu[0].dense + (size_t)x * 2 * ffn * dim * e, .rows = 2 * ffn,
+                                .cols = dim, .bytes = (size_t)2 * ffn * dim * e};
+        const cuda_linear down = {.dense = (char *)L->down.dense + (size_t)x * dim * ffn * e, .rows = dim,
+                                  .cols = ffn, .bytes = (size_t)dim * ffn * e};
+        if (linear_run(im, &gu, (const char *)im->moe_xg + (size_t)p0 * dim * e, cnt, im->gu, 2 * ffn, st))
+            return st->code;
+        MARK(LLMI_OP_MLP_UP, linears_cost(&gu, 1, cnt));
+        CU_CHECK(st, llmi_cuda_swiglu(im->gu, im->gu + ffn, 2 * ffn, cnt, ffn, im->act, WDT, im->stream));
+        MARK(LLMI_OP_ACT, cost_swiglu(cnt, ffn, e));
+        if (linear_run(im, &down, im->act, cnt, im->moe_y + (size_t)p0 * dim, dim, st)) return st->code;
+        MARK(LLMI_OP_MLP_DOWN, linears_cost(&down, 1, cnt));
+    }
+    CU_CHECK(st, llmi_cuda_moe_combine(im->moe_y, im->moe_idx_d + nk, im->moe_wt, n, k, dim, im->delta, im->stream));
+    MARK(LLMI_OP_MLP_DOWN, ((llmi_op_cost){.bytes = (double)nk * dim * 4 + (double)n * dim * 4 + nk * 8.0}));
     return 0;
 }
 
@@ -1128,6 +1301,11 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
         MARK(LLMI_OP_NORM, cost_rmsnorm(n, dim, true, e));
         TAP(l, LLMI_TAP_MLP_IN, im->xn, dim);
 
+        if (c->n_experts > 0) {   /* no down_proj tap, as the CPU's moe_mlp */
+            if (moe_mlp(b, im, L, n, st)) return st->code;
+            if (post_norm(b, im, L->post_ffn_norm, n, st)) return st->code;
+            continue;
+        }
         if (linears_run(im, L->gu, L->n_gu, im->xn, n, im->gu, 2 * ffn, st)) return st->code;
         MARK(LLMI_OP_MLP_UP, linears_cost(L->gu, L->n_gu, n));
 
@@ -1147,7 +1325,8 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
 }
 
 /* Everything between the index upload and the logits: enqueued on im->stream only, so it
- * can be captured into a graph (then with neither host_logits nor rows, and no tap). */
+ * can be captured into a graph (then with neither host_logits nor rows, and no tap), except
+ * a MoE layer's wait for its routing (moe_mlp): such models are never captured. */
 static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_status *st) {
     const llmi_config *c = &b->model->cfg;
     const int n = f->n, dim = c->dim;

@@ -28,6 +28,8 @@ bool cuda_graph_eligible(const llmi_batch *bt, int block_size, int graph_stride,
     return true;
 }
 
+bool cuda_graph_model_ok(int n_experts) { return n_experts <= 0; }
+
 int cuda_gemm_bucket(int n) {
     if (n <= CUDA_GRAPH_MAX) return cuda_graph_bucket(n);
     return (n + CUDA_GRAPH_MAX - 1) / CUDA_GRAPH_MAX * CUDA_GRAPH_MAX;

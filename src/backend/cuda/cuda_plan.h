@@ -1,7 +1,7 @@
 /* cuda_plan.h — owns the CUDA backend's decisions that need no GPU, kept apart from
  * backend_cuda.c so that they build in every configuration (CUDA or not, ASan) and are
- * tested on any machine (tests/test_cuda_plan.c): which batches a decode graph may run
- * and with what block-table stride, the token buckets of the GEMM algorithm cache, which
+ * tested on any machine (tests/test_cuda_plan.c): which models and batches a decode graph
+ * may run and with what block-table stride, the token buckets of the GEMM algorithm cache, which
  * int4 kernel serves a batch, the bytes a weight takes on the GPU, and the KV budget with
  * the headroom left for what is allocated after the cache. */
 #ifndef LLMI_CUDA_PLAN_H
@@ -25,6 +25,10 @@ int cuda_graph_stride(int max_ctx, int model_max_ctx, int block_size);
  * logits for every token in order, bucket <= max_bucket, every position inside the
  * graph's table stride.  The caller has run batch_check on it. */
 bool cuda_graph_eligible(const llmi_batch *bt, int block_size, int graph_stride, int max_bucket);
+/* Whether a model's decode steps may run as graphs at all: not a mixture of experts
+ * (n_experts > 0), whose layers bring each step's expert choices to the host to size the
+ * experts' GEMMs (a graph would replay the captured step's choices). */
+bool cuda_graph_model_ok(int n_experts);
 
 /* The token count the GEMM algorithm cache keys n on: the next power of two up to
  * CUDA_GRAPH_MAX, so a graph bucket and every batch it pads share one entry; beyond that
