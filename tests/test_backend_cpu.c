@@ -287,14 +287,16 @@ TEST(backend_cpu_batch_invariance) {
 
 /* Decode-sized batches (at most 8 tokens) take the fused one-region forward (cpu/step.c),
  * larger ones the op-by-op forward: both, with 1, 2 or 3 threads (3 > n_kv_heads: a
- * thread owns no kv head), give bit-identical logits for the same tokens. */
+ * thread owns no kv head), give bit-identical logits for the same tokens, for dense and
+ * mixture-of-experts models. */
 TEST(backend_cpu_step_bit_identical) {
     unsigned long long seed = test_seed();
-    const char *names[3] = {"F32", "Q4_1", "k-quant mix"};
-    for (int dt = 0; dt < 3; dt++) {
+    const char *names[5] = {"F32", "Q4_1", "k-quant mix", "MoE F32", "MoE Q4_1"};
+    for (int dt = 0; dt < 5; dt++) {
         brng r = {seed + 7u + (unsigned)dt};
         llmi_model m;
         if (dt == 2) tiny_model_kquant(&m, &r, 2);
+        else if (dt >= 3) tiny_moe_model(&m, &r, 2, dt == 4 ? LLMI_Q4_1 : LLMI_F32);
         else tiny_model(&m, &r, 2, dt ? LLMI_Q4_1 : LLMI_F32);
         int V = m.cfg.n_vocab, L = 24;
         int32_t toks[2][40];

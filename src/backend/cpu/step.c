@@ -19,6 +19,13 @@
  * (run_layers) forks and joins the team for every matmul (4 * n_layers + 1 times) and
  * leaves the norms, RoPE, short attention and SwiGLU to one thread while the others wait.
  *
+ * A mixture-of-experts layer keeps the same five barriers: every thread computes the router
+ * logits of all tokens and routes them itself (the same numbers in each: a few thousand
+ * multiply-adds), then, expert by expert in ascending order, gathers the rows of the tokens
+ * routed to it and computes its slice of that expert's gate/up rows (4) and down rows (5);
+ * the down slice is the thread's own columns of the output, so it also sums each token's
+ * weighted expert outputs there without waiting.
+ *
  * The numbers are exactly run_layers': every row, token and head is computed by the same
  * function in the same order; only which thread computes it changes.  The barrier spins
  * briefly, then sleeps on a futex, and does not spin at all while the machine is
@@ -61,6 +68,15 @@ typedef struct step_thread {
     void *qs;                   /* cpu_matmul_scratch_bytes(max_tokens, widest input): quantized activations */
     cpu_qact qa;
     int layout;                 /* cpu_qact_layout qa holds, or -2 when qa is stale */
+    /* mixture of experts (NULL for a dense model), k = n_experts_used: this thread's copy of
+     * the routing, the same in every thread */
+    float *moe_logits;          /* (max_tokens, n_experts) */
+    int32_t *moe_sel;           /* (max_tokens, k) each token's experts, ascending */
+    float *moe_wt;              /* (max_tokens, k) their weights */
+    int32_t *moe_start;         /* (n_experts + 1) expert e's (token, expert) pairs [start[e], start[e + 1]) */
+    int32_t *moe_tok;           /* (max_tokens * k) the token of each pair, grouped by expert */
+    int32_t *moe_pair;          /* (max_tokens * k) the pair of each (token, j) */
+    float *moe_x;               /* (max_tokens, dim) one expert's tokens' normed rows, gathered */
 } step_thread;
 
 struct cpu_step {
@@ -69,6 +85,9 @@ struct cpu_step {
     int64_t load_checked_ns;    /* when the load average was last read */
     step_barrier bar;
     step_thread *th;            /* (n_threads) */
+    float *moe_gate, *moe_up;   /* (max_tokens * k, ffn_dim) each pair's gate and up rows; gate then
+                                   holds the activation (MoE only) */
+    float *moe_y;               /* (max_tokens * k, dim) each pair's expert output (MoE only) */
 };
 
 static int64_t now_ns(void) {
@@ -127,9 +146,13 @@ static int64_t widest_input(const llmi_config *c) {
 void cpu_step_destroy(cpu_step *s) {
     if (!s) return;
     for (int i = 0; s->th && i < s->n_threads; i++) {
-        free(s->th[i].x); free(s->th[i].xn); free(s->th[i].qs);
+        step_thread *t = &s->th[i];
+        free(t->x); free(t->xn); free(t->qs);
+        free(t->moe_logits); free(t->moe_sel); free(t->moe_wt); free(t->moe_start); free(t->moe_tok); free(t->moe_pair);
+        free(t->moe_x);
     }
     free(s->th);
+    free(s->moe_gate); free(s->moe_up); free(s->moe_y);
     free(s);
 }
 
@@ -153,17 +176,37 @@ cpu_step *cpu_step_create(const llmi_config *c, int n_threads, int max_tokens, s
         t->xn = alloc64(rows, bytes);
         t->qs = alloc64(q, bytes);
         if (!t->x || !t->xn || !t->qs) { cpu_step_destroy(s); return NULL; }
+        if (c->n_experts > 0) {
+            const size_t tk = (size_t)max_tokens * c->n_experts_used;
+            t->moe_logits = alloc64((size_t)max_tokens * c->n_experts * sizeof(float), bytes);
+            t->moe_sel = alloc64(tk * sizeof(int32_t), bytes);
+            t->moe_wt = alloc64(tk * sizeof(float), bytes);
+            t->moe_start = alloc64(((size_t)c->n_experts + 1) * sizeof(int32_t), bytes);
+            t->moe_tok = alloc64(tk * sizeof(int32_t), bytes);
+            t->moe_pair = alloc64(tk * sizeof(int32_t), bytes);
+            t->moe_x = alloc64(rows, bytes);
+            if (!t->moe_logits || !t->moe_sel || !t->moe_wt || !t->moe_start || !t->moe_tok || !t->moe_pair || !t->moe_x) {
+                cpu_step_destroy(s);
+                return NULL;
+            }
+        }
+    }
+    if (c->n_experts > 0) {
+        const size_t tk = (size_t)max_tokens * c->n_experts_used;
+        s->moe_gate = alloc64(tk * c->ffn_dim * sizeof(float), bytes);
+        s->moe_up = alloc64(tk * c->ffn_dim * sizeof(float), bytes);
+        s->moe_y = alloc64(tk * c->dim * sizeof(float), bytes);
+        if (!s->moe_gate || !s->moe_up || !s->moe_y) { cpu_step_destroy(s); return NULL; }
     }
     return s;
 }
 
 bool cpu_step_supports(const llmi_model *m) {
-    if (m->cfg.n_experts > 0) return false;   /* the experts' gathered matmuls are run_layers' (cpu_moe) */
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const llmi_layer *L = &m->layers[l];
-        const llmi_tensor *w[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++)
-            if (!cpu_matmul_rows_ok(w[i]->dtype)) return false;
+        const llmi_tensor *w[8] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->w_router};
+        for (int i = 0; i < 8; i++)
+            if ((i < 7 || m->cfg.n_experts > 0) && !cpu_matmul_rows_ok(w[i]->dtype)) return false;
     }
     return cpu_matmul_rows_ok(m->lm_head.dtype);
 }
@@ -228,6 +271,72 @@ static void add_norm_row(float *x, const float *delta, const float *post_w, cons
     } else {
         cpu_add_rmsnorm_row(x, delta, w, dim, eps, xn);
     }
+}
+
+/* Phases 4 and 5 of a MoE layer l (the norm done: th->xn), as run_layers' moe_mlp computes
+ * them: this thread's gate/up rows [f0, f1) and down rows [o0, o1) of each chosen expert
+ * on the gathered rows of its tokens, then each token's weighted sum over its experts in
+ * ascending order in columns [o0, o1) of im->delta.  t0: the profile's clock (thread 0
+ * when profiling), else NULL. */
+static void step_moe(const step_ctx *cx, int l, int64_t f0, int64_t f1, int64_t o0, int64_t o1, double *t0) {
+    llmi_backend *b = cx->b;
+    cpu_impl *im = b->impl;
+    cpu_step *s = im->step;
+    const llmi_config *c = &b->model->cfg;
+    step_thread *th = &s->th[cx->id];
+    const int n = cx->bt->n_tokens, dim = c->dim, ffn = c->ffn_dim, E = c->n_experts, k = c->n_experts_used, T = cx->T;
+    const llmi_tensor *router = im->lw[(size_t)l * CPU_W_PER_LAYER + CPU_W_ROUTER];
+    const llmi_tensor *const *X = im->experts + (size_t)l * E * CPU_E_PER_EXPERT;
+    th->layout = -2;
+    mm(th, router, th->xn, n, 0, E, NULL, th->moe_logits);
+    cpu_moe_route(th->moe_logits, n, E, k, c->moe_norm_topk, th->moe_sel, th->moe_wt);
+    int32_t *start = th->moe_start;
+    for (int e = 0; e <= E; e++) start[e] = 0;
+    for (int i = 0; i < n * k; i++) start[th->moe_sel[i] + 1]++;
+    for (int e = 0; e < E; e++) start[e + 1] += start[e];
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            int at = start[th->moe_sel[t * k + j]]++;
+            th->moe_tok[at] = t;
+            th->moe_pair[t * k + j] = at;
+        }
+    for (int e = E; e > 0; e--) start[e] = start[e - 1];
+    start[0] = 0;
+    llmi_op_cost up_cost = mm_cost(router, n), down_cost = {0, 0};
+    for (int e = 0; e < E; e++) {
+        const int p0 = start[e], cnt = start[e + 1] - p0;
+        if (cnt == 0) continue;
+        const llmi_tensor *const *W = X + (size_t)e * CPU_E_PER_EXPERT;
+        for (int i = 0; i < cnt; i++)
+            memcpy(th->moe_x + (size_t)i * dim, th->xn + (size_t)th->moe_tok[p0 + i] * dim, (size_t)dim * sizeof(float));
+        th->layout = -2;
+        mm(th, W[CPU_E_GATE], th->moe_x, cnt, f0, f1, NULL, s->moe_gate + (size_t)p0 * ffn);
+        mm(th, W[CPU_E_UP], th->moe_x, cnt, f0, f1, NULL, s->moe_up + (size_t)p0 * ffn);
+        for (int i = p0; i < p0 + cnt; i++)
+            cpu_glu_range(c->act, s->moe_gate + (size_t)i * ffn, s->moe_up + (size_t)i * ffn, (size_t)f0, (size_t)f1,
+                          s->moe_gate + (size_t)i * ffn);
+        up_cost = cost_sum(up_cost, cost_sum(mm_cost(W[CPU_E_GATE], cnt), mm_cost(W[CPU_E_UP], cnt)));
+        down_cost = cost_sum(down_cost, mm_cost(W[CPU_E_DOWN], cnt));
+    }
+    bar_wait(&s->bar, T, s->spin_ns);
+    if (t0) prof(b, LLMI_OP_MLP_UP, t0, up_cost);
+    for (int e = 0; e < E; e++) {
+        const int p0 = start[e], cnt = start[e + 1] - p0;
+        if (cnt == 0) continue;
+        th->layout = -2;
+        mm(th, X[(size_t)e * CPU_E_PER_EXPERT + CPU_E_DOWN], s->moe_gate + (size_t)p0 * ffn, cnt, o0, o1, NULL,
+           s->moe_y + (size_t)p0 * dim);
+    }
+    for (int t = 0; t < n; t++) {
+        float *d = im->delta + (size_t)t * dim;
+        for (int64_t j = o0; j < o1; j++) d[j] = 0.0f;
+        for (int q = 0; q < k; q++) {
+            const float *y = s->moe_y + (size_t)th->moe_pair[t * k + q] * dim, w = th->moe_wt[t * k + q];
+            for (int64_t j = o0; j < o1; j++) d[j] += y[j] * w;
+        }
+    }
+    bar_wait(&s->bar, T, s->spin_ns);
+    if (t0) prof(b, LLMI_OP_MLP_DOWN, t0, down_cost);
 }
 
 static void step_run(const step_ctx *cx) {
@@ -322,6 +431,10 @@ static void step_run(const step_ctx *cx) {
             add_norm_row(th->x + (size_t)t * dim, im->delta + (size_t)t * dim, L->post_attn_norm, L->ffn_norm, dim, eps,
                          th->xn + (size_t)t * dim);
         PROF(LLMI_OP_NORM, cost_rmsnorm(n, dim, true, sizeof(float)));
+        if (c->n_experts > 0) {   /* 4 and 5 for a mixture of experts */
+            step_moe(cx, l, f0, f1, o0, o1, pr ? &t0 : NULL);
+            continue;
+        }
         th->layout = -2;
         mm(th, W[CPU_W_GATE], th->xn, n, f0, f1, NULL, im->gate);
         mm(th, W[CPU_W_UP], th->xn, n, f0, f1, NULL, im->up);
