@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the small seed files of the fuzz corpora that no testdata file can be
 (docs/RELIABILITY.md): a whole llama model in a few KB, as GGUF (tensor table and data,
+and a Mixtral-style mixture of 4 experts,
 the vocabulary of testdata/tokenizer/eog/named.gguf) and as a safetensors directory.
 Standard library only; the layout follows ggml's docs/gguf.md and huggingface/safetensors.
   python3 scripts/make-fuzz-seeds.py        (from the repository root)"""
@@ -32,8 +33,9 @@ def q4_0(rows, cols):
 def f32(n): return struct.pack("<%df" % n, *[1.0 + rnd.random() * 0.1 for _ in range(n)])
 
 
-def tensors():
-    # (gguf name, hf name, rows, cols, gguf type, data); vectors have rows None
+def tensors(moe=0):
+    # (gguf name, hf name, rows, cols, gguf type, data); vectors have rows None; a stacked
+    # MoE tensor (moe experts) has rows (experts, rows); moe: the experts of each layer
     t = [("token_embd.weight", "model.embed_tokens.weight", VOCAB, DIM, 2, q4_0(VOCAB, DIM)),
          ("output_norm.weight", "model.norm.weight", None, DIM, 0, f32(DIM))]
     for l in range(LAYERS):
@@ -43,10 +45,16 @@ def tensors():
               (p + "attn_k.weight", h + "self_attn.k_proj.weight", KV * HD, DIM, 2, q4_0(KV * HD, DIM)),
               (p + "attn_v.weight", h + "self_attn.v_proj.weight", KV * HD, DIM, 2, q4_0(KV * HD, DIM)),
               (p + "attn_output.weight", h + "self_attn.o_proj.weight", DIM, HEADS * HD, 2, q4_0(DIM, HEADS * HD)),
-              (p + "ffn_norm.weight", h + "post_attention_layernorm.weight", None, DIM, 0, f32(DIM)),
-              (p + "ffn_gate.weight", h + "mlp.gate_proj.weight", FFN, DIM, 2, q4_0(FFN, DIM)),
-              (p + "ffn_up.weight", h + "mlp.up_proj.weight", FFN, DIM, 2, q4_0(FFN, DIM)),
-              (p + "ffn_down.weight", h + "mlp.down_proj.weight", DIM, FFN, 2, q4_0(DIM, FFN))]
+              (p + "ffn_norm.weight", h + "post_attention_layernorm.weight", None, DIM, 0, f32(DIM))]
+        if moe:
+            t += [(p + "ffn_gate_inp.weight", None, moe, DIM, 0, f32(moe * DIM)),
+                  (p + "ffn_gate_exps.weight", None, (moe, FFN), DIM, 2, q4_0(moe * FFN, DIM)),
+                  (p + "ffn_up_exps.weight", None, (moe, FFN), DIM, 2, q4_0(moe * FFN, DIM)),
+                  (p + "ffn_down_exps.weight", None, (moe, DIM), FFN, 2, q4_0(moe * DIM, FFN))]
+        else:
+            t += [(p + "ffn_gate.weight", h + "mlp.gate_proj.weight", FFN, DIM, 2, q4_0(FFN, DIM)),
+                  (p + "ffn_up.weight", h + "mlp.up_proj.weight", FFN, DIM, 2, q4_0(FFN, DIM)),
+                  (p + "ffn_down.weight", h + "mlp.down_proj.weight", DIM, FFN, 2, q4_0(DIM, FFN))]
     return t
 
 
@@ -78,19 +86,22 @@ def vocab_kvs():
     return out, n
 
 
-def write_gguf(path):
+def write_gguf(path, moe=0):
+    """moe > 0: a Mixtral-style model of moe experts, 2 per token, stacked as llama.cpp's converter writes them."""
     kvs = [kv_str("general.architecture", "llama"), kv_str("general.name", "fuzz seed"),
            kv_u32("llama.context_length", 256), kv_u32("llama.embedding_length", DIM),
            kv_u32("llama.block_count", LAYERS), kv_u32("llama.feed_forward_length", FFN),
            kv_u32("llama.attention.head_count", HEADS), kv_u32("llama.attention.head_count_kv", KV),
            kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5), kv_u32("llama.rope.dimension_count", HD),
            kv_u32("llama.vocab_size", VOCAB), kv_u32("general.alignment", 32)]
+    if moe:
+        kvs += [kv_u32("llama.expert_count", moe), kv_u32("llama.expert_used_count", 2)]
     vk, nv = vocab_kvs()
-    ts = tensors()
+    ts = tensors(moe)
     head = b"GGUF" + struct.pack("<IQQ", 3, len(ts), len(kvs) + nv) + b"".join(kvs) + vk
     data, off = b"", 0
     for name, _, rows, cols, typ, blob in ts:
-        dims = [cols] if rows is None else [cols, rows]
+        dims = [cols] if rows is None else [cols, rows] if isinstance(rows, int) else [cols, rows[1], rows[0]]
         head += gstr(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", x) for x in dims)
         head += struct.pack("<IQ", typ, len(data))
         data += blob + b"\0" * (-len(blob) % 32)
@@ -251,3 +262,5 @@ if __name__ == "__main__":
     write("fuzz_gptq_config", "tiny-gptq", json.dumps(qc, indent=1).encode() + b"\n#--\n" + safetensors(gptq_model()))
     write("fuzz_stats", "stats-2x8-8-8-16.zst", stats(2, [8, 8, 8, 16]))
     write("fuzz_stats", "stats-other-model.zst", stats(1, [8, 8, 8, 8]))
+    # last, so the random draws of the seeds above stay as they were
+    write_gguf(os.path.join(CORPUS, "fuzz_gguf", "tiny-mixtral.gguf"), moe=4)
