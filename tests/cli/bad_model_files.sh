@@ -14,7 +14,7 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:exitco
 work=$(mktemp -d /tmp/llmi_badmodels_XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-python3 - "$work" "${MODEL:-}" <<'PY'
+python3 - "$work" "${MODEL:-}" "$(cd "$(dirname "$0")/../.." && pwd)" <<'PY'
 import json, os, struct, sys
 work, model = sys.argv[1], sys.argv[2]
 cases = []   # paths to hand to -m
@@ -84,6 +84,43 @@ if model and os.path.isfile(model):
         whole = f.read()
     put("cut_last_byte.gguf", whole[:-1])
     del whole
+
+# ---- a tiny Mixtral-style GGUF (the fuzz seed: 4 experts stacked, 2 per token) with one
+# key added or one stacked tensor's shape changed (without the seed the cases are not made,
+# and the count check below fails)
+seed = os.path.join(sys.argv[3], "tests/fuzz/corpus/fuzz_gguf/tiny-mixtral.gguf")
+if os.path.isfile(seed):
+    g = open(seed, "rb").read()
+    g_sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    n_t, n_kv = struct.unpack_from("<QQ", g, 8)
+    p = 24
+    def g_str(p):
+        n = struct.unpack_from("<Q", g, p)[0]
+        return p + 8 + n, g[p + 8:p + 8 + n]
+    for _ in range(n_kv):
+        p, _k = g_str(p)
+        t = struct.unpack_from("<I", g, p)[0]; p += 4
+        if t == 9:
+            et, n = struct.unpack_from("<IQ", g, p); p += 12
+            for _ in range(n):
+                if et == 8: p, _s = g_str(p)
+                else: p += g_sizes[et]
+        elif t == 8: p, _s = g_str(p)
+        else: p += g_sizes[t]
+    kv_end, infos = p, {}
+    for _ in range(n_t):
+        p, name = g_str(p)
+        nd = struct.unpack_from("<I", g, p)[0]
+        infos[name] = p + 4   # its dims
+        p += 4 + 8 * nd + 12
+    data_at = (p + 31) // 32 * 32
+    def with_kv(key, val):
+        kv = struct.pack("<Q", len(key)) + key.encode() + struct.pack("<II", 4, val)
+        head = g[:16] + struct.pack("<Q", n_kv + 1) + g[24:kv_end] + kv + g[kv_end:p]
+        return head + b"\0" * (-len(head) % 32) + g[data_at:]
+    put("moe_sigmoid_gating.gguf", with_kv("llama.expert_gating_func", 2))
+    put("moe_shared_experts.gguf", with_kv("llama.expert_shared_count", 1))
+    put("moe_stacked_3_of_4.gguf", patched(g, infos[b"blk.0.ffn_up_exps.weight"] + 16, "Q", 3))
 
 put("random.bin", bytes((i * 7919 + 13) % 256 for i in range(4096)))
 put("empty.gguf", b"")
