@@ -1203,3 +1203,12 @@ TEST(cpu_moe_route_vs_definition) {
     CHECK_MSG(bad_w == 0, "%ld routing weights differ from the definition", bad_w);
     printf("  moe routing: %ld tokens over 14 (experts, k, norm) cases as defined\n", cases);
 }
+
+/* The profile's attention bytes on a sliding layer count the keys inside the window only. */
+TEST(batch_attended_keys_window) {
+    int32_t pos[4] = {0, 3, 10, 600};
+    llmi_batch bt = {.n_tokens = 4, .positions = pos};
+    CHECK(batch_attended_keys(&bt, 0) == 1 + 4 + 11 + 601);
+    CHECK(batch_attended_keys(&bt, 8) == 1 + 4 + 8 + 8);
+    CHECK(batch_attended_keys(&bt, 1) == 4);
+}

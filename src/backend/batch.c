@@ -56,3 +56,12 @@ int batch_check(const llmi_batch *bt, const batch_limits *lim, int32_t *seq_maxp
                              bt->logit_rows[i], bt->n_tokens);
     return LLMI_OK;
 }
+
+double batch_attended_keys(const llmi_batch *bt, int window) {
+    double sum = 0;
+    for (int i = 0; i < bt->n_tokens; i++) {
+        double keys = (double)bt->positions[i] + 1;
+        sum += window > 0 && keys > window ? window : keys;
+    }
+    return sum;
+}

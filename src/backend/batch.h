@@ -40,4 +40,9 @@ typedef struct batch_limits {
  * seq_maxpos: (max_seqs) scratch. */
 int batch_check(const llmi_batch *bt, const batch_limits *lim, int32_t *seq_maxpos, llmi_status *st);
 
+/* The key positions the batch's tokens attend to, summed over its tokens (a token at
+ * position p attends to p + 1 keys, at most window of them when window > 0): what an
+ * attention reads, for profiling. */
+double batch_attended_keys(const llmi_batch *bt, int window);
+
 #endif

@@ -266,8 +266,8 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
     const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size *
                             kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)kvd);   /* one of K or V */
     const double esz = (double)kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)kvd) / kvd;   /* per value */
-    double ctx_sum = 0;   /* sum over tokens of attended positions, for attention stats */
-    for (int i = 0; i < n; i++) ctx_sum += bt->positions[i] + 1;
+    /* keys attended, summed over tokens, for attention stats: full layers, sliding layers */
+    const double ctx_sum = batch_attended_keys(bt, 0), ctx_sum_win = batch_attended_keys(bt, c->sliding_window);
     cpu_rope_table(bt->positions, n, hd, im->inv_freq, im->rope_cs, im->rope_sn);
     if (c->rope_theta_local > 0) cpu_rope_table(bt->positions, n, hd, im->inv_freq_local, im->rope_cs_local, im->rope_sn_local);
     int rc = 0;
@@ -317,7 +317,8 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
         cpu_paged_attention(im->q, kc, vc, b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,
                             im->kv_scale + ((size_t)l * 2 + 1) * nkv, bt, nh, nkv, hd, b->opts.block_size,
                             config_attn_scale(c), config_layer_window(c, l), im->att);
-        prof(b, LLMI_OP_ATTN, t0, cost_attention(ctx_sum, n, qd, kvd, esz, sizeof(float)));
+        prof(b, LLMI_OP_ATTN, t0, cost_attention(config_layer_window(c, l) ? ctx_sum_win : ctx_sum, n, qd, kvd, esz,
+                                                  sizeof(float)));
         TAP(l, LLMI_TAP_O_IN, im->att, qd);
 
         const float *bo[1] = {L->bo};

@@ -353,8 +353,8 @@ static void step_run(const step_ctx *cx) {
     const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)kvd);
     const double esz = (double)kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)kvd) / kvd;
     step_thread *th = &s->th[id];
-    double t0 = omp_get_wtime(), ctx_sum = 0;
-    for (int i = 0; i < n; i++) ctx_sum += bt->positions[i] + 1;
+    double t0 = omp_get_wtime();
+    const double ctx_sum = batch_attended_keys(bt, 0), ctx_sum_win = batch_attended_keys(bt, c->sliding_window);
     /* profiling (thread 0): a phase's time runs up to its barrier (so waiting for the
      * slowest thread counts in the phase's matmul class); the norm that opens a phase and
      * the RoPE/KV write or SwiGLU inside it are thread 0's own time for them */
@@ -418,7 +418,8 @@ static void step_run(const step_ctx *cx) {
         cpu_paged_attention_part(im->q, kc, vc, b->opts.kv_dtype, ks, vs, bt, nh, nkv, hd, b->opts.block_size,
                                  config_attn_scale(c), config_layer_window(c, l), (int)u0, (int)u1, im->att);
         bar_wait(&s->bar, T, s->spin_ns);
-        PROF(LLMI_OP_ATTN, cost_attention(ctx_sum, n, qd, kvd, esz, sizeof(float)));
+        PROF(LLMI_OP_ATTN, cost_attention(config_layer_window(c, l) ? ctx_sum_win : ctx_sum, n, qd, kvd, esz,
+                                          sizeof(float)));
 
         /* 3: o_proj rows */
         th->layout = -2;

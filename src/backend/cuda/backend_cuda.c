@@ -1093,7 +1093,7 @@ typedef struct fwd_plan {
     int n, nl, n_dec, n_tiles, max_blocks_per_seq;
     int n_splits, n_splits_win;   /* decode splits of the layers without and with a window (sliding_window) */
     const int32_t *tok, *pos, *slot, *seq, *bt, *lr, *dec, *tiles;   /* device */
-    double ctx_sum;           /* attended positions summed over tokens (stats) */
+    double ctx_sum, ctx_sum_win;   /* keys attended summed over tokens (stats): full layers, sliding layers */
     float *host_logits;       /* (nl, n_vocab) host: every logit row copied here, or NULL */
     const llmi_sample_row *rows;   /* (nl) host: sample every logit row on the device, or NULL */
 } fwd_plan;
@@ -1288,7 +1288,7 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
         CU_CHECK(st, llmi_cuda_attn_decode(&a, f->dec, f->n_dec, window ? f->n_splits_win : f->n_splits, im->attn_work,
                                            im->stream));
         CU_CHECK(st, llmi_cuda_attn_prefill(&a, f->tiles, f->n_tiles, im->stream));
-        MARK(LLMI_OP_ATTN, cost_attention(f->ctx_sum, n, qd, kvd, esz, e));
+        MARK(LLMI_OP_ATTN, cost_attention(window ? f->ctx_sum_win : f->ctx_sum, n, qd, kvd, esz, e));
         TAP(l, LLMI_TAP_O_IN, im->att, qd);
 
         if (linear_run(im, &L->wo, im->att, n, im->delta, dim, st)) return st->code;
@@ -1368,7 +1368,8 @@ static int plan_batch(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, fwd_
                                                                      max_pos, c->sliding_window, im->n_sms,
                                                                      im->attn_work_floats)
                                             : f->n_splits;
-    for (int i = 0; i < n; i++) f->ctx_sum += bt->positions[i] + 1;
+    f->ctx_sum = batch_attended_keys(bt, 0);
+    f->ctx_sum_win = batch_attended_keys(bt, c->sliding_window);
 
     /* one upload of every index array: tokens | positions | slots | seq_of_token |
      * block_tables (the step's widest table: only columns in use) | logit_rows | decode
