@@ -213,6 +213,20 @@ TEST(config_json_qwen3_defaults) {
     cj_rm_dir(d);
 }
 
+/* Each bad[i][0] (a printf pattern given shape) written to p must be refused by the reader
+ * with a message holding bad[i][1]. */
+static void cj_expect_refused(test_ctx *t_, const char *p, const char *shape, const char *const (*bad)[2], size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg, bad[i][0], shape);
+        cj_write(p, cfg);
+        llmi_config c;
+        llmi_status st = {0};
+        CHECK_MSG(config_json_read(p, NULL, &c, NULL, &st) == LLMI_E_RUNTIME && strstr(st.msg, bad[i][1]),
+                  "bad case %zu: %s", i, st.msg);
+    }
+}
+
 /* Gemma3TextConfig (transformers 5.24 configuration_gemma3.py): its defaults, both config
  * forms (transformers 4's top-level keys, transformers 5's layer_types and per-type
  * rope_parameters), and what llmi refuses by name. */
@@ -271,15 +285,7 @@ TEST(config_json_gemma3) {
         {"{%s, \"rope_parameters\": {\"sliding_attention\": {\"rope_type\": \"linear\", \"factor\": 2.0}}}",
          "default rope"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char cfg[1024];
-        snprintf(cfg, sizeof cfg, bad[i][0], shape);
-        cj_write(p, cfg);
-        llmi_config c;
-        llmi_status st = {0};
-        CHECK_MSG(config_json_read(p, NULL, &c, NULL, &st) == LLMI_E_RUNTIME && strstr(st.msg, bad[i][1]),
-                  "bad case %zu: %s", i, st.msg);
-    }
+    cj_expect_refused(t_, p, shape, bad, sizeof bad / sizeof bad[0]);
     cj_rm_dir(d);
 }
 
@@ -381,14 +387,6 @@ TEST(config_json_moe) {
         {"{\"model_type\": \"qwen3_moe\", %s, \"num_local_experts\": 8, \"num_experts\": 6}", "disagree"},
         {"{\"model_type\": \"qwen2_moe\", %s}", "unsupported model_type qwen2_moe"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char cfg[1024];
-        snprintf(cfg, sizeof cfg, bad[i][0], shape);
-        cj_write(p, cfg);
-        llmi_config c;
-        llmi_status st = {0};
-        CHECK_MSG(config_json_read(p, NULL, &c, NULL, &st) == LLMI_E_RUNTIME && strstr(st.msg, bad[i][1]),
-                  "bad case %zu: %s", i, st.msg);
-    }
+    cj_expect_refused(t_, p, shape, bad, sizeof bad / sizeof bad[0]);
     cj_rm_dir(d);
 }

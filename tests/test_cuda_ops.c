@@ -1294,6 +1294,26 @@ static int forward_steps(llmi_backend *b, const int32_t *toks, float *logits, ll
     return 0;
 }
 
+/* m on the CPU backend and on the CUDA one with options o, each with a KV pool of
+ * 3 * FB_MAXB blocks: true when both are ready (either may be left open to destroy). */
+static bool open_cpu_cuda(test_ctx *t_, const llmi_model *m, const llmi_backend_opts *o, llmi_backend **cpu,
+                          llmi_backend **gpu, llmi_status *st) {
+    CHECK_MSG(backend_cpu_create(m, o, cpu, st) == 0, "%s", st->msg);
+    CHECK_MSG(backend_cuda_create(m, o, gpu, st) == 0, "%s", st->msg);
+    return *cpu && *gpu && (*cpu)->kv_alloc(*cpu, 3 * FB_MAXB, st) == 0 && (*gpu)->kv_alloc(*gpu, 3 * FB_MAXB, st) == 0;
+}
+
+/* The five forward_steps on both backends: ref (cpu) and got (cuda), (n_rows, n_vocab)
+ * each; *nmse of got against ref and *agree, the rows whose argmax is the same. */
+static void steps_cpu_vs_cuda(test_ctx *t_, llmi_backend *cpu, llmi_backend *gpu, const int32_t *toks, int n_rows,
+                              float *ref, float *got, double *nmse, int *agree, llmi_status *st) {
+    const int nv = cpu->model->cfg.n_vocab;
+    CHECK_MSG(forward_steps(cpu, toks, ref, st) == 0, "cpu: %s", st->msg);
+    CHECK_MSG(forward_steps(gpu, toks, got, st) == 0, "cuda: %s", st->msg);
+    *nmse = test_nmse(got, ref, (long)n_rows * nv);
+    *agree = argmax_agree(got, ref, n_rows, nv);
+}
+
 /* forward_sample over the same five steps from a fresh cache, with every logit row asking
  * for its raw logits back: each token must be what sampler_sample_uniform picks from
  * those logits with the row's window and uniform (graph steps included: step 5 replays). */
@@ -1942,15 +1962,13 @@ TEST(cuda_backend_gemma3) {
                                .max_batch_tokens = 64, .max_seqs = 4};
         llmi_backend *cpu = NULL, *gpu = NULL;
         llmi_status st = {0};
-        CHECK_MSG(backend_cpu_create(&m, &o, &cpu, &st) == 0, "%s", st.msg);
-        CHECK_MSG(backend_cuda_create(&m, &o, &gpu, &st) == 0, "%s", st.msg);
+        const bool ready = open_cpu_cuda(t_, &m, &o, &cpu, &gpu, &st);
         float *ref = malloc(sizeof(float) * n_rows * nv), *got = malloc(sizeof(float) * n_rows * nv);
         float *again = malloc(sizeof(float) * n_rows * nv);
-        if (cpu && gpu && cpu->kv_alloc(cpu, 3 * FB_MAXB, &st) == 0 && gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0) {
-            CHECK_MSG(forward_steps(cpu, toks, ref, &st) == 0, "cpu: %s", st.msg);
-            CHECK_MSG(forward_steps(gpu, toks, got, &st) == 0, "cuda: %s", st.msg);
-            double e = test_nmse(got, ref, (long)n_rows * nv);
-            int agree = argmax_agree(got, ref, n_rows, nv);
+        if (ready) {
+            double e;
+            int agree;
+            steps_cpu_vs_cuda(t_, cpu, gpu, toks, n_rows, ref, got, &e, &agree, &st);
             CHECK_MSG(gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0, "%s", st.msg);
             gpu->profiling = true;
             CHECK_MSG(forward_steps(gpu, toks, again, &st) == 0, "cuda profiled: %s", st.msg);
@@ -2084,15 +2102,13 @@ TEST(cuda_backend_moe) {
                                .block_size = FB_BS, .max_batch_tokens = 64, .max_seqs = 4};
         llmi_backend *cpu = NULL, *gpu = NULL;
         llmi_status st = {0};
-        CHECK_MSG(backend_cpu_create(&m, &o, &cpu, &st) == 0, "%s", st.msg);
-        CHECK_MSG(backend_cuda_create(&m, &o, &gpu, &st) == 0, "%s", st.msg);
+        const bool ready = open_cpu_cuda(t_, &m, &o, &cpu, &gpu, &st);
         float *ref = malloc(sizeof(float) * n_rows * nv), *got = malloc(sizeof(float) * n_rows * nv);
         float *alone = malloc(sizeof(float) * n_rows * nv);
-        if (cpu && gpu && cpu->kv_alloc(cpu, 3 * FB_MAXB, &st) == 0 && gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0) {
-            CHECK_MSG(forward_steps(cpu, toks, ref, &st) == 0, "cpu: %s", st.msg);
-            CHECK_MSG(forward_steps(gpu, toks, got, &st) == 0, "cuda: %s", st.msg);
-            double e = test_nmse(got, ref, (long)n_rows * nv);
-            int agree = argmax_agree(got, ref, n_rows, nv);
+        if (ready) {
+            double e;
+            int agree;
+            steps_cpu_vs_cuda(t_, cpu, gpu, toks, n_rows, ref, got, &e, &agree, &st);
 
             /* each sequence alone, from a fresh cache (the sequences' blocks are disjoint) */
             CHECK_MSG(gpu->kv_alloc(gpu, 3 * FB_MAXB, &st) == 0, "%s", st.msg);
