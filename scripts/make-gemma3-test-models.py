@@ -137,13 +137,7 @@ def main(corpus, outdir):
     os.makedirs(refdir, exist_ok=True)
     with open(corpus, encoding="utf-8") as f:
         text = f.read()
-    text_ids = tok.encode(text[:20000]).ids
-    assert len(text_ids) > 400
-    seqs = [
-        torch.randint(0, VOCAB, (hfm.SEQ_LENS[0],), generator=gen).tolist(),
-        text_ids[100:100 + hfm.SEQ_LENS[1]],
-        text_ids[200:200 + hfm.SEQ_LENS[2]],
-    ]
+    seqs = hfm.reference_seqs(lambda t: tok.encode(t).ids, text, gen, VOCAB)
     base = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_attention_heads=4,
                 num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-6,
                 bos_token_id=2, eos_token_id=1, pad_token_id=0, initializer_range=0.1, tie_word_embeddings=True,

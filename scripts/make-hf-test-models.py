@@ -170,6 +170,19 @@ def write_refs(ref, name, seqs, vocab, dtype, refdir):
         f.write("\n")
 
 
+def reference_seqs(tokenize, text, gen, vocab=VOCAB):
+    """The three reference sequences every tiny checkpoint is checked on: SEQ_LENS[0] random
+    ids below vocab (specials too), then SEQ_LENS[1] and SEQ_LENS[2] tokens of the corpus text (tokenize:
+    text -> ids), drawn from gen after the text is tokenized."""
+    text_ids = tokenize(text[:20000])
+    assert len(text_ids) > 400
+    return [
+        torch.randint(0, vocab, (SEQ_LENS[0],), generator=gen).tolist(),   # any ids, specials too
+        text_ids[100:100 + SEQ_LENS[1]],
+        text_ids[200:200 + SEQ_LENS[2]],
+    ]
+
+
 def main(corpus, outdir, only=None):
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
@@ -179,13 +192,7 @@ def main(corpus, outdir, only=None):
 
     with open(corpus, encoding="utf-8") as f:
         text = f.read()
-    text_ids = hf_tok(text[:20000])["input_ids"]
-    assert len(text_ids) > 400
-    seqs = [
-        torch.randint(0, VOCAB, (SEQ_LENS[0],), generator=gen).tolist(),   # any ids, specials too
-        text_ids[100:100 + SEQ_LENS[1]],
-        text_ids[200:200 + SEQ_LENS[2]],
-    ]
+    seqs = reference_seqs(lambda t: hf_tok(t)["input_ids"], text, gen)
 
     ids_fast = hf_tok(TOK_TEST_TEXT)["input_ids"]
     ids_raw = hf_tok.backend_tokenizer.encode(TOK_TEST_TEXT).ids

@@ -246,13 +246,7 @@ def main(corpus, outdir):
     os.makedirs(refdir, exist_ok=True)
     with open(corpus, encoding="utf-8") as f:
         text = f.read()
-    text_ids = hf_tok(text[:20000])["input_ids"]
-    assert len(text_ids) > 400
-    seqs = [
-        torch.randint(0, VOCAB, (hfm.SEQ_LENS[0],), generator=gen).tolist(),
-        text_ids[100:100 + hfm.SEQ_LENS[1]],
-        text_ids[200:200 + hfm.SEQ_LENS[2]],
-    ]
+    seqs = hfm.reference_seqs(lambda t: hf_tok(t)["input_ids"], text, gen)
     ids_raw = hf_tok.backend_tokenizer.encode(hfm.TOK_TEST_TEXT).ids
     for name, cfg, dtype, seed, form in model_specs():
         path = os.path.join(outdir, name)
