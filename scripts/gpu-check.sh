@@ -21,6 +21,10 @@
 #   ab     the kernels not yet defaults (or just made so) against the others on bench's
 #          shapes (after the profiles, so that a short budget drops these first)
 #   tput   offline throughput, 1000 requests at 128/128, 2048/128, 1000/1000 (the longest last)
+#   moe    a mixture of experts on the device (never measured yet): synthetic bf16 weights of
+#          Qwen3-30B-A3B's shapes, 12 of its 48 layers (128 experts, 8 a token): decode at
+#          batch 1 and 16, TTFT at 2048, offline throughput 128/128 (its greedy output against
+#          the CPU is e2e's, on the tiny MoE checkpoints)
 #   quant  llmi quantize --device cuda against --device cpu on SmolLM2 (GPTQ and AWQ, g64,
 #          8 x 512 calibration tokens: wall time of each, how close the files are by
 #          scripts/quant-compare.py), and GPTQ 128 x 2048 then AWQ 128 x 512 of 4 of a synthetic
@@ -78,7 +82,7 @@ ROOT=$PWD
 PACK=$ROOT/.gpu-pack
 STASH=/tmp/llmi-gpu-model
 MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-ALL_PHASES=unit,sanitize,e2e,smol,bench,profile,ab,tput,quant,ncu,hf
+ALL_PHASES=unit,sanitize,e2e,smol,bench,profile,ab,tput,moe,quant,ncu,hf
 
 # ---- CPU references computed ahead of the device (--refs) ----------------------------------
 # e2e compares the cuda backend with the cpu backend of the same binary; on the device those
@@ -1036,6 +1040,49 @@ if has_phase tput; then
     row "$label" "$STATUS" "$(why tput-vllm-defaults)"
   fi
   ab_skipped_row tput
+fi
+
+# ---- moe: a mixture of experts' speed (the CUDA MoE path: routing on the device, one host
+# wait a layer to group tokens by expert, no decode graphs; docs/CUDA.md) --------------------
+if has_phase moe; then
+  MOE_CFG=$WORK/moe-config.json
+  if [ "$SCALE" = 1 ]; then
+    MOE_NAME="qwen3-30b-a3b x12 layers"
+    moe_shape='"hidden_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 32, "num_key_value_heads": 4,
+      "head_dim": 128, "moe_intermediate_size": 768, "num_experts": 128, "vocab_size": 151936'
+  else
+    MOE_NAME="tiny moe (rehearsal)"
+    moe_shape='"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+      "head_dim": 32, "moe_intermediate_size": 128, "num_experts": 16, "vocab_size": 1000'
+  fi
+  cat > "$MOE_CFG" <<MOEJSON
+{"model_type": "qwen3_moe", $moe_shape, "intermediate_size": 6144, "num_experts_per_tok": 8,
+ "norm_topk_prob": true, "max_position_embeddings": 40960, "rope_theta": 1000000.0}
+MOEJSON
+  MOE=(--dummy "$MOE_CFG" --device "$DEVFLAG" --kv-type bf16 -o csv)
+  if ! gpu_gate "$MOE_NAME bf16 decode b1" "$MOE_NAME bf16 decode b16"; then :
+  elif run moe-decode 150 "$LLMI_DEV" bench "${MOE[@]}" -p $((512 / SCALE)) -n $((128 / SCALE)) -b 1,16 -r "$REPS"; then
+    d1=$(csv_col "$WORK/moe-decode.out" decode_tps_mean 1); d16=$(csv_col "$WORK/moe-decode.out" decode_tps_mean 2)
+    act=$(csv_col "$WORK/moe-decode.out" active_params_m 1); all=$(csv_col "$WORK/moe-decode.out" params_m 1)
+    gbs=$(awk -v t="$d1" -v a="$act" 'BEGIN { printf "%.0f", t * a * 2e6 / 1e9 }')
+    row "$MOE_NAME bf16 decode b1" ok "$(num "$d1") tok/s = $gbs GB/s of its $(num "$act") M active of $(num "$all") M parameters"
+    row "$MOE_NAME bf16 decode b16" ok "$(num "$d16") tok/s"
+  else
+    row "$MOE_NAME bf16 decode b1" "$STATUS" "$(why moe-decode)"
+  fi
+  if ! gpu_gate "$MOE_NAME TTFT p$((2048 / SCALE))"; then :
+  elif run moe-ttft 120 "$LLMI_DEV" bench "${MOE[@]}" -p $((2048 / SCALE)) -n 1 -b 1 -r "$REPS"; then
+    row "$MOE_NAME TTFT p$((2048 / SCALE))" ok "$(num "$(csv_col "$WORK/moe-ttft.out" ttft_ms_mean 1)") ms"
+  else
+    row "$MOE_NAME TTFT p$((2048 / SCALE))" "$STATUS" "$(why moe-ttft)"
+  fi
+  il=$((128 / SCALE)); ol=$((128 / SCALE)); label="$MOE_NAME throughput $il/$ol x$NREQ"
+  if ! gpu_gate "$label"; then :
+  elif run moe-tput 200 "$LLMI_DEV" bench "${MOE[@]}" --num-requests "$NREQ" --input-len "$il" --output-len "$ol"; then
+    row "$label" ok "$(num "$(csv_col "$WORK/moe-tput.out" output_tps)") output tok/s, $(csv_col "$WORK/moe-tput.out" preemptions) preemptions"
+  else
+    row "$label" "$STATUS" "$(why moe-tput)"
+  fi
 fi
 
 # ---- quant: the quantizer on the GPU against the CPU -------------------------------------------

@@ -37,7 +37,7 @@ NCU
 chmod +x "$TMP/bin/ncu"
 # (MODEL unset: the suite exports SmolLM2 there, and the rehearsal wants its tiny model)
 env -u MODEL PATH="$TMP/bin:$PATH" OUT=$TMP/gc GPU_CHECK_DEVICE=emu GPU_CHECK_AB=all BUDGET=500 \
-  bash "$ROOT/scripts/gpu-check.sh" --phase e2e,bench,profile,ab,tput,ncu >"$TMP/gc.log" 2>&1
+  bash "$ROOT/scripts/gpu-check.sh" --phase e2e,bench,profile,ab,tput,moe,ncu >"$TMP/gc.log" 2>&1
 rc=$?
 work=$(sed -n 's/.*; work dir \(\/tmp\/gpu-check\.[A-Za-z0-9]*\))$/\1/p' "$TMP/gc.log")
 [ -n "$work" ] && [ -d "$work" ] && rm -rf "$work"
@@ -71,7 +71,9 @@ want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
            + ["throughput 8/8 x4 (target 15000)", "throughput 128/8 x4 (target 2300)",
               "throughput 62/62 x4 (target 10000)", "throughput 128/8 x1: --max-batch-tokens 512 vs 128",
               "throughput 8/8 x4: --max-seqs 64 --max-batch-tokens 1024 (vLLM's offline defaults)",
-              "cpu references"])
+              "cpu references"]
+           + [f"tiny moe (rehearsal) {r}" for r in ("bf16 decode b1", "bf16 decode b16", "TTFT p128",
+              "throughput 8/8 x4")])
 may_be_missing = {"spec ngram on cuda: proposals verified", "measured ceilings (torch)",
                   # (SmolLM2's GGUF only: the rehearsal's model is a tiny HF directory)
                   "WikiText-2 ppl cuda vs cpu on the same bf16 weights (2 x 128)",
