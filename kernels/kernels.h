@@ -92,7 +92,7 @@ cudaError_t llmi_cuda_gather_rows(const void *x, int64_t row_bytes, const int32_
                                   cudaStream_t s);
 /* out (n, dim) f32 row t = sum over j < k, in j order from zero, of weights[t*k + j] *
  * y row pos[t*k + j] (y (*, dim) f32: the experts' outputs, a row per routed (token,
- * expert) pair), each product and sum rounded as the CPU's d += y * w; with the choices in
+ * expert) pair), each product and sum rounded as cpu_moe_combine's; with the choices in
  * ascending expert order a token's sum does not depend on what else is in the batch. */
 cudaError_t llmi_cuda_moe_combine(const float *y, const int32_t *pos, const float *weights, int n, int k, int dim,
                                   float *out, cudaStream_t s);

@@ -1,7 +1,7 @@
 /* moe.cu — owns mixture-of-experts routing and the data movement around the experts'
  * GEMMs: the top-k choice of each token's experts and their weights (twin: cpu_moe_route),
- * the gather of routed rows into expert order, and the weighted sum of each token's expert
- * outputs (twin: the accumulation loop of backend_cpu.c's moe_mlp).  The experts' products
+ * the gather of routed rows into expert order (twin: cpu_gather_rows), and the weighted sum
+ * of each token's expert outputs (twin: cpu_moe_combine).  The experts' products
  * themselves are the ordinary GEMMs (gemm.cu) on row views of the stacked weights. */
 #include "common.cuh"
 

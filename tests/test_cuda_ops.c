@@ -1097,9 +1097,8 @@ TEST(cuda_moe_route) {
 }
 
 /* The gather of routed rows (bit for bit, by 16-byte chunks and by bytes) and each token's
- * weighted sum of its expert rows against the CPU's loop (d += y * w from zero in j order:
- * bit for bit, C rounding each product and sum here as the kernel does), at a width that
- * takes the float4 path and an odd one that does not. */
+ * weighted sum of its expert rows against its twin cpu_moe_combine (d += y * w from zero in
+ * j order: bit for bit), at a width that takes the float4 path and an odd one that does not. */
 TEST(cuda_moe_gather_combine) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_moe_gather_combine");
@@ -1116,15 +1115,7 @@ TEST(cuda_moe_gather_combine) {
             int j = trng_int(&r, i + 1), t = pos[i];
             pos[i] = pos[j], pos[j] = t;
         }
-        for (int t = 0; t < n; t++)
-            for (int c = 0; c < dim; c++) {
-                float acc = 0.0f;
-                for (int j = 0; j < k; j++) {
-                    float p = y[(size_t)pos[t * k + j] * dim + c] * w[t * k + j];
-                    acc = acc + p;
-                }
-                ref[(size_t)t * dim + c] = acc;
-            }
+        cpu_moe_combine(y, pos, w, n, k, dim, 0, dim, ref);
         void *d_x = dup_to_dev(x, (size_t)n * dim * 2), *d_xg = dup_to_dev(NULL, (size_t)m * dim * 2);
         int32_t *d_rows = dup_to_dev(rows, sizeof rows), *d_pos = dup_to_dev(pos, sizeof pos);
         float *d_y = dup_to_dev(y, sizeof(float) * m * dim), *d_w = dup_to_dev(w, sizeof(float) * m);

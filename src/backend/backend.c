@@ -2,6 +2,7 @@
 #include "backend/backend.h"
 
 #include <math.h>
+#include <string.h>
 
 const char *op_class_name(llmi_op_class c) {
     static const char *const names[LLMI_OP_COUNT] = {
@@ -96,4 +97,31 @@ void backend_rope_inv_freq(const llmi_config *c, float *inv_freq) { rope_inv_fre
 /* Gemma 3's sliding layers: transformers' "sliding_attention" rope parameters, default type. */
 void backend_rope_inv_freq_local(const llmi_config *c, float *inv_freq) {
     rope_inv_freq(c, c->rope_theta_local, false, inv_freq);
+}
+
+int backend_moe_group(const int32_t *sel, int n, int k, int n_experts, int32_t *start, int32_t *tok, int32_t *row,
+                      llmi_status *st) {
+    const size_t nk = (size_t)n * k;
+    /* start[e + 1] counts expert e's rows, then start[e] becomes its first; the fill advances
+     * each start to the next expert's, which the shift undoes */
+    memset(start, 0, ((size_t)n_experts + 1) * sizeof *start);
+    for (size_t i = 0; i < nk; i++) {
+        if (sel[i] < 0 || sel[i] >= n_experts)
+            return llmi_fail(st, LLMI_E_RUNTIME, "moe: the router chose expert %d of %d", sel[i], n_experts);
+        start[sel[i] + 1]++;
+    }
+    for (int e = 0; e < n_experts; e++) {
+        if (start[e + 1] > n)
+            return llmi_fail(st, LLMI_E_RUNTIME, "moe: expert %d routed %d times in %d tokens", e, start[e + 1], n);
+        start[e + 1] += start[e];
+    }
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            const int32_t at = start[sel[(size_t)t * k + j]]++;
+            tok[at] = t;
+            row[(size_t)t * k + j] = at;
+        }
+    for (int e = n_experts; e > 0; e--) start[e] = start[e - 1];
+    start[0] = 0;
+    return 0;
 }

@@ -30,6 +30,14 @@ int backend_check_model(const llmi_model *m, const char *who, llmi_status *st);
 int backend_check_kv_dtype(const llmi_config *c, llmi_kv_dtype t, const char *who, llmi_status *st);
 /* Bytes one KV block takes across all layers, K and V. */
 size_t backend_kv_block_bytes(const llmi_config *c, int block_size, llmi_kv_dtype t);
+/* A MoE layer's (token, expert) choices sel (n, k) grouped by expert, for its expert-by-
+ * expert MLP: start (n_experts + 1), expert e's grouped rows [start[e], start[e + 1]); tok
+ * (n * k), the token of each grouped row, ascending within an expert; row (n * k), the
+ * grouped row of choice (t, j).  An error (st filled) for a choice outside [0, n_experts)
+ * or an expert chosen twice by one token (more rows than tokens): a router's output is
+ * checked before it sizes any work. */
+int backend_moe_group(const int32_t *sel, int n, int k, int n_experts, int32_t *start, int32_t *tok, int32_t *row,
+                      llmi_status *st);
 /* inv_freq (head_dim / 2): RoPE inverse frequencies with the config's scaling, as
  * transformers computes them (modeling_rope_utils.py), in double rounded once to fp32. */
 void backend_rope_inv_freq(const llmi_config *c, float *inv_freq);

@@ -135,15 +135,27 @@ int cpu_weights_refresh(llmi_backend *b, llmi_status *st) {
             if (refresh_one(b, &im->packed[(size_t)l * CPU_W_PER_LAYER + i], src, use, st)) return st->code;
             bytes += (*use)->layout == LLMI_LAYOUT_CPU16 ? cpu_qweight_bytes(*use) : tensor_bytes(*use);
         }
+    /* a stacked matrix's experts are looked at again only when its data changed (this runs
+     * every forward; a MoE has n_layers * 3 * n_experts of them) */
     for (int l = 0; l < L && E > 0; l++)
-        for (int e = 0; e < E; e++)
-            for (int i = 0; i < CPU_E_PER_EXPERT; i++) {
-                size_t at = ((size_t)l * E + e) * CPU_E_PER_EXPERT + i;
-                im->expert_views[at] = expert_view(&m->layers[l], c, e, i);
-                if (refresh_one(b, &im->expert_packed[at], &im->expert_views[at], &im->experts[at], st)) return st->code;
-                bytes += im->experts[at]->layout == LLMI_LAYOUT_CPU16 ? cpu_qweight_bytes(im->experts[at])
-                                                                       : tensor_bytes(im->experts[at]);
+        for (int i = 0; i < CPU_E_PER_EXPERT; i++) {
+            const size_t li = (size_t)l * CPU_E_PER_EXPERT + i;
+            const void *data = layer_weight(&m->layers[l], CPU_W_GATE + i)->data;
+            if (im->expert_src[li] != data) {
+                size_t sum = 0;
+                for (int e = 0; e < E; e++) {
+                    size_t at = ((size_t)l * E + e) * CPU_E_PER_EXPERT + i;
+                    im->expert_views[at] = expert_view(&m->layers[l], c, e, i);
+                    if (refresh_one(b, &im->expert_packed[at], &im->expert_views[at], &im->experts[at], st))
+                        return st->code;
+                    sum += im->experts[at]->layout == LLMI_LAYOUT_CPU16 ? cpu_qweight_bytes(im->experts[at])
+                                                                         : tensor_bytes(im->experts[at]);
+                }
+                im->expert_src[li] = data;
+                im->expert_bytes[li] = sum;
             }
+            bytes += im->expert_bytes[li];
+        }
     if (refresh_one(b, &im->packed[(size_t)L * CPU_W_PER_LAYER], &m->lm_head, &im->lm_head, st)) return st->code;
     if (im->lm_head->layout == LLMI_LAYOUT_CPU16) bytes += cpu_qweight_bytes(im->lm_head);
     else if (im->lm_head->data != m->tok_embd.data) bytes += tensor_bytes(im->lm_head);
@@ -173,8 +185,8 @@ static void cpu_destroy(llmi_backend *b) {
         free(im->lw);
         size_t n_exp = (size_t)b->model->cfg.n_layers * b->model->cfg.n_experts * CPU_E_PER_EXPERT;
         for (size_t i = 0; im->expert_packed && i < n_exp; i++) free(im->expert_packed[i].t.owned);
-        free(im->expert_views); free(im->expert_packed); free(im->experts);
-        free(im->moe_logits); free(im->moe_sel); free(im->moe_wt); free(im->moe_tok); free(im->moe_tok_wt);
+        free(im->expert_views); free(im->expert_packed); free(im->experts); free(im->expert_src); free(im->expert_bytes);
+        free(im->moe_logits); free(im->moe_sel); free(im->moe_wt); free(im->moe_tok); free(im->moe_row);
         free(im->moe_start); free(im->moe_x); free(im->moe_y);
         free(im);
     }
@@ -209,47 +221,32 @@ static int tap(llmi_backend *b, int l, llmi_tap t, const float *x, int n, int wi
  * ascending expert order, of routing weight * expert(xn), from im->xn (n, dim).  Each
  * expert runs once on the rows of the tokens routed to it, gathered, so a step reads only
  * the experts its tokens chose; a token's sum does not depend on the rest of the batch. */
-static void moe_mlp(llmi_backend *b, int l, int n, double *t0) {
+static int moe_mlp(llmi_backend *b, int l, int n, double *t0, llmi_status *st) {
     cpu_impl *im = b->impl;
     const llmi_config *c = &b->model->cfg;
     const int dim = c->dim, ffn = c->ffn_dim, E = c->n_experts, k = c->n_experts_used;
-    cpu_matmul_1(im, im->lw[(size_t)l * CPU_W_PER_LAYER + CPU_W_ROUTER], im->xn, n, im->moe_logits);
+    const llmi_tensor *router = im->lw[(size_t)l * CPU_W_PER_LAYER + CPU_W_ROUTER];
+    cpu_matmul_1(im, router, im->xn, n, im->moe_logits);
     cpu_moe_route(im->moe_logits, n, E, k, c->moe_norm_topk, im->moe_sel, im->moe_wt);
-    prof(b, LLMI_OP_MLP_UP, t0, mm_cost(im->lw[(size_t)l * CPU_W_PER_LAYER + CPU_W_ROUTER], n));
-    /* group the (token, expert) pairs by expert, tokens ascending within each */
-    for (int e = 0; e <= E; e++) im->moe_start[e] = 0;
-    for (int i = 0; i < n * k; i++) im->moe_start[im->moe_sel[i] + 1]++;
-    for (int e = 0; e < E; e++) im->moe_start[e + 1] += im->moe_start[e];
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < k; j++) {
-            int e = im->moe_sel[(size_t)t * k + j], at = im->moe_start[e]++;
-            im->moe_tok[at] = t;
-            im->moe_tok_wt[at] = im->moe_wt[(size_t)t * k + j];
-        }
-    for (int e = E; e > 0; e--) im->moe_start[e] = im->moe_start[e - 1];   /* undo the fill's advance */
-    im->moe_start[0] = 0;
-    memset(im->delta, 0, (size_t)n * dim * sizeof(float));
+    if (backend_moe_group(im->moe_sel, n, k, E, im->moe_start, im->moe_tok, im->moe_row, st)) return st->code;
+    prof(b, LLMI_OP_MLP_UP, t0, mm_cost(router, n));
     const llmi_tensor *const *X = im->experts + (size_t)l * E * CPU_E_PER_EXPERT;
     for (int e = 0; e < E; e++) {
         const int p0 = im->moe_start[e], cnt = im->moe_start[e + 1] - p0;
         if (cnt == 0) continue;
         const llmi_tensor *const *W = X + (size_t)e * CPU_E_PER_EXPERT;
-        for (int i = 0; i < cnt; i++)
-            memcpy(im->moe_x + (size_t)i * dim, im->xn + (size_t)im->moe_tok[p0 + i] * dim, (size_t)dim * sizeof(float));
+        cpu_gather_rows(im->xn, dim, im->moe_tok + p0, cnt, im->moe_x);
         const llmi_tensor *gu_w[2] = {W[CPU_E_GATE], W[CPU_E_UP]};
         float *gu_y[2] = {im->gate, im->up};
         cpu_matmul_multi(2, gu_w, im->moe_x, cnt, NULL, gu_y, im->mm_scratch, im->mm_scratch_bytes);
         prof(b, LLMI_OP_MLP_UP, t0, cost_sum(mm_cost(W[CPU_E_GATE], cnt), mm_cost(W[CPU_E_UP], cnt)));
         cpu_swiglu(im->gate, im->up, cnt, ffn, im->gate);
         prof(b, LLMI_OP_ACT, t0, cost_swiglu(cnt, ffn, sizeof(float)));
-        cpu_matmul_1(im, W[CPU_E_DOWN], im->gate, cnt, im->moe_y);
-        for (int i = 0; i < cnt; i++) {
-            float *d = im->delta + (size_t)im->moe_tok[p0 + i] * dim;
-            const float *y = im->moe_y + (size_t)i * dim, w = im->moe_tok_wt[p0 + i];
-            for (int j = 0; j < dim; j++) d[j] += y[j] * w;
-        }
+        cpu_matmul_1(im, W[CPU_E_DOWN], im->gate, cnt, im->moe_y + (size_t)p0 * dim);
         prof(b, LLMI_OP_MLP_DOWN, t0, mm_cost(W[CPU_E_DOWN], cnt));
     }
+    cpu_moe_combine(im->moe_y, im->moe_row, im->moe_wt, n, k, dim, 0, dim, im->delta);
+    return 0;
 }
 
 /* Decoder layers [first, last) over the batch.  The residual stream is im->x plus, when
@@ -335,7 +332,7 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
         TAP(l, LLMI_TAP_MLP_IN, im->xn, dim);
 
         if (c->n_experts > 0) {
-            moe_mlp(b, l, n, t0);
+            if (moe_mlp(b, l, n, t0, st)) return st->code;
         } else {
             const llmi_tensor *gu_w[2] = {W[CPU_W_GATE], W[CPU_W_UP]};
             float *gu_y[2] = {im->gate, im->up};
@@ -478,7 +475,7 @@ static void cpu_ws_sizes(const llmi_config *c, int max_batch_tokens, size_t sz[C
                                   local ? T * c->head_dim / 2 : 16, local ? T * c->head_dim / 2 : 16,
                                   moe ? T * c->n_experts : 16, moe ? T * k : 16, moe ? T * k : 16, moe ? T * k : 16,
                                   moe ? T * k : 16, moe ? (size_t)c->n_experts + 1 : 16, moe ? T * c->dim : 16,
-                                  moe ? T * c->dim : 16};
+                                  moe ? T * k * c->dim : 16};
     memcpy(sz, f, sizeof f);
     int64_t widest = c->dim > c->ffn_dim ? c->dim : c->ffn_dim;
     if ((int64_t)qd > widest) widest = (int64_t)qd;
@@ -535,11 +532,12 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
     float **ws[CPU_WS_COUNT - 1] = {&im->x, &im->xn, &im->q, &im->k, &im->v, &im->att, &im->delta, &im->gate, &im->up,
                                     &im->lg, &im->inv_freq, &im->rope_cs, &im->rope_sn, &im->inv_freq_local,
                                     &im->rope_cs_local, &im->rope_sn_local, &im->moe_logits, NULL, &im->moe_wt, NULL,
-                                    &im->moe_tok_wt, NULL, &im->moe_x, &im->moe_y};
+                                    NULL, NULL, &im->moe_x, &im->moe_y};
     for (int i = 0; i < CPU_WS_COUNT - 1; i++)
         if (ws[i]) *ws[i] = ws_alloc(im, sz[i], &fail);
     im->moe_sel = (int32_t *)ws_alloc(im, sz[17], &fail);   /* the int32 arrays of that list */
     im->moe_tok = (int32_t *)ws_alloc(im, sz[19], &fail);
+    im->moe_row = (int32_t *)ws_alloc(im, sz[20], &fail);
     im->moe_start = (int32_t *)ws_alloc(im, sz[21], &fail);
     im->seq_maxpos = calloc((size_t)o->max_seqs, sizeof(int32_t));
     size_t n_scales = (size_t)c->n_layers * 2 * c->n_kv_heads;
@@ -555,7 +553,9 @@ int backend_cpu_create(const llmi_model *m, const llmi_backend_opts *o, llmi_bac
         im->expert_views = calloc(n_exp, sizeof *im->expert_views);
         im->expert_packed = calloc(n_exp, sizeof *im->expert_packed);
         im->experts = calloc(n_exp, sizeof *im->experts);
-        fail |= !im->expert_views || !im->expert_packed || !im->experts;
+        im->expert_src = calloc((size_t)c->n_layers * CPU_E_PER_EXPERT, sizeof *im->expert_src);
+        im->expert_bytes = calloc((size_t)c->n_layers * CPU_E_PER_EXPERT, sizeof *im->expert_bytes);
+        fail |= !im->expert_views || !im->expert_packed || !im->experts || !im->expert_src || !im->expert_bytes;
     }
     if (fail || !im->seq_maxpos || !im->mm_scratch || !im->kv_scale || !im->packed || !im->lw) {
         cpu_destroy(b);

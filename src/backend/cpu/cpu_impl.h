@@ -14,7 +14,7 @@ typedef struct cpu_step cpu_step;
 /* A layer's linear weights, in the order the forward uses them (a MoE layer's GATE, UP and
  * DOWN are its stacked experts, which the forward reads expert by expert: cpu_impl.experts). */
 enum { CPU_W_Q, CPU_W_K, CPU_W_V, CPU_W_O, CPU_W_GATE, CPU_W_UP, CPU_W_DOWN, CPU_W_ROUTER, CPU_W_PER_LAYER };
-/* An expert's three matrices, in cpu_impl.experts. */
+/* An expert's three matrices, in cpu_impl.experts (in the order of CPU_W_GATE, CPU_W_UP, CPU_W_DOWN). */
 enum { CPU_E_GATE, CPU_E_UP, CPU_E_DOWN, CPU_E_PER_EXPERT };
 
 /* One weight position's packed copy (cpu_qweight_pack), remade when the model's tensor at
@@ -47,11 +47,11 @@ typedef struct cpu_impl {
     float *moe_logits;   /* (max_tokens, n_experts) router logits */
     int32_t *moe_sel;    /* (max_tokens, k) each token's experts, ascending */
     float *moe_wt;       /* (max_tokens, k) their routing weights */
-    int32_t *moe_tok;    /* (max_tokens * k) the (token, expert) pairs grouped by expert: the token */
-    float *moe_tok_wt;   /* (max_tokens * k) and its weight */
-    int32_t *moe_start;  /* (n_experts + 1) expert e's pairs are [moe_start[e], moe_start[e + 1]) */
+    int32_t *moe_tok;    /* (max_tokens * k) the token of each grouped row (backend_moe_group) */
+    int32_t *moe_row;    /* (max_tokens * k) the grouped row of each choice (token, j) */
+    int32_t *moe_start;  /* (n_experts + 1) expert e's grouped rows [moe_start[e], moe_start[e + 1]) */
     float *moe_x;        /* (max_tokens, dim) one expert's tokens' normed rows, gathered */
-    float *moe_y;        /* (max_tokens, dim) that expert's output rows */
+    float *moe_y;        /* (max_tokens * k, dim) each grouped row's expert output */
     int32_t *seq_maxpos; /* (max_seqs) highest position a batch touches per sequence */
     void *mm_scratch;    /* quantized activations of one matmul: cpu_matmul_scratch_bytes(max_tokens, widest in) */
     size_t mm_scratch_bytes;
@@ -67,6 +67,8 @@ typedef struct cpu_impl {
     llmi_tensor *expert_views;   /* (n_layers, n_experts, CPU_E_PER_EXPERT) row views of the stacked experts */
     cpu_packed *expert_packed;   /* (same) their packed copies */
     const llmi_tensor **experts; /* (same) the weights the forward reads: packed copy or view; NULL when dense */
+    const void **expert_src;     /* (n_layers, CPU_E_PER_EXPERT) the stacked matrix's data those were made from */
+    size_t *expert_bytes;        /* (n_layers, CPU_E_PER_EXPERT) their bytes as the kernels read them */
     size_t weight_bytes;         /* packed copies + the tensors read in place (embedding table included) */
 } cpu_impl;
 

@@ -1,6 +1,8 @@
-/* cpu/moe.c — owns mixture-of-experts routing: which experts each token goes to and with
- * what weight (the experts' matmuls are the backend's ordinary ones, on gathered rows). */
+/* cpu/moe.c — owns mixture-of-experts routing (which experts each token goes to and with
+ * what weight) and the data movement around the experts' matmuls, which are the backend's
+ * ordinary ones on gathered rows: the twins of kernels/moe.cu. */
 #include <math.h>
+#include <string.h>
 #include "backend/cpu/ops.h"
 
 void cpu_moe_route(const float *logits, int n, int n_experts, int k, bool norm, int32_t *experts, float *weights) {
@@ -37,5 +39,21 @@ void cpu_moe_route(const float *logits, int n, int n_experts, int k, bool norm, 
                 int32_t e = sel[j]; sel[j] = sel[j - 1]; sel[j - 1] = e;
                 float x = w[j]; w[j] = w[j - 1]; w[j - 1] = x;
             }
+    }
+}
+
+void cpu_gather_rows(const float *x, int64_t width, const int32_t *rows, int m, float *out) {
+    for (int i = 0; i < m; i++) memcpy(out + (size_t)i * width, x + (size_t)rows[i] * width, (size_t)width * sizeof(float));
+}
+
+void cpu_moe_combine(const float *y, const int32_t *row, const float *weights, int n, int k, int dim, int64_t j0,
+                     int64_t j1, float *out) {
+    for (int t = 0; t < n; t++) {
+        float *d = out + (size_t)t * dim;
+        for (int64_t j = j0; j < j1; j++) d[j] = 0.0f;
+        for (int q = 0; q < k; q++) {
+            const float *yr = y + (size_t)row[(size_t)t * k + q] * dim, w = weights[(size_t)t * k + q];
+            for (int64_t j = j0; j < j1; j++) d[j] += yr[j] * w;
+        }
     }
 }

@@ -103,6 +103,14 @@ int cpu_matmul_rows_ok(llmi_dtype t);
  * expert), their probabilities divided by their sum when norm.  experts (n, k) in ascending
  * expert order per token, weights (n, k) in the same order. */
 void cpu_moe_route(const float *logits, int n, int n_experts, int k, bool norm, int32_t *experts, float *weights);
+/* out (m, width) row i = x row rows[i] (rows (m)): the routed tokens' rows in expert order. */
+void cpu_gather_rows(const float *x, int64_t width, const int32_t *rows, int m, float *out);
+/* Columns [j0, j1) of out (n, dim): for each token t the sum over j < k, in j order from
+ * zero, of weights[t*k + j] * y row row[t*k + j] (y (*, dim): the experts' outputs, a row
+ * per grouped choice; row as backend_moe_group's), each product and sum rounded on its own.
+ * With the choices in ascending expert order a token's sum does not depend on the batch. */
+void cpu_moe_combine(const float *y, const int32_t *row, const float *weights, int n, int k, int dim, int64_t j0,
+                     int64_t j1, float *out);
 
 /* Rotates q (n, n_heads, head_dim) in place and k (n, n_kv_heads, head_dim) in place by
  * positions (n), HF rotate-half convention, then writes k and v (n, n_kv_heads, head_dim)

@@ -75,7 +75,7 @@ typedef struct step_thread {
     float *moe_wt;              /* (max_tokens, k) their weights */
     int32_t *moe_start;         /* (n_experts + 1) expert e's (token, expert) pairs [start[e], start[e + 1]) */
     int32_t *moe_tok;           /* (max_tokens * k) the token of each pair, grouped by expert */
-    int32_t *moe_pair;          /* (max_tokens * k) the pair of each (token, j) */
+    int32_t *moe_row;           /* (max_tokens * k) the grouped row of each (token, j) */
     float *moe_x;               /* (max_tokens, dim) one expert's tokens' normed rows, gathered */
 } step_thread;
 
@@ -148,7 +148,7 @@ void cpu_step_destroy(cpu_step *s) {
     for (int i = 0; s->th && i < s->n_threads; i++) {
         step_thread *t = &s->th[i];
         free(t->x); free(t->xn); free(t->qs);
-        free(t->moe_logits); free(t->moe_sel); free(t->moe_wt); free(t->moe_start); free(t->moe_tok); free(t->moe_pair);
+        free(t->moe_logits); free(t->moe_sel); free(t->moe_wt); free(t->moe_start); free(t->moe_tok); free(t->moe_row);
         free(t->moe_x);
     }
     free(s->th);
@@ -183,9 +183,9 @@ cpu_step *cpu_step_create(const llmi_config *c, int n_threads, int max_tokens, s
             t->moe_wt = alloc64(tk * sizeof(float), bytes);
             t->moe_start = alloc64(((size_t)c->n_experts + 1) * sizeof(int32_t), bytes);
             t->moe_tok = alloc64(tk * sizeof(int32_t), bytes);
-            t->moe_pair = alloc64(tk * sizeof(int32_t), bytes);
+            t->moe_row = alloc64(tk * sizeof(int32_t), bytes);
             t->moe_x = alloc64(rows, bytes);
-            if (!t->moe_logits || !t->moe_sel || !t->moe_wt || !t->moe_start || !t->moe_tok || !t->moe_pair || !t->moe_x) {
+            if (!t->moe_logits || !t->moe_sel || !t->moe_wt || !t->moe_start || !t->moe_tok || !t->moe_row || !t->moe_x) {
                 cpu_step_destroy(s);
                 return NULL;
             }
@@ -290,25 +290,16 @@ static void step_moe(const step_ctx *cx, int l, int64_t f0, int64_t f1, int64_t 
     th->layout = -2;
     mm(th, router, th->xn, n, 0, E, NULL, th->moe_logits);
     cpu_moe_route(th->moe_logits, n, E, k, c->moe_norm_topk, th->moe_sel, th->moe_wt);
-    int32_t *start = th->moe_start;
-    for (int e = 0; e <= E; e++) start[e] = 0;
-    for (int i = 0; i < n * k; i++) start[th->moe_sel[i] + 1]++;
-    for (int e = 0; e < E; e++) start[e + 1] += start[e];
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < k; j++) {
-            int at = start[th->moe_sel[t * k + j]]++;
-            th->moe_tok[at] = t;
-            th->moe_pair[t * k + j] = at;
-        }
-    for (int e = E; e > 0; e--) start[e] = start[e - 1];
-    start[0] = 0;
+    /* cpu_moe_route's choices are k distinct experts in range: the grouping cannot fail */
+    llmi_status ignored = {0};
+    (void)backend_moe_group(th->moe_sel, n, k, E, th->moe_start, th->moe_tok, th->moe_row, &ignored);
+    const int32_t *start = th->moe_start;
     llmi_op_cost up_cost = mm_cost(router, n), down_cost = {0, 0};
     for (int e = 0; e < E; e++) {
         const int p0 = start[e], cnt = start[e + 1] - p0;
         if (cnt == 0) continue;
         const llmi_tensor *const *W = X + (size_t)e * CPU_E_PER_EXPERT;
-        for (int i = 0; i < cnt; i++)
-            memcpy(th->moe_x + (size_t)i * dim, th->xn + (size_t)th->moe_tok[p0 + i] * dim, (size_t)dim * sizeof(float));
+        cpu_gather_rows(th->xn, dim, th->moe_tok + p0, cnt, th->moe_x);
         th->layout = -2;
         mm(th, W[CPU_E_GATE], th->moe_x, cnt, f0, f1, NULL, s->moe_gate + (size_t)p0 * ffn);
         mm(th, W[CPU_E_UP], th->moe_x, cnt, f0, f1, NULL, s->moe_up + (size_t)p0 * ffn);
@@ -327,14 +318,7 @@ static void step_moe(const step_ctx *cx, int l, int64_t f0, int64_t f1, int64_t 
         mm(th, X[(size_t)e * CPU_E_PER_EXPERT + CPU_E_DOWN], s->moe_gate + (size_t)p0 * ffn, cnt, o0, o1, NULL,
            s->moe_y + (size_t)p0 * dim);
     }
-    for (int t = 0; t < n; t++) {
-        float *d = im->delta + (size_t)t * dim;
-        for (int64_t j = o0; j < o1; j++) d[j] = 0.0f;
-        for (int q = 0; q < k; q++) {
-            const float *y = s->moe_y + (size_t)th->moe_pair[t * k + q] * dim, w = th->moe_wt[t * k + q];
-            for (int64_t j = o0; j < o1; j++) d[j] += y[j] * w;
-        }
-    }
+    cpu_moe_combine(s->moe_y, th->moe_row, th->moe_wt, n, k, dim, o0, o1, im->delta);
     bar_wait(&s->bar, T, s->spin_ns);
     if (t0) prof(b, LLMI_OP_MLP_DOWN, t0, down_cost);
 }

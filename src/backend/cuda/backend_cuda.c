@@ -1182,30 +1182,10 @@ static int moe_mlp(llmi_backend *b, cuda_impl *im, const cuda_layer *L, int n, l
     CU_CHECK(st, cudaMemcpyAsync(im->moe_sel_h, im->moe_sel_d, nk * sizeof(int32_t), cudaMemcpyDeviceToHost, im->stream));
     CU_CHECK(st, cudaStreamSynchronize(im->stream));
 
-    /* start[x + 1] counts expert x's pairs, then start[x] becomes its first grouped row;
-     * the fill advances each start to the next expert's, and the shift undoes that */
-    int32_t *start = im->moe_start, *tok = im->moe_idx_h, *row = im->moe_idx_h + nk;
-    const int32_t *sel = im->moe_sel_h;
-    memset(start, 0, ((size_t)E + 1) * sizeof(int32_t));
-    for (size_t i = 0; i < nk; i++) {
-        if (sel[i] < 0 || sel[i] >= E)
-            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: the router chose expert %d of %d", sel[i], E);
-        start[sel[i] + 1]++;
-    }
-    for (int x = 0; x < E; x++) {
-        if (start[x + 1] > n)   /* a token takes an expert once: an expert's rows fit gu and act */
-            return llmi_fail(st, LLMI_E_RUNTIME, "cuda backend: expert %d routed %d times in %d tokens", x,
-                             start[x + 1], n);
-        start[x + 1] += start[x];
-    }
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < k; j++) {
-            const int32_t at = start[sel[(size_t)t * k + j]]++;
-            tok[at] = t;
-            row[(size_t)t * k + j] = at;
-        }
-    for (int x = E; x > 0; x--) start[x] = start[x - 1];
-    start[0] = 0;
+    /* checked there: at most n rows an expert, so an expert's rows fit gu and act */
+    const int32_t *start = im->moe_start;
+    if (backend_moe_group(im->moe_sel_h, n, k, E, im->moe_start, im->moe_idx_h, im->moe_idx_h + nk, st))
+        return st->code;
     CU_CHECK(st, cudaMemcpyAsync(im->moe_idx_d, im->moe_idx_h, 2 * nk * sizeof(int32_t), cudaMemcpyHostToDevice,
                                  im->stream));
     CU_CHECK(st, llmi_cuda_gather_rows(im->xn, (int64_t)dim * e, im->moe_idx_d, (int)nk, im->moe_xg, im->stream));
