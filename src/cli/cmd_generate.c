@@ -25,6 +25,7 @@ typedef struct gen_request {
     llmi_request_params params;
     char *stops[LLMI_MAX_STOP];      /* owned copies behind params.stop */
     bool own_seed;                   /* its --prompts line gave "seed" */
+    grammar *own_grammar;            /* its --prompts line's grammar, behind params.grammar */
     int engine_id;                   /* -1 when the request was refused */
     char *error;                     /* why it was refused */
     /* output */
@@ -46,6 +47,8 @@ typedef struct gen_request {
 
 typedef struct gen_opts {
     const char *prompt, *prompt_file, *prompts_file, *system;
+    const char *grammar_flag, *grammar_value;   /* the one of --grammar, --grammar-file, -j,
+                                                   --json-schema-file given, and its value */
     bool chat, json, verbose_prompt, no_stats;
     llmi_request_params params;
     bool seed_given;
@@ -74,7 +77,7 @@ static const char *gen_help =
     "  --prompts FILE          many prompts, one per line; a line starting with '{' is JSON with\n"
     "                          \"prompt\" and optional max_tokens, temperature, top_k, top_p, min_p,\n"
     "                          repeat_penalty, seed, stop, ignore_eos, logprobs, spec, spec_k,\n"
-    "                          spec_ngram_min, spec_ngram_max; served together\n"
+    "                          spec_ngram_min, spec_ngram_max, grammar, json_schema; served together\n"
     "  --chat                  format the prompt with the model's chat template\n"
     "  --system TEXT           system message for --chat\n"
     "  -n, --n-predict N       tokens to generate (default 128; 0 = prompt only; -1 = until EOS/context)\n"
@@ -100,7 +103,12 @@ static const char *gen_help =
     "  --draft-model PATH      the draft model for --spec draft: GGUF file or HF directory with the\n"
     "                          target's vocabulary; it shares the KV budget (--kv-mem) with the target\n"
     "  --spec-k K              tokens proposed per step, 1..32 (default 5)\n"
-    "  --spec-ngram MIN,MAX    n-gram lengths prompt lookup tries, longest first (default 2,4)\n";
+    "  --spec-ngram MIN,MAX    n-gram lengths prompt lookup tries, longest first (default 2,4)\n"
+    "Constrained output (llama.cpp's GBNF; every request, unless its --prompts line has its own):\n"
+    "  --grammar GBNF          the output must be a sentence of this grammar (start rule: root)\n"
+    "  --grammar-file FILE     the grammar from FILE\n"
+    "  -j, --json-schema JSON  the output must be JSON that this schema accepts\n"
+    "  --json-schema-file FILE the schema from FILE\n";
 
 /* ---- output ---------------------------------------------------------------------- */
 
@@ -318,6 +326,7 @@ static char *read_file_text(const char *flag, const char *path, llmi_status *st)
 }
 
 static void request_free(gen_request *r) {
+    grammar_free(r->own_grammar);
     free(r->prompt);
     free(r->prompt_ids);
     for (int i = 0; i < r->params.n_stop; i++) free(r->stops[i]);
@@ -335,6 +344,7 @@ static void request_from_entry(gen_request *r, prompt_entry *e) {
     r->params = e->params;
     memcpy(r->stops, e->stops, sizeof r->stops);
     r->own_seed = e->own_seed;
+    r->own_grammar = e->own_grammar;
     memset(e, 0, sizeof *e);
 }
 
@@ -382,6 +392,21 @@ static int collect_prompts(const gen_opts *o, gen_request **out, int *n_out, llm
     *out = reqs;
     *n_out = n;
     return LLMI_OK;
+}
+
+/* The grammar of --grammar, --grammar-file, -j/--json-schema or --json-schema-file. */
+static int flag_grammar(const gen_opts *o, grammar **out, llmi_status *st) {
+    const char *a = o->grammar_flag, *v = o->grammar_value;
+    bool from_file = strstr(a, "-file") != NULL;
+    bool schema = !strcmp(a, "-j") || !strncmp(a, "--json-schema", 13);
+    char *text = from_file ? read_file_text(a, v, st) : strdup(v);
+    if (!text) return st->code ? st->code : llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+    char where[512];
+    if (from_file) snprintf(where, sizeof where, "%s %s", a, v);
+    else snprintf(where, sizeof where, "%s", a);
+    int rc = prompts_grammar(schema ? NULL : text, schema ? text : NULL, strlen(text), where, out, st);
+    free(text);
+    return rc;
 }
 
 static void print_prompt_tokens(const tokenizer *tok, const gen_request *r) {
@@ -510,6 +535,13 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
         } else if (IS("--spec-ngram")) {
             VALUE();
             if (cli_parse_spec_ngram(a, v, &o->params.spec, st)) return st->code;
+        } else if (IS("--grammar") || IS("--grammar-file") || IS("-j") || IS("--json-schema") ||
+                   IS("--json-schema-file")) {
+            VALUE();
+            if (o->grammar_flag)
+                return llmi_fail(st, LLMI_E_USAGE, "%s: %s was given already; give one grammar or schema", a, o->grammar_flag);
+            o->grammar_flag = a;
+            o->grammar_value = v;
         } else if (IS("--temp")) {
             VALUE();
             if (cli_parse_float(a, v, 0, 100, &f, st)) return st->code;
@@ -578,9 +610,15 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
     bool seed_random = !o.seed_given;
     if (seed_random) o.params.sampling.seed = random_seed();
 
+    grammar *grammar = NULL;   /* every request's, unless its --prompts line has its own */
+    if (o.grammar_flag && flag_grammar(&o, &grammar, st)) return st->code;
+    o.params.grammar = grammar;
     gen_request *reqs = NULL;
     int n_reqs = 0;
-    if (collect_prompts(&o, &reqs, &n_reqs, st)) return st->code;
+    if (collect_prompts(&o, &reqs, &n_reqs, st)) {
+        grammar_free(grammar);
+        return st->code;
+    }
 
     llmi_model m;
     llmi_backend *b = NULL;
@@ -667,5 +705,6 @@ out:
 out_reqs:
     for (int i = 0; i < n_reqs; i++) request_free(&reqs[i]);
     free(reqs);
+    grammar_free(grammar);
     return rc;
 }

@@ -1,6 +1,7 @@
 /* prompts.c — the --prompts file of `llmi generate` (see prompts.h). */
 #include "cli/prompts.h"
 #include "cli/cli.h"
+#include "engine/json_schema.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -18,6 +19,20 @@ int prompts_add_stop(llmi_request_params *p, char **owned, const char *s, const 
     return LLMI_OK;
 }
 
+int prompts_grammar(const char *gbnf, const char *schema, size_t len, const char *where, grammar **out, llmi_status *st) {
+    *out = NULL;
+    if (gbnf) return grammar_parse(gbnf, len, where, out, st);
+    char *made = NULL;
+    llmi_status cst = {0};
+    if (json_schema_to_gbnf(schema, len, &made, &cst))
+        return llmi_fail(st, cst.code, "%s: %s", where, cst.msg);
+    char what[256];
+    snprintf(what, sizeof what, "%s (its grammar)", where);
+    int rc = grammar_parse(made, strlen(made), what, out, st);
+    free(made);
+    return rc;
+}
+
 int prompts_entry_init(prompt_entry *e, const llmi_request_params *defaults, llmi_status *st) {
     e->params = *defaults;
     e->params.n_stop = 0;
@@ -27,6 +42,8 @@ int prompts_entry_init(prompt_entry *e, const llmi_request_params *defaults, llm
 }
 
 void prompts_entry_free(prompt_entry *e) {
+    grammar_free(e->own_grammar);
+    e->own_grammar = NULL;
     free(e->prompt);
     for (int i = 0; i < e->params.n_stop; i++) free(e->stops[i]);
     e->prompt = NULL;
@@ -113,6 +130,34 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
             goto out;
         }
         r->params.ignore_eos = cJSON_IsTrue(ie);
+    }
+    const cJSON *gr = cJSON_GetObjectItemCaseSensitive(j, "grammar");
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(j, "json_schema");
+    if (gr || js) {
+        char where[128];
+        snprintf(where, sizeof where, "--prompts: %s:%d: \"%s\"", file, lineno, gr ? "grammar" : "json_schema");
+        if (gr && js) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: give \"grammar\" or \"json_schema\", not both", file, lineno);
+            goto out;
+        }
+        if (gr && !cJSON_IsString(gr)) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "%s must be a string of GBNF", where);
+            goto out;
+        }
+        if (js && !cJSON_IsObject(js) && !cJSON_IsString(js)) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "%s must be a JSON schema (an object, or a string holding one)", where);
+            goto out;
+        }
+        char *schema = js ? (cJSON_IsString(js) ? strdup(js->valuestring) : cJSON_PrintUnformatted(js)) : NULL;
+        if (js && !schema) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+            goto out;
+        }
+        const char *text = gr ? gr->valuestring : schema;
+        rc = prompts_grammar(gr ? text : NULL, schema, strlen(text), where, &r->own_grammar, st);
+        free(schema);
+        if (rc) goto out;
+        r->params.grammar = r->own_grammar;
     }
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(j, "stop");
     if (stop) {

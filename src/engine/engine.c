@@ -23,6 +23,7 @@
  * release give its blocks back too. */
 #include "engine/engine.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,8 @@ struct llmi_engine {
     llmi_sample_row *rows;    /* (max_seqs) device sampling: each logit row's request */
     int32_t *tokens;          /* (max_seqs) device sampling: the tokens picked */
     char *piece;              /* (tok_stream_cap) bytes of one decoded token, for stop matching */
+    grammar_vocab *gvocab;    /* the vocabulary's trie, built with the first constrained request */
+    uint8_t *gmask;           /* (n_vocab) tokens the grammar allows at a row */
 };
 
 llmi_engine_opts engine_opts_defaults(void) {
@@ -102,6 +105,7 @@ const char *finish_name(llmi_finish f) {
     case LLMI_FINISH_STOP: return "stop";
     case LLMI_FINISH_CONTEXT: return "context";
     case LLMI_FINISH_ABORT: return "abort";
+    case LLMI_FINISH_GRAMMAR: return "grammar";
     default: return "none";
     }
 }
@@ -214,6 +218,7 @@ fail:
 
 static void seq_free(llmi_seq *s) {
     if (!s) return;
+    grammar_state_free(s->grammar);
     free(s->tokens);
     free(s->text);
     kvcache_table_free(&s->table);
@@ -239,6 +244,8 @@ void engine_destroy(llmi_engine *e) {
     free(e->rows);
     free(e->tokens);
     free(e->piece);
+    grammar_vocab_free(e->gvocab);
+    free(e->gmask);
     free(e);
 }
 
@@ -294,6 +301,13 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
                              LLMI_SPEC_MAX_NGRAM, sp->ngram_min, sp->ngram_max);
     }
     int32_t n_vocab = e->model->cfg.n_vocab;
+    if (p->grammar) {
+        if (!e->model->tok)
+            return llmi_fail(st, LLMI_E_USAGE, "request: a grammar needs the model's tokenizer, and this model has none");
+        if (!e->gvocab && grammar_vocab_build(e->model->tok, &e->gvocab, st)) return st->code;
+        if (!e->gmask && !(e->gmask = malloc((size_t)n_vocab)))
+            return llmi_fail(st, LLMI_E_RUNTIME, "engine: out of memory for a grammar mask");
+    }
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= n_vocab)
             return llmi_fail(st, LLMI_E_USAGE, "request: token id %d at position %d is outside the vocabulary (%d)",
@@ -325,6 +339,10 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
     s->max_total = max_total;
     s->order = e->next_order++;
     sampler_rng_seed(&s->rng, p->sampling.seed);
+    if (p->grammar && grammar_state_create(p->grammar, e->gvocab, &s->grammar, st)) {
+        seq_free(s);
+        return st->code;
+    }
     s->info.id = s->id;
     s->info.t_arrival = engine_now(e);
     if (p->n_stop > 0 && e->model->tok) tok_stream_init(&s->stream, e->model->tok, true);
@@ -407,14 +425,41 @@ static void emit(llmi_engine *e, llmi_seq *s, int32_t tok, const float *raw, eng
     if (cb) cb(cb_ctx, &ev);
 }
 
+/* Masks s's row to the tokens its grammar allows next (end-of-generation only when the
+ * text is whole, and never with ignore_eos).  Returns 1 when some token is allowed, 0 when
+ * none is (s is then finished: stop when its text is whole, grammar otherwise), or an
+ * error code. */
+static int constrain_row(llmi_engine *e, llmi_seq *s, float *row, engine_token_cb cb, void *cb_ctx, llmi_status *st) {
+    const llmi_model *m = e->model;
+    int V = m->cfg.n_vocab;
+    int n = grammar_state_mask(s->grammar, e->gmask, st);
+    if (n < 0) return st->code;
+    if (s->params.ignore_eos && grammar_state_complete(s->grammar))
+        for (int t = 0; t < V; t++)
+            if (e->gmask[t] && tok_is_eog(m->tok, t)) e->gmask[t] = 0, n--;
+    if (n == 0) {
+        finish_silently(e, s, grammar_state_complete(s->grammar) ? LLMI_FINISH_STOP : LLMI_FINISH_GRAMMAR, cb, cb_ctx);
+        return 0;
+    }
+    for (int t = 0; t < V; t++)
+        if (!e->gmask[t]) row[t] = -INFINITY;
+    return 1;
+}
+
 /* Samples the next token of s on the host from its logits row, then emits it. */
-static void sample_and_emit(llmi_engine *e, llmi_seq *s, float *row, engine_token_cb cb, void *cb_ctx) {
+static int sample_and_emit(llmi_engine *e, llmi_seq *s, float *row, engine_token_cb cb, void *cb_ctx, llmi_status *st) {
     int V = e->model->cfg.n_vocab;
-    /* Log-probabilities describe the model's distribution before penalties and
-     * temperature; sampling edits the row, so keep the raw logits first. */
+    /* Log-probabilities describe the model's distribution before the grammar, penalties and
+     * temperature; those edit the row, so keep the raw logits first. */
     if (s->params.logprobs > 0) memcpy(e->raw_logits, row, (size_t)V * sizeof(float));
+    if (s->grammar) {
+        int ok = constrain_row(e, s, row, cb, cb_ctx, st);
+        if (ok <= 0) return ok;
+    }
     int32_t tok = sampler_sample(row, V, &s->params.sampling, s->tokens, s->n_tokens, &s->rng, e->sample_scratch);
+    if (s->grammar && grammar_state_accept(s->grammar, tok, st)) return st->code;
     emit(e, s, tok, e->raw_logits, cb, cb_ctx);
+    return LLMI_OK;
 }
 
 /* Gives each running sequence in decode that speculates its proposals for this step, at
@@ -463,8 +508,8 @@ static void commit_blocks(llmi_engine *e, llmi_seq *s) {
  * target's at the position before proposal j), emits the accepted prefix and one token
  * of the target's own (the replacement of the first rejected proposal, or the token after
  * the last one), then rolls the K/V back to what was accepted. */
-static void verify_and_emit(llmi_engine *e, llmi_seq *s, int row0, int d, engine_token_cb cb, void *cb_ctx,
-                            llmi_step_info *inf) {
+static int verify_and_emit(llmi_engine *e, llmi_seq *s, int row0, int d, engine_token_cb cb, void *cb_ctx,
+                           llmi_step_info *inf, llmi_status *st) {
     const int V = e->model->cfg.n_vocab;
     int32_t draft[LLMI_SPEC_MAX_K];
     memcpy(draft, s->tokens + s->n_tokens, (size_t)d * sizeof *draft);
@@ -472,11 +517,19 @@ static void verify_and_emit(llmi_engine *e, llmi_seq *s, int row0, int d, engine
     for (int j = 0; j <= d; j++) {
         float *row = e->logits + (size_t)(row0 + j) * V;
         if (s->params.logprobs > 0) memcpy(e->raw_logits, row, (size_t)V * sizeof(float));
+        /* The grammar masks each position as the text stands after the tokens accepted
+         * before it, so a proposal it forbids has probability 0 and is rejected. */
+        if (s->grammar) {
+            int allowed = constrain_row(e, s, row, cb, cb_ctx, st);
+            if (allowed < 0) return allowed;
+            if (allowed == 0) break;
+        }
         bool ok = false;
         int32_t tok = j < d ? sampler_verify_draft(row, V, &s->params.sampling, s->tokens, s->n_tokens, draft[j],
                                                    &s->rng, e->sample_scratch, &ok)
                             : sampler_sample(row, V, &s->params.sampling, s->tokens, s->n_tokens, &s->rng,
                                              e->sample_scratch);
+        if (s->grammar && grammar_state_accept(s->grammar, tok, st)) return st->code;
         emit(e, s, tok, e->raw_logits, cb, cb_ctx);
         accepted += ok;
         if (!ok || s->state == SEQ_FINISHED) break;
@@ -488,13 +541,14 @@ static void verify_and_emit(llmi_engine *e, llmi_seq *s, int row0, int d, engine
     inf->n_spec_proposed += d;
     inf->n_spec_accepted += accepted;
     s->n_draft = 0;
-    if (s->state == SEQ_FINISHED) return;   /* its blocks are released already */
+    if (s->state == SEQ_FINISHED) return LLMI_OK;   /* its blocks are released already */
     /* K/V holds the accepted proposals; the newest token is pending.  Blocks past it held
      * only rejected proposals. */
     s->n_computed = s->n_tokens - 1;
     kvcache_shrink(&e->kv, &s->table, kvcache_blocks_for(&e->kv, s->n_tokens));
     if (e->draft.model) spec_draft_trim(&e->draft, s);
     commit_blocks(e, s);
+    return LLMI_OK;
 }
 
 /* Device sampling: each logit row's request, with the draw taken from its sequence's rng
@@ -542,9 +596,13 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
 
     llmi_batch batch;
     sched_build_batch(pl, e->seqs, e->opts.block_size, &e->bufs, &batch);
-    bool speculating = false;
-    for (int k = 0; k < pl->n_seqs; k++) speculating |= e->seqs[pl->seq_ids[k]]->n_draft > 0;
-    const bool on_device = e->backend->forward_sample != NULL && !speculating;
+    /* Verification and grammars need whole logit rows on the host. */
+    bool host_rows = false;
+    for (int k = 0; k < pl->n_seqs; k++) {
+        const llmi_seq *s = e->seqs[pl->seq_ids[k]];
+        host_rows |= s->n_draft > 0 || s->grammar;
+    }
+    const bool on_device = e->backend->forward_sample != NULL && !host_rows;
     if (on_device) fill_sample_rows(e, pl, &batch);
     double t_fwd = engine_now(e);
     int rc = on_device ? e->backend->forward_sample(e->backend, &batch, e->rows, e->tokens, st)
@@ -568,7 +626,7 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
         const int had = s->n_tokens;
         if (s->n_draft > 0) {
             int d = s->n_draft;
-            verify_and_emit(e, s, logit_i, d, cb, cb_ctx, &inf);
+            if (verify_and_emit(e, s, logit_i, d, cb, cb_ctx, &inf, st)) return st->code;
             inf.n_generated += s->n_tokens - had;
             logit_i += d + 1;
             continue;
@@ -583,7 +641,7 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
         }
         float *row = e->logits + (size_t)logit_i * e->model->cfg.n_vocab;
         if (on_device) emit(e, s, e->tokens[logit_i], row, cb, cb_ctx);
-        else sample_and_emit(e, s, row, cb, cb_ctx);
+        else if (sample_and_emit(e, s, row, cb, cb_ctx, st)) return st->code;
         inf.n_generated += s->n_tokens - had;
         logit_i++;
     }

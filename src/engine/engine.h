@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "engine/sampler.h"
+#include "engine/grammar.h"
 #include "core/status.h"
 
 typedef enum { SCHED_FIFO = 0, SCHED_PREFILL_FIRST } sched_policy;
@@ -47,7 +48,8 @@ const char *sched_policy_name(sched_policy p);
 
 typedef enum {
     LLMI_FINISH_NONE = 0, LLMI_FINISH_LENGTH, LLMI_FINISH_EOS, LLMI_FINISH_STOP, LLMI_FINISH_CONTEXT,
-    LLMI_FINISH_ABORT
+    LLMI_FINISH_ABORT,
+    LLMI_FINISH_GRAMMAR     /* the grammar allows no token of the vocabulary here (a dead end) */
 } llmi_finish;
 const char *finish_name(llmi_finish f);
 
@@ -78,6 +80,10 @@ typedef struct llmi_request_params {
     bool ignore_eos;
     int logprobs;                   /* 0..LLMI_MAX_LOGPROBS alternatives per generated token */
     llmi_spec_params spec;
+    /* Constrained decoding (--grammar, --json-schema): every generated token keeps the text
+     * a prefix of a sentence of this grammar, and end-of-generation is allowed only once the
+     * text is a whole one.  Borrowed until the request is released; NULL: unconstrained. */
+    const struct grammar *grammar;
 } llmi_request_params;
 
 llmi_request_params request_params_defaults(void);

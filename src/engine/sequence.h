@@ -44,6 +44,7 @@ typedef struct llmi_seq {
     int draft_computed;       /* leading tokens whose draft K/V is in draft_table */
     sampler_rng rng;
     llmi_request_info info;
+    grammar_state *grammar;   /* where the output stands in params.grammar, or NULL */
     tok_stream stream;        /* only with stop strings: decoded output for matching */
     char *text;               /* (text_cap) decoded output so far */
     size_t text_len, text_cap;

@@ -8,6 +8,11 @@
  *   build/kernel_bench attention N [REPS]          causal prefill of N tokens, SmolLM2's
  *                                                  9 heads / 3 KV heads of 64, f16 KV
  *   build/kernel_bench swiglu N [REPS]             N elements of silu(gate) * up
+ *   build/kernel_bench grammar MASKS.jsonl TOKDIR  every walk of testdata/grammar/masks.jsonl
+ *                                                  (grammar_state_mask then accept, a fresh
+ *                                                  state per walk) over TOKDIR's vocabulary
+ *                                                  (testdata/tokenizer/smollm2): ms per mask,
+ *                                                  first masks of a walk and the rest apart
  * One thread.  Each prints one line: the op, its shape, best ms, and a rate.  Inputs are fixed
  * pseudo-random values; a checksum of the output is printed so that two builds can be
  * seen to compute the same thing. */
@@ -19,6 +24,9 @@
 #include <time.h>
 #include <omp.h>
 #include "backend/cpu/ops.h"
+#include <cJSON.h>
+#include "engine/grammar.h"
+#include "tok/tokenizer.h"
 
 static double thread_cpu_s(void) {
     struct timespec t;
@@ -150,6 +158,80 @@ static int bench_swiglu(int n, int reps) {
     return 0;
 }
 
+static char *read_all(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) b[n] = '\0';
+    return b;
+}
+
+/* A walk's first mask pays for the trie walk from the start state; later ones often hit a
+ * state seen before (the per-state cache), so the two are reported apart. */
+static int bench_grammar(const char *masks_path, const char *tok_dir) {
+    char *all = read_all(masks_path);
+    tokenizer *tk = NULL;
+    grammar_vocab *gv = NULL;
+    llmi_status st = {0};
+    if (!all || tok_load_hf(tok_dir, &tk, &st) || grammar_vocab_build(tk, &gv, &st)) {
+        fprintf(stderr, "kernel_bench grammar: %s\n", all ? st.msg : "cannot read the masks file");
+        return 1;
+    }
+    int V = tok_n_vocab(tk);
+    uint8_t *mask = malloc((size_t)V);
+    double t_first = 0, t_rest = 0, worst = 0;
+    long n_first = 0, n_rest = 0;
+    double t0 = thread_cpu_s();
+    for (int rep = 0; rep < 3; rep++) {   /* the trie build, timed once */
+        grammar_vocab_free(gv);
+        grammar_vocab_build(tk, &gv, &st);
+    }
+    double t_trie = (thread_cpu_s() - t0) / 3;
+    char *save = NULL;
+    for (char *line = strtok_r(all, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *gtext = cJSON_GetObjectItem(j, "grammar");
+        grammar *g = NULL;
+        grammar_state *gs = NULL;
+        if (!gtext || grammar_parse(gtext->valuestring, strlen(gtext->valuestring), "bench", &g, &st) ||
+            grammar_state_create(g, gv, &gs, &st)) {
+            cJSON_Delete(j);
+            grammar_free(g);
+            continue;
+        }
+        const cJSON *toks = cJSON_GetObjectItem(j, "tokens");
+        int accepted = cJSON_GetObjectItem(j, "accepted")->valueint;
+        for (int i = 0; i <= accepted; i++) {
+            double a = thread_cpu_s();
+            grammar_state_mask(gs, mask, &st);
+            double dt = thread_cpu_s() - a;
+            if (i == 0) t_first += dt, n_first++;
+            else t_rest += dt, n_rest++;
+            if (dt > worst) worst = dt;
+            if (i == accepted || grammar_state_accept(gs, cJSON_GetArrayItem(toks, i)->valueint, &st)) break;
+        }
+        grammar_state_free(gs);
+        grammar_free(g);
+        cJSON_Delete(j);
+    }
+    printf("grammar | vocab %d | trie build %.2f ms | first mask of a walk %.3f ms (%ld) | later masks %.3f ms (%ld) | "
+           "worst %.2f ms\n", V, 1e3 * t_trie, 1e3 * t_first / (n_first ? n_first : 1), n_first,
+           1e3 * t_rest / (n_rest ? n_rest : 1), n_rest, 1e3 * worst);
+    free(mask);
+    grammar_vocab_free(gv);
+    tok_free(tk);
+    free(all);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     /* the ops parallelise with OpenMP; the thread CPU time of one thread of a team would
      * count only its share of the work */
@@ -162,6 +244,8 @@ int main(int argc, char **argv) {
         return bench_attention(atoi(argv[2]), argc == 4 ? atoi(argv[3]) : 20);
     if (!strcmp(op, "swiglu") && (argc == 3 || argc == 4))
         return bench_swiglu(atoi(argv[2]), argc == 4 ? atoi(argv[3]) : 200);
-    fprintf(stderr, "usage: kernel_bench matmul ROWS COLS N [REPS [DTYPE]] | attention N [REPS] | swiglu N [REPS]\n");
+    if (!strcmp(op, "grammar") && argc == 4) return bench_grammar(argv[2], argv[3]);
+    fprintf(stderr, "usage: kernel_bench matmul ROWS COLS N [REPS [DTYPE]] | attention N [REPS] | swiglu N [REPS] | "
+                    "grammar MASKS.jsonl TOKDIR\n");
     return 2;
 }
