@@ -234,7 +234,11 @@ static size_t class_ranges_raw(const uint32_t *cps, size_t n, cprange *out) {
 
 /* ------------------------------------------------------------------ the converter */
 
-typedef struct js_rule { char *name; char *body; } js_rule;   /* body NULL: reserved */
+typedef struct js_rule {
+    char *name;
+    char *body;                  /* NULL: reserved */
+    int next_suffix;             /* the next "-N" to try for a rule named after this one's name */
+} js_rule;
 typedef struct js_ref {
     char *ref;                   /* the $ref string */
     char *lc_name;               /* the rule name llama.cpp gives it */
@@ -280,7 +284,7 @@ typedef struct js {
     llmi_status *st;
     js_rule *rules;              /* (n_rules) rules[0] is root */
     int n_rules, cap_rules;
-    smap names;                  /* rule name -> index in rules; shared rules -> -2 */
+    smap names;                  /* rule name -> index in rules; shared rule p -> -2 - p */
     js_ref *refs;                /* (n_refs) the $refs met so far */
     int n_refs, cap_refs;
     smap ref_ix;                 /* $ref string -> index in refs */
@@ -290,6 +294,7 @@ typedef struct js {
     const js_num *nums;          /* (n_nums) number texts sorted by node; NULL for a cJSON input */
     size_t n_nums;
     unsigned prims;              /* PB() of the shared rules used */
+    int prim_next_suffix[P_COUNT];
     int depth;                   /* nested schemas being converted */
     int barriers;                /* text-consuming constructs on the current path (left recursion) */
     size_t bytes;                /* grammar text so far */
@@ -351,7 +356,15 @@ static int js_rule_new(js *c, const char *hint) {
     base[n] = '\0';
     char name[112];
     snprintf(name, sizeof name, "%s", base);
-    for (int k = 1; smap_get(&c->names, name) != -1; k++) snprintf(name, sizeof name, "%s-%d", base, k);
+    /* a taken name: try name-N from where the last rule named after it stopped, so that many
+     * rules with one base stay linear */
+    int owner = smap_get(&c->names, name);
+    if (owner != -1) {
+        int *next = owner >= 0 ? &c->rules[owner].next_suffix : &c->prim_next_suffix[-owner - 2];
+        if (*next < 1) *next = 1;
+        do snprintf(name, sizeof name, "%s-%d", base, (*next)++);
+        while (smap_get(&c->names, name) != -1);
+    }
     if (c->n_rules == c->cap_rules) {
         int cap = c->cap_rules ? 2 * c->cap_rules : 64;
         js_rule *r = realloc(c->rules, (size_t)cap * sizeof *r);
@@ -361,7 +374,7 @@ static int js_rule_new(js *c, const char *hint) {
     }
     char *nm = strdup(name);
     if (!nm) return -1;
-    c->rules[c->n_rules] = (js_rule){nm, NULL};
+    c->rules[c->n_rules] = (js_rule){nm, NULL, 1};
     if (!smap_put(&c->names, nm, c->n_rules)) { free(nm); return -1; }
     return c->n_rules++;
 }
@@ -1135,7 +1148,11 @@ static int pat_class(pat *P, sb *out) {
         size_t l;
         if (!raw) {
             l = pat_gbnf_escape(P->s, P->n, P->i, &cp);
-            if (!l) { rc = pat_fail(P, "this escape in a character class is not supported (only \\x \\u \\U \\t \\r \\n \\\\ \\\" \\[ \\] \\-)"); break; }
+            if (!l) {
+                rc = pat_fail(P, "this escape in a character class is not supported "
+                                 "(only \\x \\u \\U \\t \\r \\n \\\\ \\\" \\[ \\] \\-)");
+                break;
+            }
             if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) { rc = pat_fail(P, "escaped code point out of range"); break; }
         } else {
             l = (size_t)utf8_decode((const unsigned char *)P->s + P->i, P->n - P->i, &cp);
@@ -1404,6 +1421,8 @@ static int js_not_strings(js *c, const char **names, int n_names, const char *hi
     const char **node_rule = rc ? NULL : calloc((size_t)n_nodes, sizeof *node_rule);
     if (!rc && !node_rule) rc = js_oom(c);
     const char *ch = js_prim(c, P_CHAR);
+    char *node_hint = rc ? NULL : js_hint(hint, "node");
+    if (!rc && !node_hint) rc = js_oom(c);
     for (int k = n_nodes - 1; k >= 0 && !rc; k--) {
         trie_node *nd = &t[k];
         if (nd->n == 0) continue;
@@ -1439,7 +1458,7 @@ static int js_not_strings(js *c, const char **names, int n_names, const char *hi
             free(b.p);
             b = w;
         }
-        rc = js_define(c, -1, k == 0 ? hint : "additional-k-node", &b, &node_rule[k]);
+        rc = js_define(c, -1, k == 0 ? hint : node_hint, &b, &node_rule[k]);
         if (k == 0) *rule = node_rule[0];
     }
     if (!rc && t[0].n == 0) {   /* the only name is "": llama.cpp's rule matches just "" */
@@ -1448,6 +1467,7 @@ static int js_not_strings(js *c, const char **names, int n_names, const char *hi
         rc = js_define(c, -1, hint, &b, rule);
     }
     for (int k = 0; k < n_nodes; k++) { free(t[k].cp); free(t[k].kid); }
+    free(node_hint);
     free(t);
     free(node_rule);
     return rc;
@@ -1558,11 +1578,13 @@ static int js_collect_props(js *c, const cJSON *s, const js_path *p, const char 
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
     if (props && !cJSON_IsObject(props)) return js_err(c, p, "properties must be an object");
     if (req && !cJSON_IsArray(req)) return js_err(c, p, "required must be an array of property names");
-    smap rq = {0};
+    smap rq = {0}, names = {0};
     int rc = LLMI_OK;
+    for (const cJSON *e = props && req ? props->child : NULL; e && !rc; e = e->next)
+        if (!smap_put(&names, e->string, 1)) rc = js_oom(c);
     for (const cJSON *e = req ? req->child : NULL; e && !rc; e = e->next) {
         if (!cJSON_IsString(e)) rc = js_err(c, p, "required must be an array of property names");
-        else if (!props || !cJSON_GetObjectItemCaseSensitive(props, e->valuestring))
+        else if (smap_get(&names, e->valuestring) < 0)
             rc = js_err(c, p, "required names \"%.60s\", which is not in properties (llama.cpp ignores it)", e->valuestring);
         else if (!smap_put(&rq, e->valuestring, 1)) rc = js_oom(c);
     }
@@ -1595,6 +1617,7 @@ static int js_collect_props(js *c, const cJSON *s, const js_path *p, const char 
         if (!rc) rc = js_props_add(c, ps, e->string, kv, required);
     }
     smap_free(&rq);
+    smap_free(&names);
     return rc;
 }
 
@@ -1771,7 +1794,8 @@ static int js_integer(js *c, const cJSON *s, const js_path *p, const char *hint,
     else if (!rc && xmx && !(rc = js_bound(c, xmx, "exclusiveMaximum", true, p, &hi))) hi--;
     if (rc) return rc;
     bool has_lo = mn || xmn, has_hi = mx || xmx;
-    if (has_lo && has_hi && lo > hi) return js_err(c, p, "no integer lies between the minimum %lld and the maximum %lld", (long long)lo, (long long)hi);
+    if (has_lo && has_hi && lo > hi)
+        return js_err(c, p, "no integer lies between the minimum %lld and the maximum %lld", (long long)lo, (long long)hi);
     if (has_lo != has_hi && (has_lo ? llabs(lo) : llabs(hi)) >= JS_MAX_BOUND_ONE_SIDED)
         return js_err(c, p, "%s of 10^15 or more in magnitude without the other bound is not supported",
                       has_lo ? (mn ? "minimum" : "exclusiveMinimum") : (mx ? "maximum" : "exclusiveMaximum"));
@@ -2167,7 +2191,7 @@ static int js_visit(js *c, const cJSON *s, const js_path *p, const char *hint, i
         if (id < KW_COUNT) present |= KB(id);
     }
     js_kind kind = js_kind_of(s, NULL);
-    unsigned uses = js_kind_uses(kind, s);
+    unsigned uses = kind == K_BADTYPE ? ~0u : js_kind_uses(kind, s);
     if (kind == K_TYPES) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "type");
         for (const cJSON *e = t->child; e; e = e->next)
@@ -2193,7 +2217,7 @@ static int js_convert(const cJSON *doc, const js_num *nums, size_t n_nums, char 
     js c = {.doc = doc, .st = st, .nums = nums, .n_nums = n_nums};
     int rc = LLMI_OK;
     for (int i = 0; i < P_COUNT && !rc; i++)
-        if (!smap_put(&c.names, k_prims[i].name, -2)) rc = js_oom(&c);
+        if (!smap_put(&c.names, k_prims[i].name, -2 - i)) rc = js_oom(&c);
     int root = rc ? -1 : js_rule_new(&c, "root");
     if (!rc && root != 0) rc = js_oom(&c);
     js_path top = {.base = "#"};

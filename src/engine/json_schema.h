@@ -17,10 +17,15 @@
  * $comment, readOnly, writeOnly, deprecated, and the $defs / definitions containers.
  *
  * No silent fallbacks: where llama.cpp skips a keyword (uniqueItems, minimum on a number,
- * an unknown format, properties beside anyOf, an unsupported regex, ...) or would build a
- * grammar that does not mean what the schema says, the conversion fails with one line
- * naming the keyword and where it is, as a JSON pointer:
+ * an unknown format, properties beside anyOf, an unsupported regex, any unknown keyword,
+ * ...) or would build a grammar that does not mean what the schema says, the conversion
+ * fails with one line naming the keyword and where it is, as a JSON pointer:
  *   json-schema: #/properties/tags: uniqueItems is not supported
+ * The second kind: a bound on one side of an integer that llama.cpp's digit rules get
+ * wrong (minimum 105 lets 104 through; give both bounds), allOf parts it would drop or
+ * misread (optional properties made required, anyOf, strings), regex runs it would
+ * repeat whole ("ab\.+"), a property named "" at the top level, two $refs it would name
+ * alike, const/enum numbers with 16+ significant digits (its Grisu2 digits may differ). 
  * Input is untrusted: nesting, $ref chains and the grammar's size are bounded, and $ref
  * cycles end (a cycle that matches no text first, i.e. left recursion, is refused). */
 #ifndef LLMI_JSON_SCHEMA_H
