@@ -55,6 +55,9 @@ double test_nmse(const float *a, const float *ref, long n);
 /* This run's seed: LLMI_TEST_SEED when set, else fresh from the clock.  The runner
  * prints it once at the start so a failure can be replayed with LLMI_TEST_SEED=N. */
 unsigned long long test_seed(void);
+/* A whole text file (up to 64 MiB) through core/fileio.h's reader, malloc'ed and
+ * NUL-terminated; NULL when it cannot be read. */
+char *test_read_text(const char *path);
 
 /* testdata/hf/NAME (TESTDATA names another testdata directory) loaded without its
  * tokenizer; n tokens drawn below n_vocab from this run's seed (the same on every call). */

@@ -153,21 +153,6 @@ TEST(grammar_walks_by_definition) {
 
 /* ---- against llama.cpp: testdata/grammar/masks.jsonl ------------------------------- */
 
-static char *slurp_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = '\0';
-    return b;
-}
 
 /* FNV-1a 64 over the sorted ids (mask set, excluded and, when skip is given, skip unset),
  * each 4 bytes little-endian, as the reference script. */
@@ -270,7 +255,7 @@ done:
 TEST(grammar_masks_match_llamacpp) {
     char path[1024];
     snprintf(path, sizeof path, "%s/grammar/masks.jsonl", testdata());
-    char *all = slurp_text(path);
+    char *all = test_read_text(path);
     tokenizer *tk = smollm2_tok(t_);
     if (!all || !tk) {
         CHECK_MSG(all, "cannot read %s", path);
@@ -334,7 +319,7 @@ TEST(grammar_json_schema_masks_match_llamacpp) {
     char path[1024], cpath[1024];
     snprintf(path, sizeof path, "%s/grammar/masks.jsonl", testdata());
     snprintf(cpath, sizeof cpath, "%s/grammar/cases.json", testdata());
-    char *all = slurp_text(path), *ctext = slurp_text(cpath);
+    char *all = test_read_text(path), *ctext = test_read_text(cpath);
     cJSON *cases = ctext ? cJSON_Parse(ctext) : NULL;
     tokenizer *tk = smollm2_tok(t_);
     grammar_vocab *gv = NULL;

@@ -498,18 +498,6 @@ TEST(json_schema_texts_walk_as_llamacpp) {
 
 /* ---------------------------------------------------------------- against llama.cpp's converter */
 
-static char *js_slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { free(s); s = NULL; }
-    if (s) s[n] = '\0';
-    fclose(f);
-    return s;
-}
 
 /* testdata/grammar/schemas.json: for each schema, llmi's grammar and the one llama.cpp's
  * converter printed (scripts/llamacpp-json-schema.cpp), both read by llmi's grammar parser,
@@ -519,7 +507,7 @@ TEST(json_schema_matches_llamacpp_reference) {
     char path[1024], dir[1024];
     snprintf(path, sizeof path, "%s/grammar/schemas.json", td && *td ? td : "testdata");
     snprintf(dir, sizeof dir, "%s/tokenizer/smollm2", td && *td ? td : "testdata");
-    char *text = js_slurp(path);
+    char *text = test_read_text(path);
     cJSON *all = text ? cJSON_Parse(text) : NULL;
     tokenizer *tk = NULL;
     grammar_vocab *gv = NULL;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 #include "test.h"
+#include "core/fileio.h"
 
 #define MAX_TESTS 1024
 typedef struct { const char *name; test_fn fn; } test_entry;
@@ -77,4 +78,12 @@ int main(int argc, char **argv) {
     }
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
+}
+
+char *test_read_text(const char *path) {
+    char *buf = NULL;
+    size_t len = 0;
+    llmi_status st = {0};
+    fileio_opts fo = {.max_bytes = (size_t)64 << 20};
+    return fileio_read(path, &fo, &buf, &len, &st) ? NULL : buf;
 }

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/strbuf.h"
 
 #define JS_MAX_DEPTH 100            /* nested schemas (subschemas and $ref hops) */
 #define JS_MAX_JSON_DEPTH 1000      /* JSON nesting anywhere in the document, as cJSON's limit */
@@ -32,47 +33,6 @@
 #define JS_MAX_GRAMMAR (16u << 20)  /* bytes of grammar text */
 #define JS_MAX_BOUND 1000000000000000000LL   /* |minimum|, |maximum| with both bounds */
 #define JS_MAX_BOUND_ONE_SIDED 1000000000000000LL /* with one: llama.cpp's digit counts need < 10^15 */
-
-/* ------------------------------------------------------------------ text buffers */
-
-typedef struct sb { char *p; size_t n, cap; bool oom; } sb;
-
-static void sb_putn(sb *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) { b->oom = true; return; }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-static void sb_puts(sb *b, const char *s) { sb_putn(b, s, strlen(s)); }
-static void sb_putc(sb *b, char c) { sb_putn(b, &c, 1); }
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static void sb_printf(sb *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) sb_putn(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-/* The text, owned by the caller (never NULL unless out of memory); b is left empty. */
-static char *sb_take(sb *b) {
-    char *p = b->oom ? NULL : b->p ? b->p : strdup("");
-    if (b->oom) free(b->p);
-    *b = (sb){0};
-    return p;
-}
 
 /* ------------------------------------------------------------------ string -> int map */
 
@@ -158,7 +118,7 @@ static bool utf8_valid(const char *s) {
     return true;
 }
 
-static void utf8_put(sb *b, uint32_t cp) {
+static void utf8_put(strbuf *b, uint32_t cp) {
     char u[4];
     int n;
     if (cp < 0x80) { u[0] = (char)cp; n = 1; }
@@ -169,30 +129,30 @@ static void utf8_put(sb *b, uint32_t cp) {
         u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
         u[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (char)(0x80 | (cp & 0x3F)); n = 4;
     }
-    sb_putn(b, u, (size_t)n);
+    strbuf_put(b, u, (size_t)n);
 }
 
 /* ------------------------------------------------------------------ GBNF text */
 
 /* One code point inside a GBNF literal ("...") or character class ([...]): escaped where
  * the grammar syntax or readability needs it, raw UTF-8 otherwise. */
-static void gbnf_cp(sb *b, uint32_t cp, bool in_class) {
-    if (cp == '"') sb_puts(b, "\\\"");
-    else if (cp == '\\') sb_puts(b, "\\\\");
-    else if (in_class && (cp == ']' || cp == '[' || cp == '-')) { sb_putc(b, '\\'); sb_putc(b, (char)cp); }
-    else if (in_class && cp == '^') sb_puts(b, "\\x5E");
-    else if (cp == '\n') sb_puts(b, "\\n");
-    else if (cp == '\r') sb_puts(b, "\\r");
-    else if (cp == '\t') sb_puts(b, "\\t");
-    else if (cp < 0x20 || cp == 0x7F) sb_printf(b, "\\x%02X", (unsigned)cp);
-    else if (cp < 0x80) sb_putc(b, (char)cp);
-    else if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) sb_printf(b, cp > 0xFFFF ? "\\U%08X" : "\\u%04X", (unsigned)cp);
+static void gbnf_cp(strbuf *b, uint32_t cp, bool in_class) {
+    if (cp == '"') strbuf_puts(b, "\\\"");
+    else if (cp == '\\') strbuf_puts(b, "\\\\");
+    else if (in_class && (cp == ']' || cp == '[' || cp == '-')) { strbuf_putc(b, '\\'); strbuf_putc(b, (char)cp); }
+    else if (in_class && cp == '^') strbuf_puts(b, "\\x5E");
+    else if (cp == '\n') strbuf_puts(b, "\\n");
+    else if (cp == '\r') strbuf_puts(b, "\\r");
+    else if (cp == '\t') strbuf_puts(b, "\\t");
+    else if (cp < 0x20 || cp == 0x7F) strbuf_printf(b, "\\x%02X", (unsigned)cp);
+    else if (cp < 0x80) strbuf_putc(b, (char)cp);
+    else if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) strbuf_printf(b, cp > 0xFFFF ? "\\U%08X" : "\\u%04X", (unsigned)cp);
     else utf8_put(b, cp);
 }
 
 /* A GBNF literal matching exactly the UTF-8 bytes s[0, n) (well-formed). */
-static void gbnf_lit(sb *b, const char *s, size_t n) {
-    sb_putc(b, '"');
+static void gbnf_lit(strbuf *b, const char *s, size_t n) {
+    strbuf_putc(b, '"');
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         int l = utf8_decode((const unsigned char *)s + i, n - i, &cp);
@@ -200,22 +160,22 @@ static void gbnf_lit(sb *b, const char *s, size_t n) {
         gbnf_cp(b, cp, false);
         i += (size_t)l;
     }
-    sb_putc(b, '"');
+    strbuf_putc(b, '"');
 }
 
 typedef struct { uint32_t lo, hi; } cprange;
 
 /* [ranges] or [^ranges]; an empty negated class is any character. */
-static void gbnf_class(sb *b, bool negate, const cprange *r, size_t n) {
-    sb_puts(b, negate ? "[^" : "[");
+static void gbnf_class(strbuf *b, bool negate, const cprange *r, size_t n) {
+    strbuf_puts(b, negate ? "[^" : "[");
     for (size_t i = 0; i < n; i++) {
         gbnf_cp(b, r[i].lo, true);
         if (r[i].hi != r[i].lo) {
-            sb_putc(b, '-');
+            strbuf_putc(b, '-');
             gbnf_cp(b, r[i].hi, true);
         }
     }
-    sb_putc(b, ']');
+    strbuf_putc(b, ']');
 }
 
 /* The set llama.cpp's grammar parser makes of the raw class text "[" cps "]": a '-' between
@@ -308,15 +268,15 @@ typedef struct js_path {
     const char *base;            /* non-NULL ends the chain */
 } js_path;
 
-static void path_render(const js_path *p, sb *b) {
-    if (p->base) { sb_puts(b, p->base); return; }
+static void path_render(const js_path *p, strbuf *b) {
+    if (p->base) { strbuf_puts(b, p->base); return; }
     path_render(p->up, b);
-    sb_putc(b, '/');
-    if (!p->key) { sb_printf(b, "%d", p->index); return; }
+    strbuf_putc(b, '/');
+    if (!p->key) { strbuf_printf(b, "%d", p->index); return; }
     for (const char *k = p->key; *k; k++) {
-        if (*k == '~') sb_puts(b, "~0");
-        else if (*k == '/') sb_puts(b, "~1");
-        else sb_putc(b, *k);
+        if (*k == '~') strbuf_puts(b, "~0");
+        else if (*k == '/') strbuf_puts(b, "~1");
+        else strbuf_putc(b, *k);
     }
 }
 
@@ -329,7 +289,7 @@ static int js_err(js *c, const js_path *p, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    sb b = {0};
+    strbuf b = {0};
     path_render(p, &b);
     const char *ps = b.p && !b.oom ? b.p : "#";
     size_t n = strlen(ps);
@@ -381,8 +341,8 @@ static int js_rule_new(js *c, const char *hint) {
 
 /* Gives rule `want` (or, when want < 0, a new rule named after hint) the body in b.
  * *name gets the rule's name. */
-static int js_define(js *c, int want, const char *hint, sb *b, const char **name) {
-    char *body = sb_take(b);
+static int js_define(js *c, int want, const char *hint, strbuf *b, const char **name) {
+    char *body = strbuf_take(b);
     if (!body) return js_oom(c);
     int r = want >= 0 ? want : js_rule_new(c, hint);
     if (r < 0) { free(body); return js_oom(c); }
@@ -399,8 +359,8 @@ static int js_define(js *c, int want, const char *hint, sb *b, const char **name
 /* Makes rule `want` an alias of rule `name`, or, with no rule wanted, passes name on. */
 static int js_alias(js *c, int want, const char *name, const char **out) {
     if (want < 0) { *out = name; return LLMI_OK; }
-    sb b = {0};
-    sb_puts(&b, name);
+    strbuf b = {0};
+    strbuf_puts(&b, name);
     return js_define(c, want, NULL, &b, out);
 }
 
@@ -474,9 +434,9 @@ static bool js_is_integral(const js *c, const cJSON *v) {
 /* nlohmann::json's dump of a double: the shortest digits that read back (nlohmann uses
  * Grisu2, which is the shortest in all but rare cases), written as digits.0, d.ddd,
  * 0.000ddd or d.ddde+XX. */
-static void js_dump_double(sb *b, double v) {
-    if (v == 0) { sb_puts(b, signbit(v) ? "-0.0" : "0.0"); return; }
-    if (v < 0) { sb_putc(b, '-'); v = -v; }
+static void js_dump_double(strbuf *b, double v) {
+    if (v == 0) { strbuf_puts(b, signbit(v) ? "-0.0" : "0.0"); return; }
+    if (v < 0) { strbuf_putc(b, '-'); v = -v; }
     char buf[48];
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, sizeof buf, "%.*e", prec - 1, v);
@@ -489,68 +449,68 @@ static void js_dump_double(sb *b, double v) {
         if (*q >= '0' && *q <= '9') dig[k++] = *q;
     int n = atoi(q + 1) + 1;   /* the decimal point sits after n digits */
     if (k <= n && n <= 15) {
-        sb_putn(b, dig, (size_t)k);
-        for (int i = k; i < n; i++) sb_putc(b, '0');
-        sb_puts(b, ".0");
+        strbuf_put(b, dig, (size_t)k);
+        for (int i = k; i < n; i++) strbuf_putc(b, '0');
+        strbuf_puts(b, ".0");
     } else if (0 < n && n <= 15) {
-        sb_putn(b, dig, (size_t)n);
-        sb_putc(b, '.');
-        sb_putn(b, dig + n, (size_t)(k - n));
+        strbuf_put(b, dig, (size_t)n);
+        strbuf_putc(b, '.');
+        strbuf_put(b, dig + n, (size_t)(k - n));
     } else if (-4 < n && n <= 0) {
-        sb_puts(b, "0.");
-        for (int i = n; i < 0; i++) sb_putc(b, '0');
-        sb_putn(b, dig, (size_t)k);
+        strbuf_puts(b, "0.");
+        for (int i = n; i < 0; i++) strbuf_putc(b, '0');
+        strbuf_put(b, dig, (size_t)k);
     } else {
-        sb_putc(b, dig[0]);
-        if (k > 1) { sb_putc(b, '.'); sb_putn(b, dig + 1, (size_t)(k - 1)); }
+        strbuf_putc(b, dig[0]);
+        if (k > 1) { strbuf_putc(b, '.'); strbuf_put(b, dig + 1, (size_t)(k - 1)); }
         int e = n - 1;
-        sb_printf(b, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
+        strbuf_printf(b, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
     }
 }
 
-static void js_dump_number(const js *c, sb *b, const cJSON *v) {
+static void js_dump_number(const js *c, strbuf *b, const cJSON *v) {
     js_number n = js_number_of(c, v);
     if (!n.is_int) { js_dump_double(b, n.d); return; }
-    if (n.neg && n.mag) sb_putc(b, '-');
-    sb_printf(b, "%llu", (unsigned long long)n.mag);
+    if (n.neg && n.mag) strbuf_putc(b, '-');
+    strbuf_printf(b, "%llu", (unsigned long long)n.mag);
 }
 
 /* nlohmann::json's dump of a string: ", \ and control characters escaped, the rest raw. */
-static void js_dump_string(sb *b, const char *s) {
-    sb_putc(b, '"');
+static void js_dump_string(strbuf *b, const char *s) {
+    strbuf_putc(b, '"');
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
-        case '"': sb_puts(b, "\\\""); break;
-        case '\\': sb_puts(b, "\\\\"); break;
-        case '\b': sb_puts(b, "\\b"); break;
-        case '\f': sb_puts(b, "\\f"); break;
-        case '\n': sb_puts(b, "\\n"); break;
-        case '\r': sb_puts(b, "\\r"); break;
-        case '\t': sb_puts(b, "\\t"); break;
+        case '"': strbuf_puts(b, "\\\""); break;
+        case '\\': strbuf_puts(b, "\\\\"); break;
+        case '\b': strbuf_puts(b, "\\b"); break;
+        case '\f': strbuf_puts(b, "\\f"); break;
+        case '\n': strbuf_puts(b, "\\n"); break;
+        case '\r': strbuf_puts(b, "\\r"); break;
+        case '\t': strbuf_puts(b, "\\t"); break;
         default:
-            if (*p < 0x20) sb_printf(b, "\\u%04x", *p);
-            else sb_putc(b, (char)*p);
+            if (*p < 0x20) strbuf_printf(b, "\\u%04x", *p);
+            else strbuf_putc(b, (char)*p);
         }
     }
-    sb_putc(b, '"');
+    strbuf_putc(b, '"');
 }
 
 /* A JSON value as nlohmann::json dumps it: compact, keys in document order. */
-static void js_dump(const js *c, sb *b, const cJSON *v) {
-    if (cJSON_IsNull(v)) sb_puts(b, "null");
-    else if (cJSON_IsTrue(v)) sb_puts(b, "true");
-    else if (cJSON_IsFalse(v)) sb_puts(b, "false");
+static void js_dump(const js *c, strbuf *b, const cJSON *v) {
+    if (cJSON_IsNull(v)) strbuf_puts(b, "null");
+    else if (cJSON_IsTrue(v)) strbuf_puts(b, "true");
+    else if (cJSON_IsFalse(v)) strbuf_puts(b, "false");
     else if (cJSON_IsNumber(v)) js_dump_number(c, b, v);
     else if (cJSON_IsString(v)) js_dump_string(b, v->valuestring);
     else if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
         bool obj = cJSON_IsObject(v);
-        sb_putc(b, obj ? '{' : '[');
+        strbuf_putc(b, obj ? '{' : '[');
         for (const cJSON *e = v->child; e; e = e->next) {
-            if (e != v->child) sb_putc(b, ',');
-            if (obj) { js_dump_string(b, e->string); sb_putc(b, ':'); }
+            if (e != v->child) strbuf_putc(b, ',');
+            if (obj) { js_dump_string(b, e->string); strbuf_putc(b, ':'); }
             js_dump(c, b, e);
         }
-        sb_putc(b, obj ? '}' : ']');
+        strbuf_putc(b, obj ? '}' : ']');
     }
 }
 
@@ -578,8 +538,8 @@ static const cJSON *js_inexact_number(const js *c, const cJSON *v) {
 }
 
 /* The GBNF literal of a value's dump: the text llama.cpp's const/enum rules match. */
-static void js_value_lit(const js *c, sb *b, const cJSON *v) {
-    sb d = {0};
+static void js_value_lit(const js *c, strbuf *b, const cJSON *v) {
+    strbuf d = {0};
     js_dump(c, &d, v);
     if (d.oom) { b->oom = true; free(d.p); return; }
     gbnf_lit(b, d.p ? d.p : "", d.n);
@@ -867,30 +827,30 @@ static unsigned js_value_types(const js *c, const cJSON *v) {
 
 /* llama.cpp's build_repetition: item min..max times (max < 0: unbounded), separated by sep
  * when given. */
-static void js_repeat(sb *b, const char *item, long min, long max, const char *sep) {
+static void js_repeat(strbuf *b, const char *item, long min, long max, const char *sep) {
     if (max == 0) return;
-    if (min == 0 && max == 1) { sb_puts(b, item); sb_putc(b, '?'); return; }
+    if (min == 0 && max == 1) { strbuf_puts(b, item); strbuf_putc(b, '?'); return; }
     if (!sep) {
-        sb_puts(b, item);
-        if (min == 1 && max < 0) sb_putc(b, '+');
-        else if (min == 0 && max < 0) sb_putc(b, '*');
-        else if (max < 0) sb_printf(b, "{%ld,}", min);
-        else sb_printf(b, "{%ld,%ld}", min, max);
+        strbuf_puts(b, item);
+        if (min == 1 && max < 0) strbuf_putc(b, '+');
+        else if (min == 0 && max < 0) strbuf_putc(b, '*');
+        else if (max < 0) strbuf_printf(b, "{%ld,}", min);
+        else strbuf_printf(b, "{%ld,%ld}", min, max);
         return;
     }
-    sb tail = {0};
-    sb_puts(&tail, "(");
-    sb_puts(&tail, sep);
-    sb_puts(&tail, " ");
-    sb_puts(&tail, item);
-    sb_puts(&tail, ")");
-    if (min == 0) sb_puts(b, "(");
-    sb_puts(b, item);
-    sb_putc(b, ' ');
+    strbuf tail = {0};
+    strbuf_puts(&tail, "(");
+    strbuf_puts(&tail, sep);
+    strbuf_puts(&tail, " ");
+    strbuf_puts(&tail, item);
+    strbuf_puts(&tail, ")");
+    if (min == 0) strbuf_puts(b, "(");
+    strbuf_puts(b, item);
+    strbuf_putc(b, ' ');
     if (tail.oom) b->oom = true;
     else js_repeat(b, tail.p, min == 0 ? 0 : min - 1, max < 0 ? -1 : max - 1, NULL);
     free(tail.p);
-    if (min == 0) sb_puts(b, ")?");
+    if (min == 0) strbuf_puts(b, ")?");
 }
 
 /* A non-negative integer count (minItems, maxLength, ...): *v = -1 when absent. */
@@ -921,68 +881,68 @@ static int js_count_pair(js *c, const cJSON *s, const char *kmin, const char *km
  * more only constrains the first digit and the length). */
 static const char k_zeros[] = "0000000000000000000000", k_nines[] = "9999999999999999999999";
 
-static void ir_digits(sb *b, char lo, char hi) {
-    if (lo == hi) sb_printf(b, "[%c]", lo);
-    else sb_printf(b, "[%c-%c]", lo, hi);
+static void ir_digits(strbuf *b, char lo, char hi) {
+    if (lo == hi) strbuf_printf(b, "[%c]", lo);
+    else strbuf_printf(b, "[%c-%c]", lo, hi);
 }
 
-static void ir_more(sb *b, int lo, int hi) {
-    sb_puts(b, "[0-9]");
+static void ir_more(strbuf *b, int lo, int hi) {
+    strbuf_puts(b, "[0-9]");
     if (lo == hi && lo == 1) return;
-    if (lo == hi) sb_printf(b, "{%d}", lo);
-    else sb_printf(b, "{%d,%d}", lo, hi);
+    if (lo == hi) strbuf_printf(b, "{%d}", lo);
+    else strbuf_printf(b, "{%d,%d}", lo, hi);
 }
 
 /* Numbers from `from` to `to`, both len digits long. */
-static void ir_same_len(sb *b, const char *from, const char *to, size_t len) {
+static void ir_same_len(strbuf *b, const char *from, const char *to, size_t len) {
     size_t i = 0;
     while (i < len && from[i] == to[i]) i++;
-    if (i > 0) { sb_putc(b, '"'); sb_putn(b, from, i); sb_putc(b, '"'); }
+    if (i > 0) { strbuf_putc(b, '"'); strbuf_put(b, from, i); strbuf_putc(b, '"'); }
     if (i == len) return;
-    if (i > 0) sb_putc(b, ' ');
+    if (i > 0) strbuf_putc(b, ' ');
     size_t rest = len - i - 1;
-    if (rest == 0) { sb_printf(b, "[%c-%c]", from[i], to[i]); return; }
+    if (rest == 0) { strbuf_printf(b, "[%c-%c]", from[i], to[i]); return; }
     const char *fs = from + i + 1, *ts = to + i + 1;
     bool from_zeros = !strncmp(fs, k_zeros, rest), to_nines = !strncmp(ts, k_nines, rest), to_done = false;
-    sb_putc(b, '(');
+    strbuf_putc(b, '(');
     if (from_zeros) {
         ir_digits(b, from[i], (char)(to[i] - 1));
-        sb_putc(b, ' ');
+        strbuf_putc(b, ' ');
         ir_more(b, (int)rest, (int)rest);
     } else {
-        sb_printf(b, "[%c] (", from[i]);
+        strbuf_printf(b, "[%c] (", from[i]);
         ir_same_len(b, fs, k_nines, rest);
-        sb_putc(b, ')');
+        strbuf_putc(b, ')');
         if (from[i] < to[i] - 1) {
-            sb_puts(b, " | ");
+            strbuf_puts(b, " | ");
             to_done = to_nines;
             ir_digits(b, (char)(from[i] + 1), to_nines ? to[i] : (char)(to[i] - 1));
-            sb_putc(b, ' ');
+            strbuf_putc(b, ' ');
             ir_more(b, (int)rest, (int)rest);
         }
     }
     if (!to_done) {
-        sb_puts(b, " | ");
+        strbuf_puts(b, " | ");
         ir_digits(b, to[i], to[i]);
-        sb_putc(b, ' ');
+        strbuf_putc(b, ' ');
         ir_same_len(b, k_zeros, ts, rest);
     }
-    sb_putc(b, ')');
+    strbuf_putc(b, ')');
 }
 
-static void ir_range(sb *b, bool has_lo, int64_t lo, bool has_hi, int64_t hi, int decimals, bool top);
+static void ir_range(strbuf *b, bool has_lo, int64_t lo, bool has_hi, int64_t hi, int decimals, bool top);
 
-static void ir_both(sb *b, int64_t lo, int64_t hi, int decimals) {
+static void ir_both(strbuf *b, int64_t lo, int64_t hi, int decimals) {
     if (lo < 0 && hi < 0) {
-        sb_puts(b, "\"-\" (");
+        strbuf_puts(b, "\"-\" (");
         ir_range(b, true, -hi, true, -lo, decimals, true);
-        sb_putc(b, ')');
+        strbuf_putc(b, ')');
         return;
     }
     if (lo < 0) {
-        sb_puts(b, "\"-\" (");
+        strbuf_puts(b, "\"-\" (");
         ir_range(b, true, 0, true, -lo, decimals, true);
-        sb_puts(b, ") | ");
+        strbuf_puts(b, ") | ");
         lo = 0;
     }
     char a[24], z[24];
@@ -994,31 +954,31 @@ static void ir_both(sb *b, int64_t lo, int64_t hi, int decimals) {
         a[0] = '1';
         memset(a + 1, '0', d);
         a[d + 1] = '\0';
-        sb_puts(b, " | ");
+        strbuf_puts(b, " | ");
     }
     ir_same_len(b, a, z, lz);
 }
 
-static void ir_from(sb *b, int64_t lo, int decimals, bool top) {
+static void ir_from(strbuf *b, int64_t lo, int decimals, bool top) {
     int less = decimals > 2 ? decimals - 1 : 1;
     if (lo < 0) {
-        sb_puts(b, "\"-\" (");
+        strbuf_puts(b, "\"-\" (");
         ir_range(b, false, 0, true, -lo, decimals, false);
-        sb_puts(b, ") | [0] | [1-9] ");
+        strbuf_puts(b, ") | [0] | [1-9] ");
         ir_more(b, 0, decimals - 1);
     } else if (lo == 0) {
-        if (top) { sb_puts(b, "[0] | [1-9] "); ir_more(b, 0, less); }
+        if (top) { strbuf_puts(b, "[0] | [1-9] "); ir_more(b, 0, less); }
         else ir_more(b, 1, decimals);
     } else if (lo <= 9) {
         char d = (char)('0' + lo), start = top ? '1' : '0';
         if (d > start) {
             ir_digits(b, start, (char)(d - 1));
-            sb_putc(b, ' ');
+            strbuf_putc(b, ' ');
             ir_more(b, 1, less);
-            sb_puts(b, " | ");
+            strbuf_puts(b, " | ");
         }
         ir_digits(b, d, '9');
-        sb_putc(b, ' ');
+        strbuf_putc(b, ' ');
         ir_more(b, 0, less);
     } else {
         char s[24];
@@ -1027,18 +987,18 @@ static void ir_from(sb *b, int64_t lo, int decimals, bool top) {
         char d = s[0];
         if (d > '1') {
             ir_digits(b, top ? '1' : '0', (char)(d - 1));
-            sb_putc(b, ' ');
+            strbuf_putc(b, ' ');
             ir_more(b, len, less);
-            sb_puts(b, " | ");
+            strbuf_puts(b, " | ");
         }
         ir_digits(b, d, d);
-        sb_puts(b, " (");
+        strbuf_puts(b, " (");
         ir_range(b, true, strtoll(s + 1, NULL, 10), false, 0, less, false);
-        sb_putc(b, ')');
+        strbuf_putc(b, ')');
         if (d < '9') {
-            sb_puts(b, " | ");
+            strbuf_puts(b, " | ");
             ir_digits(b, (char)(d + 1), '9');
-            sb_putc(b, ' ');
+            strbuf_putc(b, ' ');
             ir_more(b, len - 1, less);
         }
     }
@@ -1060,17 +1020,17 @@ static bool ir_one_sided_exact(bool is_min, int64_t v) {
     return true;
 }
 
-static void ir_range(sb *b, bool has_lo, int64_t lo, bool has_hi, int64_t hi, int decimals, bool top) {
+static void ir_range(strbuf *b, bool has_lo, int64_t lo, bool has_hi, int64_t hi, int decimals, bool top) {
     if (has_lo && has_hi) { ir_both(b, lo, hi, decimals); return; }
     if (has_lo) { ir_from(b, lo, decimals, top); return; }
     int less = decimals > 2 ? decimals - 1 : 1;
     if (hi >= 0) {
-        if (top) { sb_puts(b, "\"-\" [1-9] "); ir_more(b, 0, less); sb_puts(b, " | "); }
+        if (top) { strbuf_puts(b, "\"-\" [1-9] "); ir_more(b, 0, less); strbuf_puts(b, " | "); }
         ir_range(b, true, 0, true, hi, decimals, true);
     } else {
-        sb_puts(b, "\"-\" (");
+        strbuf_puts(b, "\"-\" (");
         ir_range(b, true, -hi, false, 0, decimals, false);
-        sb_putc(b, ')');
+        strbuf_putc(b, ')');
     }
 }
 
@@ -1081,7 +1041,7 @@ static void ir_range(sb *b, bool has_lo, int64_t lo, bool has_hi, int64_t hi, in
  * {m} {m,} {m,n}.  Where llama.cpp would give up (and accept any string) or build a
  * grammar that means something else, this fails instead. */
 enum { PI_LIT, PI_ATOM, PI_BAR, PI_QUANT };
-typedef struct { int kind; sb text; size_t n_cps; } pat_item;   /* PI_LIT: escaped literal body, n_cps characters */
+typedef struct { int kind; strbuf text; size_t n_cps; } pat_item;   /* PI_LIT: escaped literal body, n_cps characters */
 
 typedef struct pat {
     js *c;
@@ -1136,7 +1096,7 @@ static int pat_push(pat *P, pat_item **items, size_t *n, size_t *cap, pat_item i
     return LLMI_OK;
 }
 
-static int pat_class(pat *P, sb *out) {
+static int pat_class(pat *P, strbuf *out) {
     typedef struct { uint32_t cp; bool raw; } cit;
     cit *it = NULL;
     size_t n = 0, cap = 0;
@@ -1260,20 +1220,20 @@ static int pat_quantify(pat *P, pat_item *items, size_t n) {
     if (last->kind == PI_LIT && last->n_cps > 1)
         return pat_fail(P, "a quantifier after an escaped character or '\"' that follows other characters is not supported "
                            "(llama.cpp repeats the whole run)");
-    sb atom = {0};
-    if (last->kind == PI_LIT) { sb_putc(&atom, '"'); sb_puts(&atom, last->text.p); sb_putc(&atom, '"'); }
-    else sb_puts(&atom, last->text.p);
+    strbuf atom = {0};
+    if (last->kind == PI_LIT) { strbuf_putc(&atom, '"'); strbuf_puts(&atom, last->text.p); strbuf_putc(&atom, '"'); }
+    else strbuf_puts(&atom, last->text.p);
     free(last->text.p);
     *last = (pat_item){.kind = PI_QUANT};
     if (!atom.oom) js_repeat(&last->text, atom.p, min, max, NULL);
     if (atom.oom) last->text.oom = true;
     free(atom.p);
-    if (!last->text.p) sb_puts(&last->text, "");
+    if (!last->text.p) strbuf_puts(&last->text, "");
     return last->text.oom ? js_oom(P->c) : LLMI_OK;
 }
 
 /* A sequence up to ')' (nested) or the end, as GBNF in out. */
-static int pat_seq(pat *P, bool nested, sb *out) {
+static int pat_seq(pat *P, bool nested, strbuf *out) {
     pat_item *items = NULL;
     size_t n = 0, cap = 0;
     bool closed = false;
@@ -1282,7 +1242,7 @@ static int pat_seq(pat *P, bool nested, sb *out) {
         char ch = P->s[P->i];
         if (ch == '.') {
             pat_item it = {.kind = PI_ATOM};
-            sb_puts(&it.text, js_prim(P->c, P_DOT));
+            strbuf_puts(&it.text, js_prim(P->c, P_DOT));
             P->i++;
             rc = pat_push(P, &items, &n, &cap, it);
         } else if (ch == '(') {
@@ -1293,10 +1253,10 @@ static int pat_seq(pat *P, bool nested, sb *out) {
             }
             if (++P->depth > JS_MAX_PATTERN_DEPTH) { rc = pat_fail(P, "groups nested too deeply"); break; }
             pat_item it = {.kind = PI_ATOM};
-            sb_putc(&it.text, '(');
+            strbuf_putc(&it.text, '(');
             rc = pat_seq(P, true, &it.text);
             P->depth--;
-            sb_putc(&it.text, ')');
+            strbuf_putc(&it.text, ')');
             if (rc) { free(it.text.p); break; }
             rc = pat_push(P, &items, &n, &cap, it);
         } else if (ch == ')') {
@@ -1330,15 +1290,15 @@ static int pat_seq(pat *P, bool nested, sb *out) {
         pat_item *it = &items[k];
         if (it->text.oom) { rc = js_oom(P->c); break; }
         if (it->kind == PI_QUANT && (!it->text.p || !*it->text.p)) continue;
-        if (!first) sb_putc(out, ' ');
+        if (!first) strbuf_putc(out, ' ');
         first = false;
-        if (it->kind == PI_BAR) sb_putc(out, '|');
-        else if (it->kind != PI_LIT) sb_puts(out, it->text.p);
+        if (it->kind == PI_BAR) strbuf_putc(out, '|');
+        else if (it->kind != PI_LIT) strbuf_puts(out, it->text.p);
         else {
-            sb_putc(out, '"');
-            for (; k < n && items[k].kind == PI_LIT; k++) sb_puts(out, items[k].text.p ? items[k].text.p : "");
+            strbuf_putc(out, '"');
+            for (; k < n && items[k].kind == PI_LIT; k++) strbuf_puts(out, items[k].text.p ? items[k].text.p : "");
             k--;
-            sb_putc(out, '"');
+            strbuf_putc(out, '"');
         }
     }
     for (size_t k = 0; k < n; k++) free(items[k].text.p);
@@ -1346,16 +1306,16 @@ static int pat_seq(pat *P, bool nested, sb *out) {
     return rc;
 }
 
-static int js_pattern(js *c, const cJSON *pv, const js_path *p, sb *body) {
+static int js_pattern(js *c, const cJSON *pv, const js_path *p, strbuf *body) {
     if (!cJSON_IsString(pv)) return js_err(c, p, "pattern must be a string");
     const char *s = pv->valuestring;
     size_t n = strlen(s);
     if (n < 2 || s[0] != '^' || s[n - 1] != '$')
         return js_err(c, p, "pattern must start with ^ and end with $ (llama.cpp would accept any string)");
     pat P = {.c = c, .p = p, .s = s + 1, .n = n - 2};
-    sb_puts(body, "\"\\\"\" (");
+    strbuf_puts(body, "\"\\\"\" (");
     int rc = pat_seq(&P, false, body);
-    sb_puts(body, ") \"\\\"\"");
+    strbuf_puts(body, ") \"\\\"\"");
     return rc;
 }
 
@@ -1426,14 +1386,14 @@ static int js_not_strings(js *c, const char **names, int n_names, const char *hi
     for (int k = n_nodes - 1; k >= 0 && !rc; k--) {
         trie_node *nd = &t[k];
         if (nd->n == 0) continue;
-        sb b = {0};
+        strbuf b = {0};
         for (int j = 0; j < nd->n; j++) {
-            if (j) sb_puts(&b, " | ");
-            if (nd->cp[j] == '^') sb_puts(&b, "[^]");   /* llama.cpp writes "[^]": any character */
+            if (j) strbuf_puts(&b, " | ");
+            if (nd->cp[j] == '^') strbuf_puts(&b, "[^]");   /* llama.cpp writes "[^]": any character */
             else gbnf_class(&b, false, &(cprange){nd->cp[j], nd->cp[j]}, 1);
-            sb_putc(&b, ' ');
-            sb_puts(&b, node_rule[nd->kid[j]] ? node_rule[nd->kid[j]] : ch);
-            if (!node_rule[nd->kid[j]]) sb_putc(&b, '+');
+            strbuf_putc(&b, ' ');
+            strbuf_puts(&b, node_rule[nd->kid[j]] ? node_rule[nd->kid[j]] : ch);
+            if (!node_rule[nd->kid[j]]) strbuf_putc(&b, '+');
         }
         uint32_t *rej = malloc(((size_t)nd->n + 1) * sizeof *rej);
         cprange *r = malloc(((size_t)nd->n + 1) * sizeof *r);
@@ -1441,19 +1401,19 @@ static int js_not_strings(js *c, const char **names, int n_names, const char *hi
         else {
             rej[0] = '"';
             memcpy(rej + 1, nd->cp, (size_t)nd->n * sizeof *rej);
-            sb_puts(&b, " | ");
+            strbuf_puts(&b, " | ");
             gbnf_class(&b, true, r, class_ranges_raw(rej, (size_t)nd->n + 1, r));
-            sb_putc(&b, ' ');
-            sb_puts(&b, ch);
-            sb_putc(&b, '*');
+            strbuf_putc(&b, ' ');
+            strbuf_puts(&b, ch);
+            strbuf_putc(&b, '*');
         }
         free(rej);
         free(r);
         if (k == 0) {
-            sb w = {0};
-            sb_puts(&w, "[\"] ( ");
-            sb_puts(&w, b.p ? b.p : "");
-            sb_puts(&w, t[0].end ? " ) [\"]" : " )? [\"]");
+            strbuf w = {0};
+            strbuf_puts(&w, "[\"] ( ");
+            strbuf_puts(&w, b.p ? b.p : "");
+            strbuf_puts(&w, t[0].end ? " ) [\"]" : " )? [\"]");
             if (b.oom) w.oom = true;
             free(b.p);
             b = w;
@@ -1462,8 +1422,8 @@ static int js_not_strings(js *c, const char **names, int n_names, const char *hi
         if (k == 0) *rule = node_rule[0];
     }
     if (!rc && t[0].n == 0) {   /* the only name is "": llama.cpp's rule matches just "" */
-        sb b = {0};
-        sb_puts(&b, "[\"] [\"]");
+        strbuf b = {0};
+        strbuf_puts(&b, "[\"] [\"]");
         rc = js_define(c, -1, hint, &b, rule);
     }
     for (int k = 0; k < n_nodes; k++) { free(t[k].cp); free(t[k].kid); }
@@ -1481,13 +1441,13 @@ static int js_visit(js *c, const cJSON *s, const js_path *p, const char *hint, i
  * subset of the optional ones, then (star) any number of additional ones, as llama.cpp's
  * _build_object_rule. */
 static int js_object_body(js *c, const char **req, int n_req, const char **opt, int n_opt,
-                          const char *star, sb *b) {
+                          const char *star, strbuf *b) {
     int m = n_opt + (star != NULL);
-    if (n_req == 0 && m == 0) { sb_puts(b, "\"{\" space \"}\""); return LLMI_OK; }
-    sb_puts(b, "\"{\" space ");
+    if (n_req == 0 && m == 0) { strbuf_puts(b, "\"{\" space \"}\""); return LLMI_OK; }
+    strbuf_puts(b, "\"{\" space ");
     for (int i = 0; i < n_req; i++) {
-        if (i) sb_puts(b, " \",\" space ");
-        sb_puts(b, req[i]);
+        if (i) strbuf_puts(b, " \",\" space ");
+        strbuf_puts(b, req[i]);
     }
     if (m > 0) {
         /* rest[j]: the optional ones from j on, each at most once (star: any number) */
@@ -1495,46 +1455,46 @@ static int js_object_body(js *c, const char **req, int n_req, const char **opt, 
         if (!rest) return js_oom(c);
         int rc = LLMI_OK;
         for (int j = m - 1; j >= 1 && !rc; j--) {
-            sb r = {0};
+            strbuf r = {0};
             const char *kv = j < n_opt ? opt[j] : star;
-            sb_puts(&r, "( \",\" space ");
-            sb_puts(&r, kv);
-            sb_puts(&r, j < n_opt ? " )?" : " )*");
-            if (rest[j + 1]) { sb_putc(&r, ' '); sb_puts(&r, rest[j + 1]); }
+            strbuf_puts(&r, "( \",\" space ");
+            strbuf_puts(&r, kv);
+            strbuf_puts(&r, j < n_opt ? " )?" : " )*");
+            if (rest[j + 1]) { strbuf_putc(&r, ' '); strbuf_puts(&r, rest[j + 1]); }
             char *h = js_hint(kv, "rest");
             if (!h) { free(r.p); rc = js_oom(c); break; }
             rc = js_define(c, -1, h, &r, &rest[j]);
             free(h);
         }
         if (!rc) {
-            sb_puts(b, " (");
-            if (n_req) sb_puts(b, " \",\" space ( ");
+            strbuf_puts(b, " (");
+            if (n_req) strbuf_puts(b, " \",\" space ( ");
             for (int i = 0; i < m; i++) {
-                if (i) sb_puts(b, " | ");
-                if (i < n_opt) sb_puts(b, opt[i]);
-                else { sb_puts(b, star); sb_puts(b, " ( \",\" space "); sb_puts(b, star); sb_puts(b, " )*"); }
-                if (rest[i + 1]) { sb_putc(b, ' '); sb_puts(b, rest[i + 1]); }
+                if (i) strbuf_puts(b, " | ");
+                if (i < n_opt) strbuf_puts(b, opt[i]);
+                else { strbuf_puts(b, star); strbuf_puts(b, " ( \",\" space "); strbuf_puts(b, star); strbuf_puts(b, " )*"); }
+                if (rest[i + 1]) { strbuf_putc(b, ' '); strbuf_puts(b, rest[i + 1]); }
             }
-            if (n_req) sb_puts(b, " )");
-            sb_puts(b, " )?");
+            if (n_req) strbuf_puts(b, " )");
+            strbuf_puts(b, " )?");
         }
         free(rest);
         if (rc) return rc;
     }
-    sb_puts(b, " space \"}\"");
+    strbuf_puts(b, " space \"}\"");
     return LLMI_OK;
 }
 
 /* "name" space ":" space value: the key-value rule of a declared property. */
 static int js_kv(js *c, const char *name, const char *value_rule, const char *hint, const char **rule) {
-    sb b = {0};
-    sb d = {0};
+    strbuf b = {0};
+    strbuf d = {0};
     js_dump_string(&d, name);
     if (d.oom) b.oom = true;
     else gbnf_lit(&b, d.p, d.n);
     free(d.p);
-    sb_puts(&b, " space \":\" space ");
-    sb_puts(&b, value_rule);
+    strbuf_puts(&b, " space \":\" space ");
+    strbuf_puts(&b, value_rule);
     js_prim(c, P_SPACE);
     char *h = js_hint(hint, "kv");
     if (!h) { free(b.p); return js_oom(c); }
@@ -1652,10 +1612,10 @@ static int js_object(js *c, const cJSON *s, const js_path *p, const char *hint, 
             free(hk);
         }
         if (!rc) {
-            sb b = {0};
-            sb_puts(&b, key);
-            sb_puts(&b, " \":\" space ");
-            sb_puts(&b, value);
+            strbuf b = {0};
+            strbuf_puts(&b, key);
+            strbuf_puts(&b, " \":\" space ");
+            strbuf_puts(&b, value);
             char *hkv = js_hint(h, "kv");
             rc = hkv ? js_define(c, -1, hkv, &b, &star) : js_oom(c);
             free(hkv);
@@ -1670,7 +1630,7 @@ static int js_object(js *c, const cJSON *s, const js_path *p, const char *hint, 
             if (ps.required[i]) req[n_req++] = ps.kv[i];
             else opt[n_opt++] = ps.kv[i];
         }
-        sb b = {0};
+        strbuf b = {0};
         if (!rc) rc = js_object_body(c, req, n_req, opt, n_opt, star, &b);
         js_prim(c, P_SPACE);
         if (!rc) rc = js_define(c, want, hint, &b, rule);
@@ -1691,12 +1651,12 @@ static int js_array(js *c, const cJSON *s, const js_path *p, const char *hint, i
     const cJSON *it = items ? items : prefix;
     const char *key = items ? "items" : "prefixItems";
     js_path ip = {.up = p, .key = key};
-    sb b = {0};
+    strbuf b = {0};
     int rc = LLMI_OK;
     js_prim(c, P_SPACE);
     c->barriers++;
     if (it && cJSON_IsArray(it)) {   /* a tuple: exactly these */
-        sb_puts(&b, "\"[\" space ");
+        strbuf_puts(&b, "\"[\" space ");
         int i = 0;
         for (const cJSON *e = it->child; e && !rc; e = e->next, i++) {
             js_path ep = {.up = &ip, .index = i};
@@ -1707,10 +1667,10 @@ static int js_array(js *c, const cJSON *s, const js_path *p, const char *hint, i
             rc = h ? js_visit(c, e, &ep, h, -1, &r) : js_oom(c);
             free(h);
             if (rc) break;
-            if (i) sb_puts(&b, " \",\" space ");
-            sb_puts(&b, r);
+            if (i) strbuf_puts(&b, " \",\" space ");
+            strbuf_puts(&b, r);
         }
-        sb_puts(&b, " space \"]\"");
+        strbuf_puts(&b, " space \"]\"");
     } else {
         const char *item = NULL;
         long min, max;
@@ -1723,9 +1683,9 @@ static int js_array(js *c, const cJSON *s, const js_path *p, const char *hint, i
         }
         if (!rc) rc = js_count_pair(c, s, "minItems", "maxItems", p, &min, &max);
         if (!rc) {
-            sb_puts(&b, "\"[\" space ");
+            strbuf_puts(&b, "\"[\" space ");
             js_repeat(&b, item, min, max, "\",\" space");
-            sb_puts(&b, " space \"]\"");
+            strbuf_puts(&b, " space \"]\"");
         }
     }
     c->barriers--;
@@ -1738,7 +1698,7 @@ static int js_string(js *c, const cJSON *s, const js_path *p, const char *hint, 
     const cJSON *format = cJSON_GetObjectItemCaseSensitive(s, "format");
     bool has_len = cJSON_GetObjectItemCaseSensitive(s, "minLength") || cJSON_GetObjectItemCaseSensitive(s, "maxLength");
     const char *len_kw = cJSON_GetObjectItemCaseSensitive(s, "minLength") ? "minLength" : "maxLength";
-    sb b = {0};
+    strbuf b = {0};
     int rc;
     if (pattern) {
         if (format || has_len)
@@ -1752,17 +1712,17 @@ static int js_string(js *c, const cJSON *s, const js_path *p, const char *hint, 
         if (has_len) return js_err(c, p, "%s beside format is not supported (llama.cpp ignores it)", len_kw);
         if (!strncmp(f, "uuid", 4)) return js_alias(c, want, js_prim(c, P_UUID), rule);
         int prim = !strcmp(f, "date") ? P_DATE : !strcmp(f, "time") ? P_TIME : P_DATETIME;
-        sb_puts(&b, "\"\\\"\" ");
-        sb_puts(&b, js_prim(c, prim));
-        sb_puts(&b, " \"\\\"\"");
+        strbuf_puts(&b, "\"\\\"\" ");
+        strbuf_puts(&b, js_prim(c, prim));
+        strbuf_puts(&b, " \"\\\"\"");
         rc = LLMI_OK;
     } else if (has_len) {
         long min, max;
         rc = js_count_pair(c, s, "minLength", "maxLength", p, &min, &max);
         if (rc) return rc;
-        sb_puts(&b, "\"\\\"\" ");
+        strbuf_puts(&b, "\"\\\"\" ");
         js_repeat(&b, js_prim(c, P_CHAR), min, max, NULL);
-        sb_puts(&b, " \"\\\"\"");
+        strbuf_puts(&b, " \"\\\"\"");
     } else {
         return js_alias(c, want, js_prim(c, P_STRING), rule);
     }
@@ -1805,10 +1765,10 @@ static int js_integer(js *c, const cJSON *s, const js_path *p, const char *hint,
                             "integers %s %lld (give both bounds)", kw, has_lo ? "a maximum" : "a minimum",
                       has_lo ? ">=" : "<=", (long long)(has_lo ? lo : hi));
     }
-    sb b = {0};
-    sb_putc(&b, '(');
+    strbuf b = {0};
+    strbuf_putc(&b, '(');
     ir_range(&b, has_lo, lo, has_hi, hi, 16, true);
-    sb_putc(&b, ')');
+    strbuf_putc(&b, ')');
     return js_define(c, want, hint, &b, rule);
 }
 
@@ -1824,8 +1784,8 @@ static int js_enum(js *c, const cJSON *s, const js_path *p, const char *hint, in
         int rc = js_types(c, t, p, &types);
         if (rc) return rc;
     }
-    sb b = {0};
-    if (ev) sb_putc(&b, '(');
+    strbuf b = {0};
+    if (ev) strbuf_putc(&b, '(');
     int i = 0;
     for (const cJSON *v = cv ? cv : ev->child; v; v = cv ? NULL : v->next, i++) {
         if (t && !(js_value_types(c, v) & types)) {
@@ -1836,17 +1796,17 @@ static int js_enum(js *c, const cJSON *s, const js_path *p, const char *hint, in
         const cJSON *x = js_inexact_number(c, v);
         if (x) {
             free(b.p);
-            sb d = {0};
+            strbuf d = {0};
             js_dump_number(c, &d, x);
             int rc = js_err(c, p, "%s: the number %s needs 16 or more significant digits; not supported (its digits "
                                   "could differ from llama.cpp's)", cv ? "const" : "enum", d.p && !d.oom ? d.p : "?");
             free(d.p);
             return rc;
         }
-        if (i) sb_puts(&b, " | ");
+        if (i) strbuf_puts(&b, " | ");
         js_value_lit(c, &b, v);
     }
-    if (ev) sb_putc(&b, ')');
+    if (ev) strbuf_putc(&b, ')');
     return js_define(c, want, hint, &b, rule);
 }
 
@@ -1855,7 +1815,7 @@ static int js_alternatives(js *c, const cJSON *s, const char *key, const js_path
     const cJSON *alts = cJSON_GetObjectItemCaseSensitive(s, key);
     js_path ap = {.up = p, .key = key};
     if (!cJSON_IsArray(alts) || !alts->child) return js_err(c, &ap, "must be a non-empty array of schemas");
-    sb b = {0};
+    strbuf b = {0};
     int i = 0, rc = LLMI_OK;
     for (const cJSON *e = alts->child; e && !rc; e = e->next, i++) {
         js_path ep = {.up = &ap, .index = i};
@@ -1866,8 +1826,8 @@ static int js_alternatives(js *c, const cJSON *s, const char *key, const js_path
         rc = h ? js_visit(c, e, &ep, h, -1, &r) : js_oom(c);
         free(h);
         if (rc) break;
-        if (i) sb_puts(&b, " | ");
-        sb_puts(&b, r);
+        if (i) strbuf_puts(&b, " | ");
+        strbuf_puts(&b, r);
     }
     if (rc) { free(b.p); return rc; }
     return js_define(c, want, hint, &b, rule);
@@ -1930,15 +1890,15 @@ static int js_ref_rule(js *c, const cJSON *rv, const js_path *p, const char **ru
     }
     /* llama.cpp names a $ref's rule "ref" + the pointer with runs of other characters than
      * [a-zA-Z0-9-] made '-', and takes an existing rule of that name as the target */
-    sb lc = {0};
-    sb_puts(&lc, "ref");
+    strbuf lc = {0};
+    strbuf_puts(&lc, "ref");
     bool in_run = false;
     for (const char *q = ref + 1; *q; q++) {
         bool ok = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '-';
-        if (ok || !in_run) sb_putc(&lc, ok ? *q : '-');
+        if (ok || !in_run) strbuf_putc(&lc, ok ? *q : '-');
         in_run = !ok;
     }
-    char *lcn = sb_take(&lc);
+    char *lcn = strbuf_take(&lc);
     if (!lcn) return js_oom(c);
     int other = smap_get(&c->lc_ref_names, lcn);
     if (other >= 0) {
@@ -1990,9 +1950,9 @@ static int js_tally_part(js *c, js_enum_tally *ta, const cJSON *part, unsigned t
             rc = js_err(c, p, "enum: a number with 16 or more significant digits is not supported (its digits could differ from llama.cpp's)");
             break;
         }
-        sb l = {0};
+        strbuf l = {0};
         js_value_lit(c, &l, v);
-        char *lit = sb_take(&l);
+        char *lit = strbuf_take(&l);
         if (!lit) { rc = js_oom(c); break; }
         int at = smap_get(&ta->ix, lit);
         if (at >= 0) {
@@ -2099,16 +2059,16 @@ static int js_all_of(js *c, const cJSON *s, const js_path *p, const char *hint, 
     }
     c->n_merging = merging0;
     if (!rc && n_obj && n_enum) rc = js_err(c, &ap, "allOf mixing objects and enums is not supported");
-    sb b = {0};
+    strbuf b = {0};
     if (!rc && n_enum) {
-        sb_putc(&b, '(');
+        strbuf_putc(&b, '(');
         int kept = 0;
         for (int k = 0; k < ta.n; k++) {
             if (ta.count[k] != n_parts) continue;
-            if (kept++) sb_puts(&b, " | ");
-            sb_puts(&b, ta.lits[k]);
+            if (kept++) strbuf_puts(&b, " | ");
+            strbuf_puts(&b, ta.lits[k]);
         }
-        sb_putc(&b, ')');
+        strbuf_putc(&b, ')');
         if (!kept) rc = js_err(c, &ap, "the enums have no value in common");
     } else if (!rc) {
         js_prim(c, P_SPACE);
@@ -2160,7 +2120,7 @@ static int js_as(js *c, const cJSON *s, js_kind kind, const char *type, const js
     unsigned types;
     int rc = js_types(c, cJSON_GetObjectItemCaseSensitive(s, "type"), p, &types);
     if (rc) return rc;
-    sb b = {0};
+    strbuf b = {0};
     for (int i = 0, n = 0; i < 7 && !rc; i++) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "type");
         const char *name = NULL;
@@ -2172,8 +2132,8 @@ static int js_as(js *c, const cJSON *s, js_kind kind, const char *type, const js
         rc = h ? js_as(c, s, js_kind_of(s, name), name, p, h, -1, &r) : js_oom(c);
         free(h);
         if (rc) break;
-        if (n++) sb_puts(&b, " | ");
-        sb_puts(&b, r);
+        if (n++) strbuf_puts(&b, " | ");
+        strbuf_puts(&b, r);
     }
     if (rc) { free(b.p); return rc; }
     return js_define(c, want, hint, &b, rule);
@@ -2230,21 +2190,21 @@ static int js_convert(const cJSON *doc, const js_num *nums, size_t n_nums, char 
             for (int i = 0; i < P_COUNT; i++)
                 if ((c.prims & PB(i)) && (c.prims | k_prims[i].deps) != c.prims) { c.prims |= k_prims[i].deps; grew = true; }
         }
-        sb out = {0};
+        strbuf out = {0};
         for (int i = 0; i < c.n_rules; i++) {
-            sb_puts(&out, c.rules[i].name);
-            sb_puts(&out, " ::= ");
-            sb_puts(&out, c.rules[i].body ? c.rules[i].body : "");
-            sb_putc(&out, '\n');
+            strbuf_puts(&out, c.rules[i].name);
+            strbuf_puts(&out, " ::= ");
+            strbuf_puts(&out, c.rules[i].body ? c.rules[i].body : "");
+            strbuf_putc(&out, '\n');
         }
         for (int i = 0; i < P_COUNT; i++) {
             if (!(c.prims & PB(i))) continue;
-            sb_puts(&out, k_prims[i].name);
-            sb_puts(&out, " ::= ");
-            sb_puts(&out, k_prims[i].body);
-            sb_putc(&out, '\n');
+            strbuf_puts(&out, k_prims[i].name);
+            strbuf_puts(&out, " ::= ");
+            strbuf_puts(&out, k_prims[i].body);
+            strbuf_putc(&out, '\n');
         }
-        *gbnf = sb_take(&out);
+        *gbnf = strbuf_take(&out);
         if (!*gbnf) rc = js_oom(&c);
     }
     for (int i = 0; i < c.n_rules; i++) { free(c.rules[i].name); free(c.rules[i].body); }

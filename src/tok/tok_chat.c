@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include <utf8proc.h>
+#include "core/strbuf.h"
 #include "tok/tok_internal.h"
 
 void tok_detect_chat(tokenizer *t) {
@@ -32,25 +33,6 @@ const char *tok_chat_template_name(const tokenizer *t) {
     }
 }
 
-typedef struct { char *p; size_t n, cap; bool oom; } sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 256;
-        while (c < b->n + n + 1) c *= 2;
-        char *q = realloc(b->p, c);
-        if (!q) { b->oom = true; return; }
-        b->p = q;
-        b->cap = c;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
 /* Python str.isspace(): what Jinja's trim filter and str.strip() remove. */
 static bool py_space(int32_t c) {
     if (c < 0) return false;
@@ -60,7 +42,7 @@ static bool py_space(int32_t c) {
            p->bidi_class == UTF8PROC_BIDI_CLASS_B || p->bidi_class == UTF8PROC_BIDI_CLASS_S;
 }
 
-static void sb_strip(sbuf *b, const char *s) {
+static void put_stripped(strbuf *b, const char *s) {
     size_t n = strlen(s), st = 0, en = n;
     utf8proc_int32_t cp;
     while (st < n) {
@@ -75,7 +57,7 @@ static void sb_strip(sbuf *b, const char *s) {
         if (k <= 0 || (size_t)k != en - i || !py_space(cp)) break;
         en = i;
     }
-    sb_put(b, s + st, en - st);
+    strbuf_put(b, s + st, en - st);
 }
 
 /* The default system prompt a ChatML template writes when the conversation has none
@@ -128,7 +110,7 @@ static int chat_begin(const tokenizer *t, const char *flag, const char **user, c
 }
 
 /* Hands the rendered text over as *out, or fails when building it ran out of memory. */
-static int chat_done(sbuf *b, char **out, const char *flag, llmi_status *st) {
+static int chat_done(strbuf *b, char **out, const char *flag, llmi_status *st) {
     if (b->oom || !b->p) {
         free(b->p);
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory formatting the prompt", flag);
@@ -152,31 +134,31 @@ static const struct user_turn_shape {
     [TOK_CHAT_GEMMA] = {"<start_of_turn>user\n", "<end_of_turn>\n<start_of_turn>model\n", true, false},
 };
 
-static void user_turn(sbuf *b, const tokenizer *t, const char *content) {
+static void user_turn(strbuf *b, const tokenizer *t, const char *content) {
     const struct user_turn_shape *u = &user_turns[t->chat];
     if (!u->open) return;   /* no family: chat_begin refused it */
     size_t bl;
     const char *bos = token_text(t, t->bos_id, &bl);
-    if (u->bos) sb_put(b, bos, bl);
-    sb_str(b, u->open);
-    if (u->strip) sb_strip(b, content);
-    else sb_str(b, content);
-    sb_str(b, u->close);
+    if (u->bos) strbuf_put(b, bos, bl);
+    strbuf_puts(b, u->open);
+    if (u->strip) put_stripped(b, content);
+    else strbuf_puts(b, content);
+    strbuf_puts(b, u->close);
 }
 
 /* user_turn of pre + system + post + user (of user alone when system is NULL): a system
  * prompt folded into the first user message, for templates without a system turn. */
-static void user_turn_folded(sbuf *b, const tokenizer *t, const char *pre, const char *system, const char *post,
+static void user_turn_folded(strbuf *b, const tokenizer *t, const char *pre, const char *system, const char *post,
                              const char *user) {
     if (!system) {
         user_turn(b, t, user);
         return;
     }
-    sbuf c = {0};
-    sb_str(&c, pre);
-    sb_str(&c, system);
-    sb_str(&c, post);
-    sb_str(&c, user);
+    strbuf c = {0};
+    strbuf_puts(&c, pre);
+    strbuf_puts(&c, system);
+    strbuf_puts(&c, post);
+    strbuf_puts(&c, user);
     if (c.oom) b->oom = true;
     else user_turn(b, t, c.p);
     free(c.p);
@@ -184,7 +166,7 @@ static void user_turn_folded(sbuf *b, const tokenizer *t, const char *pre, const
 
 int tok_chat_format(const tokenizer *t, const char *system, const char *user, char **out, llmi_status *st) {
     if (chat_begin(t, "--chat", &user, out, st)) return st->code;
-    sbuf b = {0};
+    strbuf b = {0};
     size_t bl;
     const char *bos = token_text(t, t->bos_id, &bl);
     switch (t->chat) {
@@ -192,16 +174,16 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
         char *def = system ? NULL : chatml_default_system(t->chat_template);
         const char *sys = system ? system : def;
         if (sys) {
-            sb_str(&b, "<|im_start|>system\n");
-            sb_str(&b, sys);
-            sb_str(&b, "<|im_end|>\n");
+            strbuf_puts(&b, "<|im_start|>system\n");
+            strbuf_puts(&b, sys);
+            strbuf_puts(&b, "<|im_end|>\n");
         }
         free(def);
         user_turn(&b, t, user);
         break;
     }
     case TOK_CHAT_LLAMA3:
-        sb_put(&b, bos, bl);
+        strbuf_put(&b, bos, bl);
         if (strstr(t->chat_template, "Cutting Knowledge Date:")) {
             /* Llama-3.1/3.2/3.3: the system turn is always written, with the knowledge cutoff
              * and a date: strftime_now("%d %b %Y") where the template asks for it (3.2),
@@ -221,17 +203,17 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
                 const char *q = strchr(d, '"');
                 if (q && q - d < (long)sizeof date) snprintf(date, sizeof date, "%.*s", (int)(q - d), d);
             }
-            sb_str(&b, "<|start_header_id|>system<|end_header_id|>\n\n");
-            sb_str(&b, cutoff);
-            sb_str(&b, "\nToday Date: ");
-            sb_str(&b, date);
-            sb_str(&b, "\n\n");
-            if (system) sb_strip(&b, system);
-            sb_str(&b, "<|eot_id|>");
+            strbuf_puts(&b, "<|start_header_id|>system<|end_header_id|>\n\n");
+            strbuf_puts(&b, cutoff);
+            strbuf_puts(&b, "\nToday Date: ");
+            strbuf_puts(&b, date);
+            strbuf_puts(&b, "\n\n");
+            if (system) put_stripped(&b, system);
+            strbuf_puts(&b, "<|eot_id|>");
         } else if (system) {
-            sb_str(&b, "<|start_header_id|>system<|end_header_id|>\n\n");
-            sb_strip(&b, system);
-            sb_str(&b, "<|eot_id|>");
+            strbuf_puts(&b, "<|start_header_id|>system<|end_header_id|>\n\n");
+            put_stripped(&b, system);
+            strbuf_puts(&b, "<|eot_id|>");
         }
         user_turn(&b, t, user);
         break;
@@ -242,20 +224,20 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
     case TOK_CHAT_MISTRAL:
         /* The template refuses a system role; put the system text before the user's, as
          * llama.cpp does for Mistral v1. */
-        sb_put(&b, bos, bl);
+        strbuf_put(&b, bos, bl);
         user_turn_folded(&b, t, "", system && *system ? system : NULL, "\n\n", user);
         break;
     case TOK_CHAT_GEMMA:
         /* Gemma 3: no system turn; the system text + "\n\n" opens the first user turn, before
          * the user's content, which alone is trimmed */
-        sb_put(&b, bos, bl);
-        sb_str(&b, user_turns[TOK_CHAT_GEMMA].open);
+        strbuf_put(&b, bos, bl);
+        strbuf_puts(&b, user_turns[TOK_CHAT_GEMMA].open);
         if (system) {
-            sb_str(&b, system);
-            sb_str(&b, "\n\n");
+            strbuf_puts(&b, system);
+            strbuf_puts(&b, "\n\n");
         }
-        sb_strip(&b, user);
-        sb_str(&b, user_turns[TOK_CHAT_GEMMA].close);
+        put_stripped(&b, user);
+        strbuf_puts(&b, user_turns[TOK_CHAT_GEMMA].close);
         break;
     default: break;
     }
@@ -264,19 +246,19 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
 
 int tok_chat_next_turn(const tokenizer *t, const char *user, char **out, llmi_status *st) {
     if (chat_begin(t, "--turns", &user, out, st)) return st->code;
-    sbuf b = {0};
+    strbuf b = {0};
     size_t el;
     const char *eos = token_text(t, t->eos_id, &el);
     /* what closes the assistant turn after its content */
     switch (t->chat) {
-    case TOK_CHAT_CHATML: sb_str(&b, "<|im_end|>\n"); break;
-    case TOK_CHAT_LLAMA3: sb_str(&b, "<|eot_id|>"); break;
+    case TOK_CHAT_CHATML: strbuf_puts(&b, "<|im_end|>\n"); break;
+    case TOK_CHAT_LLAMA3: strbuf_puts(&b, "<|eot_id|>"); break;
     case TOK_CHAT_LLAMA2:   /* ' ' + content.strip() + ' ' + eos: the answer brings its own ' ' */
-        sb_str(&b, " ");
-        sb_put(&b, eos, el);
+        strbuf_puts(&b, " ");
+        strbuf_put(&b, eos, el);
         break;
-    case TOK_CHAT_MISTRAL: sb_put(&b, eos, el); break;
-    case TOK_CHAT_GEMMA: sb_str(&b, "<end_of_turn>\n"); break;
+    case TOK_CHAT_MISTRAL: strbuf_put(&b, eos, el); break;
+    case TOK_CHAT_GEMMA: strbuf_puts(&b, "<end_of_turn>\n"); break;
     default: break;
     }
     user_turn(&b, t, user);

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <omp.h>
 #include "backend/cpu/ops.h"
+#include "core/fileio.h"
 #include <cJSON.h>
 #include "engine/grammar.h"
 #include "tok/tokenizer.h"
@@ -158,20 +159,13 @@ static int bench_swiglu(int n, int reps) {
     return 0;
 }
 
+/* The whole file, NUL-terminated (core/fileio.h's reader), or NULL. */
 static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = '\0';
-    return b;
+    char *buf = NULL;
+    size_t len = 0;
+    llmi_status st = {0};
+    fileio_opts fo = {.max_bytes = (size_t)64 << 20};
+    return fileio_read(path, &fo, &buf, &len, &st) ? NULL : buf;
 }
 
 /* A walk's first mask pays for the trie walk from the start state; later ones often hit a
