@@ -64,6 +64,7 @@ typedef struct gen_ctx {
     int next_emit;                   /* requests are emitted in input order */
     int out_errno;                   /* stdout failed (disk full, closed pipe): its errno */
     bool oom;                        /* an output could not be kept */
+    int n_failed_late;               /* requests that failed after they were admitted (a grammar) */
     int *finished;                   /* (n_reqs) engine ids finished in this step, to release */
     int n_finished;
 } gen_ctx;
@@ -286,6 +287,10 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
             r->spec_steps = info->n_spec_steps;
             r->spec_proposed = info->n_spec_proposed;
             r->spec_accepted = info->n_spec_accepted;
+            if (info->error) {
+                fprintf(stderr, "llmi: request %d: %s\n", r->index, info->error);
+                g->n_failed_late++;
+            }
         }
         r->done = true;
         r->finish = ev->reason;
@@ -697,7 +702,8 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
     if (g.out_errno) rc = llmi_fail(st, LLMI_E_RUNTIME, "generate: cannot write to stdout: %s", strerror(g.out_errno));
     else if (g.oom) rc = llmi_fail(st, LLMI_E_RUNTIME, "generate: out of memory keeping the outputs");
     else if (interrupted) rc = llmi_fail(st, LLMI_E_INTERRUPT, "interrupted");
-    else if (n_failed) rc = llmi_fail(st, LLMI_E_RUNTIME, "%d of %d requests failed (see above)", n_failed, n_reqs);
+    else if (n_failed + g.n_failed_late)
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "%d of %d requests failed (see above)", n_failed + g.n_failed_late, n_reqs);
 out:
     free(g.finished);
     cli_close_engine(b, e);

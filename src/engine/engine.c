@@ -262,6 +262,7 @@ const llmi_request_info *engine_request(const llmi_engine *e, int id) {
     s->info.tokens = s->tokens;
     s->info.n_prompt = s->n_prompt;
     s->info.n_generated = s->n_tokens - s->n_prompt;
+    s->info.error = s->error[0] ? s->error : NULL;
     return &s->info;
 }
 
@@ -427,13 +428,19 @@ static void emit(llmi_engine *e, llmi_seq *s, int32_t tok, const float *raw, eng
 
 /* Masks s's row to the tokens its grammar allows next (end-of-generation only when the
  * text is whole, and never with ignore_eos).  Returns 1 when some token is allowed, 0 when
- * none is (s is then finished: stop when its text is whole, grammar otherwise), or an
- * error code. */
-static int constrain_row(llmi_engine *e, llmi_seq *s, float *row, engine_token_cb cb, void *cb_ctx, llmi_status *st) {
+ * none is: s is then finished, as stop when its text is whole and as grammar otherwise (or
+ * when the grammar grew too ambiguous to follow, that request's failure, not the engine's:
+ * the reason goes to its info.error). */
+static int constrain_row(llmi_engine *e, llmi_seq *s, float *row, engine_token_cb cb, void *cb_ctx) {
     const llmi_model *m = e->model;
     int V = m->cfg.n_vocab;
-    int n = grammar_state_mask(s->grammar, e->gmask, st);
-    if (n < 0) return st->code;
+    llmi_status gst = {0};
+    int n = grammar_state_mask(s->grammar, e->gmask, &gst);
+    if (n < 0) {
+        snprintf(s->error, sizeof s->error, "%s", gst.msg);
+        finish_silently(e, s, LLMI_FINISH_GRAMMAR, cb, cb_ctx);
+        return 0;
+    }
     if (s->params.ignore_eos && grammar_state_complete(s->grammar))
         for (int t = 0; t < V; t++)
             if (e->gmask[t] && tok_is_eog(m->tok, t)) e->gmask[t] = 0, n--;
@@ -453,8 +460,7 @@ static int sample_and_emit(llmi_engine *e, llmi_seq *s, float *row, engine_token
      * temperature; those edit the row, so keep the raw logits first. */
     if (s->params.logprobs > 0) memcpy(e->raw_logits, row, (size_t)V * sizeof(float));
     if (s->grammar) {
-        int ok = constrain_row(e, s, row, cb, cb_ctx, st);
-        if (ok <= 0) return ok;
+        if (!constrain_row(e, s, row, cb, cb_ctx)) return LLMI_OK;
     }
     int32_t tok = sampler_sample(row, V, &s->params.sampling, s->tokens, s->n_tokens, &s->rng, e->sample_scratch);
     if (s->grammar && grammar_state_accept(s->grammar, tok, st)) return st->code;
@@ -520,9 +526,7 @@ static int verify_and_emit(llmi_engine *e, llmi_seq *s, int row0, int d, engine_
         /* The grammar masks each position as the text stands after the tokens accepted
          * before it, so a proposal it forbids has probability 0 and is rejected. */
         if (s->grammar) {
-            int allowed = constrain_row(e, s, row, cb, cb_ctx, st);
-            if (allowed < 0) return allowed;
-            if (allowed == 0) break;
+            if (!constrain_row(e, s, row, cb, cb_ctx)) break;
         }
         bool ok = false;
         int32_t tok = j < d ? sampler_verify_draft(row, V, &s->params.sampling, s->tokens, s->n_tokens, draft[j],

@@ -49,7 +49,8 @@ const char *sched_policy_name(sched_policy p);
 typedef enum {
     LLMI_FINISH_NONE = 0, LLMI_FINISH_LENGTH, LLMI_FINISH_EOS, LLMI_FINISH_STOP, LLMI_FINISH_CONTEXT,
     LLMI_FINISH_ABORT,
-    LLMI_FINISH_GRAMMAR     /* the grammar allows no token of the vocabulary here (a dead end) */
+    LLMI_FINISH_GRAMMAR     /* the grammar allows no token of the vocabulary here (a dead end),
+                               or grew too ambiguous to follow (llmi_request_info.error) */
 } llmi_finish;
 const char *finish_name(llmi_finish f);
 
@@ -115,6 +116,7 @@ typedef struct llmi_request_info {
     double t_prefill_done;          /* when the last prompt token's logits were computed */
     long n_spec_steps;              /* steps that verified proposed tokens */
     long n_spec_proposed, n_spec_accepted;   /* proposed tokens verified, and accepted */
+    const char *error;              /* why the request ended early (LLMI_FINISH_GRAMMAR), or NULL */
 } llmi_request_info;
 
 typedef struct llmi_step_info {

@@ -45,6 +45,7 @@ typedef struct llmi_seq {
     sampler_rng rng;
     llmi_request_info info;
     grammar_state *grammar;   /* where the output stands in params.grammar, or NULL */
+    char error[sizeof(((llmi_status *)0)->msg)];   /* why it ended early, for info.error; "" none */
     tok_stream stream;        /* only with stop strings: decoded output for matching */
     char *text;               /* (text_cap) decoded output so far */
     size_t text_len, text_cap;

@@ -10,6 +10,8 @@
 #  - the text ends where the grammar does: end-of-generation comes only once it is whole, and
 #    with --ignore-eos a finished grammar ends the request as "stop";
 #  - greedy output is the same alone and in a batch, and with --spec ngram as without;
+#  - a grammar that grows too ambiguous to follow fails its own request (finish "grammar", a
+#    line on stderr, exit 1 at the end), and the others in the batch go on;
 #  - bad grammars fail with one line naming the flag or line, before any work.
 . "$(dirname "$0")/../lib/common.sh"
 need_model
@@ -93,6 +95,22 @@ for i in (1, 4):
     assert load(f"alone{i}")[0]["tokens"] == b[i - 1]["tokens"], f"request {i} alone differs from batched"
 print("greedy: batched == alone == --spec ngram (%d proposals accepted)" % sum(o["spec_accepted"] for o in s))
 PY
+
+# A grammar whose parses double with every "x" (2^k stacks of pending "a"/"b") passes the
+# state's bound of 4096 after a dozen: that request ends, the other is served.
+printf '%s\n' '{"prompt": "xxxxxxxxxxxx", "grammar": "root ::= s\ns ::= \"x\" (s \"a\")? | \"x\" (s \"b\")?"}' \
+  '{"prompt": "Say yes", "grammar": "root ::= \"yes\""}' >"$TMP/amb.jsonl"
+"$L" generate --device cpu -m "$MODEL" --prompts "$TMP/amb.jsonl" -n 32 --temp 0 --json --no-stats \
+  >"$TMP/amb.json" 2>"$TMP/amb.err"
+rc=$?
+[ $rc -eq 1 ] || fail "a too ambiguous grammar: exit $rc (want 1)"
+grep -q "request 0: grammar: the grammar is too ambiguous to follow" "$TMP/amb.err" || fail "no line for it: $(cat "$TMP/amb.err")"
+python3 -c '
+import json, sys
+o = [json.loads(l) for l in open(sys.argv[1])]
+assert [x["finish_reason"] for x in o] == ["grammar", "eos"] and o[1]["text"] == "yes", o
+print("too ambiguous: request 0 ended as grammar, request 1 served:", o[1]["text"])' "$TMP/amb.json" ||
+  fail "the other request was not served"
 
 # Bad grammars: one line naming the flag or line, exit 2, before any work.
 expect_error "--grammar: line 1" "$L" generate --device cpu -m "$MODEL" -p hi --grammar 'root ::= "a" )'
