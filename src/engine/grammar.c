@@ -29,7 +29,7 @@ typedef struct grule {
     int32_t *alts;           /* (n_alts) index in elems of each alternative's first element */
     int32_t n_alts, cap_alts;
     bool defined;
-    int32_t line;            /* where it was first referenced, for "undefined rule" */
+    int32_t offset;          /* where in the text it was first referenced, for "undefined rule" */
 } grule;
 
 struct grammar {
@@ -236,9 +236,7 @@ static int new_rule(gparser *P, const char *name, size_t name_len, int32_t *id) 
         r->name[name_len] = '\0';
     }
     r->origin = name ? g->n_rules : P->cur_rule;
-    int line = 1;
-    for (const char *q = P->src; q < P->p && q < P->end; q++) line += *q == '\n';
-    r->line = line;
+    r->offset = (int32_t)(P->p - P->src);   /* the line is counted only for a message */
     *id = g->n_rules++;
     return LLMI_OK;
 }
@@ -529,8 +527,11 @@ int grammar_parse(const char *text, size_t len, const char *what, grammar **out,
     g->root = -1;
     for (int32_t i = 0; !rc && i < g->n_rules; i++) {
         const grule *r = &g->rules[i];
-        if (r->name && !r->defined)
-            rc = llmi_fail(st, LLMI_E_USAGE, "%s: line %d: rule %s is used but never defined", what, r->line, r->name);
+        if (r->name && !r->defined) {
+            int line = 1;
+            for (int32_t k = 0; k < r->offset; k++) line += text[k] == '\n';
+            rc = llmi_fail(st, LLMI_E_USAGE, "%s: line %d: rule %s is used but never defined", what, line, r->name);
+        }
         if (r->name && strcmp(r->name, "root") == 0) g->root = i;
     }
     if (!rc && g->root < 0) rc = llmi_fail(st, LLMI_E_USAGE, "%s: no rule named root (the grammar's start)", what);
