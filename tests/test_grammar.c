@@ -84,7 +84,7 @@ static int walk(test_ctx *t_, tokenizer *tk, grammar_vocab *gv, const char *gram
         goto done;
     }
     for (ok = 0; ok < n; ok++) {
-        if (grammar_state_mask(gs, mask, &st) < 0) {
+        if (grammar_state_mask(gs, true, mask, &st) < 0) {
             CHECK_MSG(0, "%s", st.msg);
             break;
         }
@@ -96,7 +96,7 @@ static int walk(test_ctx *t_, tokenizer *tk, grammar_vocab *gv, const char *gram
     }
     *complete = ok == n && grammar_state_complete(gs);
     if (ok == n) {
-        grammar_state_mask(gs, mask, &st);
+        grammar_state_mask(gs, true, mask, &st);
         int eos = tok_eos(tk);
         CHECK_MSG(mask[eos] == *complete, "eos allowed %d but complete %d", mask[eos], *complete);
     }
@@ -209,7 +209,7 @@ static void walk_record(test_ctx *t_, const cJSON *rec, const char *gtext, gramm
     int accepted = cJSON_GetObjectItem(rec, "accepted")->valueint, n_tok = cJSON_GetArraySize(toks);
     for (int i = 0; i <= accepted; i++) {
         const cJSON *sp = cJSON_GetArrayItem(steps, i);
-        if (grammar_state_mask(gs, mask, &st) < 0) {
+        if (grammar_state_mask(gs, true, mask, &st) < 0) {
             snprintf(r->first, sizeof r->first, "step %d: %s", i, st.msg);
             r->differ++;
             break;

@@ -431,7 +431,7 @@ static bool js_accepts(test_ctx *t_, tokenizer *tk, grammar_vocab *gv, const cha
         goto done;
     }
     for (i = 0; i < n; i++) {
-        if (grammar_state_mask(gs, mask, &st) < 0) { CHECK_MSG(0, "%s", st.msg); goto done; }
+        if (grammar_state_mask(gs, true, mask, &st) < 0) { CHECK_MSG(0, "%s", st.msg); goto done; }
         if (!mask[ids[i]] || grammar_state_accept(gs, ids[i], &st)) break;
     }
     ok = i == n && grammar_state_complete(gs);
@@ -539,7 +539,7 @@ TEST(json_schema_matches_llamacpp_reference) {
                 break;
             }
             for (int step = 0; step < 48; step++) {
-                int na = grammar_state_mask(sa, ma, &st), nb = grammar_state_mask(sb, mb, &st);
+                int na = grammar_state_mask(sa, true, ma, &st), nb = grammar_state_mask(sb, true, mb, &st);
                 steps++;
                 if (na < 0 || nb < 0 || na != nb || memcmp(ma, mb, (size_t)V)) {
                     CHECK_MSG(0, "%s walk %d step %d: llmi allows %d tokens, llama.cpp's grammar %d (%s)", name, walk, step,

@@ -10,6 +10,7 @@
 #include "cli/bench_util.h"
 #include "cli/cli.h"
 #include "core/fileio.h"
+#include "core/utf8.h"
 #include "metrics/perplexity.h"
 #include "quant/calib_stats.h"
 #include "quant/quant_cuda.h"
@@ -186,15 +187,10 @@ static int qc_check_text(const char *flag, const char *path, const char *text, s
     while (blank < len && (text[blank] == ' ' || text[blank] == '\n' || text[blank] == '\r' || text[blank] == '\t'))
         blank++;
     if (blank == len) return llmi_fail(st, LLMI_E_USAGE, "%s %s: the file is empty (%zu bytes, no text)", flag, path, len);
-    const unsigned char *u = (const unsigned char *)text;
-    for (size_t i = 0; i < len;) {
-        if (u[i] == 0) return llmi_fail(st, LLMI_E_USAGE, "%s %s: not text (a NUL byte at offset %zu)", flag, path, i);
-        int need = u[i] < 0x80 ? 0 : (u[i] & 0xE0) == 0xC0 ? 1 : (u[i] & 0xF0) == 0xE0 ? 2 : (u[i] & 0xF8) == 0xF0 ? 3 : -1;
-        bool ok = need >= 0 && i + (size_t)need < len && !(need == 1 && u[i] < 0xC2);
-        for (int k = 1; ok && k <= need; k++) ok = (u[i + k] & 0xC0) == 0x80;
-        if (!ok) return llmi_fail(st, LLMI_E_USAGE, "%s %s: not text (invalid UTF-8 at offset %zu)", flag, path, i);
-        i += (size_t)need + 1;
-    }
+    const char *nul = memchr(text, 0, len);
+    if (nul) return llmi_fail(st, LLMI_E_USAGE, "%s %s: not text (a NUL byte at offset %zu)", flag, path, (size_t)(nul - text));
+    size_t valid = utf8_valid_prefix(text, len);
+    if (valid < len) return llmi_fail(st, LLMI_E_USAGE, "%s %s: not text (invalid UTF-8 at offset %zu)", flag, path, valid);
     return 0;
 }
 

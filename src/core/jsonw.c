@@ -1,5 +1,6 @@
 /* jsonw.c — JSON text writer (see jsonw.h). */
 #include "core/jsonw.h"
+#include "core/utf8.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -75,26 +76,6 @@ void jw_obj_end(jsonw *w) { close_(w, "}"); }
 void jw_arr_begin(jsonw *w) { open_(w, "["); }
 void jw_arr_end(jsonw *w) { close_(w, "]"); }
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 if invalid. */
-static int utf8_valid_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    int len;
-    uint32_t cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
-    else return 0;
-    if ((size_t)len > n) return 0;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
-}
-
 void jw_str(jsonw *w, const char *s, size_t n) {
     item(w);
     put(w, "\"", 1);
@@ -113,7 +94,8 @@ void jw_str(jsonw *w, const char *s, size_t n) {
             puts_(w, esc);
             i++;
         } else {
-            int len = utf8_valid_len(p + i, n - i);
+            int32_t cp;
+            int len = utf8_next((const char *)p + i, n - i, &cp);
             if (len == 0) {
                 puts_(w, "\\ufffd");
                 i++;

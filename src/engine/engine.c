@@ -435,15 +435,12 @@ static int constrain_row(llmi_engine *e, llmi_seq *s, float *row, engine_token_c
     const llmi_model *m = e->model;
     int V = m->cfg.n_vocab;
     llmi_status gst = {0};
-    int n = grammar_state_mask(s->grammar, e->gmask, &gst);
+    int n = grammar_state_mask(s->grammar, !s->params.ignore_eos, e->gmask, &gst);
     if (n < 0) {
         snprintf(s->error, sizeof s->error, "%s", gst.msg);
         finish_silently(e, s, LLMI_FINISH_GRAMMAR, cb, cb_ctx);
         return 0;
     }
-    if (s->params.ignore_eos && grammar_state_complete(s->grammar))
-        for (int t = 0; t < V; t++)
-            if (e->gmask[t] && tok_is_eog(m->tok, t)) e->gmask[t] = 0, n--;
     if (n == 0) {
         finish_silently(e, s, grammar_state_complete(s->grammar) ? LLMI_FINISH_STOP : LLMI_FINISH_GRAMMAR, cb, cb_ctx);
         return 0;

@@ -4,6 +4,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include "core/strmap.h"
+#include "core/utf8.h"
 #include "tok/tokenizer.h"
 
 /* Bounds on untrusted grammars: each is far above what a hand-written or schema-made
@@ -104,6 +106,7 @@ typedef struct gparser {
     llmi_status *st;
     int32_t cur_rule;        /* the named rule being parsed */
     int depth;
+    strmap rule_ids;         /* rule name -> id; keys are the rules' own names */
 } gparser;
 
 static int perr(gparser *P, const char *msg, const char *detail) {
@@ -135,18 +138,11 @@ static bool is_word(char c) {
 
 /* One UTF-8 code point of the grammar text. */
 static int decode_utf8(gparser *P, uint32_t *cp) {
-    const unsigned char *s = (const unsigned char *)P->p;
-    size_t left = (size_t)(P->end - P->p);
-    unsigned char b = s[0];
-    int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    if (n == 0 || (size_t)n > left) return perr(P, "invalid UTF-8", NULL);
-    uint32_t v = n == 1 ? b : n == 2 ? (b & 0x1Fu) : n == 3 ? (b & 0x0Fu) : (b & 0x07u);
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return perr(P, "invalid UTF-8", NULL);
-        v = (v << 6) | (s[i] & 0x3Fu);
-    }
+    int32_t c;
+    int n = utf8_next(P->p, (size_t)(P->end - P->p), &c);
+    if (!n) return perr(P, "invalid UTF-8", NULL);
     P->p += n;
-    *cp = v;
+    *cp = (uint32_t)c;
     return LLMI_OK;
 }
 
@@ -234,6 +230,11 @@ static int new_rule(gparser *P, const char *name, size_t name_len, int32_t *id) 
         if (!r->name) return oom(P);
         memcpy(r->name, name, name_len);
         r->name[name_len] = '\0';
+        if (!strmap_put(&P->rule_ids, r->name, name_len, g->n_rules)) {
+            free(r->name);
+            r->name = NULL;
+            return oom(P);
+        }
     }
     r->origin = name ? g->n_rules : P->cur_rule;
     r->offset = (int32_t)(P->p - P->src);   /* the line is counted only for a message */
@@ -242,12 +243,11 @@ static int new_rule(gparser *P, const char *name, size_t name_len, int32_t *id) 
 }
 
 static int rule_by_name(gparser *P, const char *name, size_t len, int32_t *id) {
-    grammar *g = P->g;
-    for (int32_t i = 0; i < g->n_rules; i++)
-        if (g->rules[i].name && strlen(g->rules[i].name) == len && memcmp(g->rules[i].name, name, len) == 0) {
-            *id = i;
-            return LLMI_OK;
-        }
+    int found = strmap_get(&P->rule_ids, name, len);
+    if (found >= 0) {
+        *id = found;
+        return LLMI_OK;
+    }
     return new_rule(P, name, len, id);
 }
 
@@ -460,7 +460,7 @@ static int check_left_recursion(gparser *P) {
     int32_t n = g->n_rules;
     bool *nullable = calloc((size_t)n, sizeof *nullable);
     uint8_t *color = calloc((size_t)n, 1);
-    int32_t *stack = malloc((size_t)n * 2 * sizeof *stack);
+    int32_t *stack = malloc((size_t)n * 3 * sizeof *stack);   /* (n, 3) frames: rule, alternative, element */
     if (!nullable || !color || !stack) {
         free(nullable), free(color), free(stack);
         return oom(P);
@@ -477,38 +477,40 @@ static int check_left_recursion(gparser *P) {
         }
     }
     int rc = LLMI_OK;
-    /* Iterative depth-first search over "r can start with rule q" edges; a frame is
-     * (rule, next alternative-element cursor) flattened as the rule and its edge index. */
+    /* Iterative depth-first search over "r can start with rule q" edges.  A frame is
+     * (rule, alternative, element): where its walk over r's left corners resumes, so each
+     * element is visited once in all. */
     for (int32_t s = 0; s < n && !rc; s++) {
         if (color[s]) continue;
         int32_t sp = 0;
-        stack[sp++] = s;
-        stack[sp++] = 0;
+        stack[sp++] = s, stack[sp++] = 0, stack[sp++] = -1;
         color[s] = 1;
         while (sp > 0 && !rc) {
-            int32_t r = stack[sp - 2], k = stack[sp - 1];
-            /* the k-th left-corner rule reference of r */
-            int32_t found = -1, idx = 0;
-            for (int32_t a = 0; a < g->rules[r].n_alts && found < 0; a++) {
-                for (const gelem *e = g->elems + g->rules[r].alts[a]; e->type == GE_RULE; e++) {
-                    if (idx++ == k) { found = e->arg; break; }
-                    if (!nullable[e->arg]) break;
+            int32_t *fr = stack + sp - 3;
+            const grule *r = &g->rules[fr[0]];
+            /* the next left-corner rule reference of r */
+            int32_t found = -1;
+            while (found < 0 && fr[1] < r->n_alts) {
+                if (fr[2] < 0) fr[2] = r->alts[fr[1]];
+                const gelem *e = g->elems + fr[2];
+                if (e->type == GE_RULE) {
+                    found = e->arg;
+                    if (nullable[e->arg]) { fr[2]++; continue; }
                 }
+                fr[1]++, fr[2] = -1;
             }
             if (found < 0) {
-                color[r] = 2;
-                sp -= 2;
+                color[fr[0]] = 2;
+                sp -= 3;
                 continue;
             }
-            stack[sp - 1] = k + 1;
             if (color[found] == 1) {
                 const grule *o = &g->rules[g->rules[found].origin];
                 rc = llmi_fail(P->st, LLMI_E_USAGE, "%s: left recursion in rule %s: it can reach itself without matching a character",
                                P->what, o->name ? o->name : "?");
             } else if (color[found] == 0) {
                 color[found] = 1;
-                stack[sp++] = found;
-                stack[sp++] = 0;
+                stack[sp++] = found, stack[sp++] = 0, stack[sp++] = -1;
             }
         }
     }
@@ -536,6 +538,7 @@ int grammar_parse(const char *text, size_t len, const char *what, grammar **out,
     }
     if (!rc && g->root < 0) rc = llmi_fail(st, LLMI_E_USAGE, "%s: no rule named root (the grammar's start)", what);
     if (!rc) rc = check_left_recursion(&P);
+    strmap_free(&P.rule_ids);
     if (rc) {
         grammar_free(g);
         return rc;
@@ -988,7 +991,13 @@ static void mask_keep(grammar_state *s, const uint8_t *allowed, int count) {
     m->last_use = s->n_mask_calls;
 }
 
-int grammar_state_mask(grammar_state *s, uint8_t *allowed, llmi_status *st) {
+/* Takes the end-of-generation ids out of a mask that has them (the text is complete). */
+static int drop_eog(const grammar_vocab *v, uint8_t *allowed, int count) {
+    for (int32_t i = 0; i < v->n_eog; i++) count -= allowed[v->eog[i]], allowed[v->eog[i]] = 0;
+    return count;
+}
+
+int grammar_state_mask(grammar_state *s, bool allow_eog, uint8_t *allowed, llmi_status *st) {
     const grammar_vocab *v = s->v;
     s->st = st;
     s->n_mask_calls++;
@@ -997,7 +1006,7 @@ int grammar_state_mask(grammar_state *s, uint8_t *allowed, llmi_status *st) {
     if (hit) {
         hit->last_use = s->n_mask_calls;
         for (int32_t t = 0; t < v->n_vocab; t++) allowed[t] = (hit->bits[t >> 3] >> (t & 7)) & 1;
-        return hit->count;
+        return allow_eog ? hit->count : drop_eog(v, allowed, hit->count);
     }
     memset(allowed, 0, (size_t)v->n_vocab);
     int count = 0;
@@ -1023,7 +1032,7 @@ int grammar_state_mask(grammar_state *s, uint8_t *allowed, llmi_status *st) {
         }
     }
     mask_keep(s, allowed, count);
-    return count;
+    return allow_eog ? count : drop_eog(v, allowed, count);
 }
 
 int grammar_state_accept(grammar_state *s, int32_t token, llmi_status *st) {

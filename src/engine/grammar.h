@@ -41,10 +41,11 @@ void grammar_vocab_free(grammar_vocab *v);
 int grammar_state_create(const grammar *g, const grammar_vocab *v, grammar_state **out, llmi_status *st);
 void grammar_state_free(grammar_state *s);
 /* allowed (n_vocab): 1 for each token that may come next, end-of-generation ids included
- * when the text is complete; 0 for the rest.  Returns how many are allowed (0: a dead end,
- * nothing in the vocabulary continues the text), or -1 when the grammar is too ambiguous
- * to follow (more parses at once than the state's bound), with st set. */
-int grammar_state_mask(grammar_state *s, uint8_t *allowed, llmi_status *st);
+ * when the text is complete and allow_eog (false for a request that ignores EOS); 0 for
+ * the rest.  Returns how many are allowed (0: a dead end, nothing in the vocabulary
+ * continues the text), or -1 when the grammar is too ambiguous to follow (more parses at
+ * once than the state's bound), with st set. */
+int grammar_state_mask(grammar_state *s, bool allow_eog, uint8_t *allowed, llmi_status *st);
 /* Moves past token, which the last mask allowed; end-of-generation ids leave the state as
  * it is.  Fails (st set) for a token the grammar does not allow. */
 int grammar_state_accept(grammar_state *s, int32_t token, llmi_status *st);

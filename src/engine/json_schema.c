@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/strbuf.h"
+#include "core/strmap.h"
+#include "core/utf8.h"
 
 #define JS_MAX_DEPTH 100            /* nested schemas (subschemas and $ref hops) */
 #define JS_MAX_JSON_DEPTH 1000      /* JSON nesting anywhere in the document, as cJSON's limit */
@@ -34,102 +36,26 @@
 #define JS_MAX_BOUND 1000000000000000000LL   /* |minimum|, |maximum| with both bounds */
 #define JS_MAX_BOUND_ONE_SIDED 1000000000000000LL /* with one: llama.cpp's digit counts need < 10^15 */
 
-/* ------------------------------------------------------------------ string -> int map */
+/* ------------------------------------------------------------------ names */
 
-typedef struct smap { const char **keys; int *vals; size_t cap, n; } smap;   /* keys borrowed */
-
-static uint64_t js_hash(const char *s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
-}
-
-static int smap_get(const smap *m, const char *k) {
-    if (!m->cap) return -1;
-    for (size_t i = js_hash(k) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-        if (!m->keys[i]) return -1;
-        if (!strcmp(m->keys[i], k)) return m->vals[i];
-    }
-}
-
-static bool smap_put(smap *m, const char *k, int v) {
-    if (2 * (m->n + 1) > m->cap) {
-        size_t cap = m->cap ? 2 * m->cap : 64;
-        const char **keys = calloc(cap, sizeof *keys);
-        int *vals = calloc(cap, sizeof *vals);
-        if (!keys || !vals) { free(keys); free(vals); return false; }
-        for (size_t i = 0; i < m->cap; i++) {
-            if (!m->keys[i]) continue;
-            size_t j = js_hash(m->keys[i]) & (cap - 1);
-            while (keys[j]) j = (j + 1) & (cap - 1);
-            keys[j] = m->keys[i];
-            vals[j] = m->vals[i];
-        }
-        free(m->keys);
-        free(m->vals);
-        m->keys = keys;
-        m->vals = vals;
-        m->cap = cap;
-    }
-    size_t i = js_hash(k) & (m->cap - 1);
-    while (m->keys[i] && strcmp(m->keys[i], k)) i = (i + 1) & (m->cap - 1);
-    if (!m->keys[i]) m->n++;
-    m->keys[i] = k;
-    m->vals[i] = v;
-    return true;
-}
-
-static void smap_free(smap *m) {
-    free(m->keys);
-    free(m->vals);
-    *m = (smap){0};
-}
+/* Keys here are NUL-terminated (cJSON's strings and the converter's own names). */
+static int smap_get(const strmap *m, const char *k) { return strmap_get(m, k, strlen(k)); }
+static bool smap_put(strmap *m, const char *k, int v) { return strmap_put(m, k, strlen(k), v); }
 
 /* ------------------------------------------------------------------ UTF-8 */
 
-/* Length of the well-formed UTF-8 sequence at s (no overlongs, surrogates or values past
- * U+10FFFF), 0 when there is none. */
+/* core/utf8 with the converter's types: code points here are unsigned.  Its input is
+ * checked before (utf8_valid), so 0 is not expected; *cp is then the byte. */
 static int utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
-    if (n == 0) return 0;
-    unsigned char b = s[0];
-    if (b < 0x80) { *cp = b; return 1; }
-    int len = (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    if (!len || (size_t)len > n) return 0;
-    uint32_t v = len == 2 ? (b & 0x1Fu) : len == 3 ? (b & 0x0Fu) : (b & 0x07u);
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        v = (v << 6) | (s[i] & 0x3Fu);
-    }
-    static const uint32_t min_for_len[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (v < min_for_len[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-    *cp = v;
-    return len;
-}
-
-static bool utf8_valid(const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t n = strlen(s);
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        int l = utf8_decode(p + i, n - i, &cp);
-        if (!l) return false;
-        i += (size_t)l;
-    }
-    return true;
+    int32_t c = n ? s[0] : 0;
+    int l = utf8_next((const char *)s, n, &c);
+    *cp = (uint32_t)c;
+    return l;
 }
 
 static void utf8_put(strbuf *b, uint32_t cp) {
     char u[4];
-    int n;
-    if (cp < 0x80) { u[0] = (char)cp; n = 1; }
-    else if (cp < 0x800) { u[0] = (char)(0xC0 | cp >> 6); u[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
-    else if (cp < 0x10000) {
-        u[0] = (char)(0xE0 | cp >> 12); u[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[2] = (char)(0x80 | (cp & 0x3F)); n = 3;
-    } else {
-        u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        u[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (char)(0x80 | (cp & 0x3F)); n = 4;
-    }
-    strbuf_put(b, u, (size_t)n);
+    strbuf_put(b, u, (size_t)utf8_encode((int32_t)cp, u));
 }
 
 /* ------------------------------------------------------------------ GBNF text */
@@ -244,11 +170,11 @@ typedef struct js {
     llmi_status *st;
     js_rule *rules;              /* (n_rules) rules[0] is root */
     int n_rules, cap_rules;
-    smap names;                  /* rule name -> index in rules; shared rule p -> -2 - p */
+    strmap names;                  /* rule name -> index in rules; shared rule p -> -2 - p */
     js_ref *refs;                /* (n_refs) the $refs met so far */
     int n_refs, cap_refs;
-    smap ref_ix;                 /* $ref string -> index in refs */
-    smap lc_ref_names;           /* llama.cpp's rule name of a $ref -> index in refs */
+    strmap ref_ix;                 /* $ref string -> index in refs */
+    strmap lc_ref_names;           /* llama.cpp's rule name of a $ref -> index in refs */
     const cJSON *merging[2 * JS_MAX_DEPTH];  /* allOf $ref targets being merged, outermost first */
     int n_merging;
     const js_num *nums;          /* (n_nums) number texts sorted by node; NULL for a cJSON input */
@@ -556,7 +482,7 @@ static int js_key_cmp(const void *a, const void *b) {
  * (nlohmann keeps the last, cJSON the first), well-formed UTF-8, finite numbers. */
 static int js_check_doc(js *c, const cJSON *v, const js_path *p, int depth) {
     if (depth > JS_MAX_JSON_DEPTH) return js_err(c, p, "JSON nested deeper than %d levels", JS_MAX_JSON_DEPTH);
-    if (cJSON_IsString(v) && !utf8_valid(v->valuestring)) return js_err(c, p, "a string is not valid UTF-8");
+    if (cJSON_IsString(v) && !utf8_valid(v->valuestring, strlen(v->valuestring))) return js_err(c, p, "a string is not valid UTF-8");
     if (cJSON_IsNumber(v) && !isfinite(v->valuedouble)) return js_err(c, p, "a number is out of range");
     if (cJSON_IsRaw(v) || cJSON_IsInvalid(v)) return js_err(c, p, "not a JSON value");
     if (!cJSON_IsArray(v) && !cJSON_IsObject(v)) return LLMI_OK;
@@ -579,7 +505,7 @@ static int js_check_doc(js *c, const cJSON *v, const js_path *p, int depth) {
     }
     int idx = 0;
     for (const cJSON *e = v->child; e; e = e->next, idx++) {
-        if (obj && !utf8_valid(e->string)) return js_err(c, p, "a key is not valid UTF-8");
+        if (obj && !utf8_valid(e->string, strlen(e->string))) return js_err(c, p, "a key is not valid UTF-8");
         js_path cp = {.up = p, .key = obj ? e->string : NULL, .index = idx};
         int rc = js_check_doc(c, e, &cp, depth + 1);
         if (rc) return rc;
@@ -1533,12 +1459,12 @@ static void js_props_free(js_props *ps) {
 /* The properties of an object schema s (its "properties" and "required"), converted and
  * appended to ps.  all_required: every property must be required (allOf merging). */
 static int js_collect_props(js *c, const cJSON *s, const js_path *p, const char *hint, js_props *ps, bool all_required,
-                            smap *seen) {
+                            strmap *seen) {
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
     if (props && !cJSON_IsObject(props)) return js_err(c, p, "properties must be an object");
     if (req && !cJSON_IsArray(req)) return js_err(c, p, "required must be an array of property names");
-    smap rq = {0}, names = {0};
+    strmap rq = {0}, names = {0};
     int rc = LLMI_OK;
     for (const cJSON *e = props && req ? props->child : NULL; e && !rc; e = e->next)
         if (!smap_put(&names, e->string, 1)) rc = js_oom(c);
@@ -1576,14 +1502,14 @@ static int js_collect_props(js *c, const cJSON *s, const js_path *p, const char 
         free(h);
         if (!rc) rc = js_props_add(c, ps, e->string, kv, required);
     }
-    smap_free(&rq);
-    smap_free(&names);
+    strmap_free(&rq);
+    strmap_free(&names);
     return rc;
 }
 
 static int js_object(js *c, const cJSON *s, const js_path *p, const char *hint, int want, const char **rule) {
     js_props ps = {0};
-    smap seen = {0};
+    strmap seen = {0};
     int rc = js_collect_props(c, s, p, hint, &ps, false, &seen);
     const cJSON *addl = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
     bool any_extra = addl ? !cJSON_IsFalse(addl) : !cJSON_GetObjectItemCaseSensitive(s, "properties");
@@ -1639,7 +1565,7 @@ static int js_object(js *c, const cJSON *s, const js_path *p, const char *hint, 
         free(opt);
     }
     js_props_free(&ps);
-    smap_free(&seen);
+    strmap_free(&seen);
     return rc;
 }
 
@@ -1932,7 +1858,7 @@ typedef struct {
     char **lits;                 /* (n) enum values' literals, in first-seen order */
     int *count;                  /* (n) how many parts list each */
     int n, cap;
-    smap ix;                     /* literal -> index */
+    strmap ix;                     /* literal -> index */
 } js_enum_tally;
 
 static int js_tally_part(js *c, js_enum_tally *ta, const cJSON *part, unsigned types, bool typed, const js_path *p) {
@@ -1942,7 +1868,7 @@ static int js_tally_part(js *c, js_enum_tally *ta, const cJSON *part, unsigned t
     int rc = LLMI_OK;
     if (!cJSON_IsArray(ev) || !ev->child) return js_err(c, p, "enum must be a non-empty array");
     if (pt && (rc = js_types(c, pt, p, &own))) return rc;
-    smap mine = {0};
+    strmap mine = {0};
     for (const cJSON *v = ev->child; v && !rc; v = v->next) {
         unsigned vt = js_value_types(c, v);
         if ((pt && !(vt & own)) || (typed && !(vt & types))) { rc = js_err(c, p, "an enum value does not match \"type\""); break; }
@@ -1979,7 +1905,7 @@ static int js_tally_part(js *c, js_enum_tally *ta, const cJSON *part, unsigned t
         ta->count[at]++;
         if (!smap_put(&mine, ta->lits[at], 1)) rc = js_oom(c);
     }
-    smap_free(&mine);
+    strmap_free(&mine);
     return rc;
 }
 
@@ -1992,7 +1918,7 @@ static int js_all_of(js *c, const cJSON *s, const js_path *p, const char *hint, 
     int rc = t ? js_types(c, t, p, &types) : LLMI_OK;
     if (rc) return rc;
     js_props ps = {0};
-    smap seen = {0};
+    strmap seen = {0};
     js_enum_tally ta = {0};
     int n_parts = 0, n_obj = 0, n_enum = 0, i = 0;
     int merging0 = c->n_merging;
@@ -2077,9 +2003,9 @@ static int js_all_of(js *c, const cJSON *s, const js_path *p, const char *hint, 
     for (int k = 0; k < ta.n; k++) free(ta.lits[k]);
     free(ta.lits);
     free(ta.count);
-    smap_free(&ta.ix);
+    strmap_free(&ta.ix);
     js_props_free(&ps);
-    smap_free(&seen);
+    strmap_free(&seen);
     if (rc) { free(b.p); return rc; }
     return js_define(c, want, hint, &b, rule);
 }
@@ -2211,9 +2137,9 @@ static int js_convert(const cJSON *doc, const js_num *nums, size_t n_nums, char 
     free(c.rules);
     for (int i = 0; i < c.n_refs; i++) { free(c.refs[i].ref); free(c.refs[i].lc_name); }
     free(c.refs);
-    smap_free(&c.names);
-    smap_free(&c.ref_ix);
-    smap_free(&c.lc_ref_names);
+    strmap_free(&c.names);
+    strmap_free(&c.ref_ix);
+    strmap_free(&c.lc_ref_names);
     return rc;
 }
 

@@ -1,6 +1,7 @@
 /* safetensors.c — safetensors reader: mmap, header validation, look-up (see safetensors.h). */
 #include "model/safetensors.h"
 #include "core/mapfile.h"
+#include "core/utf8.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -28,30 +29,6 @@ static const struct { const char *name; int bits; } st_dtypes[ST_DTYPE_COUNT] = 
 
 const char *safetensors_dtype_name(safetensors_dtype t) {
     return (unsigned)t < ST_DTYPE_COUNT ? st_dtypes[t].name : "unknown";
-}
-
-/* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF), as Rust's
- * str::from_utf8 that the reference reader uses. */
-static bool utf8_valid(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) { i++; continue; }
-        int len;
-        uint32_t cp, min;
-        if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; min = 0x80; }
-        else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; min = 0x800; }
-        else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; min = 0x10000; }
-        else return false;
-        if ((size_t)len > n - i) return false;
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-        i += (size_t)len;
-    }
-    return true;
 }
 
 /* Printable, bounded copy of an untrusted name for a one-line error message. */
@@ -166,7 +143,8 @@ static size_t json_value_count(const uint8_t *s, size_t n) {
 
 static int parse_header(safetensors_file *f, const uint8_t *hdr, size_t hlen, llmi_status *st) {
     const char *path = f->path;
-    if (!utf8_valid(hdr, hlen)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: header is not valid UTF-8", path);
+    /* strict, as Rust's str::from_utf8 that the reference reader uses */
+    if (!utf8_valid((const char *)hdr, hlen)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: header is not valid UTF-8", path);
     size_t nv = json_value_count(hdr, hlen);
     if (nv > SAFETENSORS_MAX_VALUES)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: header holds %zu JSON values (limit %u)", path, nv,

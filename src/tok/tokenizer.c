@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
+#include "core/utf8.h"
 #include "tok/tok_internal.h"
 
 const char *const tok_re_gpt2 =
@@ -35,15 +36,9 @@ static uint32_t pow2_at_least(uint64_t n) {
 
 /* Length of the UTF-8 sequence at s (1 for an invalid byte) and its code point (-1 if invalid). */
 static int u8_next(const char *s, size_t n, int32_t *cp) {
-    utf8proc_int32_t c;
-    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)(n > 4 ? 4 : n), &c);
-    if (k <= 0) { *cp = -1; return 1; }
-    *cp = c;
-    return (int)k;
-}
-
-static int u8_encode(int32_t cp, char *out) {
-    return (int)utf8proc_encode_char(cp, (utf8proc_uint8_t *)out);
+    int k = utf8_next(s, n, cp);
+    if (!k) { *cp = -1; return 1; }
+    return k;
 }
 
 /* GPT-2 bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68 bytes, in
@@ -389,7 +384,7 @@ static void build_byte_tables(tokenizer *t, int32_t *byte_of_cp) {
     for (int i = 0; i < 256; i++) byte_of_cp[cp_of_byte[i]] = i;
     for (int i = 0; i < 256; i++) {
         char buf[8];
-        int k = u8_encode(cp_of_byte[i], buf);
+        int k = utf8_encode(cp_of_byte[i], buf);
         t->byte_sym[i] = tok_vocab_find(t, buf, (size_t)k);
         snprintf(buf, sizeof buf, "<0x%02X>", i);
         t->byte_tok[i] = tok_vocab_find(t, buf, 6);
@@ -645,7 +640,7 @@ static void bpe_word(enc_ctx *c, const char *w, size_t n) {
             int32_t cpb[256];
             bytelevel_alphabet(cpb);
             size_t k = 0;
-            for (size_t i = 0; i < n; i++) k += (size_t)u8_encode(cpb[(uint8_t)w[i]], c->buf + k);
+            for (size_t i = 0; i < n; i++) k += (size_t)utf8_encode(cpb[(uint8_t)w[i]], c->buf + k);
             int id = tok_vocab_find(t, c->buf, k);
             if (id >= 0) { emit(c, id); return; }
         }

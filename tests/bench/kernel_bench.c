@@ -205,7 +205,7 @@ static int bench_grammar(const char *masks_path, const char *tok_dir) {
         int accepted = cJSON_GetObjectItem(j, "accepted")->valueint;
         for (int i = 0; i <= accepted; i++) {
             double a = thread_cpu_s();
-            grammar_state_mask(gs, mask, &st);
+            grammar_state_mask(gs, true, mask, &st);
             double dt = thread_cpu_s() - a;
             if (i == 0) t_first += dt, n_first++;
             else t_rest += dt, n_rest++;

@@ -62,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int V = tok_n_vocab(vocab), eos = tok_eos(vocab);
         for (int step = 0; step < 48; step++) {
             llmi_status ms = {0};
-            int n = grammar_state_mask(gs, mask, &ms);
+            int n = grammar_state_mask(gs, true, mask, &ms);
             if (n < 0) {   /* too ambiguous: one clear line, and the state stays refused */
                 fuzz_check_status(ms.code ? ms.code : 1, &ms);
                 break;
