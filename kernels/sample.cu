@@ -1,6 +1,7 @@
 /* sample.cu — owns token selection on the device: greedy argmax and the seeded sampling
- * chain of src/engine/sampler.c (repetition penalty, top-k, top-p, min-p, temperature,
- * the draw), one block per logit row.
+ * chain of src/engine/sampler.c (repetition, frequency and presence penalties, top-k,
+ * top-p, min-p, temperature, the draw), one block per logit row.  Rows that use
+ * sampler.c's host-only stages (logit bias, typical, top-n-sigma, XTC) never come here.
  *
  * sampler.c sorts candidates by (logit desc, id asc) and keeps prefixes of that order.
  * Here every token has a 64-bit rank key with the same order (sample_chain.h).  The fast
@@ -245,7 +246,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     const int row = blockIdx.x, tid = threadIdx.x;
     const llmi_cuda_sample_params p = params[row];
     float *x = logits + (int64_t)row * n_vocab;
-    if (p.repeat_penalty != 1.0f && p.hist_len > 0) {
+    if (sample_penalties_on(&p) && p.hist_len > 0) {
         const int32_t *h = hist + p.hist_start;
         for (int i = tid; i < p.hist_len; i += blockDim.x) {
             const int32_t t = h[i];
@@ -253,8 +254,9 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
             bool seen = false;   /* each distinct token once: its first occurrence applies it */
             for (int j = 0; j < i && !seen; j++) seen = h[j] == t;
             if (seen) continue;
-            const float v = x[t];
-            x[t] = v > 0 ? v / p.repeat_penalty : v * p.repeat_penalty;
+            int count = 1;
+            for (int j = i + 1; j < p.hist_len; j++) count += h[j] == t;
+            x[t] = sample_penalise(x[t], &p, count);
         }
         __syncthreads();
     }

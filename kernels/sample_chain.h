@@ -27,6 +27,8 @@ typedef struct llmi_cuda_sample_params {
     float min_p;                 /* <= 0: off */
     float log_min_p;             /* logf(min_p), taken on the host as sampler.c takes it */
     float repeat_penalty;        /* 1: off */
+    float frequency_penalty;     /* 0: off */
+    float presence_penalty;      /* 0: off */
     int top_k;                   /* <= 0 or >= n_vocab: off */
     int hist_start, hist_len;    /* the row's penalty window in the hist array */
 } llmi_cuda_sample_params;
@@ -89,6 +91,15 @@ LLMI_HD sample_plan sample_plan_make(const llmi_cuda_sample_params *p, int n_voc
 }
 
 /* Per-candidate weights, as sampler.c writes them (c0: the best logit). */
+/* sampler.c's penalties on one logit of a token that occurs count times in the window. */
+LLMI_HD float sample_penalise(float v, const llmi_cuda_sample_params *p, int count) {
+    v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
+    return v - ((float)count * p->frequency_penalty + p->presence_penalty);
+}
+LLMI_HD int sample_penalties_on(const llmi_cuda_sample_params *p) {
+    return p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f;
+}
+
 LLMI_HD double sample_w_prob(float logit, float c0) { return exp((double)logit - c0); }
 LLMI_HD double sample_inv_temp(float temperature) { return 1.0 / temperature; }
 LLMI_HD double sample_w_temp(float logit, float c0, double inv_t) { return exp(((double)logit - c0) * inv_t); }

@@ -1000,13 +1000,16 @@ static void sample_case(test_ctx *t_, trng *r, int nv, int rows, int style) {
         case 8: p.top_k = 0; p.top_p = 0.5f; p.min_p = 0.01f; break;     /* parallel normaliser */
         }
         p.repeat_penalty = (i % 2) ? 1.3f : 1.0f;
+        if (i % 3 == 1) p.frequency_penalty = 0.35f;   /* the three penalties in other mixes */
+        if (i % 4 == 1) p.presence_penalty = 0.8f;
         sampler_rng rng;
         sampler_rng_seed(&rng, (uint64_t)trng_next(r));
         double u = sampler_rng_uniform(&rng);
         want[i] = sampler_sample_uniform(work + (size_t)i * nv, nv, &p, hist + (size_t)i * hist_n, hist_n, u, scratch);
         prm[i] = (llmi_cuda_sample_params){.uniform = u, .temperature = p.temperature, .top_p = p.top_p,
                                            .min_p = p.min_p, .log_min_p = p.min_p > 0 ? logf(p.min_p) : 0.0f,
-                                           .repeat_penalty = p.repeat_penalty, .top_k = p.top_k,
+                                           .repeat_penalty = p.repeat_penalty, .frequency_penalty = p.frequency_penalty,
+                                           .presence_penalty = p.presence_penalty, .top_k = p.top_k,
                                            .hist_start = i * hist_n, .hist_len = hist_n};
     }
     float *d_lg = dup_to_dev(lg, sizeof(float) * rows * nv);
@@ -1328,11 +1331,12 @@ static void check_forward_sample(test_ctx *t_, llmi_backend *gpu, trng *r, const
             sp[i] = sampling_defaults();
             if (i % 4 == 1) sp[i].temperature = 0;
             if (i % 4 == 2) { sp[i].top_k = 0; sp[i].min_p = 0; sp[i].top_p = 0.8f; }
-            if (i % 4 == 3) { sp[i].repeat_penalty = 1.25f; sp[i].top_p = 0; }
+            if (i % 4 == 3) { sp[i].repeat_penalty = 1.25f; sp[i].top_p = 0; sp[i].frequency_penalty = 0.5f; }
             sampler_rng rng;
             sampler_rng_seed(&rng, trng_next(r));
             sr[i] = (llmi_sample_row){.temperature = sp[i].temperature, .top_p = sp[i].top_p, .min_p = sp[i].min_p,
-                                      .repeat_penalty = sp[i].repeat_penalty, .top_k = sp[i].top_k,
+                                      .repeat_penalty = sp[i].repeat_penalty, .frequency_penalty = sp[i].frequency_penalty,
+                                      .presence_penalty = sp[i].presence_penalty, .top_k = sp[i].top_k,
                                       .uniform = sampler_rng_uniform(&rng), .window = win,
                                       .n_window = i % 3 ? 16 : 0, .logits = raw + (size_t)(checked + i) * nv};
         }

@@ -119,7 +119,9 @@ static int mock_forward_sample(llmi_backend *b, const llmi_batch *bt, const llmi
         float *x = mk->rows + (size_t)r * V;
         if (rows[r].logits) memcpy(rows[r].logits, x, (size_t)V * sizeof(float));
         llmi_sampling sp = {.temperature = rows[r].temperature, .top_k = rows[r].top_k, .top_p = rows[r].top_p,
-                            .min_p = rows[r].min_p, .repeat_penalty = rows[r].repeat_penalty, .repeat_last_n = 0};
+                            .min_p = rows[r].min_p, .repeat_penalty = rows[r].repeat_penalty,
+                            .frequency_penalty = rows[r].frequency_penalty, .presence_penalty = rows[r].presence_penalty,
+                            .repeat_last_n = 0};
         tokens[r] = sampler_sample_uniform(x, V, &sp, rows[r].window, rows[r].n_window, rows[r].uniform, mk->scratch);
         mk->sampled_rows++;
     }
@@ -605,12 +607,17 @@ TEST(engine_device_sampling_matches_host) {
     eo.max_batch_tokens = 64;
     eo.max_seqs = 8;
     eo.prefill_chunk = 9;
-    llmi_sampling cfgs[4] = {sampling_defaults(), sampling_defaults(), sampling_defaults(), sampling_defaults()};
+    llmi_sampling cfgs[5] = {sampling_defaults(), sampling_defaults(), sampling_defaults(), sampling_defaults(),
+                             sampling_defaults()};
     cfgs[0].temperature = 0;                                            /* greedy: no draws */
     cfgs[1].repeat_penalty = 1.3f; cfgs[1].repeat_last_n = 16;          /* defaults + a penalty window */
+    cfgs[1].frequency_penalty = 0.4f;
     cfgs[2].top_k = 0; cfgs[2].top_p = 1.0f; cfgs[2].min_p = 0; cfgs[2].temperature = 1.4f;
+    cfgs[2].presence_penalty = 1.5f;
     cfgs[3].top_p = 0.0f; cfgs[3].repeat_penalty = 1.1f; cfgs[3].repeat_last_n = -1;
-    for (int c = 0; c < 4; c++) {
+    cfgs[3].presence_penalty = 0.6f;
+    cfgs[4].typical_p = 0.7f; cfgs[4].presence_penalty = 0.3f;          /* a host-only stage: never on the device */
+    for (int c = 0; c < 5; c++) {
         cfgs[c].seed = test_seed() + (uint64_t)c;
         for (int tight = 0; tight < 2; tight++) {
             llmi_engine_opts o = eo;
@@ -621,7 +628,8 @@ TEST(engine_device_sampling_matches_host) {
                                                                              .on_device = true};
             CHECK(run_engine_on(&m, prompts, lens, N, 20, o, true, &on_host, &host) == 0);
             CHECK(run_engine_on(&m, prompts, lens, N, 20, o, true, &on_dev, &dev) == 0);
-            CHECK(dev.sampled_on_device >= N * 20 && host.sampled_on_device == 0);
+            if (c == 4) CHECK(dev.sampled_on_device == 0 && host.sampled_on_device == 0);
+            else CHECK(dev.sampled_on_device >= N * 20 && host.sampled_on_device == 0);
             CHECK_MSG(same_outputs(&host, &dev, N), "sampling config %d%s: device and host tokens differ", c,
                       tight ? " (preempted)" : "");
             CHECK(host.logprob_sum == dev.logprob_sum);

@@ -25,13 +25,15 @@ static int cmp_key_desc(const void *a, const void *b) {
 /* The kernel's algorithm on the host: logits (V) are penalised in place, as the kernel does. */
 static int32_t device_reference(float *x, int V, const llmi_cuda_sample_params *p, const int32_t *hist,
                                 uint64_t *keys, double *w) {
-    if (p->repeat_penalty != 1.0f)
+    if (sample_penalties_on(p))
         for (int i = 0; i < p->hist_len; i++) {
             int32_t t = hist[p->hist_start + i];
             if (t < 0 || t >= V) continue;
             bool seen = false;
             for (int j = 0; j < i && !seen; j++) seen = hist[p->hist_start + j] == t;
-            if (!seen) x[t] = x[t] > 0 ? x[t] / p->repeat_penalty : x[t] * p->repeat_penalty;
+            int count = 1;
+            for (int j = i + 1; j < p->hist_len; j++) count += hist[p->hist_start + j] == t;
+            if (!seen) x[t] = sample_penalise(x[t], p, count);
         }
     uint64_t best = 0;
     for (int i = 0; i < V; i++) {
@@ -93,13 +95,17 @@ TEST(sample_chain_matches_sampler) {
         sp.top_p = top_ps[xs(&s) % 6];
         sp.min_p = min_ps[xs(&s) % 5];
         sp.repeat_penalty = (xs(&s) % 2) ? 1.3f : 1.0f;
+        const float fps[] = {0.0f, 0.0f, 0.4f, -0.3f}, pps[] = {0.0f, 0.0f, 0.7f, 2.0f};
+        sp.frequency_penalty = fps[xs(&s) % 4];
+        sp.presence_penalty = pps[xs(&s) % 4];
         sp.repeat_last_n = -1;
         const int nh = (int)(xs(&s) % (uint64_t)max_h);
         for (int i = 0; i < nh; i++) hist[i] = (int32_t)(xs(&s) % (uint64_t)(V + 2)) - 1;   /* repeats, -1, V */
         const double u = (double)(xs(&s) >> 11) * 0x1.0p-53;
         llmi_cuda_sample_params p = {.uniform = u, .temperature = sp.temperature, .top_p = sp.top_p,
                                      .min_p = sp.min_p, .log_min_p = sp.min_p > 0 ? logf(sp.min_p) : 0.0f,
-                                     .repeat_penalty = sp.repeat_penalty, .top_k = sp.top_k, .hist_start = 0,
+                                     .repeat_penalty = sp.repeat_penalty, .frequency_penalty = sp.frequency_penalty,
+                                     .presence_penalty = sp.presence_penalty, .top_k = sp.top_k, .hist_start = 0,
                                      .hist_len = nh};
         memcpy(a, logits, sizeof(float) * V);
         memcpy(b, logits, sizeof(float) * V);

@@ -70,13 +70,14 @@ typedef struct llmi_backend_opts {
  * A plain literal so the help text can print it (see cli_common.c). */
 #define LLMI_GPU_MEM_UTIL_DEFAULT 0.9
 
-/* One logit row's sampling request for forward_sample: sampler.h's chain, with what the
- * engine takes from the request itself: the draw from its rng and the penalty window. */
+/* One logit row's sampling request for forward_sample: sampler.h's chain without its
+ * host-only stages (sampler_needs_host), with what the engine takes from the request
+ * itself: the draw from its rng and the penalty window. */
 typedef struct llmi_sample_row {
-    float temperature, top_p, min_p, repeat_penalty;
+    float temperature, top_p, min_p, repeat_penalty, frequency_penalty, presence_penalty;
     int top_k;
     double uniform;                /* in [0, 1); drawn when temperature > 0, else unused */
-    const int32_t *window;         /* (n_window) host: the tokens the repetition penalty sees */
+    const int32_t *window;         /* (n_window) host: the tokens the penalties see */
     int n_window;
     float *logits;                 /* (n_vocab) host or NULL: the row's raw logits are copied here
                                       (for --logprobs) */

@@ -26,6 +26,7 @@ typedef struct gen_request {
     char *stops[LLMI_MAX_STOP];      /* owned copies behind params.stop */
     bool own_seed;                   /* its --prompts line gave "seed" */
     grammar *own_grammar;            /* its --prompts line's grammar, behind params.grammar */
+    llmi_logit_bias *own_bias;       /* its --prompts line's logit_bias, behind params.sampling */
     int engine_id;                   /* -1 when the request was refused */
     char *error;                     /* why it was refused */
     /* output */
@@ -52,6 +53,8 @@ typedef struct gen_opts {
     bool chat, json, verbose_prompt, no_stats;
     llmi_request_params params;
     bool seed_given;
+    llmi_logit_bias *bias;           /* (n_bias) --logit-bias, behind params.sampling.logit_bias */
+    int n_bias, cap_bias;
 } gen_opts;
 
 typedef struct gen_ctx {
@@ -77,8 +80,11 @@ static const char *gen_help =
     "  -f, --file FILE         read the prompt from FILE ('-' = stdin)\n"
     "  --prompts FILE          many prompts, one per line; a line starting with '{' is JSON with\n"
     "                          \"prompt\" and optional max_tokens, temperature, top_k, top_p, min_p,\n"
-    "                          repeat_penalty, seed, stop, ignore_eos, logprobs, spec, spec_k,\n"
-    "                          spec_ngram_min, spec_ngram_max, grammar, json_schema; served together\n"
+    "                          typical_p, top_n_sigma, xtc_probability, xtc_threshold,\n"
+    "                          repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n,\n"
+    "                          logit_bias ({\"id\": bias} or [[id, bias]]; false bans), seed, stop,\n"
+    "                          ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max,\n"
+    "                          grammar, json_schema; served together\n"
     "  --chat                  format the prompt with the model's chat template\n"
     "  --system TEXT           system message for --chat\n"
     "  -n, --n-predict N       tokens to generate (default 128; 0 = prompt only; -1 = until EOS/context)\n"
@@ -89,13 +95,22 @@ static const char *gen_help =
     "  --logprobs N            add each generated token's logprob and the top N (<= 20) to --json\n"
     "  --verbose-prompt        print the prompt's token ids and pieces to stderr\n"
     "  --no-stats              do not print stats to stderr\n"
-    "Sampling (llama.cpp's defaults and order: penalties, top-k, top-p, min-p, temperature):\n"
+    "Sampling (llama.cpp's defaults and order: logit bias, penalties, top-n-sigma, top-k,\n"
+    "typical, top-p, min-p, XTC, temperature):\n"
     "  --temp T                temperature (default 0.8; 0 = greedy)\n"
     "  --top-k N               (default 40; 0 = off)\n"
     "  --top-p P               (default 0.95; 1 = off)\n"
     "  --min-p P               (default 0.05; 0 = off)\n"
+    "  --typical P             locally typical sampling (default 1 = off)\n"
+    "  --top-nsigma N          keep logits within N standard deviations of the best (default -1 = off)\n"
+    "  --xtc-probability P     how often XTC removes the top choices (default 0 = off)\n"
+    "  --xtc-threshold T       the probability that makes a token a top choice (default 0.1; > 0.5 = off)\n"
     "  --repeat-penalty P      (default 1.0 = off)\n"
-    "  --repeat-last-n N       tokens the penalty looks back over (default 64; -1 = all)\n"
+    "  --frequency-penalty F   subtracted per occurrence in the window (default 0 = off)\n"
+    "  --presence-penalty F    subtracted once for a token in the window (default 0 = off)\n"
+    "  --repeat-last-n N       tokens the three penalties look back over (default 64; -1 = all)\n"
+    "  -l, --logit-bias ID+B   add B to token ID's logit, or ID-B to subtract; ID-inf bans the token\n"
+    "                          (repeatable; B in 0..100)\n"
     "  -s, --seed N            RNG seed (default: random, printed in the stats)\n"
     "Speculative decoding (exact: greedy output is unchanged, sampled output keeps its distribution):\n"
     "  --spec ngram|draft|off  propose tokens by prompt lookup (an n-gram of the prompt and output\n"
@@ -332,6 +347,7 @@ static char *read_file_text(const char *flag, const char *path, llmi_status *st)
 
 static void request_free(gen_request *r) {
     grammar_free(r->own_grammar);
+    free(r->own_bias);
     free(r->prompt);
     free(r->prompt_ids);
     for (int i = 0; i < r->params.n_stop; i++) free(r->stops[i]);
@@ -350,6 +366,7 @@ static void request_from_entry(gen_request *r, prompt_entry *e) {
     memcpy(r->stops, e->stops, sizeof r->stops);
     r->own_seed = e->own_seed;
     r->own_grammar = e->own_grammar;
+    r->own_bias = e->own_bias;
     memset(e, 0, sizeof *e);
 }
 
@@ -494,6 +511,8 @@ static void print_stats(const gen_ctx *g, llmi_engine *e, const llmi_backend *b,
     fprintf(stderr, " | seed %llu%s\n", (unsigned long long)seed, seed_random ? " (random)" : "");
 }
 
+static int parse_logit_bias_flag(const char *flag, const char *v, gen_opts *o, llmi_status *st);
+
 static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *mo, bool *help, llmi_status *st) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -567,6 +586,29 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
             VALUE();
             if (cli_parse_float(a, v, 0.01, 100, &f, st)) return st->code;
             o->params.sampling.repeat_penalty = (float)f;
+        } else if (IS("--typical")) {
+            VALUE();
+            if (cli_parse_float(a, v, 0, 1, &f, st)) return st->code;
+            o->params.sampling.typical_p = (float)f;
+        } else if (IS("--top-nsigma")) {
+            VALUE();
+            if (cli_parse_float(a, v, -1, 100, &f, st)) return st->code;
+            o->params.sampling.top_n_sigma = (float)f;
+        } else if (IS("--xtc-probability")) {
+            VALUE();
+            if (cli_parse_float(a, v, 0, 1, &f, st)) return st->code;
+            o->params.sampling.xtc_probability = (float)f;
+        } else if (IS("--xtc-threshold")) {
+            VALUE();
+            if (cli_parse_float(a, v, 0, 1, &f, st)) return st->code;
+            o->params.sampling.xtc_threshold = (float)f;
+        } else if (IS("--frequency-penalty") || IS("--presence-penalty")) {
+            VALUE();
+            if (cli_parse_float(a, v, -100, 100, &f, st)) return st->code;
+            *(IS("--frequency-penalty") ? &o->params.sampling.frequency_penalty : &o->params.sampling.presence_penalty) = (float)f;
+        } else if (IS("-l") || IS("--logit-bias")) {
+            VALUE();
+            if (parse_logit_bias_flag(a, v, o, st)) return st->code;
         } else if (IS("--repeat-last-n")) {
             VALUE();
             if (cli_parse_long(a, v, -1, 1 << 24, &n, st)) return st->code;
@@ -593,24 +635,41 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
     return LLMI_OK;
 }
 
+/* llama.cpp's -l/--logit-bias form: ID+BIAS or ID-BIAS, BIAS a number or inf (ID-inf bans). */
+static int parse_logit_bias_flag(const char *flag, const char *v, gen_opts *o, llmi_status *st) {
+    char *end;
+    errno = 0;
+    long id = strtol(v, &end, 10);
+    if (errno || end == v || *v == '-' || *v == '+' || (*end != '+' && *end != '-') || id > INT32_MAX)
+        return llmi_fail(st, LLMI_E_USAGE, "%s: '%s' is not TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1, 15043-inf)", flag, v);
+    char sign = *end;
+    const char *b = end + 1;
+    double bias;
+    if (strcmp(b, "inf") == 0 && sign == '-') {
+        bias = -INFINITY;
+    } else {
+        char *bend;
+        errno = 0;
+        bias = strtod(b, &bend);
+        if (errno || bend == b || *bend || *b == '-' || *b == '+' || !isfinite(bias) || bias > 100)
+            return llmi_fail(st, LLMI_E_USAGE, "%s: '%s': the bias after '%c' must be a number in 0..100%s", flag, v, sign,
+                             sign == '-' ? " or inf" : "");
+        if (sign == '-') bias = -bias;
+    }
+    if (prompts_add_logit_bias(&o->bias, &o->n_bias, &o->cap_bias, (int32_t)id, (float)bias, flag, st)) return st->code;
+    o->params.sampling.logit_bias = o->bias;
+    o->params.sampling.n_logit_bias = o->n_bias;
+    return LLMI_OK;
+}
+
 static uint64_t random_seed(void) {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
     return ((uint64_t)t.tv_nsec * 0x9E3779B97F4A7C15ull) ^ (uint64_t)t.tv_sec ^ ((uint64_t)getpid() << 32);
 }
 
-int cmd_generate(int argc, char **argv, llmi_status *st) {
-    gen_opts o = {0};
-    o.params = request_params_defaults();
-    o.params.max_tokens = 128;
-    cli_model_opts mo;
-    cli_model_opts_init(&mo);
-    bool help = false;
-    if (parse_gen_flags(argc, argv, &o, &mo, &help, st)) return st->code;
-    if (help) {
-        printf("%s%s", gen_help, cli_model_flags_help());
-        return 0;
-    }
+/* The run after the flags; o's lists stay the caller's to free. */
+static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
     if (mo.dummy) return llmi_fail(st, LLMI_E_USAGE, "--dummy: generate needs a tokenizer; use llmi bench for synthetic weights");
     bool seed_random = !o.seed_given;
     if (seed_random) o.params.sampling.seed = random_seed();
@@ -712,5 +771,19 @@ out_reqs:
     for (int i = 0; i < n_reqs; i++) request_free(&reqs[i]);
     free(reqs);
     grammar_free(grammar);
+    return rc;
+}
+
+int cmd_generate(int argc, char **argv, llmi_status *st) {
+    gen_opts o = {0};
+    o.params = request_params_defaults();
+    o.params.max_tokens = 128;
+    cli_model_opts mo;
+    cli_model_opts_init(&mo);
+    bool help = false;
+    int rc = parse_gen_flags(argc, argv, &o, &mo, &help, st);
+    if (!rc && help) printf("%s%s", gen_help, cli_model_flags_help());
+    if (!rc && !help) rc = generate_run(o, mo, st);
+    free(o.bias);
     return rc;
 }

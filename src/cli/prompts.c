@@ -19,6 +19,76 @@ int prompts_add_stop(llmi_request_params *p, char **owned, const char *s, const 
     return LLMI_OK;
 }
 
+int prompts_add_logit_bias(llmi_logit_bias **list, int *n, int *cap, int32_t id, float bias, const char *where,
+                           llmi_status *st) {
+    if (*n >= LLMI_MAX_LOGIT_BIAS) return llmi_fail(st, LLMI_E_USAGE, "%s: at most %d logit biases", where, LLMI_MAX_LOGIT_BIAS);
+    if (id < 0) return llmi_fail(st, LLMI_E_USAGE, "%s: token id %d is negative", where, id);
+    if (!(bias <= 100.0f && (bias >= -100.0f || bias == -INFINITY)))
+        return llmi_fail(st, LLMI_E_USAGE, "%s: bias %g for token %d is not in -100..100 or -inf", where, (double)bias, id);
+    if (*n == *cap) {
+        int c = *cap ? 2 * *cap : 8;
+        llmi_logit_bias *m = realloc(*list, (size_t)c * sizeof *m);
+        if (!m) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+        *list = m;
+        *cap = c;
+    }
+    (*list)[(*n)++] = (llmi_logit_bias){id, bias};
+    return LLMI_OK;
+}
+
+/* A line's "logit_bias": {"id": bias, ...} as OpenAI and vLLM take it, or [[id, bias], ...]
+ * as llama.cpp's server does; a bias of false bans the token (-inf), as there. */
+static int parse_logit_bias(const cJSON *v, const char *file, int lineno, prompt_entry *r, llmi_status *st) {
+    char where[96];
+    snprintf(where, sizeof where, "--prompts: %s:%d: \"logit_bias\"", file, lineno);
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v))
+        return llmi_fail(st, LLMI_E_USAGE, "%s must be an object {\"id\": bias} or a list [[id, bias]]", where);
+    int n = 0, cap = 0;
+    llmi_logit_bias *list = NULL;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        const cJSON *idv = NULL, *bv = e;
+        double id;
+        if (cJSON_IsObject(v)) {
+            char *end;
+            long k = strtol(e->string, &end, 10);
+            if (!*e->string || *end || k < 0 || k > INT32_MAX) {
+                free(list);
+                return llmi_fail(st, LLMI_E_USAGE, "%s: key '%.40s' is not a token id", where, e->string);
+            }
+            id = (double)k;
+        } else {
+            if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsNumber(idv = cJSON_GetArrayItem(e, 0))) {
+                free(list);
+                return llmi_fail(st, LLMI_E_USAGE, "%s: entries must be [token id, bias]", where);
+            }
+            bv = cJSON_GetArrayItem(e, 1);
+            id = idv->valuedouble;
+            if (id != floor(id) || id < 0 || id > INT32_MAX) {
+                free(list);
+                return llmi_fail(st, LLMI_E_USAGE, "%s: %g is not a token id", where, id);
+            }
+        }
+        float bias;
+        if (cJSON_IsFalse(bv)) bias = -INFINITY;
+        else if (cJSON_IsNumber(bv)) bias = (float)bv->valuedouble;
+        else {
+            free(list);
+            return llmi_fail(st, LLMI_E_USAGE, "%s: a bias must be a number or false (ban)", where);
+        }
+        if (prompts_add_logit_bias(&list, &n, &cap, (int32_t)id, bias, where, st)) {
+            free(list);
+            return st->code;
+        }
+    }
+    /* the line's biases replace the command line's */
+    free(r->own_bias);
+    r->own_bias = list;
+    r->params.sampling.logit_bias = list;
+    r->params.sampling.n_logit_bias = n;
+    return LLMI_OK;
+}
+
 int prompts_grammar(const char *gbnf, const char *schema, size_t len, const char *where, grammar **out, llmi_status *st) {
     *out = NULL;
     if (gbnf) return grammar_parse(gbnf, len, where, out, st);
@@ -44,6 +114,8 @@ int prompts_entry_init(prompt_entry *e, const llmi_request_params *defaults, llm
 void prompts_entry_free(prompt_entry *e) {
     grammar_free(e->own_grammar);
     e->own_grammar = NULL;
+    free(e->own_bias);
+    e->own_bias = NULL;
     free(e->prompt);
     for (int i = 0; i < e->params.n_stop; i++) free(e->stops[i]);
     e->prompt = NULL;
@@ -81,7 +153,14 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
         {"top_k", 0, 1 << 24, 0, &r->params.sampling.top_k},
         {"top_p", 0, 1, 1, &r->params.sampling.top_p},
         {"min_p", 0, 1, 1, &r->params.sampling.min_p},
+        {"typical_p", 0, 1, 1, &r->params.sampling.typical_p},
+        {"top_n_sigma", -1, 100, 1, &r->params.sampling.top_n_sigma},
+        {"xtc_probability", 0, 1, 1, &r->params.sampling.xtc_probability},
+        {"xtc_threshold", 0, 1, 1, &r->params.sampling.xtc_threshold},
         {"repeat_penalty", 0.01, 100, 1, &r->params.sampling.repeat_penalty},   /* as --repeat-penalty: 0 divides */
+        {"frequency_penalty", -100, 100, 1, &r->params.sampling.frequency_penalty},
+        {"presence_penalty", -100, 100, 1, &r->params.sampling.presence_penalty},
+        {"repeat_last_n", -1, 1 << 24, 0, &r->params.sampling.repeat_last_n},
         {"logprobs", 0, LLMI_MAX_LOGPROBS, 0, &r->params.logprobs},
         {"spec_k", 1, LLMI_SPEC_MAX_K, 0, &r->params.spec.k},
         {"spec_ngram_min", 1, LLMI_SPEC_MAX_NGRAM, 0, &r->params.spec.ngram_min},
@@ -159,6 +238,8 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
         if (rc) goto out;
         r->params.grammar = r->own_grammar;
     }
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(j, "logit_bias");
+    if (lb && (rc = parse_logit_bias(lb, file, lineno, r, st))) goto out;
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(j, "stop");
     if (stop) {
         /* Per-request stops replace the command line's. */

@@ -1,7 +1,9 @@
 /* prompts.h — owns the requests of `llmi generate`'s --prompts FILE: one request per
  * line, plain text or a JSON object ("prompt" and optional max_tokens, temperature,
- * top_k, top_p, min_p, repeat_penalty, seed, stop, ignore_eos, logprobs, spec, spec_k,
- * spec_ngram_min, spec_ngram_max, grammar, json_schema) over the
+ * top_k, top_p, min_p, typical_p, top_n_sigma, xtc_probability, xtc_threshold,
+ * repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n, logit_bias, seed,
+ * stop, ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max, grammar,
+ * json_schema) over the
  * command line's defaults; blank lines are skipped.  Parsed from memory so that the
  * fuzz target (tests/fuzz/fuzz_prompts_jsonl.c) reads exactly what the binary reads. */
 #ifndef LLMI_PROMPTS_H
@@ -16,7 +18,13 @@ typedef struct prompt_entry {
     char *stops[LLMI_MAX_STOP];      /* owned copies behind params.stop */
     bool own_seed;                   /* the line gave "seed": keep it as given */
     grammar *own_grammar;            /* the line's "grammar" or "json_schema", behind params.grammar */
+    llmi_logit_bias *own_bias;       /* the line's "logit_bias", behind params.sampling.logit_bias */
 } prompt_entry;
+
+/* Appends (id, bias) to the list *list (n, cap; grown with realloc); where names the flag
+ * or line.  The engine checks ids against the vocabulary. */
+int prompts_add_logit_bias(llmi_logit_bias **list, int *n, int *cap, int32_t id, float bias, const char *where,
+                           llmi_status *st);
 
 /* A grammar from GBNF text or from a JSON schema's text (exactly one non-NULL); where names
  * the flag or line for messages. */

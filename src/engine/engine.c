@@ -302,6 +302,17 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
                              LLMI_SPEC_MAX_NGRAM, sp->ngram_min, sp->ngram_max);
     }
     int32_t n_vocab = e->model->cfg.n_vocab;
+    const llmi_sampling *smp = &p->sampling;
+    if (smp->n_logit_bias < 0 || smp->n_logit_bias > LLMI_MAX_LOGIT_BIAS || (smp->n_logit_bias && !smp->logit_bias))
+        return llmi_fail(st, LLMI_E_USAGE, "logit bias: %d entries (at most %d)", smp->n_logit_bias, LLMI_MAX_LOGIT_BIAS);
+    for (int i = 0; i < smp->n_logit_bias; i++) {
+        const llmi_logit_bias *lb = &smp->logit_bias[i];
+        if (lb->id < 0 || lb->id >= n_vocab)
+            return llmi_fail(st, LLMI_E_USAGE, "logit bias: token id %d is outside the vocabulary (%d tokens)", lb->id, n_vocab);
+        if (!(lb->bias <= 100.0f && (lb->bias >= -100.0f || lb->bias == -INFINITY)))
+            return llmi_fail(st, LLMI_E_USAGE, "logit bias: token %d's bias %g is not in -100..100 or -inf", lb->id,
+                             (double)lb->bias);
+    }
     if (p->grammar) {
         if (!e->model->tok)
             return llmi_fail(st, LLMI_E_USAGE, "request: a grammar needs the model's tokenizer, and this model has none");
@@ -562,7 +573,8 @@ static void fill_sample_rows(llmi_engine *e, const sched_plan *pl, const llmi_ba
         const llmi_sampling *sp = &s->params.sampling;
         int start = 0, n_win = sampler_penalty_window(sp, s->n_tokens, &start);
         e->rows[r] = (llmi_sample_row){.temperature = sp->temperature, .top_p = sp->top_p, .min_p = sp->min_p,
-                                       .repeat_penalty = sp->repeat_penalty, .top_k = sp->top_k,
+                                       .repeat_penalty = sp->repeat_penalty, .frequency_penalty = sp->frequency_penalty,
+                                       .presence_penalty = sp->presence_penalty, .top_k = sp->top_k,
                                        .uniform = sp->temperature > 0.0f ? sampler_rng_uniform(&s->rng) : 0.0,
                                        .window = s->tokens + start, .n_window = n_win,
                                        .logits = s->params.logprobs > 0 ? e->logits + (size_t)r * V : NULL};
@@ -597,11 +609,12 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
 
     llmi_batch batch;
     sched_build_batch(pl, e->seqs, e->opts.block_size, &e->bufs, &batch);
-    /* Verification and grammars need whole logit rows on the host. */
+    /* Verification, grammars and the host-only sampling stages need whole logit rows on
+     * the host. */
     bool host_rows = false;
     for (int k = 0; k < pl->n_seqs; k++) {
         const llmi_seq *s = e->seqs[pl->seq_ids[k]];
-        host_rows |= s->n_draft > 0 || s->grammar;
+        host_rows |= s->n_draft > 0 || s->grammar || sampler_needs_host(&s->params.sampling);
     }
     const bool on_device = e->backend->forward_sample != NULL && !host_rows;
     if (on_device) fill_sample_rows(e, pl, &batch);

@@ -2070,12 +2070,8 @@ static int js_as(js *c, const cJSON *s, js_kind kind, const char *type, const js
 static int js_visit(js *c, const cJSON *s, const js_path *p, const char *hint, int want, const char **rule) {
     if (!cJSON_IsObject(s)) return js_err(c, p, "schema must be an object (boolean schemas are not supported)");
     if (c->depth >= JS_MAX_DEPTH) return js_err(c, p, "schemas nested deeper than %d levels", JS_MAX_DEPTH);
-    unsigned present = 0;
-    for (const cJSON *k = s->child; k; k = k->next) {
-        int id = kw_id(k->string);
-        if (id < 0) return js_err(c, p, "%s is not supported", k->string);
-        if (id < KW_COUNT) present |= KB(id);
-    }
+    for (const cJSON *k = s->child; k; k = k->next)
+        if (kw_id(k->string) < 0) return js_err(c, p, "%s is not supported", k->string);
     js_kind kind = js_kind_of(s, NULL);
     unsigned uses = kind == K_BADTYPE ? ~0u : js_kind_uses(kind, s);
     if (kind == K_TYPES) {

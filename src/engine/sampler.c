@@ -1,6 +1,7 @@
 /* sampler.c — penalties, truncation and seeded draws (see sampler.h).
- * The chain follows llama.cpp's default order: repetition penalty, top-k, top-p, min-p,
- * then temperature and the draw, so the same flags mean the same thing in both. */
+ * The chain follows llama.cpp's default order (common_sampler's): logit bias, penalties,
+ * top-n-sigma, top-k, typical, top-p, min-p, XTC, then temperature and the draw, so the
+ * same flags mean the same thing in both. */
 #include "engine/sampler.h"
 
 #include <float.h>
@@ -11,9 +12,19 @@
 typedef struct cand { int32_t id; float logit; } cand;
 
 llmi_sampling sampling_defaults(void) {
-    llmi_sampling s = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+    llmi_sampling s = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .typical_p = 1.0f,
+                       .top_n_sigma = -1.0f, .xtc_probability = 0.0f, .xtc_threshold = 0.1f,
                        .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0};
     return s;
+}
+
+/* Every stage added after the first release is off when zero, so that a zero-filled
+ * llmi_sampling still means the older chain. */
+static bool xtc_on(const llmi_sampling *p) { return p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f; }
+static bool typical_on(const llmi_sampling *p) { return p->typical_p > 0.0f && p->typical_p < 1.0f; }
+
+bool sampler_needs_host(const llmi_sampling *p) {
+    return p->n_logit_bias > 0 || typical_on(p) || p->top_n_sigma > 0.0f || xtc_on(p);
 }
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -41,7 +52,9 @@ double sampler_rng_uniform(sampler_rng *r) {
     return (double)(result >> 11) * 0x1.0p-53;
 }
 
-size_t sampler_scratch_bytes(int n_vocab) { return (size_t)n_vocab * sizeof(cand); }
+/* scratch: candidates (n_vocab), then typical's scores (n_vocab doubles) and order
+ * (n_vocab cands); the penalties' counts (n_vocab ints) reuse the candidates' space. */
+size_t sampler_scratch_bytes(int n_vocab) { return (size_t)n_vocab * (2 * sizeof(cand) + sizeof(double)); }
 
 static int32_t argmax(const float *x, int n) {
     int32_t best = 0;
@@ -56,46 +69,151 @@ static int cmp_cand_desc(const void *a, const void *b) {
     return x->id < y->id ? -1 : (x->id > y->id);
 }
 
+static bool penalties_on(const llmi_sampling *p) {
+    return p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f;
+}
+
 int sampler_penalty_window(const llmi_sampling *p, int n_history, int *start) {
     *start = 0;
     int last_n = p->repeat_last_n;
-    if (p->repeat_penalty == 1.0f || n_history <= 0 || last_n == 0) return 0;
+    if (!penalties_on(p) || n_history <= 0 || last_n == 0) return 0;
     *start = (last_n < 0 || last_n >= n_history) ? 0 : n_history - last_n;
     return n_history - *start;
 }
 
-static void apply_repeat_penalty(float *logits, int n_vocab, float penalty, const int32_t *win, int n_win) {
-    if (penalty == 1.0f || !win || n_win <= 0) return;
-    /* Each distinct token is penalised once, however often it repeats (llama.cpp's rule).
-     * Short windows (the default 64) scan quadratically; long ones use a visited map. */
-    unsigned char *seen_map = (n_win > 128) ? calloc((size_t)n_vocab, 1) : NULL;
+/* llama.cpp's penalties, in its float arithmetic: each distinct token of the window once,
+ * the repetition penalty first, then count x frequency + presence subtracted. */
+static void penalise(float *logit, const llmi_sampling *p, int count) {
+    *logit = *logit > 0 ? *logit / p->repeat_penalty : *logit * p->repeat_penalty;
+    *logit -= (float)count * p->frequency_penalty + p->presence_penalty;
+}
+
+static void apply_penalties(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *win, int n_win,
+                            void *scratch) {
+    if (!penalties_on(p) || !win || n_win <= 0) return;
+    if (n_win <= 128) {
+        /* short windows (the default 64): count each token at its first occurrence */
+        for (int i = 0; i < n_win; i++) {
+            int32_t t = win[i];
+            if (t < 0 || t >= n_vocab) continue;
+            bool seen = false;
+            for (int j = 0; j < i && !seen; j++) seen = win[j] == t;
+            if (seen) continue;
+            int count = 1;
+            for (int j = i + 1; j < n_win; j++) count += win[j] == t;
+            penalise(&logits[t], p, count);
+        }
+        return;
+    }
+    int *count = scratch;   /* (n_vocab) */
+    memset(count, 0, (size_t)n_vocab * sizeof *count);
+    for (int i = 0; i < n_win; i++)
+        if (win[i] >= 0 && win[i] < n_vocab) count[win[i]]++;
     for (int i = 0; i < n_win; i++) {
         int32_t t = win[i];
-        if (t < 0 || t >= n_vocab) continue;
-        int seen = 0;
-        if (seen_map) {
-            seen = seen_map[t];
-            seen_map[t] = 1;
-        } else {
-            for (int j = 0; j < i; j++) seen |= win[j] == t;
-        }
-        if (seen) continue;
-        logits[t] = logits[t] > 0 ? logits[t] / penalty : logits[t] * penalty;
+        if (t < 0 || t >= n_vocab || !count[t]) continue;
+        penalise(&logits[t], p, count[t]);
+        count[t] = 0;
     }
-    free(seen_map);
 }
 
-int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history, int n_history,
-                       sampler_rng *rng, void *scratch) {
-    int start = 0;
-    int n_win = history ? sampler_penalty_window(p, n_history, &start) : 0;
-    double u = p->temperature > 0.0f ? sampler_rng_uniform(rng) : 0.0;
-    return sampler_sample_uniform(logits, n_vocab, p, history ? history + start : NULL, n_win, u, scratch);
+static void apply_logit_bias(float *logits, int n_vocab, const llmi_sampling *p) {
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        int32_t t = p->logit_bias[i].id;
+        if (t >= 0 && t < n_vocab) logits[t] += p->logit_bias[i].bias;
+    }
 }
 
-/* After the penalty: the candidates the draw chooses among (c, sorted best first, cut
- * by top-k, top-p and min-p); returns how many.  Only for temperature > 0. */
-static int truncate_candidates(const float *logits, int n_vocab, const llmi_sampling *p, cand *c) {
+/* Top-n-sigma (Tang et al. 2024): logits below max - n x std become -inf, the mean and
+ * std over the finite ones, in llama.cpp's float arithmetic and vocabulary order. */
+static void apply_top_n_sigma(float *logits, int n_vocab, float n_sigma) {
+    if (n_sigma <= 0.0f || n_vocab <= 1) return;
+    float max = -INFINITY, sum = 0.0f;
+    int valid = 0;
+    for (int i = 0; i < n_vocab; i++) {
+        if (logits[i] == -INFINITY) continue;
+        max = logits[i] > max ? logits[i] : max;
+        sum += logits[i];
+        valid++;
+    }
+    if (!valid) return;
+    float mean = sum / (float)valid, acc = 0.0f;
+    for (int i = 0; i < n_vocab; i++) {
+        if (logits[i] == -INFINITY) continue;
+        double d = (double)(logits[i] - mean);
+        acc = (float)((double)acc + d * d);
+    }
+    float floor_logit = max - n_sigma * sqrtf(acc / (float)valid);
+    for (int i = 0; i < n_vocab; i++)
+        if (logits[i] < floor_logit) logits[i] = -INFINITY;
+}
+
+/* The logit edits before truncation, in chain order. */
+static void edit_logits(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *win, int n_win,
+                        void *scratch) {
+    apply_logit_bias(logits, n_vocab, p);
+    apply_penalties(logits, n_vocab, p, win, n_win, scratch);
+    apply_top_n_sigma(logits, n_vocab, p->top_n_sigma);
+}
+
+/* Softmax of c[0, n)'s logits (c[0] the best) in w, un-tempered; returns the sum before
+ * normalising. */
+static void cand_softmax(const cand *c, int n, double *w) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += (w[i] = exp((double)c[i].logit - c[0].logit));
+    for (int i = 0; i < n; i++) w[i] /= sum;
+}
+
+typedef struct { float score; int32_t rank; } typ_key;   /* float scores, as llama.cpp's */
+static int cmp_typ(const void *a, const void *b) {
+    const typ_key *x = a, *y = b;
+    if (x->score != y->score) return x->score < y->score ? -1 : 1;
+    return x->rank - y->rank;
+}
+
+/* Locally typical sampling over c[0, n) (sorted): the tokens whose surprise is closest to
+ * the entropy, fewest first, until their mass passes typical_p (llama.cpp: cum > p).
+ * Tokens of probability 0 have infinite surprise and no share of the entropy.  The kept
+ * ones stay in rank order. */
+static int typical_keep(cand *c, int n, float typical_p, void *scratch, int n_vocab) {
+    if (!(c[0].logit > -INFINITY)) return n;
+    typ_key *k = (typ_key *)((cand *)scratch + n_vocab);   /* (n) */
+    double *w = (double *)((cand *)scratch + 2 * (size_t)n_vocab);   /* (n) */
+    cand_softmax(c, n, w);
+    double entropy = 0;
+    for (int i = 0; i < n; i++)
+        if (w[i] > 0) entropy -= w[i] * log(w[i]);
+    for (int i = 0; i < n; i++) k[i] = (typ_key){w[i] > 0 ? (float)fabs(-log(w[i]) - entropy) : INFINITY, i};
+    qsort(k, (size_t)n, sizeof *k, cmp_typ);
+    double cum = 0;
+    int keep = n;
+    for (int i = 0; i < n; i++) {
+        cum += w[k[i].rank];
+        if (cum > typical_p) { keep = i + 1; break; }
+    }
+    for (int i = 0; i < keep; i++) w[k[i].rank] = -1.0;   /* marks the kept */
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (w[i] == -1.0) c[m++] = c[i];
+    return m;
+}
+
+/* XTC (Exclude Top Choices): when its draw says so and at least two candidates reach the
+ * threshold, all of them but the least likely go. */
+static int xtc_cut(cand *c, int n, const llmi_sampling *p, double uniform, void *scratch, int n_vocab) {
+    if (n < 2 || uniform > p->xtc_probability || !(c[0].logit > -INFINITY)) return n;   /* llama.cpp: chance > probability skips */
+    double *w = (double *)((cand *)scratch + 2 * (size_t)n_vocab);
+    cand_softmax(c, n, w);
+    int last = 0;
+    while (last + 1 < n && w[last + 1] >= p->xtc_threshold) last++;
+    if (last == 0 || w[0] < p->xtc_threshold) return n;
+    memmove(c, c + last, (size_t)(n - last) * sizeof *c);
+    return n - last;
+}
+
+/* The candidates the draw chooses among, from logits after edit_logits: c sorted best
+ * first, cut by top-k, typical, top-p, min-p and XTC; returns how many. */
+static int truncate_candidates(const float *logits, int n_vocab, const llmi_sampling *p, double xtc_uniform, cand *c) {
     int n = n_vocab;
     if (p->top_k > 0 && p->top_k < n_vocab) {
         /* Keep the k best in a min-heap (c[0] is the weakest kept): O(V log k) instead of
@@ -129,6 +247,7 @@ static int truncate_candidates(const float *logits, int n_vocab, const llmi_samp
     }
     qsort(c, (size_t)n, sizeof *c, cmp_cand_desc);
 
+    if (typical_on(p)) n = typical_keep(c, n, p->typical_p, c, n_vocab);
     if (p->top_p < 1.0f) {
         double sum = 0, acc = 0;
         for (int i = 0; i < n; i++) sum += exp((double)c[i].logit - c[0].logit);
@@ -145,6 +264,7 @@ static int truncate_candidates(const float *logits, int n_vocab, const llmi_samp
         while (keep < n && c[keep].logit >= floor_logit) keep++;
         n = keep;
     }
+    if (xtc_on(p)) n = xtc_cut(c, n, p, xtc_uniform, c, n_vocab);
     return n;
 }
 
@@ -170,30 +290,76 @@ static int32_t draw_candidate(const cand *c, int n, double inv_t, double uniform
     return last;
 }
 
-int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window,
-                               int n_window, double uniform, void *scratch) {
-    apply_repeat_penalty(logits, n_vocab, p->repeat_penalty, window, n_window);
-    if (p->temperature <= 0.0f) return argmax(logits, n_vocab);
+/* Whether greedy decoding must run the truncation: typical and XTC can drop the best
+ * token, the other stages never do. */
+static bool greedy_truncates(const llmi_sampling *p) { return typical_on(p) || xtc_on(p); }
+
+/* The chain up to the draw.  Greedy: *n_out 0 and the token returned (argmax of what the
+ * chain keeps); else the candidates in c[0, *n_out) and -1. */
+static int32_t run_chain(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window, int n_window,
+                         double xtc_uniform, void *scratch, int *n_out) {
     cand *c = scratch;
-    int n = truncate_candidates(logits, n_vocab, p, c);
-    int32_t tok = draw_candidate(c, n, 1.0 / p->temperature, uniform, -1);
+    *n_out = 0;
+    edit_logits(logits, n_vocab, p, window, n_window, scratch);
+    if (p->temperature <= 0.0f && !greedy_truncates(p)) return argmax(logits, n_vocab);
+    int n = truncate_candidates(logits, n_vocab, p, xtc_uniform, c);
+    if (p->temperature <= 0.0f) return c[0].id;   /* c stays sorted best first */
+    *n_out = n;
+    return -1;
+}
+
+int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history, int n_history,
+                       sampler_rng *rng, void *scratch) {
+    int start = 0;
+    int n_win = history ? sampler_penalty_window(p, n_history, &start) : 0;
+    double xu = xtc_on(p) ? sampler_rng_uniform(rng) : 1.0;
+    int n;
+    int32_t tok = run_chain(logits, n_vocab, p, history ? history + start : NULL, n_win, xu, scratch, &n);
+    if (!n) return tok;
+    cand *c = scratch;
+    tok = draw_candidate(c, n, 1.0 / p->temperature, sampler_rng_uniform(rng), -1);
     /* no candidate has weight (every logit -inf): the first candidate, as argmax and the
      * device sampler choose, never -1 */
     return tok >= 0 ? tok : c[0].id;
+}
+
+int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window,
+                               int n_window, double uniform, void *scratch) {
+    int n;
+    int32_t tok = run_chain(logits, n_vocab, p, window, n_window, 1.0, scratch, &n);
+    if (!n) return tok;
+    cand *c = scratch;
+    tok = draw_candidate(c, n, 1.0 / p->temperature, uniform, -1);
+    return tok >= 0 ? tok : c[0].id;
+}
+
+int sampler_distribution(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window, int n_window,
+                         double xtc_uniform, void *scratch, int32_t *ids, double *probs) {
+    int n;
+    int32_t tok = run_chain(logits, n_vocab, p, window, n_window, xtc_uniform, scratch, &n);
+    if (!n) {
+        ids[0] = tok, probs[0] = 1.0;
+        return 1;
+    }
+    const cand *c = scratch;
+    double inv_t = 1.0 / p->temperature, sum = 0;
+    for (int i = 0; i < n; i++) sum += (probs[i] = cand_weight(c, i, inv_t));
+    for (int i = 0; i < n; i++) ids[i] = c[i].id, probs[i] /= sum;
+    return n;
 }
 
 int32_t sampler_verify_draft(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history,
                              int n_history, int32_t draft, sampler_rng *rng, void *scratch, bool *accepted) {
     int start = 0;
     int n_win = history ? sampler_penalty_window(p, n_history, &start) : 0;
-    apply_repeat_penalty(logits, n_vocab, p->repeat_penalty, history ? history + start : NULL, n_win);
-    if (p->temperature <= 0.0f) {
-        int32_t best = argmax(logits, n_vocab);
+    double xu = xtc_on(p) ? sampler_rng_uniform(rng) : 1.0;
+    int n;
+    int32_t best = run_chain(logits, n_vocab, p, history ? history + start : NULL, n_win, xu, scratch, &n);
+    if (!n) {
         *accepted = best == draft;
         return best;
     }
-    cand *c = scratch;
-    int n = truncate_candidates(logits, n_vocab, p, c);
+    const cand *c = scratch;
     double inv_t = 1.0 / p->temperature, sum = 0, w_draft = 0;
     for (int i = 0; i < n; i++) {
         double w = cand_weight(c, i, inv_t);

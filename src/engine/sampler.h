@@ -1,7 +1,8 @@
-/* sampler.h — owns turning one row of logits into a token: repetition penalty,
- * temperature, top-k, top-p, min-p, seeded draws (llama.cpp's order and meanings),
- * the speculative accept/reject rule over that same distribution, and the top-N
- * log-probabilities that --logprobs reports. */
+/* sampler.h — owns turning one row of logits into a token: logit bias, the repetition,
+ * frequency and presence penalties, top-n-sigma, top-k, typical, top-p, min-p, XTC,
+ * temperature and seeded draws (llama.cpp's default chain: its order and meanings, checked
+ * against its samplers in tests/test_sampler_ref.c), the speculative accept/reject rule
+ * over that same distribution, and the top-N log-probabilities that --logprobs reports. */
 #ifndef LLMI_SAMPLER_H
 #define LLMI_SAMPLER_H
 
@@ -9,13 +10,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+typedef struct llmi_logit_bias { int32_t id; float bias; } llmi_logit_bias;
+#define LLMI_MAX_LOGIT_BIAS 4096   /* entries per request */
+
 typedef struct llmi_sampling {
     float temperature;      /* <= 0: greedy (argmax, lowest id on ties) */
     int top_k;              /* <= 0: off */
     float top_p;            /* >= 1: off */
     float min_p;            /* <= 0: off */
-    float repeat_penalty;   /* 1: off */
-    int repeat_last_n;      /* how many recent tokens the penalty looks at */
+    float typical_p;        /* 0 or >= 1: off; locally typical sampling (Meister et al. 2022) */
+    float top_n_sigma;      /* <= 0: off; keeps logits within n standard deviations of the best */
+    float xtc_probability;  /* <= 0: off; how often XTC cuts the top choices */
+    float xtc_threshold;    /* > 0.5: off; the probability that makes a token a top choice */
+    float repeat_penalty;   /* 1: off; divides a positive logit, multiplies a negative one */
+    float frequency_penalty;/* 0: off; subtracted once per occurrence in the window */
+    float presence_penalty; /* 0: off; subtracted once for a token that occurs in the window */
+    int repeat_last_n;      /* how many recent tokens the three penalties look at (-1: all) */
+    const llmi_logit_bias *logit_bias;   /* (n_logit_bias) added to the logits first; an id may
+                                            repeat (the biases add up); borrowed until the
+                                            request finishes */
+    int n_logit_bias;
     uint64_t seed;
 } llmi_sampling;
 
@@ -27,22 +41,34 @@ void sampler_rng_seed(sampler_rng *r, uint64_t seed);
 double sampler_rng_uniform(sampler_rng *r);   /* [0, 1) */
 
 /* Samples from logits (n_vocab), which it may modify (penalties).  history holds the
- * sequence's tokens so far for the repetition penalty.  scratch: caller-owned workspace
- * of sampler_scratch_bytes(n_vocab).  Draws one uniform from rng exactly when
- * temperature > 0, and hands it to sampler_sample_uniform. */
+ * sequence's tokens so far for the penalties.  scratch: caller-owned workspace of
+ * sampler_scratch_bytes(n_vocab).  Draws one uniform from rng for XTC when it is on, then
+ * one for the draw exactly when temperature > 0 (the one sampler_sample_uniform takes). */
 int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history, int n_history,
                        sampler_rng *rng, void *scratch);
 size_t sampler_scratch_bytes(int n_vocab);
 
-/* The tokens the repetition penalty looks at: history[*start, *start + return value).
- * 0 when the penalty is off (repeat_penalty 1, repeat_last_n 0, no history). */
+/* The tokens the penalties look at: history[*start, *start + return value).  0 when they
+ * are off (repeat_penalty 1 and no frequency or presence penalty, repeat_last_n 0, no
+ * history). */
 int sampler_penalty_window(const llmi_sampling *p, int n_history, int *start);
-/* sampler_sample with the draw given instead of an rng: the penalty applies once to each
- * distinct token of window (n_window, already cut by sampler_penalty_window; p's
- * repeat_last_n is not read), and uniform in [0, 1) is read only when temperature > 0.
- * A device sampler that gets the same window and uniform picks the same token. */
+/* Whether p uses a stage that only the host sampler has (logit bias, typical, top-n-sigma,
+ * XTC): a device sampler must hand such rows to sampler_sample. */
+bool sampler_needs_host(const llmi_sampling *p);
+/* sampler_sample with the draw given instead of an rng, for p without host-only stages:
+ * the penalties apply once to each distinct token of window (n_window, already cut by
+ * sampler_penalty_window; p's repeat_last_n is not read), and uniform in [0, 1) is read
+ * only when temperature > 0.  A device sampler that gets the same window and uniform picks
+ * the same token. */
 int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window,
                                int n_window, double uniform, void *scratch);
+
+/* The distribution the draw chooses from: the whole chain but the draw applied to logits
+ * (modified), the kept ids in ids[] and their probabilities at p's temperature in probs[]
+ * (both n_vocab long), most likely first; returns how many.  Greedy (temperature <= 0):
+ * the one token it picks, probability 1.  xtc_uniform is XTC's draw (read when XTC is on). */
+int sampler_distribution(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window, int n_window,
+                         double xtc_uniform, void *scratch, int32_t *ids, double *probs);
 
 /* Speculative verification of one proposed token (draft) against logits, the target's row
  * at the draft's position, with history as in sampler_sample.  Greedy: the argmax, accepted

@@ -1496,7 +1496,7 @@ static int sample_prepare(llmi_backend *b, cuda_impl *im, const llmi_batch *bt, 
         im->sp_h[r] = (llmi_cuda_sample_params){
             .uniform = q->uniform, .temperature = q->temperature, .top_p = q->top_p, .min_p = q->min_p,
             .log_min_p = q->min_p > 0.0f ? logf(q->min_p) : 0.0f, .repeat_penalty = q->repeat_penalty,
-            .top_k = q->top_k, .hist_start = (int)at, .hist_len = q->n_window};
+            .frequency_penalty = q->frequency_penalty, .presence_penalty = q->presence_penalty, .top_k = q->top_k, .hist_start = (int)at, .hist_len = q->n_window};
         if (q->n_window) memcpy(im->hist_h + at, q->window, (size_t)q->n_window * sizeof(int32_t));
         at += (size_t)q->n_window;
         im->lp_slot[r] = q->logits ? n_lp++ : -1;

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The sampling stages beyond top-k/top-p/min-p, end to end on SmolLM2 (the chain itself is
+# checked against llama.cpp's samplers in tests/test_sampler_ref.c):
+#   - -l ID-inf bans a token: greedy output never holds it, though it is the model's pick
+#     without the ban; ID+100 makes it every token;
+#   - --presence-penalty 100 over the whole history: no generated token repeats or occurs in
+#     the prompt (the penalties count the prompt, as llama.cpp's do);
+#   - a --prompts line's "logit_bias" replaces the command line's; false bans;
+#   - typical, top-n-sigma and XTC change sampled output and stay reproducible by seed;
+#   - bad values: one line naming the flag or the line, exit 2, under ASan/UBSan.
+. "$(dirname "$0")/../lib/common.sh"
+need_model
+L="$LLMI_SAN"
+P="The quick brown fox jumps over the lazy dog. The quick brown"
+gen=(generate --device cpu -m "$MODEL" --json --no-stats)
+ids() { python3 -c 'import json,sys; print(" ".join(str(t) for t in json.load(sys.stdin)["tokens"]))'; }
+pids() { python3 -c 'import json,sys; print(" ".join(str(t) for t in json.load(sys.stdin)["prompt_ids"]))'; }
+
+base=$("$LLMI" "${gen[@]}" -p "$P" -n 8 --temp 0 --ignore-eos | ids) || fail "greedy run"
+first=${base%% *}
+echo "greedy: $base"
+banned=$("$LLMI" "${gen[@]}" -p "$P" -n 8 --temp 0 --ignore-eos -l "${first}-inf" | ids) || fail "banned run"
+echo "with -l ${first}-inf: $banned"
+for t in $banned; do [ "$t" != "$first" ] || fail "-l ${first}-inf: token $first still generated ($banned)"; done
+forced=$("$LLMI" "${gen[@]}" -p "$P" -n 6 --temp 0.8 -s "$SEED" --ignore-eos -l 1000+100 | ids) || fail "forced run"
+[ "$forced" = "1000 1000 1000 1000 1000 1000" ] || fail "-l 1000+100: want token 1000 six times, got $forced"
+echo "with -l 1000+100: $forced"
+
+out=$("$LLMI" "${gen[@]}" -p "$P" -n 24 --temp 0 --ignore-eos --presence-penalty 100 --repeat-last-n -1) ||
+  fail "presence run"
+python3 - "$out" <<'PY' || fail "presence penalty: a repeat"
+import json, sys
+r = json.loads(sys.argv[1])
+toks, prompt = r["tokens"], set(r["prompt_ids"])
+rep = [t for i, t in enumerate(toks) if t in prompt or t in toks[:i]]
+assert not rep, f"repeated or prompt tokens in the output: {rep} of {toks}"
+print(f"presence 100: {len(toks)} tokens, none repeated, none from the prompt")
+PY
+
+# per-line logit_bias (object and list forms, false bans) over the command line's
+printf '{"prompt": "%s", "logit_bias": {"1000": 100}}\n{"prompt": "%s", "logit_bias": [[%s, false]]}\n{"prompt": "%s"}\n' \
+  "$P" "$P" "$first" "$P" >"$TMP/lb.jsonl"
+"$LLMI" generate --device cpu -m "$MODEL" --json --no-stats --prompts "$TMP/lb.jsonl" -n 4 --temp 0 --ignore-eos \
+  -l 2000+100 >"$TMP/lb.out" || fail "--prompts logit_bias run"
+python3 - "$TMP/lb.out" "$first" <<'PY' || fail "--prompts logit_bias"
+import json, sys
+rs = [json.loads(l) for l in open(sys.argv[1])]
+first = int(sys.argv[2])
+assert rs[0]["tokens"] == [1000] * 4, rs[0]["tokens"]          # the line's bias replaces -l 2000+100
+assert first not in rs[1]["tokens"] and 2000 not in rs[1]["tokens"], rs[1]["tokens"]
+assert rs[2]["tokens"] == [2000] * 4, rs[2]["tokens"]          # no field: the command line's
+print("--prompts logit_bias: replaces the command line's, false bans")
+PY
+
+# typical, top-n-sigma and XTC: sampled output changes, and a seed reproduces it
+s0=$("$LLMI" "${gen[@]}" -p "$P" -n 24 --ignore-eos --top-k 0 --top-p 1 --min-p 0 --temp 1.5 -s "$SEED" | ids)
+for f in "--typical 0.3" "--top-nsigma 0.5" "--xtc-probability 1 --xtc-threshold 0.05"; do
+  # shellcheck disable=SC2086
+  a=$("$LLMI" "${gen[@]}" -p "$P" -n 24 --ignore-eos --top-k 0 --top-p 1 --min-p 0 --temp 1.5 -s "$SEED" $f | ids) || fail "$f"
+  # shellcheck disable=SC2086
+  b=$("$LLMI_SAN" "${gen[@]}" -p "$P" -n 24 --ignore-eos --top-k 0 --top-p 1 --min-p 0 --temp 1.5 -s "$SEED" $f | ids) || fail "$f (san)"
+  [ "$a" = "$b" ] || fail "$f: the same seed gave different outputs ($a / $b)"
+  [ "$a" != "$s0" ] || fail "$f: the output did not change"
+  echo "$f: reproducible, differs from plain sampling"
+done
+
+expect_error "--logit-bias" "$L" generate --device cpu -m "$MODEL" -p hi --logit-bias 12
+expect_error "-l" "$L" generate --device cpu -m "$MODEL" -p hi -l 12+inf
+expect_error "-l" "$L" generate --device cpu -m "$MODEL" -p hi -l 12+101
+expect_error "-l" "$L" generate --device cpu -m "$MODEL" -p hi -l -3+1
+expect_error "outside the vocabulary" "$L" generate --device cpu -m "$MODEL" -p hi -n 1 -l 49152+1
+expect_error "--typical" "$L" generate --device cpu -m "$MODEL" -p hi --typical 1.5
+expect_error "--frequency-penalty" "$L" generate --device cpu -m "$MODEL" -p hi --frequency-penalty nan
+expect_error "--xtc-threshold" "$L" generate --device cpu -m "$MODEL" -p hi --xtc-threshold 2
+printf '{"prompt": "x", "logit_bias": {"abc": 1}}\n' >"$TMP/b1.jsonl"
+expect_error "b1.jsonl:1" "$L" generate --device cpu -m "$MODEL" --prompts "$TMP/b1.jsonl"
+printf '{"prompt": "x", "logit_bias": [[5, 1, 2]]}\n' >"$TMP/b2.jsonl"
+expect_error "logit_bias" "$L" generate --device cpu -m "$MODEL" --prompts "$TMP/b2.jsonl"
+printf '{"prompt": "x", "logit_bias": {"5": "big"}}\n' >"$TMP/b3.jsonl"
+expect_error "logit_bias" "$L" generate --device cpu -m "$MODEL" --prompts "$TMP/b3.jsonl"
+printf '{"prompt": "x", "presence_penalty": 1000}\n' >"$TMP/b4.jsonl"
+expect_error "presence_penalty" "$L" generate --device cpu -m "$MODEL" --prompts "$TMP/b4.jsonl"
+echo "sampling flags: ok"
