@@ -547,15 +547,6 @@ typedef struct tp_req {
     double ttft, latency, t_first, t_finish;
 } tp_req;
 
-/* The chat template's pieces around user messages, as tokens (--turns). */
-typedef struct tp_chat {
-    int32_t *first, *after, *next, *after_next;   /* (n_first), (n_after), (n_next), (n_after_next) */
-    int n_first;          /* before the first user message (system turn, user turn opened) */
-    int n_after;          /* after a user message of the first turn (assistant turn opened) */
-    int n_next;           /* after an answer, before the next user message */
-    int n_after_next;     /* after a later user message */
-} tp_chat;
-
 /* One throughput run: its requests and what serving them measured. */
 typedef struct tp_run {
     llmi_engine *e;
@@ -563,7 +554,7 @@ typedef struct tp_run {
     int n, turns, n_conv; /* n = n_conv * turns */
     double rate;          /* requests (conversations) per second; 0 = all at t = 0 */
     double *arrivals;     /* (n_conv) scheduled arrivals of first turns, seconds after the start */
-    tp_chat chat;
+    tok_chat_pieces chat;
     double t_start;       /* engine clock when the first request could arrive */
     double elapsed;       /* seconds from t_start to the end of the last step */
     int preemptions;
@@ -727,39 +718,6 @@ static void sleep_s(double s) {
     nanosleep(&ts, NULL);
 }
 
-/* Tokens of text, special-token strings parsed (template text), no BOS added. */
-static int chat_tokens(const llmi_model *m, const char *text, size_t len, int32_t **ids, int *n, llmi_status *st) {
-    if (len == 0) { *ids = NULL; *n = 0; return 0; }
-    return tok_encode(m->tok, text, len, false, true, ids, n, st);
-}
-
-/* The template rendered once around a marker message and cut there, so the chat format
- * stays tok_chat.c's one implementation. */
-static int tp_chat_pieces(const llmi_model *m, tp_chat *c, llmi_status *st) {
-    static const char MARK[] = "\x01llmi-bench-message\x01";
-    if (!m->tok) return llmi_fail(st, LLMI_E_USAGE, "--turns: the model has no tokenizer");
-    char *one = NULL, *two = NULL;
-    int rc = tok_chat_format(m->tok, NULL, MARK, &one, st);
-    if (!rc) rc = tok_chat_next_turn(m->tok, MARK, &two, st);
-    const char *a = one ? strstr(one, MARK) : NULL, *b = two ? strstr(two, MARK) : NULL;
-    if (!rc && (!a || !b)) rc = llmi_fail(st, LLMI_E_RUNTIME, "--turns: the chat template lost the user message");
-    const size_t ml = sizeof MARK - 1;
-    if (!rc) rc = chat_tokens(m, one, (size_t)(a - one), &c->first, &c->n_first, st);
-    if (!rc) rc = chat_tokens(m, a + ml, strlen(a + ml), &c->after, &c->n_after, st);
-    if (!rc) rc = chat_tokens(m, two, (size_t)(b - two), &c->next, &c->n_next, st);
-    if (!rc) rc = chat_tokens(m, b + ml, strlen(b + ml), &c->after_next, &c->n_after_next, st);
-    free(one);
-    free(two);
-    return rc;
-}
-
-static void tp_chat_free(tp_chat *c) {
-    free(c->first);
-    free(c->after);
-    free(c->next);
-    free(c->after_next);
-}
-
 /* Concatenates up to five token pieces into a new array *out (n). */
 static int concat(int32_t **out, int *n, const int32_t *p[5], const int len[5]) {
     int total = 0;
@@ -779,7 +737,7 @@ static int concat(int32_t **out, int *n, const int32_t *p[5], const int len[5]) 
 /* With --turns: every request's message becomes its user turn; first turns get their
  * prompt now, later ones a bound on theirs. */
 static int tp_make_turns(tp_run *run, llmi_status *st) {
-    const tp_chat *c = &run->chat;
+    const tok_chat_pieces *c = &run->chat;
     for (int i = 0; i < run->n; i++) {
         tp_req *r = &run->reqs[i];
         r->user = r->prompt;
@@ -806,7 +764,8 @@ static int tp_prepare(const bench_args *a, const llmi_model *m, stats_rng *rng, 
     int rc = 0;
     const int T = a->turns;
     run->turns = T;
-    if (T > 1) rc = tp_chat_pieces(m, &run->chat, st);
+    if (T > 1 && !m->tok) rc = llmi_fail(st, LLMI_E_USAGE, "--turns: the model has no tokenizer");
+    else if (T > 1) rc = tok_chat_pieces_make(m->tok, NULL, &run->chat, st);
     if (rc) return rc;
     if (a->dataset) {
         if (!m->tok) return llmi_fail(st, LLMI_E_USAGE, "--dataset: the model has no tokenizer");
@@ -875,7 +834,7 @@ static int tp_next_turn(tp_run *run, int i, const llmi_request_info *ri, const l
                         llmi_status *st) {
     const tp_req *r = &run->reqs[i];
     tp_req *nx = &run->reqs[i + 1];
-    const tp_chat *c = &run->chat;
+    const tok_chat_pieces *c = &run->chat;
     int n_answer = ri->n_generated - (ri->finish == LLMI_FINISH_EOS ? 1 : 0);
     const int32_t *p[5] = {r->prompt, ri->tokens + ri->n_prompt, c->next, nx->user, c->after_next};
     const int len[5] = {r->n_prompt, n_answer > 0 ? n_answer : 0, c->n_next, nx->n_user, c->n_after_next};
@@ -1230,7 +1189,7 @@ static int tp_run_one(const bench_args *a, const llmi_model *m, const char *labe
     free(run.itl.v);
     free(run.kv_t.v);
     free(run.kv_u.v);
-    tp_chat_free(&run.chat);
+    tok_chat_pieces_free(&run.chat);
     tp_summary_free(&sum);
     return rc;
 }

@@ -51,6 +51,7 @@ typedef struct gen_opts {
     const char *grammar_flag, *grammar_value;   /* the one of --grammar, --grammar-file, -j,
                                                    --json-schema-file given, and its value */
     bool chat, json, verbose_prompt, no_stats;
+    bool conversation;               /* -cnv: turns from stdin, one request each on the tokens so far */
     llmi_request_params params;
     bool seed_given;
     llmi_logit_bias *bias;           /* (n_bias) --logit-bias, behind params.sampling.logit_bias */
@@ -70,6 +71,7 @@ typedef struct gen_ctx {
     int n_failed_late;               /* requests that failed after they were admitted (a grammar) */
     int *finished;                   /* (n_reqs) engine ids finished in this step, to release */
     int n_finished;
+    bool keep_ids;                   /* emitting leaves gen_ids (a conversation builds the next turn on them) */
 } gen_ctx;
 
 static const char *gen_help =
@@ -86,6 +88,9 @@ static const char *gen_help =
     "                          ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max,\n"
     "                          grammar, json_schema; served together\n"
     "  --chat                  format the prompt with the model's chat template\n"
+    "  -cnv, --conversation    chat: each line of stdin is a user turn ('\\' at the end goes on to\n"
+    "                          the next line), answered on the conversation so far (its K/V\n"
+    "                          reused from the prefix cache); ends at end of input\n"
     "  --system TEXT           system message for --chat\n"
     "  -n, --n-predict N       tokens to generate (default 128; 0 = prompt only; -1 = until EOS/context)\n"
     "  --stop STR              stop when the output contains STR (repeatable, up to 8)\n"
@@ -240,10 +245,14 @@ static void emit_ready(gen_ctx *g) {
         }
         /* Printed: only the counts stay (the stats need them), so that a long --prompts
          * run holds the outputs of the requests in flight, not of every one done. */
-        free(r->text), free(r->gen_ids), free(r->lp), free(r->top_ids), free(r->top_lp);
-        r->text = NULL, r->gen_ids = NULL, r->lp = NULL, r->top_ids = NULL, r->top_lp = NULL;
+        free(r->text), free(r->lp), free(r->top_ids), free(r->top_lp);
+        r->text = NULL, r->lp = NULL, r->top_ids = NULL, r->top_lp = NULL;
         r->text_len = r->text_cap = 0;
-        r->cap_gen = 0;
+        if (!g->keep_ids) {
+            free(r->gen_ids);
+            r->gen_ids = NULL;
+            r->cap_gen = 0;
+        }
     }
     out_flush(g);
 }
@@ -529,6 +538,7 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
         else if (IS("--prompts")) { VALUE(); o->prompts_file = v; }
         else if (IS("--system")) { VALUE(); o->system = v; }
         else if (IS("--chat")) o->chat = true;
+        else if (IS("-cnv") || IS("--conversation")) o->conversation = o->chat = true;
         else if (IS("--json")) o->json = true;
         else if (IS("--verbose-prompt")) o->verbose_prompt = true;
         else if (IS("--no-stats")) o->no_stats = true;
@@ -668,6 +678,157 @@ static uint64_t random_seed(void) {
     return ((uint64_t)t.tv_nsec * 0x9E3779B97F4A7C15ull) ^ (uint64_t)t.tv_sec ^ ((uint64_t)getpid() << 32);
 }
 
+/* One user turn from in: a line, joined with the next while it ends in '\\' (the
+ * backslash dropped, the newline kept); blank turns skipped.  0 at end of input. */
+static int read_turn(FILE *in, bool prompt, char **buf, size_t *cap, size_t *len) {
+    char *line = NULL;
+    size_t lcap = 0;
+    for (;;) {
+        *len = 0;
+        if (*buf) **buf = '\0';
+        bool more = true;
+        while (more) {
+            if (prompt) fputs(*len ? ". " : "> ", stderr), fflush(stderr);
+            ssize_t n = getline(&line, &lcap, in);
+            if (n < 0) {
+                free(line);
+                return *len > 0;
+            }
+            while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+            more = n > 0 && line[n - 1] == '\\';
+            if (more) line[n - 1] = '\n';
+            if (*len + (size_t)n + 1 > *cap) {
+                size_t c = (*len + (size_t)n + 1) * 2;
+                char *b = realloc(*buf, c);
+                if (!b) {
+                    free(line);
+                    return -1;
+                }
+                *buf = b, *cap = c;
+            }
+            memcpy(*buf + *len, line, (size_t)n);
+            *len += (size_t)n;
+            (*buf)[*len] = '\0';
+        }
+        for (size_t i = 0; i < *len; i++)
+            if (!strchr(" \t\n", (*buf)[i])) {
+                free(line);
+                return 1;
+            }
+    }
+}
+
+/* -cnv: a chat on stdin.  Each turn is one request whose prompt is the conversation's
+ * tokens so far (the previous prompt and answer, as generated) with the template's text
+ * to the next user message, that message and the assistant turn opened
+ * (tok_chat_pieces), so the prefix cache serves the earlier turns' K/V. */
+static int conversation_run(const gen_opts *o, const cli_model_opts *mo_in, llmi_status *st) {
+    if (o->prompt || o->prompt_file || o->prompts_file)
+        return llmi_fail(st, LLMI_E_USAGE, "--conversation: the user turns come from stdin, one per line; drop %s",
+                         o->prompt ? "-p" : o->prompt_file ? "-f" : "--prompts");
+    cli_model_opts mo = *mo_in;
+    llmi_model m;
+    llmi_backend *b = NULL;
+    llmi_engine *e = NULL;
+    tok_chat_pieces pc = {0};
+    int32_t *conv = NULL, *user = NULL;   /* (n_conv) the tokens so far, (n_user) this turn's message */
+    int n_conv = 0, n_user = 0, turn = 0, fin[1];
+    char *text = NULL;
+    size_t text_cap = 0, text_len = 0;
+    gen_request r = {0};
+    int rc = cli_check_draft_flags(&mo, o->params.spec.mode == LLMI_SPEC_DRAFT, st);
+    if (rc) return rc;
+    if ((rc = cli_open_model(&mo, &m, st))) return rc;
+    if (o->params.spec.mode != LLMI_SPEC_OFF && o->params.spec.k > mo.engine.spec_max_k)
+        mo.engine.spec_max_k = o->params.spec.k;
+    if ((rc = cli_open_engine(&mo, &m, NULL, &b, &e, st))) goto out;
+    if (!m.tok) {
+        rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: the model has no tokenizer", m.source_path);
+        goto out;
+    }
+    if ((rc = tok_chat_pieces_make(m.tok, o->system, &pc, st))) goto out;
+    const bool tty = isatty(0) && isatty(2);
+    int got;
+    while ((got = read_turn(stdin, tty, &text, &text_cap, &text_len)) > 0) {
+        free(user);
+        user = NULL;
+        if ((rc = tok_encode(m.tok, text, text_len, false, false, &user, &n_user, st))) goto out;
+        /* the prompt: the conversation so far, the template to this message, it, the answer opened */
+        const int32_t *part[4] = {conv, turn ? pc.next : pc.first, user, turn ? pc.after_next : pc.after};
+        const int len[4] = {n_conv, turn ? pc.n_next : pc.n_first, n_user, turn ? pc.n_after_next : pc.n_after};
+        int n = 0;
+        for (int i = 0; i < 4; i++) n += len[i];
+        r = (gen_request){.index = turn, .params = o->params, .engine_id = -1};
+        r.params.sampling.seed += (uint64_t)turn;
+        if (!(r.prompt_ids = malloc((size_t)n * sizeof *r.prompt_ids))) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+            goto out;
+        }
+        for (int i = 0; i < 4; i++) {
+            if (len[i]) memcpy(r.prompt_ids + r.n_prompt, part[i], (size_t)len[i] * sizeof *r.prompt_ids);
+            r.n_prompt += len[i];
+        }
+        tok_stream_init(&r.stream, m.tok, true);
+        if (o->verbose_prompt) print_prompt_tokens(m.tok, &r);
+        llmi_status ast = {0};
+        if (engine_add_request(e, r.prompt_ids, r.n_prompt, &r.params, &r, &r.engine_id, &ast)) {
+            rc = llmi_fail(st, ast.code, "--conversation: turn %d: %s", turn + 1, ast.msg);
+            goto out;
+        }
+        gen_ctx g = {.engine = e, .reqs = &r, .n_reqs = 1, .tok = m.tok, .json = o->json, .stream_out = !o->json,
+                     .finished = fin, .keep_ids = true};
+        while (engine_has_work(e)) {
+            if (cli_was_interrupted()) {
+                engine_abort_all(e, on_token, &g);
+                rc = llmi_fail(st, LLMI_E_INTERRUPT, "interrupted");
+                goto out;
+            }
+            if ((rc = engine_step(e, on_token, &g, NULL, st))) goto out;
+            for (int i = 0; i < g.n_finished; i++) engine_release(e, g.finished[i]);
+            g.n_finished = 0;
+            if (g.out_errno || g.oom) break;
+        }
+        if (g.out_errno) rc = llmi_fail(st, LLMI_E_RUNTIME, "generate: cannot write to stdout: %s", strerror(g.out_errno));
+        else if (g.oom) rc = llmi_fail(st, LLMI_E_RUNTIME, "generate: out of memory keeping the outputs");
+        else if (g.n_failed_late) rc = llmi_fail(st, LLMI_E_RUNTIME, "--conversation: turn %d failed (see above)", turn + 1);
+        else if (r.finish == LLMI_FINISH_CONTEXT)
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "--conversation: turn %d: the conversation filled the context (%d tokens, -c)",
+                           turn + 1, r.n_prompt + r.n_gen);
+        if (rc) goto out;
+        if (!o->no_stats)
+            fprintf(stderr, "llmi: turn %d: prompt %d tokens (%d cached) | generated %d | finish %s | TTFT %.1f ms | "
+                    "decode %.1f tok/s\n", turn + 1, r.n_prompt, r.n_cached, r.n_gen, finish_name(r.finish),
+                    r.n_gen > 0 ? r.ttft * 1e3 : 0.0,
+                    r.n_gen > 1 && r.latency > r.ttft ? (r.n_gen - 1) / (r.latency - r.ttft) : 0.0);
+        /* the next turn builds on this prompt and its answer, the end-of-generation token
+         * left out: the template's text after an answer closes the turn itself */
+        int n_answer = r.n_gen - (r.finish == LLMI_FINISH_EOS ? 1 : 0);
+        int32_t *nc = realloc(r.prompt_ids, (size_t)(r.n_prompt + n_answer + 1) * sizeof *nc);
+        if (!nc) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+            goto out;
+        }
+        r.prompt_ids = NULL;
+        if (n_answer > 0) memcpy(nc + r.n_prompt, r.gen_ids, (size_t)n_answer * sizeof *nc);
+        free(conv);
+        conv = nc;
+        n_conv = r.n_prompt + n_answer;
+        request_free(&r);
+        r = (gen_request){0};
+        turn++;
+    }
+    if (got < 0) rc = llmi_fail(st, LLMI_E_RUNTIME, "out of memory reading stdin");
+out:
+    request_free(&r);
+    free(conv);
+    free(user);
+    free(text);
+    tok_chat_pieces_free(&pc);
+    cli_close_engine(b, e);
+    model_free(&m);
+    return rc;
+}
+
 /* The run after the flags; o's lists stay the caller's to free. */
 static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
     if (mo.dummy) return llmi_fail(st, LLMI_E_USAGE, "--dummy: generate needs a tokenizer; use llmi bench for synthetic weights");
@@ -677,6 +838,11 @@ static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
     grammar *grammar = NULL;   /* every request's, unless its --prompts line has its own */
     if (o.grammar_flag && flag_grammar(&o, &grammar, st)) return st->code;
     o.params.grammar = grammar;
+    if (o.conversation) {
+        int crc = conversation_run(&o, &mo, st);
+        grammar_free(grammar);
+        return crc;
+    }
     gen_request *reqs = NULL;
     int n_reqs = 0;
     if (collect_prompts(&o, &reqs, &n_reqs, st)) {

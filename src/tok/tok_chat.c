@@ -264,3 +264,37 @@ int tok_chat_next_turn(const tokenizer *t, const char *user, char **out, llmi_st
     user_turn(&b, t, user);
     return chat_done(&b, out, "--turns", st);
 }
+
+/* Tokens of template text: special-token strings parsed, no BOS added. */
+static int piece_tokens(const tokenizer *t, const char *text, size_t len, int32_t **ids, int *n, llmi_status *st) {
+    *ids = NULL;
+    *n = 0;
+    return len ? tok_encode(t, text, len, false, true, ids, n, st) : 0;
+}
+
+int tok_chat_pieces_make(const tokenizer *t, const char *system, tok_chat_pieces *c, llmi_status *st) {
+    static const char MARK[] = "\x01llmi-chat-message\x01";
+    const size_t ml = sizeof MARK - 1;
+    *c = (tok_chat_pieces){0};
+    char *one = NULL, *two = NULL;
+    int rc = tok_chat_format(t, system, MARK, &one, st);
+    if (!rc) rc = tok_chat_next_turn(t, MARK, &two, st);
+    const char *a = one ? strstr(one, MARK) : NULL, *b = two ? strstr(two, MARK) : NULL;
+    if (!rc && (!a || !b)) rc = llmi_fail(st, LLMI_E_RUNTIME, "chat: the template lost the user message");
+    if (!rc) rc = piece_tokens(t, one, (size_t)(a - one), &c->first, &c->n_first, st);
+    if (!rc) rc = piece_tokens(t, a + ml, strlen(a + ml), &c->after, &c->n_after, st);
+    if (!rc) rc = piece_tokens(t, two, (size_t)(b - two), &c->next, &c->n_next, st);
+    if (!rc) rc = piece_tokens(t, b + ml, strlen(b + ml), &c->after_next, &c->n_after_next, st);
+    free(one);
+    free(two);
+    if (rc) tok_chat_pieces_free(c);
+    return rc;
+}
+
+void tok_chat_pieces_free(tok_chat_pieces *c) {
+    free(c->first);
+    free(c->after);
+    free(c->next);
+    free(c->after_next);
+    *c = (tok_chat_pieces){0};
+}

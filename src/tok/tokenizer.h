@@ -98,4 +98,19 @@ const char *tok_chat_template_name(const tokenizer *t);  /* "chatml", "llama3", 
  * [..., assistant(answer), user(user)] after the answer.  *out is malloc'ed. */
 int tok_chat_next_turn(const tokenizer *t, const char *user, char **out, llmi_status *st);
 
+/* The template's pieces around user messages, as tokens, for conversations built turn by
+ * turn on the tokens so far (bench --turns, generate --conversation): cut from
+ * tok_chat_format and tok_chat_next_turn renderings around a marker message, so the format
+ * stays theirs.  A conversation is first + user 1 + after, then per later turn the
+ * answer's tokens (without its end-of-generation token) + next + user k + after_next. */
+typedef struct tok_chat_pieces {
+    int32_t *first, *after, *next, *after_next;   /* (n_first), (n_after), (n_next), (n_after_next) */
+    int n_first;          /* before the first user message (system turn, user turn opened) */
+    int n_after;          /* after a user message of the first turn (assistant turn opened) */
+    int n_next;           /* after an answer, before the next user message */
+    int n_after_next;     /* after a later user message */
+} tok_chat_pieces;
+int tok_chat_pieces_make(const tokenizer *t, const char *system, tok_chat_pieces *c, llmi_status *st);
+void tok_chat_pieces_free(tok_chat_pieces *c);
+
 #endif
