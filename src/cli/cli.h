@@ -32,6 +32,11 @@ void cli_model_opts_init(cli_model_opts *o);
 /* If argv[*i] is one of the shared flags, consumes it and its value (advancing *i) and
  * returns 1; returns 0 when it is not a shared flag; returns -1 with st set on a bad value. */
 int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_status *st);
+/* The sampling flags generate and bench share (--temp, --top-k, --top-p, --min-p, --typical,
+ * --top-nsigma, --xtc-probability, --xtc-threshold, --repeat-penalty, --frequency-penalty,
+ * --presence-penalty, --repeat-last-n) into s, as cli_parse_model_flag: 1 consumed, 0 not
+ * one of them, -1 a bad value (st set). */
+int cli_parse_sampling_flag(llmi_sampling *s, int argc, char **argv, int *i, llmi_status *st);
 /* Help text of the shared flags, for each subcommand's --help. */
 const char *cli_model_flags_help(void);
 

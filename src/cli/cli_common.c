@@ -204,6 +204,42 @@ static int parse_dtype(const char *flag, const char *v, llmi_dtype *out, llmi_st
     return llmi_fail(st, LLMI_E_USAGE, "%s: unknown dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_1)", flag, v);
 }
 
+int cli_parse_sampling_flag(llmi_sampling *s, int argc, char **argv, int *i, llmi_status *st) {
+    static const struct { const char *flag; double min, max; bool integer; size_t at; } flags[] = {
+        {"--temp", 0, 100, false, offsetof(llmi_sampling, temperature)},
+        {"--top-k", 0, 1 << 24, true, offsetof(llmi_sampling, top_k)},
+        {"--top-p", 0, 1, false, offsetof(llmi_sampling, top_p)},
+        {"--min-p", 0, 1, false, offsetof(llmi_sampling, min_p)},
+        {"--typical", 0, 1, false, offsetof(llmi_sampling, typical_p)},
+        {"--top-nsigma", -1, 100, false, offsetof(llmi_sampling, top_n_sigma)},
+        {"--xtc-probability", 0, 1, false, offsetof(llmi_sampling, xtc_probability)},
+        {"--xtc-threshold", 0, 1, false, offsetof(llmi_sampling, xtc_threshold)},
+        /* 0 would divide repeated tokens' positive logits by zero: +inf, repeated forever */
+        {"--repeat-penalty", 0.01, 100, false, offsetof(llmi_sampling, repeat_penalty)},
+        {"--frequency-penalty", -100, 100, false, offsetof(llmi_sampling, frequency_penalty)},
+        {"--presence-penalty", -100, 100, false, offsetof(llmi_sampling, presence_penalty)},
+        {"--repeat-last-n", -1, 1 << 24, true, offsetof(llmi_sampling, repeat_last_n)},
+    };
+    const char *a = argv[*i];
+    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) {
+        if (strcmp(a, flags[k].flag)) continue;
+        const char *v = cli_flag_value(argc, argv, i, st);
+        if (!v) return -1;
+        char *dst = (char *)s + flags[k].at;
+        if (flags[k].integer) {
+            long n;
+            if (cli_parse_long(a, v, (long)flags[k].min, (long)flags[k].max, &n, st)) return -1;
+            *(int *)dst = (int)n;
+        } else {
+            double f;
+            if (cli_parse_float(a, v, flags[k].min, flags[k].max, &f, st)) return -1;
+            *(float *)dst = (float)f;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_status *st) {
     const char *a = argv[*i];
     const char *v;

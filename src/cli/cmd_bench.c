@@ -67,6 +67,8 @@ typedef struct bench_args {
     int turns;                   /* requests per conversation (--turns); 1 = independent requests */
     slo_spec slo;                /* --slo; all 0 = none */
     const char *per_request;     /* jsonl of every request, or NULL */
+    llmi_sampling sampling;      /* --temp, --top-k, ...: every request's (default greedy) */
+    const char *sampling_flag;   /* the first sampling flag given, or NULL */
     /* perplexity */
     const char *ppl;
     int chunks;
@@ -131,6 +133,10 @@ static const char *bench_usage(void) {
            "  --slo ttft=MS,tpot=MS[,e2e=MS]  goodput and the share of requests within each limit; with a\n"
            "                          --request-rate list, the highest rate meeting them for >= 90%\n"
            "  --per-request FILE      write one JSON line per request\n"
+           "  --temp T, --top-k N, --top-p P, --min-p P, --typical P, --top-nsigma N, --xtc-probability P,\n"
+           "  --xtc-threshold T, --repeat-penalty P, --frequency-penalty F, --presence-penalty F,\n"
+           "  --repeat-last-n N       every request's sampling, as generate's (default greedy; vLLM's\n"
+           "                          throughput benchmark samples at --temp 1 --top-k 0 --top-p 1 --min-p 0)\n"
            "perplexity:\n"
            "  --ppl FILE              llama-perplexity rule; -c window (default 512), --chunks N\n"
            "output:\n"
@@ -148,6 +154,8 @@ static const char *bench_usage(void) {
 static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_status *st) {
     *a = (bench_args){.reps = 5, .warmup = 1, .fmt = REPORT_MD, .seed = 42, .input_len = 128, .output_len = 128,
                       .chunks = -1, .spec_p = spec_params_defaults()};
+    a->sampling = sampling_defaults();
+    a->sampling.temperature = 0;
     cli_model_opts_init(&a->mo);
     bool lists_sweep = false;
     for (int i = 0; i < argc; i++) {  /* main.c passes the arguments after "bench" */
@@ -251,6 +259,12 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
         if (!strcmp(f, "--ppl")) { VAL(); a->ppl = v; continue; }
         if (!strcmp(f, "--chunks")) { VAL(); if (cli_parse_long(f, v, 1, 1 << 24, &n, st)) return st->code; a->chunks = (int)n; continue; }
 #undef VAL
+        rc = cli_parse_sampling_flag(&a->sampling, argc, argv, &i, st);
+        if (rc < 0) return st->code;
+        if (rc > 0) {
+            if (!a->sampling_flag) a->sampling_flag = f;
+            continue;
+        }
         rc = cli_parse_model_flag(&a->mo, argc, argv, &i, st);
         if (rc < 0) return st->code;
         if (rc == 0) return llmi_fail(st, LLMI_E_USAGE, "bench: unknown flag '%s' (see llmi bench --help)", f);
@@ -261,6 +275,9 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
             return llmi_fail(st, LLMI_E_USAGE, "--compare: reads two result files; it takes no model, workload, --plot or --out");
         return 0;
     }
+    if (a->sampling_flag && !a->throughput)
+        return llmi_fail(st, LLMI_E_USAGE, "%s: sampling applies to throughput runs (--num-requests, --dataset or --turns)",
+                         a->sampling_flag);
     if (a->ppl && (a->throughput || lists_sweep))
         return llmi_fail(st, LLMI_E_USAGE, "--ppl: cannot be combined with sweep (-p/-n/-b) or throughput flags");
     if (a->nspec > 0 && a->ppl) return llmi_fail(st, LLMI_E_USAGE, "--spec: not with --ppl (nothing is generated)");
@@ -823,6 +840,7 @@ static int tp_check_fit(const tp_run *run, int bs, llmi_status *st) {
 static int tp_submit(tp_run *run, int i, llmi_request_params rp, double now, llmi_status *st) {
     tp_req *r = &run->reqs[i];
     rp.max_tokens = r->max_tokens;
+    rp.sampling.seed += (uint64_t)i;   /* each request its own stream */
     r->submitted = now;
     return engine_add_request(run->e, r->prompt, r->n_prompt, &rp, (void *)(intptr_t)i, &r->id, st);
 }
@@ -879,7 +897,8 @@ static int tp_serve(const bench_args *a, tp_run *run, llmi_status *st) {
     llmi_engine *e = run->e;
     const int T = run->turns;
     llmi_request_params rp = request_params_defaults();
-    rp.sampling.temperature = 0;
+    rp.sampling = a->sampling;
+    rp.sampling.seed = a->seed;
     /* Random prompts have no meaningful EOS; dataset prompts stop as the model says. */
     rp.ignore_eos = a->dataset == NULL;
     if (a->nspec) {
@@ -1024,6 +1043,7 @@ static void tp_report(const bench_args *a, const llmi_model *m, const char *labe
     report_int(rep, "num_prefixes", a->prefix_len ? a->num_prefixes : 0);
     report_num(rep, "request_rate", run->rate > 0 ? run->rate : INFINITY, 2);
     report_int(rep, "seed", (long long)a->seed);
+    report_num(rep, "temperature", a->sampling.temperature, 2);
     report_num(rep, "warmup_s", run->warmup_s, 3);
     report_num(rep, "elapsed_s", t_end, 3);
     report_num(rep, "requests_per_s", n / t_end, 3);

@@ -526,8 +526,8 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         long n;
-        double f;
         int r = cli_parse_model_flag(mo, argc, argv, &i, st);
+        if (r == 0) r = cli_parse_sampling_flag(&o->params.sampling, argc, argv, &i, st);
         if (r < 0) return st->code;
         if (r > 0) continue;
 #define VALUE() do { if (!(v = cli_flag_value(argc, argv, &i, st))) return st->code; } while (0)
@@ -576,46 +576,6 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
                 return llmi_fail(st, LLMI_E_USAGE, "%s: %s was given already; give one grammar or schema", a, o->grammar_flag);
             o->grammar_flag = a;
             o->grammar_value = v;
-        } else if (IS("--temp")) {
-            VALUE();
-            if (cli_parse_float(a, v, 0, 100, &f, st)) return st->code;
-            o->params.sampling.temperature = (float)f;
-        } else if (IS("--top-k")) {
-            VALUE();
-            if (cli_parse_long(a, v, 0, 1 << 24, &n, st)) return st->code;
-            o->params.sampling.top_k = (int)n;
-        } else if (IS("--top-p")) {
-            VALUE();
-            if (cli_parse_float(a, v, 0, 1, &f, st)) return st->code;
-            o->params.sampling.top_p = (float)f;
-        } else if (IS("--min-p")) {
-            VALUE();
-            if (cli_parse_float(a, v, 0, 1, &f, st)) return st->code;
-            o->params.sampling.min_p = (float)f;
-        } else if (IS("--repeat-penalty")) {
-            VALUE();
-            if (cli_parse_float(a, v, 0.01, 100, &f, st)) return st->code;
-            o->params.sampling.repeat_penalty = (float)f;
-        } else if (IS("--typical")) {
-            VALUE();
-            if (cli_parse_float(a, v, 0, 1, &f, st)) return st->code;
-            o->params.sampling.typical_p = (float)f;
-        } else if (IS("--top-nsigma")) {
-            VALUE();
-            if (cli_parse_float(a, v, -1, 100, &f, st)) return st->code;
-            o->params.sampling.top_n_sigma = (float)f;
-        } else if (IS("--xtc-probability")) {
-            VALUE();
-            if (cli_parse_float(a, v, 0, 1, &f, st)) return st->code;
-            o->params.sampling.xtc_probability = (float)f;
-        } else if (IS("--xtc-threshold")) {
-            VALUE();
-            if (cli_parse_float(a, v, 0, 1, &f, st)) return st->code;
-            o->params.sampling.xtc_threshold = (float)f;
-        } else if (IS("--frequency-penalty") || IS("--presence-penalty")) {
-            VALUE();
-            if (cli_parse_float(a, v, -100, 100, &f, st)) return st->code;
-            *(IS("--frequency-penalty") ? &o->params.sampling.frequency_penalty : &o->params.sampling.presence_penalty) = (float)f;
         } else if (IS("-l") || IS("--logit-bias")) {
             VALUE();
             if (parse_logit_bias_flag(a, v, o, st)) return st->code;

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "sample_chain.h"   /* sample_rank_key: the device sampler's candidate order, shared */
 
 typedef struct cand { int32_t id; float logit; } cand;
 
@@ -52,8 +53,9 @@ double sampler_rng_uniform(sampler_rng *r) {
     return (double)(result >> 11) * 0x1.0p-53;
 }
 
-/* scratch: candidates (n_vocab), then typical's scores (n_vocab doubles) and order
- * (n_vocab cands); the penalties' counts (n_vocab ints) reuse the candidates' space. */
+/* scratch: candidates (n_vocab), then typical's order (n_vocab cands) and scores (n_vocab
+ * doubles); the penalties' counts (n_vocab ints) reuse the candidates' space, the radix
+ * sort's keys (2 x n_vocab uint64) typical's. */
 size_t sampler_scratch_bytes(int n_vocab) { return (size_t)n_vocab * (2 * sizeof(cand) + sizeof(double)); }
 
 static int32_t argmax(const float *x, int n) {
@@ -211,6 +213,27 @@ static int xtc_cut(cand *c, int n, const llmi_sampling *p, double uniform, void 
     return n - last;
 }
 
+/* Sorts c[0, n) best first in sample_rank_key order (cmp_cand_desc's order, -0/+0 by id):
+ * an LSD radix sort over the keys' bytes, O(n), for whole-vocabulary candidate lists (top-k
+ * off), where qsort was most of a sampled token's time.  keys, tmp: (n) each. */
+static void radix_sort_desc(cand *c, int n, const float *logits, uint64_t *keys, uint64_t *tmp) {
+    for (int i = 0; i < n; i++) keys[i] = sample_rank_key(c[i].logit, c[i].id);
+    for (int shift = 0; shift < 64; shift += 8) {
+        int start[257] = {0};
+        /* bucket 255 - digit first: descending */
+        for (int i = 0; i < n; i++) start[256 - ((keys[i] >> shift) & 255)]++;
+        if (start[256 - ((keys[0] >> shift) & 255)] == n) continue;   /* one digit for all: nothing moves */
+        for (int b = 1; b <= 256; b++) start[b] += start[b - 1];
+        for (int i = 0; i < n; i++) tmp[start[255 - ((keys[i] >> shift) & 255)]++] = keys[i];
+        uint64_t *t = keys;
+        keys = tmp, tmp = t;
+    }
+    for (int i = 0; i < n; i++) {
+        int32_t id = sample_key_id(keys[i]);
+        c[i] = (cand){id, logits[id]};
+    }
+}
+
 /* The candidates the draw chooses among, from logits after edit_logits: c sorted best
  * first, cut by top-k, typical, top-p, min-p and XTC; returns how many. */
 static int truncate_candidates(const float *logits, int n_vocab, const llmi_sampling *p, double xtc_uniform, cand *c) {
@@ -245,7 +268,12 @@ static int truncate_candidates(const float *logits, int n_vocab, const llmi_samp
     } else {
         for (int i = 0; i < n_vocab; i++) c[i] = (cand){i, logits[i]};
     }
-    qsort(c, (size_t)n, sizeof *c, cmp_cand_desc);
+    if (n > 1024) {
+        uint64_t *keys = (uint64_t *)(c + n_vocab);   /* typical's space, free until it runs */
+        radix_sort_desc(c, n, logits, keys, keys + n_vocab);
+    } else {
+        qsort(c, (size_t)n, sizeof *c, cmp_cand_desc);
+    }
 
     if (typical_on(p)) n = typical_keep(c, n, p->typical_p, c, n_vocab);
     if (p->top_p < 1.0f) {
