@@ -32,3 +32,22 @@ expect_error "bad.jsonl:1" "$LLMI" bench --device cpu -m "$MODEL" --dataset "$TM
 printf '{"prompt": "x", "max_tokens": 0}\n' >"$TMP/bad2.jsonl"
 expect_error "max_tokens" "$LLMI" bench --device cpu -m "$MODEL" --dataset "$TMP/bad2.jsonl"
 expect_error "no prompts" "$LLMI" bench --device cpu -m "$MODEL" --dataset /dev/null
+# --temp etc. (generate's sampling flags): 16 copies of one prompt whose greedy answer is an
+# immediate EOS; greedy gives 16 equal lengths, sampling at 1.5 with no cut does not (all 16
+# ending at once would take odds of about 0.5^16).  The row records the temperature.
+for i in $(seq 16); do echo "Write a short poem about the sea."; done >"$TMP/same.txt"
+for t in 0 1.5; do
+  "$LLMI" bench --device cpu -m "$MODEL" --dataset "$TMP/same.txt" --output-len 24 --temp "$t" --top-k 0 --top-p 1 --min-p 0 \
+    --seed "$((SEED % 100000))" --per-request "$TMP/s$t.jsonl" -o json >"$TMP/s$t.json" 2>"$TMP/err" || fail "--temp $t: $(cat "$TMP/err")"
+done
+python3 - "$TMP" <<'PY' || fail "bench sampling"
+import json, sys
+d = sys.argv[1]
+g = [json.loads(l)["n_generated"] for l in open(f"{d}/s0.jsonl")]
+s = [json.loads(l)["n_generated"] for l in open(f"{d}/s1.5.jsonl")]
+assert len(set(g)) == 1, ("greedy lengths differ", g)
+assert s != g, ("sampling gave greedy's lengths", s)
+assert json.load(open(f"{d}/s0.json"))[0]["temperature"] == 0 and json.load(open(f"{d}/s1.5.json"))[0]["temperature"] == 1.5
+print(f"greedy lengths {g[0]} x16; sampled {sorted(s)}")
+PY
+expect_error "--top-p" "$LLMI" bench --device cpu -m "$MODEL" -p 8 -n 2 --top-p 0.5
