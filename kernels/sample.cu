@@ -1,7 +1,7 @@
 /* sample.cu — owns token selection on the device: greedy argmax and the seeded sampling
  * chain of src/engine/sampler.c (repetition, frequency and presence penalties, top-k,
  * top-p, min-p, temperature, the draw), one block per logit row.  Rows that use
- * sampler.c's host-only stages (logit bias, typical, top-n-sigma, XTC) never come here.
+ * sampler.c's host-only stages (logit bias, DRY, typical, top-n-sigma, XTC) never come here.
  *
  * sampler.c sorts candidates by (logit desc, id asc) and keeps prefixes of that order.
  * Here every token has a 64-bit rank key with the same order (sample_chain.h).  The fast

@@ -58,6 +58,10 @@ unsigned long long test_seed(void);
 /* A whole text file (up to 64 MiB) through core/fileio.h's reader, malloc'ed and
  * NUL-terminated; NULL when it cannot be read. */
 char *test_read_text(const char *path);
+/* $TESTDATA (default "testdata") + "/" + rel in buf. */
+const char *test_data_path(char *buf, size_t cap, const char *rel);
+/* SmolLM2's Hugging Face tokenizer (testdata/tokenizer/smollm2), or NULL with st set. */
+struct tokenizer *test_smollm2_tokenizer(llmi_status *st);
 
 /* testdata/hf/NAME (TESTDATA names another testdata directory) loaded without its
  * tokenizer; n tokens drawn below n_vocab from this run's seed (the same on every call). */

@@ -959,7 +959,7 @@ TEST(cuda_argmax) {
     to_host(got, d_out, sizeof got);
     llmi_sampling p = sampling_defaults();
     p.temperature = 0;
-    void *scratch = malloc(sampler_scratch_bytes(nv));
+    void *scratch = malloc(sampler_scratch_bytes(nv, 0));
     sampler_rng rng;
     sampler_rng_seed(&rng, 1);
     for (int i = 0; i < rows; i++) {
@@ -981,7 +981,7 @@ static void sample_case(test_ctx *t_, trng *r, int nv, int rows, int style) {
     int32_t *hist = malloc(sizeof(int32_t) * rows * hist_n), *got = malloc(sizeof(int32_t) * rows);
     int32_t *want = malloc(sizeof(int32_t) * rows);
     llmi_cuda_sample_params *prm = malloc(sizeof *prm * rows);
-    void *scratch = malloc(sampler_scratch_bytes(nv));
+    void *scratch = malloc(sampler_scratch_bytes(nv, 0));
     for (int i = 0; i < rows * nv; i++)
         lg[i] = style == 0 ? 4 * trng_unif(r) : (float)(trng_int(r, 24) - 12) * 0.5f;   /* style 1: many ties */
     for (int i = 0; i < rows * hist_n; i++) hist[i] = trng_int(r, 80) - 2;   /* repeats, -2, -1 */
@@ -1318,7 +1318,7 @@ static void check_forward_sample(test_ctx *t_, llmi_backend *gpu, trng *r, const
     int32_t win[16];
     for (int i = 0; i < 16; i++) win[i] = trng_int(r, nv);
     float *raw = malloc(sizeof(float) * n_rows * nv), *work = malloc(sizeof(float) * nv);
-    void *scratch = malloc(sampler_scratch_bytes(nv));
+    void *scratch = malloc(sampler_scratch_bytes(nv, 0));
     int checked = 0, agree = 0;
     for (int step = 0; step < 5; step++) {
         fb_step f;

@@ -27,7 +27,7 @@ typedef struct mock {
     int bad_reads;        /* context reads that found the wrong position in a slot */
     int max_tokens_seen;
     float *rows;          /* (max rows, n_vocab) forward_sample's logits */
-    void *scratch;        /* sampler_scratch_bytes(n_vocab) */
+    void *scratch;        /* sampler_scratch_bytes(n_vocab, 0) */
     int sampled_rows;     /* rows forward_sample picked a token for */
     obs_range *ranges;    /* (cap_ranges) every batch's sequences, batch after batch */
     int n_ranges, cap_ranges;
@@ -224,7 +224,7 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
     if (cfg->on_device) {
         mock *mk = b->impl;
         mk->rows = malloc((size_t)eo.max_seqs * m->cfg.n_vocab * sizeof(float));
-        mk->scratch = malloc(sampler_scratch_bytes(m->cfg.n_vocab));
+        mk->scratch = malloc(sampler_scratch_bytes(m->cfg.n_vocab, 0));
         b->forward_sample = mock_forward_sample;
     }
     llmi_engine *e = NULL;
@@ -474,7 +474,7 @@ TEST(engine_seeds_reproduce_and_differ) {
 TEST(sampler_rules) {
     enum { V = 1000 };
     float logits[V], work[V];
-    void *scratch = malloc(sampler_scratch_bytes(V));
+    void *scratch = malloc(sampler_scratch_bytes(V, 0));
     srand((unsigned)test_seed());
     for (int i = 0; i < V; i++) logits[i] = (float)(rand() % 10000) / 1000.0f;
     int best = 0;
@@ -524,7 +524,7 @@ TEST(sampler_rules) {
     }
     /* Frequencies follow softmax(logits / T) over a 3-token vocabulary. */
     float three[3] = {0.0f, 1.0f, 2.0f}, w3[3];
-    void *s3 = malloc(sampler_scratch_bytes(3));
+    void *s3 = malloc(sampler_scratch_bytes(3, 0));
     llmi_sampling q = {.temperature = 0.7f, .top_k = 0, .top_p = 1.0f, .min_p = 0, .repeat_penalty = 1.0f};
     int counts[3] = {0};
     int draws = 60000;
@@ -576,7 +576,7 @@ TEST(sampler_defaults_and_window_vs_llamacpp) {
     int start = -1;
     CHECK(sampler_penalty_window(&g, 10, &start) == 4 && start == 6);
     float lg[4] = {0.5f, 1.0f, 1.0f, -1.0f};
-    void *s4 = malloc(sampler_scratch_bytes(4));
+    void *s4 = malloc(sampler_scratch_bytes(4, 0));
     sampler_rng rng;
     sampler_rng_seed(&rng, 1);
     CHECK(sampler_sample(lg, 4, &g, hist, 10, &rng, s4) == 2);
@@ -1332,7 +1332,7 @@ TEST(sampler_verify_draft_rule) {
      * the residual) is told apart by the same test. */
     enum { V = 6, RUNS = 20000 };
     const float logits[V] = {1.0f, 0.2f, 2.1f, -0.5f, 1.7f, 0.9f};
-    void *scratch = malloc(sampler_scratch_bytes(V));
+    void *scratch = malloc(sampler_scratch_bytes(V, 0));
     llmi_sampling p = sampling_defaults();
     p.temperature = 1.0f;
     p.top_k = 5;

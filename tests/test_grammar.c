@@ -18,11 +18,9 @@ static const char *testdata(void) {
 }
 
 static tokenizer *smollm2_tok(test_ctx *t_) {
-    char d[1024];
-    snprintf(d, sizeof d, "%s/tokenizer/smollm2", testdata());
-    tokenizer *tk = NULL;
     llmi_status st = {0};
-    CHECK_MSG(tok_load_hf(d, &tk, &st) == 0, "%s", st.msg);
+    tokenizer *tk = test_smollm2_tokenizer(&st);
+    CHECK_MSG(tk != NULL, "%s", st.msg);
     return tk;
 }
 

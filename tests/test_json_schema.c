@@ -444,13 +444,10 @@ done:
 }
 
 TEST(json_schema_texts_walk_as_llamacpp) {
-    const char *td = getenv("TESTDATA");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/tokenizer/smollm2", td && *td ? td : "testdata");
-    tokenizer *tk = NULL;
     grammar_vocab *gv = NULL;
     llmi_status st = {0};
-    if (tok_load_hf(dir, &tk, &st) || grammar_vocab_build(tk, &gv, &st)) {
+    tokenizer *tk = test_smollm2_tokenizer(&st);
+    if (!tk || grammar_vocab_build(tk, &gv, &st)) {
         CHECK_MSG(0, "%s", st.msg);
         tok_free(tk);
         return;
@@ -503,16 +500,13 @@ TEST(json_schema_texts_walk_as_llamacpp) {
  * converter printed (scripts/llamacpp-json-schema.cpp), both read by llmi's grammar parser,
  * allow the same tokens at every step of random walks (this run's seed) through them. */
 TEST(json_schema_matches_llamacpp_reference) {
-    const char *td = getenv("TESTDATA");
-    char path[1024], dir[1024];
-    snprintf(path, sizeof path, "%s/grammar/schemas.json", td && *td ? td : "testdata");
-    snprintf(dir, sizeof dir, "%s/tokenizer/smollm2", td && *td ? td : "testdata");
-    char *text = test_read_text(path);
+    char path[1024];
+    char *text = test_read_text(test_data_path(path, sizeof path, "grammar/schemas.json"));
     cJSON *all = text ? cJSON_Parse(text) : NULL;
-    tokenizer *tk = NULL;
     grammar_vocab *gv = NULL;
     llmi_status st = {0};
-    if (!all || tok_load_hf(dir, &tk, &st) || grammar_vocab_build(tk, &gv, &st)) {
+    tokenizer *tk = all ? test_smollm2_tokenizer(&st) : NULL;
+    if (!all || !tk || grammar_vocab_build(tk, &gv, &st)) {
         CHECK_MSG(0, "cannot read %s or the vocabulary: %s", path, st.msg);
         goto out;
     }

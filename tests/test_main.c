@@ -6,6 +6,7 @@
 #include <time.h>
 #include "test.h"
 #include "core/fileio.h"
+#include "tok/tokenizer.h"
 
 #define MAX_TESTS 1024
 typedef struct { const char *name; test_fn fn; } test_entry;
@@ -78,6 +79,18 @@ int main(int argc, char **argv) {
     }
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
+}
+
+const char *test_data_path(char *buf, size_t cap, const char *rel) {
+    const char *td = getenv("TESTDATA");
+    snprintf(buf, cap, "%s/%s", td && *td ? td : "testdata", rel);
+    return buf;
+}
+
+struct tokenizer *test_smollm2_tokenizer(llmi_status *st) {
+    char dir[1024];
+    tokenizer *tk = NULL;
+    return tok_load_hf(test_data_path(dir, sizeof dir, "tokenizer/smollm2"), &tk, st) ? NULL : tk;
 }
 
 char *test_read_text(const char *path) {

@@ -72,7 +72,7 @@ TEST(sample_chain_matches_sampler) {
     float *logits = malloc(sizeof(float) * max_v), *a = malloc(sizeof(float) * max_v), *b = malloc(sizeof(float) * max_v);
     uint64_t *keys = malloc(sizeof(uint64_t) * max_v);
     double *w = malloc(sizeof(double) * max_v);
-    void *scratch = malloc(sampler_scratch_bytes(max_v));
+    void *scratch = malloc(sampler_scratch_bytes(max_v, 0));
     int32_t hist[300];
     const float temps[] = {0.0f, 0.3f, 0.8f, 1.0f, 1.7f};
     const float top_ps[] = {0.0f, 1e-6f, 0.5f, 0.9f, 0.95f, 1.0f};

@@ -70,7 +70,7 @@ TEST(sampler_matches_llamacpp_chain) {
         int32_t *hist = malloc(sizeof(int32_t) * (size_t)(nh + 1)), *ids = malloc(sizeof(int32_t) * (size_t)V),
                 *ref_ids = malloc(sizeof(int32_t) * (size_t)(nr + 1));
         double *probs = malloc(sizeof(double) * (size_t)V), *ref_p = malloc(sizeof(double) * (size_t)(nr + 1));
-        void *scratch = malloc(sampler_scratch_bytes(V));
+        void *scratch = malloc(sampler_scratch_bytes(V, 0));
         int nb = cJSON_GetArraySize(cJSON_GetObjectItem(pj, "logit_bias"));
         llmi_logit_bias *bias = malloc(sizeof *bias * (size_t)(nb + 1));
         for (int i = 0; i < V; i++) logits[i] = (float)num(cJSON_GetArrayItem(lj, i));
@@ -138,4 +138,137 @@ TEST(sampler_matches_llamacpp_chain) {
         CHECK_MSG(stage_hits[k] >= 20, "%s changed something in only %d cases", stages[k], stage_hits[k]);
     }
     printf("\n");
+}
+
+/* ---- DRY against llama.cpp's llama_sampler_init_dry: testdata/sampler/dry*.json* -------- */
+
+#include "engine/dry.h"
+#include "tok/tokenizer.h"
+
+/* A tail list of head h in our table, as a JSON-comparable set check: every reference tail
+ * is ours and the counts are equal. */
+static bool same_tails(const dry_breakers *b, int32_t h, const cJSON *ref_tails) {
+    int ours = b ? b->first[h + 1] - b->first[h] : 0;
+    if (ours != cJSON_GetArraySize(ref_tails)) return false;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, ref_tails) {
+        int n = cJSON_GetArraySize(t);
+        bool found = false;
+        for (int32_t j = b->first[h]; j < b->first[h + 1] && !found; j++) {
+            if (b->tail_at[j + 1] - b->tail_at[j] != n) continue;
+            found = true;
+            for (int k = 0; k < n && found; k++) found = b->tail_ids[b->tail_at[j] + k] == cJSON_GetArrayItem(t, k)->valueint;
+        }
+        if (!found) return false;
+    }
+    return true;
+}
+
+/* The breakers of a JSON list as C strings (borrowed from the JSON). */
+static int json_breakers(const cJSON *list, const char **out) {
+    int n = 0;
+    const cJSON *s;
+    cJSON_ArrayForEach(s, list) if (n < DRY_MAX_BREAKERS) out[n++] = s->valuestring;
+    return n;
+}
+
+TEST(dry_matches_llamacpp) {
+    char path[1024];
+    llmi_status st = {0};
+    tokenizer *tk = test_smollm2_tokenizer(&st);
+    CHECK_MSG(tk != NULL, "%s", st.msg);
+    char *tables_text = test_read_text(test_data_path(path, sizeof path, "sampler/dry-breakers.json"));
+    char *cases_text = test_read_text(test_data_path(path, sizeof path, "sampler/dry.jsonl"));
+    cJSON *tables = tables_text ? cJSON_Parse(tables_text) : NULL;
+    CHECK_MSG(tables && cases_text, "cannot read testdata/sampler/dry-breakers.json or dry.jsonl");
+    if (!tk || !tables || !cases_text) goto done;
+    const int V = tok_n_vocab(tk);
+    /* the breaker tables: ours from our tokenizer, llama.cpp's as the script recorded them */
+    enum { MAX_LISTS = 32 };
+    char *keys[MAX_LISTS];
+    dry_breakers *built[MAX_LISTS];
+    int n_lists = 0, heads_checked = 0, lists_differ = 0;
+    const cJSON *tb;
+    cJSON_ArrayForEach(tb, tables) {
+        if (n_lists == MAX_LISTS) break;
+        const char *br[DRY_MAX_BREAKERS];
+        const cJSON *list = cJSON_GetObjectItem(tb, "breakers");
+        int n = json_breakers(list, br);
+        dry_breakers *b = NULL;
+        CHECK_MSG(n == 0 || dry_breakers_build(tk, br, n, &b, &st) == 0, "%s", st.msg);
+        keys[n_lists] = cJSON_PrintUnformatted(list);
+        built[n_lists++] = b;
+        const cJSON *heads = cJSON_GetObjectItem(tb, "heads");
+        int ref_heads = cJSON_GetArraySize(heads), our_heads = 0;
+        for (int32_t h = 0; b && h < V; h++) our_heads += b->first[h + 1] > b->first[h];
+        CHECK_MSG(our_heads == ref_heads, "breakers %s: %d heads, llama.cpp %d", keys[n_lists - 1], our_heads, ref_heads);
+        lists_differ += our_heads != ref_heads;
+        const cJSON *hd;
+        cJSON_ArrayForEach(hd, heads) {
+            int32_t h = atoi(hd->string);
+            heads_checked++;
+            if (h < 0 || h >= V || !same_tails(b, h, hd)) {
+                CHECK_MSG(0, "breakers %s: head %d's tails differ from llama.cpp's", keys[n_lists - 1], h);
+                lists_differ += our_heads == ref_heads;
+                break;
+            }
+        }
+    }
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    int cases = 0, with_penalties = 0, wrong = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(cases_text, "\n", &save); line && logits; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *c = cJSON_Parse(line);
+        if (!c) continue;
+        const cJSON *pj = cJSON_GetObjectItem(c, "params"), *hj = cJSON_GetObjectItem(c, "history"),
+                    *rj = cJSON_GetObjectItem(c, "penalties");
+        char *key = cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "breakers"));
+        const dry_breakers *b = NULL;
+        bool known = false;
+        for (int i = 0; i < n_lists && !known; i++)
+            if (!strcmp(keys[i], key)) b = built[i], known = true;
+        CHECK_MSG(known, "case %s: breakers %s not in dry-breakers.json", cJSON_GetObjectItem(c, "case")->valuestring, key);
+        free(key);
+        int nh = cJSON_GetArraySize(hj);
+        int32_t *hist = malloc(sizeof(int32_t) * (size_t)(nh + 1));
+        for (int i = 0; i < nh; i++) hist[i] = cJSON_GetArrayItem(hj, i)->valueint;
+        const dry_params dp = {(float)param(pj, "dry_multiplier"), (float)param(pj, "dry_base"),
+                               (int)param(pj, "dry_allowed_length")};
+        int last_n = (int)param(pj, "dry_penalty_last_n");
+        int n = last_n <= 0 ? 0 : (last_n < nh ? last_n : nh);   /* llama.cpp: last_n 0 (or below, clamped) is off */
+        int *scratch = malloc(sizeof(int) * dry_scratch_ints(V, n));
+        for (int i = 0; i < V; i++) logits[i] = 0.0f;
+        dry_apply(logits, V, &dp, b, hist + nh - n, n, scratch);
+        char why[256] = "";
+        int nz = 0;
+        for (int i = 0; i < V; i++) nz += logits[i] != 0.0f;
+        if (nz != cJSON_GetArraySize(rj)) snprintf(why, sizeof why, "%d tokens penalised, llama.cpp %d", nz, cJSON_GetArraySize(rj));
+        const cJSON *e;
+        cJSON_ArrayForEach(e, rj) {
+            if (*why) break;
+            int32_t id = cJSON_GetArrayItem(e, 0)->valueint;
+            double want = num(cJSON_GetArrayItem(e, 1));
+            if (id < 0 || id >= V || !(logits[id] == want || fabs(logits[id] - want) <= 1e-6 * fmax(1.0, fabs(want))))
+                snprintf(why, sizeof why, "token %d: %.9g, llama.cpp %.9g", id, id >= 0 && id < V ? logits[id] : NAN, want);
+        }
+        cases++;
+        with_penalties += cJSON_GetArraySize(rj) > 0;
+        if (*why) {
+            wrong++;
+            CHECK_MSG(0, "DRY case %s: %s", cJSON_GetObjectItem(c, "case")->valuestring, why);
+        }
+        free(hist);
+        free(scratch);
+        cJSON_Delete(c);
+    }
+    free(logits);
+    CHECK_MSG(cases >= 100 && with_penalties >= 50, "only %d cases (%d with penalties)", cases, with_penalties);
+    printf("  %d breaker lists (%d heads): %d differ from llama.cpp's tables; %d cases (%d with penalties): %d differ\n",
+           n_lists, heads_checked, lists_differ, cases, with_penalties, wrong);
+    for (int i = 0; i < n_lists; i++) free(keys[i]), dry_breakers_free(built[i]);
+done:
+    cJSON_Delete(tables);
+    free(tables_text);
+    free(cases_text);
+    tok_free(tk);
 }

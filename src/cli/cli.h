@@ -34,7 +34,8 @@ void cli_model_opts_init(cli_model_opts *o);
 int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_status *st);
 /* The sampling flags generate and bench share (--temp, --top-k, --top-p, --min-p, --typical,
  * --top-nsigma, --xtc-probability, --xtc-threshold, --repeat-penalty, --frequency-penalty,
- * --presence-penalty, --repeat-last-n) into s, as cli_parse_model_flag: 1 consumed, 0 not
+ * --presence-penalty, --repeat-last-n, --dry-multiplier, --dry-base, --dry-allowed-length,
+ * --dry-penalty-last-n) into s, as cli_parse_model_flag: 1 consumed, 0 not
  * one of them, -1 a bad value (st set). */
 int cli_parse_sampling_flag(llmi_sampling *s, int argc, char **argv, int *i, llmi_status *st);
 /* Help text of the shared flags, for each subcommand's --help. */

@@ -219,6 +219,10 @@ int cli_parse_sampling_flag(llmi_sampling *s, int argc, char **argv, int *i, llm
         {"--frequency-penalty", -100, 100, false, offsetof(llmi_sampling, frequency_penalty)},
         {"--presence-penalty", -100, 100, false, offsetof(llmi_sampling, presence_penalty)},
         {"--repeat-last-n", -1, 1 << 24, true, offsetof(llmi_sampling, repeat_last_n)},
+        {"--dry-multiplier", 0, 100, false, offsetof(llmi_sampling, dry_multiplier)},
+        {"--dry-base", 0, 100, false, offsetof(llmi_sampling, dry_base)},
+        {"--dry-allowed-length", 0, 1 << 20, true, offsetof(llmi_sampling, dry_allowed_length)},
+        {"--dry-penalty-last-n", -1, 1 << 24, true, offsetof(llmi_sampling, dry_penalty_last_n)},
     };
     const char *a = argv[*i];
     for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) {

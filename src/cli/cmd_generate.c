@@ -14,6 +14,7 @@
 #include "cli/prompts.h"
 #include "core/fileio.h"
 #include "core/jsonw.h"
+#include "engine/dry.h"
 #include "engine/stop.h"
 #include "tok/tokenizer.h"
 
@@ -27,6 +28,7 @@ typedef struct gen_request {
     bool own_seed;                   /* its --prompts line gave "seed" */
     grammar *own_grammar;            /* its --prompts line's grammar, behind params.grammar */
     llmi_logit_bias *own_bias;       /* its --prompts line's logit_bias, behind params.sampling */
+    char **own_breakers;             /* its --prompts line's dry_sequence_breakers, behind params.sampling */
     int engine_id;                   /* -1 when the request was refused */
     char *error;                     /* why it was refused */
     /* output */
@@ -56,6 +58,7 @@ typedef struct gen_opts {
     bool seed_given;
     llmi_logit_bias *bias;           /* (n_bias) --logit-bias, behind params.sampling.logit_bias */
     int n_bias, cap_bias;
+    const char *breakers[DRY_MAX_BREAKERS];   /* --dry-sequence-breaker values (argv's) */
 } gen_opts;
 
 typedef struct gen_ctx {
@@ -84,7 +87,9 @@ static const char *gen_help =
     "                          \"prompt\" and optional max_tokens, temperature, top_k, top_p, min_p,\n"
     "                          typical_p, top_n_sigma, xtc_probability, xtc_threshold,\n"
     "                          repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n,\n"
-    "                          logit_bias ({\"id\": bias} or [[id, bias]]; false bans), seed, stop,\n"
+    "                          logit_bias ({\"id\": bias} or [[id, bias]]; false bans), dry_multiplier,\n"
+    "                          dry_base, dry_allowed_length, dry_penalty_last_n,\n"
+    "                          dry_sequence_breakers, seed, stop,\n"
     "                          ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max,\n"
     "                          grammar, json_schema; served together\n"
     "  --chat                  format the prompt with the model's chat template\n"
@@ -100,7 +105,7 @@ static const char *gen_help =
     "  --logprobs N            add each generated token's logprob and the top N (<= 20) to --json\n"
     "  --verbose-prompt        print the prompt's token ids and pieces to stderr\n"
     "  --no-stats              do not print stats to stderr\n"
-    "Sampling (llama.cpp's defaults and order: logit bias, penalties, top-n-sigma, top-k,\n"
+    "Sampling (llama.cpp's defaults and order: logit bias, penalties, DRY, top-n-sigma, top-k,\n"
     "typical, top-p, min-p, XTC, temperature):\n"
     "  --temp T                temperature (default 0.8; 0 = greedy)\n"
     "  --top-k N               (default 40; 0 = off)\n"
@@ -114,6 +119,12 @@ static const char *gen_help =
     "  --frequency-penalty F   subtracted per occurrence in the window (default 0 = off)\n"
     "  --presence-penalty F    subtracted once for a token in the window (default 0 = off)\n"
     "  --repeat-last-n N       tokens the three penalties look back over (default 64; -1 = all)\n"
+    "  --dry-multiplier M      DRY: penalise tokens that would extend a repeat of the recent text\n"
+    "                          by M x base^(length - allowed) (default 0 = off)\n"
+    "  --dry-base B            (default 1.75)    --dry-allowed-length N  (default 2)\n"
+    "  --dry-penalty-last-n N  tokens DRY looks back over (default 64; -1 = all)\n"
+    "  --dry-sequence-breaker S  a repeat never reaches back past S (repeatable; the first replaces\n"
+    "                          the default '\\n' ':' '\"' '*'; 'none' for no breakers)\n"
     "  -l, --logit-bias ID+B   add B to token ID's logit, or ID-B to subtract; ID-inf bans the token\n"
     "                          (repeatable; B in 0..100)\n"
     "  -s, --seed N            RNG seed (default: random, printed in the stats)\n"
@@ -357,6 +368,7 @@ static char *read_file_text(const char *flag, const char *path, llmi_status *st)
 static void request_free(gen_request *r) {
     grammar_free(r->own_grammar);
     free(r->own_bias);
+    if (r->own_breakers) prompts_free_breakers(r->own_breakers, r->params.sampling.n_dry_breakers);
     free(r->prompt);
     free(r->prompt_ids);
     for (int i = 0; i < r->params.n_stop; i++) free(r->stops[i]);
@@ -376,6 +388,7 @@ static void request_from_entry(gen_request *r, prompt_entry *e) {
     r->own_seed = e->own_seed;
     r->own_grammar = e->own_grammar;
     r->own_bias = e->own_bias;
+    r->own_breakers = e->own_breakers;
     memset(e, 0, sizeof *e);
 }
 
@@ -576,6 +589,19 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
                 return llmi_fail(st, LLMI_E_USAGE, "%s: %s was given already; give one grammar or schema", a, o->grammar_flag);
             o->grammar_flag = a;
             o->grammar_value = v;
+        } else if (IS("--dry-sequence-breaker")) {
+            VALUE();
+            /* the first one replaces llama.cpp's default list; "none" empties it */
+            if (o->params.sampling.n_dry_breakers < 0) o->params.sampling.n_dry_breakers = 0;
+            if (!strcmp(v, "none")) {
+                o->params.sampling.n_dry_breakers = 0;
+            } else {
+                if (!*v) return llmi_fail(st, LLMI_E_USAGE, "%s: empty breaker", a);
+                if (o->params.sampling.n_dry_breakers >= DRY_MAX_BREAKERS)
+                    return llmi_fail(st, LLMI_E_USAGE, "%s: at most %d breakers", a, DRY_MAX_BREAKERS);
+                o->breakers[o->params.sampling.n_dry_breakers++] = v;
+            }
+            o->params.sampling.dry_breakers = o->breakers;
         } else if (IS("-l") || IS("--logit-bias")) {
             VALUE();
             if (parse_logit_bias_flag(a, v, o, st)) return st->code;

@@ -1,6 +1,7 @@
 /* prompts.c — the --prompts file of `llmi generate` (see prompts.h). */
 #include "cli/prompts.h"
 #include "cli/cli.h"
+#include "engine/dry.h"
 #include "engine/json_schema.h"
 
 #include <cJSON.h>
@@ -89,6 +90,11 @@ static int parse_logit_bias(const cJSON *v, const char *file, int lineno, prompt
     return LLMI_OK;
 }
 
+void prompts_free_breakers(char **list, int n) {
+    for (int i = 0; i < n; i++) free(list[i]);
+    free(list);
+}
+
 int prompts_grammar(const char *gbnf, const char *schema, size_t len, const char *where, grammar **out, llmi_status *st) {
     *out = NULL;
     if (gbnf) return grammar_parse(gbnf, len, where, out, st);
@@ -116,6 +122,8 @@ void prompts_entry_free(prompt_entry *e) {
     e->own_grammar = NULL;
     free(e->own_bias);
     e->own_bias = NULL;
+    if (e->own_breakers) prompts_free_breakers(e->own_breakers, e->params.sampling.n_dry_breakers);
+    e->own_breakers = NULL;
     free(e->prompt);
     for (int i = 0; i < e->params.n_stop; i++) free(e->stops[i]);
     e->prompt = NULL;
@@ -161,6 +169,10 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
         {"frequency_penalty", -100, 100, 1, &r->params.sampling.frequency_penalty},
         {"presence_penalty", -100, 100, 1, &r->params.sampling.presence_penalty},
         {"repeat_last_n", -1, 1 << 24, 0, &r->params.sampling.repeat_last_n},
+        {"dry_multiplier", 0, 100, 1, &r->params.sampling.dry_multiplier},
+        {"dry_base", 0, 100, 1, &r->params.sampling.dry_base},
+        {"dry_allowed_length", 0, 1 << 20, 0, &r->params.sampling.dry_allowed_length},
+        {"dry_penalty_last_n", -1, 1 << 24, 0, &r->params.sampling.dry_penalty_last_n},
         {"logprobs", 0, LLMI_MAX_LOGPROBS, 0, &r->params.logprobs},
         {"spec_k", 1, LLMI_SPEC_MAX_K, 0, &r->params.spec.k},
         {"spec_ngram_min", 1, LLMI_SPEC_MAX_NGRAM, 0, &r->params.spec.ngram_min},
@@ -237,6 +249,42 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
         free(schema);
         if (rc) goto out;
         r->params.grammar = r->own_grammar;
+    }
+    const cJSON *br = cJSON_GetObjectItemCaseSensitive(j, "dry_sequence_breakers");
+    if (br) {
+        /* the line's breakers replace the command line's ([] for none) */
+        int n = cJSON_GetArraySize(br);
+        if (!cJSON_IsArray(br) || n > DRY_MAX_BREAKERS) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"dry_sequence_breakers\" must be a list of at most %d strings",
+                           file, lineno, DRY_MAX_BREAKERS);
+            goto out;
+        }
+        char **list = calloc((size_t)n + 1, sizeof *list);
+        if (!list) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+            goto out;
+        }
+        int k = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, br) {
+            if (!cJSON_IsString(e) || !*e->valuestring) {
+                rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"dry_sequence_breakers\" entries must be non-empty strings",
+                               file, lineno);
+                break;
+            }
+            if (!(list[k++] = strdup(e->valuestring))) {
+                rc = llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+                break;
+            }
+        }
+        if (rc) {
+            prompts_free_breakers(list, k);
+            goto out;
+        }
+        if (r->own_breakers) prompts_free_breakers(r->own_breakers, r->params.sampling.n_dry_breakers);
+        r->own_breakers = list;
+        r->params.sampling.dry_breakers = (const char *const *)list;
+        r->params.sampling.n_dry_breakers = n;
     }
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(j, "logit_bias");
     if (lb && (rc = parse_logit_bias(lb, file, lineno, r, st))) goto out;

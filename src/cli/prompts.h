@@ -1,7 +1,8 @@
 /* prompts.h — owns the requests of `llmi generate`'s --prompts FILE: one request per
  * line, plain text or a JSON object ("prompt" and optional max_tokens, temperature,
  * top_k, top_p, min_p, typical_p, top_n_sigma, xtc_probability, xtc_threshold,
- * repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n, logit_bias, seed,
+ * repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n, logit_bias,
+ * dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers, seed,
  * stop, ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max, grammar,
  * json_schema) over the
  * command line's defaults; blank lines are skipped.  Parsed from memory so that the
@@ -19,7 +20,12 @@ typedef struct prompt_entry {
     bool own_seed;                   /* the line gave "seed": keep it as given */
     grammar *own_grammar;            /* the line's "grammar" or "json_schema", behind params.grammar */
     llmi_logit_bias *own_bias;       /* the line's "logit_bias", behind params.sampling.logit_bias */
+    char **own_breakers;             /* the line's "dry_sequence_breakers" (each owned), behind
+                                        params.sampling.dry_breakers */
 } prompt_entry;
+
+/* Frees a line's own DRY breaker list (n strings and the array). */
+void prompts_free_breakers(char **list, int n);
 
 /* Appends (id, bias) to the list *list (n, cap; grown with realloc); where names the flag
  * or line.  The engine checks ids against the vocabulary. */

@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "backend/cost.h"
+#include "engine/dry.h"
 #include "engine/kvcache.h"
 #include "engine/prompt_cache.h"
 #include "engine/sched.h"
@@ -62,12 +63,15 @@ struct llmi_engine {
     sched_batch_bufs bufs;
     float *logits;            /* (sched.max_logit_rows, n_vocab): every logit row, or with device
                                  sampling only the rows of requests that asked for logprobs */
-    void *sample_scratch;     /* sampler_scratch_bytes(n_vocab) */
+    void *sample_scratch;     /* sampler_scratch_bytes(n_vocab, max_ctx): DRY reads whole histories */
     float *raw_logits;        /* (n_vocab) unpenalised copy of a row, for --logprobs */
     llmi_sample_row *rows;    /* (max_seqs) device sampling: each logit row's request */
     int32_t *tokens;          /* (max_seqs) device sampling: the tokens picked */
     char *piece;              /* (tok_stream_cap) bytes of one decoded token, for stop matching */
     grammar_vocab *gvocab;    /* the vocabulary's trie, built with the first constrained request */
+    struct engine_dry { char *key; size_t key_len; dry_breakers *table; } *dry;   /* (n_dry) DRY breaker tables by breaker
+                                                                     list, built as requests ask */
+    int n_dry, cap_dry;
     uint8_t *gmask;           /* (n_vocab) tokens the grammar allows at a row */
 };
 
@@ -199,7 +203,7 @@ int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *
         goto fail;
     e->sched.pc = e->pc;
     e->logits = malloc((size_t)e->sched.max_logit_rows * V * sizeof(float));
-    e->sample_scratch = malloc(sampler_scratch_bytes((int)V));
+    e->sample_scratch = malloc(sampler_scratch_bytes((int)V, max_ctx));
     e->raw_logits = malloc(V * sizeof(float));
     e->rows = malloc((size_t)opts.max_seqs * sizeof *e->rows);
     e->tokens = malloc((size_t)opts.max_seqs * sizeof *e->tokens);
@@ -245,6 +249,8 @@ void engine_destroy(llmi_engine *e) {
     free(e->tokens);
     free(e->piece);
     grammar_vocab_free(e->gvocab);
+    for (int i = 0; i < e->n_dry; i++) free(e->dry[i].key), dry_breakers_free(e->dry[i].table);
+    free(e->dry);
     free(e->gmask);
     free(e);
 }
@@ -274,6 +280,51 @@ void engine_release(llmi_engine *e, int id) {
     if (e->draft.model) spec_draft_release(&e->draft, s);
     seq_free(s);
     e->seqs[id] = NULL;
+}
+
+/* The DRY breaker table of p's breaker list over the model's vocabulary, built the first
+ * time a request names that list. */
+static int dry_table_for(llmi_engine *e, const llmi_sampling *p, const dry_breakers **out, llmi_status *st) {
+    static const char *const llamacpp_default[] = {"\n", ":", "\"", "*"};
+    const char *const *list = p->n_dry_breakers < 0 ? llamacpp_default : p->dry_breakers;
+    int n = p->n_dry_breakers < 0 ? 4 : p->n_dry_breakers;
+    if (n > DRY_MAX_BREAKERS) return llmi_fail(st, LLMI_E_USAGE, "DRY: %d sequence breakers (at most %d)", n, DRY_MAX_BREAKERS);
+    size_t len = 1;
+    for (int i = 0; i < n; i++) len += strlen(list[i]) + 1;
+    char *key = malloc(len);
+    if (!key) return llmi_fail(st, LLMI_E_RUNTIME, "engine: out of memory");
+    char *k = key;
+    for (int i = 0; i < n; i++) k = stpcpy(k, list[i]) + 1;   /* NUL-terminated each, so no breaker can fake another */
+    size_t klen = (size_t)(k - key);
+    for (int i = 0; i < e->n_dry; i++)
+        if (e->dry[i].key_len == klen && !memcmp(e->dry[i].key, key, klen)) {
+            free(key);
+            *out = e->dry[i].table;
+            return LLMI_OK;
+        }
+    if (n > 0 && !e->model->tok) {
+        free(key);
+        return llmi_fail(st, LLMI_E_USAGE, "DRY: sequence breakers need the model's tokenizer, and this model has none");
+    }
+    dry_breakers *t = NULL;
+    if (n > 0 && dry_breakers_build(e->model->tok, list, n, &t, st)) {
+        free(key);
+        return st->code;
+    }
+    if (e->n_dry == e->cap_dry) {
+        int cap = e->cap_dry ? 2 * e->cap_dry : 4;
+        struct engine_dry *nd = realloc(e->dry, (size_t)cap * sizeof *nd);
+        if (!nd) {
+            free(key);
+            dry_breakers_free(t);
+            return llmi_fail(st, LLMI_E_RUNTIME, "engine: out of memory");
+        }
+        e->dry = nd;
+        e->cap_dry = cap;
+    }
+    e->dry[e->n_dry++] = (struct engine_dry){key, klen, t};
+    *out = t;
+    return LLMI_OK;
 }
 
 int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, const llmi_request_params *p,
@@ -313,6 +364,8 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
             return llmi_fail(st, LLMI_E_USAGE, "logit bias: token %d's bias %g is not in -100..100 or -inf", lb->id,
                              (double)lb->bias);
     }
+    const dry_breakers *dry_table = NULL;
+    if (sampler_dry_on(smp) && dry_table_for(e, smp, &dry_table, st)) return st->code;
     if (p->grammar) {
         if (!e->model->tok)
             return llmi_fail(st, LLMI_E_USAGE, "request: a grammar needs the model's tokenizer, and this model has none");
@@ -347,6 +400,7 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
     s->state = SEQ_WAITING;
     s->user = user;
     s->params = *p;
+    s->params.sampling.dry_table = dry_table;
     s->n_prompt = s->n_tokens = n_prompt;
     s->max_total = max_total;
     s->order = e->next_order++;

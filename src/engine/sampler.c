@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine/dry.h"
 #include "sample_chain.h"   /* sample_rank_key: the device sampler's candidate order, shared */
 
 typedef struct cand { int32_t id; float logit; } cand;
@@ -15,6 +16,8 @@ typedef struct cand { int32_t id; float logit; } cand;
 llmi_sampling sampling_defaults(void) {
     llmi_sampling s = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .typical_p = 1.0f,
                        .top_n_sigma = -1.0f, .xtc_probability = 0.0f, .xtc_threshold = 0.1f,
+                       .dry_multiplier = 0.0f, .dry_base = 1.75f, .dry_allowed_length = 2, .dry_penalty_last_n = 64,
+                       .n_dry_breakers = -1,
                        .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0};
     return s;
 }
@@ -24,8 +27,12 @@ llmi_sampling sampling_defaults(void) {
 static bool xtc_on(const llmi_sampling *p) { return p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f; }
 static bool typical_on(const llmi_sampling *p) { return p->typical_p > 0.0f && p->typical_p < 1.0f; }
 
+bool sampler_dry_on(const llmi_sampling *p) {
+    return p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
+}
+
 bool sampler_needs_host(const llmi_sampling *p) {
-    return p->n_logit_bias > 0 || typical_on(p) || p->top_n_sigma > 0.0f || xtc_on(p);
+    return p->n_logit_bias > 0 || sampler_dry_on(p) || typical_on(p) || p->top_n_sigma > 0.0f || xtc_on(p);
 }
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -54,9 +61,12 @@ double sampler_rng_uniform(sampler_rng *r) {
 }
 
 /* scratch: candidates (n_vocab), then typical's order (n_vocab cands) and scores (n_vocab
- * doubles); the penalties' counts (n_vocab ints) reuse the candidates' space, the radix
- * sort's keys (2 x n_vocab uint64) typical's. */
-size_t sampler_scratch_bytes(int n_vocab) { return (size_t)n_vocab * (2 * sizeof(cand) + sizeof(double)); }
+ * doubles), then DRY's (max_history) ints; the penalties' counts (n_vocab ints) reuse the
+ * candidates' space, the radix sort's keys (2 x n_vocab uint64) typical's, DRY's per-token
+ * lengths the candidates'. */
+size_t sampler_scratch_bytes(int n_vocab, int max_history) {
+    return (size_t)n_vocab * (2 * sizeof(cand) + sizeof(double)) + (size_t)(max_history > 0 ? max_history : 0) * sizeof(int);
+}
 
 static int32_t argmax(const float *x, int n) {
     int32_t best = 0;
@@ -150,11 +160,24 @@ static void apply_top_n_sigma(float *logits, int n_vocab, float n_sigma) {
         if (logits[i] < floor_logit) logits[i] = -INFINITY;
 }
 
-/* The logit edits before truncation, in chain order. */
+/* DRY over the last dry_penalty_last_n of history[0, n_history). */
+static void apply_dry(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history, int n_history,
+                      void *scratch) {
+    if (!sampler_dry_on(p) || !history || n_history <= 0) return;
+    int n = p->dry_penalty_last_n < 0 || p->dry_penalty_last_n > n_history ? n_history : p->dry_penalty_last_n;
+    const dry_params dp = {p->dry_multiplier, p->dry_base, p->dry_allowed_length};
+    /* DRY's n_vocab + n ints from the start: 4 (n_vocab + n) bytes fit in the 24 n_vocab +
+     * 4 max_history that sampler_scratch_bytes gives, n <= max_history */
+    dry_apply(logits, n_vocab, &dp, p->dry_table, history + n_history - n, n, scratch);
+}
+
+/* The logit edits before truncation, in chain order.  history: the whole sequence so far,
+ * for DRY (NULL: none). */
 static void edit_logits(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *win, int n_win,
-                        void *scratch) {
+                        const int32_t *history, int n_history, void *scratch) {
     apply_logit_bias(logits, n_vocab, p);
     apply_penalties(logits, n_vocab, p, win, n_win, scratch);
+    apply_dry(logits, n_vocab, p, history, n_history, scratch);
     apply_top_n_sigma(logits, n_vocab, p->top_n_sigma);
 }
 
@@ -322,13 +345,15 @@ static int32_t draw_candidate(const cand *c, int n, double inv_t, double uniform
  * token, the other stages never do. */
 static bool greedy_truncates(const llmi_sampling *p) { return typical_on(p) || xtc_on(p); }
 
-/* The chain up to the draw.  Greedy: *n_out 0 and the token returned (argmax of what the
- * chain keeps); else the candidates in c[0, *n_out) and -1. */
+/* The chain up to the draw, DRY over history[0, n_history) (NULL: none).  Greedy: *n_out 0
+ * and the token returned (argmax of what the chain keeps); else the candidates in
+ * c[0, *n_out) and -1. */
 static int32_t run_chain(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window, int n_window,
+                         const int32_t *history, int n_history,
                          double xtc_uniform, void *scratch, int *n_out) {
     cand *c = scratch;
     *n_out = 0;
-    edit_logits(logits, n_vocab, p, window, n_window, scratch);
+    edit_logits(logits, n_vocab, p, window, n_window, history, n_history, scratch);
     if (p->temperature <= 0.0f && !greedy_truncates(p)) return argmax(logits, n_vocab);
     int n = truncate_candidates(logits, n_vocab, p, xtc_uniform, c);
     if (p->temperature <= 0.0f) return c[0].id;   /* c stays sorted best first */
@@ -342,7 +367,7 @@ int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const
     int n_win = history ? sampler_penalty_window(p, n_history, &start) : 0;
     double xu = xtc_on(p) ? sampler_rng_uniform(rng) : 1.0;
     int n;
-    int32_t tok = run_chain(logits, n_vocab, p, history ? history + start : NULL, n_win, xu, scratch, &n);
+    int32_t tok = run_chain(logits, n_vocab, p, history ? history + start : NULL, n_win, history, n_history, xu, scratch, &n);
     if (!n) return tok;
     cand *c = scratch;
     tok = draw_candidate(c, n, 1.0 / p->temperature, sampler_rng_uniform(rng), -1);
@@ -354,7 +379,7 @@ int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const
 int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window,
                                int n_window, double uniform, void *scratch) {
     int n;
-    int32_t tok = run_chain(logits, n_vocab, p, window, n_window, 1.0, scratch, &n);
+    int32_t tok = run_chain(logits, n_vocab, p, window, n_window, NULL, 0, 1.0, scratch, &n);
     if (!n) return tok;
     cand *c = scratch;
     tok = draw_candidate(c, n, 1.0 / p->temperature, uniform, -1);
@@ -364,7 +389,7 @@ int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *
 int sampler_distribution(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window, int n_window,
                          double xtc_uniform, void *scratch, int32_t *ids, double *probs) {
     int n;
-    int32_t tok = run_chain(logits, n_vocab, p, window, n_window, xtc_uniform, scratch, &n);
+    int32_t tok = run_chain(logits, n_vocab, p, window, n_window, NULL, 0, xtc_uniform, scratch, &n);
     if (!n) {
         ids[0] = tok, probs[0] = 1.0;
         return 1;
@@ -382,7 +407,7 @@ int32_t sampler_verify_draft(float *logits, int n_vocab, const llmi_sampling *p,
     int n_win = history ? sampler_penalty_window(p, n_history, &start) : 0;
     double xu = xtc_on(p) ? sampler_rng_uniform(rng) : 1.0;
     int n;
-    int32_t best = run_chain(logits, n_vocab, p, history ? history + start : NULL, n_win, xu, scratch, &n);
+    int32_t best = run_chain(logits, n_vocab, p, history ? history + start : NULL, n_win, history, n_history, xu, scratch, &n);
     if (!n) {
         *accepted = best == draft;
         return best;

@@ -1,5 +1,6 @@
 /* sampler.h — owns turning one row of logits into a token: logit bias, the repetition,
- * frequency and presence penalties, top-n-sigma, top-k, typical, top-p, min-p, XTC,
+ * frequency and presence penalties, DRY (engine/dry.h), top-n-sigma, top-k, typical,
+ * top-p, min-p, XTC,
  * temperature and seeded draws (llama.cpp's default chain: its order and meanings, checked
  * against its samplers in tests/test_sampler_ref.c), the speculative accept/reject rule
  * over that same distribution, and the top-N log-probabilities that --logprobs reports. */
@@ -30,6 +31,16 @@ typedef struct llmi_sampling {
                                             repeat (the biases add up); borrowed until the
                                             request finishes */
     int n_logit_bias;
+    /* DRY (engine/dry.h): off when dry_multiplier is 0 */
+    float dry_multiplier;
+    float dry_base;               /* < 1: off */
+    int dry_allowed_length;
+    int dry_penalty_last_n;       /* the window it looks back over (0: off; -1: all) */
+    const char *const *dry_breakers;   /* (n_dry_breakers) borrowed; n_dry_breakers < 0: llama.cpp's
+                                          default "\n", ":", "\"", "*" */
+    int n_dry_breakers;
+    const struct dry_breakers *dry_table;   /* those breakers over the model's vocabulary: the
+                                               engine's, set when the request is added */
     uint64_t seed;
 } llmi_sampling;
 
@@ -41,21 +52,23 @@ void sampler_rng_seed(sampler_rng *r, uint64_t seed);
 double sampler_rng_uniform(sampler_rng *r);   /* [0, 1) */
 
 /* Samples from logits (n_vocab), which it may modify (penalties).  history holds the
- * sequence's tokens so far for the penalties.  scratch: caller-owned workspace of
- * sampler_scratch_bytes(n_vocab).  Draws one uniform from rng for XTC when it is on, then
+ * sequence's tokens so far for the penalties and DRY.  scratch: caller-owned workspace of
+ * sampler_scratch_bytes(n_vocab, the longest history passed with DRY on).  Draws one uniform from rng for XTC when it is on, then
  * one for the draw exactly when temperature > 0 (the one sampler_sample_uniform takes). */
 int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history, int n_history,
                        sampler_rng *rng, void *scratch);
-size_t sampler_scratch_bytes(int n_vocab);
+size_t sampler_scratch_bytes(int n_vocab, int max_history);
 
 /* The tokens the penalties look at: history[*start, *start + return value).  0 when they
  * are off (repeat_penalty 1 and no frequency or presence penalty, repeat_last_n 0, no
  * history). */
 int sampler_penalty_window(const llmi_sampling *p, int n_history, int *start);
-/* Whether p uses a stage that only the host sampler has (logit bias, typical, top-n-sigma,
- * XTC): a device sampler must hand such rows to sampler_sample. */
+/* Whether p uses a stage that only the host sampler has (logit bias, DRY, typical,
+ * top-n-sigma, XTC): a device sampler must hand such rows to sampler_sample. */
+bool sampler_dry_on(const llmi_sampling *p);
 bool sampler_needs_host(const llmi_sampling *p);
-/* sampler_sample with the draw given instead of an rng, for p without host-only stages:
+/* sampler_sample with the draw given instead of an rng, for p without host-only stages
+ * (DRY, which reads the whole history, included):
  * the penalties apply once to each distinct token of window (n_window, already cut by
  * sampler_penalty_window; p's repeat_last_n is not read), and uniform in [0, 1) is read
  * only when temperature > 0.  A device sampler that gets the same window and uniform picks
@@ -66,7 +79,8 @@ int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *
 /* The distribution the draw chooses from: the whole chain but the draw applied to logits
  * (modified), the kept ids in ids[] and their probabilities at p's temperature in probs[]
  * (both n_vocab long), most likely first; returns how many.  Greedy (temperature <= 0):
- * the one token it picks, probability 1.  xtc_uniform is XTC's draw (read when XTC is on). */
+ * the one token it picks, probability 1.  xtc_uniform is XTC's draw (read when XTC is on).
+ * DRY does not run here (it reads the whole history; dry_apply is its own check). */
 int sampler_distribution(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window, int n_window,
                          double xtc_uniform, void *scratch, int32_t *ids, double *probs);
 

@@ -93,7 +93,7 @@ int spec_draft_init(spec_draft *d, const llmi_model *m, llmi_backend *b, int num
         return st->code;
     size_t V = (size_t)m->cfg.n_vocab;
     d->logits = malloc((size_t)max_seqs * V * sizeof(float));
-    d->scratch = malloc(sampler_scratch_bytes((int)V));
+    d->scratch = malloc(sampler_scratch_bytes((int)V, 0));
     d->sel = malloc((size_t)max_seqs * sizeof *d->sel);
     d->take = malloc((size_t)max_seqs * sizeof *d->take);
     if (!d->logits || !d->scratch || !d->sel || !d->take)

@@ -33,7 +33,7 @@ typedef struct spec_draft {
     int max_tokens, max_seqs;     /* what one draft forward takes (the engine's step limits) */
     sched_batch_bufs bufs;        /* (max_tokens, max_seqs) one draft forward's batch */
     float *logits;                /* (max_seqs, n_vocab) */
-    void *scratch;                /* sampler_scratch_bytes(n_vocab) */
+    void *scratch;                /* sampler_scratch_bytes(n_vocab, 0): greedy drafts, no DRY */
     int *sel, *take;              /* (max_seqs) the sequences of one draft forward, tokens each */
     bool *stopped;                /* (cap) candidates whose pool ran out this step */
     int cap;

@@ -64,6 +64,49 @@ for f in "--typical 0.3" "--top-nsigma 0.5" "--xtc-probability 1 --xtc-threshold
   echo "$f: reproducible, differs from plain sampling"
 done
 
+# DRY: on a prompt that repeats itself greedy decoding goes on repeating ("mat. The cat sat
+# on the mat."); with DRY no generated token extends a repeat of 6+ tokens of the text so
+# far (at multiplier 100 any such token loses far more than logits span); breakers per line
+# in --prompts; greedy DRY output the same under ASan
+C="The cat sat on the mat. The cat sat on the mat. The cat sat on the"
+for name in plain dry; do
+  f=(); [ $name = dry ] && f=(--dry-multiplier 100 --dry-allowed-length 5 --dry-penalty-last-n -1 --dry-sequence-breaker none)
+  "$LLMI" "${gen[@]}" -p "$C" -n 24 --temp 0 --ignore-eos "${f[@]}" >"$TMP/$name.json" || fail "DRY $name run"
+done
+"$LLMI_SAN" "${gen[@]}" -p "$C" -n 24 --temp 0 --ignore-eos --dry-multiplier 100 --dry-allowed-length 5 \
+  --dry-penalty-last-n -1 --dry-sequence-breaker none >"$TMP/dry-san.json" || fail "DRY san run"
+python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["tokens"]; b=json.load(open(sys.argv[2]))["tokens"]; sys.exit(a != b)' \
+  "$TMP/dry.json" "$TMP/dry-san.json" || fail "DRY: llmi-san gave other tokens"
+python3 - "$TMP/plain.json" "$TMP/dry.json" <<'PY' || fail "DRY"
+import json, sys
+def longest_repeat(seq, i):
+    """the longest n such that seq[i-n:i+1] occurred earlier (ending before i)"""
+    best = 0
+    for j in range(i):                       # an earlier occurrence ending at j
+        n = 0
+        while n <= j and i - n - 1 >= 0 and seq[j - n] == seq[i - n] and j - n < i - n:
+            n += 1
+        best = max(best, n - 1 if seq[j] == seq[i] else 0)
+    return best
+for name, want_repeat in ((sys.argv[1], True), (sys.argv[2], False)):
+    r = json.load(open(name))
+    seq = r["prompt_ids"] + r["tokens"]
+    n0 = len(r["prompt_ids"])
+    worst = max(longest_repeat(seq, i) for i in range(n0, len(seq)))
+    assert (worst >= 6) == want_repeat, (name, worst, r["text"])
+    print(f"{'plain' if want_repeat else 'DRY'}: longest repeat a generated token extends: {worst} tokens")
+PY
+printf '{"prompt": "%s", "dry_multiplier": 100, "dry_allowed_length": 5, "dry_penalty_last_n": -1, "dry_sequence_breakers": []}\n' "$C" >"$TMP/dry.jsonl"
+"$LLMI" generate --device cpu -m "$MODEL" --json --no-stats --prompts "$TMP/dry.jsonl" -n 24 --temp 0 --ignore-eos >"$TMP/dry-line.json" ||
+  fail "DRY --prompts run"
+python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["tokens"]; b=json.load(open(sys.argv[2]))["tokens"]; sys.exit(a != b)' \
+  "$TMP/dry.json" "$TMP/dry-line.json" || fail "DRY: a --prompts line's fields gave other tokens than the flags"
+echo "DRY: --prompts fields as the flags"
+
+expect_error "--dry-sequence-breaker" "$L" generate --device cpu -m "$MODEL" -p hi --dry-sequence-breaker ""
+expect_error "--dry-base" "$L" generate --device cpu -m "$MODEL" -p hi --dry-base x
+printf '{"prompt": "x", "dry_sequence_breakers": "\\n"}\n' >"$TMP/b5.jsonl"
+expect_error "dry_sequence_breakers" "$L" generate --device cpu -m "$MODEL" --prompts "$TMP/b5.jsonl"
 expect_error "--logit-bias" "$L" generate --device cpu -m "$MODEL" -p hi --logit-bias 12
 expect_error "-l" "$L" generate --device cpu -m "$MODEL" -p hi -l 12+inf
 expect_error "-l" "$L" generate --device cpu -m "$MODEL" -p hi -l 12+101
