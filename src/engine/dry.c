@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/grow.h"
 #include "core/strbuf.h"
 #include "core/utf8.h"
 #include "tok/tokenizer.h"
@@ -20,17 +21,6 @@ typedef struct {
     int32_t n_ids, cap_ids;
 } table_build;
 
-static bool grow(void **p, int32_t *cap, int32_t need, size_t size) {
-    if (need <= *cap) return true;
-    int32_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, (size_t)c * size);
-    if (!q) return false;
-    *p = q;
-    *cap = c;
-    return true;
-}
-
 /* Adds (head, tail); a non-empty tail only when head has no equal one (from any breaker),
  * an empty one always: llama.cpp's table, entry for entry. */
 static bool add_tail(table_build *tb, int32_t head, const int32_t *tail, int32_t len) {
@@ -38,8 +28,8 @@ static bool add_tail(table_build *tb, int32_t head, const int32_t *tail, int32_t
         if (tb->refs[r].head == head && tb->refs[r].len == len &&
             !memcmp(tb->ids + tb->refs[r].at, tail, (size_t)len * sizeof *tail))
             return true;
-    if (!grow((void **)&tb->refs, &tb->cap_refs, tb->n_refs + 1, sizeof *tb->refs) ||
-        !grow((void **)&tb->ids, &tb->cap_ids, tb->n_ids + len, sizeof *tb->ids))
+    if (!grow_array((void **)&tb->refs, &tb->cap_refs, tb->n_refs + 1, sizeof *tb->refs) ||
+        !grow_array((void **)&tb->ids, &tb->cap_ids, tb->n_ids + len, sizeof *tb->ids))
         return false;
     if (len) memcpy(tb->ids + tb->n_ids, tail, (size_t)len * sizeof *tail);
     tb->refs[tb->n_refs++] = (tail_ref){head, tb->n_ids, len};

@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include "core/grow.h"
 #include "core/strmap.h"
 #include "core/utf8.h"
 #include "tok/tokenizer.h"
@@ -45,17 +46,6 @@ struct grammar {
     int32_t n_sets, cap_sets;
     int32_t root;
 };
-
-static bool grow(void **p, int32_t *cap, int32_t need, size_t elem) {
-    if (need <= *cap) return true;
-    int32_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *np = realloc(*p, (size_t)c * elem);
-    if (!np) return false;
-    *p = np;
-    *cap = c;
-    return true;
-}
 
 void grammar_free(grammar *g) {
     if (!g) return;
@@ -181,7 +171,7 @@ static int parse_char(gparser *P, uint32_t *cp) {
 }
 
 static int push_elem(gparser *P, gbuf *b, int32_t type, int32_t arg) {
-    if (!grow((void **)&b->v, &b->cap, b->n + 1, sizeof *b->v)) return oom(P);
+    if (!grow_array((void **)&b->v, &b->cap, b->n + 1, sizeof *b->v)) return oom(P);
     b->v[b->n++] = (gelem){type, arg};
     return LLMI_OK;
 }
@@ -206,7 +196,7 @@ static int close_set(gparser *P, int32_t first, bool negate, int32_t *set) {
         }
     }
     g->n_ranges = first + w;
-    if (!grow((void **)&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets)) return oom(P);
+    if (!grow_array((void **)&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets)) return oom(P);
     g->sets[g->n_sets] = (charset){first, w, negate};
     *set = g->n_sets++;
     return LLMI_OK;
@@ -214,7 +204,7 @@ static int close_set(gparser *P, int32_t first, bool negate, int32_t *set) {
 
 static int add_range(gparser *P, uint32_t lo, uint32_t hi) {
     grammar *g = P->g;
-    if (!grow((void **)&g->ranges, &g->cap_ranges, g->n_ranges + 1, sizeof *g->ranges)) return oom(P);
+    if (!grow_array((void **)&g->ranges, &g->cap_ranges, g->n_ranges + 1, sizeof *g->ranges)) return oom(P);
     g->ranges[g->n_ranges++] = (crange){lo, hi};
     return LLMI_OK;
 }
@@ -222,7 +212,7 @@ static int add_range(gparser *P, uint32_t lo, uint32_t hi) {
 static int new_rule(gparser *P, const char *name, size_t name_len, int32_t *id) {
     grammar *g = P->g;
     if (g->n_rules >= GRAMMAR_MAX_RULES) return perr(P, "too many rules", NULL);
-    if (!grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) return oom(P);
+    if (!grow_array((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) return oom(P);
     grule *r = &g->rules[g->n_rules];
     memset(r, 0, sizeof *r);
     if (name) {
@@ -255,9 +245,9 @@ static int rule_by_name(gparser *P, const char *name, size_t len, int32_t *id) {
 static int add_alt(gparser *P, int32_t rule, const gelem *seq, int32_t n) {
     grammar *g = P->g;
     if (g->n_elems + n + 1 > GRAMMAR_MAX_ELEMS) return perr(P, "grammar too large", NULL);
-    if (!grow((void **)&g->elems, &g->cap_elems, g->n_elems + n + 1, sizeof *g->elems)) return oom(P);
+    if (!grow_array((void **)&g->elems, &g->cap_elems, g->n_elems + n + 1, sizeof *g->elems)) return oom(P);
     grule *r = &g->rules[rule];
-    if (!grow((void **)&r->alts, &r->cap_alts, r->n_alts + 1, sizeof *r->alts)) return oom(P);
+    if (!grow_array((void **)&r->alts, &r->cap_alts, r->n_alts + 1, sizeof *r->alts)) return oom(P);
     r->alts[r->n_alts++] = g->n_elems;
     if (n) memcpy(g->elems + g->n_elems, seq, (size_t)n * sizeof *seq);
     g->n_elems += n;
@@ -584,7 +574,7 @@ int grammar_vocab_build(const tokenizer *t, grammar_vocab **out, llmi_status *st
     char *piece = malloc(cap);
     if (!v || !piece || !(v->tok_next = malloc((size_t)V * sizeof(int32_t))) ||
         !(v->tok_node = malloc((size_t)V * sizeof(int32_t))) || !(v->eog = malloc((size_t)V * sizeof(int32_t))) ||
-        !grow((void **)&v->nodes, &v->cap_nodes, 1, sizeof *v->nodes))
+        !grow_array((void **)&v->nodes, &v->cap_nodes, 1, sizeof *v->nodes))
         goto oom;
     v->n_vocab = V;
     v->nodes[0] = (tnode){-1, -1, -1, -1, 0, 0};
@@ -605,7 +595,7 @@ int grammar_vocab_build(const tokenizer *t, grammar_vocab **out, llmi_status *st
             int32_t c = v->nodes[node].first_child;
             while (c >= 0 && v->nodes[c].byte != b) c = v->nodes[c].next_sibling;
             if (c < 0) {
-                if (!grow((void **)&v->nodes, &v->cap_nodes, v->n_nodes + 1, sizeof *v->nodes)) goto oom;
+                if (!grow_array((void **)&v->nodes, &v->cap_nodes, v->n_nodes + 1, sizeof *v->nodes)) goto oom;
                 c = v->n_nodes++;
                 v->nodes[c] = (tnode){-1, v->nodes[node].first_child, -1, node, b, (uint16_t)(i + 1)};
                 v->nodes[node].first_child = c;
@@ -714,8 +704,8 @@ static int32_t intern_node(grammar_state *s, int32_t elem, int32_t below) {
     hslot *h = hmap_slot(&s->node_ids, key);
     if (h->key) return h->val;
     if (s->n_nodes >= STATE_MAX_NODES) return state_fail(s, "the grammar is too ambiguous to follow (too many parse states)"), -1;
-    if (!grow((void **)&s->node_elem, &s->cap_nodes, s->n_nodes + 1, sizeof(int32_t)) ||
-        !grow((void **)&s->node_below, &s->cap_below, s->n_nodes + 1, sizeof(int32_t)))
+    if (!grow_array((void **)&s->node_elem, &s->cap_nodes, s->n_nodes + 1, sizeof(int32_t)) ||
+        !grow_array((void **)&s->node_below, &s->cap_below, s->n_nodes + 1, sizeof(int32_t)))
         return state_fail(s, "out of memory"), -1;
     s->node_elem[s->n_nodes] = elem;
     s->node_below[s->n_nodes] = below;
@@ -750,10 +740,10 @@ static int32_t intern_found(grammar_state *s) {
             if (s->set_n[id] == n && memcmp(s->set_pool + s->set_first[id], s->found, (size_t)n * sizeof(int32_t)) == 0)
                 return id;
     }
-    if (!grow((void **)&s->set_pool, &s->cap_pool, s->n_pool + n, sizeof(int32_t)) ||
-        !grow((void **)&s->set_first, &s->cap_first, s->n_sets + 1, sizeof(int32_t)) ||
-        !grow((void **)&s->set_n, &s->cap_n, s->n_sets + 1, sizeof(int32_t)) ||
-        !grow((void **)&s->set_chain, &s->cap_chain, s->n_sets + 1, sizeof(int32_t)))
+    if (!grow_array((void **)&s->set_pool, &s->cap_pool, s->n_pool + n, sizeof(int32_t)) ||
+        !grow_array((void **)&s->set_first, &s->cap_first, s->n_sets + 1, sizeof(int32_t)) ||
+        !grow_array((void **)&s->set_n, &s->cap_n, s->n_sets + 1, sizeof(int32_t)) ||
+        !grow_array((void **)&s->set_chain, &s->cap_chain, s->n_sets + 1, sizeof(int32_t)))
         return state_fail(s, "out of memory"), -1;
     int32_t id = s->n_sets++;
     memcpy(s->set_pool + s->n_pool, s->found, (size_t)n * sizeof(int32_t));
@@ -768,7 +758,7 @@ static int32_t intern_found(grammar_state *s) {
 }
 
 static bool push_work(grammar_state *s, int32_t node) {
-    if (!grow((void **)&s->work, &s->cap_work, s->n_work + 1, sizeof(int32_t))) return state_fail(s, "out of memory"), false;
+    if (!grow_array((void **)&s->work, &s->cap_work, s->n_work + 1, sizeof(int32_t))) return state_fail(s, "out of memory"), false;
     s->work[s->n_work++] = node;
     return true;
 }
@@ -787,7 +777,7 @@ static int expand_work(grammar_state *s) {
         int32_t node = s->work[--s->n_work];
         if (node >= s->cap_visited) {
             int32_t old = s->cap_visited;
-            if (!grow((void **)&s->visited, &s->cap_visited, s->n_nodes, sizeof *s->visited))
+            if (!grow_array((void **)&s->visited, &s->cap_visited, s->n_nodes, sizeof *s->visited))
                 return state_fail(s, "out of memory");
             memset(s->visited + old, 0, (size_t)(s->cap_visited - old) * sizeof *s->visited);
         }
@@ -813,7 +803,7 @@ static int expand_work(grammar_state *s) {
             continue;
         }
     emit:
-        if (!grow((void **)&s->found, &s->cap_found, s->n_found + 1, sizeof(int32_t))) return state_fail(s, "out of memory");
+        if (!grow_array((void **)&s->found, &s->cap_found, s->n_found + 1, sizeof(int32_t))) return state_fail(s, "out of memory");
         s->found[s->n_found++] = node;
     }
     return 0;
@@ -918,11 +908,11 @@ int grammar_state_create(const grammar *g, const grammar_vocab *v, grammar_state
         return llmi_fail(st, LLMI_E_RUNTIME, "grammar: out of memory");
     }
     /* node 0: the empty stack; set 0: no parse */
-    if (!grow((void **)&s->node_elem, &s->cap_nodes, 1, sizeof(int32_t)) ||
-        !grow((void **)&s->node_below, &s->cap_below, 1, sizeof(int32_t)) ||
-        !grow((void **)&s->set_first, &s->cap_first, 1, sizeof(int32_t)) ||
-        !grow((void **)&s->set_n, &s->cap_n, 1, sizeof(int32_t)) ||
-        !grow((void **)&s->set_chain, &s->cap_chain, 1, sizeof(int32_t)))
+    if (!grow_array((void **)&s->node_elem, &s->cap_nodes, 1, sizeof(int32_t)) ||
+        !grow_array((void **)&s->node_below, &s->cap_below, 1, sizeof(int32_t)) ||
+        !grow_array((void **)&s->set_first, &s->cap_first, 1, sizeof(int32_t)) ||
+        !grow_array((void **)&s->set_n, &s->cap_n, 1, sizeof(int32_t)) ||
+        !grow_array((void **)&s->set_chain, &s->cap_chain, 1, sizeof(int32_t)))
         goto fail;
     s->node_elem[0] = -1;
     s->node_below[0] = 0;
@@ -1014,7 +1004,7 @@ int grammar_state_mask(grammar_state *s, bool allow_eog, uint8_t *allowed, llmi_
         for (int32_t i = 0; i < v->n_eog; i++) allowed[v->eog[i]] = 1, count++;
     /* Depth-first over the trie: a frame is a node reached with the state after its bytes. */
     int32_t sp = 0;
-    if (!grow((void **)&s->dfs, &s->cap_dfs, 1, sizeof *s->dfs)) return state_fail(s, "out of memory"), -1;
+    if (!grow_array((void **)&s->dfs, &s->cap_dfs, 1, sizeof *s->dfs)) return state_fail(s, "out of memory"), -1;
     s->dfs[sp++] = (struct dfs_frame){0, s->cur, s->partial};
     while (sp > 0) {
         struct dfs_frame f = s->dfs[--sp];
@@ -1027,7 +1017,7 @@ int grammar_state_mask(grammar_state *s, bool allow_eog, uint8_t *allowed, llmi_
                 if (err) return -1;
                 continue;
             }
-            if (!grow((void **)&s->dfs, &s->cap_dfs, sp + 1, sizeof *s->dfs)) return state_fail(s, "out of memory"), -1;
+            if (!grow_array((void **)&s->dfs, &s->cap_dfs, sp + 1, sizeof *s->dfs)) return state_fail(s, "out of memory"), -1;
             s->dfs[sp++] = (struct dfs_frame){c, set, u};
         }
     }
@@ -1046,7 +1036,7 @@ int grammar_state_accept(grammar_state *s, int32_t token, llmi_status *st) {
     if (node < 0) return llmi_fail(st, LLMI_E_RUNTIME, "grammar: token %d has no text the grammar could match", token);
     /* the token's bytes, leaf to root */
     int depth = v->nodes[node].depth;
-    if (!grow((void **)&s->dfs, &s->cap_dfs, depth, sizeof *s->dfs)) return state_fail(s, "out of memory");
+    if (!grow_array((void **)&s->dfs, &s->cap_dfs, depth, sizeof *s->dfs)) return state_fail(s, "out of memory");
     for (int i = depth - 1, nd = node; i >= 0; i--, nd = v->nodes[nd].parent) s->dfs[i].node = nd;
     int32_t set = s->cur;
     utf8_part u = s->partial;
