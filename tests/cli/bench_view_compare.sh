@@ -44,7 +44,7 @@ SWEEP = ("commit date backend device model model_format params_m weights_gib wei
          "decode_tps_sd ttft_ms_mean ttft_ms_sd tpot_ms_mean tpot_ms_sd preemptions peak_rss_mib mem_weights_mib "
          "mem_backend_weights_mib mem_kv_mib mem_act_mib kv_blocks_total kv_blocks_peak").split()
 TP = ("commit date backend device model model_format params_m weights_gib weight_dtype threads kv_type prefix_cache "
-      "sched block_size dataset num_requests input_len output_len range_ratio prefix_len num_prefixes request_rate seed warmup_s "
+      "sched block_size dataset num_requests input_len output_len range_ratio prefix_len num_prefixes request_rate seed temperature warmup_s "
       "elapsed_s requests_per_s output_tps total_tps prompt_tokens output_tokens requested_output_tokens "
       "cached_prompt_tokens prefix_hit_rate finished_length finished_eos finished_other ttft_ms_mean ttft_ms_p50 "
       "ttft_ms_p90 ttft_ms_p99 tpot_ms_mean tpot_ms_p50 tpot_ms_p90 tpot_ms_p99 itl_ms_mean itl_ms_p50 itl_ms_p90 "
