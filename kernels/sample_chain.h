@@ -91,10 +91,15 @@ LLMI_HD sample_plan sample_plan_make(const llmi_cuda_sample_params *p, int n_voc
 }
 
 /* Per-candidate weights, as sampler.c writes them (c0: the best logit). */
-/* sampler.c's penalties on one logit of a token that occurs count times in the window. */
+/* llama.cpp's penalties, in its float arithmetic, on one logit of a token that occurs count
+ * times in the window: the repetition penalty once, then count x frequency + presence
+ * subtracted.  sampler.c and the device kernel both call this. */
+LLMI_HD float sample_penalty(float v, float repeat, float frequency, float presence, int count) {
+    v = v > 0 ? v / repeat : v * repeat;
+    return v - ((float)count * frequency + presence);
+}
 LLMI_HD float sample_penalise(float v, const llmi_cuda_sample_params *p, int count) {
-    v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
-    return v - ((float)count * p->frequency_penalty + p->presence_penalty);
+    return sample_penalty(v, p->repeat_penalty, p->frequency_penalty, p->presence_penalty, count);
 }
 LLMI_HD int sample_penalties_on(const llmi_cuda_sample_params *p) {
     return p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f;

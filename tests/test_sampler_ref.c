@@ -13,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/dry.h"
 #include "engine/sampler.h"
 #include "test.h"
+#include "tok/tokenizer.h"
 
 #ifndef TESTDATA_DIR
 #define TESTDATA_DIR "testdata"
@@ -141,9 +143,6 @@ TEST(sampler_matches_llamacpp_chain) {
 }
 
 /* ---- DRY against llama.cpp's llama_sampler_init_dry: testdata/sampler/dry*.json* -------- */
-
-#include "engine/dry.h"
-#include "tok/tokenizer.h"
 
 /* A tail list of head h in our table, as a JSON-comparable set check: every reference tail
  * is ours and the counts are equal. */

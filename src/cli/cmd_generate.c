@@ -346,6 +346,44 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
     if (ev->finished) emit_ready(g);
 }
 
+/* Opens the model and the engine for requests that may use a draft model (any_draft) and
+ * propose up to max_spec_k tokens (the engine's logit rows are sized for the longest
+ * proposal); the model must have a tokenizer.  On failure nothing stays open. */
+static int open_for_generate(cli_model_opts *mo, bool any_draft, int max_spec_k, llmi_model *m, llmi_backend **b,
+                             llmi_engine **e, llmi_status *st) {
+    *b = NULL, *e = NULL;
+    if (cli_check_draft_flags(mo, any_draft, st) || cli_open_model(mo, m, st)) return st->code;
+    if (max_spec_k > mo->engine.spec_max_k) mo->engine.spec_max_k = max_spec_k;
+    int rc = cli_open_engine(mo, m, NULL, b, e, st);
+    if (!rc && !m->tok) rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: the model has no tokenizer", m->source_path);
+    if (rc) {
+        cli_close_engine(*b, *e);
+        *b = NULL, *e = NULL;
+        model_free(m);
+    }
+    return rc;
+}
+
+/* Steps the engine until its work is done, releasing each finished request (the engine
+ * keeps one, its tokens and block table, until released: over a long --prompts run that
+ * would grow with every request served).  Stops early when stdout failed or an output
+ * could not be kept (g says which), or on SIGINT: the requests are aborted, *interrupted. */
+static int drive(gen_ctx *g, llmi_engine *e, bool *interrupted, llmi_status *st) {
+    *interrupted = false;
+    while (engine_has_work(e)) {
+        if (cli_was_interrupted()) {
+            *interrupted = true;
+            engine_abort_all(e, on_token, g);
+            return LLMI_OK;
+        }
+        if (engine_step(e, on_token, g, NULL, st)) return st->code;
+        for (int i = 0; i < g->n_finished; i++) engine_release(e, g->finished[i]);
+        g->n_finished = 0;
+        if (g->out_errno || g->oom) break;
+    }
+    return LLMI_OK;
+}
+
 /* ---- input ----------------------------------------------------------------------- */
 
 #define GEN_MAX_TEXT ((size_t)2 << 30)   /* a prompt file beyond this is a mistake */
@@ -722,16 +760,9 @@ static int conversation_run(const gen_opts *o, const cli_model_opts *mo_in, llmi
     char *text = NULL;
     size_t text_cap = 0, text_len = 0;
     gen_request r = {0};
-    int rc = cli_check_draft_flags(&mo, o->params.spec.mode == LLMI_SPEC_DRAFT, st);
+    int rc = open_for_generate(&mo, o->params.spec.mode == LLMI_SPEC_DRAFT,
+                               o->params.spec.mode != LLMI_SPEC_OFF ? o->params.spec.k : 0, &m, &b, &e, st);
     if (rc) return rc;
-    if ((rc = cli_open_model(&mo, &m, st))) return rc;
-    if (o->params.spec.mode != LLMI_SPEC_OFF && o->params.spec.k > mo.engine.spec_max_k)
-        mo.engine.spec_max_k = o->params.spec.k;
-    if ((rc = cli_open_engine(&mo, &m, NULL, &b, &e, st))) goto out;
-    if (!m.tok) {
-        rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: the model has no tokenizer", m.source_path);
-        goto out;
-    }
     if ((rc = tok_chat_pieces_make(m.tok, o->system, &pc, st))) goto out;
     const bool tty = isatty(0) && isatty(2);
     int got;
@@ -763,18 +794,10 @@ static int conversation_run(const gen_opts *o, const cli_model_opts *mo_in, llmi
         }
         gen_ctx g = {.engine = e, .reqs = &r, .n_reqs = 1, .tok = m.tok, .json = o->json, .stream_out = !o->json,
                      .finished = fin, .keep_ids = true};
-        while (engine_has_work(e)) {
-            if (cli_was_interrupted()) {
-                engine_abort_all(e, on_token, &g);
-                rc = llmi_fail(st, LLMI_E_INTERRUPT, "interrupted");
-                goto out;
-            }
-            if ((rc = engine_step(e, on_token, &g, NULL, st))) goto out;
-            for (int i = 0; i < g.n_finished; i++) engine_release(e, g.finished[i]);
-            g.n_finished = 0;
-            if (g.out_errno || g.oom) break;
-        }
-        if (g.out_errno) rc = llmi_fail(st, LLMI_E_RUNTIME, "generate: cannot write to stdout: %s", strerror(g.out_errno));
+        bool interrupted;
+        if ((rc = drive(&g, e, &interrupted, st))) goto out;
+        if (interrupted) rc = llmi_fail(st, LLMI_E_INTERRUPT, "interrupted");
+        else if (g.out_errno) rc = llmi_fail(st, LLMI_E_RUNTIME, "generate: cannot write to stdout: %s", strerror(g.out_errno));
         else if (g.oom) rc = llmi_fail(st, LLMI_E_RUNTIME, "generate: out of memory keeping the outputs");
         else if (g.n_failed_late) rc = llmi_fail(st, LLMI_E_RUNTIME, "--conversation: turn %d failed (see above)", turn + 1);
         else if (r.finish == LLMI_FINISH_CONTEXT)
@@ -841,19 +864,14 @@ static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
     llmi_engine *e = NULL;
     gen_ctx g = {0};
     bool any_draft = false;
-    for (int i = 0; i < n_reqs; i++) any_draft |= reqs[i].params.spec.mode == LLMI_SPEC_DRAFT;
-    int rc = cli_check_draft_flags(&mo, any_draft, st);
-    if (rc) goto out_reqs;
-    if ((rc = cli_open_model(&mo, &m, st))) goto out_reqs;
-    /* The engine's logit rows are sized for the longest proposal any request carries. */
-    for (int i = 0; i < n_reqs; i++)
-        if (reqs[i].params.spec.mode != LLMI_SPEC_OFF && reqs[i].params.spec.k > mo.engine.spec_max_k)
-            mo.engine.spec_max_k = reqs[i].params.spec.k;
-    if ((rc = cli_open_engine(&mo, &m, NULL, &b, &e, st))) goto out;
-    if (!m.tok) {
-        rc = llmi_fail(st, LLMI_E_RUNTIME, "%s: the model has no tokenizer", m.source_path);
-        goto out;
+    int max_spec_k = 0;
+    for (int i = 0; i < n_reqs; i++) {
+        const llmi_spec_params *sp = &reqs[i].params.spec;
+        any_draft |= sp->mode == LLMI_SPEC_DRAFT;
+        if (sp->mode != LLMI_SPEC_OFF && sp->k > max_spec_k) max_spec_k = sp->k;
     }
+    int rc = open_for_generate(&mo, any_draft, max_spec_k, &m, &b, &e, st);
+    if (rc) goto out_reqs;
 
     g = (gen_ctx){.engine = e, .reqs = reqs, .n_reqs = n_reqs, .tok = m.tok, .json = o.json,
                   .stream_out = n_reqs == 1 && !o.json && !o.prompts_file};
@@ -892,20 +910,8 @@ static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
     }
     emit_ready(&g);
 
-    bool interrupted = false;
-    while (engine_has_work(e)) {
-        if (cli_was_interrupted()) {
-            interrupted = true;
-            engine_abort_all(e, on_token, &g);
-            break;
-        }
-        if ((rc = engine_step(e, on_token, &g, NULL, st))) goto out;
-        /* The engine keeps a finished request (its tokens, block table) until released:
-         * over a long --prompts run that would grow with every request served. */
-        for (int i = 0; i < g.n_finished; i++) engine_release(e, g.finished[i]);
-        g.n_finished = 0;
-        if (g.out_errno || g.oom) break;
-    }
+    bool interrupted;
+    if ((rc = drive(&g, e, &interrupted, st))) goto out;
     double wall = engine_now(e) - t0;
     emit_ready(&g);
     out_flush(&g);

@@ -178,7 +178,9 @@ void dry_apply(float *logits, int n_vocab, const dry_params *p, const dry_breake
     if (rep_limit < p->allowed_length) return;
     /* z[k]: how many newest tokens repeat k tokens further back (the Z-array of R) */
     int *z = scratch + n_vocab, *best = scratch;   /* (N), (n_vocab) longest repeat each token would extend */
-    for (int i = 0; i < n_vocab; i++) best[i] = -1;
+    /* only the window's tokens are read or written: clear those, not the vocabulary */
+    for (int i = 0; i < N; i++)
+        if (win[i] >= 0 && win[i] < n_vocab) best[win[i]] = -1;
     for (int k = 1, l = 0, r = 0; k < N; k++) {
         int v = k < r ? (r - k < z[k - l] ? r - k : z[k - l]) : 0;
         while (k + v < N && R(v) == R(k + v)) v++;

@@ -93,11 +93,9 @@ int sampler_penalty_window(const llmi_sampling *p, int n_history, int *start) {
     return n_history - *start;
 }
 
-/* llama.cpp's penalties, in its float arithmetic: each distinct token of the window once,
- * the repetition penalty first, then count x frequency + presence subtracted. */
+/* sample_penalty (sample_chain.h, shared with the device) once for each distinct token. */
 static void penalise(float *logit, const llmi_sampling *p, int count) {
-    *logit = *logit > 0 ? *logit / p->repeat_penalty : *logit * p->repeat_penalty;
-    *logit -= (float)count * p->frequency_penalty + p->presence_penalty;
+    *logit = sample_penalty(*logit, p->repeat_penalty, p->frequency_penalty, p->presence_penalty, count);
 }
 
 static void apply_penalties(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *win, int n_win,
@@ -181,8 +179,7 @@ static void edit_logits(float *logits, int n_vocab, const llmi_sampling *p, cons
     apply_top_n_sigma(logits, n_vocab, p->top_n_sigma);
 }
 
-/* Softmax of c[0, n)'s logits (c[0] the best) in w, un-tempered; returns the sum before
- * normalising. */
+/* Softmax of c[0, n)'s logits (c[0] the best) in w, un-tempered. */
 static void cand_softmax(const cand *c, int n, double *w) {
     double sum = 0;
     for (int i = 0; i < n; i++) sum += (w[i] = exp((double)c[i].logit - c[0].logit));
@@ -200,10 +197,10 @@ static int cmp_typ(const void *a, const void *b) {
  * the entropy, fewest first, until their mass passes typical_p (llama.cpp: cum > p).
  * Tokens of probability 0 have infinite surprise and no share of the entropy.  The kept
  * ones stay in rank order. */
-static int typical_keep(cand *c, int n, float typical_p, void *scratch, int n_vocab) {
+static int typical_keep(cand *c, int n, float typical_p, int n_vocab) {
     if (!(c[0].logit > -INFINITY)) return n;
-    typ_key *k = (typ_key *)((cand *)scratch + n_vocab);   /* (n) */
-    double *w = (double *)((cand *)scratch + 2 * (size_t)n_vocab);   /* (n) */
+    typ_key *k = (typ_key *)(c + n_vocab);               /* (n) the scratch after the candidates */
+    double *w = (double *)(c + 2 * (size_t)n_vocab);     /* (n) */
     cand_softmax(c, n, w);
     double entropy = 0;
     for (int i = 0; i < n; i++)
@@ -225,9 +222,9 @@ static int typical_keep(cand *c, int n, float typical_p, void *scratch, int n_vo
 
 /* XTC (Exclude Top Choices): when its draw says so and at least two candidates reach the
  * threshold, all of them but the least likely go. */
-static int xtc_cut(cand *c, int n, const llmi_sampling *p, double uniform, void *scratch, int n_vocab) {
+static int xtc_cut(cand *c, int n, const llmi_sampling *p, double uniform, int n_vocab) {
     if (n < 2 || uniform > p->xtc_probability || !(c[0].logit > -INFINITY)) return n;   /* llama.cpp: chance > probability skips */
-    double *w = (double *)((cand *)scratch + 2 * (size_t)n_vocab);
+    double *w = (double *)(c + 2 * (size_t)n_vocab);     /* (n) the scratch after typical's keys */
     cand_softmax(c, n, w);
     int last = 0;
     while (last + 1 < n && w[last + 1] >= p->xtc_threshold) last++;
@@ -298,7 +295,7 @@ static int truncate_candidates(const float *logits, int n_vocab, const llmi_samp
         qsort(c, (size_t)n, sizeof *c, cmp_cand_desc);
     }
 
-    if (typical_on(p)) n = typical_keep(c, n, p->typical_p, c, n_vocab);
+    if (typical_on(p)) n = typical_keep(c, n, p->typical_p, n_vocab);
     if (p->top_p < 1.0f) {
         double sum = 0, acc = 0;
         for (int i = 0; i < n; i++) sum += exp((double)c[i].logit - c[0].logit);
@@ -315,7 +312,7 @@ static int truncate_candidates(const float *logits, int n_vocab, const llmi_samp
         while (keep < n && c[keep].logit >= floor_logit) keep++;
         n = keep;
     }
-    if (xtc_on(p)) n = xtc_cut(c, n, p, xtc_uniform, c, n_vocab);
+    if (xtc_on(p)) n = xtc_cut(c, n, p, xtc_uniform, n_vocab);
     return n;
 }
 
@@ -361,29 +358,35 @@ static int32_t run_chain(float *logits, int n_vocab, const llmi_sampling *p, con
     return -1;
 }
 
-int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history, int n_history,
-                       sampler_rng *rng, void *scratch) {
+/* run_chain on a sequence's history: its penalty window cut, XTC's uniform drawn (first,
+ * when XTC is on). */
+static int32_t run_chain_on_history(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history,
+                                    int n_history, sampler_rng *rng, void *scratch, int *n_out) {
     int start = 0;
     int n_win = history ? sampler_penalty_window(p, n_history, &start) : 0;
     double xu = xtc_on(p) ? sampler_rng_uniform(rng) : 1.0;
-    int n;
-    int32_t tok = run_chain(logits, n_vocab, p, history ? history + start : NULL, n_win, history, n_history, xu, scratch, &n);
-    if (!n) return tok;
-    cand *c = scratch;
-    tok = draw_candidate(c, n, 1.0 / p->temperature, sampler_rng_uniform(rng), -1);
-    /* no candidate has weight (every logit -inf): the first candidate, as argmax and the
-     * device sampler choose, never -1 */
+    return run_chain(logits, n_vocab, p, history ? history + start : NULL, n_win, history, n_history, xu, scratch, n_out);
+}
+
+/* The draw over run_chain's n candidates; when none has weight (every logit -inf), the
+ * first candidate, as argmax and the device sampler choose, never -1. */
+static int32_t draw(const cand *c, int n, const llmi_sampling *p, double uniform) {
+    int32_t tok = draw_candidate(c, n, 1.0 / p->temperature, uniform, -1);
     return tok >= 0 ? tok : c[0].id;
+}
+
+int32_t sampler_sample(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history, int n_history,
+                       sampler_rng *rng, void *scratch) {
+    int n;
+    int32_t tok = run_chain_on_history(logits, n_vocab, p, history, n_history, rng, scratch, &n);
+    return n ? draw(scratch, n, p, sampler_rng_uniform(rng)) : tok;
 }
 
 int32_t sampler_sample_uniform(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window,
                                int n_window, double uniform, void *scratch) {
     int n;
     int32_t tok = run_chain(logits, n_vocab, p, window, n_window, NULL, 0, 1.0, scratch, &n);
-    if (!n) return tok;
-    cand *c = scratch;
-    tok = draw_candidate(c, n, 1.0 / p->temperature, uniform, -1);
-    return tok >= 0 ? tok : c[0].id;
+    return n ? draw(scratch, n, p, uniform) : tok;
 }
 
 int sampler_distribution(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *window, int n_window,
@@ -403,11 +406,8 @@ int sampler_distribution(float *logits, int n_vocab, const llmi_sampling *p, con
 
 int32_t sampler_verify_draft(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history,
                              int n_history, int32_t draft, sampler_rng *rng, void *scratch, bool *accepted) {
-    int start = 0;
-    int n_win = history ? sampler_penalty_window(p, n_history, &start) : 0;
-    double xu = xtc_on(p) ? sampler_rng_uniform(rng) : 1.0;
     int n;
-    int32_t best = run_chain(logits, n_vocab, p, history ? history + start : NULL, n_win, history, n_history, xu, scratch, &n);
+    int32_t best = run_chain_on_history(logits, n_vocab, p, history, n_history, rng, scratch, &n);
     if (!n) {
         *accepted = best == draft;
         return best;
