@@ -172,6 +172,7 @@ typedef struct run_out {
     int sampled_on_device;
     double logprob_sum;   /* of every event's logprob and top logprobs */
     long spec_proposed, spec_accepted;
+    long prefill_tokens;  /* prompt tokens computed over the run (step infos' n_prefill_tokens) */
     int stale_reads;      /* mock->stale_reads, plus cached reads that disagree with the final tokens */
     int draft_forwards;   /* forwards the draft mock ran (--spec draft) */
 } run_out;
@@ -259,6 +260,7 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
                 rc = -1;
             }
             out->preempted += info.n_preempted;
+            out->prefill_tokens += info.n_prefill_tokens;
             out->spec_proposed += info.n_spec_proposed;
             out->spec_accepted += info.n_spec_accepted;
             if (info.n_prefill_tokens + info.n_decode_tokens > out->max_step_tokens)
@@ -397,6 +399,102 @@ TEST(engine_batch_invariance_chunking_preemption) {
     free_out(&tight, N);
     free_out(&pf, N);
     for (int i = 0; i < N; i++) free(prompts[i]);
+}
+
+/* In-flight prefix sharing: requests queued together with a common prefix compute it once.
+ * The designed workload's prompt work is exact (each request computes what the prefix
+ * cache could not give it had the earlier ones finished first); without the sharing every
+ * request admitted in the first step would compute its whole prompt.  Random families of
+ * prompts under chunking, small budgets and preemption must give each request's output
+ * alone. */
+TEST(engine_shares_inflight_prefix) {
+    srand((unsigned)test_seed());
+    enum { V = 97, BS = 4, N = 7, RN = 24 };
+    llmi_model m = mock_model(V);
+    int32_t base[64];
+    for (int i = 0; i < 64; i++) base[i] = rand() % V;
+    /* prompt i = base[0, share[i]) + tail of tail[i] tokens (a copy of request 0's tail
+     * where same_tail[i]) */
+    const int share[N] = {40, 40, 20, 40, 0, 40, 22}, tail[N] = {3, 3, 9, 3, 30, 12, 5};
+    const bool same_tail[N] = {false, true, false, true, false, false, false};
+    int32_t *prompts[RN];
+    int lens[RN];
+    for (int i = 0; i < N; i++) {
+        lens[i] = share[i] + tail[i];
+        prompts[i] = malloc((size_t)lens[i] * sizeof(int32_t));
+        memcpy(prompts[i], base, (size_t)share[i] * sizeof(int32_t));
+        for (int k = share[i]; k < lens[i]; k++) prompts[i][k] = same_tail[i] ? prompts[0][k] : rand() % V;
+    }
+    /* request i computes len - (its longest common prefix with an earlier one, in whole
+     * blocks, short of its last token) */
+    long want = 0, sum = 0;
+    for (int i = 0; i < N; i++) {
+        int best = 0;
+        for (int j = 0; j < i; j++) {
+            int l = 0;
+            while (l < lens[i] - 1 && l < lens[j] && prompts[i][l] == prompts[j][l]) l++;
+            if (l / BS * BS > best) best = l / BS * BS;
+        }
+        want += lens[i] - best;
+        sum += lens[i];
+    }
+    llmi_engine_opts eo = engine_opts_defaults();
+    eo.num_blocks = 256;
+    eo.block_size = BS;
+    eo.max_batch_tokens = 256;
+    run_out alone, together, chunked, nocache;
+    CHECK(run_engine(&m, prompts, lens, N, 6, eo, false, NULL, &alone) == 0);
+    CHECK(run_engine(&m, prompts, lens, N, 6, eo, true, NULL, &together) == 0);
+    llmi_engine_opts o = eo;
+    o.prefill_chunk = 8;
+    CHECK(run_engine(&m, prompts, lens, N, 6, o, true, NULL, &chunked) == 0);
+    o = eo;
+    o.prefix_cache = false;
+    CHECK(run_engine(&m, prompts, lens, N, 6, o, true, NULL, &nocache) == 0);
+    fprintf(stderr, "  designed: %ld prompt tokens computed together, %ld chunked, %ld without the prefix cache "
+            "(ideal %ld of %ld)\n", together.prefill_tokens, chunked.prefill_tokens, nocache.prefill_tokens, want, sum);
+    CHECK_MSG(together.prefill_tokens == want, "together: %ld prompt tokens computed, want %ld", together.prefill_tokens,
+              want);
+    CHECK_MSG(chunked.prefill_tokens == want, "chunked: %ld prompt tokens computed, want %ld", chunked.prefill_tokens,
+              want);
+    CHECK(nocache.prefill_tokens == sum);
+    CHECK(alone.bad_reads == 0 && together.bad_reads == 0 && chunked.bad_reads == 0 && nocache.bad_reads == 0);
+    CHECK(same_outputs(&alone, &together, N) && same_outputs(&alone, &chunked, N) && same_outputs(&alone, &nocache, N));
+    free_out(&alone, N), free_out(&together, N), free_out(&chunked, N), free_out(&nocache, N);
+    for (int i = 0; i < N; i++) free(prompts[i]);
+
+    /* random families: three bases, each prompt a random cut of one and a random tail */
+    int32_t bases[3][80];
+    for (int b = 0; b < 3; b++)
+        for (int i = 0; i < 80; i++) bases[b][i] = rand() % V;
+    long rsum = 0;
+    for (int i = 0; i < RN; i++) {
+        int cut = rand() % 81, t = rand() % 12 + (cut == 0);
+        lens[i] = cut + t;
+        prompts[i] = malloc((size_t)lens[i] * sizeof(int32_t));
+        memcpy(prompts[i], bases[rand() % 3], (size_t)cut * sizeof(int32_t));
+        for (int k = cut; k < lens[i]; k++) prompts[i][k] = rand() % V;
+        rsum += lens[i];
+    }
+    eo.block_size = 1 + rand() % 8;
+    CHECK(run_engine(&m, prompts, lens, RN, 8, eo, false, NULL, &alone) == 0);
+    const char *names[] = {"together", "chunked", "small budget", "tight", "prefill-first"};
+    for (int c = 0; c < 5; c++) {
+        o = eo;
+        if (c == 1) o.prefill_chunk = 1 + rand() % 9;
+        if (c == 2) o.max_batch_tokens = 24;
+        if (c == 3) o.num_blocks = 120 / o.block_size + 4;
+        if (c == 4) o.policy = SCHED_PREFILL_FIRST, o.prefill_chunk = 5;
+        CHECK(run_engine(&m, prompts, lens, RN, 8, o, true, NULL, &together) == 0);
+        fprintf(stderr, "  random families, block %d, %s: %ld of %ld prompt tokens computed, %d preemptions\n",
+                eo.block_size, names[c], together.prefill_tokens, rsum, together.preempted);
+        CHECK_MSG(same_outputs(&alone, &together, RN), "%s: outputs differ from each request alone", names[c]);
+        CHECK(together.bad_reads == 0);
+        if (c != 3) CHECK_MSG(together.prefill_tokens < rsum, "%s: no prompt work saved", names[c]);
+        free_out(&together, RN);
+    }
+    free_out(&alone, RN);
+    for (int i = 0; i < RN; i++) free(prompts[i]);
 }
 
 TEST(engine_refuses_what_cannot_fit) {

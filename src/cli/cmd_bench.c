@@ -29,6 +29,7 @@
 #include "cli/bench_util.h"
 #include "cli/bench_view.h"
 #include "cli/cli.h"
+#include "cli/prompts.h"
 #include "core/fileio.h"
 #include "metrics/perplexity.h"
 #include "cli/report.h"
@@ -65,6 +66,7 @@ typedef struct bench_args {
     double *rates;               /* (n_rates) --request-rate list, requests/s; none = all at t = 0 */
     int n_rates;
     int turns;                   /* requests per conversation (--turns); 1 = independent requests */
+    int samples;                 /* --samples: sequences sampled from each prompt (vLLM's n); 0 = 1 */
     slo_spec slo;                /* --slo; all 0 = none */
     const char *per_request;     /* jsonl of every request, or NULL */
     llmi_sampling sampling;      /* --temp, --top-k, ...: every request's (default greedy) */
@@ -128,6 +130,8 @@ static const char *bench_usage(void) {
            "  --turns T               conversations of T requests: each prompt is the previous one + its answer\n"
            "                          + a new user message (--input-len random tokens or a --dataset line),\n"
            "                          in the model's chat template; per-turn TTFT (T <= 16)\n"
+           "  --samples N             N sequences sampled from each prompt, arriving together (vLLM's\n"
+           "                          --n; default 1); a request is the prompt with its N samples\n"
            "  --request-rate LIST     Poisson arrivals, R requests/s (conversations/s with --turns); a list\n"
            "                          runs once per rate (default: all at t = 0)\n"
            "  --slo ttft=MS,tpot=MS[,e2e=MS]  goodput and the share of requests within each limit; with a\n"
@@ -218,6 +222,7 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
             a->throughput = true;
             continue;
         }
+        if (!strcmp(f, "--samples")) { VAL(); if (cli_parse_long(f, v, 1, PROMPTS_MAX_SAMPLES, &n, st)) return st->code; a->samples = (int)n; a->throughput = true; continue; }
         if (!strcmp(f, "--turns")) { VAL(); if (cli_parse_long(f, v, 1, BENCH_MAX_TURNS, &n, st)) return st->code; a->turns = (int)n; a->throughput = true; continue; }
         if (!strcmp(f, "--slo")) { VAL(); if (slo_parse(v, &a->slo, st)) return st->code; continue; }
         if (!strcmp(f, "--columns")) {
@@ -313,7 +318,10 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
         return llmi_fail(st, LLMI_E_USAGE, "--turns: not with --prefix-len (the conversation's history is its shared prefix)");
     if (a->nd && !a->mo.engine.prefix_cache)
         return llmi_fail(st, LLMI_E_USAGE, "-d: the context is kept in the prefix cache; drop --no-prefix-cache");
+    if (a->samples > 1 && a->turns > 1)
+        return llmi_fail(st, LLMI_E_USAGE, "--samples: not with --turns (each turn is answered once)");
     if (!a->turns) a->turns = 1;
+    if (!a->samples) a->samples = 1;
     if (!a->num_prefixes) a->num_prefixes = 1;
     if (!a->p) { a->p = malloc(sizeof(long)); if (!a->p) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory"); a->p[0] = 512; a->np = 1; }
     if (!a->n) { a->n = malloc(sizeof(long)); if (!a->n) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory"); a->n[0] = 128; a->nn = 1; }
@@ -774,6 +782,34 @@ static int tp_make_turns(tp_run *run, llmi_status *st) {
     return 0;
 }
 
+/* Repeats each of the n requests S times in place (prompt copies), for --samples. */
+static int expand_samples(tp_req **reqs, int *n, int S, llmi_status *st) {
+    tp_req *out = calloc((size_t)*n * S, sizeof *out);
+    if (!out) return llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory for %d x %d sequences", *n, S);
+    int k = 0, rc = 0;
+    for (int i = 0; i < *n; i++)
+        for (int j = 0; j < S; j++, k++) {
+            out[k] = (*reqs)[i];
+            if (j == 0) continue;
+            out[k].prompt = malloc((size_t)out[k].n_prompt * sizeof(int32_t));
+            if (!out[k].prompt) {
+                rc = llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory for %d x %d sequences", *n, S);
+                break;
+            }
+            memcpy(out[k].prompt, (*reqs)[i].prompt, (size_t)out[k].n_prompt * sizeof(int32_t));
+        }
+    if (rc) {   /* out holds copies up to k; the originals stay with *reqs */
+        for (int i = 0; i < k; i++)
+            if (i % S) free(out[i].prompt);
+        free(out);
+        return rc;
+    }
+    free(*reqs);
+    *reqs = out;
+    *n = k;
+    return 0;
+}
+
 /* The requests (--dataset lines or random ones), each checked against the context, and
  * their arrival times; *need: KV blocks of all conversations at once. */
 static int tp_prepare(const bench_args *a, const llmi_model *m, stats_rng *rng, tp_run *run, long *need,
@@ -790,6 +826,7 @@ static int tp_prepare(const bench_args *a, const llmi_model *m, stats_rng *rng, 
     } else {
         rc = random_requests(a, m, rng, a->num_requests * T, &run->reqs, &run->n, st);
     }
+    if (!rc && a->samples > 1) rc = expand_samples(&run->reqs, &run->n, a->samples, st);
     run->n_conv = run->n / T;
     for (int i = 0; i < run->n; i++) {
         run->reqs[i].id = -1;
@@ -817,7 +854,10 @@ static int tp_prepare(const bench_args *a, const llmi_model *m, stats_rng *rng, 
     if (rc) return rc;
     if (!(run->arrivals = malloc((size_t)(run->n_conv > 0 ? run->n_conv : 1) * sizeof *run->arrivals)))
         return llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory");
-    stats_poisson_arrivals(rng, run->rate, run->n_conv, run->arrivals);
+    /* A prompt's samples arrive together. */
+    const int S = a->samples;
+    stats_poisson_arrivals(rng, run->rate, run->n_conv / S, run->arrivals);
+    for (int c = run->n_conv - 1; c >= 0; c--) run->arrivals[c] = run->arrivals[c / S];
     for (int c = 0; c < run->n_conv; c++) run->reqs[(size_t)c * T].arrival = run->arrivals[c];
     return 0;
 }
@@ -1034,8 +1074,10 @@ static void tp_report(const bench_args *a, const llmi_model *m, const char *labe
     report_str(rep, "sched", sched_policy_name(engine_options(run->e)->policy));
     report_int(rep, "block_size", b->opts.block_size);
     report_str(rep, "dataset", a->dataset ? a->dataset : "random");
-    report_int(rep, "num_requests", run->turns > 1 ? run->n_conv : n);
+    const int S = a->samples;
+    report_int(rep, "num_requests", run->turns > 1 ? run->n_conv : n / S);
     if (run->turns > 1) report_int(rep, "turns", run->turns);
+    if (S > 1) report_int(rep, "samples", S);
     report_int(rep, "input_len", a->dataset ? 0 : a->input_len);
     report_int(rep, "output_len", a->output_len);
     report_num(rep, "range_ratio", a->range_ratio, 2);
@@ -1046,7 +1088,7 @@ static void tp_report(const bench_args *a, const llmi_model *m, const char *labe
     report_num(rep, "temperature", a->sampling.temperature, 2);
     report_num(rep, "warmup_s", run->warmup_s, 3);
     report_num(rep, "elapsed_s", t_end, 3);
-    report_num(rep, "requests_per_s", n / t_end, 3);
+    report_num(rep, "requests_per_s", (double)n / S / t_end, 3);
     report_num(rep, "output_tps", generated / t_end, 2);
     report_num(rep, "total_tps", (generated + prompt) / t_end, 2);
     report_int(rep, "prompt_tokens", prompt);

@@ -19,7 +19,10 @@
 #include "tok/tokenizer.h"
 
 typedef struct gen_request {
-    int index;                       /* position in the input, the output order */
+    int index;                       /* position in the input; with sample, the output order */
+    int sample;                      /* which of the prompt's --samples / "n" completions */
+    bool shares_input;               /* sample > 0: the prompt text, stop strings, grammar, bias and
+                                        breakers are sample 0's (freed with it) */
     char *prompt;                    /* the text as given (before chat formatting) */
     int32_t *prompt_ids;             /* (n_prompt) */
     int n_prompt;
@@ -54,6 +57,7 @@ typedef struct gen_opts {
                                                    --json-schema-file given, and its value */
     bool chat, json, verbose_prompt, no_stats;
     bool conversation;               /* -cnv: turns from stdin, one request each on the tokens so far */
+    int samples;                     /* --samples: completions of each prompt (a line's "n" wins) */
     llmi_request_params params;
     bool seed_given;
     llmi_logit_bias *bias;           /* (n_bias) --logit-bias, behind params.sampling.logit_bias */
@@ -91,7 +95,7 @@ static const char *gen_help =
     "                          dry_base, dry_allowed_length, dry_penalty_last_n,\n"
     "                          dry_sequence_breakers, seed, stop,\n"
     "                          ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max,\n"
-    "                          grammar, json_schema; served together\n"
+    "                          grammar, json_schema, n; served together\n"
     "  --chat                  format the prompt with the model's chat template\n"
     "  -cnv, --conversation    chat: each line of stdin is a user turn ('\\' at the end goes on to\n"
     "                          the next line), answered on the conversation so far (its K/V\n"
@@ -100,8 +104,11 @@ static const char *gen_help =
     "  -n, --n-predict N       tokens to generate (default 128; 0 = prompt only; -1 = until EOS/context)\n"
     "  --stop STR              stop when the output contains STR (repeatable, up to 8)\n"
     "  --ignore-eos            keep generating past end-of-generation tokens\n"
-    "  --json                  one JSON object per request on stdout (text, token counts, finish\n"
-    "                          reason, ttft_ms, latency_ms, prompt_ids, tokens)\n"
+    "  --samples N             N completions of each prompt (vLLM's n; default 1): sample j is\n"
+    "                          seeded seed + j, and the prompt is computed once (the others\n"
+    "                          wait a step for its K/V in the prefix cache)\n"
+    "  --json                  one JSON object per request on stdout (index, sample, text, token\n"
+    "                          counts, finish reason, ttft_ms, latency_ms, prompt_ids, tokens)\n"
     "  --logprobs N            add each generated token's logprob and the top N (<= 20) to --json\n"
     "  --verbose-prompt        print the prompt's token ids and pieces to stderr\n"
     "  --no-stats              do not print stats to stderr\n"
@@ -177,6 +184,7 @@ static void emit_json(gen_ctx *g, gen_request *r) {
     jw_init(&w);
     jw_obj_begin(&w);
     jw_key(&w, "index"); jw_int(&w, r->index);
+    jw_key(&w, "sample"); jw_int(&w, r->sample);
     if (r->error) {
         jw_key(&w, "error"); jw_cstr(&w, r->error);
     } else {
@@ -404,12 +412,14 @@ static char *read_file_text(const char *flag, const char *path, llmi_status *st)
 }
 
 static void request_free(gen_request *r) {
-    grammar_free(r->own_grammar);
-    free(r->own_bias);
-    if (r->own_breakers) prompts_free_breakers(r->own_breakers, r->params.sampling.n_dry_breakers);
-    free(r->prompt);
+    if (!r->shares_input) {
+        grammar_free(r->own_grammar);
+        free(r->own_bias);
+        if (r->own_breakers) prompts_free_breakers(r->own_breakers, r->params.sampling.n_dry_breakers);
+        free(r->prompt);
+        for (int i = 0; i < r->params.n_stop; i++) free(r->stops[i]);
+    }
     free(r->prompt_ids);
-    for (int i = 0; i < r->params.n_stop; i++) free(r->stops[i]);
     free(r->error);
     free(r->text);
     free(r->gen_ids);
@@ -428,6 +438,35 @@ static void request_from_entry(gen_request *r, prompt_entry *e) {
     r->own_bias = e->own_bias;
     r->own_breakers = e->own_breakers;
     memset(e, 0, sizeof *e);
+}
+
+/* Replaces each request of *reqs by its completions, in input order: the count its line
+ * gave (parked in .sample by collect_prompts, 0 = none) or flag_samples.  Samples after
+ * the first borrow its input (shares_input).  On failure *reqs is freed. */
+static int expand_samples(gen_request **reqs, int *n, int flag_samples, llmi_status *st) {
+    long total = 0;
+    for (int i = 0; i < *n; i++) total += (*reqs)[i].sample > 0 ? (*reqs)[i].sample : flag_samples;
+    gen_request *out = total <= INT32_MAX ? calloc((size_t)total, sizeof *out) : NULL;
+    if (!out) {
+        for (int i = 0; i < *n; i++) request_free(&(*reqs)[i]);
+        free(*reqs);
+        *reqs = NULL, *n = 0;
+        return llmi_fail(st, LLMI_E_RUNTIME, "out of memory for %ld requests", total);
+    }
+    int k = 0;
+    for (int i = 0; i < *n; i++) {
+        gen_request *r = &(*reqs)[i];
+        int count = r->sample > 0 ? r->sample : flag_samples;
+        for (int j = 0; j < count; j++, k++) {
+            out[k] = *r;
+            out[k].sample = j;
+            out[k].shares_input = j > 0;
+        }
+    }
+    free(*reqs);
+    *reqs = out;
+    *n = k;
+    return LLMI_OK;
 }
 
 /* Builds the request list from -p / -f / stdin / --prompts. */
@@ -452,7 +491,7 @@ static int collect_prompts(const gen_opts *o, gen_request **out, int *n_out, llm
         request_from_entry(r, &e);
         *out = r;
         *n_out = 1;
-        return LLMI_OK;
+        return expand_samples(out, n_out, o->samples, st);
     }
     char *all = read_file_text("--prompts", o->prompts_file, st);
     if (!all) return st->code;
@@ -468,12 +507,13 @@ static int collect_prompts(const gen_opts *o, gen_request **out, int *n_out, llm
     }
     for (int i = 0; i < n; i++) {
         reqs[i].index = i;
+        reqs[i].sample = entries[i].n_samples;   /* the line's "n", until expand_samples */
         request_from_entry(&reqs[i], &entries[i]);
     }
     free(entries);
     *out = reqs;
     *n_out = n;
-    return LLMI_OK;
+    return expand_samples(out, n_out, o->samples, st);
 }
 
 /* The grammar of --grammar, --grammar-file, -j/--json-schema or --json-schema-file. */
@@ -594,6 +634,11 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
         else if (IS("--verbose-prompt")) o->verbose_prompt = true;
         else if (IS("--no-stats")) o->no_stats = true;
         else if (IS("--ignore-eos")) o->params.ignore_eos = true;
+        else if (IS("--samples")) {
+            VALUE();
+            if (cli_parse_long(a, v, 1, PROMPTS_MAX_SAMPLES, &n, st)) return st->code;
+            o->samples = (int)n;
+        }
         else if (IS("-n") || IS("--n-predict")) {
             VALUE();
             if (cli_parse_long(a, v, -1, 1 << 24, &n, st)) return st->code;
@@ -750,6 +795,7 @@ static int conversation_run(const gen_opts *o, const cli_model_opts *mo_in, llmi
     if (o->prompt || o->prompt_file || o->prompts_file)
         return llmi_fail(st, LLMI_E_USAGE, "--conversation: the user turns come from stdin, one per line; drop %s",
                          o->prompt ? "-p" : o->prompt_file ? "-f" : "--prompts");
+    if (o->samples > 1) return llmi_fail(st, LLMI_E_USAGE, "--samples: one answer per turn in --conversation");
     cli_model_opts mo = *mo_in;
     llmi_model m;
     llmi_backend *b = NULL;
@@ -885,8 +931,9 @@ static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
         gen_request *r = &reqs[i];
         r->engine_id = -1;
         /* Requests without their own seed get distinct but reproducible ones; a line's
-         * "seed" is used as given (comparing it with -s could not tell the two apart). */
-        if (!r->own_seed) r->params.sampling.seed += (uint64_t)i;
+         * "seed" is used as given (comparing it with -s could not tell the two apart), and
+         * its samples count up from it, as vLLM seeds the n completions of a request. */
+        r->params.sampling.seed += r->own_seed ? (uint64_t)r->sample : (uint64_t)i;
         tok_stream_init(&r->stream, m.tok, true);
         llmi_status rst = {0};
         char *text = r->prompt;
@@ -936,6 +983,7 @@ int cmd_generate(int argc, char **argv, llmi_status *st) {
     gen_opts o = {0};
     o.params = request_params_defaults();
     o.params.max_tokens = 128;
+    o.samples = 1;
     cli_model_opts mo;
     cli_model_opts_init(&mo);
     bool help = false;

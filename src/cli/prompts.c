@@ -177,6 +177,7 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
         {"spec_k", 1, LLMI_SPEC_MAX_K, 0, &r->params.spec.k},
         {"spec_ngram_min", 1, LLMI_SPEC_MAX_NGRAM, 0, &r->params.spec.ngram_min},
         {"spec_ngram_max", 1, LLMI_SPEC_MAX_NGRAM, 0, &r->params.spec.ngram_max},
+        {"n", 1, PROMPTS_MAX_SAMPLES, 0, &r->n_samples},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, fields[i].key);

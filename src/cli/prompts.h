@@ -4,7 +4,7 @@
  * repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n, logit_bias,
  * dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers, seed,
  * stop, ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max, grammar,
- * json_schema) over the
+ * json_schema, n) over the
  * command line's defaults; blank lines are skipped.  Parsed from memory so that the
  * fuzz target (tests/fuzz/fuzz_prompts_jsonl.c) reads exactly what the binary reads. */
 #ifndef LLMI_PROMPTS_H
@@ -12,6 +12,9 @@
 
 #include "core/status.h"
 #include "engine/engine.h"
+
+/* Most completions of one prompt (--samples, a line's "n"). */
+#define PROMPTS_MAX_SAMPLES 1024
 
 typedef struct prompt_entry {
     char *prompt;                    /* the text as given, owned */
@@ -22,6 +25,7 @@ typedef struct prompt_entry {
     llmi_logit_bias *own_bias;       /* the line's "logit_bias", behind params.sampling.logit_bias */
     char **own_breakers;             /* the line's "dry_sequence_breakers" (each owned), behind
                                         params.sampling.dry_breakers */
+    int n_samples;                   /* the line's "n": completions of this prompt; 0 = not given */
 } prompt_entry;
 
 /* Frees a line's own DRY breaker list (n strings and the array). */

@@ -404,6 +404,7 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
     s->n_prompt = s->n_tokens = n_prompt;
     s->max_total = max_total;
     s->order = e->next_order++;
+    s->twin = -1;
     sampler_rng_seed(&s->rng, p->sampling.seed);
     if (p->grammar && grammar_state_create(p->grammar, e->gvocab, &s->grammar, st)) {
         seq_free(s);

@@ -146,6 +146,45 @@ static int drop(sched *s, kvcache *kv, sched_plan *p, llmi_seq *q, llmi_status *
     return LLMI_OK;
 }
 
+/* In-flight prefix sharing.  The prefix cache only knows blocks whose K/V is computed, so
+ * requests that arrive together with a common prefix (the samples of one prompt, a shared
+ * system prompt) would each compute it.  Instead a waiting sequence whose next full blocks a
+ * running sequence is computing waits for them: admitted once they are committed, it finds
+ * them in the cache.  Later arrivals may be admitted meanwhile; the wait ends when the twin
+ * has computed the shared blocks, or stops running (finished, preempted). */
+static bool twin_still_computing(llmi_seq *q, llmi_seq **seqs) {
+    if (q->twin < 0) return false;
+    const llmi_seq *r = seqs[q->twin];
+    if (r && r->state == SEQ_RUNNING && r->n_computed < q->twin_until) return true;
+    q->twin = -1;
+    return false;
+}
+
+/* Looks for a running sequence that has yet to compute full blocks q could take from the
+ * prefix cache past its `cached` tokens (whose blocks q's table holds): the same blocks
+ * before `cached`, the same tokens after, up to q's last token (always computed).  Found:
+ * remembered in q->twin and twin_until, true. */
+static bool find_twin(const sched *s, llmi_seq **seqs, const kvcache *kv, llmi_seq *q, int cached) {
+    const int bs = kv->block_size, cached_blocks = cached / bs;
+    for (int i = 0; i < s->n_running; i++) {
+        const llmi_seq *r = seqs[s->running[i]];
+        if (seq_in_decode(r) || r->n_computed >= r->n_tokens) continue;
+        if (r->table.n_blocks < cached_blocks) continue;
+        bool same = true;
+        for (int b = 0; b < cached_blocks && same; b++) same = r->table.blocks[b] == q->table.blocks[b];
+        if (!same) continue;
+        int limit = q->n_tokens - 1 < r->n_tokens ? q->n_tokens - 1 : r->n_tokens, len = cached;
+        while (len < limit && q->tokens[len] == r->tokens[len]) len++;
+        int until = len / bs * bs;
+        if (until > cached && r->n_computed < until) {
+            q->twin = r->id;
+            q->twin_until = until;
+            return true;
+        }
+    }
+    return false;
+}
+
 int sched_plan_step(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi_status *st) {
     p->n_seqs = p->n_tokens = p->n_preempted = p->n_dropped = 0;
     int budget = s->max_batch_tokens;
@@ -178,10 +217,20 @@ int sched_plan_step(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi_
              * plan alone let the running set grow past it).  A sequence starts after its
              * longest cached prefix (a preempted one finds its own blocks again unless they
              * were evicted meanwhile). */
-            while (s->n_waiting > 0 && budget > 0 && p->n_seqs < s->max_seqs && s->n_running < s->max_seqs) {
-                llmi_seq *q = seqs[s->waiting[0]];
+            int w = 0;
+            while (w < s->n_waiting && budget > 0 && p->n_seqs < s->max_seqs && s->n_running < s->max_seqs) {
+                llmi_seq *q = seqs[s->waiting[w]];
+                if (twin_still_computing(q, seqs)) {
+                    w++;
+                    continue;
+                }
                 int cached = kvcache_match_prefix(kv, &q->table, q->tokens, q->n_tokens);
                 if (s->pc) cached = prompt_cache_extend(s->pc, kv, &q->table, q->tokens, q->n_tokens);
+                if (kv->prefix_cache && find_twin(s, seqs, kv, q, cached)) {
+                    kvcache_release(kv, &q->table);
+                    w++;
+                    continue;
+                }
                 q->n_computed = cached;
                 int got = plan_take(s, seqs, kv, p, q, budget, false);
                 if (got <= 0) {

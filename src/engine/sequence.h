@@ -50,6 +50,9 @@ typedef struct llmi_seq {
     char *text;               /* (text_cap) decoded output so far */
     size_t text_len, text_cap;
     long order;               /* arrival order, the FIFO key */
+    /* In-flight prefix sharing (sched.c): while waiting, the running sequence computing
+     * blocks this one can reuse (its id, -1 none) and the prompt length those blocks reach. */
+    int twin, twin_until;
 } llmi_seq;
 
 /* Tokens of s not yet in the KV cache. */
