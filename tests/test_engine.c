@@ -186,6 +186,9 @@ typedef struct run_cfg {
     int window;                  /* mock->window */
     int draft_window;            /* --spec draft: the draft mock's window (= window: the draft is the target) */
     bool track_reads;            /* mock->seen: prompts must start with their index */
+    const int32_t *stop_ids;     /* (n_stop_ids) every request's stop token ids */
+    int n_stop_ids;
+    int min_tokens;
 } run_cfg;
 
 static void collect(void *ctx, const llmi_token_event *ev) {
@@ -242,6 +245,9 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
     if (cfg->samp) p.sampling = *cfg->samp;
     p.logprobs = cfg->logprobs;
     p.spec = cfg->spec;
+    p.n_stop_ids = cfg->n_stop_ids;
+    if (cfg->n_stop_ids) memcpy(p.stop_ids, cfg->stop_ids, (size_t)cfg->n_stop_ids * sizeof(int32_t));
+    p.min_tokens = cfg->min_tokens;
     for (int i = 0; i < n_req; i++) out->toks[i] = calloc((size_t)max_new + 1, sizeof(int32_t));
     int rc = 0;
     for (int start = 0; start < n_req && !rc; start = together ? n_req : start + 1) {
@@ -495,6 +501,89 @@ TEST(engine_shares_inflight_prefix) {
     }
     free_out(&alone, RN);
     for (int i = 0; i < RN; i++) free(prompts[i]);
+}
+
+/* vLLM's stop_token_ids and min_tokens, composed from what they must equal: stopping at a
+ * stop id is the free run cut after its first occurrence; with min_tokens M the first M
+ * tokens are the run with the stop id banned (logit bias -inf) for M tokens, and the rest
+ * is a fresh request on the prompt and those M tokens with the stop id.  The same through
+ * device sampling (the first M rows go to the host) and through speculation (every
+ * verified row masked, against a draft that proposes the stop id). */
+TEST(engine_min_tokens_and_stop_ids) {
+    srand((unsigned)test_seed());
+    enum { V = 23, MAXN = 40, M = 12 };
+    llmi_model m = mock_model(V);
+    int32_t prompt[5 + MAXN];
+    for (int i = 0; i < 5; i++) prompt[i] = rand() % V;
+    int32_t *pp[1] = {prompt};
+    int len[1] = {5};
+    llmi_engine_opts eo = engine_opts_defaults();
+    eo.num_blocks = 64;
+    eo.block_size = 4;
+    run_cfg cfg = {.window = 3};
+    run_out free_run, stopped, held, head, tail;
+    CHECK(run_engine_on(&m, pp, len, 1, MAXN, eo, true, &cfg, &free_run) == 0);
+    /* a stop id that the free run produces early (not first: the first token is never a
+     * proposal) and again after M */
+    int32_t x = -1;
+    int first = -1;
+    for (int k = 1; k < 8 && x < 0; k++) {
+        int again = 0;
+        for (int j = M; j < MAXN; j++) again += free_run.toks[0][j] == free_run.toks[0][k];
+        bool earlier = false;
+        for (int j = 0; j < k; j++) earlier |= free_run.toks[0][j] == free_run.toks[0][k];
+        if (again && !earlier) x = free_run.toks[0][k], first = k;
+    }
+    CHECK_MSG(x >= 0, "no token among the 2nd to 8th recurs after %d (window-3 mock, vocabulary %d)", M, V);
+    if (x < 0) {
+        free_out(&free_run, 1);
+        return;
+    }
+    cfg.stop_ids = &x, cfg.n_stop_ids = 1;
+    CHECK(run_engine_on(&m, pp, len, 1, MAXN, eo, true, &cfg, &stopped) == 0);
+    CHECK_MSG(stopped.n[0] == first + 1 && stopped.fin[0] == LLMI_FINISH_STOP, "stopped after %d tokens (%s), want %d",
+              stopped.n[0], finish_name(stopped.fin[0]), first + 1);
+    CHECK(memcmp(stopped.toks[0], free_run.toks[0], (size_t)(first + 1) * sizeof(int32_t)) == 0);
+
+    cfg.min_tokens = M;
+    CHECK(run_engine_on(&m, pp, len, 1, MAXN, eo, true, &cfg, &held) == 0);
+    /* the expectation: M tokens with x banned, then a new request on them with the stop id */
+    llmi_logit_bias ban = {.id = x, .bias = -INFINITY};
+    llmi_sampling greedy_ban = sampling_defaults();
+    greedy_ban.temperature = 0;
+    greedy_ban.logit_bias = &ban, greedy_ban.n_logit_bias = 1;
+    run_cfg hc = {.window = 3, .samp = &greedy_ban};
+    CHECK(run_engine_on(&m, pp, len, 1, M, eo, true, &hc, &head) == 0);
+    memcpy(prompt + 5, head.toks[0], M * sizeof(int32_t));
+    int len2[1] = {5 + M};
+    run_cfg tc = {.window = 3, .stop_ids = &x, .n_stop_ids = 1};
+    CHECK(run_engine_on(&m, pp, len2, 1, MAXN - M, eo, true, &tc, &tail) == 0);
+    int want_n = M + tail.n[0];
+    CHECK_MSG(held.n[0] == want_n && held.fin[0] == tail.fin[0], "min_tokens %d: %d tokens (%s), want %d (%s)", M,
+              held.n[0], finish_name(held.fin[0]), want_n, finish_name(tail.fin[0]));
+    CHECK(memcmp(held.toks[0], head.toks[0], M * sizeof(int32_t)) == 0);
+    CHECK(held.n[0] <= M || memcmp(held.toks[0] + M, tail.toks[0], (size_t)tail.n[0] * sizeof(int32_t)) == 0);
+    fprintf(stderr, "  stop id %d: free run cut after %d; with min_tokens %d: %d tokens, %s\n", x, first + 1, M,
+            held.n[0], finish_name(held.fin[0]));
+
+    run_out dev, spec;
+    cfg.on_device = true;
+    CHECK(run_engine_on(&m, pp, len, 1, MAXN, eo, true, &cfg, &dev) == 0);
+    CHECK(same_outputs(&held, &dev, 1) && dev.fin[0] == held.fin[0]);
+    CHECK_MSG(dev.sampled_on_device > 0 && dev.sampled_on_device < held.n[0],
+              "device sampling took %d of %d rows: the first %d belong to the host", dev.sampled_on_device, held.n[0], M);
+    /* a draft that is the model itself proposes x where the free run had it, inside the
+     * first M: the target's masked row must reject it */
+    cfg.on_device = false;
+    cfg.spec = spec_params_defaults();
+    cfg.spec.mode = LLMI_SPEC_DRAFT;
+    cfg.spec.k = 4;
+    cfg.draft_window = 3;
+    CHECK(run_engine_on(&m, pp, len, 1, MAXN, eo, true, &cfg, &spec) == 0);
+    CHECK(same_outputs(&held, &spec, 1) && spec.fin[0] == held.fin[0]);
+    CHECK_MSG(spec.spec_proposed > 0, "no proposals verified");
+    free_out(&free_run, 1), free_out(&stopped, 1), free_out(&held, 1), free_out(&head, 1), free_out(&tail, 1);
+    free_out(&dev, 1), free_out(&spec, 1);
 }
 
 TEST(engine_refuses_what_cannot_fit) {
@@ -1035,11 +1124,16 @@ TEST(stop_matcher) {
 
     /* The earliest occurrence of any stop string; len when none. */
     const char *two[] = {"END", "STOP"};
-    CHECK(stop_first("a STOP b END", 12, two, 2) == 2);
-    CHECK(stop_first("a END b STOP", 12, two, 2) == 2);
-    CHECK(stop_first("nothing here", 12, two, 2) == 12);
-    CHECK(stop_first("xENDENDx", 8, two, 2) == 1);
-    CHECK(stop_first("STO", 3, two, 2) == 3);
+    CHECK(stop_first("a STOP b END", 12, 0, two, 2) == 2);
+    CHECK(stop_first("a END b STOP", 12, 0, two, 2) == 2);
+    CHECK(stop_first("nothing here", 12, 0, two, 2) == 12);
+    CHECK(stop_first("xENDENDx", 8, 0, two, 2) == 1);
+    CHECK(stop_first("STO", 3, 0, two, 2) == 3);
+    /* min_tokens: an occurrence completed within the first `after` bytes does not count */
+    CHECK(stop_first("xENDENDx", 8, 4, two, 2) == 4);     /* "xEND" holds the first END whole */
+    CHECK(stop_first("xENDENDx", 8, 3, two, 2) == 1);     /* the first END ends at byte 4 > 3 */
+    CHECK(stop_first("a STOP b END", 12, 6, two, 2) == 9);
+    CHECK(stop_first("a STOP b END", 12, 12, two, 2) == 12);
 
     /* Hold back the longest proper prefix of a stop string that the text ends with. */
     const char *nine[] = {" 9,"};

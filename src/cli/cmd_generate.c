@@ -46,6 +46,8 @@ typedef struct gen_request {
     bool done, emitted;
     llmi_finish finish;
     double ttft, latency, prefill_s; /* seconds */
+    size_t stop_after;               /* text bytes of the first min_tokens tokens: a stop string
+                                        completed within them did not stop the request */
     int n_preempted;
     int n_cached;                    /* prompt tokens served from the prefix cache */
     long spec_steps, spec_proposed, spec_accepted;   /* speculation: verification steps, proposals */
@@ -95,7 +97,7 @@ static const char *gen_help =
     "                          dry_base, dry_allowed_length, dry_penalty_last_n,\n"
     "                          dry_sequence_breakers, seed, stop,\n"
     "                          ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max,\n"
-    "                          grammar, json_schema, n; served together\n"
+    "                          grammar, json_schema, n, min_tokens, stop_token_ids; served together\n"
     "  --chat                  format the prompt with the model's chat template\n"
     "  -cnv, --conversation    chat: each line of stdin is a user turn ('\\' at the end goes on to\n"
     "                          the next line), answered on the conversation so far (its K/V\n"
@@ -104,6 +106,11 @@ static const char *gen_help =
     "  -n, --n-predict N       tokens to generate (default 128; 0 = prompt only; -1 = until EOS/context)\n"
     "  --stop STR              stop when the output contains STR (repeatable, up to 8)\n"
     "  --ignore-eos            keep generating past end-of-generation tokens\n"
+    "  --stop-token-id ID      stop when token ID is generated (vLLM's stop_token_ids; it stays in\n"
+    "                          the output, a special token as no text; repeatable, up to 32)\n"
+    "  --min-tokens N          the first N tokens cannot end the request (vLLM's min_tokens):\n"
+    "                          end-of-generation and --stop-token-id tokens are masked out, stop\n"
+    "                          strings they complete do not count (default 0)\n"
     "  --samples N             N completions of each prompt (vLLM's n; default 1): sample j is\n"
     "                          seeded seed + j, and the prompt is computed once (the others\n"
     "                          wait a step for its K/V in the prefix cache)\n"
@@ -164,7 +171,7 @@ static bool text_grow(gen_request *r, size_t extra) {
 
 /* Cuts the text at the first stop string (the stop string is not part of the output). */
 static void trim_at_stop(gen_request *r) {
-    size_t cut = stop_first(r->text, r->text_len, r->params.stop, r->params.n_stop);
+    size_t cut = stop_first(r->text, r->text_len, r->stop_after, r->params.stop, r->params.n_stop);
     r->text_len = cut;
     if (r->text) r->text[cut] = '\0';
     if (r->printed > cut) r->printed = cut;
@@ -312,6 +319,7 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
             r->text_len += (size_t)(n > 0 ? n : 0);
             r->text[r->text_len] = '\0';
         }
+        if (r->n_gen == r->params.min_tokens) r->stop_after = r->text_len;
     }
     if (ev->finished) {
         if (g->tok && text_grow(r, tok_stream_cap(g->tok))) {
@@ -634,7 +642,17 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
         else if (IS("--verbose-prompt")) o->verbose_prompt = true;
         else if (IS("--no-stats")) o->no_stats = true;
         else if (IS("--ignore-eos")) o->params.ignore_eos = true;
-        else if (IS("--samples")) {
+        else if (IS("--min-tokens")) {
+            VALUE();
+            if (cli_parse_long(a, v, 0, 1 << 24, &n, st)) return st->code;
+            o->params.min_tokens = (int)n;
+        } else if (IS("--stop-token-id")) {
+            VALUE();
+            if (cli_parse_long(a, v, 0, INT32_MAX, &n, st)) return st->code;
+            if (o->params.n_stop_ids >= LLMI_MAX_STOP_IDS)
+                return llmi_fail(st, LLMI_E_USAGE, "%s: at most %d", a, LLMI_MAX_STOP_IDS);
+            o->params.stop_ids[o->params.n_stop_ids++] = (int32_t)n;
+        } else if (IS("--samples")) {
             VALUE();
             if (cli_parse_long(a, v, 1, PROMPTS_MAX_SAMPLES, &n, st)) return st->code;
             o->samples = (int)n;

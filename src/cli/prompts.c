@@ -178,13 +178,14 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
         {"spec_ngram_min", 1, LLMI_SPEC_MAX_NGRAM, 0, &r->params.spec.ngram_min},
         {"spec_ngram_max", 1, LLMI_SPEC_MAX_NGRAM, 0, &r->params.spec.ngram_max},
         {"n", 1, PROMPTS_MAX_SAMPLES, 0, &r->n_samples},
+        {"min_tokens", 0, 1 << 24, 0, &r->params.min_tokens},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, fields[i].key);
         if (!v) continue;
         if (!cJSON_IsNumber(v) || !(v->valuedouble >= fields[i].min && v->valuedouble <= fields[i].max) ||
             (fields[i].kind == 0 && v->valuedouble != floor(v->valuedouble))) {
-            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"%s\" must be a number in %g..%g", file, lineno,
+            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"%s\" must be a number in %.10g..%.10g", file, lineno,
                            fields[i].key, fields[i].min, fields[i].max);
             goto out;
         }
@@ -214,6 +215,27 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
         }
         r->params.sampling.seed = (uint64_t)seed->valuedouble;
         r->own_seed = true;
+    }
+    const cJSON *sid = cJSON_GetObjectItemCaseSensitive(j, "stop_token_ids");
+    if (sid) {
+        /* the line's list replaces the command line's --stop-token-id */
+        int n = cJSON_IsArray(sid) ? cJSON_GetArraySize(sid) : -1;
+        if (n < 0 || n > LLMI_MAX_STOP_IDS) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"stop_token_ids\" must be a list of at most %d token ids",
+                           file, lineno, LLMI_MAX_STOP_IDS);
+            goto out;
+        }
+        r->params.n_stop_ids = 0;
+        const cJSON *id;
+        cJSON_ArrayForEach(id, sid) {
+            if (!cJSON_IsNumber(id) || !(id->valuedouble >= 0 && id->valuedouble <= INT32_MAX) ||
+                id->valuedouble != floor(id->valuedouble)) {
+                rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"stop_token_ids\": each must be a token id "
+                               "(a non-negative integer)", file, lineno);
+                goto out;
+            }
+            r->params.stop_ids[r->params.n_stop_ids++] = (int32_t)id->valuedouble;
+        }
     }
     const cJSON *ie = cJSON_GetObjectItemCaseSensitive(j, "ignore_eos");
     if (ie) {

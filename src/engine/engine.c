@@ -73,6 +73,10 @@ struct llmi_engine {
                                                                      list, built as requests ask */
     int n_dry, cap_dry;
     uint8_t *gmask;           /* (n_vocab) tokens the grammar allows at a row */
+    int32_t *eog_ids;         /* (n_eog) the vocabulary's end-of-generation tokens, listed with the
+                                 first request with min_tokens (eog_listed) */
+    int n_eog;
+    bool eog_listed;
 };
 
 llmi_engine_opts engine_opts_defaults(void) {
@@ -234,6 +238,7 @@ void engine_destroy(llmi_engine *e) {
     if (!e) return;
     for (int i = 0; i < e->n_seq_slots; i++) seq_free(e->seqs[i]);
     free(e->seqs);
+    free(e->eog_ids);
     kvcache_free(&e->kv);
     spec_draft_free(&e->draft);
     free(e->cands);
@@ -364,6 +369,22 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
             return llmi_fail(st, LLMI_E_USAGE, "logit bias: token %d's bias %g is not in -100..100 or -inf", lb->id,
                              (double)lb->bias);
     }
+    if (p->n_stop_ids < 0 || p->n_stop_ids > LLMI_MAX_STOP_IDS)
+        return llmi_fail(st, LLMI_E_USAGE, "stop token ids: %d of them (at most %d)", p->n_stop_ids, LLMI_MAX_STOP_IDS);
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= n_vocab)
+            return llmi_fail(st, LLMI_E_USAGE, "stop token id %d is outside the vocabulary (%d tokens)", p->stop_ids[i],
+                             n_vocab);
+    if (p->min_tokens < 0) return llmi_fail(st, LLMI_E_USAGE, "min_tokens: %d is negative", p->min_tokens);
+    if (p->min_tokens > 0 && !e->eog_listed && e->model->tok) {
+        int n = 0;
+        for (int32_t t = 0; t < n_vocab; t++) n += tok_is_eog(e->model->tok, t);
+        if (n > 0 && !(e->eog_ids = malloc((size_t)n * sizeof *e->eog_ids)))
+            return llmi_fail(st, LLMI_E_RUNTIME, "engine: out of memory");
+        for (int32_t t = 0; t < n_vocab; t++)
+            if (tok_is_eog(e->model->tok, t)) e->eog_ids[e->n_eog++] = t;
+        e->eog_listed = true;
+    }
     const dry_breakers *dry_table = NULL;
     if (sampler_dry_on(smp) && dry_table_for(e, smp, &dry_table, st)) return st->code;
     if (p->grammar) {
@@ -475,10 +496,15 @@ static void emit(llmi_engine *e, llmi_seq *s, int32_t tok, const float *raw, eng
 
     llmi_finish why = LLMI_FINISH_NONE;
     if (!s->params.ignore_eos && m->tok && tok_is_eog(m->tok, tok)) why = LLMI_FINISH_EOS;
+    for (int i = 0; i < s->params.n_stop_ids && why == LLMI_FINISH_NONE; i++)
+        if (tok == s->params.stop_ids[i]) why = LLMI_FINISH_STOP;
     if (why == LLMI_FINISH_NONE && s->params.n_stop > 0 && m->tok) {
         int n = tok_stream_push(&s->stream, tok, e->piece, tok_stream_cap(m->tok));
+        /* the text is kept from the first token on: a stop string may begin inside the
+         * first min_tokens tokens and complete after them */
         if (!text_append(s, e->piece, n) ||
-            stop_completed(s->text, s->text_len, (size_t)(n > 0 ? n : 0), s->params.stop, s->params.n_stop))
+            (s->n_tokens - s->n_prompt > s->params.min_tokens &&
+             stop_completed(s->text, s->text_len, (size_t)(n > 0 ? n : 0), s->params.stop, s->params.n_stop)))
             why = LLMI_FINISH_STOP;
     }
     if (why == LLMI_FINISH_NONE && s->n_tokens >= s->max_total)
@@ -492,8 +518,36 @@ static void emit(llmi_engine *e, llmi_seq *s, int32_t tok, const float *raw, eng
     if (cb) cb(cb_ctx, &ev);
 }
 
+/* min_tokens: whether s's next token may not end it, so its row must lose the tokens
+ * that would (its stop ids; end-of-generation unless ignore_eos). */
+static bool holds_stops(const llmi_seq *s) {
+    return s->n_tokens - s->n_prompt < s->params.min_tokens && (s->params.n_stop_ids > 0 || !s->params.ignore_eos);
+}
+
+/* Takes the tokens that would end s out of its row while holds_stops(s).  Returns false
+ * when nothing is left (a grammar that allows only ending tokens here). */
+static bool mask_stops(const llmi_engine *e, const llmi_seq *s, float *row) {
+    if (!holds_stops(s)) return true;
+    for (int i = 0; i < s->params.n_stop_ids; i++) row[s->params.stop_ids[i]] = -INFINITY;
+    if (!s->params.ignore_eos)
+        for (int i = 0; i < e->n_eog; i++) row[e->eog_ids[i]] = -INFINITY;
+    if (!s->grammar) return true;
+    for (int t = 0; t < e->model->cfg.n_vocab; t++)
+        if (row[t] > -INFINITY) return true;
+    return false;
+}
+
+/* mask_stops, or when nothing is left, ends s as a grammar dead end (with the reason). */
+static bool mask_stops_or_finish(llmi_engine *e, llmi_seq *s, float *row, engine_token_cb cb, void *cb_ctx) {
+    if (mask_stops(e, s, row)) return true;
+    snprintf(s->error, sizeof s->error, "min_tokens %d: after %d tokens the grammar allows only tokens that end the "
+             "request", s->params.min_tokens, s->n_tokens - s->n_prompt);
+    finish_silently(e, s, LLMI_FINISH_GRAMMAR, cb, cb_ctx);
+    return false;
+}
+
 /* Masks s's row to the tokens its grammar allows next (end-of-generation only when the
- * text is whole, and never with ignore_eos).  Returns 1 when some token is allowed, 0 when
+ * text is whole, and never with ignore_eos or before min_tokens).  Returns 1 when some token is allowed, 0 when
  * none is: s is then finished, as stop when its text is whole and as grammar otherwise (or
  * when the grammar grew too ambiguous to follow, that request's failure, not the engine's:
  * the reason goes to its info.error). */
@@ -501,7 +555,8 @@ static int constrain_row(llmi_engine *e, llmi_seq *s, float *row, engine_token_c
     const llmi_model *m = e->model;
     int V = m->cfg.n_vocab;
     llmi_status gst = {0};
-    int n = grammar_state_mask(s->grammar, !s->params.ignore_eos, e->gmask, &gst);
+    bool allow_eog = !s->params.ignore_eos && s->n_tokens - s->n_prompt >= s->params.min_tokens;
+    int n = grammar_state_mask(s->grammar, allow_eog, e->gmask, &gst);
     if (n < 0) {
         snprintf(s->error, sizeof s->error, "%s", gst.msg);
         finish_silently(e, s, LLMI_FINISH_GRAMMAR, cb, cb_ctx);
@@ -525,6 +580,7 @@ static int sample_and_emit(llmi_engine *e, llmi_seq *s, float *row, engine_token
     if (s->grammar) {
         if (!constrain_row(e, s, row, cb, cb_ctx)) return LLMI_OK;
     }
+    if (!mask_stops_or_finish(e, s, row, cb, cb_ctx)) return LLMI_OK;
     int32_t tok = sampler_sample(row, V, &s->params.sampling, s->tokens, s->n_tokens, &s->rng, e->sample_scratch);
     if (s->grammar && grammar_state_accept(s->grammar, tok, st)) return st->code;
     emit(e, s, tok, e->raw_logits, cb, cb_ctx);
@@ -591,6 +647,7 @@ static int verify_and_emit(llmi_engine *e, llmi_seq *s, int row0, int d, engine_
         if (s->grammar) {
             if (!constrain_row(e, s, row, cb, cb_ctx)) break;
         }
+        if (!mask_stops_or_finish(e, s, row, cb, cb_ctx)) break;
         bool ok = false;
         int32_t tok = j < d ? sampler_verify_draft(row, V, &s->params.sampling, s->tokens, s->n_tokens, draft[j],
                                                    &s->rng, e->sample_scratch, &ok)
@@ -669,7 +726,7 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
     bool host_rows = false;
     for (int k = 0; k < pl->n_seqs; k++) {
         const llmi_seq *s = e->seqs[pl->seq_ids[k]];
-        host_rows |= s->n_draft > 0 || s->grammar || sampler_needs_host(&s->params.sampling);
+        host_rows |= s->n_draft > 0 || s->grammar || sampler_needs_host(&s->params.sampling) || holds_stops(s);
     }
     const bool on_device = e->backend->forward_sample != NULL && !host_rows;
     if (on_device) fill_sample_rows(e, pl, &batch);

@@ -71,6 +71,7 @@ llmi_spec_params spec_params_defaults(void);
 const char *spec_mode_name(llmi_spec_mode m);
 
 #define LLMI_MAX_STOP 8
+#define LLMI_MAX_STOP_IDS 32
 #define LLMI_MAX_LOGPROBS 20
 
 typedef struct llmi_request_params {
@@ -78,6 +79,13 @@ typedef struct llmi_request_params {
     llmi_sampling sampling;
     const char *stop[LLMI_MAX_STOP];/* stop strings (borrowed until the request finishes) */
     int n_stop;
+    int32_t stop_ids[LLMI_MAX_STOP_IDS];   /* vLLM's stop_token_ids: generating one ends the request
+                                       (finish stop; the token is part of the output) */
+    int n_stop_ids;
+    /* vLLM's min_tokens: the first min_tokens generated tokens cannot end the request but by
+     * the length or the context: end-of-generation tokens (unless ignore_eos) and stop_ids
+     * are masked out of their rows, and a stop string they complete does not count. */
+    int min_tokens;
     bool ignore_eos;
     int logprobs;                   /* 0..LLMI_MAX_LOGPROBS alternatives per generated token */
     llmi_spec_params spec;

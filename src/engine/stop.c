@@ -15,10 +15,12 @@ bool stop_completed(const char *text, size_t len, size_t n_new, const char *cons
     return false;
 }
 
-size_t stop_first(const char *text, size_t len, const char *const *stops, int n_stops) {
+size_t stop_first(const char *text, size_t len, size_t after, const char *const *stops, int n_stops) {
     size_t cut = len;
     for (int i = 0; i < n_stops; i++) {
-        const char *p = memmem(text, len, stops[i], strlen(stops[i]));
+        size_t sl = strlen(stops[i]), from = after >= sl ? after - sl + 1 : 0;
+        if (from >= len) continue;
+        const char *p = memmem(text + from, len - from, stops[i], sl);
         if (p && (size_t)(p - text) < cut) cut = (size_t)(p - text);
     }
     return cut;
