@@ -18,10 +18,6 @@
 #include "test.h"
 #include "tok/tokenizer.h"
 
-#ifndef TESTDATA_DIR
-#define TESTDATA_DIR "testdata"
-#endif
-
 static double num(const cJSON *v) {
     if (cJSON_IsString(v) && strcmp(v->valuestring, "-inf") == 0) return -INFINITY;
     if (cJSON_IsString(v) && strcmp(v->valuestring, "inf") == 0) return INFINITY;
@@ -47,10 +43,8 @@ static int nonzero(int32_t *ids, double *p, int n) {
 }
 
 TEST(sampler_matches_llamacpp_chain) {
-    const char *td = getenv("TESTDATA") ? getenv("TESTDATA") : TESTDATA_DIR;
     char path[1024];
-    snprintf(path, sizeof path, "%s/sampler/llamacpp.jsonl", td);
-    char *all = test_read_text(path);
+    char *all = test_read_text(test_data_path(path, sizeof path, "sampler/llamacpp.jsonl"));
     CHECK_MSG(all != NULL, "cannot read %s", path);
     if (!all) return;
     static const char *stages[] = {"logit_bias", "penalties", "top_n_sigma", "top_k", "typical", "top_p", "min_p", "xtc", "temp"};
@@ -270,4 +264,88 @@ done:
     free(tables_text);
     free(cases_text);
     tok_free(tk);
+}
+
+/* ---- Mirostat against llama.cpp's llama_sampler_init_mirostat(_v2): testdata/sampler/mirostat.jsonl
+ * (scripts/make-mirostat-refs.py, MIROSTAT-PROVENANCE.md).  Each case is one sampler's
+ * trajectory: step by step, the candidates llama.cpp's chain (temperature, mirostat) left
+ * and the token its own generator drew.  llmi replays it from mu = 2 tau: at every step the
+ * same candidates with the same probabilities (the same float arithmetic: equal, or within
+ * 1e-6 where the sums' order of equal logits may differ), then mu moves by the drawn token's
+ * surprise, so a wrong update shows in every later step's cut.  Candidates of equal logit
+ * may come in either order (llama.cpp's sort is not stable), or be cut between. */
+TEST(mirostat_matches_llamacpp) {
+    char path[1024];
+    char *all = test_read_text(test_data_path(path, sizeof path, "sampler/mirostat.jsonl"));
+    CHECK_MSG(all != NULL, "cannot read %s", path);
+    if (!all) return;
+    int cases = 0, steps = 0, wrong = 0, tie_steps = 0, by_version[3] = {0}, one_kept = 0, all_kept = 0;
+    double max_dp = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(all, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *c = cJSON_Parse(line);
+        CHECK_MSG(c != NULL, "%s: a line is not JSON", path);
+        if (!c) continue;
+        int V = (int)param(c, "n_vocab"), version = (int)param(c, "version"), id = (int)param(c, "case");
+        llmi_sampling sp = sampling_defaults();
+        sp.mirostat = version;
+        sp.mirostat_tau = (float)param(c, "tau");
+        sp.mirostat_eta = (float)param(c, "eta");
+        sp.temperature = (float)param(c, "temp");
+        float mu = sampler_mirostat_mu0(&sp), *logits = malloc(sizeof(float) * (size_t)V),
+              *raw = malloc(sizeof(float) * (size_t)V), *probs = malloc(sizeof(float) * (size_t)V);
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)V);
+        void *scratch = malloc(sampler_scratch_bytes(V, 0));
+        bool bad = false;
+        const cJSON *st;
+        int k_step = 0;
+        cJSON_ArrayForEach(st, cJSON_GetObjectItem(c, "steps")) {
+            const cJSON *lj = cJSON_GetObjectItem(st, "logits"), *kj = cJSON_GetObjectItem(st, "kept"),
+                        *pj = cJSON_GetObjectItem(st, "p");
+            int32_t sel = cJSON_GetObjectItem(st, "selected")->valueint;
+            for (int i = 0; i < V; i++) raw[i] = logits[i] = (float)num(cJSON_GetArrayItem(lj, i));
+            int n = sampler_mirostat_distribution(logits, V, &sp, mu, scratch, ids, probs), nr = cJSON_GetArraySize(kj);
+            char why[256] = "";
+            bool tie = false;
+            if (n != nr) snprintf(why, sizeof why, "llmi keeps %d tokens, llama.cpp %d", n, nr);
+            for (int i = 0; i < n && !*why; i++) {
+                int32_t rid = cJSON_GetArrayItem(kj, i)->valueint;
+                double rp = num(cJSON_GetArrayItem(pj, i)), dp = fabs(probs[i] - rp);
+                if (ids[i] != rid) {
+                    if (raw[ids[i]] != raw[rid]) snprintf(why, sizeof why, "candidate %d: token %d, llama.cpp %d", i, ids[i], rid);
+                    tie = true;
+                }
+                if (dp > 1e-6) snprintf(why, sizeof why, "candidate %d: p %.9g, llama.cpp %.9g", i, probs[i], rp);
+                if (dp > max_dp) max_dp = dp;
+            }
+            int at = -1;
+            for (int i = 0; i < n && at < 0; i++) {
+                if (ids[i] == sel) at = i;
+                else if (tie && raw[ids[i]] == raw[sel]) at = i;   /* its equal, where ids were cut or swapped */
+            }
+            if (!*why && at < 0) snprintf(why, sizeof why, "llama.cpp drew token %d, which llmi does not keep", sel);
+            if (*why) {
+                CHECK_MSG(0, "case %d (mirostat %d, V %d) step %d: %s", id, version, V, k_step, why);
+                bad = true;
+                break;
+            }
+            one_kept += n == 1;
+            all_kept += n == V;
+            tie_steps += tie;
+            sampler_mirostat_update(&sp, &mu, probs[at]);
+            steps++;
+            k_step++;
+        }
+        cases++;
+        wrong += bad;
+        by_version[version == 2 ? 2 : 1]++;
+        free(logits), free(raw), free(probs), free(ids), free(scratch);
+        cJSON_Delete(c);
+    }
+    free(all);
+    printf("  %d cases (mirostat 1: %d, 2: %d), %d steps (%d with ties swapped or cut, %d keeping one token, %d the "
+           "whole vocabulary): %d differ from llama.cpp; largest probability difference %.3g\n",
+           cases, by_version[1], by_version[2], steps, tie_steps, one_kept, all_kept, wrong, max_dp);
+    CHECK_MSG(by_version[1] >= 20 && by_version[2] >= 20, "too few cases of a version (%d, %d)", by_version[1],
+              by_version[2]);
 }

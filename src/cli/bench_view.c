@@ -59,6 +59,8 @@ void bench_view_test(const report *r, int row, char *buf, size_t cap) {
         else put(buf, cap, &o, "%ld req", n);
         long samples = (long)num0(r, row, "samples");
         if (samples > 1) put(buf, cap, &o, " x%ld samples", samples);
+        long conc = (long)num0(r, row, "max_concurrency");
+        if (conc > 0) put(buf, cap, &o, " conc%ld", conc);
         if (ds && strcmp(ds, "random")) put(buf, cap, &o, " %s", bench_view_basename(ds));
         else put(buf, cap, &o, " in%ld/out%ld", (long)num0(r, row, "input_len"), (long)num0(r, row, "output_len"));
         double rr = num0(r, row, "range_ratio");

@@ -223,6 +223,9 @@ int cli_parse_sampling_flag(llmi_sampling *s, int argc, char **argv, int *i, llm
         {"--dry-base", 0, 100, false, offsetof(llmi_sampling, dry_base)},
         {"--dry-allowed-length", 0, 1 << 20, true, offsetof(llmi_sampling, dry_allowed_length)},
         {"--dry-penalty-last-n", -1, 1 << 24, true, offsetof(llmi_sampling, dry_penalty_last_n)},
+        {"--mirostat", 0, 2, true, offsetof(llmi_sampling, mirostat)},
+        {"--mirostat-lr", 0, 100, false, offsetof(llmi_sampling, mirostat_eta)},
+        {"--mirostat-ent", 0, 100, false, offsetof(llmi_sampling, mirostat_tau)},
     };
     const char *a = argv[*i];
     for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) {

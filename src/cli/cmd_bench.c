@@ -67,6 +67,7 @@ typedef struct bench_args {
     int n_rates;
     int turns;                   /* requests per conversation (--turns); 1 = independent requests */
     int samples;                 /* --samples: sequences sampled from each prompt (vLLM's n); 0 = 1 */
+    int max_concurrency;         /* --max-concurrency: requests in flight at most (0: no limit) */
     slo_spec slo;                /* --slo; all 0 = none */
     const char *per_request;     /* jsonl of every request, or NULL */
     llmi_sampling sampling;      /* --temp, --top-k, ...: every request's (default greedy) */
@@ -132,6 +133,9 @@ static const char *bench_usage(void) {
            "                          in the model's chat template; per-turn TTFT (T <= 16)\n"
            "  --samples N             N sequences sampled from each prompt, arriving together (vLLM's\n"
            "                          --n; default 1); a request is the prompt with its N samples\n"
+           "  --max-concurrency N     at most N requests in flight (vLLM's client-side limit): a request\n"
+           "                          due while N are served waits for one to end, and its latencies\n"
+           "                          count from then (default: no limit)\n"
            "  --request-rate LIST     Poisson arrivals, R requests/s (conversations/s with --turns); a list\n"
            "                          runs once per rate (default: all at t = 0)\n"
            "  --slo ttft=MS,tpot=MS[,e2e=MS]  goodput and the share of requests within each limit; with a\n"
@@ -139,6 +143,7 @@ static const char *bench_usage(void) {
            "  --per-request FILE      write one JSON line per request\n"
            "  --temp T, --top-k N, --top-p P, --min-p P, --typical P, --top-nsigma N, --xtc-probability P,\n"
            "  --xtc-threshold T, --repeat-penalty P, --frequency-penalty F, --presence-penalty F,\n"
+           "  --mirostat N, --mirostat-ent T, --mirostat-lr E,\n"
            "  --repeat-last-n N       every request's sampling, as generate's (default greedy; vLLM's\n"
            "                          throughput benchmark samples at --temp 1 --top-k 0 --top-p 1 --min-p 0)\n"
            "perplexity:\n"
@@ -222,6 +227,7 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help, llmi_sta
             a->throughput = true;
             continue;
         }
+        if (!strcmp(f, "--max-concurrency")) { VAL(); if (cli_parse_long(f, v, 1, 1 << 20, &n, st)) return st->code; a->max_concurrency = (int)n; a->throughput = true; continue; }
         if (!strcmp(f, "--samples")) { VAL(); if (cli_parse_long(f, v, 1, PROMPTS_MAX_SAMPLES, &n, st)) return st->code; a->samples = (int)n; a->throughput = true; continue; }
         if (!strcmp(f, "--turns")) { VAL(); if (cli_parse_long(f, v, 1, BENCH_MAX_TURNS, &n, st)) return st->code; a->turns = (int)n; a->throughput = true; continue; }
         if (!strcmp(f, "--slo")) { VAL(); if (slo_parse(v, &a->slo, st)) return st->code; continue; }
@@ -589,6 +595,12 @@ typedef struct tp_run {
     dvec itl;             /* every gap between consecutive tokens of a request (s) */
     dvec kv_t, kv_u;      /* after every step: seconds since t_start, KV blocks used / total */
     bool oom;             /* a token callback could not record its sample */
+    /* --max-concurrency: a request (a prompt with its --samples, a conversation with its
+     * turns) holds one of max_conc slots from its submission until its last sequence ends */
+    int max_conc, group;  /* slots (0: no limit); conversations per request (--samples) */
+    int *group_left;      /* (n_conv / group) sequences of each request not yet harvested */
+    int in_flight;        /* requests holding a slot */
+    double slot_freed;    /* seconds since t_start when a slot was last given back */
 } tp_run;
 
 static void tp_on_token(void *ctx, const llmi_token_event *ev) {
@@ -923,6 +935,10 @@ static int tp_harvest(tp_run *run, const llmi_request_params *rp, int upto, int 
         r->ttft = r->t_first - due;
         r->latency = ri->t_finish - due;
         int rc = 0;
+        if (run->group_left && --run->group_left[i / (run->turns * run->group)] == 0) {
+            run->in_flight--;
+            run->slot_freed = engine_now(run->e) - run->t_start;
+        }
         if ((i + 1) % run->turns != 0) rc = tp_next_turn(run, i, ri, rp, engine_now(run->e) - run->t_start, st);
         engine_release(run->e, r->id);
         r->id = -2;
@@ -945,6 +961,13 @@ static int tp_serve(const bench_args *a, tp_run *run, llmi_status *st) {
         rp.spec = a->spec_p;
         rp.spec.mode = a->spec[0];
     }
+    const int S = run->group;
+    run->in_flight = 0;
+    if (run->max_conc > 0) {
+        if (!(run->group_left = malloc((size_t)(run->n_conv / S) * sizeof *run->group_left)))
+            return llmi_fail(st, LLMI_E_RUNTIME, "bench: out of memory");
+        for (int g = 0; g < run->n_conv / S; g++) run->group_left[g] = S * T;
+    }
     bench_progress prog;
     bench_progress_init(&prog, "bench", run->n);
     int rc = 0, next = 0, n_done = 0;
@@ -953,7 +976,19 @@ static int tp_serve(const bench_args *a, tp_run *run, llmi_status *st) {
     while (!rc && (next < run->n_conv || engine_has_work(e))) {
         if (cli_was_interrupted()) { rc = llmi_fail(st, LLMI_E_INTERRUPT, "bench: interrupted"); break; }
         double now = engine_now(e) - run->t_start;
-        while (!rc && next < run->n_conv && run->arrivals[next] <= now) rc = tp_submit(run, next++ * T, rp, now, st);
+        while (!rc && next < run->n_conv && run->arrivals[next] <= now) {
+            if (next % S == 0 && run->max_conc > 0) {
+                if (run->in_flight >= run->max_conc) break;
+                run->in_flight++;
+                /* vLLM's client-side limit: a request that waited for a slot was not sent
+                 * before the slot freed, so its latencies count from then */
+                for (int k = 0; k < S; k++) {
+                    tp_req *r = &run->reqs[(size_t)(next + k) * T];
+                    if (run->slot_freed > r->arrival) r->arrival = run->slot_freed;
+                }
+            }
+            rc = tp_submit(run, next++ * T, rp, now, st);
+        }
         if (rc) break;
         if (!engine_has_work(e)) {
             sleep_s(run->arrivals[next] - (engine_now(e) - run->t_start));
@@ -1078,6 +1113,7 @@ static void tp_report(const bench_args *a, const llmi_model *m, const char *labe
     report_int(rep, "num_requests", run->turns > 1 ? run->n_conv : n / S);
     if (run->turns > 1) report_int(rep, "turns", run->turns);
     if (S > 1) report_int(rep, "samples", S);
+    if (a->max_concurrency > 0) report_int(rep, "max_concurrency", a->max_concurrency);
     report_int(rep, "input_len", a->dataset ? 0 : a->input_len);
     report_int(rep, "output_len", a->output_len);
     report_num(rep, "range_ratio", a->range_ratio, 2);
@@ -1218,7 +1254,7 @@ static int tp_run_one(const bench_args *a, const llmi_model *m, const char *labe
     const double rate = a->n_rates ? a->rates[k] : 0;
     stats_rng rng;
     stats_rng_seed(&rng, a->seed);   /* every rate serves the same requests */
-    tp_run run = {.rate = rate};
+    tp_run run = {.rate = rate, .max_conc = a->max_concurrency, .group = a->samples};
     tp_summary sum = {0};
     llmi_backend *b = NULL;
     long need = 0;
@@ -1248,6 +1284,7 @@ static int tp_run_one(const bench_args *a, const llmi_model *m, const char *labe
     }
     free(run.reqs);
     free(run.arrivals);
+    free(run.group_left);
     free(run.itl.v);
     free(run.kv_t.v);
     free(run.kv_u.v);

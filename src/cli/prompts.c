@@ -179,6 +179,9 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
         {"spec_ngram_max", 1, LLMI_SPEC_MAX_NGRAM, 0, &r->params.spec.ngram_max},
         {"n", 1, PROMPTS_MAX_SAMPLES, 0, &r->n_samples},
         {"min_tokens", 0, 1 << 24, 0, &r->params.min_tokens},
+        {"mirostat", 0, 2, 0, &r->params.sampling.mirostat},
+        {"mirostat_tau", 0, 100, 1, &r->params.sampling.mirostat_tau},
+        {"mirostat_eta", 0, 100, 1, &r->params.sampling.mirostat_eta},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, fields[i].key);

@@ -4,7 +4,7 @@
  * repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n, logit_bias,
  * dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers, seed,
  * stop, ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max, grammar,
- * json_schema, n, min_tokens, stop_token_ids) over the
+ * json_schema, n, min_tokens, stop_token_ids, mirostat, mirostat_tau, mirostat_eta) over the
  * command line's defaults; blank lines are skipped.  Parsed from memory so that the
  * fuzz target (tests/fuzz/fuzz_prompts_jsonl.c) reads exactly what the binary reads. */
 #ifndef LLMI_PROMPTS_H

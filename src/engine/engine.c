@@ -376,6 +376,15 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
             return llmi_fail(st, LLMI_E_USAGE, "stop token id %d is outside the vocabulary (%d tokens)", p->stop_ids[i],
                              n_vocab);
     if (p->min_tokens < 0) return llmi_fail(st, LLMI_E_USAGE, "min_tokens: %d is negative", p->min_tokens);
+    if (smp->mirostat < 0 || smp->mirostat > 2)
+        return llmi_fail(st, LLMI_E_USAGE, "--mirostat: %d is not 0, 1 or 2", smp->mirostat);
+    if (smp->mirostat && (!(smp->mirostat_tau >= 0.0f && smp->mirostat_tau <= 100.0f) ||
+                          !(smp->mirostat_eta >= 0.0f && smp->mirostat_eta <= 100.0f)))
+        return llmi_fail(st, LLMI_E_USAGE, "--mirostat: target surprise %g and learning rate %g must be in 0..100",
+                         (double)smp->mirostat_tau, (double)smp->mirostat_eta);
+    if (smp->mirostat && sp->mode != LLMI_SPEC_OFF)
+        return llmi_fail(st, LLMI_E_USAGE, "--mirostat: not with --spec (mirostat's state moves with every token drawn, "
+                         "which the exact verification rule does not model)");
     if (p->min_tokens > 0 && !e->eog_listed && e->model->tok) {
         int n = 0;
         for (int32_t t = 0; t < n_vocab; t++) n += tok_is_eog(e->model->tok, t);
@@ -427,6 +436,7 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
     s->order = e->next_order++;
     s->twin = -1;
     sampler_rng_seed(&s->rng, p->sampling.seed);
+    s->mirostat_mu = sampler_mirostat_mu0(&p->sampling);
     if (p->grammar && grammar_state_create(p->grammar, e->gvocab, &s->grammar, st)) {
         seq_free(s);
         return st->code;
@@ -581,7 +591,9 @@ static int sample_and_emit(llmi_engine *e, llmi_seq *s, float *row, engine_token
         if (!constrain_row(e, s, row, cb, cb_ctx)) return LLMI_OK;
     }
     if (!mask_stops_or_finish(e, s, row, cb, cb_ctx)) return LLMI_OK;
-    int32_t tok = sampler_sample(row, V, &s->params.sampling, s->tokens, s->n_tokens, &s->rng, e->sample_scratch);
+    int32_t tok = s->params.sampling.mirostat
+                      ? sampler_sample_mirostat(row, V, &s->params.sampling, &s->mirostat_mu, &s->rng, e->sample_scratch)
+                      : sampler_sample(row, V, &s->params.sampling, s->tokens, s->n_tokens, &s->rng, e->sample_scratch);
     if (s->grammar && grammar_state_accept(s->grammar, tok, st)) return st->code;
     emit(e, s, tok, e->raw_logits, cb, cb_ctx);
     return LLMI_OK;

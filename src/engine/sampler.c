@@ -18,7 +18,8 @@ llmi_sampling sampling_defaults(void) {
                        .top_n_sigma = -1.0f, .xtc_probability = 0.0f, .xtc_threshold = 0.1f,
                        .dry_multiplier = 0.0f, .dry_base = 1.75f, .dry_allowed_length = 2, .dry_penalty_last_n = 64,
                        .n_dry_breakers = -1,
-                       .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0};
+                       .repeat_penalty = 1.0f, .repeat_last_n = 64, .mirostat = 0, .mirostat_tau = 5.0f,
+                       .mirostat_eta = 0.1f, .seed = 0};
     return s;
 }
 
@@ -32,7 +33,8 @@ bool sampler_dry_on(const llmi_sampling *p) {
 }
 
 bool sampler_needs_host(const llmi_sampling *p) {
-    return p->n_logit_bias > 0 || sampler_dry_on(p) || typical_on(p) || p->top_n_sigma > 0.0f || xtc_on(p);
+    return p->n_logit_bias > 0 || sampler_dry_on(p) || typical_on(p) || p->top_n_sigma > 0.0f || xtc_on(p) ||
+           p->mirostat != 0;
 }
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -428,6 +430,95 @@ int32_t sampler_verify_draft(float *logits, int n_vocab, const llmi_sampling *p,
     *accepted = false;
     int32_t tok = draw_candidate(c, n, inv_t, sampler_rng_uniform(rng), draft);
     return tok >= 0 ? tok : draft;
+}
+
+/* ---- Mirostat, in llama.cpp's float arithmetic (src/llama-sampler.cpp at 0c1e570:
+ * llama_sampler_temp_impl, llama_sampler_softmax_impl, llama_sampler_mirostat_apply,
+ * llama_sampler_mirostat_v2_apply; testdata/sampler/MIROSTAT-PROVENANCE.md) ---- */
+
+float sampler_mirostat_mu0(const llmi_sampling *p) { return 2.0f * p->mirostat_tau; }
+
+/* softmax over c[0, n) (sorted best first) into w, float: exp of the difference to the
+ * best, summed in order, divided. */
+static void mirostat_softmax(const cand *c, int n, float *w) {
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += (w[i] = expf(c[i].logit - c[0].logit));
+    for (int i = 0; i < n; i++) w[i] /= sum;
+}
+
+/* llama.cpp truncates k to int as x86 does: a value out of int's range (or NaN) becomes
+ * INT_MIN, which max(k, 1) then makes 1.  Spelled out, since the C conversion is undefined. */
+static int mirostat_int(float k) {
+    return k > -2147483648.0f && k < 2147483648.0f ? (int)k : INT32_MIN;
+}
+
+int sampler_mirostat_distribution(float *logits, int n_vocab, const llmi_sampling *p, float mu, void *scratch,
+                                  int32_t *ids, float *probs) {
+    cand *c = scratch;
+    apply_logit_bias(logits, n_vocab, p);
+    if (p->temperature <= 0.0f) {
+        /* the first highest logit stays, the rest become -inf */
+        int32_t best = 0;
+        for (int i = 1; i < n_vocab; i++)
+            if (logits[i] > logits[best]) best = i;
+        for (int i = 0; i < n_vocab; i++)
+            if (i != best) logits[i] = -INFINITY;
+    } else {
+        for (int i = 0; i < n_vocab; i++) logits[i] /= p->temperature;
+    }
+    for (int i = 0; i < n_vocab; i++) c[i] = (cand){i, logits[i]};
+    if (n_vocab > 1024) {
+        uint64_t *keys = (uint64_t *)(c + n_vocab);
+        radix_sort_desc(c, n_vocab, logits, keys, keys + n_vocab);
+    } else {
+        qsort(c, (size_t)n_vocab, sizeof *c, cmp_cand_desc);
+    }
+    mirostat_softmax(c, n_vocab, probs);
+    int n = n_vocab;
+    if (p->mirostat == 1) {
+        /* s_hat: Zipf's exponent fitted over the m = 100 most likely tokens */
+        const int m = 100;
+        float sum_ti_bi = 0.0f, sum_ti_sq = 0.0f;
+        for (int i = 0; i < m - 1 && i < n - 1; i++) {
+            float t_i = logf((float)(i + 2) / (float)(i + 1));
+            float b_i = logf(probs[i] / probs[i + 1]);
+            sum_ti_bi += t_i * b_i;
+            sum_ti_sq += t_i * t_i;
+        }
+        float s_hat = sum_ti_bi / sum_ti_sq, epsilon_hat = s_hat - 1;
+        float k = powf((epsilon_hat * powf(2, mu)) / (1 - powf((float)n_vocab, -epsilon_hat)), 1 / s_hat);
+        int ki = mirostat_int(k);
+        if (ki < 1) ki = 1;
+        if (ki < n) n = ki;
+    } else {
+        int keep = 0;
+        while (keep < n && !(-log2f(probs[keep]) > mu)) keep++;
+        n = keep > 0 ? keep : 1;
+    }
+    mirostat_softmax(c, n, probs);
+    for (int i = 0; i < n; i++) ids[i] = c[i].id;
+    return n;
+}
+
+void sampler_mirostat_update(const llmi_sampling *p, float *mu, float p_drawn) {
+    float observed_surprise = -log2f(p_drawn);
+    *mu = *mu - p->mirostat_eta * (observed_surprise - p->mirostat_tau);
+}
+
+int32_t sampler_sample_mirostat(float *logits, int n_vocab, const llmi_sampling *p, float *mu, sampler_rng *rng,
+                                void *scratch) {
+    /* ids and probabilities after the candidates: the scratch's typical/sort regions */
+    int32_t *ids = (int32_t *)((cand *)scratch + n_vocab);
+    float *probs = (float *)((cand *)scratch + 2 * (size_t)n_vocab);
+    int n = sampler_mirostat_distribution(logits, n_vocab, p, *mu, scratch, ids, probs);
+    double r = sampler_rng_uniform(rng), acc = 0;
+    int pick = n - 1;
+    for (int i = 0; i < n; i++) {
+        acc += probs[i];
+        if (r < acc) { pick = i; break; }
+    }
+    sampler_mirostat_update(p, mu, probs[pick]);
+    return ids[pick];
 }
 
 float sampler_logprob(const float *logits, int n_vocab, int32_t id, int n_top, int32_t *top_ids, float *top_lp) {

@@ -41,6 +41,12 @@ typedef struct llmi_sampling {
     int n_dry_breakers;
     const struct dry_breakers *dry_table;   /* those breakers over the model's vocabulary: the
                                                engine's, set when the request is added */
+    /* Mirostat (Basu et al. 2021), llama.cpp's: 0 off, 1 or 2 (Mirostat 2.0).  As in
+     * llama.cpp it replaces the chain after the logit bias: temperature, then mirostat's
+     * own truncation and draw (penalties, DRY and the other stages do not run). */
+    int mirostat;
+    float mirostat_tau;           /* target surprise (--mirostat-ent, default 5) */
+    float mirostat_eta;           /* learning rate (--mirostat-lr, default 0.1) */
     uint64_t seed;
 } llmi_sampling;
 
@@ -93,6 +99,19 @@ int sampler_distribution(float *logits, int n_vocab, const llmi_sampling *p, con
  * rejection, a second to resample (none when greedy). */
 int32_t sampler_verify_draft(float *logits, int n_vocab, const llmi_sampling *p, const int32_t *history,
                              int n_history, int32_t draft, sampler_rng *rng, void *scratch, bool *accepted);
+
+/* Mirostat.  The state is mu (start: 2 x tau), one per request, which every draw updates
+ * by the surprise of the token drawn.  sampler_mirostat_distribution gives what the draw
+ * chooses among for the state mu: logits (modified: bias, temperature) reduced to ids[] and
+ * their probabilities (float, llama.cpp's arithmetic), most likely first, n_vocab long
+ * each; returns how many.  sampler_mirostat_update moves mu after token with probability
+ * p_drawn was drawn.  sampler_sample_mirostat does both, drawing one uniform from rng. */
+float sampler_mirostat_mu0(const llmi_sampling *p);
+int sampler_mirostat_distribution(float *logits, int n_vocab, const llmi_sampling *p, float mu, void *scratch,
+                                  int32_t *ids, float *probs);
+void sampler_mirostat_update(const llmi_sampling *p, float *mu, float p_drawn);
+int32_t sampler_sample_mirostat(float *logits, int n_vocab, const llmi_sampling *p, float *mu, sampler_rng *rng,
+                                void *scratch);
 
 /* log-softmax value of token id, and the n_top best (id, logprob), from raw logits. */
 float sampler_logprob(const float *logits, int n_vocab, int32_t id, int n_top, int32_t *top_ids, float *top_lp);

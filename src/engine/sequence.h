@@ -43,6 +43,7 @@ typedef struct llmi_seq {
     kvcache_table draft_table;  /* blocks of the draft model's pool (spec.h), --spec draft only */
     int draft_computed;       /* leading tokens whose draft K/V is in draft_table */
     sampler_rng rng;
+    float mirostat_mu;        /* --mirostat's state: the surprise it now cuts at */
     llmi_request_info info;
     grammar_state *grammar;   /* where the output stands in params.grammar, or NULL */
     char error[sizeof(((llmi_status *)0)->msg)];   /* why it ended early, for info.error; "" none */

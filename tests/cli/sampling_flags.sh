@@ -7,6 +7,7 @@
 #     the prompt (the penalties count the prompt, as llama.cpp's do);
 #   - a --prompts line's "logit_bias" replaces the command line's; false bans;
 #   - typical, top-n-sigma and XTC change sampled output and stay reproducible by seed;
+#   - mirostat 1 and 2: reproducible by seed and from a --prompts line, greedy at target 0;
 #   - bad values: one line naming the flag or the line, exit 2, under ASan/UBSan.
 . "$(dirname "$0")/../lib/common.sh"
 need_model
@@ -103,6 +104,26 @@ python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["tokens"]; b=json.lo
   "$TMP/dry.json" "$TMP/dry-line.json" || fail "DRY: a --prompts line's fields gave other tokens than the flags"
 echo "DRY: --prompts fields as the flags"
 
+# mirostat (its cut and state against llama.cpp in tests/test_sampler_ref.c): a seed
+# reproduces it, also under ASan and from a --prompts line's fields; a low target surprise
+# keeps it near greedy, and it differs from the default chain
+for v in 1 2; do
+  m1=$("$LLMI" "${gen[@]}" -p "$P" -n 24 --ignore-eos -s "$SEED" --mirostat $v | ids) || fail "--mirostat $v"
+  m2=$("$LLMI_SAN" "${gen[@]}" -p "$P" -n 24 --ignore-eos -s "$SEED" --mirostat $v | ids) || fail "--mirostat $v (san)"
+  [ "$m1" = "$m2" ] || fail "--mirostat $v: the same seed gave different outputs ($m1 / $m2)"
+  d=$("$LLMI" "${gen[@]}" -p "$P" -n 24 --ignore-eos -s "$SEED" | ids)
+  [ "$m1" != "$d" ] || fail "--mirostat $v: the same output as the default chain"
+  printf '{"prompt": "%s", "mirostat": %d, "mirostat_tau": 3.5, "mirostat_eta": 0.3, "seed": %d}\n' "$P" $v "$SEED" >"$TMP/m.jsonl"
+  a=$("$LLMI" generate --device cpu -m "$MODEL" --json --no-stats -n 24 --ignore-eos --prompts "$TMP/m.jsonl" | ids)
+  b=$("$LLMI" "${gen[@]}" -p "$P" -n 24 --ignore-eos -s "$SEED" --mirostat $v --mirostat-ent 3.5 --mirostat-lr 0.3 | ids)
+  [ "$a" = "$b" ] || fail "--mirostat $v: a --prompts line's fields gave other tokens than the flags ($a / $b)"
+  echo "--mirostat $v: reproducible, as its --prompts fields, differs from the default chain"
+done
+g=$("$LLMI" "${gen[@]}" -p "$P" -n 24 --ignore-eos --temp 0 | ids)
+low=$("$LLMI" "${gen[@]}" -p "$P" -n 24 --ignore-eos -s "$SEED" --mirostat 2 --mirostat-ent 0 --mirostat-lr 0 | ids)
+[ "$g" = "$low" ] || fail "--mirostat 2 at target surprise 0 (mu 0: only the best token) is not greedy ($low / $g)"
+expect_error "--mirostat" "$L" generate --device cpu -m "$MODEL" -p hi --mirostat 3
+expect_error "--mirostat" "$L" generate --device cpu -m "$MODEL" -p hi -n 1 --mirostat 2 --spec ngram
 expect_error "--dry-sequence-breaker" "$L" generate --device cpu -m "$MODEL" -p hi --dry-sequence-breaker ""
 expect_error "--dry-base" "$L" generate --device cpu -m "$MODEL" -p hi --dry-base x
 printf '{"prompt": "x", "dry_sequence_breakers": "\\n"}\n' >"$TMP/b5.jsonl"
