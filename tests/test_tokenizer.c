@@ -736,6 +736,55 @@ TEST(tok_chat_next_turn_jinja) {
     tok_free(tk);
 }
 
+/* A --prompts line's "messages": tok_chat_messages(system, user, assistant, ..., user) is
+ * jinja2's rendering of the same messages with the generation prompt, for every template
+ * (testdata/bench/chat-messages.jsonl, scripts/make-chat-turn-refs.py): assistant messages
+ * in the history written as each template writes them (trimmed, stripped, with a leading
+ * space, a reasoning block dropped), contents with spaces, newlines, quotes and UTF-8. */
+TEST(tok_chat_messages_jinja) {
+    size_t n;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/bench/chat-messages.jsonl", testdata());
+    char *txt = slurp(p, &n);
+    CHECK(txt != NULL);
+    if (!txt) return;
+    int cases = 0, with_answers = 0;
+    cJSON *r;
+    for (char *cur = txt; (r = next_json_line(&cur)) != NULL;) {
+        const cJSON *msgs = cJSON_GetObjectItem(r, "messages"), *m;
+        const char *system = NULL, *turns[16];
+        int nt = 0;
+        cJSON_ArrayForEach(m, msgs) {
+            const char *role = cJSON_GetObjectItem(m, "role")->valuestring, *c = cJSON_GetObjectItem(m, "content")->valuestring;
+            if (!strcmp(role, "system")) system = c;
+            else if (nt < 16) turns[nt++] = c;
+        }
+        tokenizer *tk = chat_tok_of(r);
+        char *got = NULL;
+        llmi_status st = {0};
+        CHECK_MSG(tk && tok_chat_messages(tk, system, turns, nt, &got, &st) == 0, "%s: %s",
+                  cJSON_GetObjectItem(r, "name")->valuestring, st.msg);
+        const char *want = cJSON_GetObjectItem(r, "out")->valuestring;
+        if (got) CHECK_MSG(!strcmp(got, want), "%s (%d messages): got\n%s\nwant\n%s", cJSON_GetObjectItem(r, "name")->valuestring,
+                           cJSON_GetArraySize(msgs), got, want);
+        with_answers += nt > 1;
+        free(got);
+        tok_free(tk);
+        cJSON_Delete(r);
+        cases++;
+    }
+    free(txt);
+    printf("  %d conversations (%d with assistant messages) as jinja2 renders them\n", cases, with_answers);
+    CHECK(cases >= 20 && with_answers >= 10);
+    /* an even number of turns (ending with an answer) is refused */
+    tokenizer *tk = chat_tok("<|im_start|>", "", "");
+    const char *two[2] = {"hi", "hello"};
+    char *out = NULL;
+    llmi_status st = {0};
+    CHECK(tk && tok_chat_messages(tk, NULL, two, 2, &out, &st) == LLMI_E_USAGE && !out && strstr(st.msg, "messages"));
+    tok_free(tk);
+}
+
 /* Added tokens with lstrip / rstrip / single_word / normalized flags and overlapping contents
  * (Qwen2 vocab + NFC normalizer), against HF. */
 TEST(tok_ref_added_flags) { trimmed(t_, "added-flags", TOK_PRE_QWEN2); }

@@ -32,6 +32,9 @@ typedef struct gen_request {
     grammar *own_grammar;            /* its --prompts line's grammar, behind params.grammar */
     llmi_logit_bias *own_bias;       /* its --prompts line's logit_bias, behind params.sampling */
     char **own_breakers;             /* its --prompts line's dry_sequence_breakers, behind params.sampling */
+    char *system;                    /* its --prompts line's "messages": the system message or NULL, */
+    char **turns;                    /* (n_turns) and user, assistant, ..., user */
+    int n_turns;
     int engine_id;                   /* -1 when the request was refused */
     char *error;                     /* why it was refused */
     /* output */
@@ -98,7 +101,9 @@ static const char *gen_help =
     "                          dry_sequence_breakers, seed, stop,\n"
     "                          ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max,\n"
     "                          grammar, json_schema, n, min_tokens, stop_token_ids, mirostat,\n"
-    "                          mirostat_tau, mirostat_eta; served together\n"
+    "                          mirostat_tau, mirostat_eta; served together.  Instead of \"prompt\",\n"
+    "                          \"messages\": OpenAI's [{\"role\", \"content\"}, ...] (system first,\n"
+    "                          then user/assistant alternating, ending with user) in the chat template\n"
     "  --chat                  format the prompt with the model's chat template\n"
     "  -cnv, --conversation    chat: each line of stdin is a user turn ('\\' at the end goes on to\n"
     "                          the next line), answered on the conversation so far (its K/V\n"
@@ -429,6 +434,8 @@ static void request_free(gen_request *r) {
         grammar_free(r->own_grammar);
         free(r->own_bias);
         if (r->own_breakers) prompts_free_breakers(r->own_breakers, r->params.sampling.n_dry_breakers);
+        prompts_free_turns(r->turns, r->n_turns);
+        free(r->system);
         free(r->prompt);
         for (int i = 0; i < r->params.n_stop; i++) free(r->stops[i]);
     }
@@ -450,6 +457,9 @@ static void request_from_entry(gen_request *r, prompt_entry *e) {
     r->own_grammar = e->own_grammar;
     r->own_bias = e->own_bias;
     r->own_breakers = e->own_breakers;
+    r->system = e->system;
+    r->turns = e->turns;
+    r->n_turns = e->n_turns;
     memset(e, 0, sizeof *e);
 }
 
@@ -961,9 +971,18 @@ static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
         llmi_status rst = {0};
         char *text = r->prompt;
         char *chat = NULL;
-        if (o.chat && tok_chat_format(m.tok, o.system, r->prompt, &chat, &rst) == LLMI_OK) text = chat;
+        /* a line's "messages" in the model's chat template, --chat or not (its system
+         * message, else --system) */
+        bool templated = o.chat || r->n_turns > 0;
+        if (r->n_turns > 0) {
+            if (tok_chat_messages(m.tok, r->system ? r->system : o.system, (const char *const *)r->turns, r->n_turns,
+                                  &chat, &rst) == LLMI_OK)
+                text = chat;
+        } else if (o.chat && tok_chat_format(m.tok, o.system, r->prompt, &chat, &rst) == LLMI_OK) {
+            text = chat;
+        }
         if (!rst.code)
-            tok_encode(m.tok, text, strlen(text), !o.chat, true, &r->prompt_ids, &r->n_prompt, &rst);
+            tok_encode(m.tok, text, strlen(text), !templated, true, &r->prompt_ids, &r->n_prompt, &rst);
         free(chat);
         if (!rst.code && o.verbose_prompt) print_prompt_tokens(m.tok, r);
         if (!rst.code) engine_add_request(e, r->prompt_ids, r->n_prompt, &r->params, r, &r->engine_id, &rst);

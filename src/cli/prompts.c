@@ -117,7 +117,17 @@ int prompts_entry_init(prompt_entry *e, const llmi_request_params *defaults, llm
     return LLMI_OK;
 }
 
+void prompts_free_turns(char **turns, int n) {
+    for (int i = 0; i < n; i++) free(turns[i]);
+    free(turns);
+}
+
 void prompts_entry_free(prompt_entry *e) {
+    prompts_free_turns(e->turns, e->n_turns);
+    e->turns = NULL;
+    e->n_turns = 0;
+    free(e->system);
+    e->system = NULL;
     grammar_free(e->own_grammar);
     e->own_grammar = NULL;
     free(e->own_bias);
@@ -135,6 +145,41 @@ void prompts_free(prompt_entry *e, int n) {
     free(e);
 }
 
+/* OpenAI's "messages": an optional system message first, then user and assistant messages
+ * alternating from a user message to a user message (the one answered), each
+ * {"role": ..., "content": string}. */
+static int parse_messages(const cJSON *msgs, const char *file, int lineno, prompt_entry *r, llmi_status *st) {
+    int n = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : -1;
+    if (n < 1 || n > PROMPTS_MAX_MESSAGES)
+        return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"messages\" must be a list of 1 to %d messages", file,
+                         lineno, PROMPTS_MAX_MESSAGES);
+    if (!(r->turns = calloc((size_t)n, sizeof *r->turns))) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role) || !cJSON_IsString(content))
+            return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: message %d must be {\"role\": ..., \"content\": a string}",
+                             file, lineno, i + 1);
+        const char *want = r->n_turns % 2 == 0 ? "user" : "assistant";
+        bool system = i == 0 && !strcmp(role->valuestring, "system");
+        if (!system && strcmp(role->valuestring, want))
+            return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: message %d has role \"%.32s\" where \"%s\" must come "
+                             "(a system message first, then user and assistant alternating)",
+                             file, lineno, i + 1, role->valuestring, want);
+        char *c = strdup(content->valuestring);
+        if (!c) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+        if (system) r->system = c;
+        else r->turns[r->n_turns++] = c;
+        i++;
+    }
+    if (r->n_turns % 2 == 0)
+        return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"messages\" must end with a user message (the one answered)",
+                         file, lineno);
+    if (!(r->prompt = strdup(r->turns[r->n_turns - 1]))) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+    return LLMI_OK;
+}
+
 /* Reads per-request fields of one JSONL line over the defaults. */
 static int parse_json_request(const char *line, const char *file, int lineno, prompt_entry *r, llmi_status *st) {
     cJSON *j = cJSON_Parse(line);
@@ -143,13 +188,18 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
         return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: not a JSON object", file, lineno);
     }
     int rc = LLMI_OK;
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-    if (!cJSON_IsString(p)) {
-        rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"prompt\" must be a string", file, lineno);
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt"), *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    if (p && msgs) {
+        rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: give \"prompt\" or \"messages\", not both", file, lineno);
         goto out;
     }
-    r->prompt = strdup(p->valuestring);
-    if (!r->prompt) {
+    if (msgs) {
+        if ((rc = parse_messages(msgs, file, lineno, r, st))) goto out;
+    } else if (!cJSON_IsString(p)) {
+        rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"prompt\" must be a string (or give \"messages\")", file,
+                       lineno);
+        goto out;
+    } else if (!(r->prompt = strdup(p->valuestring))) {
         rc = llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
         goto out;
     }

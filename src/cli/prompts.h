@@ -4,7 +4,8 @@
  * repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n, logit_bias,
  * dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers, seed,
  * stop, ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max, grammar,
- * json_schema, n, min_tokens, stop_token_ids, mirostat, mirostat_tau, mirostat_eta) over the
+ * json_schema, n, min_tokens, stop_token_ids, mirostat, mirostat_tau, mirostat_eta; or
+ * "messages", OpenAI's list of {"role", "content"}, instead of "prompt") over the
  * command line's defaults; blank lines are skipped.  Parsed from memory so that the
  * fuzz target (tests/fuzz/fuzz_prompts_jsonl.c) reads exactly what the binary reads. */
 #ifndef LLMI_PROMPTS_H
@@ -15,6 +16,8 @@
 
 /* Most completions of one prompt (--samples, a line's "n"). */
 #define PROMPTS_MAX_SAMPLES 1024
+/* Most messages in a line's "messages". */
+#define PROMPTS_MAX_MESSAGES 1024
 
 typedef struct prompt_entry {
     char *prompt;                    /* the text as given, owned */
@@ -26,7 +29,16 @@ typedef struct prompt_entry {
     char **own_breakers;             /* the line's "dry_sequence_breakers" (each owned), behind
                                         params.sampling.dry_breakers */
     int n_samples;                   /* the line's "n": completions of this prompt; 0 = not given */
+    /* the line's "messages" instead of "prompt": a system message (owned, or NULL) and the
+     * turns after it, user, assistant, ..., user (each owned); prompt is then the last user
+     * message, for display */
+    char *system;
+    char **turns;                    /* (n_turns) */
+    int n_turns;
 } prompt_entry;
+
+/* Frees a line's turns (n strings and the array). */
+void prompts_free_turns(char **turns, int n);
 
 /* Frees a line's own DRY breaker list (n strings and the array). */
 void prompts_free_breakers(char **list, int n);

@@ -265,6 +265,56 @@ int tok_chat_next_turn(const tokenizer *t, const char *user, char **out, llmi_st
     return chat_done(&b, out, "--turns", st);
 }
 
+/* An assistant message's content as the family's templates write it in the history, before
+ * what closes the turn (tok_chat_next_turn writes that): ChatML as it is (Qwen3's template,
+ * recognised by its "</think>", drops a reasoning block: what follows the last "</think>",
+ * newlines stripped from its start); Llama-3 and Gemma trimmed; Llama-2 ' ' + stripped;
+ * Mistral as it is. */
+static void assistant_content(strbuf *b, const tokenizer *t, const char *content) {
+    switch (t->chat) {
+    case TOK_CHAT_CHATML: {
+        const char *c = content, *think;
+        if (strstr(t->chat_template, "</think>"))
+            while ((think = strstr(c, "</think>")) != NULL) c = think + strlen("</think>");
+        if (c != content)
+            while (*c == '\n') c++;
+        strbuf_puts(b, c);
+        break;
+    }
+    case TOK_CHAT_LLAMA3:
+    case TOK_CHAT_GEMMA: put_stripped(b, content); break;
+    case TOK_CHAT_LLAMA2:
+        strbuf_puts(b, " ");
+        put_stripped(b, content);
+        break;
+    default: strbuf_puts(b, content); break;
+    }
+}
+
+int tok_chat_messages(const tokenizer *t, const char *system, const char *const *turns, int n_turns, char **out,
+                      llmi_status *st) {
+    *out = NULL;
+    if (n_turns < 1 || n_turns % 2 == 0)
+        return llmi_fail(st, LLMI_E_USAGE, "messages: after the system message, user and assistant messages must "
+                         "alternate from a user message to a user message (got %d)", n_turns);
+    char *first = NULL;
+    if (tok_chat_format(t, system, turns[0], &first, st)) return st->code;
+    strbuf b = {0};
+    strbuf_puts(&b, first);
+    free(first);
+    for (int k = 1; k + 1 < n_turns; k += 2) {
+        assistant_content(&b, t, turns[k]);
+        char *next = NULL;
+        if (tok_chat_next_turn(t, turns[k + 1], &next, st)) {
+            free(b.p);
+            return st->code;
+        }
+        strbuf_puts(&b, next);
+        free(next);
+    }
+    return chat_done(&b, out, "messages", st);
+}
+
 /* Tokens of template text: special-token strings parsed, no BOS added. */
 static int piece_tokens(const tokenizer *t, const char *text, size_t len, int32_t **ids, int *n, llmi_status *st) {
     *ids = NULL;

@@ -97,6 +97,12 @@ const char *tok_chat_template_name(const tokenizer *t);  /* "chatml", "llama3", 
  * assistant turn closed, the user turn, the assistant turn opened, as the template renders
  * [..., assistant(answer), user(user)] after the answer.  *out is malloc'ed. */
 int tok_chat_next_turn(const tokenizer *t, const char *user, char **out, llmi_status *st);
+/* A whole conversation as the template renders it with the assistant turn opened: system
+ * (NULL: none), then turns[0, n_turns) alternating user, assistant, ..., user (n_turns odd).
+ * An assistant message is written as the template writes one in the history (trimmed,
+ * stripped, a reasoning block dropped: per family), then tok_chat_next_turn's text. */
+int tok_chat_messages(const tokenizer *t, const char *system, const char *const *turns, int n_turns, char **out,
+                      llmi_status *st);
 
 /* The template's pieces around user messages, as tokens, for conversations built turn by
  * turn on the tokens so far (bench --turns, generate --conversation): cut from

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# A --prompts line's "messages" (OpenAI's chat form) end to end on SmolLM2: for every
+# SmolLM2 conversation of testdata/bench/chat-messages.jsonl (jinja2's renderings, see
+# tests/test_tokenizer.c's tok_chat_messages_jinja for every template), the prompt llmi
+# builds is the token ids of jinja2's text; --chat --system stands in for a missing system
+# message; "n" and the sampling fields still apply; malformed lists: one line naming the
+# line, exit 2, under ASan/UBSan.
+. "$(dirname "$0")/../lib/common.sh"
+need_model
+L="$LLMI_SAN"
+python3 - "$TESTDATA/bench/chat-messages.jsonl" "$TMP" <<'PY' || fail "no SmolLM2 conversations in chat-messages.jsonl"
+import json, sys
+cases = [json.loads(l) for l in open(sys.argv[1])]
+smol = [c for c in cases if c["name"] == "smollm2"]
+assert len(smol) >= 4, len(smol)
+with open(f"{sys.argv[2]}/lines.jsonl", "w") as f:
+    for i, c in enumerate(smol):
+        f.write(json.dumps({"messages": c["messages"]}) + "\n")
+        open(f"{sys.argv[2]}/want{i}.txt", "w").write(c["out"])
+print(len(smol))
+PY
+n=$(wc -l <"$TMP/lines.jsonl")
+"$LLMI_SAN" generate --device cpu -m "$MODEL" --prompts "$TMP/lines.jsonl" -n 0 --json --no-stats >"$TMP/got.jsonl" ||
+  fail "--prompts with messages"
+for i in $(seq 0 $((n - 1))); do
+  "$LLMI" generate --device cpu -m "$MODEL" -f "$TMP/want$i.txt" -n 0 --json --no-stats >"$TMP/want$i.json" ||
+    fail "the jinja2 text as a plain prompt"
+done
+python3 - "$TMP" "$n" <<'PY' || fail "messages"
+import json, sys
+d, n = sys.argv[1], int(sys.argv[2])
+got = [json.loads(l) for l in open(f"{d}/got.jsonl")]
+for i in range(n):
+    want = json.load(open(f"{d}/want{i}.json"))["prompt_ids"]
+    assert got[i]["prompt_ids"] == want, (i, got[i]["prompt_ids"], want)
+print(f"{n} SmolLM2 conversations: the prompt is jinja2's text, token for token")
+PY
+# --system for a line without a system message; a line's own wins
+printf '{"messages": [{"role": "user", "content": "Hi"}]}\n{"messages": [{"role": "system", "content": "Own."}, {"role": "user", "content": "Hi"}]}\n' >"$TMP/sys.jsonl"
+"$LLMI" generate --device cpu -m "$MODEL" --prompts "$TMP/sys.jsonl" --chat --system "Flag." -n 0 --json --no-stats \
+  --verbose-prompt >"$TMP/sys.out" 2>"$TMP/sys.err" || fail "--system run"
+grep -q "Flag" "$TMP/sys.err" && grep -q "Own" "$TMP/sys.err" || fail "--system / a line's system message: $(head -c 600 "$TMP/sys.err")"
+printf '{"messages": [{"role": "user", "content": "Say a word."}], "n": 2, "temperature": 1, "seed": 5, "max_tokens": 6}\n' >"$TMP/n.jsonl"
+"$LLMI" generate --device cpu -m "$MODEL" --prompts "$TMP/n.jsonl" --json --no-stats >"$TMP/n.out" || fail "messages with n"
+[ "$(wc -l <"$TMP/n.out")" -eq 2 ] || fail "messages with n 2: $(cat "$TMP/n.out")"
+echo "--system and n with messages: ok"
+
+bad() { printf '%s\n' "$2" >"$TMP/bad.jsonl"; expect_error "$1" "$L" generate --device cpu -m "$MODEL" --prompts "$TMP/bad.jsonl"; }
+bad 'bad.jsonl:1: "messages"' '{"messages": "hi"}'
+bad 'bad.jsonl:1: "messages"' '{"messages": []}'
+bad 'bad.jsonl:1: message 1' '{"messages": [{"role": "user"}]}'
+bad 'bad.jsonl:1: message 2 has role "user"' '{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}'
+bad 'bad.jsonl:1: message 2 has role "system"' '{"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"}]}'
+bad 'bad.jsonl:1: "messages" must end with a user message' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}'
+bad 'bad.jsonl:1: give "prompt" or "messages"' '{"prompt": "x", "messages": [{"role": "user", "content": "a"}]}'
+echo "chat messages: ok"
