@@ -7,8 +7,10 @@ environment and the same templates left out), jinja2's rendering with the genera
 of several conversations: five messages (user, assistant, user, assistant, user) with plain
 contents and with contents wrapped in spaces and newlines, a lone user message, and an
 answer holding quotes, a backslash, an em dash and an emoji, and an answer with a reasoning
-block ("<think>...</think>", which Qwen3's template drops from the history); each with and without a system
-message where the template takes one.  tests/test_tokenizer.c (tok_chat_messages_jinja)
+block ("<think>...</think>", which Qwen3's template drops from the history), and contents
+wrapped in non-ASCII whitespace (what str.isspace() matches); each without a system message
+and, where the template takes one, with a plain one and with one wrapped in spaces and a
+newline.  tests/test_tokenizer.c (tok_chat_messages_jinja)
 checks that llmi renders the messages of a --prompts line as jinja2 does, and
 tests/cli/chat_messages.sh that the SmolLM2 conversations become the same prompt tokens.
 
@@ -30,7 +32,11 @@ CONVERSATIONS = [
     ["Only one."],
     ["Quote me.", "He said \"no\" \u2014 fine \\ \U0001F642", "Again?"],
     ["Think first.", "<think>\nhmm, two steps\n</think>\n\nThe answer.", "Why?"],
+    ["\u00a0nbsp around\u3000", "answer\u00a0", "\x0bnext\x1f"],
 ]
+# a system message with spaces and newlines around it (templates trim it, or not, as they
+# trim user messages, or not)
+SYSTEMS = ["You are terse.", "  Spaced system. \n"]
 
 
 def main():
@@ -43,7 +49,7 @@ def main():
         seen.add(r["name"])
         t = e.from_string(r["template"])
         no_system = r["kind"] == "mistral" or "System role not supported" in r["template"]   # Mistral, Gemma 2
-        for system in ([None] if no_system else [None, "You are terse."]):
+        for system in ([None] if no_system else [None] + SYSTEMS):
             for conv in CONVERSATIONS:
                 msgs = [] if system is None else [{"role": "system", "content": system}]
                 msgs += [{"role": "user" if i % 2 == 0 else "assistant", "content": c} for i, c in enumerate(conv)]
