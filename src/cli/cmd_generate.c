@@ -463,32 +463,33 @@ static void request_from_entry(gen_request *r, prompt_entry *e) {
     memset(e, 0, sizeof *e);
 }
 
-/* Replaces each request of *reqs by its completions, in input order: the count its line
- * gave (parked in .sample by collect_prompts, 0 = none) or flag_samples.  Samples after
- * the first borrow its input (shares_input).  On failure *reqs is freed. */
-static int expand_samples(gen_request **reqs, int *n, int flag_samples, llmi_status *st) {
+/* The requests of entries[0, n) (whose contents they take over), each line as many times
+ * as its "n" or flag_samples says, in input order; samples after the first borrow the
+ * first's input (shares_input).  entries is freed either way. */
+static int requests_from_entries(prompt_entry *entries, int n, int flag_samples, gen_request **out, int *n_out,
+                                 llmi_status *st) {
     long total = 0;
-    for (int i = 0; i < *n; i++) total += (*reqs)[i].sample > 0 ? (*reqs)[i].sample : flag_samples;
-    gen_request *out = total <= INT32_MAX ? calloc((size_t)total, sizeof *out) : NULL;
-    if (!out) {
-        for (int i = 0; i < *n; i++) request_free(&(*reqs)[i]);
-        free(*reqs);
-        *reqs = NULL, *n = 0;
+    for (int i = 0; i < n; i++) total += entries[i].n_samples > 0 ? entries[i].n_samples : flag_samples;
+    gen_request *reqs = total <= INT32_MAX ? calloc((size_t)total, sizeof *reqs) : NULL;
+    if (!reqs) {
+        prompts_free(entries, n);
         return llmi_fail(st, LLMI_E_RUNTIME, "out of memory for %ld requests", total);
     }
     int k = 0;
-    for (int i = 0; i < *n; i++) {
-        gen_request *r = &(*reqs)[i];
-        int count = r->sample > 0 ? r->sample : flag_samples;
+    for (int i = 0; i < n; i++) {
+        int count = entries[i].n_samples > 0 ? entries[i].n_samples : flag_samples;
+        gen_request *first = &reqs[k];
+        request_from_entry(first, &entries[i]);
         for (int j = 0; j < count; j++, k++) {
-            out[k] = *r;
-            out[k].sample = j;
-            out[k].shares_input = j > 0;
+            if (j > 0) reqs[k] = *first;
+            reqs[k].index = i;
+            reqs[k].sample = j;
+            reqs[k].shares_input = j > 0;
         }
     }
-    free(*reqs);
-    *reqs = out;
-    *n = k;
+    free(entries);
+    *out = reqs;
+    *n_out = k;
     return LLMI_OK;
 }
 
@@ -500,43 +501,25 @@ static int collect_prompts(const gen_opts *o, gen_request **out, int *n_out, llm
     if (given > 1) return llmi_fail(st, LLMI_E_USAGE, "-p, -f and --prompts: give only one");
     if (given == 0 && isatty(STDIN_FILENO))
         return llmi_fail(st, LLMI_E_USAGE, "no prompt: give -p TEXT, -f FILE, --prompts FILE or pipe text on stdin");
-    if (!o->prompts_file) {
-        gen_request *r = calloc(1, sizeof *r);
-        if (!r) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
-        prompt_entry e = {0};
-        e.prompt = o->prompt ? strdup(o->prompt) : read_file_text(o->prompt_file ? "-f" : NULL,
-                                                                   o->prompt_file ? o->prompt_file : "-", st);
-        if (!e.prompt || prompts_entry_init(&e, &o->params, st)) {
-            prompts_entry_free(&e);
-            free(r);
-            return st->code ? st->code : llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
-        }
-        request_from_entry(r, &e);
-        *out = r;
-        *n_out = 1;
-        return expand_samples(out, n_out, o->samples, st);
-    }
-    char *all = read_file_text("--prompts", o->prompts_file, st);
-    if (!all) return st->code;
     prompt_entry *entries;
     int n;
-    int rc = prompts_parse(all, o->prompts_file, &o->params, &entries, &n, st);
-    free(all);
-    if (rc) return rc;
-    gen_request *reqs = calloc((size_t)n, sizeof *reqs);
-    if (!reqs) {
-        prompts_free(entries, n);
-        return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+    if (!o->prompts_file) {
+        if (!(entries = calloc(1, sizeof *entries))) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+        n = 1;
+        entries[0].prompt = o->prompt ? strdup(o->prompt) : read_file_text(o->prompt_file ? "-f" : NULL,
+                                                                             o->prompt_file ? o->prompt_file : "-", st);
+        if (!entries[0].prompt || prompts_entry_init(&entries[0], &o->params, st)) {
+            prompts_free(entries, n);
+            return st->code ? st->code : llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+        }
+    } else {
+        char *all = read_file_text("--prompts", o->prompts_file, st);
+        if (!all) return st->code;
+        int rc = prompts_parse(all, o->prompts_file, &o->params, &entries, &n, st);
+        free(all);
+        if (rc) return rc;
     }
-    for (int i = 0; i < n; i++) {
-        reqs[i].index = i;
-        reqs[i].sample = entries[i].n_samples;   /* the line's "n", until expand_samples */
-        request_from_entry(&reqs[i], &entries[i]);
-    }
-    free(entries);
-    *out = reqs;
-    *n_out = n;
-    return expand_samples(out, n_out, o->samples, st);
+    return requests_from_entries(entries, n, o->samples, out, n_out, st);
 }
 
 /* The grammar of --grammar, --grammar-file, -j/--json-schema or --json-schema-file. */

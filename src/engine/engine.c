@@ -73,10 +73,8 @@ struct llmi_engine {
                                                                      list, built as requests ask */
     int n_dry, cap_dry;
     uint8_t *gmask;           /* (n_vocab) tokens the grammar allows at a row */
-    int32_t *eog_ids;         /* (n_eog) the vocabulary's end-of-generation tokens, listed with the
-                                 first request with min_tokens (eog_listed) */
+    int32_t *eog_ids;         /* (n_eog) the vocabulary's end-of-generation tokens (min_tokens masks them) */
     int n_eog;
-    bool eog_listed;
 };
 
 llmi_engine_opts engine_opts_defaults(void) {
@@ -212,7 +210,12 @@ int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *
     e->rows = malloc((size_t)opts.max_seqs * sizeof *e->rows);
     e->tokens = malloc((size_t)opts.max_seqs * sizeof *e->tokens);
     e->piece = m->tok ? malloc(tok_stream_cap(m->tok)) : NULL;
-    if (!e->logits || !e->sample_scratch || !e->raw_logits || !e->rows || !e->tokens || (m->tok && !e->piece)) {
+    for (int32_t t = 0; m->tok && t < (int32_t)V; t++) e->n_eog += tok_is_eog(m->tok, t);
+    e->eog_ids = e->n_eog ? malloc((size_t)e->n_eog * sizeof *e->eog_ids) : NULL;
+    for (int32_t t = 0, k = 0; e->eog_ids && t < (int32_t)V; t++)
+        if (tok_is_eog(m->tok, t)) e->eog_ids[k++] = t;
+    if (!e->logits || !e->sample_scratch || !e->raw_logits || !e->rows || !e->tokens || (m->tok && !e->piece) ||
+        (e->n_eog && !e->eog_ids)) {
         llmi_fail(st, LLMI_E_RUNTIME, "engine: out of memory for step buffers (%d logit rows x %zu vocab)",
                   e->sched.max_logit_rows, V);
         goto fail;
@@ -385,15 +388,6 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
     if (smp->mirostat && sp->mode != LLMI_SPEC_OFF)
         return llmi_fail(st, LLMI_E_USAGE, "--mirostat: not with --spec (mirostat's state moves with every token drawn, "
                          "which the exact verification rule does not model)");
-    if (p->min_tokens > 0 && !e->eog_listed && e->model->tok) {
-        int n = 0;
-        for (int32_t t = 0; t < n_vocab; t++) n += tok_is_eog(e->model->tok, t);
-        if (n > 0 && !(e->eog_ids = malloc((size_t)n * sizeof *e->eog_ids)))
-            return llmi_fail(st, LLMI_E_RUNTIME, "engine: out of memory");
-        for (int32_t t = 0; t < n_vocab; t++)
-            if (tok_is_eog(e->model->tok, t)) e->eog_ids[e->n_eog++] = t;
-        e->eog_listed = true;
-    }
     const dry_breakers *dry_table = NULL;
     if (sampler_dry_on(smp) && dry_table_for(e, smp, &dry_table, st)) return st->code;
     if (p->grammar) {

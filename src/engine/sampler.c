@@ -256,6 +256,17 @@ static void radix_sort_desc(cand *c, int n, const float *logits, uint64_t *keys,
     }
 }
 
+/* Sorts c[0, n) best first: a radix sort for long lists, qsort for short ones (the order is
+ * the same).  c has the scratch's n_vocab candidates and the typical region after it. */
+static void sort_candidates(cand *c, int n, const float *logits, int n_vocab) {
+    if (n > 1024) {
+        uint64_t *keys = (uint64_t *)(c + n_vocab);   /* typical's space, free until it runs */
+        radix_sort_desc(c, n, logits, keys, keys + n_vocab);
+    } else {
+        qsort(c, (size_t)n, sizeof *c, cmp_cand_desc);
+    }
+}
+
 /* The candidates the draw chooses among, from logits after edit_logits: c sorted best
  * first, cut by top-k, typical, top-p, min-p and XTC; returns how many. */
 static int truncate_candidates(const float *logits, int n_vocab, const llmi_sampling *p, double xtc_uniform, cand *c) {
@@ -290,12 +301,7 @@ static int truncate_candidates(const float *logits, int n_vocab, const llmi_samp
     } else {
         for (int i = 0; i < n_vocab; i++) c[i] = (cand){i, logits[i]};
     }
-    if (n > 1024) {
-        uint64_t *keys = (uint64_t *)(c + n_vocab);   /* typical's space, free until it runs */
-        radix_sort_desc(c, n, logits, keys, keys + n_vocab);
-    } else {
-        qsort(c, (size_t)n, sizeof *c, cmp_cand_desc);
-    }
+    sort_candidates(c, n, logits, n_vocab);
 
     if (typical_on(p)) n = typical_keep(c, n, p->typical_p, n_vocab);
     if (p->top_p < 1.0f) {
@@ -458,21 +464,14 @@ int sampler_mirostat_distribution(float *logits, int n_vocab, const llmi_samplin
     apply_logit_bias(logits, n_vocab, p);
     if (p->temperature <= 0.0f) {
         /* the first highest logit stays, the rest become -inf */
-        int32_t best = 0;
-        for (int i = 1; i < n_vocab; i++)
-            if (logits[i] > logits[best]) best = i;
+        int32_t best = argmax(logits, n_vocab);
         for (int i = 0; i < n_vocab; i++)
             if (i != best) logits[i] = -INFINITY;
     } else {
         for (int i = 0; i < n_vocab; i++) logits[i] /= p->temperature;
     }
     for (int i = 0; i < n_vocab; i++) c[i] = (cand){i, logits[i]};
-    if (n_vocab > 1024) {
-        uint64_t *keys = (uint64_t *)(c + n_vocab);
-        radix_sort_desc(c, n_vocab, logits, keys, keys + n_vocab);
-    } else {
-        qsort(c, (size_t)n_vocab, sizeof *c, cmp_cand_desc);
-    }
+    sort_candidates(c, n_vocab, logits, n_vocab);
     mirostat_softmax(c, n_vocab, probs);
     int n = n_vocab;
     if (p->mirostat == 1) {
