@@ -725,6 +725,31 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
       fi
     fi
   fi
+  # prompt logprobs on the device (the host-logits forward with a row at every prompt
+  # position) against transformers' own logits of the HF test models (testdata/hf/ref):
+  # tests/compare_prompt_logprobs_hf.py with the bf16 limits the emulated run keeps
+  label="prompt logprobs cuda vs transformers (HF test models)"
+  if has_phase e2e && gpu_gate "$label"; then
+    plp_ok=0 plp_fail=0 plp_sum=""
+    for m in llama-gqa-rope3 qwen2-bias-tied gemma3-swa qwen3moe-tiny; do
+      python3 -c 'import json,sys; [print(json.dumps({"prompt_token_ids": s["ids"]})) for s in json.load(open(sys.argv[1]))["seqs"]]' \
+        "testdata/hf/ref/$m.json" > "$WORK/plp-$m.jsonl"
+      if run_dev "plp-$m" 60 "$LLMI_DEV" generate -m "testdata/hf/$m" --device "$DEVFLAG" --prompts "$WORK/plp-$m.jsonl" \
+          -n 0 --prompt-logprobs 5 --json --no-stats &&
+         run_dev "plp-$m-cmp" 60 python3 tests/compare_prompt_logprobs_hf.py "testdata/hf/ref/$m.json" "$WORK/plp-$m.out" \
+          --tol 0.1 --slack 0.1; then
+        plp_ok=$((plp_ok + 1))
+        plp_sum="$plp_sum $m $(sed -n 's/.*max |logprob diff| \([^ ]*\).*/\1/p' "$WORK/plp-$m-cmp.out")"
+      else
+        plp_fail=$((plp_fail + 1))
+        plp_sum="$plp_sum $m: $(why "plp-$m") $(grep -m1 '^FAIL' "$WORK/plp-$m-cmp.out" 2> /dev/null | cut -c1-80)"
+        grep '^FAIL' "$WORK/plp-$m-cmp.out" 2> /dev/null | head -5 >> "$LOG"
+      fi
+    done
+    if [ "$REFS_ONLY" = 1 ]; then :
+    elif [ $plp_fail -eq 0 ]; then row "$label" ok "$plp_ok models, max |logprob diff|:$plp_sum (limit 0.1)"
+    else row "$label" FAIL "$plp_fail of 4 models:$plp_sum"; fi
+  fi
   # 64 prompts at once with chunked prefill and a cache too small for all: preemption
   bm=${SMOL:-testdata/hf/llama-gqa-rope3}
   for i in 1 2 3; do cat testdata/llamacpp/prompts.jsonl; done | head -64 > "$WORK/prompts64.jsonl"

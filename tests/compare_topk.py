@@ -2,6 +2,7 @@
 """Compares llmi's greedy generations with llama.cpp's (testdata/llamacpp/greedy.jsonl).
 
     compare_topk.py REF.jsonl LLMI.jsonl [--max-lp-diff X ...]   exit 0 pass, 1 fail, 2 bad input
+    compare_topk.py --teacher-forced REF.jsonl LLMI.jsonl [...]  llmi scored llama.cpp's tokens
     compare_topk.py --self-test REF.jsonl                    checks this comparator itself
 
 Python 3 standard library only (CI has no pip packages).
@@ -25,6 +26,17 @@ Per prompt, in input order:
   6. Enough agreement overall: at least --min-matched tokens before the first difference
      and at least --min-full prompts matching all their tokens.
 
+--teacher-forced: LLMI.jsonl is llmi's --json output for prompts given as "prompt_token_ids"
+(llama.cpp's prompt ids followed by its 64 generated tokens) with --prompt-logprobs 5 and
+-n 0: llmi's "prompt_logprobs" must list exactly those ids (null for the first), and from
+the first generated position on each entry is compared with llama.cpp's at every one of the
+64 positions (the same context on both sides, so rule 2's cut and rule 4's greedy check do
+not apply): rules 3 and 5 with --max-lp-diff defaulting to 0.6, and rule 6 becomes: llmi's
+most likely token equals llama.cpp's at >= --min-top1 positions.  Measured 2026-11-29 (same
+machine and model): chosen-token |logprob diff| at most 0.460 over all 1536 positions
+(mean 0.034); top-5 entries at most 0.712 apart, rank bias at most 0.018, spread at most
+0.108; an id in one top-5 only at most 0.640 above the other's 5th; top-1 the same at 1493.
+
 The defaults come from the spread measured on 2026-11-23 (SmolLM2 Q4_1, x86-64 AVX-512,
 -t 2): 687/1536 tokens matched and 6/24 prompts in full; chosen-token |logprob diff| at
 most 0.357; top-5 entries differ by 0.033 (rank 0) and 0.107 (ranks 1-4) on average, at
@@ -44,6 +56,9 @@ DEFAULT_MAX_RANK_BIAS = 0.05     # |mean(llmi - llama.cpp)| per rank (measured 0
 DEFAULT_MAX_RANK_SPREAD = 0.15   # mean |llmi - llama.cpp| per rank (measured 0.107)
 DEFAULT_MIN_MATCHED = 620        # tokens before the first difference (measured 687)
 DEFAULT_MIN_FULL = 5             # prompts matching all 64 tokens (measured 6)
+TF_MAX_LP_DIFF = 0.6             # teacher-forced: chosen token, all positions (measured max 0.460)
+TF_MIN_TOP1 = 1450               # teacher-forced: positions whose most likely token is the same
+                                 # on both sides (measured 1493 of 1536)
 
 
 def load_jsonl(path):
@@ -67,8 +82,12 @@ def llmi_top(entry):
 
 def compare(ref, got, max_lp_diff=DEFAULT_MAX_LP_DIFF, log=print, max_top_diff=DEFAULT_MAX_TOP_DIFF,
             max_rank_bias=DEFAULT_MAX_RANK_BIAS,
-            max_rank_spread=DEFAULT_MAX_RANK_SPREAD, min_matched=DEFAULT_MIN_MATCHED, min_full=DEFAULT_MIN_FULL):
-    """Returns the number of failures; logs one line per prompt and one per failure."""
+            max_rank_spread=DEFAULT_MAX_RANK_SPREAD, min_matched=DEFAULT_MIN_MATCHED, min_full=DEFAULT_MIN_FULL,
+            greedy=True, min_top1=0):
+    """Returns the number of failures; logs one line per prompt and one per failure.
+    greedy=False: got scored the reference's tokens (teacher_forced) instead of choosing
+    its own, so there is no first difference and no greedy check; min_top1 positions must
+    have the same most likely token on both sides."""
     fails = 0
     rank_diffs = [[] for _ in range(5)]   # llmi - llama.cpp per rank of llama.cpp's top-5
     worst_top = worst_boundary = 0.0
@@ -81,7 +100,7 @@ def compare(ref, got, max_lp_diff=DEFAULT_MAX_LP_DIFF, log=print, max_top_diff=D
     if len(got) != len(ref):
         fail(f"llmi wrote {len(got)} records, llama.cpp reference has {len(ref)}")
         return fails
-    total_match = full = 0
+    total_match = full = top1 = 0
     worst_lp = 0.0
     for i, (r, g) in enumerate(zip(ref, got)):
         tag = f"prompt {i} ({r['prompt'][:30]!r})"
@@ -107,7 +126,7 @@ def compare(ref, got, max_lp_diff=DEFAULT_MAX_LP_DIFF, log=print, max_top_diff=D
                 fail(f"{tag}: llmi logprobs[{j}] id {e.get('id')} / top {top[:2]} vs token {t}")
                 bad = True
                 break
-            if float(e["logprob"]) < max(lp for _, lp in top) - 1e-5:
+            if greedy and float(e["logprob"]) < max(lp for _, lp in top) - 1e-5:
                 fail(f"{tag}: llmi token {t} at {j} has logprob {e['logprob']} below its top "
                      f"{top[0]}: not greedy")
                 bad = True
@@ -128,6 +147,7 @@ def compare(ref, got, max_lp_diff=DEFAULT_MAX_LP_DIFF, log=print, max_top_diff=D
         for j in range(k):
             ref_top = [(int(t), float(v)) for t, v in r["top5"][j]]
             mine = llmi_top(lps[j])[:5]
+            top1 += mine[0][0] == ref_top[0][0]
             mine_d, ref_d = dict(mine), dict(ref_top)
             for rank, (t, v) in enumerate(ref_top):
                 if t in mine_d:
@@ -182,11 +202,60 @@ def compare(ref, got, max_lp_diff=DEFAULT_MAX_LP_DIFF, log=print, max_top_diff=D
         if spread > max_rank_spread:
             fail(f"top-5 rank {rank}: mean |logprob diff| {spread:.4f} > {max_rank_spread}")
     log(f"top-5: {'; '.join(stats)}; max entry diff {worst_top:.4f}, max boundary excess {worst_boundary:.4f}")
+    if not greedy:
+        log(f"most likely token the same at {top1}/{n_tok} positions")
+        if top1 < min_top1:
+            fail(f"only {top1} positions have llama.cpp's most likely token as llmi's (want >= {min_top1})")
+        return fails
     if total_match < min_matched:
         fail(f"only {total_match} tokens match before the first difference (want >= {min_matched})")
     if full < min_full:
         fail(f"only {full} prompts match all their tokens (want >= {min_full})")
     return fails
+
+
+def from_prompt_logprobs(ref, got, log=print):
+    """llmi's teacher-forced records (prompt_token_ids = llama.cpp's prompt and tokens,
+    --prompt-logprobs) as generation records over llama.cpp's tokens; None (logged) when
+    one does not list exactly those ids."""
+    if len(got) != len(ref):
+        log(f"FAIL llmi wrote {len(got)} records, llama.cpp reference has {len(ref)}")
+        return None
+    out = []
+    for i, (r, g) in enumerate(zip(ref, got)):
+        want, n_p = list(r["prompt_ids"]) + list(r["tokens"]), len(r["prompt_ids"])
+        plp = g.get("prompt_logprobs")
+        if g.get("prompt_ids") != want or not isinstance(plp, list) or len(plp) != len(want) or plp[0] is not None:
+            log(f"FAIL prompt {i}: llmi's prompt_ids / prompt_logprobs do not list llama.cpp's {len(want)} ids "
+                f"(the first with null)")
+            return None
+        for j in range(1, len(want)):
+            e = plp[j]
+            if not isinstance(e, dict) or e.get("id") != want[j] or not (float(e.get("logprob", 1)) <= 0):
+                log(f"FAIL prompt {i}: prompt_logprobs[{j}] = {str(e)[:80]} is not id {want[j]} with a logprob <= 0")
+                return None
+        out.append({"index": g.get("index", i), "prompt_ids": want[:n_p], "tokens": want[n_p:], "logprobs": plp[n_p:]})
+    return out
+
+
+def compare_teacher_forced(ref, got, log=print, **kw):
+    conv = from_prompt_logprobs(ref, got, log)
+    if conv is None:
+        return 1
+    kw.setdefault("max_lp_diff", TF_MAX_LP_DIFF)
+    kw.setdefault("min_top1", TF_MIN_TOP1)
+    return compare(ref, conv, log=log, greedy=False, **kw)
+
+
+def as_teacher_forced(ref):
+    """llama.cpp's reference written as llmi's teacher-forced --json output."""
+    out = []
+    for i, r in enumerate(as_llmi(ref)):
+        ids = r["prompt_ids"] + r["tokens"]
+        out.append({"index": i, "prompt_ids": ids, "tokens": [], "finish_reason": "length",
+                    "prompt_logprobs": [None] + [{"id": t, "piece": "", "logprob": -0.5, "top": []}
+                                                 for t in ids[1:len(r["prompt_ids"])]] + r["logprobs"]})
+    return out
 
 
 def as_llmi(ref):
@@ -318,14 +387,48 @@ def self_test(ref_path):
                     t["logprob"] = min(t["logprob"] + (0.1 if (j + n) % 2 else -0.1), e["logprob"])
     cases.append(("top-5 noise within limits", g, True))
 
+    tf = []
+    tf.append(("teacher-forced: identical", as_teacher_forced(ref), True))
+    g = as_teacher_forced(ref)
+    g[2]["prompt_logprobs"][0] = {"id": g[2]["prompt_ids"][0], "piece": "", "logprob": 0.0, "top": []}
+    tf.append(("teacher-forced: first entry not null", g, False))
+    g = as_teacher_forced(ref)
+    g[3]["prompt_logprobs"][-1]["id"] += 1
+    tf.append(("teacher-forced: an id not the one scored", g, False))
+    g = as_teacher_forced(ref)
+    del g[4]["prompt_logprobs"][-1]
+    tf.append(("teacher-forced: an entry missing", g, False))
+    g = as_teacher_forced(ref)
+    e = g[5]["prompt_logprobs"][len(ref[5]["prompt_ids"]) + 7]
+    e["logprob"] -= 0.7
+    e["top"][0]["logprob"] -= 0.7
+    tf.append(("teacher-forced: one logprob off by 0.7", g, False))
+    # The two best swapped at 100 positions (their logprobs too): every entry limit holds
+    # where the two were close, the top-1 count does not.
+    g = as_teacher_forced(ref)
+    swapped = 0
+    for i, rec in enumerate(g):
+        for e in rec["prompt_logprobs"][len(ref[i]["prompt_ids"]):]:
+            t = e["top"]
+            if swapped < 100 and t[0]["logprob"] - t[1]["logprob"] < 0.3:
+                t[0]["id"], t[1]["id"] = t[1]["id"], t[0]["id"]
+                swapped += 1
+    tf.append(("teacher-forced: top two swapped at 100 close positions", g, False))
+
     bad = 0
+    for name, got, want_pass in tf:
+        fails = compare_teacher_forced(ref, json.loads(json.dumps(copy.deepcopy(got))), log=quiet)
+        ok = (fails == 0) == want_pass
+        print(f"{'ok  ' if ok else 'FAIL'} self-test {name}: {fails} failures, want "
+              f"{'pass' if want_pass else 'fail'}")
+        bad += not ok
     for name, got, want_pass in cases:
         fails = compare(ref, json.loads(json.dumps(copy.deepcopy(got))), log=quiet)
         ok = (fails == 0) == want_pass
         print(f"{'ok  ' if ok else 'FAIL'} self-test {name}: {fails} failures, want "
               f"{'pass' if want_pass else 'fail'}")
         bad += not ok
-    print(f"self-test: {len(cases) - bad}/{len(cases)} cases behave")
+    print(f"self-test: {len(cases) + len(tf) - bad}/{len(cases) + len(tf)} cases behave")
     return 1 if bad else 0
 
 
@@ -336,10 +439,13 @@ def main(argv):
             "--max-rank-bias": ("max_rank_bias", float),
             "--max-rank-spread": ("max_rank_spread", float), "--min-matched": ("min_matched", int),
             "--min-full": ("min_full", int)}
-    kw, files = {}, []
+    opts["--min-top1"] = ("min_top1", int)
+    kw, files, teacher_forced = {}, [], False
     it = iter(argv)
     for a in it:
-        if a in opts:
+        if a == "--teacher-forced":
+            teacher_forced = True
+        elif a in opts:
             name, conv = opts[a]
             try:
                 kw[name] = conv(next(it))
@@ -356,7 +462,7 @@ def main(argv):
     except (OSError, ValueError) as e:
         print(f"compare_topk: {e}", file=sys.stderr)
         return 2
-    fails = compare(ref, got, **kw)
+    fails = compare_teacher_forced(ref, got, **kw) if teacher_forced else compare(ref, got, **kw)
     print(f"{'PASS' if fails == 0 else 'FAIL'}: {fails} failures")
     return 1 if fails else 0
 

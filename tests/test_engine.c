@@ -2,6 +2,7 @@
  * backend.  The mock stores each token id in its KV slot and derives the logits of a
  * position from the whole context it reads back through the block table, so any
  * mistake in slot mapping, block tables, chunking or preemption changes the output. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +176,12 @@ typedef struct run_out {
     long prefill_tokens;  /* prompt tokens computed over the run (step infos' n_prefill_tokens) */
     int stale_reads;      /* mock->stale_reads, plus cached reads that disagree with the final tokens */
     int draft_forwards;   /* forwards the draft mock ran (--spec draft) */
+    llmi_engine *engine;  /* while running: collect reads finished requests' prompt logprobs */
+    float *plp[64];       /* (len) prompt logprobs of requests that asked (run_cfg.plp), else NULL */
+    int32_t *plp_ids[64]; /* (len, plp_top) */
+    float *plp_top[64];   /* (len, plp_top) */
+    int n_scored[64];
+    int cached[64];       /* prompt tokens each request took from the prefix cache */
 } run_out;
 
 /* How run_engine_on serves its requests beyond the engine options. */
@@ -189,6 +196,8 @@ typedef struct run_cfg {
     const int32_t *stop_ids;     /* (n_stop_ids) every request's stop token ids */
     int n_stop_ids;
     int min_tokens;
+    const bool *plp;             /* (n_req) or NULL: which requests ask for prompt logprobs */
+    int plp_top;                 /* their top alternatives */
 } run_cfg;
 
 static void collect(void *ctx, const llmi_token_event *ev) {
@@ -200,6 +209,18 @@ static void collect(void *ctx, const llmi_token_event *ev) {
         for (int k = 0; k < ev->n_top; k++) o->logprob_sum += ev->top_logprobs[k] + ev->top_ids[k];
     }
     if (ev->finished) o->fin[i] = ev->reason;
+    const llmi_request_info *info = ev->finished && o->engine ? engine_request(o->engine, ev->request_id) : NULL;
+    if (info) o->cached[i] = info->n_cached_tokens;
+    if (info && info->prompt_logprobs) {
+        size_t n = (size_t)info->n_prompt, k = n * (size_t)info->prompt_top;
+        o->plp[i] = malloc(n * sizeof(float));
+        o->plp_ids[i] = malloc((k + 1) * sizeof(int32_t));
+        o->plp_top[i] = malloc((k + 1) * sizeof(float));
+        memcpy(o->plp[i], info->prompt_logprobs, n * sizeof(float));
+        memcpy(o->plp_ids[i], info->prompt_top_ids, k * sizeof(int32_t));
+        memcpy(o->plp_top[i], info->prompt_top_logprobs, k * sizeof(float));
+        o->n_scored[i] = info->n_prompt_scored;
+    }
 }
 
 /* Runs the prompts through a fresh engine; together = all queued at once, else one by one. */
@@ -249,11 +270,14 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
     if (cfg->n_stop_ids) memcpy(p.stop_ids, cfg->stop_ids, (size_t)cfg->n_stop_ids * sizeof(int32_t));
     p.min_tokens = cfg->min_tokens;
     for (int i = 0; i < n_req; i++) out->toks[i] = calloc((size_t)max_new + 1, sizeof(int32_t));
+    out->engine = e;
     int rc = 0;
     for (int start = 0; start < n_req && !rc; start = together ? n_req : start + 1) {
         int end = together ? n_req : start + 1;
         for (int i = start; i < end; i++) {
             int id;
+            p.prompt_logprobs = cfg->plp && cfg->plp[i];
+            p.prompt_top = cfg->plp_top;
             if (engine_add_request(e, prompts[i], lens[i], &p, (void *)(intptr_t)i, &id, &st)) {
                 fprintf(stderr, "  add: %s\n", st.msg);
                 rc = -1;
@@ -289,6 +313,7 @@ static int run_engine_on(const llmi_model *m, int32_t **prompts, const int *lens
         out->bad_reads += dk->bad_reads;
         out->draft_forwards = dk->forwards;
     }
+    out->engine = NULL;
     engine_destroy(e);
     b->destroy(b);
     if (db) db->destroy(db);
@@ -311,7 +336,7 @@ static void random_prompts(int32_t **prompts, int *lens, int n, int max_len, int
 }
 
 static void free_out(run_out *o, int n) {
-    for (int i = 0; i < n; i++) free(o->toks[i]);
+    for (int i = 0; i < n; i++) free(o->toks[i]), free(o->plp[i]), free(o->plp_ids[i]), free(o->plp_top[i]);
 }
 
 static bool same_outputs(const run_out *a, const run_out *b, int n) {
@@ -501,6 +526,111 @@ TEST(engine_shares_inflight_prefix) {
     }
     free_out(&alone, RN);
     for (int i = 0; i < RN; i++) free(prompts[i]);
+}
+
+/* The mock's logit row after toks[0..p] (mock_forward with window 0), straight from the
+ * tokens: what the engine's prompt logprobs must come from, however it schedules. */
+static void mock_row_of(const int32_t *toks, int p, int V, float *row) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i <= p; i++) h = mix(h, (uint64_t)toks[i]);
+    for (int v = 0; v < V; v++) row[v] = (float)(mix(h, (uint64_t)v) >> 40) / (float)(1 << 24) * 4.0f;
+}
+
+/* Whether request i's prompt logprobs in o are those of its prompt: every token after the
+ * first scored from the row of the tokens before it, with the top `top` there. */
+static bool plp_exact(const run_out *o, int i, const int32_t *prompt, int len, int V, int top, float *row) {
+    if (!o->plp[i] || o->n_scored[i] != len - 1 || !isnan(o->plp[i][0])) return false;
+    int32_t ids[LLMI_MAX_LOGPROBS];
+    float lps[LLMI_MAX_LOGPROBS];
+    for (int p = 1; p < len; p++) {
+        mock_row_of(prompt, p - 1, V, row);
+        float want = sampler_logprob(row, V, prompt[p], top, ids, lps);
+        if (o->plp[i][p] != want) return false;
+        for (int k = 0; k < top; k++)
+            if (o->plp_ids[i][(size_t)p * top + k] != ids[k] || o->plp_top[i][(size_t)p * top + k] != lps[k]) return false;
+    }
+    return true;
+}
+
+/* vLLM's prompt_logprobs: every prompt token scored from the logit row before it, whatever
+ * the schedule (one at a time, together, chunked, a pool of a few prompt-logprob rows per
+ * step, a small token budget, preemption, prefill-first, device sampling for the others);
+ * the prompt computed whole though its blocks are in the prefix cache (families of shared
+ * prefixes); and nothing else changes: every request's output equals the run without
+ * prompt logprobs. */
+TEST(engine_prompt_logprobs_exact) {
+    srand((unsigned)test_seed());
+    enum { V = 89, N = 20 };
+    llmi_model m = mock_model(V);
+    int32_t bases[3][70], *prompts[N];
+    int lens[N];
+    bool plp[N];
+    for (int b = 0; b < 3; b++)
+        for (int i = 0; i < 70; i++) bases[b][i] = rand() % V;
+    for (int i = 0; i < N; i++) {
+        int cut = rand() % 71, t = 1 + rand() % 10;
+        lens[i] = cut + t;
+        prompts[i] = malloc((size_t)lens[i] * sizeof(int32_t));
+        memcpy(prompts[i], bases[rand() % 3], (size_t)cut * sizeof(int32_t));
+        for (int k = cut; k < lens[i]; k++) prompts[i][k] = rand() % V;
+        plp[i] = rand() % 2;
+    }
+    plp[N / 2] = plp[N - 1] = true;
+    int max_len = 0;
+    for (int i = 0; i < N; i++) max_len = lens[i] > max_len ? lens[i] : max_len;
+    llmi_engine_opts eo = engine_opts_defaults();
+    eo.num_blocks = 256;
+    eo.block_size = 1 + rand() % 8;
+    eo.max_batch_tokens = 128;
+    eo.max_seqs = 8;
+    const int top = rand() % 6;
+    run_cfg plain = {0}, asked = {.plp = plp, .plp_top = top};
+    run_out base, got;
+    CHECK(run_engine_on(&m, prompts, lens, N, 5, eo, true, &plain, &base) == 0);
+    float *row = malloc(V * sizeof(float));
+    const char *names[] = {"alone", "together", "chunked", "pool of a few rows", "small budget", "tight", "prefill-first",
+                           "device sampling"};
+    for (int c = 0; c < 8; c++) {
+        llmi_engine_opts o = eo;
+        run_cfg cfg = asked;
+        if (c == 2) o.prefill_chunk = 1 + rand() % 9;
+        if (c == 3) o.prompt_logprob_rows = 1 + rand() % 6;
+        if (c == 4) o.max_batch_tokens = 20;
+        if (c == 5) {
+            /* the longest request fits alone; prompts admitted in chunks grow into each other */
+            o.num_blocks = (max_len + 5 + o.block_size - 1) / o.block_size + 1;
+            o.prefill_chunk = 5;
+        }
+        if (c == 6) o.policy = SCHED_PREFILL_FIRST, o.prefill_chunk = 7;
+        if (c == 7) cfg.on_device = true;
+        CHECK(run_engine_on(&m, prompts, lens, N, 5, o, c != 0, &cfg, &got) == 0);
+        int scored = 0, cached_plp = 0, cached_other = 0;
+        for (int i = 0; i < N; i++) {
+            if (plp[i]) {
+                CHECK_MSG(plp_exact(&got, i, prompts[i], lens[i], V, top, row),
+                          "%s: request %d (%d tokens): prompt logprobs are not its prompt's (%d scored)", names[c], i,
+                          lens[i], got.n_scored[i]);
+                scored += got.n_scored[i];
+                cached_plp += got.cached[i];
+            } else {
+                CHECK(got.plp[i] == NULL);
+                cached_other += got.cached[i];
+            }
+        }
+        fprintf(stderr, "  block %d, top %d, %s: %d prompt tokens scored; cached tokens: %d with, %d without prompt "
+                "logprobs; %d preemptions\n", eo.block_size, top, names[c], scored, cached_plp, cached_other,
+                got.preempted);
+        CHECK_MSG(cached_plp == 0, "%s: requests with prompt logprobs took %d tokens from the prefix cache", names[c],
+                  cached_plp);
+        CHECK_MSG(same_outputs(&base, &got, N), "%s: outputs differ from the run without prompt logprobs", names[c]);
+        CHECK(got.bad_reads == 0);
+        if (c == 5) CHECK(got.preempted > 0);
+        if (c == 7) CHECK(got.sampled_on_device > 0);
+        free_out(&got, N);
+    }
+    free(row);
+    free_out(&base, N);
+    for (int i = 0; i < N; i++) free(prompts[i]);
 }
 
 /* vLLM's stop_token_ids and min_tokens, composed from what they must equal: stopping at a

@@ -35,6 +35,8 @@ typedef struct gen_request {
     char *system;                    /* its --prompts line's "messages": the system message or NULL, */
     char **turns;                    /* (n_turns) and user, assistant, ..., user */
     int n_turns;
+    int32_t *given_ids;              /* (n_given) its --prompts line's "prompt_token_ids", or NULL */
+    int n_given;
     int engine_id;                   /* -1 when the request was refused */
     char *error;                     /* why it was refused */
     /* output */
@@ -46,6 +48,11 @@ typedef struct gen_request {
     int32_t *top_ids;                /* (cap_gen, logprobs) */
     float *top_lp;                   /* (cap_gen, logprobs) */
     int n_gen, cap_gen;
+    /* prompt logprobs, copied from the engine when the request ends: entries 1..n_scored */
+    float *plp;                      /* (n_prompt) */
+    int32_t *plp_top_ids;            /* (n_prompt, params.prompt_top) */
+    float *plp_top_lp;               /* (n_prompt, params.prompt_top) */
+    int n_scored;
     bool done, emitted;
     llmi_finish finish;
     double ttft, latency, prefill_s; /* seconds */
@@ -101,9 +108,10 @@ static const char *gen_help =
     "                          dry_sequence_breakers, seed, stop,\n"
     "                          ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max,\n"
     "                          grammar, json_schema, n, min_tokens, stop_token_ids, mirostat,\n"
-    "                          mirostat_tau, mirostat_eta; served together.  Instead of \"prompt\",\n"
-    "                          \"messages\": OpenAI's [{\"role\", \"content\"}, ...] (system first,\n"
-    "                          then user/assistant alternating, ending with user) in the chat template\n"
+    "                          mirostat_tau, mirostat_eta, prompt_logprobs; served together.\n"
+    "                          Instead of \"prompt\", \"messages\": OpenAI's [{\"role\", \"content\"},\n"
+    "                          ...] (system first, then user/assistant alternating, ending with\n"
+    "                          user) in the chat template, or \"prompt_token_ids\": [id, ...] as given\n"
     "  --chat                  format the prompt with the model's chat template\n"
     "  -cnv, --conversation    chat: each line of stdin is a user turn ('\\' at the end goes on to\n"
     "                          the next line), answered on the conversation so far (its K/V\n"
@@ -122,7 +130,9 @@ static const char *gen_help =
     "                          wait a step for its K/V in the prefix cache)\n"
     "  --json                  one JSON object per request on stdout (index, sample, text, token\n"
     "                          counts, finish reason, ttft_ms, latency_ms, prompt_ids, tokens)\n"
-    "  --logprobs N            add each generated token's logprob and the top N (<= 20) to --json\n"
+    "  --logprobs N            add each generated token's logprob and the top N (<= 20) to --json\n"    "  --prompt-logprobs N     add each prompt token's logprob given the tokens before it and the\n"
+    "                          top N (0..20) there to --json (vLLM's prompt_logprobs; the prompt\n"
+    "                          is then computed whole, not taken from the prefix cache)\n"
     "  --verbose-prompt        print the prompt's token ids and pieces to stderr\n"
     "  --no-stats              do not print stats to stderr\n"
     "Sampling (llama.cpp's defaults and order: logit bias, penalties, DRY, top-n-sigma, top-k,\n"
@@ -196,6 +206,44 @@ static void out_flush(gen_ctx *g) {
     if (fflush(stdout) != 0 || ferror(stdout)) out_failed(g);
 }
 
+/* One scored token as --json writes it: {"id", "piece", "logprob", "top": [{"id", "piece",
+ * "logprob"}, ...]} (top: the n_top most likely tokens there). */
+static void json_scored_token(const tokenizer *tok, jsonw *w, int32_t id, float lp, const int32_t *top_ids,
+                              const float *top_lp, int n_top) {
+    char piece[256];
+    jw_obj_begin(w);
+    jw_key(w, "id"); jw_int(w, id);
+    int pl = tok_piece(tok, id, piece, sizeof piece);
+    jw_key(w, "piece"); jw_str(w, piece, (size_t)(pl > 0 ? pl : 0));
+    jw_key(w, "logprob"); jw_num(w, lp);
+    jw_key(w, "top");
+    jw_arr_begin(w);
+    for (int k = 0; k < n_top; k++) {
+        jw_obj_begin(w);
+        jw_key(w, "id"); jw_int(w, top_ids[k]);
+        pl = tok_piece(tok, top_ids[k], piece, sizeof piece);
+        jw_key(w, "piece"); jw_str(w, piece, (size_t)(pl > 0 ? pl : 0));
+        jw_key(w, "logprob"); jw_num(w, top_lp[k]);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_obj_end(w);
+}
+
+/* "prompt_logprobs": null for the first prompt token (nothing before it), then one scored
+ * token per prompt token, as vLLM lists them; shorter when the request ended before its
+ * prompt was computed. */
+static void emit_prompt_logprobs(gen_ctx *g, const gen_request *r, jsonw *w) {
+    int nt = r->params.prompt_top;
+    jw_key(w, "prompt_logprobs");
+    jw_arr_begin(w);
+    if (r->n_prompt > 0 && r->plp) jw_null(w);
+    for (int i = 1; r->plp && i <= r->n_scored; i++)
+        json_scored_token(g->tok, w, r->prompt_ids[i], r->plp[i], r->plp_top_ids + (size_t)i * nt,
+                          r->plp_top_lp + (size_t)i * nt, nt);
+    jw_arr_end(w);
+}
+
 static void emit_json(gen_ctx *g, gen_request *r) {
     jsonw w;
     jw_init(&w);
@@ -236,31 +284,14 @@ static void emit_json(gen_ctx *g, gen_request *r) {
         jw_arr_end(&w);
         int nl = r->params.logprobs;
         if (nl > 0 && g->tok) {
-            char piece[256];
             jw_key(&w, "logprobs");
             jw_arr_begin(&w);
-            for (int i = 0; i < r->n_gen; i++) {
-                jw_obj_begin(&w);
-                jw_key(&w, "id"); jw_int(&w, r->gen_ids[i]);
-                int pl = tok_piece(g->tok, r->gen_ids[i], piece, sizeof piece);
-                jw_key(&w, "piece"); jw_str(&w, piece, (size_t)(pl > 0 ? pl : 0));
-                jw_key(&w, "logprob"); jw_num(&w, r->lp[i]);
-                jw_key(&w, "top");
-                jw_arr_begin(&w);
-                for (int k = 0; k < nl; k++) {
-                    int32_t id = r->top_ids[(size_t)i * nl + k];
-                    jw_obj_begin(&w);
-                    jw_key(&w, "id"); jw_int(&w, id);
-                    pl = tok_piece(g->tok, id, piece, sizeof piece);
-                    jw_key(&w, "piece"); jw_str(&w, piece, (size_t)(pl > 0 ? pl : 0));
-                    jw_key(&w, "logprob"); jw_num(&w, r->top_lp[(size_t)i * nl + k]);
-                    jw_obj_end(&w);
-                }
-                jw_arr_end(&w);
-                jw_obj_end(&w);
-            }
+            for (int i = 0; i < r->n_gen; i++)
+                json_scored_token(g->tok, &w, r->gen_ids[i], r->lp[i], r->top_ids + (size_t)i * nl,
+                                  r->top_lp + (size_t)i * nl, nl);
             jw_arr_end(&w);
         }
+        if (r->params.prompt_logprobs && g->tok) emit_prompt_logprobs(g, r, &w);
     }
     jw_obj_end(&w);
     if (jw_flush_line(&w, stdout)) out_failed(g);
@@ -283,6 +314,8 @@ static void emit_ready(gen_ctx *g) {
          * run holds the outputs of the requests in flight, not of every one done. */
         free(r->text), free(r->lp), free(r->top_ids), free(r->top_lp);
         r->text = NULL, r->lp = NULL, r->top_ids = NULL, r->top_lp = NULL;
+        free(r->plp), free(r->plp_top_ids), free(r->plp_top_lp);
+        r->plp = NULL, r->plp_top_ids = NULL, r->plp_top_lp = NULL;
         r->text_len = r->text_cap = 0;
         if (!g->keep_ids) {
             free(r->gen_ids);
@@ -291,6 +324,21 @@ static void emit_ready(gen_ctx *g) {
         }
     }
     out_flush(g);
+}
+
+/* Copies the prompt logprobs of r's ending request out of the engine (which frees them
+ * with the request). */
+static int keep_prompt_logprobs(gen_request *r, const llmi_request_info *info) {
+    size_t n = (size_t)info->n_prompt, top = n * (size_t)info->prompt_top;
+    r->plp = malloc(n * sizeof *r->plp);
+    r->plp_top_ids = malloc((top ? top : 1) * sizeof *r->plp_top_ids);
+    r->plp_top_lp = malloc((top ? top : 1) * sizeof *r->plp_top_lp);
+    if (!r->plp || !r->plp_top_ids || !r->plp_top_lp) return -1;
+    memcpy(r->plp, info->prompt_logprobs, n * sizeof *r->plp);
+    if (top) memcpy(r->plp_top_ids, info->prompt_top_ids, top * sizeof *r->plp_top_ids);
+    if (top) memcpy(r->plp_top_lp, info->prompt_top_logprobs, top * sizeof *r->plp_top_lp);
+    r->n_scored = info->n_prompt_scored;
+    return 0;
 }
 
 static void on_token(void *ctx, const llmi_token_event *ev) {
@@ -348,6 +396,7 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
             r->spec_steps = info->n_spec_steps;
             r->spec_proposed = info->n_spec_proposed;
             r->spec_accepted = info->n_spec_accepted;
+            if (info->prompt_logprobs && keep_prompt_logprobs(r, info)) g->oom = true;
             if (info->error) {
                 fprintf(stderr, "llmi: request %d: %s\n", r->index, info->error);
                 g->n_failed_late++;
@@ -437,6 +486,7 @@ static void request_free(gen_request *r) {
         prompts_free_turns(r->turns, r->n_turns);
         free(r->system);
         free(r->prompt);
+        free(r->given_ids);
         for (int i = 0; i < r->params.n_stop; i++) free(r->stops[i]);
     }
     free(r->prompt_ids);
@@ -446,6 +496,9 @@ static void request_free(gen_request *r) {
     free(r->lp);
     free(r->top_ids);
     free(r->top_lp);
+    free(r->plp);
+    free(r->plp_top_ids);
+    free(r->plp_top_lp);
 }
 
 /* Takes over e's prompt, parameters and stop strings. */
@@ -460,6 +513,8 @@ static void request_from_entry(gen_request *r, prompt_entry *e) {
     r->system = e->system;
     r->turns = e->turns;
     r->n_turns = e->n_turns;
+    r->given_ids = e->prompt_ids;
+    r->n_given = e->n_prompt_ids;
     memset(e, 0, sizeof *e);
 }
 
@@ -485,6 +540,9 @@ static int requests_from_entries(prompt_entry *entries, int n, int flag_samples,
             reqs[k].index = i;
             reqs[k].sample = j;
             reqs[k].shares_input = j > 0;
+            /* the samples share one prompt: its logprobs come once, with sample 0 (and the
+             * others may take its K/V from the prefix cache) */
+            if (j > 0) reqs[k].params.prompt_logprobs = false;
         }
     }
     free(entries);
@@ -668,6 +726,11 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
             VALUE();
             if (cli_parse_long(a, v, 0, LLMI_MAX_LOGPROBS, &n, st)) return st->code;
             o->params.logprobs = (int)n;
+        } else if (IS("--prompt-logprobs")) {
+            VALUE();
+            if (cli_parse_long(a, v, 0, LLMI_MAX_LOGPROBS, &n, st)) return st->code;
+            o->params.prompt_logprobs = true;
+            o->params.prompt_top = (int)n;
         } else if (IS("--spec")) {
             VALUE();
             if (cli_parse_spec_mode(a, v, &o->params.spec.mode, st)) return st->code;
@@ -727,6 +790,10 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
     }
     if (o->system && !o->chat) return llmi_fail(st, LLMI_E_USAGE, "--system: needs --chat");
     if (o->params.logprobs > 0 && !o->json) return llmi_fail(st, LLMI_E_USAGE, "--logprobs: needs --json");
+    if (o->params.prompt_logprobs && !o->json) return llmi_fail(st, LLMI_E_USAGE, "--prompt-logprobs: needs --json");
+    if (o->params.prompt_logprobs && o->conversation)
+        return llmi_fail(st, LLMI_E_USAGE, "--prompt-logprobs: not with --conversation (each turn's prompt is the "
+                         "conversation so far, served from the prefix cache)");
     return LLMI_OK;
 }
 
@@ -921,6 +988,16 @@ static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
         return st->code;
     }
 
+    for (int i = 0; i < n_reqs && !o.json; i++)
+        if (reqs[i].params.prompt_logprobs) {
+            llmi_fail(st, LLMI_E_USAGE, "--prompts %s: request %d asks for \"prompt_logprobs\", which only --json shows",
+                      o.prompts_file, reqs[i].index + 1);
+            for (int k = 0; k < n_reqs; k++) request_free(&reqs[k]);
+            free(reqs);
+            grammar_free(grammar);
+            return st->code;
+        }
+
     llmi_model m;
     llmi_backend *b = NULL;
     llmi_engine *e = NULL;
@@ -957,14 +1034,22 @@ static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
         /* a line's "messages" in the model's chat template, --chat or not (its system
          * message, else --system) */
         bool templated = o.chat || r->n_turns > 0;
-        if (r->n_turns > 0) {
+        if (r->given_ids) {
+            /* "prompt_token_ids": the prompt as given, --chat or not */
+            if ((r->prompt_ids = malloc((size_t)r->n_given * sizeof *r->prompt_ids))) {
+                memcpy(r->prompt_ids, r->given_ids, (size_t)r->n_given * sizeof *r->prompt_ids);
+                r->n_prompt = r->n_given;
+            } else {
+                llmi_fail(&rst, LLMI_E_RUNTIME, "out of memory");
+            }
+        } else if (r->n_turns > 0) {
             if (tok_chat_messages(m.tok, r->system ? r->system : o.system, (const char *const *)r->turns, r->n_turns,
                                   &chat, &rst) == LLMI_OK)
                 text = chat;
         } else if (o.chat && tok_chat_format(m.tok, o.system, r->prompt, &chat, &rst) == LLMI_OK) {
             text = chat;
         }
-        if (!rst.code)
+        if (!rst.code && !r->given_ids)
             tok_encode(m.tok, text, strlen(text), !templated, true, &r->prompt_ids, &r->n_prompt, &rst);
         free(chat);
         if (!rst.code && o.verbose_prompt) print_prompt_tokens(m.tok, r);

@@ -135,6 +135,9 @@ void prompts_entry_free(prompt_entry *e) {
     if (e->own_breakers) prompts_free_breakers(e->own_breakers, e->params.sampling.n_dry_breakers);
     e->own_breakers = NULL;
     free(e->prompt);
+    free(e->prompt_ids);
+    e->prompt_ids = NULL;
+    e->n_prompt_ids = 0;
     for (int i = 0; i < e->params.n_stop; i++) free(e->stops[i]);
     e->prompt = NULL;
     e->params.n_stop = 0;
@@ -180,6 +183,26 @@ static int parse_messages(const cJSON *msgs, const char *file, int lineno, promp
     return LLMI_OK;
 }
 
+/* vLLM's TokensPrompt: the prompt as token ids, used as given (the engine checks them
+ * against the vocabulary). */
+static int parse_prompt_ids(const cJSON *ids, const char *file, int lineno, prompt_entry *r, llmi_status *st) {
+    int n = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : -1;
+    if (n < 1 || n > PROMPTS_MAX_PROMPT_IDS)
+        return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"prompt_token_ids\" must be a list of 1 to %d token ids",
+                         file, lineno, PROMPTS_MAX_PROMPT_IDS);
+    if (!(r->prompt_ids = malloc((size_t)n * sizeof *r->prompt_ids)) || !(r->prompt = strdup("")))
+        return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+    const cJSON *id;
+    cJSON_ArrayForEach(id, ids) {
+        if (!cJSON_IsNumber(id) || !(id->valuedouble >= 0 && id->valuedouble <= INT32_MAX) ||
+            id->valuedouble != floor(id->valuedouble))
+            return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"prompt_token_ids\": item %d is not a token id "
+                             "(a non-negative integer)", file, lineno, r->n_prompt_ids + 1);
+        r->prompt_ids[r->n_prompt_ids++] = (int32_t)id->valuedouble;
+    }
+    return LLMI_OK;
+}
+
 /* Reads per-request fields of one JSONL line over the defaults. */
 static int parse_json_request(const char *line, const char *file, int lineno, prompt_entry *r, llmi_status *st) {
     cJSON *j = cJSON_Parse(line);
@@ -189,14 +212,19 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
     }
     int rc = LLMI_OK;
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt"), *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
-    if (p && msgs) {
-        rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: give \"prompt\" or \"messages\", not both", file, lineno);
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "prompt_token_ids");
+    if ((p != NULL) + (msgs != NULL) + (ids != NULL) > 1) {
+        rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: give one of \"prompt\", \"messages\" and \"prompt_token_ids\"",
+                       file, lineno);
         goto out;
     }
     if (msgs) {
         if ((rc = parse_messages(msgs, file, lineno, r, st))) goto out;
+    } else if (ids) {
+        if ((rc = parse_prompt_ids(ids, file, lineno, r, st))) goto out;
     } else if (!cJSON_IsString(p)) {
-        rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"prompt\" must be a string (or give \"messages\")", file,
+        rc = llmi_fail(st, LLMI_E_USAGE,
+                       "--prompts: %s:%d: \"prompt\" must be a string (or give \"messages\" or \"prompt_token_ids\")", file,
                        lineno);
         goto out;
     } else if (!(r->prompt = strdup(p->valuestring))) {
@@ -268,6 +296,18 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
         }
         r->params.sampling.seed = (uint64_t)seed->valuedouble;
         r->own_seed = true;
+    }
+    const cJSON *plp = cJSON_GetObjectItemCaseSensitive(j, "prompt_logprobs");
+    if (plp) {
+        /* null: none, whatever --prompt-logprobs says */
+        if (!cJSON_IsNull(plp) && (!cJSON_IsNumber(plp) || !(plp->valuedouble >= 0 && plp->valuedouble <= LLMI_MAX_LOGPROBS) ||
+                                   plp->valuedouble != floor(plp->valuedouble))) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"prompt_logprobs\" must be null or a number in 0..%d",
+                           file, lineno, LLMI_MAX_LOGPROBS);
+            goto out;
+        }
+        r->params.prompt_logprobs = !cJSON_IsNull(plp);
+        r->params.prompt_top = r->params.prompt_logprobs ? (int)plp->valuedouble : 0;
     }
     const cJSON *sid = cJSON_GetObjectItemCaseSensitive(j, "stop_token_ids");
     if (sid) {

@@ -4,8 +4,9 @@
  * repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n, logit_bias,
  * dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers, seed,
  * stop, ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max, grammar,
- * json_schema, n, min_tokens, stop_token_ids, mirostat, mirostat_tau, mirostat_eta; or
- * "messages", OpenAI's list of {"role", "content"}, instead of "prompt") over the
+ * json_schema, n, min_tokens, stop_token_ids, mirostat, mirostat_tau, mirostat_eta,
+ * prompt_logprobs; or "messages", OpenAI's list of {"role", "content"}, or
+ * "prompt_token_ids", the prompt as token ids, instead of "prompt") over the
  * command line's defaults; blank lines are skipped.  Parsed from memory so that the
  * fuzz target (tests/fuzz/fuzz_prompts_jsonl.c) reads exactly what the binary reads. */
 #ifndef LLMI_PROMPTS_H
@@ -18,6 +19,8 @@
 #define PROMPTS_MAX_SAMPLES 1024
 /* Most messages in a line's "messages". */
 #define PROMPTS_MAX_MESSAGES 1024
+/* Most ids in a line's "prompt_token_ids". */
+#define PROMPTS_MAX_PROMPT_IDS (1 << 24)
 
 typedef struct prompt_entry {
     char *prompt;                    /* the text as given, owned */
@@ -35,6 +38,9 @@ typedef struct prompt_entry {
     char *system;
     char **turns;                    /* (n_turns) */
     int n_turns;
+    /* the line's "prompt_token_ids" instead of "prompt": the ids (owned; prompt is "") */
+    int32_t *prompt_ids;             /* (n_prompt_ids) */
+    int n_prompt_ids;
 } prompt_entry;
 
 /* Frees a line's turns (n strings and the array). */

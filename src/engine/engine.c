@@ -61,8 +61,9 @@ struct llmi_engine {
     /* Step workspace, sized once from the options. */
     sched_plan plan;
     sched_batch_bufs bufs;
-    float *logits;            /* (sched.max_logit_rows, n_vocab): every logit row, or with device
-                                 sampling only the rows of requests that asked for logprobs */
+    float *logits;            /* (sched.max_logit_rows + sched.plp_rows, n_vocab): every logit row,
+                                 or with device sampling only the rows of requests that asked
+                                 for logprobs */
     void *sample_scratch;     /* sampler_scratch_bytes(n_vocab, max_ctx): DRY reads whole histories */
     float *raw_logits;        /* (n_vocab) unpenalised copy of a row, for --logprobs */
     llmi_sample_row *rows;    /* (max_seqs) device sampling: each logit row's request */
@@ -141,6 +142,8 @@ int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *
     if (opts.max_seqs <= 0) return llmi_fail(st, LLMI_E_USAGE, "--max-seqs: must be positive (got %d)", opts.max_seqs);
     if (opts.prefill_chunk < 0)
         return llmi_fail(st, LLMI_E_USAGE, "--prefill-chunk: must be >= 0 (got %d)", opts.prefill_chunk);
+    if (opts.prompt_logprob_rows < 0)
+        return llmi_fail(st, LLMI_E_USAGE, "prompt logprob rows: must be >= 0 (got %d)", opts.prompt_logprob_rows);
     if (opts.spec_max_k < 0 || opts.spec_max_k > LLMI_SPEC_MAX_K)
         return llmi_fail(st, LLMI_E_USAGE, "--spec-k: must be in 1..%d (got %d)", LLMI_SPEC_MAX_K, opts.spec_max_k);
     if (opts.max_seqs > opts.max_batch_tokens) opts.max_seqs = opts.max_batch_tokens;
@@ -191,7 +194,8 @@ int engine_create(const llmi_model *m, llmi_backend *b, const llmi_engine_opts *
     if (kvcache_init(&e->kv, num_blocks, opts.block_size, opts.prefix_cache, salt, st) ||
         b->kv_alloc(b, num_blocks, st) ||
         sched_init(&e->sched, &opts, st) || sched_plan_alloc(&e->plan, &e->sched, st) ||
-        sched_batch_bufs_alloc(&e->bufs, e->sched.max_batch_tokens, e->sched.max_seqs, e->sched.max_logit_rows,
+        /* every token may own a logit row (prompt logprobs): the index lists are small */
+        sched_batch_bufs_alloc(&e->bufs, e->sched.max_batch_tokens, e->sched.max_seqs, e->sched.max_batch_tokens,
                                max_blocks_per_seq, st))
         goto fail;
     if (dm) {
@@ -231,6 +235,9 @@ static void seq_free(llmi_seq *s) {
     if (!s) return;
     grammar_state_free(s->grammar);
     free(s->tokens);
+    free(s->plp);
+    free(s->plp_top_ids);
+    free(s->plp_top_lp);
     free(s->text);
     kvcache_table_free(&s->table);
     kvcache_table_free(&s->draft_table);
@@ -277,6 +284,11 @@ const llmi_request_info *engine_request(const llmi_engine *e, int id) {
     s->info.n_prompt = s->n_prompt;
     s->info.n_generated = s->n_tokens - s->n_prompt;
     s->info.error = s->error[0] ? s->error : NULL;
+    s->info.prompt_logprobs = s->plp;
+    s->info.prompt_top_ids = s->plp_top_ids;
+    s->info.prompt_top_logprobs = s->plp_top_lp;
+    s->info.prompt_top = s->params.prompt_logprobs ? s->params.prompt_top : 0;
+    s->info.n_prompt_scored = s->plp_done;
     return &s->info;
 }
 
@@ -288,6 +300,22 @@ void engine_release(llmi_engine *e, int id) {
     if (e->draft.model) spec_draft_release(&e->draft, s);
     seq_free(s);
     e->seqs[id] = NULL;
+}
+
+/* Sizes the engine for prompt logprobs with the first request that asks: the step's extra
+ * logit rows (engine_opts.prompt_logprob_rows). */
+static int prompt_logprob_rows_init(llmi_engine *e, llmi_status *st) {
+    if (e->sched.plp_rows > 0) return LLMI_OK;
+    int rows = e->opts.prompt_logprob_rows > 0 ? e->opts.prompt_logprob_rows : 256;
+    if (rows > e->sched.max_batch_tokens) rows = e->sched.max_batch_tokens;
+    size_t V = (size_t)e->model->cfg.n_vocab, total = (size_t)(e->sched.max_logit_rows + rows);
+    float *nl = realloc(e->logits, total * V * sizeof(float));
+    if (!nl)
+        return llmi_fail(st, LLMI_E_RUNTIME, "engine: out of memory for prompt logprobs (%zu logit rows x %zu vocab)",
+                         total, V);
+    e->logits = nl;
+    e->sched.plp_rows = rows;
+    return LLMI_OK;
 }
 
 /* The DRY breaker table of p's breaker list over the model's vocabulary, built the first
@@ -347,6 +375,10 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
                          n_prompt, kvcache_blocks_for(&e->kv, n_prompt), e->kv.num_blocks);
     if (p->logprobs < 0 || p->logprobs > LLMI_MAX_LOGPROBS)
         return llmi_fail(st, LLMI_E_USAGE, "--logprobs: must be in 0..%d (got %d)", LLMI_MAX_LOGPROBS, p->logprobs);
+    if (p->prompt_logprobs && (p->prompt_top < 0 || p->prompt_top > LLMI_MAX_LOGPROBS))
+        return llmi_fail(st, LLMI_E_USAGE, "--prompt-logprobs: must be in 0..%d (got %d)", LLMI_MAX_LOGPROBS,
+                         p->prompt_top);
+    if (p->prompt_logprobs && prompt_logprob_rows_init(e, st)) return st->code;
     const llmi_spec_params *sp = &p->spec;
     if (sp->mode != LLMI_SPEC_OFF) {
         if (sp->k < 1 || sp->k > LLMI_SPEC_MAX_K)
@@ -420,6 +452,18 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
         return llmi_fail(st, LLMI_E_RUNTIME, "engine: out of memory for a request of %d tokens", cap);
     }
     memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
+    if (p->prompt_logprobs) {
+        size_t top = (size_t)n_prompt * (size_t)p->prompt_top;
+        s->plp = malloc((size_t)n_prompt * sizeof *s->plp);
+        s->plp_top_ids = malloc((top ? top : 1) * sizeof *s->plp_top_ids);
+        s->plp_top_lp = malloc((top ? top : 1) * sizeof *s->plp_top_lp);
+        if (!s->plp || !s->plp_top_ids || !s->plp_top_lp) {
+            seq_free(s);
+            return llmi_fail(st, LLMI_E_RUNTIME, "engine: out of memory for the prompt logprobs of %d tokens", n_prompt);
+        }
+        s->plp[0] = NAN;
+        for (size_t k = 0; k < (size_t)p->prompt_top; k++) s->plp_top_ids[k] = -1, s->plp_top_lp[k] = NAN;
+    }
     s->id = e->n_seq_slots;
     s->state = SEQ_WAITING;
     s->user = user;
@@ -477,6 +521,18 @@ static bool text_append(llmi_seq *s, const char *p, int n) {
     s->text_len += (size_t)n;
     s->text[s->text_len] = '\0';
     return true;
+}
+
+/* Scores the prompt tokens after s's next `rows` positions owing prompt logprobs from
+ * their logit rows, row0 on. */
+static void score_prompt(llmi_engine *e, llmi_seq *s, int row0, int rows) {
+    const int V = e->model->cfg.n_vocab, top = s->params.prompt_top;
+    for (int r = 0, pos = seq_plp_from(s); r < rows; r++, pos++) {
+        size_t at = (size_t)(pos + 1);
+        s->plp[at] = sampler_logprob(e->logits + (size_t)(row0 + r) * V, V, s->tokens[at], top,
+                                     s->plp_top_ids + at * top, s->plp_top_lp + at * top);
+    }
+    s->plp_done = seq_plp_from(s) + rows;
 }
 
 /* Appends tok to s, reports it (with logprobs from raw, s's unpenalised logits row, when
@@ -732,7 +788,8 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
     bool host_rows = false;
     for (int k = 0; k < pl->n_seqs; k++) {
         const llmi_seq *s = e->seqs[pl->seq_ids[k]];
-        host_rows |= s->n_draft > 0 || s->grammar || sampler_needs_host(&s->params.sampling) || holds_stops(s);
+        host_rows |= s->n_draft > 0 || s->grammar || sampler_needs_host(&s->params.sampling) || holds_stops(s) ||
+                     seq_plp_rows(s, pl->n_new[k]) > 0;
     }
     const bool on_device = e->backend->forward_sample != NULL && !host_rows;
     if (on_device) fill_sample_rows(e, pl, &batch);
@@ -753,6 +810,11 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
             inf.n_decode_seqs++;
         } else {
             inf.n_prefill_tokens += n;
+        }
+        int plp_rows = seq_plp_rows(s, n);
+        if (plp_rows > 0) {
+            score_prompt(e, s, logit_i, plp_rows);
+            logit_i += plp_rows;
         }
         s->n_computed += n;
         const int had = s->n_tokens;

@@ -26,6 +26,10 @@ typedef struct llmi_engine_opts {
     size_t kv_mem_bytes;     /* KV budget when num_blocks is 0; 0 = backend's budget */
     int max_batch_tokens;    /* token budget of one step (--max-batch-tokens) */
     int prefill_chunk;       /* longest prefill piece of one sequence per step; 0 = unlimited */
+    int prompt_logprob_rows; /* logit rows one step may spend on prompt logprobs, which bounds
+                                the prompt chunk of requests that ask for them (the rows are
+                                allocated with the first such request); 0 = 256, at most
+                                max_batch_tokens */
     int max_seqs;            /* most sequences running at once */
     sched_policy policy;
     int max_ctx;             /* context length (-c); 0 = the model's */
@@ -88,6 +92,12 @@ typedef struct llmi_request_params {
     int min_tokens;
     bool ignore_eos;
     int logprobs;                   /* 0..LLMI_MAX_LOGPROBS alternatives per generated token */
+    /* vLLM's prompt_logprobs: each prompt token's logprob given the tokens before it, and the
+     * prompt_top (0..LLMI_MAX_LOGPROBS) most likely tokens there (llmi_request_info).  Every
+     * position needs its logit row, so the prompt is computed whole: not taken from the
+     * prefix cache (its blocks still go there for others). */
+    bool prompt_logprobs;
+    int prompt_top;
     llmi_spec_params spec;
     /* Constrained decoding (--grammar, --json-schema): every generated token keeps the text
      * a prefix of a sentence of this grammar, and end-of-generation is allowed only once the
@@ -125,6 +135,14 @@ typedef struct llmi_request_info {
     long n_spec_steps;              /* steps that verified proposed tokens */
     long n_spec_proposed, n_spec_accepted;   /* proposed tokens verified, and accepted */
     const char *error;              /* why the request ended early (LLMI_FINISH_GRAMMAR), or NULL */
+    /* With prompt_logprobs: entry i (1 <= i <= n_prompt_scored) is prompt token i's logprob
+     * given tokens 0..i-1, with the prompt_top alternatives there, best first (ties: lower
+     * id first); entry 0 has nothing before it (NaN).  Complete (n_prompt_scored ==
+     * n_prompt - 1) once the prompt is computed; NULL without prompt_logprobs. */
+    const float *prompt_logprobs;       /* (n_prompt) */
+    const int32_t *prompt_top_ids;      /* (n_prompt, prompt_top) */
+    const float *prompt_top_logprobs;   /* (n_prompt, prompt_top) */
+    int prompt_top, n_prompt_scored;
 } llmi_request_info;
 
 typedef struct llmi_step_info {

@@ -108,6 +108,12 @@ static int plan_take(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi
     int n = seq_want(s, q);
     q->n_draft = 0;
     if (n > budget) n = budget;
+    if (seq_owes_prompt_logprobs(q)) {
+        /* Its chunk ends where the step's prompt-logprob rows run out, unless every row it
+         * still owes fits. */
+        int lo = seq_plp_from(q), left = s->plp_rows - p->n_plp_rows;
+        if (lo + left < q->n_prompt - 1 && n > lo - q->n_computed + left) n = lo - q->n_computed + left;
+    }
     if (n <= 0 || p->n_seqs >= s->max_seqs) return 0;
     /* Proposals only take blocks that are free: with too few, verify none this step. */
     if (seq_in_decode(q) && n > 1 && kvcache_reserve(kv, &q->table, q->n_computed + n) != 0) n = 1;
@@ -131,6 +137,7 @@ static int plan_take(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi
     p->seq_ids[k] = q->id;
     p->n_new[k] = n;
     p->n_tokens += n;
+    p->n_plp_rows += seq_plp_rows(q, n);
     return n;
 }
 
@@ -186,7 +193,7 @@ static bool find_twin(const sched *s, llmi_seq **seqs, const kvcache *kv, llmi_s
 }
 
 int sched_plan_step(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi_status *st) {
-    p->n_seqs = p->n_tokens = p->n_preempted = p->n_dropped = 0;
+    p->n_seqs = p->n_tokens = p->n_plp_rows = p->n_preempted = p->n_dropped = 0;
     int budget = s->max_batch_tokens;
     /* Which running sequences get work, in order.  Prefill-first serves sequences still
      * in their prompt (and new admissions) before decodes; FIFO serves by age. */
@@ -224,12 +231,16 @@ int sched_plan_step(sched *s, llmi_seq **seqs, kvcache *kv, sched_plan *p, llmi_
                     w++;
                     continue;
                 }
-                int cached = kvcache_match_prefix(kv, &q->table, q->tokens, q->n_tokens);
-                if (s->pc) cached = prompt_cache_extend(s->pc, kv, &q->table, q->tokens, q->n_tokens);
-                if (kv->prefix_cache && find_twin(s, seqs, kv, q, cached)) {
-                    kvcache_release(kv, &q->table);
-                    w++;
-                    continue;
+                /* Rows owed to prompt logprobs need their positions computed. */
+                int cached = 0;
+                if (!seq_owes_prompt_logprobs(q)) {
+                    cached = kvcache_match_prefix(kv, &q->table, q->tokens, q->n_tokens);
+                    if (s->pc) cached = prompt_cache_extend(s->pc, kv, &q->table, q->tokens, q->n_tokens);
+                    if (kv->prefix_cache && find_twin(s, seqs, kv, q, cached)) {
+                        kvcache_release(kv, &q->table);
+                        w++;
+                        continue;
+                    }
                 }
                 q->n_computed = cached;
                 int got = plan_take(s, seqs, kv, p, q, budget, false);
@@ -319,6 +330,10 @@ void sched_build_batch(const sched_plan *p, llmi_seq *const *seqs, int block_siz
         const llmi_seq *s = seqs[p->seq_ids[k]];
         int n = p->n_new[k];
         t = sched_batch_put(b, k, t, s->tokens, s->n_computed, n, &s->table, width, block_size);
+        for (int r = 0, rows = seq_plp_rows(s, n), row0 = t - n + seq_plp_from(s) - s->n_computed; r < rows; r++) {
+            b->logit_seq[n_logits] = k;
+            b->logit_rows[n_logits++] = row0 + r;
+        }
         if (s->n_draft > 0) {
             for (int i = 0; i < n; i++) {
                 b->logit_seq[n_logits] = k;

@@ -27,7 +27,10 @@ typedef struct sched {
     int max_batch_tokens;     /* token budget of one step */
     int prefill_chunk;        /* longest prefill piece of one sequence per step; 0 = unlimited */
     int max_seqs;             /* most sequences in one step */
-    int max_logit_rows;       /* most logit rows in one step: one per sequence, 1 + k when speculating */
+    int max_logit_rows;       /* most logit rows in one step for sampling: one per sequence, 1 + k
+                                 when speculating */
+    int plp_rows;             /* and at most this many more for prompt logprobs (0 until a
+                                 request asks for them: engine.c sizes its logits then) */
     prompt_cache *pc;         /* borrowed: prefixes found on disk past what memory holds, or NULL */
     kvcache *draft_kv;        /* borrowed: the draft model's pool, whose blocks a preempted
                                  sequence gives back too; NULL without a draft model */
@@ -46,6 +49,7 @@ typedef struct sched_plan {
     int *seq_ids;             /* (max_seqs) */
     int *n_new;               /* (max_seqs) */
     int n_tokens;             /* sum of n_new */
+    int n_plp_rows;           /* prompt-logprob rows (at most sched.plp_rows) */
     int n_preempted;          /* sequences preempted while planning */
     int *dropped;             /* (cap) running sequences that cannot fit even with the whole
                                  cache to themselves: removed, their blocks freed; the engine
@@ -70,7 +74,7 @@ typedef struct sched_batch_bufs {
     int32_t *tokens, *positions, *slots, *seq_of;   /* (max_batch_tokens) */
     int32_t *query_start;     /* (max_seqs + 1) */
     int32_t *block_tables;    /* (max_seqs, max_blocks_per_seq) */
-    int32_t *logit_rows;      /* (max_logit_rows) */
+    int32_t *logit_rows;      /* (max_logit_rows) flat token indices */
     int32_t *logit_seq;       /* (max_logit_rows) the plan index (seq_ids[k]) each logit row belongs to */
     int max_blocks_per_seq;   /* the widest table any sequence can need: ceil(max_ctx / block_size) */
 } sched_batch_bufs;
@@ -90,7 +94,8 @@ int sched_batch_put(sched_batch_bufs *b, int k, int t, const int32_t *tokens, in
 llmi_batch sched_batch_view(sched_batch_bufs *b, int n_seqs, int n_tokens, int width, int n_logits);
 /* Fills out from the plan.  Logits are asked for where a token will be sampled: the last
  * pending token of a sequence that still has tokens to generate, and every token of a
- * speculating decode (each proposal is checked against the row before it).  The block-table stride
+ * speculating decode (each proposal is checked against the row before it); before those,
+ * a sequence's prompt positions that owe prompt logprobs (seq_plp_rows), in order.  The block-table stride
  * is the widest table in this step, not the widest possible one, so a backend copies
  * only columns in use. */
 void sched_build_batch(const sched_plan *p, llmi_seq *const *seqs, int block_size, sched_batch_bufs *b,

@@ -54,6 +54,13 @@ typedef struct llmi_seq {
     /* In-flight prefix sharing (sched.c): while waiting, the running sequence computing
      * blocks this one can reuse (its id, -1 none) and the prompt length those blocks reach. */
     int twin, twin_until;
+    /* Prompt logprobs (params.prompt_logprobs): the rows at positions [0, plp_done) are
+     * scored, i.e. prompt tokens 1..plp_done; a preempted sequence recomputes those
+     * positions without rows. */
+    int plp_done;
+    float *plp;               /* (n_prompt) logprob of prompt token i; [0] NaN */
+    int32_t *plp_top_ids;     /* (n_prompt, params.prompt_top) */
+    float *plp_top_lp;        /* (n_prompt, params.prompt_top) */
 } llmi_seq;
 
 /* Tokens of s not yet in the KV cache. */
@@ -62,5 +69,19 @@ static inline int seq_pending(const llmi_seq *s) { return s->n_tokens - s->n_com
  * else pending (prompt tokens, even a single one left by chunking, or a recompute after
  * preemption) is prefill work. */
 static inline bool seq_in_decode(const llmi_seq *s) { return seq_pending(s) == 1 && s->n_tokens > s->n_prompt; }
+
+/* Whether s still owes prompt logprobs: a prompt position whose logit row is not scored. */
+static inline bool seq_owes_prompt_logprobs(const llmi_seq *s) {
+    return s->params.prompt_logprobs && s->plp_done < s->n_prompt - 1;
+}
+/* The first position a prompt-logprob row is owed at, if s owes any (the row at position
+ * p scores prompt token p + 1, so the last prompt position owes none). */
+static inline int seq_plp_from(const llmi_seq *s) { return s->n_computed > s->plp_done ? s->n_computed : s->plp_done; }
+/* Prompt-logprob rows among s's next n pending tokens. */
+static inline int seq_plp_rows(const llmi_seq *s, int n) {
+    if (!seq_owes_prompt_logprobs(s)) return 0;
+    int lo = seq_plp_from(s), hi = s->n_computed + n < s->n_prompt - 1 ? s->n_computed + n : s->n_prompt - 1;
+    return hi > lo ? hi - lo : 0;
+}
 
 #endif

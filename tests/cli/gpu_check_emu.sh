@@ -53,6 +53,7 @@ models = ["llama-gqa-rope3", "llama-attn-bias", "llama-headdim", "mistral-sharde
 want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
            + [f"greedy 4 tokens cuda vs cpu {m}" for m in models]
            + ["greedy --spec ngram cuda vs cpu without (llama-gqa-rope3)",
+              "prompt logprobs cuda vs transformers (HF test models)",
               "batch 64, chunk 48, 12 blocks: cuda vs cpu alone", "batch 64 forced preemption",
               "WikiText-2 ppl cuda vs cpu (2 x 128)", "WikiText-2 ppl --kv-type q8 cuda vs cpu (2 x 128)",
               "WikiText-2 ppl --kv-type fp8 cuda vs cpu (2 x 128)"]

@@ -26,7 +26,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc == 0) {
         if (n < 1) abort();
         for (int i = 0; i < n; i++)
-            if (!e[i].prompt || e[i].params.n_stop > LLMI_MAX_STOP) abort();
+            if (!e[i].prompt || e[i].params.n_stop > LLMI_MAX_STOP ||
+                (e[i].prompt_ids != NULL) != (e[i].n_prompt_ids > 0) ||
+                (e[i].params.prompt_logprobs && (e[i].params.prompt_top < 0 || e[i].params.prompt_top > LLMI_MAX_LOGPROBS)))
+                abort();
         prompts_free(e, n);
     }
     free(text);
