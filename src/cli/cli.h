@@ -23,6 +23,9 @@ typedef struct cli_model_opts {
     llmi_engine_opts engine;      /* --block-size, --num-blocks, --kv-mem, --max-batch-tokens, --prefill-chunk,
                                      --max-seqs, --sched, -c */
     const char *draft_model;      /* --draft-model PATH (generate, bench): loaded by cli_open_engine, or NULL */
+    const char *lora[LLMI_MAX_LORA];   /* --lora DIR / --lora-scaled DIR SCALE: PEFT adapters merged */
+    float lora_scale[LLMI_MAX_LORA];   /* into the weights by cli_open_model, in order */
+    int n_lora;
     bool max_batch_tokens_set;    /* else the backend's default: 512 on cpu, 2048 on cuda */
     bool kv_type_set;             /* else the backend's default: f32 on cpu, bf16 on cuda */
     bool sched_set;               /* --sched given; else fifo, or prefill-first where the workload asks */
@@ -41,8 +44,12 @@ int cli_parse_sampling_flag(llmi_sampling *s, int argc, char **argv, int *i, llm
 /* Help text of the shared flags, for each subcommand's --help. */
 const char *cli_model_flags_help(void);
 
-/* Loads the model (-m, or the default model) or builds the --dummy one. */
+/* Loads the model (-m, or the default model) or builds the --dummy one, then merges the
+ * --lora adapters. */
 int cli_open_model(const cli_model_opts *o, llmi_model *m, llmi_status *st);
+/* Merges o's --lora adapters into m (cli_open_model does; quantize, which loads its own way,
+ * calls it).  On failure m is freed. */
+int cli_merge_loras(const cli_model_opts *o, llmi_model *m, llmi_status *st);
 /* Creates the backend the options ask for (auto = cuda when usable, else cpu; cuda asked
  * for and missing = error), with no KV cache yet (perplexity and quantize drive it directly). */
 int cli_open_backend(const cli_model_opts *o, const llmi_model *m, llmi_backend **b, llmi_status *st);

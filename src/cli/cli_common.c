@@ -1,6 +1,7 @@
 /* cli_common.c — the flags every subcommand shares and opening model, backend and
  * engine from them (see cli.h). */
 #include "cli/cli.h"
+#include "model/lora.h"
 #include "engine/spec.h"
 
 #include <ctype.h>
@@ -174,6 +175,10 @@ const char *cli_model_flags_help(void) {
            "  -t, --threads N         CPU threads (default: every CPU in the affinity mask)\n"
            "  --gpu N                 CUDA device index (default 0)\n"
            "  --gpu-mem-util F        fraction of GPU memory to use (default " CLI_STR(LLMI_GPU_MEM_UTIL_DEFAULT) ")\n"
+           "  --lora DIR              merge a PEFT LoRA adapter (adapter_config.json, adapter_model.safetensors)\n"
+           "                          into the weights: W += (lora_alpha / r) B A, as PEFT's merge_and_unload;\n"
+           "                          f32/f16/bf16 Hugging Face models (repeatable, up to 8)\n"
+           "  --lora-scaled DIR S     the same with the adapter's product scaled by S (llama.cpp's flag)\n"
            "Engine:\n"
            "  -c, --ctx-size N        context length (default: the model's)\n"
            "  --kv-type T             KV cache dtype: f32, f16, bf16, q8, fp8 (default f32 on cpu, bf16 on cuda)\n"
@@ -293,6 +298,20 @@ int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_
         VALUE();
         if (cli_parse_float(a, v, 0.05, 1.0, &f, st)) return -1;
         o->backend.gpu_mem_util = (float)f;
+    } else if (IS("--lora") || IS("--lora-scaled")) {
+        VALUE();
+        const char *dir = v;
+        f = 1;
+        if (IS("--lora-scaled")) {
+            VALUE();
+            if (cli_parse_float(a, v, -1e4, 1e4, &f, st)) return -1;
+        }
+        if (o->n_lora >= LLMI_MAX_LORA) {
+            llmi_fail(st, LLMI_E_USAGE, "%s: at most %d adapters", a, LLMI_MAX_LORA);
+            return -1;
+        }
+        o->lora[o->n_lora] = dir;
+        o->lora_scale[o->n_lora++] = (float)f;
     } else if (IS("-c") || IS("--ctx-size")) {
         VALUE();
         if (cli_parse_long(a, v, 1, 1 << 24, &n, st)) return -1;
@@ -377,6 +396,7 @@ int cli_open_model(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
     memset(m, 0, sizeof *m);
     if (o->dummy) {
         if (o->model_path) return llmi_fail(st, LLMI_E_USAGE, "--dummy and -m: give one or the other");
+        if (o->n_lora) return llmi_fail(st, LLMI_E_USAGE, "--lora: not with --dummy (synthetic weights have no adapter)");
         return model_load_dummy(o->dummy, o->dummy_dtype, o->dummy_group, m, st);
     }
     char def[1024];
@@ -390,7 +410,17 @@ int cli_open_model(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
                              path);
     }
     llmi_load_opts lo = {0};
-    return model_load(path, &lo, m, st);
+    if (model_load(path, &lo, m, st)) return st->code;
+    return cli_merge_loras(o, m, st);
+}
+
+int cli_merge_loras(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
+    for (int i = 0; i < o->n_lora; i++)
+        if (model_merge_lora(m, o->lora[i], o->lora_scale[i], st)) {
+            model_free(m);
+            return st->code;
+        }
+    return LLMI_OK;
 }
 
 int cli_open_backend(const cli_model_opts *o, const llmi_model *m, llmi_backend **b, llmi_status *st) {

@@ -411,7 +411,8 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
     bool need_tok = a.eval_file || (calib_text && !a.dry_run);
     if (a.mo.model_path && !a.mo.dummy) {
         llmi_load_opts lo = {.no_tokenizer = !need_tok};
-        if (model_load(a.mo.model_path, &lo, &m, st)) return st->code ? st->code : LLMI_E_RUNTIME;
+        if (model_load(a.mo.model_path, &lo, &m, st) || cli_merge_loras(&a.mo, &m, st))
+            return st->code ? st->code : LLMI_E_RUNTIME;
     } else if (cli_open_model(&a.mo, &m, st)) {
         return st->code ? st->code : LLMI_E_RUNTIME;
     }

@@ -93,6 +93,15 @@ kv_hash prompt_cache_model_fingerprint(const llmi_model *m) {
         hash_file_identity(s, m->source_path);
     }
     XXH3_128bits_update(s, &m->cfg, sizeof m->cfg);
+    /* merged LoRA adapters change the weights: their files and scales, in order */
+    for (int i = 0; i < m->n_lora; i++) {
+        char path[2048];
+        snprintf(path, sizeof path, "%s/adapter_config.json", m->lora[i].path);
+        hash_file_identity(s, path);
+        snprintf(path, sizeof path, "%s/adapter_model.safetensors", m->lora[i].path);
+        hash_file_identity(s, path);
+        XXH3_128bits_update(s, &m->lora[i].scale, sizeof m->lora[i].scale);
+    }
     XXH128_hash_t h = XXH3_128bits_digest(s);
     XXH3_freeState(s);
     return (kv_hash){h.low64, h.high64};

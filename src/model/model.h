@@ -104,6 +104,15 @@ typedef struct llmi_mapping { void *addr; size_t len; bool from_file; } llmi_map
 
 struct tokenizer;
 
+#define LLMI_MAX_LORA 8
+/* A LoRA adapter merged into the weights (lora.h): part of what the weights are, so the
+ * prompt cache's fingerprint of the model covers it. */
+typedef struct llmi_lora_applied {
+    char path[1024];
+    float scale;
+    int n_linears;                        /* linears it changed */
+} llmi_lora_applied;
+
 typedef struct llmi_model {
     llmi_config cfg;
     llmi_tensor tok_embd;                 /* (n_vocab, dim) */
@@ -116,6 +125,8 @@ typedef struct llmi_model {
     llmi_mapping maps[64];                /* the weights' mappings (files, or --dummy's memory), unmapped by model_free */
     int n_maps;
     size_t weight_bytes;                  /* bytes of all weight tensors as stored */
+    llmi_lora_applied lora[LLMI_MAX_LORA];   /* (n_lora) adapters merged, in order */
+    int n_lora;
 } llmi_model;
 
 typedef struct llmi_load_opts {
