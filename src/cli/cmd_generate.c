@@ -116,7 +116,7 @@ static const char *gen_help =
     "  -cnv, --conversation    chat: each line of stdin is a user turn ('\\' at the end goes on to\n"
     "                          the next line), answered on the conversation so far (its K/V\n"
     "                          reused from the prefix cache); ends at end of input\n"
-    "  --system TEXT           system message for --chat\n"
+    "  --system TEXT           system message for --chat, and for --prompts \"messages\" lines without one\n"
     "  -n, --n-predict N       tokens to generate (default 128; 0 = prompt only; -1 = until EOS/context)\n"
     "  --stop STR              stop when the output contains STR (repeatable, up to 8)\n"
     "  --ignore-eos            keep generating past end-of-generation tokens\n"
@@ -788,7 +788,8 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
 #undef VALUE
 #undef IS
     }
-    if (o->system && !o->chat) return llmi_fail(st, LLMI_E_USAGE, "--system: needs --chat");
+    if (o->system && !o->chat && !o->prompts_file)
+        return llmi_fail(st, LLMI_E_USAGE, "--system: needs --chat (or --prompts with \"messages\" lines)");
     if (o->params.logprobs > 0 && !o->json) return llmi_fail(st, LLMI_E_USAGE, "--logprobs: needs --json");
     if (o->params.prompt_logprobs && !o->json) return llmi_fail(st, LLMI_E_USAGE, "--prompt-logprobs: needs --json");
     if (o->params.prompt_logprobs && o->conversation)
@@ -967,6 +968,21 @@ out:
     return rc;
 }
 
+/* What the flags ask of the requests that only the whole list can tell: --system used by
+ * someone, prompt logprobs only with --json. */
+static int check_request_flags(const gen_opts *o, const gen_request *reqs, int n_reqs, llmi_status *st) {
+    bool system_used = o->chat;
+    for (int i = 0; i < n_reqs; i++) system_used |= reqs[i].n_turns > 0 && !reqs[i].system;
+    if (o->system && !system_used)
+        return llmi_fail(st, LLMI_E_USAGE, "--system: no request takes it (plain lines need --chat; every \"messages\" "
+                         "line has its own system message)");
+    for (int i = 0; i < n_reqs && !o->json; i++)
+        if (reqs[i].params.prompt_logprobs)
+            return llmi_fail(st, LLMI_E_USAGE, "--prompts %s: request %d asks for \"prompt_logprobs\", which only --json "
+                             "shows", o->prompts_file, reqs[i].index + 1);
+    return LLMI_OK;
+}
+
 /* The run after the flags; o's lists stay the caller's to free. */
 static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
     if (mo.dummy) return llmi_fail(st, LLMI_E_USAGE, "--dummy: generate needs a tokenizer; use llmi bench for synthetic weights");
@@ -988,16 +1004,6 @@ static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
         return st->code;
     }
 
-    for (int i = 0; i < n_reqs && !o.json; i++)
-        if (reqs[i].params.prompt_logprobs) {
-            llmi_fail(st, LLMI_E_USAGE, "--prompts %s: request %d asks for \"prompt_logprobs\", which only --json shows",
-                      o.prompts_file, reqs[i].index + 1);
-            for (int k = 0; k < n_reqs; k++) request_free(&reqs[k]);
-            free(reqs);
-            grammar_free(grammar);
-            return st->code;
-        }
-
     llmi_model m;
     llmi_backend *b = NULL;
     llmi_engine *e = NULL;
@@ -1009,7 +1015,8 @@ static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
         any_draft |= sp->mode == LLMI_SPEC_DRAFT;
         if (sp->mode != LLMI_SPEC_OFF && sp->k > max_spec_k) max_spec_k = sp->k;
     }
-    int rc = open_for_generate(&mo, any_draft, max_spec_k, &m, &b, &e, st);
+    int rc = check_request_flags(&o, reqs, n_reqs, st);
+    if (!rc) rc = open_for_generate(&mo, any_draft, max_spec_k, &m, &b, &e, st);
     if (rc) goto out_reqs;
 
     g = (gen_ctx){.engine = e, .reqs = reqs, .n_reqs = n_reqs, .tok = m.tok, .json = o.json,

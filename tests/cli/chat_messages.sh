@@ -40,6 +40,16 @@ printf '{"messages": [{"role": "user", "content": "Hi"}]}\n{"messages": [{"role"
 "$LLMI" generate --device cpu -m "$MODEL" --prompts "$TMP/sys.jsonl" --chat --system "Flag." -n 0 --json --no-stats \
   --verbose-prompt >"$TMP/sys.out" 2>"$TMP/sys.err" || fail "--system run"
 grep -q "Flag" "$TMP/sys.err" && grep -q "Own" "$TMP/sys.err" || fail "--system / a line's system message: $(head -c 600 "$TMP/sys.err")"
+# without --chat too: messages lines take --system; plain lines alone cannot, nor lines with their own
+"$LLMI" generate --device cpu -m "$MODEL" --prompts "$TMP/sys.jsonl" --system "Flag." -n 0 --json --no-stats \
+  --verbose-prompt >"$TMP/sys2.out" 2>"$TMP/sys2.err" || fail "--system without --chat"
+cmp -s "$TMP/sys.out" "$TMP/sys2.out" || python3 -c 'import json,sys; a=[json.loads(l)["prompt_ids"] for l in open(sys.argv[1])]; b=[json.loads(l)["prompt_ids"] for l in open(sys.argv[2])]; sys.exit(a != b)' \
+  "$TMP/sys.out" "$TMP/sys2.out" || fail "--system without --chat: other prompt ids than with --chat"
+printf 'plain\n' >"$TMP/plain.txt"
+expect_error "--system: no request takes it" "$LLMI" generate --device cpu -m "$MODEL" --prompts "$TMP/plain.txt" --system S -n 1
+tail -1 "$TMP/sys.jsonl" >"$TMP/own.jsonl"
+expect_error "--system: no request takes it" "$LLMI" generate --device cpu -m "$MODEL" --prompts "$TMP/own.jsonl" --system S -n 1
+expect_error "--system: needs --chat" "$LLMI" generate --device cpu -m "$MODEL" -p hi --system S -n 1
 printf '{"messages": [{"role": "user", "content": "Say a word."}], "n": 2, "temperature": 1, "seed": 5, "max_tokens": 6}\n' >"$TMP/n.jsonl"
 "$LLMI" generate --device cpu -m "$MODEL" --prompts "$TMP/n.jsonl" --json --no-stats >"$TMP/n.out" || fail "messages with n"
 [ "$(wc -l <"$TMP/n.out")" -eq 2 ] || fail "messages with n 2: $(cat "$TMP/n.out")"
@@ -52,5 +62,5 @@ bad 'bad.jsonl:1: message 1' '{"messages": [{"role": "user"}]}'
 bad 'bad.jsonl:1: message 2 has role "user"' '{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}'
 bad 'bad.jsonl:1: message 2 has role "system"' '{"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"}]}'
 bad 'bad.jsonl:1: "messages" must end with a user message' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}'
-bad 'bad.jsonl:1: give "prompt" or "messages"' '{"prompt": "x", "messages": [{"role": "user", "content": "a"}]}'
+bad 'bad.jsonl:1: give one of "prompt", "messages" and "prompt_token_ids"' '{"prompt": "x", "messages": [{"role": "user", "content": "a"}]}'
 echo "chat messages: ok"
