@@ -121,6 +121,7 @@ static bool parse_name(const char *name, int *layer, int *target, bool *is_b) {
     if (!strncmp(p, "base_model.model.", 17)) p += 17;
     if (strncmp(p, "model.layers.", 13)) return false;
     p += 13;
+    if (*p < '0' || *p > '9') return false;
     char *end;
     long l = strtol(p, &end, 10);
     if (end == p || *end != '.' || l < 0 || l >= LLMI_MAX_LAYERS || (p[0] == '0' && end - p > 1)) return false;
@@ -166,11 +167,13 @@ static float *factor_floats(const safetensors_tensor *t) {
 }
 
 /* w (rows, cols) in its dtype += s * b a: each row in fp32, rounded back once, as PEFT adds
- * the fp32 product to a bf16 or f16 weight. */
-static void merge_rows(llmi_tensor *w, const float *a, const float *b, int r, float s, float *acc_all) {
+ * the fp32 product to a bf16 or f16 weight.  Returns how many sums left the dtype's range
+ * (finite factors can still overflow it). */
+static long merge_rows(llmi_tensor *w, const float *a, const float *b, int r, float s, float *acc_all) {
     const int64_t rows = w->rows, cols = w->cols;
     uint8_t *base = w->owned;
-    #pragma omp parallel
+    long overflow = 0;
+    #pragma omp parallel reduction(+ : overflow)
     {
         float *acc = acc_all + (size_t)omp_get_thread_num() * (size_t)cols;   /* (cols) this thread's row of B A */
         #pragma omp for schedule(static)
@@ -183,17 +186,21 @@ static void merge_rows(llmi_tensor *w, const float *a, const float *b, int r, fl
             }
             uint8_t *row = base + (size_t)o * w->row_bytes;
             for (int64_t i = 0; i < cols; i++) {
+                float x;
                 if (w->dtype == LLMI_F32) {
-                    float *x = (float *)row + i;
-                    *x += s * acc[i];
+                    float *y = (float *)row + i;
+                    x = *y += s * acc[i];
                 } else {
                     uint16_t *h = (uint16_t *)row + i;
-                    float x = (w->dtype == LLMI_F16 ? fp16_to_f32(*h) : bf16_to_f32(*h)) + s * acc[i];
-                    *h = w->dtype == LLMI_F16 ? f32_to_fp16(x) : f32_to_bf16(x);
+                    *h = w->dtype == LLMI_F16 ? f32_to_fp16((fp16_to_f32(*h) + s * acc[i]))
+                                              : f32_to_bf16(bf16_to_f32(*h) + s * acc[i]);
+                    x = w->dtype == LLMI_F16 ? fp16_to_f32(*h) : bf16_to_f32(*h);
                 }
+                overflow += !isfinite(x);
             }
         }
     }
+    return overflow;
 }
 
 static int cmp_pair(const void *x, const void *y) {
@@ -317,7 +324,13 @@ int model_merge_lora(llmi_model *m, const char *dir, float scale, llmi_status *s
             rc = llmi_fail(st, LLMI_E_RUNTIME, "--lora %s: out of memory for layer %d's factors", path, q->layer);
             break;
         }
-        merge_rows(w, a, b, c.r, s, acc);
+        long bad = merge_rows(w, a, b, c.r, s, acc);
+        if (bad) {
+            rc = llmi_fail(st, LLMI_E_USAGE, "--lora %s: layer %d %s: %ld merged weights overflow %s (the factors or "
+                           "the scale are far too large)", path, q->layer, lora_targets[q->target], bad,
+                           dtype_name(w->dtype));
+            break;
+        }
         free(a), free(b);
         a = b = NULL;
     }

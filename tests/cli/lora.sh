@@ -141,6 +141,10 @@ d=$(mk rank); setcfg "$d" 'c["r"] = 4'; expect_error "must be 4x" "$LLMI" "${gen
 d=$(mk rzero); setcfg "$d" 'c["r"] = 0'; expect_error '"r"' "$LLMI" "${gen[@]}" --lora "$d"
 d=$(mk alpha); setcfg "$d" 'c["lora_alpha"] = "16"'; expect_error "lora_alpha" "$LLMI" "${gen[@]}" --lora "$d"
 d=$(mk json); echo '{"r": 8,' >"$d/adapter_config.json"; expect_error "JSON" "$LLMI" "${gen[@]}" --lora "$d"
+# finite factors whose merge leaves an f16 weight's range (mistral-sharded is f16, of the same shapes)
+d=$(mk huge); setcfg "$d" 'c["lora_alpha"] = 1e6'
+expect_error "overflow F16" "$LLMI" generate --device cpu -m "$TESTDATA/hf/mistral-sharded" -p hi -n 1 --no-stats \
+  --lora-scaled "$d" 1e4
 # tensors: renamed, unpaired, mis-shaped, non-finite (a safetensors file rewritten by the stdlib)
 st_edit() {  # st_edit DIR PYTHON: edits t, name -> {"dtype", "shape", "data"}, of adapter_model.safetensors
   python3 - "$1/adapter_model.safetensors" "$2" <<'PY'
