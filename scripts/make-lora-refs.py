@@ -7,6 +7,9 @@ versions in docs/REFERENCES.md.  Needs PyPI torch, transformers, peft, safetenso
 
     python3 scripts/make-lora-refs.py testdata/hf testdata/lora
 
+(the GGUF cases also need gguf 0.19.0 and accelerate: transformers reads the k-quant file
+and dequantizes it to float32, as scripts/make-kquant-models.py did for its references)
+
 Output:
     testdata/lora/<adapter>/          adapter_config.json + adapter_model.safetensors, as
                                       PEFT's save_pretrained writes them (fp32 factors)
@@ -46,6 +49,9 @@ ADAPTERS = {
     "qwen2-bias-tied-attn": ("qwen2-bias-tied", dict(r=8, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj",
                                                                                          "o_proj"])),
     "gemma3-swa-mlp": ("gemma3-swa", dict(r=16, lora_alpha=32, target_modules=["gate_proj", "up_proj", "down_proj"])),
+    # for the GGUF k-quant Qwen3 (testdata/hf/qwen3-kq.*.gguf: hidden 256, head_dim 128)
+    "qwen3-kq-all": ("qwen3-kq.Q4_K_M.gguf", dict(r=8, lora_alpha=16, target_modules=ALL)),
+    "qwen3-kq-qv": ("qwen3-kq.Q4_K_M.gguf", dict(r=4, lora_alpha=4, target_modules=["q_proj", "v_proj"])),
 }
 # case -> (base model, [(adapter, scale), ...])
 CASES = {
@@ -53,15 +59,31 @@ CASES = {
     "llama-gqa-rope3-two": ("llama-gqa-rope3", [("llama-gqa-rope3-all", 1.0), ("llama-gqa-rope3-qv-rslora", 0.5)]),
     "qwen2-bias-tied-attn": ("qwen2-bias-tied", [("qwen2-bias-tied-attn", 1.0)]),
     "gemma3-swa-mlp-scaled": ("gemma3-swa", [("gemma3-swa-mlp", -0.75)]),
+    # quantized weights: transformers dequantizes the GGUF to float32 (gguf-py), PEFT merges
+    "qwen3-kq-q4km-all": ("qwen3-kq.Q4_K_M.gguf", [("qwen3-kq-all", 1.0)]),
+    "qwen3-kq-q4km-qv": ("qwen3-kq.Q4_K_M.gguf", [("qwen3-kq-qv", 1.0)]),
 }
 
 
+def kq_config():
+    """The k-quant Qwen3's config (scripts/make-kquant-models.py): transformers' GGUF reader
+    leaves qwen3's head_dim at its default, so the config is given."""
+    from transformers import Qwen3Config
+    return Qwen3Config(vocab_size=320, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=128,
+                       max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=1000000.0,
+                       tie_word_embeddings=False, use_sliding_window=False, bos_token_id=0,
+                       eos_token_id=0, initializer_range=0.1)
+
+
 def load(hfdir, name, dtype=None):
-    path = os.path.join(hfdir, name)
     kw = {"attn_implementation": "eager"}
     if dtype is not None:
         kw["dtype"] = dtype
-    return AutoModelForCausalLM.from_pretrained(path, **kw).eval()
+    if name.endswith(".gguf"):   # dequantized to float32 by gguf-py
+        kw["dtype"] = torch.float32
+        return AutoModelForCausalLM.from_pretrained(hfdir, gguf_file=name, config=kq_config(), **kw).eval()
+    return AutoModelForCausalLM.from_pretrained(os.path.join(hfdir, name), **kw).eval()
 
 
 def make_adapter(hfdir, outdir, name, gen):
@@ -76,6 +98,11 @@ def make_adapter(hfdir, outdir, name, gen):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.125)
     pm.save_pretrained(os.path.join(outdir, name))
     os.remove(os.path.join(outdir, name, "README.md"))   # PEFT's model card template
+    # PEFT writes target_modules from a set, in hash order: sorted, so reruns match
+    cfg_path = os.path.join(outdir, name, "adapter_config.json")
+    cfg = json.load(open(cfg_path))
+    cfg["target_modules"] = sorted(cfg["target_modules"])
+    json.dump(cfg, open(cfg_path, "w"), indent=2, sort_keys=True)
 
 
 def set_scales(pm, scales):
@@ -109,9 +136,11 @@ def main(hfdir, outdir):
     refdir = os.path.join(outdir, "ref")
     os.makedirs(refdir, exist_ok=True)
     for case, (base, adapters) in CASES.items():
-        base_ref = json.load(open(os.path.join(hfdir, "ref", base + ".json")))
+        base_ref = json.load(open(os.path.join(hfdir, "ref", base.removesuffix(".gguf") + ".json")))
         pm = adapted(hfdir, outdir, base, adapters)   # the stored dtype
-        merged = pm.merge_and_unload(adapter_names=[a for a, _ in adapters]).float().eval()
+        merged = pm.merge_and_unload(adapter_names=[a for a, _ in adapters]).eval()
+        if merged.dtype != torch.float32:   # (a GGUF-loaded model is float32 already and refuses .float())
+            merged = merged.float()
         unmerged = None
         if merged.dtype == torch.float32 and load(hfdir, base).dtype == torch.float32:
             unmerged = adapted(hfdir, outdir, base, adapters, torch.float32)

@@ -2,6 +2,7 @@
 """Compares llmi's prompt logprobs with Hugging Face transformers' logits (testdata/hf/ref).
 
     compare_prompt_logprobs_hf.py REF.json LLMI.jsonl --tol X --slack Y    exit 0 pass, 1 fail
+    compare_prompt_logprobs_hf.py REF.json LLMI.jsonl --nearer-than OTHER.json
 
 REF.json is a reference of scripts/make-hf-test-models.py: per sequence its token ids and a file of
 transformers' fp32 logits, (n_tokens, n_vocab) little-endian.  LLMI.jsonl is llmi's --json
@@ -10,7 +11,10 @@ sequence in order.  Per sequence: the prompt ids are the reference's, the first 
 null and there is one entry per token; at every position p >= 1 the token's logprob is
 log_softmax(logits[p - 1])[id] within --tol, and each of llmi's top-N entries has
 transformers' logprob within --tol of llmi's and is no more than --slack below
-transformers' k-th best there (a near-tie may swap, nothing else).  Standard library only.
+transformers' k-th best there (a near-tie may swap, nothing else).  --nearer-than: for
+outputs too coarse for limits (a 4-bit model), llmi's mean |logprob diff| to REF must be
+below half of that to OTHER (a reference of the same ids from another model).  Standard
+library only.
 """
 import json
 import math
@@ -19,7 +23,35 @@ import struct
 import sys
 
 
+def log_softmax_rows(ref_path, s, V):
+    raw = open(os.path.join(os.path.dirname(ref_path), s["file"]), "rb").read()
+    logits = struct.unpack(f"<{len(raw) // 4}f", raw)
+    for p in range(len(s["ids"])):
+        row = logits[p * V:(p + 1) * V]
+        mx = max(row)
+        lse = mx + math.log(sum(math.exp(x - mx) for x in row))
+        yield [x - lse for x in row]
+
+
+def mean_diff(ref_path, outs):
+    ref = json.load(open(ref_path))
+    tot = n = 0
+    for s, o in zip(ref["seqs"], outs):
+        for p, row in enumerate(log_softmax_rows(ref_path, s, ref["n_vocab"])):
+            if p + 1 < len(s["ids"]):
+                tot += abs(o["prompt_logprobs"][p + 1]["logprob"] - row[s["ids"][p + 1]])
+                n += 1
+    return tot / n
+
+
 def main(argv):
+    if len(argv) == 4 and argv[2] == "--nearer-than":
+        outs = [json.loads(l) for l in open(argv[1]) if l.strip()]
+        near, far = mean_diff(argv[0], outs), mean_diff(argv[3], outs)
+        ok = near < 0.5 * far
+        print(f"{'PASS' if ok else 'FAIL'}: mean |logprob diff| {near:.3f} from {os.path.basename(argv[0])}, "
+              f"{far:.3f} from {os.path.basename(argv[3])}")
+        return 0 if ok else 1
     if len(argv) != 6 or argv[2] != "--tol" or argv[4] != "--slack":
         print(__doc__, file=sys.stderr)
         return 2

@@ -177,7 +177,7 @@ const char *cli_model_flags_help(void) {
            "  --gpu-mem-util F        fraction of GPU memory to use (default " CLI_STR(LLMI_GPU_MEM_UTIL_DEFAULT) ")\n"
            "  --lora DIR              merge a PEFT LoRA adapter (adapter_config.json, adapter_model.safetensors)\n"
            "                          into the weights: W += (lora_alpha / r) B A, as PEFT's merge_and_unload;\n"
-           "                          f32/f16/bf16 Hugging Face models (repeatable, up to 8)\n"
+           "                          quantized linears become bf16 first (repeatable, up to 8)\n"
            "  --lora-scaled DIR S     the same with the adapter's product scaled by S (llama.cpp's flag)\n"
            "Engine:\n"
            "  -c, --ctx-size N        context length (default: the model's)\n"

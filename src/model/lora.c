@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/fileio.h"
+#include "core/tensor.h"
 #include "model/safetensors.h"
 
 #define LORA_MAX_JSON (1u << 20)
@@ -203,6 +204,44 @@ static long merge_rows(llmi_tensor *w, const float *a, const float *b, int r, fl
     return overflow;
 }
 
+/* Bytes t holds as loaded: its rows, and an int4 grid's scales, zeros and group map. */
+static size_t stored_bytes(const llmi_tensor *t) {
+    size_t b = (size_t)t->rows * t->row_bytes;
+    if (t->dtype == LLMI_I4G) b += (size_t)t->n_groups * (size_t)t->rows * 3 + (t->g_idx ? (size_t)t->cols * 4 : 0);
+    return b;
+}
+
+/* Makes w a private copy the merge may write: f32/f16/bf16 as they are, any quantized
+ * dtype dequantized into bf16 (the sum needs a float type; bf16 keeps the range and adds
+ * 2^-9 relative rounding, far below 4-bit quantization's error).  m->weight_bytes follows. */
+static int writable_float_copy(llmi_model *m, llmi_tensor *w, const char *path, int layer, const char *what,
+                               llmi_status *st) {
+    const bool keep = w->dtype == LLMI_F32 || w->dtype == LLMI_F16 || w->dtype == LLMI_BF16;
+    if (keep && w->owned && w->data == w->owned) return LLMI_OK;
+    size_t row_bytes = keep ? w->row_bytes : (size_t)w->cols * 2, bytes = (size_t)w->rows * row_bytes;
+    uint8_t *copy = malloc(bytes ? bytes : 1);
+    float *row = keep ? NULL : malloc((size_t)w->cols * sizeof *row);   /* (cols) one dequantized row */
+    if (!copy || (!keep && !row)) {
+        free(copy), free(row);
+        return llmi_fail(st, LLMI_E_RUNTIME, "--lora %s: out of memory copying layer %d %s", path, layer, what);
+    }
+    if (keep) {
+        memcpy(copy, w->data, bytes);
+    } else {
+        for (int64_t r = 0; r < w->rows; r++) {
+            tensor_dequant_row(w, r, row);
+            uint16_t *dst = (uint16_t *)(copy + (size_t)r * row_bytes);
+            for (int64_t i = 0; i < w->cols; i++) dst[i] = f32_to_bf16(row[i]);
+        }
+        free(row);
+    }
+    m->weight_bytes = m->weight_bytes - stored_bytes(w) + bytes;
+    free(w->owned);   /* the int4 grid's scales and zeros live there too */
+    *w = (llmi_tensor){.dtype = keep ? w->dtype : LLMI_BF16, .layout = LLMI_LAYOUT_ROWS, .rows = w->rows,
+                       .cols = w->cols, .row_bytes = row_bytes, .data = copy, .owned = copy};
+    return LLMI_OK;
+}
+
 static int cmp_pair(const void *x, const void *y) {
     const lora_pair *a = x, *b = y;
     return a->layer != b->layer ? a->layer - b->layer : a->target - b->target;
@@ -212,11 +251,9 @@ int model_merge_lora(llmi_model *m, const char *dir, float scale, llmi_status *s
     if (m->n_lora >= LLMI_MAX_LORA)
         return llmi_fail(st, LLMI_E_USAGE, "--lora %s: at most %d adapters", dir, LLMI_MAX_LORA);
     if (!isfinite(scale)) return llmi_fail(st, LLMI_E_USAGE, "--lora-scaled %s: the scale must be finite", dir);
-    if (strcmp(m->format, "safetensors"))
-        return llmi_fail(st, LLMI_E_USAGE,
-                         "--lora %s: the model is %s; adapters merge into a Hugging Face directory's f32/f16/bf16 "
-                         "weights (llama.cpp's GGUF adapters and quantized weights are not supported)",
-                         dir, m->format);
+    if (!model_weights_from_file(m))
+        return llmi_fail(st, LLMI_E_USAGE, "--lora %s: the model's weights are synthetic (--dummy): no adapter fits them",
+                         dir);
     lora_cfg c = {0};
     if (read_config(dir, &c, st)) return st->code;
     char path[2048];
@@ -284,10 +321,9 @@ int model_merge_lora(llmi_model *m, const char *dir, float scale, llmi_status *s
                            path, q->layer, what, (long long)q->a->shape[0], (long long)q->a->shape[1],
                            (long long)q->b->shape[0], (long long)q->b->shape[1], (long long)w->rows, (long long)w->cols,
                            c.r, c.r, (long long)w->cols, (long long)w->rows, c.r);
-        } else if ((w->dtype != LLMI_F32 && w->dtype != LLMI_F16 && w->dtype != LLMI_BF16) ||
-                   w->layout != LLMI_LAYOUT_ROWS) {
-            rc = llmi_fail(st, LLMI_E_USAGE, "--lora %s: layer %d %s is %s; a LoRA merges into f32, f16 or bf16 weights",
-                           path, q->layer, what, dtype_name(w->dtype));
+        } else if (w->layout != LLMI_LAYOUT_ROWS) {
+            rc = llmi_fail(st, LLMI_E_RUNTIME, "--lora %s: layer %d %s is packed for a backend already", path, q->layer,
+                           what);
         } else {
             for (int h = 0; h < 2 && !rc; h++) {
                 const safetensors_tensor *t = h ? q->b : q->a;
@@ -307,19 +343,7 @@ int model_merge_lora(llmi_model *m, const char *dir, float scale, llmi_status *s
     for (int k = 0; k < n && !rc; k++) {
         const lora_pair *q = &pairs[k];
         llmi_tensor *w = target_tensor(&m->layers[q->layer], q->target);
-        if (!w->owned || w->data != w->owned) {
-            size_t bytes = (size_t)w->rows * w->row_bytes;
-            void *copy = malloc(bytes);
-            if (!copy) {
-                rc = llmi_fail(st, LLMI_E_RUNTIME, "--lora %s: out of memory copying layer %d %s", path, q->layer,
-                               lora_targets[q->target]);
-                break;
-            }
-            memcpy(copy, w->data, bytes);
-            free(w->owned);
-            w->owned = copy;
-            w->data = copy;
-        }
+        if ((rc = writable_float_copy(m, w, path, q->layer, lora_targets[q->target], st))) break;
         if (!(a = factor_floats(q->a)) || !(b = factor_floats(q->b))) {
             rc = llmi_fail(st, LLMI_E_RUNTIME, "--lora %s: out of memory for layer %d's factors", path, q->layer);
             break;

@@ -4,8 +4,11 @@
  * merge_and_unload does, W += scale * s * B A for every adapted linear, s = lora_alpha / r
  * (lora_alpha / sqrt(r) with use_rslora).  llama.cpp's --lora and --lora-scaled name the
  * flags; unlike llama.cpp and vLLM, which keep the adapter apart and add its product at run
- * time, the merge costs nothing per token and needs nothing of the backends, but takes
- * weights that can hold the sum: f32, f16 or bf16 linears of a Hugging Face directory.
+ * time, the merge costs nothing per token and needs nothing of the backends, but needs a
+ * weight that can hold the sum: f32, f16 and bf16 linears take it in place, quantized ones
+ * (GGUF, int4) are dequantized into bf16 first, so an adapted linear of a 4-bit model
+ * takes 16 bits a weight.  Adapters use Hugging Face names and row order, which the GGUF
+ * loader restores (model.c un-permutes Q/K).
  *
  * The adapter is untrusted input like a model file: every field, name, shape and value is
  * checked before the first weight changes, and anything the merge would not reproduce
