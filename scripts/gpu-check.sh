@@ -750,6 +750,33 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
     elif [ $plp_fail -eq 0 ]; then row "$label" ok "$plp_ok models, max |logprob diff|:$plp_sum (limit 0.1)"
     else row "$label" FAIL "$plp_fail of 4 models:$plp_sum"; fi
   fi
+  # --lora (adapters merged at load, model/lora.c) on the device: PEFT's logits of the
+  # adapted models (testdata/lora/ref), bf16 limits as above; the Q4_K_M case has its
+  # adapted linears dequantized into bf16 beside 4-bit ones
+  label="--lora cuda vs PEFT (2 adapters on f32; q/v on Q4_K_M)"
+  if has_phase e2e && gpu_gate "$label"; then
+    lora_fail=0 lora_sum=""
+    for c in "llama-gqa-rope3-two|testdata/hf/llama-gqa-rope3|--lora testdata/lora/llama-gqa-rope3-all --lora-scaled testdata/lora/llama-gqa-rope3-qv-rslora 0.5|0.1" \
+             "qwen3-kq-q4km-qv|testdata/hf/qwen3-kq.Q4_K_M.gguf|--lora testdata/lora/qwen3-kq-qv|0.3"; do
+      IFS='|' read -r case mdl flags tol <<< "$c"
+      python3 -c 'import json,sys; [print(json.dumps({"prompt_token_ids": s["ids"]})) for s in json.load(open(sys.argv[1]))["seqs"]]' \
+        "testdata/lora/ref/$case.json" > "$WORK/lora-$case.jsonl"
+      # shellcheck disable=SC2086
+      if run_dev "lora-$case" 60 "$LLMI_DEV" generate -m "$mdl" --device "$DEVFLAG" --prompts "$WORK/lora-$case.jsonl" \
+          -n 0 --prompt-logprobs 5 --json --no-stats $flags &&
+         run_dev "lora-$case-cmp" 60 python3 tests/compare_prompt_logprobs_hf.py "testdata/lora/ref/$case.json" \
+          "$WORK/lora-$case.out" --tol "$tol" --slack "$tol"; then
+        lora_sum="$lora_sum $case $(sed -n 's/.*max |logprob diff| \([^ ]*\).*/\1/p' "$WORK/lora-$case-cmp.out") (limit $tol)"
+      else
+        lora_fail=$((lora_fail + 1))
+        lora_sum="$lora_sum $case: $(why "lora-$case") $(grep -m1 '^FAIL' "$WORK/lora-$case-cmp.out" 2> /dev/null | cut -c1-80)"
+        grep '^FAIL' "$WORK/lora-$case-cmp.out" 2> /dev/null | head -5 >> "$LOG"
+      fi
+    done
+    if [ "$REFS_ONLY" = 1 ]; then :
+    elif [ $lora_fail -eq 0 ]; then row "$label" ok "max |logprob diff|:$lora_sum"
+    else row "$label" FAIL "$lora_fail of 2 cases:$lora_sum"; fi
+  fi
   # 64 prompts at once with chunked prefill and a cache too small for all: preemption
   bm=${SMOL:-testdata/hf/llama-gqa-rope3}
   for i in 1 2 3; do cat testdata/llamacpp/prompts.jsonl; done | head -64 > "$WORK/prompts64.jsonl"

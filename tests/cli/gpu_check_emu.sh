@@ -54,6 +54,7 @@ want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
            + [f"greedy 4 tokens cuda vs cpu {m}" for m in models]
            + ["greedy --spec ngram cuda vs cpu without (llama-gqa-rope3)",
               "prompt logprobs cuda vs transformers (HF test models)",
+              "--lora cuda vs PEFT (2 adapters on f32; q/v on Q4_K_M)",
               "batch 64, chunk 48, 12 blocks: cuda vs cpu alone", "batch 64 forced preemption",
               "WikiText-2 ppl cuda vs cpu (2 x 128)", "WikiText-2 ppl --kv-type q8 cuda vs cpu (2 x 128)",
               "WikiText-2 ppl --kv-type fp8 cuda vs cpu (2 x 128)"]
