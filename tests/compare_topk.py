@@ -416,14 +416,9 @@ def self_test(ref_path):
     tf.append(("teacher-forced: top two swapped at 100 close positions", g, False))
 
     bad = 0
-    for name, got, want_pass in tf:
-        fails = compare_teacher_forced(ref, json.loads(json.dumps(copy.deepcopy(got))), log=quiet)
-        ok = (fails == 0) == want_pass
-        print(f"{'ok  ' if ok else 'FAIL'} self-test {name}: {fails} failures, want "
-              f"{'pass' if want_pass else 'fail'}")
-        bad += not ok
-    for name, got, want_pass in cases:
-        fails = compare(ref, json.loads(json.dumps(copy.deepcopy(got))), log=quiet)
+    for check, name, got, want_pass in ([(compare_teacher_forced, *c) for c in tf] +
+                                        [(compare, *c) for c in cases]):
+        fails = check(ref, json.loads(json.dumps(copy.deepcopy(got))), log=quiet)
         ok = (fails == 0) == want_pass
         print(f"{'ok  ' if ok else 'FAIL'} self-test {name}: {fails} failures, want "
               f"{'pass' if want_pass else 'fail'}")
