@@ -396,8 +396,8 @@ int cli_open_model(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
     memset(m, 0, sizeof *m);
     if (o->dummy) {
         if (o->model_path) return llmi_fail(st, LLMI_E_USAGE, "--dummy and -m: give one or the other");
-        if (o->n_lora) return llmi_fail(st, LLMI_E_USAGE, "--lora: not with --dummy (synthetic weights have no adapter)");
-        return model_load_dummy(o->dummy, o->dummy_dtype, o->dummy_group, m, st);
+        if (model_load_dummy(o->dummy, o->dummy_dtype, o->dummy_group, m, st)) return st->code;
+        return cli_merge_loras(o, m, st);
     }
     char def[1024];
     const char *path = o->model_path;

@@ -21,7 +21,7 @@
 static const char *const lora_targets[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                                            "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
                                            "mlp.down_proj"};
-enum { N_TARGETS = sizeof lora_targets / sizeof lora_targets[0] };
+enum { N_TARGETS = sizeof lora_targets / sizeof lora_targets[0], FIRST_MLP_TARGET = 4 };
 
 static llmi_tensor *target_tensor(llmi_layer *L, int t) {
     llmi_tensor *w[N_TARGETS] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
@@ -283,7 +283,7 @@ int model_merge_lora(llmi_model *m, const char *dir, float scale, llmi_status *s
                            m->cfg.n_layers);
             break;
         }
-        if (target >= 4 && m->cfg.n_experts > 0) {
+        if (target >= FIRST_MLP_TARGET && m->cfg.n_experts > 0) {
             rc = llmi_fail(st, LLMI_E_USAGE, "--lora %s: %s targets a dense MLP; this model's MLPs are experts", path,
                            t->name);
             break;
