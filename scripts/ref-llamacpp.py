@@ -15,6 +15,10 @@ each generated position the top-5 (id, logprob) of llama.cpp's logits.
     ppl      python3 scripts/ref-llamacpp.py ppl LLAMA_PERPLEXITY MODEL WIKI_TEST_RAW CHUNKS testdata/llamacpp [LOG]
              runs llama-perplexity -nr -c 512 -t 2 --chunks CHUNKS (or parses its saved output
              LOG) and writes ppl.json
+    ppl-lora python3 scripts/ref-llamacpp.py ppl-lora LLAMA_PERPLEXITY MODEL WIKI_TEST_RAW CHUNKS OUT.json ADAPTER.gguf [SCALE]
+             the same with llama.cpp applying a GGUF LoRA adapter at run time (--lora ADAPTER, or
+             --lora-scaled ADAPTER:SCALE), written to OUT.json with "llmi_flags", llmi's flags
+             for the same adapter (ADAPTER as given: give it relative to the repository)
 """
 import json
 import math
@@ -191,18 +195,19 @@ PPL_RULE = (
     "window i is exp(mean nll) over windows 1..i.")
 
 
-def ppl(binary, model, data, chunks, outdir, log=None):
+def ppl(binary, model, data, chunks, outdir, log=None, extra=(), out_path=None, llmi_flags=None):
     import re
     import subprocess
     import time
 
-    cmd = [binary, "-nr", "-m", model, "-f", data, "-c", str(PPL_CTX), "-t", "2", "--chunks", str(chunks)]
+    cmd = [binary, "-nr", "-m", model, "-f", data, "-c", str(PPL_CTX), "-t", "2", "--chunks", str(chunks), *extra]
     seconds = None
     if log:
         text = open(log, encoding="utf-8", errors="replace").read()
     else:
         t0 = time.time()
-        text = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        text = done.stderr + done.stdout   # this llama.cpp prints the running values to stdout
         seconds = round(time.time() - t0, 1)
     running = [float(x) for x in re.findall(r"\[(?:\d+)\]([0-9.]+),", text)]
     m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", text)
@@ -216,8 +221,10 @@ def ppl(binary, model, data, chunks, outdir, log=None):
            "llama_cpp_commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f"}
     if seconds is not None:
         out["llama_cpp_seconds"] = seconds
+    if llmi_flags:
+        out["llmi_flags"] = llmi_flags
     os.makedirs(outdir, exist_ok=True)
-    with open(os.path.join(outdir, "ppl.json"), "w", encoding="utf-8") as f:
+    with open(out_path or os.path.join(outdir, "ppl.json"), "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
     print(json.dumps({k: out[k] for k in ("chunks", "ppl", "ppl_stderr", "running_ppl")}), file=sys.stderr)
@@ -229,5 +236,13 @@ if __name__ == "__main__":
     elif len(sys.argv) in (7, 8) and sys.argv[1] == "ppl":
         ppl(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6],
             sys.argv[7] if len(sys.argv) == 8 else None)
+    elif len(sys.argv) in (8, 9) and sys.argv[1] == "ppl-lora":
+        adapter, out_json = sys.argv[7], sys.argv[6]
+        if len(sys.argv) == 9:
+            extra, flags = ["--lora-scaled", f"{adapter}:{sys.argv[8]}"], ["--lora-scaled", adapter, sys.argv[8]]
+        else:
+            extra, flags = ["--lora", adapter], ["--lora", adapter]
+        ppl(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), os.path.dirname(out_json) or ".",
+            extra=extra, out_path=out_json, llmi_flags=flags)
     else:
         sys.exit(__doc__)

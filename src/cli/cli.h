@@ -23,7 +23,7 @@ typedef struct cli_model_opts {
     llmi_engine_opts engine;      /* --block-size, --num-blocks, --kv-mem, --max-batch-tokens, --prefill-chunk,
                                      --max-seqs, --sched, -c */
     const char *draft_model;      /* --draft-model PATH (generate, bench): loaded by cli_open_engine, or NULL */
-    const char *lora[LLMI_MAX_LORA];   /* --lora DIR / --lora-scaled DIR SCALE: PEFT adapters merged */
+    char lora[LLMI_MAX_LORA][1024];    /* --lora PATH / --lora-scaled PATH SCALE: adapters merged (PEFT dirs, GGUF files) */
     float lora_scale[LLMI_MAX_LORA];   /* into the weights by cli_open_model, in order */
     int n_lora;
     bool max_batch_tokens_set;    /* else the backend's default: 512 on cpu, 2048 on cuda */

@@ -175,10 +175,11 @@ const char *cli_model_flags_help(void) {
            "  -t, --threads N         CPU threads (default: every CPU in the affinity mask)\n"
            "  --gpu N                 CUDA device index (default 0)\n"
            "  --gpu-mem-util F        fraction of GPU memory to use (default " CLI_STR(LLMI_GPU_MEM_UTIL_DEFAULT) ")\n"
-           "  --lora DIR              merge a PEFT LoRA adapter (adapter_config.json, adapter_model.safetensors)\n"
-           "                          into the weights: W += (lora_alpha / r) B A, as PEFT's merge_and_unload;\n"
-           "                          quantized linears become bf16 first (repeatable, up to 8)\n"
-           "  --lora-scaled DIR S     the same with the adapter's product scaled by S (llama.cpp's flag)\n"
+           "  --lora PATH             merge a LoRA adapter into the weights: a PEFT directory (adapter_config.json,\n"
+           "                          adapter_model.safetensors) or a llama.cpp GGUF adapter file; W += (alpha / r) B A,\n"
+           "                          as PEFT's merge_and_unload; quantized linears become bf16 first (repeatable, up to 8)\n"
+           "  --lora-scaled PATH S    the same with the adapter's product scaled by S (llama.cpp's flag; its\n"
+           "                          one-argument forms too: --lora A,B and --lora-scaled A:S1,B:S2)\n"
            "Engine:\n"
            "  -c, --ctx-size N        context length (default: the model's)\n"
            "  --kv-type T             KV cache dtype: f32, f16, bf16, q8, fp8 (default f32 on cpu, bf16 on cuda)\n"
@@ -252,6 +253,47 @@ int cli_parse_sampling_flag(llmi_sampling *s, int argc, char **argv, int *i, llm
     return 0;
 }
 
+/* "PATH:SCALE" with SCALE a number: llama.cpp's one-argument --lora-scaled element. */
+static bool lora_has_scale(const char *v) {
+    const char *colon = strrchr(v, ':');
+    if (!colon || colon == v || !colon[1]) return false;
+    char *end;
+    (void)strtod(colon + 1, &end);
+    return *end == '\0' || *end == ',';
+}
+
+static int add_lora(cli_model_opts *o, const char *flag, const char *path, size_t len, double scale, llmi_status *st) {
+    if (o->n_lora >= LLMI_MAX_LORA) return llmi_fail(st, LLMI_E_USAGE, "%s: at most %d adapters", flag, LLMI_MAX_LORA);
+    if (len == 0) return llmi_fail(st, LLMI_E_USAGE, "%s: an empty adapter path", flag);
+    if (len >= sizeof o->lora[0]) return llmi_fail(st, LLMI_E_USAGE, "%s: adapter path too long", flag);
+    memcpy(o->lora[o->n_lora], path, len);
+    o->lora[o->n_lora][len] = '\0';
+    o->lora_scale[o->n_lora++] = (float)scale;
+    return LLMI_OK;
+}
+
+/* llama.cpp's current forms: --lora A[,B...] and --lora-scaled A:SCALE[,B:SCALE...]. */
+static int add_lora_list(cli_model_opts *o, const char *flag, const char *v, bool scaled, llmi_status *st) {
+    for (const char *p = v;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        double scale = 1;
+        if (scaled) {
+            char item[1100];
+            snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item - 1 ? len : sizeof item - 1), p);
+            char *colon = strrchr(item, ':');
+            if (!colon || !lora_has_scale(item))
+                return llmi_fail(st, LLMI_E_USAGE, "%s: \"%.200s\" is not PATH:SCALE", flag, item);
+            *colon = '\0';
+            if (cli_parse_float(flag, colon + 1, -1e4, 1e4, &scale, st)) return st->code;
+            len = strlen(item);
+        }
+        if (add_lora(o, flag, p, len, scale, st)) return st->code;
+        if (!comma) return LLMI_OK;
+        p = comma + 1;
+    }
+}
+
 int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_status *st) {
     const char *a = argv[*i];
     const char *v;
@@ -300,18 +342,14 @@ int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_
         o->backend.gpu_mem_util = (float)f;
     } else if (IS("--lora") || IS("--lora-scaled")) {
         VALUE();
-        const char *dir = v;
-        f = 1;
-        if (IS("--lora-scaled")) {
+        if (IS("--lora-scaled") && !lora_has_scale(v)) {
+            /* llama.cpp's earlier form, two arguments: --lora-scaled PATH SCALE */
+            const char *adapter = v;
             VALUE();
-            if (cli_parse_float(a, v, -1e4, 1e4, &f, st)) return -1;
-        }
-        if (o->n_lora >= LLMI_MAX_LORA) {
-            llmi_fail(st, LLMI_E_USAGE, "%s: at most %d adapters", a, LLMI_MAX_LORA);
+            if (cli_parse_float(a, v, -1e4, 1e4, &f, st) || add_lora(o, a, adapter, strlen(adapter), f, st)) return -1;
+        } else if (add_lora_list(o, a, v, IS("--lora-scaled"), st)) {
             return -1;
         }
-        o->lora[o->n_lora] = dir;
-        o->lora_scale[o->n_lora++] = (float)f;
     } else if (IS("-c") || IS("--ctx-size")) {
         VALUE();
         if (cli_parse_long(a, v, 1, 1 << 24, &n, st)) return -1;

@@ -96,10 +96,14 @@ kv_hash prompt_cache_model_fingerprint(const llmi_model *m) {
     /* merged LoRA adapters change the weights: their files and scales, in order */
     for (int i = 0; i < m->n_lora; i++) {
         char path[2048];
-        snprintf(path, sizeof path, "%s/adapter_config.json", m->lora[i].path);
-        hash_file_identity(s, path);
-        snprintf(path, sizeof path, "%s/adapter_model.safetensors", m->lora[i].path);
-        hash_file_identity(s, path);
+        if (m->lora[i].is_file) {
+            hash_file_identity(s, m->lora[i].path);
+        } else {
+            snprintf(path, sizeof path, "%s/adapter_config.json", m->lora[i].path);
+            hash_file_identity(s, path);
+            snprintf(path, sizeof path, "%s/adapter_model.safetensors", m->lora[i].path);
+            hash_file_identity(s, path);
+        }
         XXH3_128bits_update(s, &m->lora[i].scale, sizeof m->lora[i].scale);
     }
     XXH128_hash_t h = XXH3_128bits_digest(s);

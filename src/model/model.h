@@ -111,6 +111,7 @@ typedef struct llmi_lora_applied {
     char path[1024];
     float scale;
     int n_linears;                        /* linears it changed */
+    bool is_file;                         /* a GGUF adapter file, not a PEFT directory */
 } llmi_lora_applied;
 
 typedef struct llmi_model {

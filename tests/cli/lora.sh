@@ -151,7 +151,7 @@ setcfg() {  # setcfg DIR PYTHON-EXPR-ON-c
   python3 -c 'import json,sys; p=sys.argv[1]+"/adapter_config.json"; c=json.load(open(p)); exec(sys.argv[2]); json.dump(c, open(p, "w"))' "$1" "$2"
 }
 gen=(generate --device cpu -m "$M" -p hi -n 1 --no-stats)
-expect_error "adapter_config.json" "$LLMI" "${gen[@]}" --lora "$TMP/nonexistent"
+expect_error "no such file or directory" "$LLMI" "${gen[@]}" --lora "$TMP/nonexistent"
 d=$(mk dora); setcfg "$d" 'c["use_dora"] = True'; expect_error "DoRA" "$LLMI" "${gen[@]}" --lora "$d"
 d=$(mk fifo); setcfg "$d" 'c["fan_in_fan_out"] = True'; expect_error "fan_in_fan_out" "$LLMI" "${gen[@]}" --lora "$d"
 d=$(mk bias); setcfg "$d" 'c["bias"] = "all"'; expect_error "bias" "$LLMI" "${gen[@]}" --lora "$d"

@@ -1,9 +1,10 @@
-/* fuzz_lora.c — a --lora adapter directory (model/lora.c): the input is adapter_config.json,
- * then "\n#--\n", then adapter_model.safetensors, merged into the tiny f32 HF llama of
+/* fuzz_lora.c — a --lora adapter (model/lora.c), in either form: an input that starts with
+ * "GGUF" is a GGUF adapter file; any other is a PEFT directory, adapter_config.json, then
+ * "\n#--\n", then adapter_model.safetensors.  Merged into the tiny f32 HF llama of
  * testdata/hf/llama-gqa-rope3 (loaded afresh per input: a merge changes the weights) as
  * `llmi -m DIR --lora ADAPTER` does.  Beyond one clear line on failure: a merge that
  * succeeds leaves every weight of the model finite.  Seeds: the adapters of testdata/lora
- * made for that model, and broken ones. */
+ * (and testdata/lora/gguf) made for that model, and broken ones. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +23,12 @@ static bool tensor_finite(const llmi_tensor *t) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char dir[512], model_dir[1024];
+    char dir[512], model_dir[1024], adapter[1024];
     if (fuzz_scratch(dir, sizeof dir)) return 0;
-    if (fuzz_write_pair(dir, "adapter_config.json", "adapter_model.safetensors", data, size)) {
+    const bool gguf = size >= 4 && !memcmp(data, "GGUF", 4);
+    snprintf(adapter, sizeof adapter, "%s", dir);
+    if (gguf ? fuzz_write(dir, "adapter.gguf", data, size, adapter, sizeof adapter)
+             : fuzz_write_pair(dir, "adapter_config.json", "adapter_model.safetensors", data, size)) {
         fuzz_scratch_remove(dir);
         return 0;
     }
@@ -36,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fprintf(stderr, "fuzz_lora: %s (run from the repository root or set LLMI_TESTDATA)\n", st.msg);
         abort();
     }
-    int rc = model_merge_lora(&m, dir, 1.0f, &st);
+    int rc = model_merge_lora(&m, adapter, 1.0f, &st);
     fuzz_check_status(rc, &st);
     for (int l = 0; rc == 0 && l < m.cfg.n_layers; l++) {
         const llmi_layer *L = &m.layers[l];
