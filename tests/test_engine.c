@@ -1254,16 +1254,21 @@ TEST(stop_matcher) {
 
     /* The earliest occurrence of any stop string; len when none. */
     const char *two[] = {"END", "STOP"};
-    CHECK(stop_first("a STOP b END", 12, 0, two, 2) == 2);
-    CHECK(stop_first("a END b STOP", 12, 0, two, 2) == 2);
-    CHECK(stop_first("nothing here", 12, 0, two, 2) == 12);
-    CHECK(stop_first("xENDENDx", 8, 0, two, 2) == 1);
-    CHECK(stop_first("STO", 3, 0, two, 2) == 3);
+    CHECK(stop_first("a STOP b END", 12, 0, two, 2, NULL) == 2);
+    CHECK(stop_first("a END b STOP", 12, 0, two, 2, NULL) == 2);
+    CHECK(stop_first("nothing here", 12, 0, two, 2, NULL) == 12);
+    CHECK(stop_first("xENDENDx", 8, 0, two, 2, NULL) == 1);
+    CHECK(stop_first("STO", 3, 0, two, 2, NULL) == 3);
     /* min_tokens: an occurrence completed within the first `after` bytes does not count */
-    CHECK(stop_first("xENDENDx", 8, 4, two, 2) == 4);     /* "xEND" holds the first END whole */
-    CHECK(stop_first("xENDENDx", 8, 3, two, 2) == 1);     /* the first END ends at byte 4 > 3 */
-    CHECK(stop_first("a STOP b END", 12, 6, two, 2) == 9);
-    CHECK(stop_first("a STOP b END", 12, 12, two, 2) == 12);
+    CHECK(stop_first("xENDENDx", 8, 4, two, 2, NULL) == 4);     /* "xEND" holds the first END whole */
+    CHECK(stop_first("xENDENDx", 8, 3, two, 2, NULL) == 1);     /* the first END ends at byte 4 > 3 */
+    CHECK(stop_first("a STOP b END", 12, 6, two, 2, NULL) == 9);
+    CHECK(stop_first("a STOP b END", 12, 12, two, 2, NULL) == 12);
+    size_t end = 0;
+    CHECK(stop_first("a STOP b END", 12, 0, two, 2, &end) == 2 && end == 6);
+    CHECK(stop_first("nothing here", 12, 0, two, 2, &end) == 12 && end == 12);
+    const char *nested[] = {"abc", "ab"};
+    CHECK(stop_first("xxabcx", 6, 0, nested, 2, &end) == 2 && end == 4);   /* "ab" completed before "abc" */
 
     /* Hold back the longest proper prefix of a stop string that the text ends with. */
     const char *nine[] = {" 9,"};

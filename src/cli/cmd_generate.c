@@ -37,6 +37,13 @@ typedef struct gen_request {
     int n_turns;
     int32_t *given_ids;              /* (n_given) its --prompts line's "prompt_token_ids", or NULL */
     int n_given;
+    int32_t *own_allowed;            /* its --prompts line's "allowed_token_ids", behind params */
+    char **bad_words;                /* (n_bad_words) its --prompts line's "bad_words" */
+    int n_bad_words;
+    int32_t *bad_ids, *bad_off;      /* the bad words' token sequences behind params (this
+                                        request's own, samples too) */
+    bool include_stop;               /* "include_stop_str_in_output" */
+    int truncate;                    /* "truncate_prompt_tokens": the prompt's last N tokens; 0 = all */
     int engine_id;                   /* -1 when the request was refused */
     char *error;                     /* why it was refused */
     /* output */
@@ -108,7 +115,9 @@ static const char *gen_help =
     "                          dry_sequence_breakers, seed, stop,\n"
     "                          ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max,\n"
     "                          grammar, json_schema, n, min_tokens, stop_token_ids, mirostat,\n"
-    "                          mirostat_tau, mirostat_eta, prompt_logprobs; served together.\n"
+    "                          mirostat_tau, mirostat_eta, prompt_logprobs, allowed_token_ids,\n"
+    "                          bad_words, include_stop_str_in_output, skip_special_tokens,\n"
+    "                          truncate_prompt_tokens; served together.\n"
     "                          Instead of \"prompt\", \"messages\": OpenAI's [{\"role\", \"content\"},\n"
     "                          ...] (system first, then user/assistant alternating, ending with\n"
     "                          user) in the chat template, or \"prompt_token_ids\": [id, ...] as given\n"
@@ -121,7 +130,9 @@ static const char *gen_help =
     "  --stop STR              stop when the output contains STR (repeatable, up to 8)\n"
     "  --ignore-eos            keep generating past end-of-generation tokens\n"
     "  --stop-token-id ID      stop when token ID is generated (vLLM's stop_token_ids; it stays in\n"
-    "                          the output, a special token as no text; repeatable, up to 32)\n"
+    "                          \"tokens\", not in the text; repeatable, up to 32)\n"
+    "  -sp, --special          special tokens' text is part of the output (llama.cpp's flag; vLLM's\n"
+    "                          skip_special_tokens false)\n"
     "  --min-tokens N          the first N tokens cannot end the request (vLLM's min_tokens):\n"
     "                          end-of-generation and --stop-token-id tokens are masked out, stop\n"
     "                          strings they complete do not count (default 0)\n"
@@ -190,9 +201,17 @@ static bool text_grow(gen_request *r, size_t extra) {
     return true;
 }
 
-/* Cuts the text at the first stop string (the stop string is not part of the output). */
+static bool is_stop_id(const gen_request *r, int32_t token) {
+    for (int i = 0; i < r->params.n_stop_ids; i++)
+        if (r->params.stop_ids[i] == token) return true;
+    return false;
+}
+
+/* Cuts the text at the first stop string (the stop string is not part of the output,
+ * unless include_stop_str_in_output asked for it: then the cut is right after it). */
 static void trim_at_stop(gen_request *r) {
-    size_t cut = stop_first(r->text, r->text_len, r->stop_after, r->params.stop, r->params.n_stop);
+    size_t end, cut = stop_first(r->text, r->text_len, r->stop_after, r->params.stop, r->params.n_stop, &end);
+    if (r->include_stop) cut = end;
     r->text_len = cut;
     if (r->text) r->text[cut] = '\0';
     if (r->printed > cut) r->printed = cut;
@@ -371,8 +390,10 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
             r->top_lp[(size_t)r->n_gen * nl + k] = k < ev->n_top ? ev->top_logprobs[k] : -INFINITY;
         }
         r->n_gen++;
-        /* End-of-generation tokens end the text; they are not part of it. */
-        bool hide = ev->finished && ev->reason == LLMI_FINISH_EOS;
+        /* The token that ended the request (end-of-generation, a stop id) is not part of
+         * the text unless include_stop_str_in_output, as vLLM renders it. */
+        bool hide = ev->finished && !r->include_stop &&
+                    (ev->reason == LLMI_FINISH_EOS || (ev->reason == LLMI_FINISH_STOP && is_stop_id(r, ev->token)));
         if (g->tok && !hide && text_grow(r, tok_stream_cap(g->tok))) {
             int n = tok_stream_push(&r->stream, ev->token, r->text + r->text_len, tok_stream_cap(g->tok));
             r->text_len += (size_t)(n > 0 ? n : 0);
@@ -479,6 +500,58 @@ static char *read_file_text(const char *flag, const char *path, llmi_status *st)
     return s;
 }
 
+/* vLLM's bad_words as token sequences: each word as the text gives it, and with a space
+ * before it when that starts with another token and is as long (the word inside a text),
+ * into r->bad_ids / bad_off behind r->params. */
+static int tokenize_bad_words(const tokenizer *tok, gen_request *r, llmi_status *st) {
+    int cap = 64, n = 0, n_seq = 0;
+    r->bad_ids = malloc((size_t)cap * sizeof *r->bad_ids);
+    r->bad_off = malloc((size_t)(2 * r->n_bad_words + 1) * sizeof *r->bad_off);
+    if (!r->bad_ids || !r->bad_off) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+    r->bad_off[0] = 0;
+    for (int w = 0; w < r->n_bad_words; w++) {
+        int32_t *first = NULL;
+        int n_first = 0;
+        for (int spaced = 0; spaced < 2; spaced++) {
+            size_t len = strlen(r->bad_words[w]);
+            char *text = malloc(len + 2);
+            if (!text) {
+                free(first);
+                return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+            }
+            snprintf(text, len + 2, "%s%s", spaced ? " " : "", r->bad_words[w]);
+            int32_t *ids = NULL;
+            int n_ids = 0;
+            int rc = tok_encode(tok, text, strlen(text), false, true, &ids, &n_ids, st);
+            free(text);
+            if (rc) {
+                free(first);
+                return rc;
+            }
+            bool keep = !spaced || (n_ids == n_first && n_ids > 0 && ids[0] != first[0]);
+            if (keep && n_ids > 0) {
+                while (n + n_ids > cap) cap *= 2;
+                int32_t *grown = realloc(r->bad_ids, (size_t)cap * sizeof *grown);
+                if (!grown) {
+                    free(ids), free(first);
+                    return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+                }
+                r->bad_ids = grown;
+                memcpy(r->bad_ids + n, ids, (size_t)n_ids * sizeof *ids);
+                n += n_ids;
+                r->bad_off[++n_seq] = n;
+            }
+            if (spaced) free(ids);
+            else first = ids, n_first = n_ids;
+        }
+        free(first);
+    }
+    r->params.bad_ids = r->bad_ids;
+    r->params.bad_off = r->bad_off;
+    r->params.n_bad = n_seq;
+    return LLMI_OK;
+}
+
 static void request_free(gen_request *r) {
     if (!r->shares_input) {
         grammar_free(r->own_grammar);
@@ -489,7 +562,11 @@ static void request_free(gen_request *r) {
         free(r->prompt);
         free(r->given_ids);
         for (int i = 0; i < r->params.n_stop; i++) free(r->stops[i]);
+        free(r->own_allowed);
+        prompts_free_turns(r->bad_words, r->n_bad_words);
     }
+    free(r->bad_ids);
+    free(r->bad_off);
     free(r->prompt_ids);
     free(r->error);
     free(r->text);
@@ -516,6 +593,11 @@ static void request_from_entry(gen_request *r, prompt_entry *e) {
     r->n_turns = e->n_turns;
     r->given_ids = e->prompt_ids;
     r->n_given = e->n_prompt_ids;
+    r->own_allowed = e->own_allowed;
+    r->bad_words = e->bad_words;
+    r->n_bad_words = e->n_bad_words;
+    r->include_stop = e->include_stop;
+    r->truncate = e->truncate;
     memset(e, 0, sizeof *e);
 }
 
@@ -699,6 +781,7 @@ static int parse_gen_flags(int argc, char **argv, gen_opts *o, cli_model_opts *m
         else if (IS("--verbose-prompt")) o->verbose_prompt = true;
         else if (IS("--no-stats")) o->no_stats = true;
         else if (IS("--ignore-eos")) o->params.ignore_eos = true;
+        else if (IS("-sp") || IS("--special")) o->params.keep_special = true;
         else if (IS("--min-tokens")) {
             VALUE();
             if (cli_parse_long(a, v, 0, 1 << 24, &n, st)) return st->code;
@@ -916,7 +999,7 @@ static int conversation_run(const gen_opts *o, const cli_model_opts *mo_in, llmi
             if (len[i]) memcpy(r.prompt_ids + r.n_prompt, part[i], (size_t)len[i] * sizeof *r.prompt_ids);
             r.n_prompt += len[i];
         }
-        tok_stream_init(&r.stream, m.tok, true);
+        tok_stream_init(&r.stream, m.tok, !o->params.keep_special);
         if (o->verbose_prompt) print_prompt_tokens(m.tok, &r);
         llmi_status ast = {0};
         if (engine_add_request(e, r.prompt_ids, r.n_prompt, &r.params, &r, &r.engine_id, &ast)) {
@@ -1035,7 +1118,7 @@ static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
          * "seed" is used as given (comparing it with -s could not tell the two apart), and
          * its samples count up from it, as vLLM seeds the n completions of a request. */
         r->params.sampling.seed += r->own_seed ? (uint64_t)r->sample : (uint64_t)i;
-        tok_stream_init(&r->stream, m.tok, true);
+        tok_stream_init(&r->stream, m.tok, !r->params.keep_special);
         llmi_status rst = {0};
         char *text = r->prompt;
         char *chat = NULL;
@@ -1060,6 +1143,15 @@ static int generate_run(gen_opts o, cli_model_opts mo, llmi_status *st) {
         if (!rst.code && !r->given_ids)
             tok_encode(m.tok, text, strlen(text), !templated, true, &r->prompt_ids, &r->n_prompt, &rst);
         free(chat);
+        if (!rst.code && r->truncate > 0 && r->n_prompt > r->truncate) {
+            /* vLLM's truncate_prompt_tokens: the prompt's last N tokens */
+            memmove(r->prompt_ids, r->prompt_ids + (r->n_prompt - r->truncate), (size_t)r->truncate * sizeof *r->prompt_ids);
+            r->n_prompt = r->truncate;
+        }
+        if (!rst.code && r->n_bad_words > 0) {
+            if (m.tok) tokenize_bad_words(m.tok, r, &rst);
+            else llmi_fail(&rst, LLMI_E_USAGE, "bad_words: the model has no tokenizer to spell them with");
+        }
         if (!rst.code && o.verbose_prompt) print_prompt_tokens(m.tok, r);
         if (!rst.code) engine_add_request(e, r->prompt_ids, r->n_prompt, &r->params, r, &r->engine_id, &rst);
         if (rst.code) {

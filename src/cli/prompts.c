@@ -141,6 +141,13 @@ void prompts_entry_free(prompt_entry *e) {
     for (int i = 0; i < e->params.n_stop; i++) free(e->stops[i]);
     e->prompt = NULL;
     e->params.n_stop = 0;
+    free(e->own_allowed);
+    e->own_allowed = NULL;
+    e->params.allowed_ids = NULL;
+    e->params.n_allowed = 0;
+    prompts_free_turns(e->bad_words, e->n_bad_words);
+    e->bad_words = NULL;
+    e->n_bad_words = 0;
 }
 
 void prompts_free(prompt_entry *e, int n) {
@@ -199,6 +206,71 @@ static int parse_prompt_ids(const cJSON *ids, const char *file, int lineno, prom
             return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"prompt_token_ids\": item %d is not a token id "
                              "(a non-negative integer)", file, lineno, r->n_prompt_ids + 1);
         r->prompt_ids[r->n_prompt_ids++] = (int32_t)id->valuedouble;
+    }
+    return LLMI_OK;
+}
+
+/* vLLM's allowed_token_ids, bad_words, include_stop_str_in_output, skip_special_tokens and
+ * truncate_prompt_tokens (null: not given). */
+static int parse_vllm_controls(const cJSON *j, const char *file, int lineno, prompt_entry *r, llmi_status *st) {
+    const cJSON *al = cJSON_GetObjectItemCaseSensitive(j, "allowed_token_ids");
+    if (al && !cJSON_IsNull(al)) {
+        int n = cJSON_IsArray(al) ? cJSON_GetArraySize(al) : -1;
+        if (n < 1 || n > PROMPTS_MAX_ALLOWED)
+            return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"allowed_token_ids\" must be a list of 1 to %d "
+                             "token ids", file, lineno, PROMPTS_MAX_ALLOWED);
+        if (!(r->own_allowed = malloc((size_t)n * sizeof *r->own_allowed)))
+            return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+        int k = 0;
+        const cJSON *id;
+        cJSON_ArrayForEach(id, al) {
+            if (!cJSON_IsNumber(id) || !(id->valuedouble >= 0 && id->valuedouble <= INT32_MAX) ||
+                id->valuedouble != floor(id->valuedouble))
+                return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"allowed_token_ids\": each must be a token id "
+                                 "(a non-negative integer)", file, lineno);
+            r->own_allowed[k++] = (int32_t)id->valuedouble;
+        }
+        r->params.allowed_ids = r->own_allowed;
+        r->params.n_allowed = n;
+    }
+    const cJSON *bw = cJSON_GetObjectItemCaseSensitive(j, "bad_words");
+    if (bw && !cJSON_IsNull(bw)) {
+        int n = cJSON_IsArray(bw) ? cJSON_GetArraySize(bw) : -1;
+        if (n < 0 || n > PROMPTS_MAX_BAD_WORDS)
+            return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"bad_words\" must be a list of at most %d strings",
+                             file, lineno, PROMPTS_MAX_BAD_WORDS);
+        if (!(r->bad_words = calloc((size_t)n + 1, sizeof *r->bad_words)))
+            return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+        const cJSON *w;
+        cJSON_ArrayForEach(w, bw) {
+            const char *t = cJSON_IsString(w) ? w->valuestring : NULL;
+            while (t && (*t == ' ' || *t == '\t' || *t == '\n' || *t == '\r')) t++;   /* vLLM lstrips each word */
+            if (!t || !*t)
+                return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"bad_words\" entries must be strings with "
+                                 "more than white space", file, lineno);
+            if (!(r->bad_words[r->n_bad_words] = strdup(t))) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+            r->n_bad_words++;
+        }
+    }
+    struct { const char *key; bool *dst; bool invert; } flags[] = {
+        {"include_stop_str_in_output", &r->include_stop, false},
+        {"skip_special_tokens", &r->params.keep_special, true},
+    };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, flags[i].key);
+        if (!v || cJSON_IsNull(v)) continue;
+        if (!cJSON_IsBool(v))
+            return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"%s\" must be true or false", file, lineno,
+                             flags[i].key);
+        *flags[i].dst = cJSON_IsTrue(v) != flags[i].invert;
+    }
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(j, "truncate_prompt_tokens");
+    if (tr && !cJSON_IsNull(tr)) {
+        if (!cJSON_IsNumber(tr) || !(tr->valuedouble >= 1 && tr->valuedouble <= PROMPTS_MAX_PROMPT_IDS) ||
+            tr->valuedouble != floor(tr->valuedouble))
+            return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"truncate_prompt_tokens\" must be null or an integer "
+                             "in 1..%d", file, lineno, PROMPTS_MAX_PROMPT_IDS);
+        r->truncate = (int)tr->valuedouble;
     }
     return LLMI_OK;
 }
@@ -404,6 +476,7 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
     }
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(j, "logit_bias");
     if (lb && (rc = parse_logit_bias(lb, file, lineno, r, st))) goto out;
+    if ((rc = parse_vllm_controls(j, file, lineno, r, st))) goto out;
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(j, "stop");
     if (stop) {
         /* Per-request stops replace the command line's. */

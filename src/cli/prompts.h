@@ -5,7 +5,9 @@
  * dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers, seed,
  * stop, ignore_eos, logprobs, spec, spec_k, spec_ngram_min, spec_ngram_max, grammar,
  * json_schema, n, min_tokens, stop_token_ids, mirostat, mirostat_tau, mirostat_eta,
- * prompt_logprobs; or "messages", OpenAI's list of {"role", "content"}, or
+ * prompt_logprobs, allowed_token_ids, bad_words, include_stop_str_in_output,
+ * skip_special_tokens, truncate_prompt_tokens; or "messages", OpenAI's list of
+ * {"role", "content"}, or
  * "prompt_token_ids", the prompt as token ids, instead of "prompt") over the
  * command line's defaults; blank lines are skipped.  Parsed from memory so that the
  * fuzz target (tests/fuzz/fuzz_prompts_jsonl.c) reads exactly what the binary reads. */
@@ -21,6 +23,9 @@
 #define PROMPTS_MAX_MESSAGES 1024
 /* Most ids in a line's "prompt_token_ids". */
 #define PROMPTS_MAX_PROMPT_IDS (1 << 24)
+/* Most entries in a line's "allowed_token_ids" and "bad_words". */
+#define PROMPTS_MAX_ALLOWED (1 << 20)
+#define PROMPTS_MAX_BAD_WORDS 1024
 
 typedef struct prompt_entry {
     char *prompt;                    /* the text as given, owned */
@@ -41,6 +46,13 @@ typedef struct prompt_entry {
     /* the line's "prompt_token_ids" instead of "prompt": the ids (owned; prompt is "") */
     int32_t *prompt_ids;             /* (n_prompt_ids) */
     int n_prompt_ids;
+    int32_t *own_allowed;            /* the line's "allowed_token_ids", behind params.allowed_ids */
+    char **bad_words;                /* (n_bad_words) the line's "bad_words", each owned (generate
+                                        tokenizes them into params.bad_ids) */
+    int n_bad_words;
+    bool include_stop;               /* the line's "include_stop_str_in_output" */
+    int truncate;                    /* the line's "truncate_prompt_tokens": keep the prompt's
+                                        last N tokens; 0 = all */
 } prompt_entry;
 
 /* Frees a line's turns (n strings and the array). */

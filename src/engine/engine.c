@@ -411,6 +411,23 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
             return llmi_fail(st, LLMI_E_USAGE, "stop token id %d is outside the vocabulary (%d tokens)", p->stop_ids[i],
                              n_vocab);
     if (p->min_tokens < 0) return llmi_fail(st, LLMI_E_USAGE, "min_tokens: %d is negative", p->min_tokens);
+    if (p->n_allowed < 0 || p->n_allowed > n_vocab || (p->n_allowed > 0 && !p->allowed_ids))
+        return llmi_fail(st, LLMI_E_USAGE, "allowed_token_ids: %d ids (at most the vocabulary's %d)", p->n_allowed,
+                         n_vocab);
+    for (int i = 0; i < p->n_allowed; i++)
+        if (p->allowed_ids[i] < 0 || p->allowed_ids[i] >= n_vocab)
+            return llmi_fail(st, LLMI_E_USAGE, "allowed_token_ids: token id %d is outside the vocabulary (%d tokens)",
+                             p->allowed_ids[i], n_vocab);
+    if (p->n_bad < 0 || (p->n_bad > 0 && (!p->bad_ids || !p->bad_off || p->bad_off[0] != 0)))
+        return llmi_fail(st, LLMI_E_USAGE, "bad_words: %d words without their token lists", p->n_bad);
+    for (int w = 0; w < p->n_bad; w++) {
+        if (p->bad_off[w + 1] <= p->bad_off[w])
+            return llmi_fail(st, LLMI_E_USAGE, "bad_words: word %d has no tokens", w);
+        for (int i = p->bad_off[w]; i < p->bad_off[w + 1]; i++)
+            if (p->bad_ids[i] < 0 || p->bad_ids[i] >= n_vocab)
+                return llmi_fail(st, LLMI_E_USAGE, "bad_words: token id %d is outside the vocabulary (%d tokens)",
+                                 p->bad_ids[i], n_vocab);
+    }
     if (smp->mirostat < 0 || smp->mirostat > 2)
         return llmi_fail(st, LLMI_E_USAGE, "--mirostat: %d is not 0, 1 or 2", smp->mirostat);
     if (smp->mirostat && (!(smp->mirostat_tau >= 0.0f && smp->mirostat_tau <= 100.0f) ||
@@ -481,7 +498,7 @@ int engine_add_request(llmi_engine *e, const int32_t *prompt, int n_prompt, cons
     }
     s->info.id = s->id;
     s->info.t_arrival = engine_now(e);
-    if (p->n_stop > 0 && e->model->tok) tok_stream_init(&s->stream, e->model->tok, true);
+    if (p->n_stop > 0 && e->model->tok) tok_stream_init(&s->stream, e->model->tok, !p->keep_special);
     if (sched_enqueue(&e->sched, s->id, st)) {
         seq_free(s);
         return st->code;
@@ -584,24 +601,63 @@ static bool holds_stops(const llmi_seq *s) {
     return s->n_tokens - s->n_prompt < s->params.min_tokens && (s->params.n_stop_ids > 0 || !s->params.ignore_eos);
 }
 
-/* Takes the tokens that would end s out of its row while holds_stops(s).  Returns false
- * when nothing is left (a grammar that allows only ending tokens here). */
-static bool mask_stops(const llmi_engine *e, const llmi_seq *s, float *row) {
-    if (!holds_stops(s)) return true;
-    for (int i = 0; i < s->params.n_stop_ids; i++) row[s->params.stop_ids[i]] = -INFINITY;
-    if (!s->params.ignore_eos)
-        for (int i = 0; i < e->n_eog; i++) row[e->eog_ids[i]] = -INFINITY;
-    if (!s->grammar) return true;
-    for (int t = 0; t < e->model->cfg.n_vocab; t++)
+/* Whether s's rows lose tokens to its own lists (allowed_token_ids, bad_words): those rows
+ * are edited on the host. */
+static bool masks_tokens(const llmi_seq *s) { return s->params.n_allowed > 0 || s->params.n_bad > 0; }
+
+/* allowed_token_ids: every other token of the row to -inf (the allowed ones' values kept
+ * in scratch while the row is cleared). */
+static void mask_allowed(const llmi_seq *s, float *row, int n_vocab, float *scratch) {
+    const llmi_request_params *p = &s->params;
+    for (int i = 0; i < p->n_allowed; i++) scratch[i] = row[p->allowed_ids[i]];
+    for (int t = 0; t < n_vocab; t++) row[t] = -INFINITY;
+    for (int i = 0; i < p->n_allowed; i++) row[p->allowed_ids[i]] = scratch[i];
+}
+
+/* bad_words: a word's last token out of the row where the generated tokens end with the
+ * rest of it (vLLM's rule: the prompt does not count). */
+static void mask_bad_words(const llmi_seq *s, float *row) {
+    const llmi_request_params *p = &s->params;
+    const int32_t *gen = s->tokens + s->n_prompt;
+    const int n_gen = s->n_tokens - s->n_prompt;
+    for (int w = 0; w < p->n_bad; w++) {
+        const int32_t *word = p->bad_ids + p->bad_off[w];
+        const int prefix = p->bad_off[w + 1] - p->bad_off[w] - 1;
+        if (prefix > n_gen || memcmp(gen + n_gen - prefix, word, (size_t)prefix * sizeof *word)) continue;
+        row[word[prefix]] = -INFINITY;
+    }
+}
+
+/* Takes out of s's row the tokens its request forbids here: those that would end it while
+ * holds_stops(s), those outside allowed_token_ids, and bad words' last tokens.  Returns
+ * false when nothing is left (a grammar or the lists allow only such tokens). */
+static bool mask_row(const llmi_engine *e, const llmi_seq *s, float *row) {
+    const int V = e->model->cfg.n_vocab;
+    if (s->params.n_allowed > 0) mask_allowed(s, row, V, e->sample_scratch);
+    if (s->params.n_bad > 0) mask_bad_words(s, row);
+    if (holds_stops(s)) {
+        for (int i = 0; i < s->params.n_stop_ids; i++) row[s->params.stop_ids[i]] = -INFINITY;
+        if (!s->params.ignore_eos)
+            for (int i = 0; i < e->n_eog; i++) row[e->eog_ids[i]] = -INFINITY;
+    } else if (!masks_tokens(s)) {
+        return true;
+    }
+    if (!s->grammar && !masks_tokens(s)) return true;
+    for (int t = 0; t < V; t++)
         if (row[t] > -INFINITY) return true;
     return false;
 }
 
-/* mask_stops, or when nothing is left, ends s as a grammar dead end (with the reason). */
-static bool mask_stops_or_finish(llmi_engine *e, llmi_seq *s, float *row, engine_token_cb cb, void *cb_ctx) {
-    if (mask_stops(e, s, row)) return true;
-    snprintf(s->error, sizeof s->error, "min_tokens %d: after %d tokens the grammar allows only tokens that end the "
-             "request", s->params.min_tokens, s->n_tokens - s->n_prompt);
+/* mask_row, or when nothing is left, ends s as a dead end (with the reason). */
+static bool mask_row_or_finish(llmi_engine *e, llmi_seq *s, float *row, engine_token_cb cb, void *cb_ctx) {
+    if (mask_row(e, s, row)) return true;
+    if (masks_tokens(s))
+        snprintf(s->error, sizeof s->error, "after %d generated tokens, %s%s%s leave no token to generate",
+                 s->n_tokens - s->n_prompt, s->params.n_allowed ? "allowed_token_ids" : "",
+                 s->params.n_allowed && s->params.n_bad ? " and " : "", s->params.n_bad ? "bad_words" : "");
+    else
+        snprintf(s->error, sizeof s->error, "min_tokens %d: after %d tokens the grammar allows only tokens that end "
+                 "the request", s->params.min_tokens, s->n_tokens - s->n_prompt);
     finish_silently(e, s, LLMI_FINISH_GRAMMAR, cb, cb_ctx);
     return false;
 }
@@ -640,7 +696,7 @@ static int sample_and_emit(llmi_engine *e, llmi_seq *s, float *row, engine_token
     if (s->grammar) {
         if (!constrain_row(e, s, row, cb, cb_ctx)) return LLMI_OK;
     }
-    if (!mask_stops_or_finish(e, s, row, cb, cb_ctx)) return LLMI_OK;
+    if (!mask_row_or_finish(e, s, row, cb, cb_ctx)) return LLMI_OK;
     int32_t tok = s->params.sampling.mirostat
                       ? sampler_sample_mirostat(row, V, &s->params.sampling, &s->mirostat_mu, &s->rng, e->sample_scratch)
                       : sampler_sample(row, V, &s->params.sampling, s->tokens, s->n_tokens, &s->rng, e->sample_scratch);
@@ -709,7 +765,7 @@ static int verify_and_emit(llmi_engine *e, llmi_seq *s, int row0, int d, engine_
         if (s->grammar) {
             if (!constrain_row(e, s, row, cb, cb_ctx)) break;
         }
-        if (!mask_stops_or_finish(e, s, row, cb, cb_ctx)) break;
+        if (!mask_row_or_finish(e, s, row, cb, cb_ctx)) break;
         bool ok = false;
         int32_t tok = j < d ? sampler_verify_draft(row, V, &s->params.sampling, s->tokens, s->n_tokens, draft[j],
                                                    &s->rng, e->sample_scratch, &ok)
@@ -789,7 +845,7 @@ int engine_step(llmi_engine *e, engine_token_cb cb, void *cb_ctx, llmi_step_info
     for (int k = 0; k < pl->n_seqs; k++) {
         const llmi_seq *s = e->seqs[pl->seq_ids[k]];
         host_rows |= s->n_draft > 0 || s->grammar || sampler_needs_host(&s->params.sampling) || holds_stops(s) ||
-                     seq_plp_rows(s, pl->n_new[k]) > 0;
+                     masks_tokens(s) || seq_plp_rows(s, pl->n_new[k]) > 0;
     }
     const bool on_device = e->backend->forward_sample != NULL && !host_rows;
     if (on_device) fill_sample_rows(e, pl, &batch);

@@ -54,7 +54,8 @@ typedef enum {
     LLMI_FINISH_NONE = 0, LLMI_FINISH_LENGTH, LLMI_FINISH_EOS, LLMI_FINISH_STOP, LLMI_FINISH_CONTEXT,
     LLMI_FINISH_ABORT,
     LLMI_FINISH_GRAMMAR     /* the grammar allows no token of the vocabulary here (a dead end),
-                               or grew too ambiguous to follow (llmi_request_info.error) */
+                               or grew too ambiguous to follow, or allowed_ids and bad words
+                               leave no token (llmi_request_info.error) */
 } llmi_finish;
 const char *finish_name(llmi_finish f);
 
@@ -103,6 +104,19 @@ typedef struct llmi_request_params {
      * a prefix of a sentence of this grammar, and end-of-generation is allowed only once the
      * text is a whole one.  Borrowed until the request is released; NULL: unconstrained. */
     const struct grammar *grammar;
+    /* vLLM's allowed_token_ids: only these ids may be generated (borrowed until the request
+     * is released; n_allowed 0: any). */
+    const int32_t *allowed_ids;
+    int n_allowed;
+    /* vLLM's bad_words as token sequences (borrowed): word w is bad_ids[bad_off[w],
+     * bad_off[w + 1]); its last token is taken out of a row whenever the tokens generated so
+     * far (not the prompt) end with the ones before it, so a one-token word never appears. */
+    const int32_t *bad_ids;
+    const int32_t *bad_off;         /* (n_bad + 1) */
+    int n_bad;
+    /* vLLM's skip_special_tokens false: special tokens' text is part of the output text,
+     * which stop strings are matched against. */
+    bool keep_special;
 } llmi_request_params;
 
 llmi_request_params request_params_defaults(void);

@@ -15,14 +15,18 @@ bool stop_completed(const char *text, size_t len, size_t n_new, const char *cons
     return false;
 }
 
-size_t stop_first(const char *text, size_t len, size_t after, const char *const *stops, int n_stops) {
-    size_t cut = len;
+size_t stop_first(const char *text, size_t len, size_t after, const char *const *stops, int n_stops, size_t *end) {
+    size_t cut = len, cut_end = len;
     for (int i = 0; i < n_stops; i++) {
         size_t sl = strlen(stops[i]), from = after >= sl ? after - sl + 1 : 0;
         if (from >= len) continue;
         const char *p = memmem(text + from, len - from, stops[i], sl);
-        if (p && (size_t)(p - text) < cut) cut = (size_t)(p - text);
+        if (!p) continue;
+        size_t at = (size_t)(p - text);
+        /* at one start, the shortest stop string is the one the text completed first */
+        if (at < cut || (at == cut && at + sl < cut_end)) cut = at, cut_end = at + sl;
     }
+    if (end) *end = cut_end;
     return cut;
 }
 

@@ -13,8 +13,9 @@
 bool stop_completed(const char *text, size_t len, size_t n_new, const char *const *stops, int n_stops);
 /* Offset of the earliest occurrence of any stop string in text that ends past its first
  * `after` bytes (one completed within them did not count: vLLM's min_tokens), or len when
- * none. */
-size_t stop_first(const char *text, size_t len, size_t after, const char *const *stops, int n_stops);
+ * none; *end (when end is not NULL) gets where that occurrence ends (of the shortest one
+ * starting there), or len (vLLM's include_stop_str_in_output cuts there). */
+size_t stop_first(const char *text, size_t len, size_t after, const char *const *stops, int n_stops, size_t *end);
 /* Length of the longest proper prefix of a stop string that text ends with. */
 size_t stop_holdback(const char *text, size_t len, const char *const *stops, int n_stops);
 
