@@ -139,28 +139,37 @@ out:
     return rc;
 }
 
-/* "[base_model.model.]model.layers.N.<target>.lora_{A,B}.weight" -> layer, target, A or B. */
-static bool parse_name(const char *name, int *layer, int *target, bool *is_b) {
-    const char *p = name;
-    if (!strncmp(p, "base_model.model.", 17)) p += 17;
-    if (strncmp(p, "model.layers.", 13)) return false;
-    p += 13;
+/* "<prefix>N.<target><suffix A or B>" -> layer, target, A or B: the one name pattern of
+ * both files, PEFT's "model.layers.N.self_attn.q_proj.lora_A.weight" and GGUF's
+ * "blk.N.attn_q.weight.lora_a". */
+static bool parse_factor_name(const char *name, const char *prefix, const char *const *targets, const char *suffix_a,
+                              const char *suffix_b, int *layer, int *target, bool *is_b) {
+    size_t np = strlen(prefix);
+    if (strncmp(name, prefix, np)) return false;
+    const char *p = name + np;
     if (*p < '0' || *p > '9') return false;
     char *end;
     long l = strtol(p, &end, 10);
-    if (end == p || *end != '.' || l < 0 || l >= LLMI_MAX_LAYERS || (p[0] == '0' && end - p > 1)) return false;
+    if (*end != '.' || l < 0 || l >= LLMI_MAX_LAYERS || (p[0] == '0' && end - p > 1)) return false;
     p = end + 1;
     for (int t = 0; t < N_TARGETS; t++) {
-        size_t n = strlen(lora_targets[t]);
-        if (strncmp(p, lora_targets[t], n)) continue;
-        if (!strcmp(p + n, ".lora_A.weight") || !strcmp(p + n, ".lora_B.weight")) {
+        size_t n = strlen(targets[t]);
+        if (strncmp(p, targets[t], n)) continue;
+        if (!strcmp(p + n, suffix_a) || !strcmp(p + n, suffix_b)) {
             *layer = (int)l;
             *target = t;
-            *is_b = p[n + 6] == 'B';
+            *is_b = !strcmp(p + n, suffix_b);
             return true;
         }
     }
     return false;
+}
+
+/* PEFT's names, with or without its "base_model.model." prefix. */
+static bool parse_name(const char *name, int *layer, int *target, bool *is_b) {
+    if (!strncmp(name, "base_model.model.", 17)) name += 17;
+    return parse_factor_name(name, "model.layers.", lora_targets, ".lora_A.weight", ".lora_B.weight", layer, target,
+                             is_b);
 }
 
 static bool float_dtype(safetensors_dtype d) { return d == ST_F32 || d == ST_F16 || d == ST_BF16; }
@@ -326,26 +335,6 @@ static int read_peft(const char *dir, lora_cfg *c, lora_files *fl, lora_pair **p
     return LLMI_OK;
 }
 
-/* "blk.N.<attn_q|...|ffn_down>.weight.lora_{a,b}" -> layer, target, A or B. */
-static bool parse_gguf_name(const char *name, int *layer, int *target, bool *is_b) {
-    if (strncmp(name, "blk.", 4) || name[4] < '0' || name[4] > '9') return false;
-    char *end;
-    long l = strtol(name + 4, &end, 10);
-    if (*end != '.' || l < 0 || l >= LLMI_MAX_LAYERS || (name[4] == '0' && end - (name + 4) > 1)) return false;
-    const char *p = end + 1;
-    for (int t = 0; t < N_TARGETS; t++) {
-        size_t n = strlen(gguf_targets[t]);
-        if (strncmp(p, gguf_targets[t], n)) continue;
-        if (!strcmp(p + n, ".weight.lora_a") || !strcmp(p + n, ".weight.lora_b")) {
-            *layer = (int)l;
-            *target = t;
-            *is_b = p[n + 13] == 'b';
-            return true;
-        }
-    }
-    return false;
-}
-
 /* llama.cpp's architecture name for m, as an adapter's general.architecture gives it. */
 static const char *model_arch_name(const llmi_model *m) {
     switch (m->cfg.arch) {
@@ -399,7 +388,8 @@ static int read_gguf(const char *path, const llmi_model *m, lora_cfg *c, lora_fi
         const gguf_tensor_info *t = &g->tensors[i];
         int layer, target;
         bool is_b;
-        if (!parse_gguf_name(t->name, &layer, &target, &is_b))
+        if (!parse_factor_name(t->name, "blk.", gguf_targets, ".weight.lora_a", ".weight.lora_b", &layer, &target,
+                               &is_b))
             return llmi_fail(st, LLMI_E_USAGE, "--lora %s: tensor \"%s\" is not a LoRA factor of a decoder layer's "
                              "attn_q/attn_k/attn_v/attn_output/ffn_gate/ffn_up/ffn_down weight", path, t->name);
         const uint32_t ty = t->type;

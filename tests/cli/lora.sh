@@ -17,11 +17,7 @@
 #   - the prompt cache keeps adapted and plain K/V apart;
 #   - bad adapters and models: one line naming the flag and what is wrong, exit 2.
 . "$(dirname "$0")/../lib/common.sh"
-CMP="$(dirname "$0")/../compare_prompt_logprobs_hf.py"
-L="$TESTDATA/lora"
-ids_lines() {
-  python3 -c 'import json,sys; [print(json.dumps({"prompt_token_ids": s["ids"]})) for s in json.load(open(sys.argv[1]))["seqs"]]' "$1"
-}
+. "$(dirname "$0")/../lib/lora.sh"
 # case | flags | limit (f32 models: measured 2.0e-6; bf16 ones 1.4e-4, a few merged weights
 # rounding the other way after fp32 sums in another order)
 cases=(
@@ -36,16 +32,13 @@ cases=(
 )
 for c in "${cases[@]}"; do
   IFS='|' read -r name flags tol <<<"$c"
-  ref="$L/ref/$name.json"
-  model=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$ref")
-  ids_lines "$ref" >"$TMP/$name.jsonl"
-  run=(generate -m "$TESTDATA/hf/$model" --prompts "$TMP/$name.jsonl" -n 0 --prompt-logprobs 5 --json --no-stats)
-  # shellcheck disable=SC2086
-  "$LLMI" "${run[@]}" --device cpu $flags >"$TMP/$name.out" 2>"$TMP/err" || fail "$name: $(head -c 500 "$TMP/err")"
-  python3 "$CMP" "$ref" "$TMP/$name.out" --tol "$tol" --slack "$tol" >"$TMP/cmp" || { tail -5 "$TMP/cmp"; fail "$name: llmi --lora vs PEFT"; }
+  vs_peft "$name" "$flags" "$tol"
   echo "cpu $name: $(tail -1 "$TMP/cmp")"
-  "$LLMI" "${run[@]}" --device cpu >"$TMP/base.out" 2>"$TMP/err" || fail "$name: base run"
-  ! python3 "$CMP" "$ref" "$TMP/base.out" --tol 0.05 --slack 0.05 >"$TMP/cmp" || fail "$name: the base model passes the adapted reference"
+  model=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$L/ref/$name.json")
+  "$LLMI" generate -m "$TESTDATA/hf/$model" --prompts "$TMP/$name.jsonl" -n 0 --prompt-logprobs 5 --json --no-stats \
+    --device cpu >"$TMP/base.out" 2>"$TMP/err" || fail "$name: base run"
+  ! python3 "$CMP" "$L/ref/$name.json" "$TMP/base.out" --tol 0.05 --slack 0.05 >"$TMP/cmp" ||
+    fail "$name: the base model passes the adapted reference"
   echo "  base model against it: $(tail -1 "$TMP/cmp" | cut -c1-90)"
 done
 if [ -x "$LLMI_EMU" ]; then
@@ -119,18 +112,8 @@ print("--lora-scaled 0: every token and logprob equal the base model's")
 PY
 
 # the prompt cache keeps adapted and plain K/V apart
-pc=(generate --device cpu -m "$M" --prompts "$TMP/two.jsonl" -n 2 --temp 0 --json --no-stats --prompt-cache "$TMP/pc")
-"$LLMI" "${pc[@]}" >"$TMP/pc1.out" || fail "prompt cache: plain run"
-"$LLMI" "${pc[@]}" --lora "$L/llama-gqa-rope3-all" >"$TMP/pc2.out" || fail "prompt cache: --lora run"
-"$LLMI" "${pc[@]}" --lora "$L/llama-gqa-rope3-all" >"$TMP/pc3.out" || fail "prompt cache: second --lora run"
-python3 - "$TMP" <<'PY' || fail "prompt cache with --lora"
-import json, sys
-d = sys.argv[1]
-c = [[json.loads(l)["cached_tokens"] for l in open(f"{d}/pc{i}.out")] for i in (1, 2, 3)]
-assert sum(c[1]) == 0, f"--lora took the plain model's cached K/V: {c[1]}"
-assert sum(c[2]) > 0, f"the second --lora run found nothing of the first's: {c[2]}"
-print(f"prompt cache: cached tokens plain {c[0]}, first --lora run {c[1]}, second {c[2]}")
-PY
+prompt_cache_apart "--lora" "--lora $L/llama-gqa-rope3-all" generate --device cpu -m "$M" --prompts "$TMP/two.jsonl" -n 2 \
+  --temp 0 --json --no-stats --prompt-cache "$TMP/pc"
 
 # quantize merges the adapter before quantizing (RTN, so no calibration text); an int4
 # checkpoint takes an adapter at load (its adapted linears dequantized into bf16)

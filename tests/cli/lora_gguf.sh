@@ -15,12 +15,8 @@
 #   - broken adapter files (tests/lib/gguf_edit.py rewrites a valid one): one line naming
 #     the flag and what is wrong, exit 2.
 . "$(dirname "$0")/../lib/common.sh"
-CMP="$(dirname "$0")/../compare_prompt_logprobs_hf.py"
-L="$TESTDATA/lora"
+. "$(dirname "$0")/../lib/lora.sh"
 G="$L/gguf"
-ids_lines() {
-  python3 -c 'import json,sys; [print(json.dumps({"prompt_token_ids": s["ids"]})) for s in json.load(open(sys.argv[1]))["seqs"]]' "$1"
-}
 # case (PEFT reference) | flags | limit.  f32 factors: the directory's limit (measured 1.7e-6);
 # f16 and bf16 factors round B A by 2^-11 and 2^-8 against PEFT's fp32 (measured 4.8e-3 and
 # 2.0e-2, where the base models are 1.7 and more away); Q8_0 factors on the Q4_K_M model
@@ -33,14 +29,7 @@ cases=(
 )
 for c in "${cases[@]}"; do
   IFS='|' read -r name flags tol <<<"$c"
-  ref="$L/ref/$name.json"
-  model=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$ref")
-  ids_lines "$ref" >"$TMP/$name.jsonl"
-  # shellcheck disable=SC2086
-  "$LLMI" generate --device cpu -m "$TESTDATA/hf/$model" --prompts "$TMP/$name.jsonl" -n 0 --prompt-logprobs 5 --json \
-    --no-stats $flags >"$TMP/$name.out" 2>"$TMP/err" || fail "$name: $(head -c 500 "$TMP/err")"
-  python3 "$CMP" "$ref" "$TMP/$name.out" --tol "$tol" --slack "$tol" >"$TMP/cmp" ||
-    { tail -5 "$TMP/cmp"; fail "$name: llmi --lora FILE.gguf vs PEFT"; }
+  vs_peft "$name" "$flags" "$tol"
   echo "cpu ${flags##*/} vs PEFT: $(tail -1 "$TMP/cmp")"
 done
 
@@ -99,19 +88,9 @@ python3 -c 'import json,sys; a=[json.loads(l)["tokens"] for l in open(sys.argv[1
 echo "llmi-san: a Q8_0/F16 GGUF adapter then a PEFT directory: the same tokens as llmi"
 
 # the prompt cache keys on the adapter file
-pc=(generate --device cpu -m "$M" --prompts "$TMP/two.jsonl" -n 2 --temp 0 --json --no-stats --prompt-cache "$TMP/pc")
 head -2 "$TMP/llama-gqa-rope3-all.jsonl" >"$TMP/two.jsonl"
-"$LLMI" "${pc[@]}" >"$TMP/pc1.out" || fail "prompt cache: plain run"
-"$LLMI" "${pc[@]}" --lora "$G/llama-gqa-rope3-all.f32.gguf" >"$TMP/pc2.out" || fail "prompt cache: --lora run"
-"$LLMI" "${pc[@]}" --lora "$G/llama-gqa-rope3-all.f32.gguf" >"$TMP/pc3.out" || fail "prompt cache: second --lora run"
-python3 - "$TMP" <<'PY' || fail "prompt cache with --lora FILE.gguf"
-import json, sys
-d = sys.argv[1]
-c = [[json.loads(l)["cached_tokens"] for l in open(f"{d}/pc{i}.out")] for i in (1, 2, 3)]
-assert sum(c[1]) == 0, f"--lora FILE.gguf took the plain model's cached K/V: {c[1]}"
-assert sum(c[2]) > 0, f"the second --lora run found nothing of the first's: {c[2]}"
-print(f"prompt cache: cached tokens plain {c[0]}, first --lora FILE.gguf run {c[1]}, second {c[2]}")
-PY
+prompt_cache_apart "--lora FILE.gguf" "--lora $G/llama-gqa-rope3-all.f32.gguf" generate --device cpu -m "$M" \
+  --prompts "$TMP/two.jsonl" -n 2 --temp 0 --json --no-stats --prompt-cache "$TMP/pc"
 
 # llama.cpp applying the adapter at run time (Q4_1 weights, the f32 adapter beside them)
 # against llmi merging it into bf16 copies: WikiText-2 perplexity, 8 windows of 512 tokens
@@ -128,27 +107,9 @@ if [ -f "$MODEL" ] && [ -f "$DATA" ]; then
     read -r -a extra < <(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["llmi_flags"]))' "$R")
     "$LLMI" bench --device cpu --ppl "$DATA" -m "$MODEL" -c 512 --chunks 8 -t 2 -o json "${extra[@]/#testdata/$TESTDATA}" \
       >"$TMP/p.json" 2>"$TMP/perr" || fail "bench --ppl ${extra[*]}: $(tail -c 800 "$TMP/perr")"
-    python3 - "$R" "$TMP/p.json" "$TMP/perr" <<'PY' || fail "$ref: perplexity with the adapter differs from llama.cpp's"
-import json, math, re, sys
-ref = json.load(open(sys.argv[1]))
-got = json.load(open(sys.argv[2]))
-got = got[0] if isinstance(got, list) else got
-ppl, want = float(got["ppl"]), float(ref["ppl"])
-run = [float(x) for x in re.findall(r"\[\d+\]([0-9.]+),", open(sys.argv[3]).read())]
-assert len(run) == len(ref["running_ppl"]) == 8, run
-def windows(running):
-    out, prev = [], 0.0
-    for i, r in enumerate(running, 1):
-        s = i * math.log(r)
-        out.append(math.exp(s - prev))
-        prev = s
-    return out
-worst = max(abs(a / b - 1) for a, b in zip(windows(run), windows(ref["running_ppl"])))
-rel = abs(ppl / want - 1)
-print(f"{' '.join(ref['llmi_flags'])}: llmi ppl {ppl:.4f}, llama.cpp {want:.4f} ({rel:.3%} apart; "
-      f"each window at most {worst:.2%})")
-assert rel < 0.005 and worst < 0.03
-PY
+    python3 "$(dirname "$0")/../compare_ppl_llamacpp.py" "$R" "$TMP/p.json" "$TMP/perr" --overall 0.005 --window 0.03 \
+      >"$TMP/cmp" || { cat "$TMP/cmp"; fail "$ref: perplexity with the adapter differs from llama.cpp's"; }
+    echo "${extra[*]}: $(tail -1 "$TMP/cmp")"
   done
   # the same adapter as the PEFT directory: SmolLM2 (a llama GGUF: its Q rows and the
   # adapter's both come permuted) gives the same output to the bit

@@ -21,37 +21,5 @@ read -r CTX CHUNKS < <(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]
   || fail "cannot read $REF"
 "$LLMI" bench --device cpu --ppl "$DATA" -m "$MODEL" -c "$CTX" --chunks "$CHUNKS" -t 2 -o json >"$TMP/p.json" 2>"$TMP/err" \
   || fail "llmi bench --ppl failed: $(tail -c 2000 "$TMP/err")"
-python3 - "$REF" "$TMP/p.json" "$TMP/err" <<'PY' || fail "perplexity differs from llama.cpp"
-import json, math, re, sys
-ref = json.load(open(sys.argv[1]))
-got = json.load(open(sys.argv[2]))
-got = got[0] if isinstance(got, list) else got
-ppl, want = float(got["ppl"]), float(ref["ppl"])
-rel = abs(ppl - want) / want
-print(f"llmi ppl {ppl:.4f} +/- {float(got['ppl_stderr']):.4f}, llama.cpp {want:.4f} +/- {ref['ppl_stderr']:.4f} "
-      f"({ref['chunks']} chunks of {ref['ctx']}): relative difference {rel:.4%}")
-run = [float(x) for x in re.findall(r"\[\d+\]([0-9.]+),", open(sys.argv[3]).read())]
-if len(run) != ref["chunks"] or len(ref["running_ppl"]) != ref["chunks"]:
-    sys.exit(f"llmi printed {len(run)} running values, want {ref['chunks']}")
-
-def windows(running):
-    """Each window's own perplexity: the running value after window i is exp of the mean
-    nll over windows 1..i, every window scoring the same number of tokens."""
-    out, prev = [], 0.0
-    for i, r in enumerate(running, 1):
-        total = i * math.log(r)
-        out.append(math.exp(total - prev))
-        prev = total
-    return out
-
-bad = []
-for i, (a, b) in enumerate(zip(windows(run), windows(ref["running_ppl"])), 1):
-    d = (a - b) / b
-    print(f"  window {i}: llmi {a:.4f} llama.cpp {b:.4f} ({d:+.3%})")
-    if abs(d) > 0.015:
-        bad.append(f"window {i} differs by {d:+.3%} (> 1.5%)")
-if rel >= 0.001:
-    bad.append(f"overall relative difference {rel:.4%} >= 0.1%")
-if bad:
-    sys.exit("; ".join(bad))
-PY
+python3 "$(dirname "$0")/../compare_ppl_llamacpp.py" "$REF" "$TMP/p.json" "$TMP/err" --overall 0.001 --window 0.015 ||
+  fail "perplexity differs from llama.cpp"

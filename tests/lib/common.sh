@@ -39,3 +39,24 @@ emu_run() {
     fail "emulated run '$name' exited $?: $(grep -m3 -E 'EMU|ERROR|error|llmi' "$TMP/$name.err")"
   ! grep -q "EMU ERROR" "$TMP/$name.err" || fail "$name: $(grep -m3 'EMU ERROR' "$TMP/$name.err")"
 }
+
+# prompt_cache_apart WHAT "FLAGS" ARGS...: llmi ARGS (a generate with --json and
+# --prompt-cache DIR) three times: plain, then twice with FLAGS (word-split: e.g. an
+# adapter); the first FLAGS run must take nothing of the plain run's cached K/V (FLAGS change
+# the weights), the second must find the first's.
+prompt_cache_apart() {
+  local what=$1 extra=$2; shift 2
+  "$LLMI" "$@" >"$TMP/pc1.out" || fail "prompt cache: plain run"
+  # shellcheck disable=SC2086
+  "$LLMI" "$@" $extra >"$TMP/pc2.out" || fail "prompt cache: $what run"
+  # shellcheck disable=SC2086
+  "$LLMI" "$@" $extra >"$TMP/pc3.out" || fail "prompt cache: second $what run"
+  python3 - "$TMP" "$what" <<'PY' || fail "prompt cache with $what"
+import json, sys
+d, what = sys.argv[1], sys.argv[2]
+c = [[json.loads(l)["cached_tokens"] for l in open(f"{d}/pc{i}.out")] for i in (1, 2, 3)]
+assert sum(c[1]) == 0, f"{what} took the plain model's cached K/V: {c[1]}"
+assert sum(c[2]) > 0, f"the second {what} run found nothing of the first's: {c[2]}"
+print(f"prompt cache: cached tokens plain {c[0]}, first {what} run {c[1]}, second {c[2]}")
+PY
+}
