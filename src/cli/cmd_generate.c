@@ -511,7 +511,7 @@ static int tokenize_bad_words(const tokenizer *tok, gen_request *r, llmi_status 
     r->bad_off[0] = 0;
     for (int w = 0; w < r->n_bad_words; w++) {
         int32_t *first = NULL;
-        int n_first = 0;
+        int n_first = 0, seq0 = n_seq;
         for (int spaced = 0; spaced < 2; spaced++) {
             size_t len = strlen(r->bad_words[w]);
             char *text = malloc(len + 2);
@@ -545,6 +545,8 @@ static int tokenize_bad_words(const tokenizer *tok, gen_request *r, llmi_status 
             else first = ids, n_first = n_ids;
         }
         free(first);
+        if (n_seq == seq0)
+            return llmi_fail(st, LLMI_E_USAGE, "bad_words: \"%.100s\" spells to no tokens", r->bad_words[w]);
     }
     r->params.bad_ids = r->bad_ids;
     r->params.bad_off = r->bad_off;

@@ -635,14 +635,14 @@ static bool mask_row(const llmi_engine *e, const llmi_seq *s, float *row) {
     const int V = e->model->cfg.n_vocab;
     if (s->params.n_allowed > 0) mask_allowed(s, row, V, e->sample_scratch);
     if (s->params.n_bad > 0) mask_bad_words(s, row);
-    if (holds_stops(s)) {
+    const bool hold = holds_stops(s);
+    if (hold) {
         for (int i = 0; i < s->params.n_stop_ids; i++) row[s->params.stop_ids[i]] = -INFINITY;
         if (!s->params.ignore_eos)
             for (int i = 0; i < e->n_eog; i++) row[e->eog_ids[i]] = -INFINITY;
-    } else if (!masks_tokens(s)) {
-        return true;
     }
-    if (!s->grammar && !masks_tokens(s)) return true;
+    /* the ending tokens alone never empty a row; after a grammar's mask, or the lists, they can */
+    if (!masks_tokens(s) && !(hold && s->grammar)) return true;
     for (int t = 0; t < V; t++)
         if (row[t] > -INFINITY) return true;
     return false;
