@@ -279,14 +279,15 @@ static int add_lora_list(cli_model_opts *o, const char *flag, const char *v, boo
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         double scale = 1;
         if (scaled) {
-            char item[1100];
-            snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item - 1 ? len : sizeof item - 1), p);
-            char *colon = strrchr(item, ':');
-            if (!colon || !lora_has_scale(item))
-                return llmi_fail(st, LLMI_E_USAGE, "%s: \"%.200s\" is not PATH:SCALE", flag, item);
-            *colon = '\0';
-            if (cli_parse_float(flag, colon + 1, -1e4, 1e4, &scale, st)) return st->code;
-            len = strlen(item);
+            const char *colon = memrchr(p, ':', len);
+            char num[64];
+            size_t nl = colon ? len - (size_t)(colon + 1 - p) : 0;
+            if (!colon || colon == p || nl == 0 || nl >= sizeof num)
+                return llmi_fail(st, LLMI_E_USAGE, "%s: \"%.*s\" is not PATH:SCALE", flag, (int)(len < 200 ? len : 200), p);
+            memcpy(num, colon + 1, nl);
+            num[nl] = '\0';
+            if (cli_parse_float(flag, num, -1e4, 1e4, &scale, st)) return st->code;
+            len = (size_t)(colon - p);
         }
         if (add_lora(o, flag, p, len, scale, st)) return st->code;
         if (!comma) return LLMI_OK;

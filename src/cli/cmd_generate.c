@@ -201,12 +201,6 @@ static bool text_grow(gen_request *r, size_t extra) {
     return true;
 }
 
-static bool is_stop_id(const gen_request *r, int32_t token) {
-    for (int i = 0; i < r->params.n_stop_ids; i++)
-        if (r->params.stop_ids[i] == token) return true;
-    return false;
-}
-
 /* Cuts the text at the first stop string (the stop string is not part of the output,
  * unless include_stop_str_in_output asked for it: then the cut is right after it). */
 static void trim_at_stop(gen_request *r) {
@@ -392,8 +386,7 @@ static void on_token(void *ctx, const llmi_token_event *ev) {
         r->n_gen++;
         /* The token that ended the request (end-of-generation, a stop id) is not part of
          * the text unless include_stop_str_in_output, as vLLM renders it. */
-        bool hide = ev->finished && !r->include_stop &&
-                    (ev->reason == LLMI_FINISH_EOS || (ev->reason == LLMI_FINISH_STOP && is_stop_id(r, ev->token)));
+        bool hide = ev->by_token && !r->include_stop;
         if (g->tok && !hide && text_grow(r, tok_stream_cap(g->tok))) {
             int n = tok_stream_push(&r->stream, ev->token, r->text + r->text_len, tok_stream_cap(g->tok));
             r->text_len += (size_t)(n > 0 ? n : 0);
@@ -500,72 +493,62 @@ static char *read_file_text(const char *flag, const char *path, llmi_status *st)
     return s;
 }
 
-/* vLLM's bad_words as token sequences: each word as the text gives it, and with a space
- * before it when that starts with another token and is as long (the word inside a text),
- * into r->bad_ids / bad_off behind r->params. */
+/* Appends one spelling (n ids) to r's bad-word sequences (cap: bad_ids' room). */
+static int add_bad_spelling(gen_request *r, int *cap, const int32_t *ids, int n, llmi_status *st) {
+    const int used = r->bad_off[r->params.n_bad];
+    if (used + n > *cap) {
+        while (used + n > *cap) *cap *= 2;
+        int32_t *grown = realloc(r->bad_ids, (size_t)*cap * sizeof *grown);
+        if (!grown) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+        r->bad_ids = grown;
+    }
+    memcpy(r->bad_ids + used, ids, (size_t)n * sizeof *ids);
+    r->bad_off[++r->params.n_bad] = used + n;
+    return LLMI_OK;
+}
+
+/* vLLM's bad_words as token sequences behind r->params: each word as written, and after a
+ * space when that spelling starts with another token and is as long (the word inside a
+ * text). */
 static int tokenize_bad_words(const tokenizer *tok, gen_request *r, llmi_status *st) {
-    int cap = 64, n = 0, n_seq = 0;
+    int cap = 64;
     r->bad_ids = malloc((size_t)cap * sizeof *r->bad_ids);
     r->bad_off = malloc((size_t)(2 * r->n_bad_words + 1) * sizeof *r->bad_off);
     if (!r->bad_ids || !r->bad_off) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
     r->bad_off[0] = 0;
-    for (int w = 0; w < r->n_bad_words; w++) {
-        int32_t *first = NULL;
-        int n_first = 0, seq0 = n_seq;
-        for (int spaced = 0; spaced < 2; spaced++) {
-            size_t len = strlen(r->bad_words[w]);
-            char *text = malloc(len + 2);
-            if (!text) {
-                free(first);
-                return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
-            }
-            snprintf(text, len + 2, "%s%s", spaced ? " " : "", r->bad_words[w]);
-            int32_t *ids = NULL;
-            int n_ids = 0;
-            int rc = tok_encode(tok, text, strlen(text), false, true, &ids, &n_ids, st);
-            free(text);
-            if (rc) {
-                free(first);
-                return rc;
-            }
-            bool keep = !spaced || (n_ids == n_first && n_ids > 0 && ids[0] != first[0]);
-            if (keep && n_ids > 0) {
-                while (n + n_ids > cap) cap *= 2;
-                int32_t *grown = realloc(r->bad_ids, (size_t)cap * sizeof *grown);
-                if (!grown) {
-                    free(ids), free(first);
-                    return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
-                }
-                r->bad_ids = grown;
-                memcpy(r->bad_ids + n, ids, (size_t)n_ids * sizeof *ids);
-                n += n_ids;
-                r->bad_off[++n_seq] = n;
-            }
-            if (spaced) free(ids);
-            else first = ids, n_first = n_ids;
+    r->params.n_bad = 0;
+    for (int w = 0; w < r->n_bad_words && !st->code; w++) {
+        const char *word = r->bad_words[w];
+        char *spaced = malloc(strlen(word) + 2);
+        int32_t *a = NULL, *b = NULL;
+        int na = 0, nb = 0;
+        if (!spaced) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+        snprintf(spaced, strlen(word) + 2, " %s", word);
+        if (!tok_encode(tok, word, strlen(word), false, true, &a, &na, st) &&
+            !tok_encode(tok, spaced, strlen(spaced), false, true, &b, &nb, st)) {
+            if (na == 0) llmi_fail(st, LLMI_E_USAGE, "bad_words: \"%.100s\" spells to no tokens", word);
+            else if (!add_bad_spelling(r, &cap, a, na, st) && nb == na && b[0] != a[0])
+                add_bad_spelling(r, &cap, b, nb, st);
         }
-        free(first);
-        if (n_seq == seq0)
-            return llmi_fail(st, LLMI_E_USAGE, "bad_words: \"%.100s\" spells to no tokens", r->bad_words[w]);
+        free(spaced), free(a), free(b);
     }
     r->params.bad_ids = r->bad_ids;
     r->params.bad_off = r->bad_off;
-    r->params.n_bad = n_seq;
-    return LLMI_OK;
+    return st->code;
 }
 
 static void request_free(gen_request *r) {
     if (!r->shares_input) {
         grammar_free(r->own_grammar);
         free(r->own_bias);
-        if (r->own_breakers) prompts_free_breakers(r->own_breakers, r->params.sampling.n_dry_breakers);
-        prompts_free_turns(r->turns, r->n_turns);
+        if (r->own_breakers) prompts_free_strings(r->own_breakers, r->params.sampling.n_dry_breakers);
+        prompts_free_strings(r->turns, r->n_turns);
         free(r->system);
         free(r->prompt);
         free(r->given_ids);
         for (int i = 0; i < r->params.n_stop; i++) free(r->stops[i]);
         free(r->own_allowed);
-        prompts_free_turns(r->bad_words, r->n_bad_words);
+        prompts_free_strings(r->bad_words, r->n_bad_words);
     }
     free(r->bad_ids);
     free(r->bad_off);

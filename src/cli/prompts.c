@@ -90,7 +90,7 @@ static int parse_logit_bias(const cJSON *v, const char *file, int lineno, prompt
     return LLMI_OK;
 }
 
-void prompts_free_breakers(char **list, int n) {
+void prompts_free_strings(char **list, int n) {
     for (int i = 0; i < n; i++) free(list[i]);
     free(list);
 }
@@ -117,13 +117,8 @@ int prompts_entry_init(prompt_entry *e, const llmi_request_params *defaults, llm
     return LLMI_OK;
 }
 
-void prompts_free_turns(char **turns, int n) {
-    for (int i = 0; i < n; i++) free(turns[i]);
-    free(turns);
-}
-
 void prompts_entry_free(prompt_entry *e) {
-    prompts_free_turns(e->turns, e->n_turns);
+    prompts_free_strings(e->turns, e->n_turns);
     e->turns = NULL;
     e->n_turns = 0;
     free(e->system);
@@ -132,7 +127,7 @@ void prompts_entry_free(prompt_entry *e) {
     e->own_grammar = NULL;
     free(e->own_bias);
     e->own_bias = NULL;
-    if (e->own_breakers) prompts_free_breakers(e->own_breakers, e->params.sampling.n_dry_breakers);
+    if (e->own_breakers) prompts_free_strings(e->own_breakers, e->params.sampling.n_dry_breakers);
     e->own_breakers = NULL;
     free(e->prompt);
     free(e->prompt_ids);
@@ -145,7 +140,7 @@ void prompts_entry_free(prompt_entry *e) {
     e->own_allowed = NULL;
     e->params.allowed_ids = NULL;
     e->params.n_allowed = 0;
-    prompts_free_turns(e->bad_words, e->n_bad_words);
+    prompts_free_strings(e->bad_words, e->n_bad_words);
     e->bad_words = NULL;
     e->n_bad_words = 0;
 }
@@ -190,24 +185,31 @@ static int parse_messages(const cJSON *msgs, const char *file, int lineno, promp
     return LLMI_OK;
 }
 
-/* vLLM's TokensPrompt: the prompt as token ids, used as given (the engine checks them
- * against the vocabulary). */
-static int parse_prompt_ids(const cJSON *ids, const char *file, int lineno, prompt_entry *r, llmi_status *st) {
+/* A line's list of 1..max_n token ids under key into *out (malloc'ed, *n ids; the engine
+ * checks them against the vocabulary). */
+static int parse_id_list(const cJSON *ids, const char *key, int max_n, const char *file, int lineno, int32_t **out,
+                         int *n_out, llmi_status *st) {
     int n = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : -1;
-    if (n < 1 || n > PROMPTS_MAX_PROMPT_IDS)
-        return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"prompt_token_ids\" must be a list of 1 to %d token ids",
-                         file, lineno, PROMPTS_MAX_PROMPT_IDS);
-    if (!(r->prompt_ids = malloc((size_t)n * sizeof *r->prompt_ids)) || !(r->prompt = strdup("")))
-        return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+    if (n < 1 || n > max_n)
+        return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"%s\" must be a list of 1 to %d token ids", file, lineno,
+                         key, max_n);
+    if (!(*out = malloc((size_t)n * sizeof **out))) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
     const cJSON *id;
     cJSON_ArrayForEach(id, ids) {
         if (!cJSON_IsNumber(id) || !(id->valuedouble >= 0 && id->valuedouble <= INT32_MAX) ||
             id->valuedouble != floor(id->valuedouble))
-            return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"prompt_token_ids\": item %d is not a token id "
-                             "(a non-negative integer)", file, lineno, r->n_prompt_ids + 1);
-        r->prompt_ids[r->n_prompt_ids++] = (int32_t)id->valuedouble;
+            return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"%s\": item %d is not a token id (a non-negative "
+                             "integer)", file, lineno, key, *n_out + 1);
+        (*out)[(*n_out)++] = (int32_t)id->valuedouble;
     }
     return LLMI_OK;
+}
+
+/* vLLM's TokensPrompt: the prompt as token ids, used as given. */
+static int parse_prompt_ids(const cJSON *ids, const char *file, int lineno, prompt_entry *r, llmi_status *st) {
+    if (!(r->prompt = strdup(""))) return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
+    return parse_id_list(ids, "prompt_token_ids", PROMPTS_MAX_PROMPT_IDS, file, lineno, &r->prompt_ids,
+                         &r->n_prompt_ids, st);
 }
 
 /* vLLM's allowed_token_ids, bad_words, include_stop_str_in_output, skip_special_tokens and
@@ -215,23 +217,11 @@ static int parse_prompt_ids(const cJSON *ids, const char *file, int lineno, prom
 static int parse_vllm_controls(const cJSON *j, const char *file, int lineno, prompt_entry *r, llmi_status *st) {
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(j, "allowed_token_ids");
     if (al && !cJSON_IsNull(al)) {
-        int n = cJSON_IsArray(al) ? cJSON_GetArraySize(al) : -1;
-        if (n < 1 || n > PROMPTS_MAX_ALLOWED)
-            return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"allowed_token_ids\" must be a list of 1 to %d "
-                             "token ids", file, lineno, PROMPTS_MAX_ALLOWED);
-        if (!(r->own_allowed = malloc((size_t)n * sizeof *r->own_allowed)))
-            return llmi_fail(st, LLMI_E_RUNTIME, "out of memory");
-        int k = 0;
-        const cJSON *id;
-        cJSON_ArrayForEach(id, al) {
-            if (!cJSON_IsNumber(id) || !(id->valuedouble >= 0 && id->valuedouble <= INT32_MAX) ||
-                id->valuedouble != floor(id->valuedouble))
-                return llmi_fail(st, LLMI_E_USAGE, "--prompts: %s:%d: \"allowed_token_ids\": each must be a token id "
-                                 "(a non-negative integer)", file, lineno);
-            r->own_allowed[k++] = (int32_t)id->valuedouble;
-        }
+        r->params.n_allowed = 0;
+        if (parse_id_list(al, "allowed_token_ids", PROMPTS_MAX_ALLOWED, file, lineno, &r->own_allowed,
+                          &r->params.n_allowed, st))
+            return st->code;
         r->params.allowed_ids = r->own_allowed;
-        r->params.n_allowed = n;
     }
     const cJSON *bw = cJSON_GetObjectItemCaseSensitive(j, "bad_words");
     if (bw && !cJSON_IsNull(bw)) {
@@ -466,10 +456,10 @@ static int parse_json_request(const char *line, const char *file, int lineno, pr
             }
         }
         if (rc) {
-            prompts_free_breakers(list, k);
+            prompts_free_strings(list, k);
             goto out;
         }
-        if (r->own_breakers) prompts_free_breakers(r->own_breakers, r->params.sampling.n_dry_breakers);
+        if (r->own_breakers) prompts_free_strings(r->own_breakers, r->params.sampling.n_dry_breakers);
         r->own_breakers = list;
         r->params.sampling.dry_breakers = (const char *const *)list;
         r->params.sampling.n_dry_breakers = n;

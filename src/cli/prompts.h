@@ -55,11 +55,8 @@ typedef struct prompt_entry {
                                         last N tokens; 0 = all */
 } prompt_entry;
 
-/* Frees a line's turns (n strings and the array). */
-void prompts_free_turns(char **turns, int n);
-
-/* Frees a line's own DRY breaker list (n strings and the array). */
-void prompts_free_breakers(char **list, int n);
+/* Frees a list of n owned strings and the array (a line's turns, DRY breakers, bad words). */
+void prompts_free_strings(char **list, int n);
 
 /* Appends (id, bias) to the list *list (n, cap; grown with realloc); where names the flag
  * or line.  The engine checks ids against the vocabulary. */

@@ -575,6 +575,7 @@ static void emit(llmi_engine *e, llmi_seq *s, int32_t tok, const float *raw, eng
     if (!s->params.ignore_eos && m->tok && tok_is_eog(m->tok, tok)) why = LLMI_FINISH_EOS;
     for (int i = 0; i < s->params.n_stop_ids && why == LLMI_FINISH_NONE; i++)
         if (tok == s->params.stop_ids[i]) why = LLMI_FINISH_STOP;
+    const bool by_token = why != LLMI_FINISH_NONE;
     if (why == LLMI_FINISH_NONE && s->params.n_stop > 0 && m->tok) {
         int n = tok_stream_push(&s->stream, tok, e->piece, tok_stream_cap(m->tok));
         /* the text is kept from the first token on: a stop string may begin inside the
@@ -591,6 +592,7 @@ static void emit(llmi_engine *e, llmi_seq *s, int32_t tok, const float *raw, eng
         finish_seq(e, s, why);
         ev.finished = true;
         ev.reason = why;
+        ev.by_token = by_token;
     }
     if (cb) cb(cb_ctx, &ev);
 }

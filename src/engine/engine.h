@@ -132,6 +132,8 @@ typedef struct llmi_token_event {
     const float *top_logprobs;      /* (n_top) */
     bool finished;                  /* this is the request's last event */
     llmi_finish reason;
+    bool by_token;                  /* finished by this token itself (end-of-generation or a stop
+                                       id), not by the text or a limit: vLLM leaves its text out */
 } llmi_token_event;
 typedef void (*engine_token_cb)(void *ctx, const llmi_token_event *ev);
 

@@ -54,13 +54,12 @@ typedef struct lora_pair {
 /* What an adapter file says besides its factors.  PEFT: one rank r for every pair and
  * s = lora_alpha / r (/ sqrt(r) with use_rslora).  GGUF (llama.cpp's llama_adapter_lora):
  * each pair's own rank, s = alpha / rank, or 1 when alpha is 0; Q/K rows of a llama
- * adapter in the converter's permuted order. */
+ * adapter in the converter's permuted order (the merge puts them back). */
 typedef struct lora_cfg {
     int r;                        /* 0: each pair's A rows */
     double alpha;
     bool rslora;
     bool gguf;
-    bool permuted_qk;
 } lora_cfg;
 
 static int cfg_fail(const char *path, const char *why, llmi_status *st) {
@@ -380,7 +379,7 @@ static int read_gguf(const char *path, const llmi_model *m, lora_cfg *c, lora_fi
     if (gguf_get_float(g, "adapter.lora.alpha", &alpha, st) < 0) return llmi_fail(st, LLMI_E_USAGE, "--lora %s", path);
     if (!isfinite(alpha) || fabs(alpha) > 1e6)
         return llmi_fail(st, LLMI_E_USAGE, "--lora %s: adapter.lora.alpha must be a finite number", path);
-    *c = (lora_cfg){.alpha = alpha, .gguf = true, .permuted_qk = m->cfg.arch == LLMI_ARCH_LLAMA};
+    *c = (lora_cfg){.alpha = alpha, .gguf = true};
     lora_pair *pairs = calloc((size_t)g->n_tensors + 1, sizeof *pairs);
     if (!pairs) return llmi_fail(st, LLMI_E_RUNTIME, "--lora %s: out of memory", path);
     *pairs_out = pairs;
@@ -492,7 +491,7 @@ int model_merge_lora(llmi_model *m, const char *path_in, float scale, llmi_statu
             rc = llmi_fail(st, LLMI_E_RUNTIME, "--lora %s: out of memory for layer %d's factors", path, q->layer);
             break;
         }
-        if (c.permuted_qk && q->target <= 1) {
+        if (c.gguf && m->cfg.arch == LLMI_ARCH_LLAMA && q->target <= 1) {
             /* llama.cpp's converter permuted B's rows as it permutes the weight's; the weights
              * here are in Hugging Face's order (model.c un-permutes a llama GGUF's) */
             const int heads = q->target == 0 ? m->cfg.n_heads : m->cfg.n_kv_heads;
