@@ -19,6 +19,13 @@ each generated position the top-5 (id, logprob) of llama.cpp's logits.
              the same with llama.cpp applying a GGUF LoRA adapter at run time (--lora ADAPTER, or
              --lora-scaled ADAPTER:SCALE), written to OUT.json with "llmi_flags", llmi's flags
              for the same adapter (ADAPTER as given: give it relative to the repository)
+    greedy-cvec python3 scripts/ref-llamacpp.py greedy-cvec MODEL OUTDIR START END FILE:SCALE...
+             greedy with control vectors applied by llama.cpp (llama_set_adapter_cvec, layers
+             START..END; the files read with llama.cpp's gguf-py, summed as common_control_vector_load
+             does); also writes OUTDIR/cvec.json with llmi's flags for the same vectors
+    ppl-flags python3 scripts/ref-llamacpp.py ppl-flags LLAMA_PERPLEXITY MODEL WIKI_TEST_RAW CHUNKS OUT.json FLAG...
+             ppl with extra llama-perplexity flags that llmi spells the same (--control-vector-scaled
+             FILE:S, --control-vector-layer-range A B), recorded as "llmi_flags"
 """
 import json
 import math
@@ -130,7 +137,21 @@ PROMPTS = [
 ]
 
 
-def greedy(model_path, outdir):
+def cvec_data(files, n_embd, n_layer):
+    """llama.cpp common_control_vector_load's buffer: (n_layer - 1) rows of n_embd, row N-1
+    the sum over files of scale x direction.N (read with llama.cpp's gguf-py)."""
+    import numpy as np
+    from gguf import GGUFReader
+    data = np.zeros(((n_layer - 1), n_embd), dtype=np.float32)
+    for path, scale in files:
+        for t in GGUFReader(path).tensors:
+            kind, layer = t.name.split(".")
+            assert kind == "direction" and 1 <= int(layer) < n_layer and t.data.shape == (n_embd,), t.name
+            data[int(layer) - 1] += np.asarray(t.data, dtype=np.float32) * np.float32(scale)
+    return data
+
+
+def greedy(model_path, outdir, cvec=None):
     import numpy as np
     import llama_cpp.llama_cpp as llama_capi
     from llama_cpp import Llama
@@ -149,6 +170,16 @@ def greedy(model_path, outdir):
     llm = Llama(model_path=model_path, n_ctx=N_CTX, n_threads=N_THREADS, n_threads_batch=N_THREADS,
                 n_batch=N_BATCH, n_ubatch=N_BATCH, logits_all=False, verbose=False, seed=0)
     n_vocab = llm.n_vocab()
+    if cvec:
+        # llama.cpp adds the vector inside its graph (llama_adapter_cvec::apply_to after each
+        # layer's residual add); the buffer is common_control_vector_load's
+        n_embd, n_layer = llm.n_embd(), llama_capi.llama_model_n_layer(llm.model)
+        data = cvec_data(cvec["files"], n_embd, n_layer)
+        flat = np.ascontiguousarray(data.reshape(-1))
+        import ctypes
+        rc = llama_capi.llama_set_adapter_cvec(llm.ctx, flat.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+                                               flat.size, n_embd, cvec["start"], cvec["end"])
+        assert rc == 0, rc
     os.makedirs(outdir, exist_ok=True)
     out_path = os.path.join(outdir, "greedy.jsonl")
     prompts_path = os.path.join(outdir, "prompts.jsonl")
@@ -236,6 +267,23 @@ if __name__ == "__main__":
     elif len(sys.argv) in (7, 8) and sys.argv[1] == "ppl":
         ppl(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6],
             sys.argv[7] if len(sys.argv) == 8 else None)
+    elif len(sys.argv) >= 7 and sys.argv[1] == "greedy-cvec":
+        # greedy-cvec MODEL OUTDIR START END FILE:SCALE... (START/END as llama.cpp's
+        # --control-vector-layer-range after its defaults: 1 and n_layer)
+        files = [(a.rsplit(":", 1)[0], float(a.rsplit(":", 1)[1])) for a in sys.argv[6:]]
+        start, end = int(sys.argv[4]), int(sys.argv[5])
+        greedy(sys.argv[2], sys.argv[3], {"files": files, "start": start, "end": end})
+        flags = ["--control-vector-scaled", ",".join(f"{p}:{sc:g}" for p, sc in files),
+                 "--control-vector-layer-range", str(start), str(end)]
+        with open(os.path.join(sys.argv[3], "cvec.json"), "w", encoding="utf-8") as f:
+            json.dump({"llmi_flags": flags, "llama_cpp": "llama_set_adapter_cvec(ctx, buffer of "
+                       "common_control_vector_load, n_embd, START, END)"}, f, indent=1)
+            f.write("\n")
+    elif len(sys.argv) >= 8 and sys.argv[1] == "ppl-flags":
+        # ppl-flags LLAMA_PERPLEXITY MODEL WIKI CHUNKS OUT.json FLAG...: llama.cpp's flags,
+        # spelled the same for llmi (the control vector flags)
+        ppl(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), os.path.dirname(sys.argv[6]) or ".",
+            extra=sys.argv[7:], out_path=sys.argv[6], llmi_flags=sys.argv[7:])
     elif len(sys.argv) in (8, 9) and sys.argv[1] == "ppl-lora":
         adapter, out_json = sys.argv[7], sys.argv[6]
         if len(sys.argv) == 9:

@@ -13,6 +13,13 @@
 #include "model/model.h"
 #include "core/status.h"
 
+/* Files given with a scale each (--lora, --control-vector), in the order given. */
+typedef struct cli_scaled_files {
+    char path[LLMI_MAX_LORA][1024];
+    float scale[LLMI_MAX_LORA];
+    int n;
+} cli_scaled_files;
+
 typedef struct cli_model_opts {
     const char *model_path;       /* -m; NULL = the default model (scripts/fetch-model.sh's cache path) */
     const char *dummy;            /* --dummy PRESET|config.json: synthetic weights, no tokenizer */
@@ -23,9 +30,12 @@ typedef struct cli_model_opts {
     llmi_engine_opts engine;      /* --block-size, --num-blocks, --kv-mem, --max-batch-tokens, --prefill-chunk,
                                      --max-seqs, --sched, -c */
     const char *draft_model;      /* --draft-model PATH (generate, bench): loaded by cli_open_engine, or NULL */
-    char lora[LLMI_MAX_LORA][1024];    /* --lora PATH / --lora-scaled PATH SCALE: adapters merged (PEFT dirs, GGUF files) */
-    float lora_scale[LLMI_MAX_LORA];   /* into the weights by cli_open_model, in order */
-    int n_lora;
+    cli_scaled_files lora;        /* --lora PATH / --lora-scaled PATH SCALE: adapters (PEFT dirs, GGUF files)
+                                     merged into the weights by cli_open_model, in order */
+    cli_scaled_files control;     /* --control-vector FILE / --control-vector-scaled FILE SCALE: added to the
+                                     layers' outputs by cli_open_model */
+    int control_start, control_end;   /* --control-vector-layer-range (0: the defaults) */
+    bool control_range_set;
     bool max_batch_tokens_set;    /* else the backend's default: 512 on cpu, 2048 on cuda */
     bool kv_type_set;             /* else the backend's default: f32 on cpu, bf16 on cuda */
     bool sched_set;               /* --sched given; else fifo, or prefill-first where the workload asks */
@@ -45,7 +55,7 @@ int cli_parse_sampling_flag(llmi_sampling *s, int argc, char **argv, int *i, llm
 const char *cli_model_flags_help(void);
 
 /* Loads the model (-m, or the default model) or builds the --dummy one, then merges the
- * --lora adapters. */
+ * --lora adapters and adds the control vectors. */
 int cli_open_model(const cli_model_opts *o, llmi_model *m, llmi_status *st);
 /* Merges o's --lora adapters into m (cli_open_model does; quantize, which loads its own way,
  * calls it).  On failure m is freed. */

@@ -1,6 +1,7 @@
 /* cli_common.c — the flags every subcommand shares and opening model, backend and
  * engine from them (see cli.h). */
 #include "cli/cli.h"
+#include "model/control_vector.h"
 #include "model/lora.h"
 #include "engine/spec.h"
 
@@ -180,6 +181,11 @@ const char *cli_model_flags_help(void) {
            "                          as PEFT's merge_and_unload; quantized linears become bf16 first (repeatable, up to 8)\n"
            "  --lora-scaled PATH S    the same with the adapter's product scaled by S (llama.cpp's flag; its\n"
            "                          one-argument forms too: --lora A,B and --lora-scaled A:S1,B:S2)\n"
+           "  --control-vector FILE   add a llama.cpp control vector (GGUF, direction.N tensors) to the output of\n"
+           "                          layer N, as llama.cpp does (repeatable, up to 8; FILE,FILE2 too)\n"
+           "  --control-vector-scaled FILE S   the same scaled by S (or FILE:S[,FILE2:S2]); files add up\n"
+           "  --control-vector-layer-range START END   layers the control vectors apply to, inclusive\n"
+           "                          (default 1 to the last; there is never one for layer 0)\n"
            "Engine:\n"
            "  -c, --ctx-size N        context length (default: the model's)\n"
            "  --kv-type T             KV cache dtype: f32, f16, bf16, q8, fp8 (default f32 on cpu, bf16 on cuda)\n"
@@ -253,8 +259,9 @@ int cli_parse_sampling_flag(llmi_sampling *s, int argc, char **argv, int *i, llm
     return 0;
 }
 
-/* "PATH:SCALE" with SCALE a number: llama.cpp's one-argument --lora-scaled element. */
-static bool lora_has_scale(const char *v) {
+/* "PATH:SCALE" with SCALE a number: llama.cpp's one-argument --lora-scaled and
+ * --control-vector-scaled element. */
+static bool has_scale(const char *v) {
     const char *colon = strrchr(v, ':');
     if (!colon || colon == v || !colon[1]) return false;
     char *end;
@@ -262,18 +269,20 @@ static bool lora_has_scale(const char *v) {
     return *end == '\0' || *end == ',';
 }
 
-static int add_lora(cli_model_opts *o, const char *flag, const char *path, size_t len, double scale, llmi_status *st) {
-    if (o->n_lora >= LLMI_MAX_LORA) return llmi_fail(st, LLMI_E_USAGE, "%s: at most %d adapters", flag, LLMI_MAX_LORA);
-    if (len == 0) return llmi_fail(st, LLMI_E_USAGE, "%s: an empty adapter path", flag);
-    if (len >= sizeof o->lora[0]) return llmi_fail(st, LLMI_E_USAGE, "%s: adapter path too long", flag);
-    memcpy(o->lora[o->n_lora], path, len);
-    o->lora[o->n_lora][len] = '\0';
-    o->lora_scale[o->n_lora++] = (float)scale;
+static int add_scaled(cli_scaled_files *l, const char *flag, const char *path, size_t len, double scale,
+                      llmi_status *st) {
+    if (l->n >= LLMI_MAX_LORA) return llmi_fail(st, LLMI_E_USAGE, "%s: at most %d files", flag, LLMI_MAX_LORA);
+    if (len == 0) return llmi_fail(st, LLMI_E_USAGE, "%s: an empty path", flag);
+    if (len >= sizeof l->path[0]) return llmi_fail(st, LLMI_E_USAGE, "%s: path too long", flag);
+    memcpy(l->path[l->n], path, len);
+    l->path[l->n][len] = '\0';
+    l->scale[l->n++] = (float)scale;
     return LLMI_OK;
 }
 
-/* llama.cpp's current forms: --lora A[,B...] and --lora-scaled A:SCALE[,B:SCALE...]. */
-static int add_lora_list(cli_model_opts *o, const char *flag, const char *v, bool scaled, llmi_status *st) {
+/* llama.cpp's current forms: --lora A[,B...] and --lora-scaled A:SCALE[,B:SCALE...] (the same
+ * for --control-vector and --control-vector-scaled). */
+static int add_scaled_list(cli_scaled_files *l, const char *flag, const char *v, bool scaled, llmi_status *st) {
     for (const char *p = v;;) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
@@ -289,10 +298,27 @@ static int add_lora_list(cli_model_opts *o, const char *flag, const char *v, boo
             if (cli_parse_float(flag, num, -1e4, 1e4, &scale, st)) return st->code;
             len = (size_t)(colon - p);
         }
-        if (add_lora(o, flag, p, len, scale, st)) return st->code;
+        if (add_scaled(l, flag, p, len, scale, st)) return st->code;
         if (!comma) return LLMI_OK;
         p = comma + 1;
     }
+}
+
+/* --lora / --lora-scaled (or --control-vector / --control-vector-scaled, `scaled` saying
+ * which) into l: llama.cpp's one-argument forms, and --*-scaled's earlier two-argument form
+ * PATH SCALE.  Returns 0, or -1 with st set. */
+static int parse_scaled_flag(cli_scaled_files *l, bool scaled, int argc, char **argv, int *i, llmi_status *st) {
+    const char *a = argv[*i], *v = cli_flag_value(argc, argv, i, st);
+    if (!v) return -1;
+    if (scaled && !has_scale(v)) {
+        const char *path = v;
+        double f;
+        if (!(v = cli_flag_value(argc, argv, i, st)) || cli_parse_float(a, v, -1e4, 1e4, &f, st) ||
+            add_scaled(l, a, path, strlen(path), f, st))
+            return -1;
+        return 0;
+    }
+    return add_scaled_list(l, a, v, scaled, st) ? -1 : 0;
 }
 
 int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_status *st) {
@@ -342,15 +368,18 @@ int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_
         if (cli_parse_float(a, v, 0.05, 1.0, &f, st)) return -1;
         o->backend.gpu_mem_util = (float)f;
     } else if (IS("--lora") || IS("--lora-scaled")) {
+        if (parse_scaled_flag(&o->lora, IS("--lora-scaled"), argc, argv, i, st)) return -1;
+    } else if (IS("--control-vector") || IS("--control-vector-scaled")) {
+        if (parse_scaled_flag(&o->control, IS("--control-vector-scaled"), argc, argv, i, st)) return -1;
+    } else if (IS("--control-vector-layer-range")) {
+        /* llama.cpp's two values, START and END, inclusive; 0 or less: the default */
+        long lo, hi;
         VALUE();
-        if (IS("--lora-scaled") && !lora_has_scale(v)) {
-            /* llama.cpp's earlier form, two arguments: --lora-scaled PATH SCALE */
-            const char *adapter = v;
-            VALUE();
-            if (cli_parse_float(a, v, -1e4, 1e4, &f, st) || add_lora(o, a, adapter, strlen(adapter), f, st)) return -1;
-        } else if (add_lora_list(o, a, v, IS("--lora-scaled"), st)) {
-            return -1;
-        }
+        if (cli_parse_long(a, v, -1, 1 << 20, &lo, st)) return -1;
+        VALUE();
+        if (cli_parse_long(a, v, -1, 1 << 20, &hi, st)) return -1;
+        o->control_start = (int)lo, o->control_end = (int)hi;
+        o->control_range_set = true;
     } else if (IS("-c") || IS("--ctx-size")) {
         VALUE();
         if (cli_parse_long(a, v, 1, 1 << 24, &n, st)) return -1;
@@ -431,12 +460,34 @@ const char *cli_default_model_path(char *buf, size_t cap) {
     return buf;
 }
 
+int cli_merge_loras(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
+    for (int i = 0; i < o->lora.n; i++)
+        if (model_merge_lora(m, o->lora.path[i], o->lora.scale[i], st)) {
+            model_free(m);
+            return st->code;
+        }
+    return LLMI_OK;
+}
+
+/* The --lora adapters merged, then the control vectors added; on failure m is freed. */
+static int apply_adapters(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
+    if (cli_merge_loras(o, m, st)) return st->code;
+    if (!o->control.n && !o->control_range_set) return LLMI_OK;
+    const char *paths[LLMI_MAX_LORA];
+    for (int i = 0; i < o->control.n; i++) paths[i] = o->control.path[i];
+    if (model_add_control_vectors(m, paths, o->control.scale, o->control.n, o->control_start, o->control_end, st)) {
+        model_free(m);
+        return st->code;
+    }
+    return LLMI_OK;
+}
+
 int cli_open_model(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
     memset(m, 0, sizeof *m);
     if (o->dummy) {
         if (o->model_path) return llmi_fail(st, LLMI_E_USAGE, "--dummy and -m: give one or the other");
         if (model_load_dummy(o->dummy, o->dummy_dtype, o->dummy_group, m, st)) return st->code;
-        return cli_merge_loras(o, m, st);
+        return apply_adapters(o, m, st);
     }
     char def[1024];
     const char *path = o->model_path;
@@ -450,16 +501,7 @@ int cli_open_model(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
     }
     llmi_load_opts lo = {0};
     if (model_load(path, &lo, m, st)) return st->code;
-    return cli_merge_loras(o, m, st);
-}
-
-int cli_merge_loras(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
-    for (int i = 0; i < o->n_lora; i++)
-        if (model_merge_lora(m, o->lora[i], o->lora_scale[i], st)) {
-            model_free(m);
-            return st->code;
-        }
-    return LLMI_OK;
+    return apply_adapters(o, m, st);
 }
 
 int cli_open_backend(const cli_model_opts *o, const llmi_model *m, llmi_backend **b, llmi_status *st) {

@@ -404,6 +404,9 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
     int rc = qc_parse(argc, argv, &a, st);
     if (rc < 0) return 0; /* --help */
     if (rc) return rc;
+    if (a.mo.control.n || a.mo.control_range_set)
+        return llmi_fail(st, LLMI_E_USAGE, "--control-vector: a control vector is added at run time and is not part of "
+                         "a quantized checkpoint; give it to the run that loads the output");
     if (!a.eval_only && !a.dry_run && quant_check_outdir(a.out, a.force, st)) return st->code;
     llmi_model m;
     /* The tokenizer is only needed to read text; RTN and --load-stats runs do without. */

@@ -106,6 +106,12 @@ kv_hash prompt_cache_model_fingerprint(const llmi_model *m) {
         }
         XXH3_128bits_update(s, &m->lora[i].scale, sizeof m->lora[i].scale);
     }
+    /* control vectors change every later layer's K and V: each layer's own, whatever files made it */
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        if (m->layers[l].control) {
+            XXH3_128bits_update(s, &l, sizeof l);
+            XXH3_128bits_update(s, m->layers[l].control, (size_t)m->cfg.dim * sizeof(float));
+        }
     XXH128_hash_t h = XXH3_128bits_digest(s);
     XXH3_freeState(s);
     return (kv_hash){h.low64, h.high64};

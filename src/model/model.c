@@ -110,6 +110,7 @@ void model_free(llmi_model *m) {
             free(L->k_norm);
             free(L->post_attn_norm);
             free(L->post_ffn_norm);
+            free(L->control);
             tensor_release(&L->wq);
             tensor_release(&L->wk);
             tensor_release(&L->wv);

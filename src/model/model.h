@@ -90,6 +90,9 @@ typedef struct llmi_layer {
     float *ffn_norm;                      /* (dim) */
     float *post_attn_norm, *post_ffn_norm; /* (dim) each: norms of o_proj's and down_proj's outputs; NULL
                                              without post_norms */
+    float *control;                       /* (dim) added to the layer's output (after post_ffn_norm and the
+                                             residual add): llama.cpp's control vector (control_vector.h);
+                                             NULL where none applies */
     /* A MoE layer stacks its experts' matrices (as GGUF's *_exps tensors do): expert e's gate and
      * up are rows [e * ffn_dim, (e + 1) * ffn_dim), its down rows [e * dim, (e + 1) * dim). */
     llmi_tensor w_gate;                   /* (ffn_dim, dim); MoE: (n_experts * ffn_dim, dim) */

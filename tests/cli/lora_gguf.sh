@@ -175,7 +175,7 @@ f=$(edit i32 "gguf_edit.find(g, '$QA')['type'] = 26"); expect_error "F32, F16, B
 f=$(edit nan "t = gguf_edit.find(g, '$QA'); t['data'] = struct.pack('<f', float('nan')) + t['data'][4:]")
 expect_error "non-finite" "$LLMI" "${gen[@]}" --lora "$f"
 expect_error "is not PATH:SCALE" "$LLMI" "${gen[@]}" --lora-scaled "$G/llama-gqa-rope3-all.f32.gguf:1,$L/llama-gqa-rope3-qv-rslora"
-expect_error "empty adapter path" "$LLMI" "${gen[@]}" --lora "$G/llama-gqa-rope3-all.f32.gguf,"
+expect_error "an empty path" "$LLMI" "${gen[@]}" --lora "$G/llama-gqa-rope3-all.f32.gguf,"
 expect_error "at most 8" "$LLMI" "${gen[@]}" --lora "$(printf "$TMP/x,%.0s" 1 2 3 4 5 6 7 8)$TMP/x"
 "$LLMI_SAN" "${gen[@]}" --lora "$TMP/rank.gguf" >/dev/null 2>"$TMP/err"; rc=$?
 [ $rc -eq 2 ] || fail "llmi-san on a bad GGUF adapter exited $rc: $(head -c 500 "$TMP/err")"

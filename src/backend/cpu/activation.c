@@ -61,3 +61,8 @@ void cpu_geglu(const float *gate, const float *up, int n, int d, float *out) {
 void cpu_scale(float *x, size_t n, float s) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
+
+void cpu_add_bias(float *y, int n, int cols, const float *bias) {
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < cols; c++) y[(size_t)t * cols + c] += bias[c];
+}

@@ -351,6 +351,8 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
             cpu_rmsnorm(im->delta, L->post_ffn_norm, n, dim, c->norm_eps, im->delta);
             prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, false, sizeof(float)));
         }
+        /* a control vector joins the layer's output: x + (delta + v), the sum step.c forms */
+        if (L->control) cpu_add_bias(im->delta, n, dim, L->control);
         *pending = true;
     }
 #undef TAP

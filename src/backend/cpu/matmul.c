@@ -1076,9 +1076,7 @@ static void matmul_quant(int nw, const llmi_tensor *const *ws, const float *x, i
 }
 
 static void add_bias(const llmi_tensor *w, int n, const float *bias, float *y) {
-    if (!bias) return;
-    for (int t = 0; t < n; t++)
-        for (int64_t r = 0; r < w->rows; r++) y[(size_t)t * w->rows + r] += bias[r];
+    if (bias) cpu_add_bias(y, n, (int)w->rows, bias);
 }
 
 

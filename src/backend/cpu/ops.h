@@ -164,5 +164,8 @@ void cpu_geglu_range(const float *gate, const float *up, size_t i0, size_t i1, f
 void cpu_glu_range(llmi_act act, const float *gate, const float *up, size_t i0, size_t i1, float *out);
 /* x (n) *= s, in place (Gemma's embedding scale). */
 void cpu_scale(float *x, size_t n, float s);
+/* y (n, cols) += bias (cols) on every row: a linear's bias, a layer's control vector (the
+ * twin of kernels' llmi_cuda_add_bias). */
+void cpu_add_bias(float *y, int n, int cols, const float *bias);
 
 #endif

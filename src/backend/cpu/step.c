@@ -260,17 +260,20 @@ static void qkv_split(const llmi_config *c, int id, int T, int64_t *q0, int64_t 
     *q1 = start[1];
 }
 
-/* x += post_norm(delta) where the model has one (Gemma 3's sandwich norm of the previous
- * sub-block's output, post_w; else delta as it is), then xn = norm(x) * w: one row,
- * numbers equal to run_layers' (which norms delta in place first). */
-static void add_norm_row(float *x, const float *delta, const float *post_w, const float *w, int dim, float eps,
-                         float *xn) {
-    if (post_w) {
-        cpu_rmsnorm_row(delta, post_w, dim, eps, xn);
-        cpu_add_rmsnorm_row(x, xn, w, dim, eps, xn);
-    } else {
+/* The previous sub-block's output into the residual: x += post_norm(delta) (Gemma 3's
+ * sandwich norm, post_w; else delta as it is) + control (the layer's control vector, when
+ * the sub-block ends a layer that has one), then xn = norm(x) * w: one row, numbers equal
+ * to run_layers' (which norms delta in place and adds the control vector to it first). */
+static void add_norm_row(float *x, const float *delta, const float *post_w, const float *control, const float *w,
+                         int dim, float eps, float *xn) {
+    if (!post_w && !control) {
         cpu_add_rmsnorm_row(x, delta, w, dim, eps, xn);
+        return;
     }
+    if (post_w) cpu_rmsnorm_row(delta, post_w, dim, eps, xn);
+    else memcpy(xn, delta, (size_t)dim * sizeof *xn);
+    if (control) cpu_add_bias(xn, 1, dim, control);
+    cpu_add_rmsnorm_row(x, xn, w, dim, eps, xn);
 }
 
 /* Phases 4 and 5 of a MoE layer l (the norm done: th->xn), as run_layers' moe_mlp computes
@@ -372,7 +375,9 @@ static void step_run(const step_ctx *cx) {
         /* 1: (residual add +) attn norm, q rows, this thread's kv heads roped into the cache */
         for (int t = 0; t < n; t++) {
             float *x = th->x + (size_t)t * dim, *xn = th->xn + (size_t)t * dim;
-            if (l > 0) add_norm_row(x, im->delta + (size_t)t * dim, m->layers[l - 1].post_ffn_norm, L->attn_norm, dim, eps, xn);
+            if (l > 0)
+                add_norm_row(x, im->delta + (size_t)t * dim, m->layers[l - 1].post_ffn_norm, m->layers[l - 1].control,
+                             L->attn_norm, dim, eps, xn);
             else cpu_rmsnorm_row(x, L->attn_norm, dim, eps, xn);
         }
         PROF(LLMI_OP_NORM, cost_rmsnorm(n, dim, l > 0, sizeof(float)));
@@ -413,8 +418,8 @@ static void step_run(const step_ctx *cx) {
 
         /* 4: residual add + ffn norm, gate/up rows, SwiGLU on them (in place in gate) */
         for (int t = 0; t < n; t++)
-            add_norm_row(th->x + (size_t)t * dim, im->delta + (size_t)t * dim, L->post_attn_norm, L->ffn_norm, dim, eps,
-                         th->xn + (size_t)t * dim);
+            add_norm_row(th->x + (size_t)t * dim, im->delta + (size_t)t * dim, L->post_attn_norm, NULL, L->ffn_norm, dim,
+                         eps, th->xn + (size_t)t * dim);
         PROF(LLMI_OP_NORM, cost_rmsnorm(n, dim, true, sizeof(float)));
         if (c->n_experts > 0) {   /* 4 and 5 for a mixture of experts */
             step_moe(cx, l, f0, f1, o0, o1, pr ? &t0 : NULL);
@@ -442,16 +447,14 @@ static void step_run(const step_ctx *cx) {
     /* the rows that need logits: final residual add and norm (each thread), lm_head slice */
     const int nl = bt->n_logits;
     if (nl <= 0) return;
-    const float *last_post = m->layers[c->n_layers - 1].post_ffn_norm;
+    const llmi_layer *last = &m->layers[c->n_layers - 1];
     for (int i = 0; i < nl; i++) {
         size_t r = (size_t)bt->logit_rows[i] * dim;
         float *lg = th->xn + (size_t)i * dim;
-        if (last_post) {
-            cpu_rmsnorm_row(im->delta + r, last_post, dim, eps, lg);
-            for (int j = 0; j < dim; j++) lg[j] = th->x[r + j] + lg[j];
-        } else {
-            for (int j = 0; j < dim; j++) lg[j] = th->x[r + j] + im->delta[r + j];
-        }
+        if (last->post_ffn_norm) cpu_rmsnorm_row(im->delta + r, last->post_ffn_norm, dim, eps, lg);
+        else memcpy(lg, im->delta + r, (size_t)dim * sizeof *lg);
+        if (last->control) cpu_add_bias(lg, 1, dim, last->control);
+        for (int j = 0; j < dim; j++) lg[j] = th->x[r + j] + lg[j];
         cpu_rmsnorm_row(lg, m->out_norm, dim, eps, lg);
     }
     PROF(LLMI_OP_NORM, cost_rmsnorm(nl, dim, true, sizeof(float)));

@@ -70,7 +70,8 @@ typedef struct cuda_linear {
 typedef struct cuda_layer_src {
     const void *w[8];         /* data of q, k, v, o, gate, up, down, router (NULL for a dense MLP) */
     llmi_dtype dt[8];
-    const float *f[10];       /* attn_norm, ffn_norm, q_norm, k_norm, post_attn_norm, post_ffn_norm, bq, bk, bv, bo */
+    const float *f[11];       /* attn_norm, ffn_norm, q_norm, k_norm, post_attn_norm, post_ffn_norm, control, bq, bk,
+                                 bv, bo */
 } cuda_layer_src;
 
 /* The parts of a layer that are uploaded (and replaced) on their own: a quantizer step
@@ -84,6 +85,7 @@ typedef struct cuda_layer {
     float *ffn_norm;          /* (dim) */
     float *q_norm, *k_norm;   /* (head_dim) each, or NULL without qk_norm (Qwen3) */
     float *post_attn_norm, *post_ffn_norm;   /* (dim) each, or NULL without post_norms (Gemma 3) */
+    float *control;           /* (dim) the layer's control vector, or NULL without one */
     cuda_linear qkv[3];       /* [0] is (q_dim + 2*kv_dim, dim), wq rows then wk then wv, dense
                                  or int4; int4 parts that cannot stack: q, k, v, each writing
                                  its columns of the qkv buffer */
@@ -311,8 +313,8 @@ static void layer_part_free(cuda_layer *L, cuda_layer_part p) {
     switch (p) {
     case LP_NORMS:
         dfree(L->attn_norm), dfree(L->ffn_norm), dfree(L->q_norm), dfree(L->k_norm);
-        dfree(L->post_attn_norm), dfree(L->post_ffn_norm);
-        L->attn_norm = L->ffn_norm = L->q_norm = L->k_norm = L->post_attn_norm = L->post_ffn_norm = NULL;
+        dfree(L->post_attn_norm), dfree(L->post_ffn_norm), dfree(L->control);
+        L->attn_norm = L->ffn_norm = L->q_norm = L->k_norm = L->post_attn_norm = L->post_ffn_norm = L->control = NULL;
         break;
     case LP_QKV:
         for (int i = 0; i < 3; i++) linear_free(&L->qkv[i]);
@@ -746,7 +748,7 @@ static size_t weights_needed(const llmi_model *m, bool tied, size_t *i4_max_elem
         if (moe) total += cuda_weight_bytes(&L->w_router, false);
         total += 2 * dim * 4 + (c->qkv_bias ? ((size_t)c->n_heads + 2 * (size_t)c->n_kv_heads) * c->head_dim * 4 : 0) +
                  (L->q_norm ? (size_t)c->head_dim * 4 : 0) + (L->k_norm ? (size_t)c->head_dim * 4 : 0) +
-                 (L->post_attn_norm ? dim * 4 : 0) + (L->post_ffn_norm ? dim * 4 : 0);
+                 (L->post_attn_norm ? dim * 4 : 0) + (L->post_ffn_norm ? dim * 4 : 0) + (L->control ? dim * 4 : 0);
     }
     size_t embd = (size_t)c->n_vocab * dim * WDT_BYTES;
     return total + embd * (tied ? 1 : 2) + dim * 4 + (size_t)c->head_dim * 2 * (c->rope_theta_local > 0 ? 2 : 1);
@@ -785,15 +787,15 @@ static cuda_layer_src layer_src(const llmi_layer *L) {
         s.w[i] = ts[i]->data;
         s.dt[i] = ts[i]->dtype;
     }
-    const float *f[10] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->post_attn_norm, L->post_ffn_norm,
-                          L->bq, L->bk, L->bv, L->bo};
+    const float *f[11] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->post_attn_norm, L->post_ffn_norm,
+                          L->control, L->bq, L->bk, L->bv, L->bo};
     memcpy(s.f, f, sizeof f);
     return s;
 }
 
 /* The linears (first index, count in layer_src's w) and floats (f) of each part. */
 static const struct { int w0, nw, f0, nf; } layer_part_src[LP_COUNT] = {
-    [LP_NORMS] = {0, 0, 0, 6}, [LP_QKV] = {0, 3, 6, 3}, [LP_O] = {3, 1, 9, 1}, [LP_GU] = {4, 2, 0, 0},
+    [LP_NORMS] = {0, 0, 0, 7}, [LP_QKV] = {0, 3, 7, 3}, [LP_O] = {3, 1, 10, 1}, [LP_GU] = {4, 2, 0, 0},
     [LP_DOWN] = {6, 1, 0, 0}, [LP_ROUTER] = {7, 1, 0, 0}};
 
 static bool layer_part_same(const cuda_layer_src *a, const cuda_layer_src *b, cuda_layer_part p) {
@@ -821,6 +823,7 @@ static int upload_layer_part(cuda_impl *im, uploader *u, const llmi_config *c, c
         if (!rc && L->k_norm) rc = upload_floats(im, &D->k_norm, L->k_norm, (size_t)c->head_dim, st);
         if (!rc && L->post_attn_norm) rc = upload_floats(im, &D->post_attn_norm, L->post_attn_norm, dim, st);
         if (!rc && L->post_ffn_norm) rc = upload_floats(im, &D->post_ffn_norm, L->post_ffn_norm, dim, st);
+        if (!rc && L->control) rc = upload_floats(im, &D->control, L->control, dim, st);
         break;
     case LP_QKV:
         rc = upload_linears(im, u, qkv, 3, D->qkv, &D->n_qkv, st);
@@ -1164,6 +1167,15 @@ static int post_norm(llmi_backend *b, cuda_impl *im, const float *w, int n, llmi
     return 0;
 }
 
+/* The end of layer L: post_norm of its MLP's output (Gemma 3), then its control vector added
+ * to it, as the CPU's run_layers (the residual add takes im->delta next). */
+static int layer_out(llmi_backend *b, cuda_impl *im, const cuda_layer *L, int n, llmi_status *st) {
+    if (post_norm(b, im, L->post_ffn_norm, n, st)) return st->code;
+    if (L->control) CU_CHECK(st, llmi_cuda_add_bias(im->delta, b->model->cfg.dim, L->control, n, b->model->cfg.dim,
+                                                    im->stream));
+    return 0;
+}
+
 /* A MoE layer's MLP (the CPU's moe_mlp) on im->xn (n, dim) bf16 into im->delta (n, dim):
  * the router GEMM and the routing kernel on the device; the choices to the host, the one
  * wait of the layer, to count each expert's tokens; the (token, expert) pairs grouped by
@@ -1283,7 +1295,7 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
 
         if (c->n_experts > 0) {   /* no down_proj tap, as the CPU's moe_mlp */
             if (moe_mlp(b, im, L, n, st)) return st->code;
-            if (post_norm(b, im, L->post_ffn_norm, n, st)) return st->code;
+            if (layer_out(b, im, L, n, st)) return st->code;
             continue;
         }
         if (linears_run(im, L->gu, L->n_gu, im->xn, n, im->gu, 2 * ffn, st)) return st->code;
@@ -1298,7 +1310,7 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
 
         if (linear_run(im, &L->down, im->act, n, im->delta, dim, st)) return st->code;
         MARK(LLMI_OP_MLP_DOWN, linears_cost(&L->down, 1, n));
-        if (post_norm(b, im, L->post_ffn_norm, n, st)) return st->code;
+        if (layer_out(b, im, L, n, st)) return st->code;
     }
 #undef TAP
     return 0;
