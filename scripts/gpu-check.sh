@@ -725,6 +725,23 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
       fi
     fi
   fi
+  # control vectors (--control-vector: each layer's vector added to its output on the device,
+  # kernels' add_bias): the cuda run against the CPU on the same bf16 weights with the same
+  # two files over layers 10..25, by compare_topk's rule (the CPU with them against llama.cpp:
+  # tests/cli/control_vector.sh); the vectors are SmolLM2's, so not for the rehearsal's tiny model
+  if [ -n "$SMOL" ] && [ -f "$SMOL" ]; then
+    cv=(--control-vector-scaled testdata/control/happy-mean.gguf 6 --control-vector-scaled testdata/control/pirate-pca.gguf -5
+      --control-vector-layer-range 10 25)
+    label="greedy --control-vector cuda vs cpu on the same bf16 weights (2 files, layers 10..25)"
+    if ! gpu_gate "$label"; then :
+    elif [ "$REFS_ONLY" != 1 ] && ! run_dev gen-cuda-cvec 120 "$LLMI_DEV" "${gen_args[@]}" --prompts testdata/llamacpp/prompts.jsonl \
+        -m "$SMOL" --device "$DEVFLAG" "${cv[@]}"; then
+      row "$label" "$STATUS" "cuda: $(why gen-cuda-cvec)"
+    else
+      bf16w_compare "$label" gen-cpu-bf16w-cvec "$WORK/gen-cuda-cvec.out" 300 "${gen_args[@]}" \
+        --prompts testdata/llamacpp/prompts.jsonl --device cpu "${cv[@]}"
+    fi
+  fi
   # plp_vs_ref LABEL REFDIR CASE...: one row over cases "name|model|flags|limit": the device's
   # prompt logprobs (the host-logits forward with a row at every prompt position) of
   # REFDIR/NAME.json's token ids against those logits, by tests/compare_prompt_logprobs_hf.py
