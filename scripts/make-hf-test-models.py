@@ -29,6 +29,10 @@ Models (hidden 64, 2 layers, vocab 320 = the trained tokenizer):
                       first two sequences (size)
     qwen3-qknorm      qwen3: per-head q_norm/k_norm before RoPE, head_dim 32 != 64/4, no
                       bias, tied embeddings, bfloat16
+    qwen2-yarn        qwen2 with YaRN rope scaling (factor 4, original context 32), float32
+    llama-yarn-params llama with YaRN and every parameter set (beta_fast 16, beta_slow 2,
+                      attention_factor 1.25, truncate false; factor 8, original 24, theta
+                      50000), tied embeddings, float32, transformers 5's config form
 The first three and llama-attn-bias get config.json / tokenizer_config.json in the classic (transformers 4)
 form: top-level rope_theta, rope_scaling, torch_dtype; llama-headdim keeps what
 transformers 5 writes (rope_parameters, dtype, tokenizer_class TokenizersBackend).
@@ -96,6 +100,20 @@ def model_specs():
         ("qwen3-qknorm", Qwen3Config(**common(
             head_dim=32, rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False)),
          torch.bfloat16, None, True),
+        # YaRN (Qwen2.5's long-context config): 130-token sequences on an original context of
+        # 32, so the interpolated, ramped and extrapolated dimensions all matter
+        ("qwen2-yarn", Qwen2Config(**common(
+            rope_theta=10000.0, tie_word_embeddings=False, use_sliding_window=False,
+            rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32})),
+         torch.float32, None, True),
+        # every YaRN parameter set: betas, an explicit attention_factor, no truncation, in
+        # transformers 5's rope_parameters form
+        ("llama-yarn-params", LlamaConfig(**common(
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 50000.0, "factor": 8.0,
+                             "original_max_position_embeddings": 24, "beta_fast": 16.0, "beta_slow": 2.0,
+                             "attention_factor": 1.25, "truncate": False})),
+         torch.float32, None, False),
     ]
 
 

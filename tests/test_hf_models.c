@@ -1,7 +1,7 @@
 /* test_hf_models.c — end-to-end acceptance against Hugging Face transformers: the tiny
  * random-weight checkpoints in testdata/hf (GQA + llama3 rope scaling, q/k/v bias + tied
  * embeddings in bf16, sharded f16 mistral, explicit head_dim, llama attention_bias, qwen3's
- * q/k norm; qwen3 also as a GGUF from llama.cpp's converter) are loaded
+ * q/k norm, YaRN; qwen3 also as a GGUF from llama.cpp's converter) are loaded
  * by model_load and run by the CPU backend; the logits must match transformers' fp32
  * logits (testdata/hf/ref, written by scripts/make-hf-test-models.py) to fp32 tolerance,
  * and the tokenizer loaded from the same directory must encode like HF tokenizers. */
@@ -37,6 +37,13 @@ static const char *const hf_gemma[] = {"gemma3-swa", "gemma3-scaled"};
 static const char *const hf_moe[] = {"qwen3moe-tiny", "qwen3moe-nonorm", "mixtral-tiny"};
 /* the first and the last as llama.cpp's converter writes them (stacked experts, F32 routers) */
 static const char *const hf_moe_gguf[] = {"qwen3moe-tiny.bf16.gguf", "mixtral-tiny.f32.gguf"};
+/* YaRN rope scaling (130-token sequences on an original context of 32 and 24): Qwen2.5's
+ * config form with the defaults, and llama with every parameter set in transformers 5's
+ * rope_parameters (betas 16 and 2, attention_factor 1.25, truncate false), f32. */
+static const char *const hf_yarn[] = {"qwen2-yarn", "llama-yarn-params"};
+/* qwen2-yarn as llama.cpp's converter writes it (f32; rope.scaling.type "yarn", factor,
+ * original_context_length). */
+#define HF_YARN_GGUF "qwen2-yarn.f32.gguf"
 /* qwen3-qknorm as llama.cpp's convert_hf_to_gguf.py writes it (bf16, the same values). */
 #define HF_QWEN3_GGUF "qwen3-qknorm.bf16.gguf"
 /* llama-quantize's k-quant mixes of a tiny Qwen3 (hidden 256), whose references are
@@ -285,6 +292,9 @@ TEST(hf_llama_head_dim_vs_transformers) { hf_check_model(t_, hf_models[3]); }
 TEST(hf_llama_attention_bias_vs_transformers) { hf_check_model(t_, hf_models[4]); }
 TEST(hf_qwen3_qk_norm_vs_transformers) { hf_check_model(t_, hf_models[5]); }
 TEST(hf_qwen3_gguf_vs_transformers) { hf_check_model_on(t_, hf_models[5], HF_QWEN3_GGUF, false, false); }
+TEST(hf_qwen2_yarn_vs_transformers) { hf_check_model(t_, hf_yarn[0]); }
+TEST(hf_llama_yarn_all_params_v5_config_vs_transformers) { hf_check_model(t_, hf_yarn[1]); }
+TEST(hf_qwen2_yarn_gguf_vs_transformers) { hf_check_model_on(t_, hf_yarn[0], HF_YARN_GGUF, false, false); }
 TEST(hf_gemma3_sliding_window_vs_transformers) { hf_check_model(t_, hf_gemma[0]); }
 TEST(hf_gemma3_scaled_v5_config_vs_transformers) { hf_check_model(t_, hf_gemma[1]); }
 TEST(hf_gemma3_gguf_vs_transformers) { hf_check_model_on(t_, hf_gemma[0], HF_GEMMA3_GGUF, false, false); }
@@ -314,6 +324,8 @@ TEST(hf_cuda_mistral_sharded_f16_vs_transformers) { hf_check_model_cuda(t_, hf_m
 TEST(hf_cuda_llama_head_dim_vs_transformers) { hf_check_model_cuda(t_, hf_models[3]); }
 TEST(hf_cuda_llama_attention_bias_vs_transformers) { hf_check_model_cuda(t_, hf_models[4]); }
 TEST(hf_cuda_qwen3_qk_norm_vs_transformers) { hf_check_model_cuda(t_, hf_models[5]); }
+TEST(hf_cuda_qwen2_yarn_vs_transformers) { hf_check_model_cuda(t_, hf_yarn[0]); }
+TEST(hf_cuda_llama_yarn_all_params_vs_transformers) { hf_check_model_cuda(t_, hf_yarn[1]); }
 TEST(hf_cuda_gemma3_sliding_window_vs_transformers) { hf_check_model_cuda(t_, hf_gemma[0]); }
 TEST(hf_cuda_gemma3_scaled_v5_config_vs_transformers) { hf_check_model_cuda(t_, hf_gemma[1]); }
 TEST(hf_cuda_qwen3moe_bf16_vs_transformers) { hf_check_model_cuda(t_, hf_moe[0]); }

@@ -1116,7 +1116,13 @@ TEST(loader_hf_config_attacks) {
     hf_write(dir, &m, false, NULL);
     snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
     struct { const char *extra; const char *needle; } cases[] = {
-        {", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}", "rope_scaling type yarn is not supported"},
+        {", \"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 4.0}", "rope_scaling type longrope is not supported"},
+        {", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 0}", "yarn rope scaling factor 0"},
+        {", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4, \"beta_fast\": \"x\"}", "beta_fast must be a finite number"},
+        {", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4, \"beta_slow\": -1}", "beta_slow -1 must be finite and > 0"},
+        {", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4, \"truncate\": 1}", "truncate must be true or false"},
+        {", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4, \"attention_factor\": -2}", "yarn attention factor -2"},
+        {", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 0}", "original_max_position_embeddings"},
         {", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}", "llama3 rope_scaling needs"},
         {", \"quantization_config\": {\"quant_method\": \"bitsandbytes\"}", "bitsandbytes"},
         {", \"hidden_size\": -64", "hidden_size"},

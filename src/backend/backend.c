@@ -67,15 +67,33 @@ size_t backend_kv_block_bytes(const llmi_config *c, int block_size, llmi_kv_dtyp
     return 2 * (size_t)c->n_layers * (size_t)block_size * kv_dtype_row_bytes(t, (size_t)c->n_kv_heads * c->head_dim);
 }
 
-/* Mirrors transformers' _compute_default_rope_parameters and _compute_llama3_parameters
- * (modeling_rope_utils.py); computed in double, rounded once to fp32. */
+/* Mirrors transformers' _compute_default_rope_parameters, _compute_llama3_parameters and
+ * _compute_yarn_parameters (modeling_rope_utils.py); computed in double, rounded once to
+ * fp32.  (YaRN's attention factor is config_attn_scale's.) */
 static void rope_inv_freq(const llmi_config *c, double theta, bool scaled, float *inv_freq) {
     int rd = c->rope_dim > 0 ? c->rope_dim : c->head_dim;
     int half = c->head_dim / 2;
+    const bool yarn = scaled && c->rope_scaling == LLMI_ROPE_SCALING_YARN;
+    double yarn_lo = 0, yarn_hi = 1;
+    if (yarn) {
+        /* find_correction_range: the dimensions whose wavelengths make beta_fast and beta_slow
+         * turns over the original context; interpolated below lo's frequency, extrapolated above */
+        const double orig = c->rope_orig_max_pos;
+        yarn_lo = rd * log(orig / (c->rope_yarn_beta_fast * 2 * M_PI)) / (2 * log(theta));
+        yarn_hi = rd * log(orig / (c->rope_yarn_beta_slow * 2 * M_PI)) / (2 * log(theta));
+        if (!c->rope_yarn_no_truncate) yarn_lo = floor(yarn_lo), yarn_hi = ceil(yarn_hi);
+        if (yarn_lo < 0) yarn_lo = 0;
+        if (yarn_hi > rd - 1) yarn_hi = rd - 1;
+        if (yarn_lo == yarn_hi) yarn_hi += 0.001;
+    }
     for (int i = 0; i < half; i++) {
         double f = (2 * i < rd) ? pow(theta, -(double)(2 * i) / (double)rd) : 0.0;
         if (scaled && c->rope_scaling == LLMI_ROPE_SCALING_LINEAR && c->rope_factor > 0) {
             f /= c->rope_factor;
+        } else if (yarn && f > 0) {
+            double ramp = ((double)i - yarn_lo) / (yarn_hi - yarn_lo);
+            double extrapolated = 1.0 - (ramp < 0 ? 0 : ramp > 1 ? 1 : ramp);
+            f = f / c->rope_factor * (1.0 - extrapolated) + f * extrapolated;
         } else if (scaled && c->rope_scaling == LLMI_ROPE_SCALING_LLAMA3 && f > 0) {
             double factor = c->rope_factor, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
             double old = c->rope_orig_max_pos;

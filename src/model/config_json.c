@@ -249,7 +249,43 @@ static int cj_window_of(const cJSON *j, const cj_family *f, llmi_config *c, cons
     return 0;
 }
 
-static int cj_rope_scaling(const cJSON *rs, llmi_config *c, const char *file, llmi_status *st) {
+/* transformers' get_mscale: YaRN's attention factor for a context scale and an mscale. */
+static double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0; }
+
+/* transformers' _compute_yarn_parameters and the standardisation before it: the original
+ * context is the config's top-level original_max_position_embeddings, else rope_scaling's,
+ * else max_position_embeddings; the factor, when absent, their ratio; the attention factor,
+ * when absent, get_mscale(factor) (with mscale and mscale_all_dim: their quotient); betas 32
+ * and 1 unless set (0 counts as unset, as transformers' `or`). */
+static int cj_yarn(const cJSON *j, const cJSON *rs, llmi_config *c, const char *file, llmi_status *st) {
+    c->rope_scaling = LLMI_ROPE_SCALING_YARN;
+    c->rope_orig_max_pos = c->max_ctx;
+    int top = json_int(j, "original_max_position_embeddings", 1, INT32_MAX, &c->rope_orig_max_pos, file, st);
+    if (top < 0 || (top == 0 && json_int(rs, "original_max_position_embeddings", 1, INT32_MAX, &c->rope_orig_max_pos,
+                                         file, st) < 0))
+        return LLMI_E_RUNTIME;
+    int has_factor = json_num(rs, "factor", &c->rope_factor, file, st);
+    if (has_factor < 0) return LLMI_E_RUNTIME;
+    if (has_factor == 0) c->rope_factor = (float)c->max_ctx / (float)c->rope_orig_max_pos;
+    float af = 0, ms = 0, msa = 0;
+    bool truncate = true;
+    c->rope_yarn_beta_fast = c->rope_yarn_beta_slow = 0;
+    if (json_num(rs, "attention_factor", &af, file, st) < 0 || json_num(rs, "mscale", &ms, file, st) < 0 ||
+        json_num(rs, "mscale_all_dim", &msa, file, st) < 0 ||
+        json_num(rs, "beta_fast", &c->rope_yarn_beta_fast, file, st) < 0 ||
+        json_num(rs, "beta_slow", &c->rope_yarn_beta_slow, file, st) < 0 || json_bool(rs, "truncate", &truncate, file, st) < 0)
+        return LLMI_E_RUNTIME;
+    if (c->rope_yarn_beta_fast == 0) c->rope_yarn_beta_fast = 32;
+    if (c->rope_yarn_beta_slow == 0) c->rope_yarn_beta_slow = 1;
+    c->rope_yarn_no_truncate = !truncate;
+    if (af == 0)
+        af = (float)(ms != 0 && msa != 0 ? yarn_mscale(c->rope_factor, ms) / yarn_mscale(c->rope_factor, msa)
+                                         : yarn_mscale(c->rope_factor, 1));
+    c->rope_attn_factor = af;
+    return 0;
+}
+
+static int cj_rope_scaling(const cJSON *j, const cJSON *rs, llmi_config *c, const char *file, llmi_status *st) {
     if (!rs) return 0;
     if (!cJSON_IsObject(rs)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling must be an object or null", file);
     const cJSON *t = json_item(rs, "rope_type");
@@ -273,6 +309,7 @@ static int cj_rope_scaling(const cJSON *rs, llmi_config *c, const char *file, ll
                              "original_max_position_embeddings", file);
         return 0;
     }
+    if (strcmp(t->valuestring, "yarn") == 0) return cj_yarn(j, rs, c, file, st);
     char b[40];
     printable(b, sizeof b, t->valuestring);
     return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling type %s is not supported", file, b);
@@ -331,7 +368,7 @@ static int cj_gemma3(const cJSON *j, llmi_config *c, const char *file, llmi_stat
             return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_parameters.sliding_attention must be the default rope", file);
         if (!rs) rs = full;
     }
-    return cj_rope_scaling(rs, c, file, st);
+    return cj_rope_scaling(j, rs, c, file, st);
 }
 
 /* The experts (MixtralConfig, Qwen3MoeConfig and their modeling files' routing): a softmax
@@ -397,7 +434,7 @@ static int cj_rest(const cJSON *j, const cj_family *f, llmi_config *c, const cha
         if (json_num(rp, "rope_theta", &c->rope_theta, file, st) < 0) return LLMI_E_RUNTIME;
         if (!rs) rs = rp;
     }
-    return cj_rope_scaling(rs, c, file, st);
+    return cj_rope_scaling(j, rs, c, file, st);
 }
 
 /* ---------------------------------------------------------------- entry */

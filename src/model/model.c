@@ -21,7 +21,9 @@
 /* ================================================================ config_validate */
 
 float config_attn_scale(const llmi_config *c) {
-    return c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)c->head_dim);
+    float s = c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)c->head_dim);
+    /* YaRN's cos/sin factor scales both q and k */
+    return c->rope_attn_factor > 0 ? s * c->rope_attn_factor * c->rope_attn_factor : s;
 }
 
 int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
@@ -81,6 +83,21 @@ int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
         if (c->rope_orig_max_pos < 1 || c->rope_orig_max_pos > CFG_MAX_CTX)
             BAD("%s: llama3 rope scaling original_max_position_embeddings %d is outside [1, %d]", what,
                 c->rope_orig_max_pos, CFG_MAX_CTX);
+        break;
+    case LLMI_ROPE_SCALING_YARN:
+        if (!(c->rope_factor > 0) || !isfinite(c->rope_factor) || c->rope_factor > 1e6)
+            BAD("%s: yarn rope scaling factor %g must be in (0, 1e6]", what, (double)c->rope_factor);
+        if (c->rope_orig_max_pos < 1 || c->rope_orig_max_pos > CFG_MAX_CTX)
+            BAD("%s: yarn rope scaling original_max_position_embeddings %d is outside [1, %d]", what,
+                c->rope_orig_max_pos, CFG_MAX_CTX);
+        if (!(c->rope_yarn_beta_fast > 0) || !(c->rope_yarn_beta_slow > 0) || !isfinite(c->rope_yarn_beta_fast) ||
+            !isfinite(c->rope_yarn_beta_slow))
+            BAD("%s: yarn beta_fast %g and beta_slow %g must be finite and > 0", what, (double)c->rope_yarn_beta_fast,
+                (double)c->rope_yarn_beta_slow);
+        if (!(c->rope_attn_factor > 0) || !(c->rope_attn_factor <= 100))
+            BAD("%s: yarn attention factor %g is outside (0, 100]", what, (double)c->rope_attn_factor);
+        if (c->rope_theta_local > 0)
+            BAD("%s: yarn rope scaling with a second RoPE for the sliding layers (Gemma 3) is not supported", what);
         break;
     default: BAD("%s: unknown rope scaling type %d", what, (int)c->rope_scaling);
     }

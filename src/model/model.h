@@ -23,7 +23,9 @@ typedef enum { LLMI_ARCH_LLAMA = 0, LLMI_ARCH_QWEN2, LLMI_ARCH_QWEN3, LLMI_ARCH_
 /* The MLP's gate activation: SwiGLU (silu(gate) * up) or GeGLU with the tanh approximation of
  * gelu (Gemma's gelu_pytorch_tanh). */
 typedef enum { LLMI_ACT_SILU = 0, LLMI_ACT_GELU_TANH } llmi_act;
-typedef enum { LLMI_ROPE_SCALING_NONE = 0, LLMI_ROPE_SCALING_LLAMA3, LLMI_ROPE_SCALING_LINEAR } llmi_rope_scaling_type;
+typedef enum {
+    LLMI_ROPE_SCALING_NONE = 0, LLMI_ROPE_SCALING_LLAMA3, LLMI_ROPE_SCALING_LINEAR, LLMI_ROPE_SCALING_YARN
+} llmi_rope_scaling_type;
 
 typedef struct llmi_config {
     llmi_arch arch;
@@ -45,6 +47,14 @@ typedef struct llmi_config {
     float rope_low_freq_factor;
     float rope_high_freq_factor;
     int rope_orig_max_pos;
+    /* YaRN (transformers' _compute_yarn_parameters): dimensions between the correction range
+     * of beta_fast and beta_slow rotations over rope_orig_max_pos ramp from interpolated
+     * (divided by rope_factor) to extrapolated frequencies; cos and sin are multiplied by
+     * rope_attn_factor, which is q.k times its square (config_attn_scale folds it in, as the
+     * YaRN paper's "attention temperature") */
+    float rope_yarn_beta_fast, rope_yarn_beta_slow;
+    bool rope_yarn_no_truncate;   /* transformers' truncate false: the range's ends not rounded */
+    float rope_attn_factor;       /* 0 = 1 */
     bool tie_embeddings;
     bool qkv_bias;
     bool qk_norm;              /* RMSNorm of each q and k head before RoPE (Qwen3, Gemma 3) */

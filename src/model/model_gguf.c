@@ -5,6 +5,7 @@
 #include "model/model_internal.h"
 
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,32 @@ static int arch_float(const gguf_file *g, const char *arch, const char *suffix, 
     int rc = arch_found(g, key, gguf_get_float(g, key, &v, st), required, st);
     if (rc > 0) *out = model_to_f32(v);
     return rc;
+}
+
+/* YaRN as llama.cpp's converter writes it from transformers' rope_scaling (conversion/base.py):
+ * rope.scaling.factor, .original_context_length (absent: the training context, as llama.cpp),
+ * .yarn_beta_fast / .yarn_beta_slow (32 and 1), .yarn_attn_factor (transformers'
+ * attention_factor; absent: get_mscale(factor)).  The file's attention factor is taken as
+ * transformers meant it (llama.cpp 0c1e570 recomputes it from the factor); a DeepSeek-style
+ * yarn_log_multiplier and a yarn_ext_factor other than 1 are refused. */
+static int gguf_yarn(const gguf_file *g, const char *arch, const char *path, llmi_config *c, llmi_status *st) {
+    float ext = 1, log_mul = 0, af = 0;
+    c->rope_scaling = LLMI_ROPE_SCALING_YARN;
+    c->rope_factor = 0;
+    c->rope_yarn_beta_fast = 32, c->rope_yarn_beta_slow = 1;
+    if (c->rope_orig_max_pos <= 0) c->rope_orig_max_pos = c->max_ctx;
+    if (arch_float(g, arch, "rope.scaling.factor", true, &c->rope_factor, st) < 0 ||
+        arch_float(g, arch, "rope.scaling.yarn_beta_fast", false, &c->rope_yarn_beta_fast, st) < 0 ||
+        arch_float(g, arch, "rope.scaling.yarn_beta_slow", false, &c->rope_yarn_beta_slow, st) < 0 ||
+        arch_float(g, arch, "rope.scaling.yarn_attn_factor", false, &af, st) < 0 ||
+        arch_float(g, arch, "rope.scaling.yarn_ext_factor", false, &ext, st) < 0 ||
+        arch_float(g, arch, "rope.scaling.yarn_log_multiplier", false, &log_mul, st) < 0)
+        return LLMI_E_RUNTIME;
+    if (log_mul != 0 || ext != 1)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: yarn with %s is not supported", path,
+                         log_mul != 0 ? "a yarn_log_multiplier (DeepSeek's mscale)" : "a yarn_ext_factor other than 1");
+    c->rope_attn_factor = af != 0 ? af : c->rope_factor <= 1 ? 1.0f : (float)(0.1 * log(c->rope_factor) + 1.0);
+    return 0;
 }
 
 /* Llama-3 GGUFs carry their rope scaling as rope_freqs.weight (per-frequency divisors)
@@ -263,7 +290,7 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     c->rope_theta = 10000.0f;
     if (arch_float(g, arch, "rope.freq_base", false, &c->rope_theta, st) < 0) return LLMI_E_RUNTIME;
 
-    /* rope scaling: linear is expressible; yarn/longrope are not */
+    /* rope scaling: linear and yarn are expressible; longrope is not */
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     gguf_str stype;
@@ -272,9 +299,12 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     if (arch_int(g, arch, "rope.scaling.original_context_length", false, 1, I, &c->rope_orig_max_pos, st) < 0)
         return LLMI_E_RUNTIME;
     /* llama.cpp's reading: the type defaults to linear, which only matters with a factor */
-    if (rc > 0 && !gguf_str_eq(stype, "none") && !gguf_str_eq(stype, "linear"))
+    if (rc > 0 && gguf_str_eq(stype, "yarn")) {
+        if (gguf_yarn(g, arch, path, c, st)) return LLMI_E_RUNTIME;
+    } else if (rc > 0 && !gguf_str_eq(stype, "none") && !gguf_str_eq(stype, "linear")) {
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope scaling type %.*s is not supported", path,
                          (int)(stype.len > 32 ? 32 : stype.len), stype.p);
+    }
     if (rc == 0 || gguf_str_eq(stype, "linear")) {
         float f = 0;
         int frc = arch_float(g, arch, "rope.scaling.factor", false, &f, st);
