@@ -30,9 +30,9 @@ Models (hidden 64, 2 layers, vocab 320 = the trained tokenizer):
     qwen3-qknorm      qwen3: per-head q_norm/k_norm before RoPE, head_dim 32 != 64/4, no
                       bias, tied embeddings, bfloat16
     qwen2-yarn        qwen2 with YaRN rope scaling (factor 4, original context 32), float32
-    llama-yarn-params llama with YaRN and every parameter set (beta_fast 16, beta_slow 2,
-                      attention_factor 1.25, truncate false; factor 8, original 24, theta
-                      50000), tied embeddings, float32, transformers 5's config form
+    llama-yarn-params llama with YaRN and every parameter set (beta_fast 8, beta_slow 0.5,
+                      attention_factor 1.25, truncate false; factor 4, original 64), head_dim
+                      64, tied embeddings, float32, transformers 5's config form
 The first three and llama-attn-bias get config.json / tokenizer_config.json in the classic (transformers 4)
 form: top-level rope_theta, rope_scaling, torch_dtype; llama-headdim keeps what
 transformers 5 writes (rope_parameters, dtype, tokenizer_class TokenizersBackend).
@@ -108,10 +108,12 @@ def model_specs():
          torch.float32, None, True),
         # every YaRN parameter set: betas, an explicit attention_factor, no truncation, in
         # transformers 5's rope_parameters form
+        # (head_dim 64: the correction range spans dimensions 0.84..10.5, which truncation,
+        # the betas and the ramp each move)
         ("llama-yarn-params", LlamaConfig(**common(
-            tie_word_embeddings=True,
-            rope_parameters={"rope_type": "yarn", "rope_theta": 50000.0, "factor": 8.0,
-                             "original_max_position_embeddings": 24, "beta_fast": 16.0, "beta_slow": 2.0,
+            head_dim=64, tie_word_embeddings=True,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 64, "beta_fast": 8.0, "beta_slow": 0.5,
                              "attention_factor": 1.25, "truncate": False})),
          torch.float32, None, False),
     ]
