@@ -1055,6 +1055,20 @@ TEST(loader_hf_config_fields) {
         CHECK(lm.cfg.rope_scaling == LLMI_ROPE_SCALING_LINEAR && lm.cfg.rope_factor == 2.0f);
         model_free(&lm);
     }
+    /* YaRN's defaults and precedence, as transformers: the top-level original context wins over
+     * rope_scaling's; factor absent = max_position_embeddings / original; mscale over
+     * mscale_all_dim gives the attention factor; betas 0 mean the defaults */
+    hf_write(dir, &m, false, ", \"original_max_position_embeddings\": 16, \"rope_scaling\": {\"type\": \"yarn\", "
+                             "\"original_max_position_embeddings\": 8, \"mscale\": 2.0, \"mscale_all_dim\": 1.0, "
+                             "\"beta_fast\": 0, \"beta_slow\": null}");
+    if (load_ok(t_, dir, true, &lm) == 0) {
+        const float f = (float)lm.cfg.max_ctx / 16.0f, want = (float)((0.2 * log(f) + 1) / (0.1 * log(f) + 1));
+        CHECK(lm.cfg.rope_scaling == LLMI_ROPE_SCALING_YARN && lm.cfg.rope_orig_max_pos == 16);
+        CHECK(lm.cfg.rope_factor == f && f > 1);
+        CHECK(fabsf(lm.cfg.rope_attn_factor - want) < 1e-6f);
+        CHECK(lm.cfg.rope_yarn_beta_fast == 32 && lm.cfg.rope_yarn_beta_slow == 1 && !lm.cfg.rope_yarn_no_truncate);
+        model_free(&lm);
+    }
     tmodel_free(&m);
     rm_tree(dir);
     free(dir);
