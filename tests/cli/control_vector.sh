@@ -102,17 +102,7 @@ else
 fi
 
 # broken files and flag values (no model needed beyond the tiny one)
-edit() {  # edit NAME PYTHON: a copy of the random vector, g = gguf_edit.read(...) edited
-  python3 - "$TMP/g3.gguf" "$TMP/$1.gguf" "$2" "$(dirname "$0")/../lib" <<'PY'
-import struct, sys
-sys.path.insert(0, sys.argv[4])
-import gguf_edit
-g = gguf_edit.read(sys.argv[1])
-exec(sys.argv[3])
-gguf_edit.write(sys.argv[2], g)
-PY
-  echo "$TMP/$1.gguf"
-}
+edit() { gguf_edited "$TMP/g3.gguf" "$@"; }   # edit NAME PYTHON: the random vector, edited (tests/lib/common.sh)
 gen=(generate --device cpu -m "$G3" -p hi -n 1 --no-stats)
 f=$(edit ident "pass"); "$LLMI" "${gen[@]}" --control-vector "$f" >/dev/null || fail "the vector rewritten unchanged is refused"
 expect_error "No such file" "$LLMI" "${gen[@]}" --control-vector "$TMP/nonexistent.gguf"
@@ -191,25 +181,8 @@ teacher_forced smollm2-cvec "$MODEL" "$TMP/four.jsonl" --control-vector-scaled "
 # windows 0.96%).  Without a vector llmi's 23.70 is 19% from the first.
 DATA="$SHARED/data/wikitext-2-raw/wiki.test.raw"
 if [ -f "$DATA" ]; then
-  for ref in happy-pca-8-ppl two-10-25-ppl; do
-    R="$C/ref/$ref.json"
-    read -r -a extra < <(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["llmi_flags"]))' "$R")
-    "$LLMI" bench --device cpu --ppl "$DATA" -m "$MODEL" -c 512 --chunks 8 -t 2 -o json "${extra[@]//testdata/$TESTDATA}" \
-      >"$TMP/p.json" 2>"$TMP/perr" || fail "bench --ppl ${extra[*]}: $(tail -c 800 "$TMP/perr")"
-    python3 "$(dirname "$0")/../compare_ppl_llamacpp.py" "$R" "$TMP/p.json" "$TMP/perr" --overall 0.005 --window 0.03 \
-      >"$TMP/cmp" || { cat "$TMP/cmp"; fail "$ref: perplexity with the vector differs from llama.cpp's"; }
-    echo "${extra[*]}: $(tail -1 "$TMP/cmp")"
-  done
-  "$LLMI" bench --device cpu --ppl "$DATA" -m "$MODEL" -c 512 --chunks 8 -t 2 -o json >"$TMP/p0.json" 2>/dev/null ||
-    fail "bench --ppl without a vector"
-  python3 - "$C/ref/happy-pca-8-ppl.json" "$TMP/p0.json" <<'PY' || fail "llmi without the vector meets llama.cpp's figure with it"
-import json, sys
-want = json.load(open(sys.argv[1]))["ppl"]
-got = json.load(open(sys.argv[2]))
-got = float((got[0] if isinstance(got, list) else got)["ppl"])
-print(f"  llmi without the vector: ppl {got:.4f}, {abs(got / want - 1):.1%} from llama.cpp's with it")
-assert abs(got / want - 1) > 0.05
-PY
+  for ref in happy-pca-8-ppl two-10-25-ppl; do ppl_vs_llamacpp "$C/ref/$ref.json" "the vector"; done
+  ppl_far_without "$C/ref/happy-pca-8-ppl.json" "the vector"
 else
   echo "(wikitext-2 missing: the llama.cpp perplexity part is skipped)"
 fi

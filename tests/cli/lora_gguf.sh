@@ -102,15 +102,7 @@ prompt_cache_apart "--lora FILE.gguf" "--lora $G/llama-gqa-rope3-all.f32.gguf" g
 # more than 5%; it misses by 12%).
 DATA="$SHARED/data/wikitext-2-raw/wiki.test.raw"
 if [ -f "$MODEL" ] && [ -f "$DATA" ]; then
-  for ref in smollm2-qv-ppl smollm2-qv-ppl-scaled; do
-    R="$L/ref/$ref.json"
-    read -r -a extra < <(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["llmi_flags"]))' "$R")
-    "$LLMI" bench --device cpu --ppl "$DATA" -m "$MODEL" -c 512 --chunks 8 -t 2 -o json "${extra[@]/#testdata/$TESTDATA}" \
-      >"$TMP/p.json" 2>"$TMP/perr" || fail "bench --ppl ${extra[*]}: $(tail -c 800 "$TMP/perr")"
-    python3 "$(dirname "$0")/../compare_ppl_llamacpp.py" "$R" "$TMP/p.json" "$TMP/perr" --overall 0.005 --window 0.03 \
-      >"$TMP/cmp" || { cat "$TMP/cmp"; fail "$ref: perplexity with the adapter differs from llama.cpp's"; }
-    echo "${extra[*]}: $(tail -1 "$TMP/cmp")"
-  done
+  for ref in smollm2-qv-ppl smollm2-qv-ppl-scaled; do ppl_vs_llamacpp "$L/ref/$ref.json" "the adapter"; done
   # the same adapter as the PEFT directory: SmolLM2 (a llama GGUF: its Q rows and the
   # adapter's both come permuted) gives the same output to the bit
   python3 -c 'import json,sys
@@ -122,32 +114,13 @@ for l in list(open(sys.argv[1]))[:3]:
   "$LLMI" "${smol[@]}" --lora "$G/smollm2-qv.f32.gguf" >"$TMP/smol-gguf.out" || fail "SmolLM2 with the GGUF adapter"
   same_output "$TMP/smol-dir.out" "$TMP/smol-gguf.out" "SmolLM2: GGUF f32 adapter vs the PEFT directory" ||
     fail "SmolLM2: the GGUF adapter differs from its PEFT directory"
-  "$LLMI" bench --device cpu --ppl "$DATA" -m "$MODEL" -c 512 --chunks 8 -t 2 -o json >"$TMP/p0.json" 2>/dev/null ||
-    fail "bench --ppl without the adapter"
-  python3 - "$L/ref/smollm2-qv-ppl.json" "$TMP/p0.json" <<'PY' || fail "llmi without the adapter meets the adapted llama.cpp figure"
-import json, sys
-want = json.load(open(sys.argv[1]))["ppl"]
-got = json.load(open(sys.argv[2]))
-got = float((got[0] if isinstance(got, list) else got)["ppl"])
-print(f"  llmi without the adapter: ppl {got:.4f}, {abs(got / want - 1):.1%} from llama.cpp's with it")
-assert abs(got / want - 1) > 0.05
-PY
+  ppl_far_without "$L/ref/smollm2-qv-ppl.json" "the adapter"
 else
   echo "(default model or wikitext-2 missing: the llama.cpp perplexity part is skipped)"
 fi
 
 # broken adapter files
-edit() {  # edit NAME PYTHON: a copy of the llama f32 adapter, g = gguf_edit.read(...) edited
-  python3 - "$G/llama-gqa-rope3-all.f32.gguf" "$TMP/$1.gguf" "$2" "$(dirname "$0")/../lib" <<'PY'
-import struct, sys
-sys.path.insert(0, sys.argv[4])
-import gguf_edit
-g = gguf_edit.read(sys.argv[1])
-exec(sys.argv[3])
-gguf_edit.write(sys.argv[2], g)
-PY
-  echo "$TMP/$1.gguf"
-}
+edit() { gguf_edited "$G/llama-gqa-rope3-all.f32.gguf" "$@"; }   # edit NAME PYTHON: the llama f32 adapter, edited (tests/lib/common.sh)
 gen=(generate --device cpu -m "$M" -p hi -n 1 --no-stats)
 QA=blk.0.attn_q.weight.lora_a
 QB=blk.0.attn_q.weight.lora_b

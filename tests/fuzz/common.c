@@ -65,6 +65,17 @@ int fuzz_write_pair(const char *dir, const char *name_a, const char *name_b, con
     return na == size ? 0 : fuzz_write(dir, name_b, data + na + ls, size - na - ls, path, sizeof path);
 }
 
+void fuzz_load_test_model(const char *name, llmi_model *m) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/hf/%s", fuzz_testdata(), name);
+    llmi_status st = {0};
+    llmi_load_opts lo = {.no_tokenizer = true};
+    if (model_load(dir, &lo, m, &st)) {
+        fprintf(stderr, "fuzz: %s (run from the repository root or set LLMI_TESTDATA)\n", st.msg);
+        abort();
+    }
+}
+
 void fuzz_model_load(const char *path, bool no_tokenizer) {
     llmi_model m;
     llmi_status st = {0};

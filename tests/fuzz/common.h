@@ -34,6 +34,10 @@ const char *fuzz_testdata(void);
 /* Writes an input of two files, split at the first "\n#--\n", as dir/name_a and (when
  * the separator is there) dir/name_b; 0 on success. */
 int fuzz_write_pair(const char *dir, const char *name_a, const char *name_b, const uint8_t *data, size_t size);
+struct llmi_model;
+/* Loads testdata/hf/NAME (no tokenizer) into m, a trusted model a target changes; aborts
+ * with a line saying where testdata is looked for when it cannot. */
+void fuzz_load_test_model(const char *name, struct llmi_model *m);
 /* model_load(path) as `llmi -m PATH` does, the verdict checked, the model freed. */
 void fuzz_model_load(const char *path, bool no_tokenizer);
 /* Encodes (special tokens parsed), decodes and chat-formats a fixed text with special

@@ -15,20 +15,15 @@
 #include "model/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char dir[512], model_dir[1024], path[1024];
+    char dir[512], path[1024];
     if (fuzz_scratch(dir, sizeof dir)) return 0;
     if (fuzz_write(dir, "cvec.gguf", data, size, path, sizeof path)) {
         fuzz_scratch_remove(dir);
         return 0;
     }
-    snprintf(model_dir, sizeof model_dir, "%s/hf/gemma3-swa", fuzz_testdata());
     llmi_model m;
     llmi_status st = {0};
-    llmi_load_opts lo = {.no_tokenizer = true};
-    if (model_load(model_dir, &lo, &m, &st)) {
-        fprintf(stderr, "fuzz_control_vector: %s (run from the repository root or set LLMI_TESTDATA)\n", st.msg);
-        abort();
-    }
+    fuzz_load_test_model("gemma3-swa", &m);
     const int pick = size ? data[size - 1] : 0, start = pick & 7, end = (pick >> 3) & 7;
     const char *paths[1] = {path};
     const float scale[1] = {1.0f};

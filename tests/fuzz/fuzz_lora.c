@@ -23,7 +23,7 @@ static bool tensor_finite(const llmi_tensor *t) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char dir[512], model_dir[1024], adapter[1024];
+    char dir[512], adapter[1024];
     if (fuzz_scratch(dir, sizeof dir)) return 0;
     const bool gguf = size >= 4 && !memcmp(data, "GGUF", 4);
     snprintf(adapter, sizeof adapter, "%s", dir);
@@ -32,14 +32,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fuzz_scratch_remove(dir);
         return 0;
     }
-    snprintf(model_dir, sizeof model_dir, "%s/hf/llama-gqa-rope3", fuzz_testdata());
     llmi_model m;
     llmi_status st = {0};
-    llmi_load_opts lo = {.no_tokenizer = true};
-    if (model_load(model_dir, &lo, &m, &st)) {
-        fprintf(stderr, "fuzz_lora: %s (run from the repository root or set LLMI_TESTDATA)\n", st.msg);
-        abort();
-    }
+    fuzz_load_test_model("llama-gqa-rope3", &m);
     int rc = model_merge_lora(&m, adapter, 1.0f, &st);
     fuzz_check_status(rc, &st);
     for (int l = 0; rc == 0 && l < m.cfg.n_layers; l++) {

@@ -60,3 +60,46 @@ assert sum(c[2]) > 0, f"the second {what} run found nothing of the first's: {c[2
 print(f"prompt cache: cached tokens plain {c[0]}, first {what} run {c[1]}, second {c[2]}")
 PY
 }
+
+# ppl_vs_llamacpp REF.json WHAT: llmi's WikiText-2 perplexity on the default model (8 windows
+# of 512, as llama-perplexity -c 512 --chunks 8) with REF's "llmi_flags" (testdata/ paths made
+# this checkout's) against llama.cpp's figures in REF, by tests/cli/ref_llamacpp_ppl.sh's rule
+# (0.5% overall, 3% a window); prints the flags and the comparison's last line.
+ppl_vs_llamacpp() {
+  local ref=$1 what=$2 extra
+  read -r -a extra < <(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["llmi_flags"]))' "$ref")
+  "$LLMI" bench --device cpu --ppl "$SHARED/data/wikitext-2-raw/wiki.test.raw" -m "$MODEL" -c 512 --chunks 8 -t 2 -o json \
+    "${extra[@]//testdata/$TESTDATA}" >"$TMP/p.json" 2>"$TMP/perr" || fail "bench --ppl ${extra[*]}: $(tail -c 800 "$TMP/perr")"
+  python3 "$(dirname "${BASH_SOURCE[0]}")/../compare_ppl_llamacpp.py" "$ref" "$TMP/p.json" "$TMP/perr" --overall 0.005 \
+    --window 0.03 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "$(basename "$ref" .json): perplexity with $what differs from llama.cpp's"; }
+  echo "${extra[*]}: $(tail -1 "$TMP/cmp")"
+}
+# ppl_far_without REF.json WHAT: the plain model's perplexity must miss REF's figure (made with
+# WHAT) by more than 5%, so that ppl_vs_llamacpp's limits are far below WHAT's own effect.
+ppl_far_without() {
+  local ref=$1 what=$2
+  "$LLMI" bench --device cpu --ppl "$SHARED/data/wikitext-2-raw/wiki.test.raw" -m "$MODEL" -c 512 --chunks 8 -t 2 -o json \
+    >"$TMP/p0.json" 2>/dev/null || fail "bench --ppl without $what"
+  python3 - "$ref" "$TMP/p0.json" "$what" <<'PY' || fail "llmi without $what meets llama.cpp's figure with it"
+import json, sys
+want = json.load(open(sys.argv[1]))["ppl"]
+got = json.load(open(sys.argv[2]))
+got = float((got[0] if isinstance(got, list) else got)["ppl"])
+print(f"  llmi without {sys.argv[3]}: ppl {got:.4f}, {abs(got / want - 1):.1%} from llama.cpp's with it")
+assert abs(got / want - 1) > 0.05
+PY
+}
+# gguf_edited SRC NAME PYTHON: $TMP/NAME.gguf, a copy of the GGUF file SRC rewritten after
+# PYTHON ran on g = gguf_edit.read(SRC) (tests/lib/gguf_edit.py; struct imported); prints
+# the path.
+gguf_edited() {
+  python3 - "$1" "$TMP/$2.gguf" "$3" "$(dirname "${BASH_SOURCE[0]}")" <<'PY'
+import struct, sys
+sys.path.insert(0, sys.argv[4])
+import gguf_edit
+g = gguf_edit.read(sys.argv[1])
+exec(sys.argv[3])
+gguf_edit.write(sys.argv[2], g)
+PY
+  echo "$TMP/$2.gguf"
+}
