@@ -249,9 +249,6 @@ static int cj_window_of(const cJSON *j, const cj_family *f, llmi_config *c, cons
     return 0;
 }
 
-/* transformers' get_mscale: YaRN's attention factor for a context scale and an mscale. */
-static double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0; }
-
 /* transformers' _compute_yarn_parameters and the standardisation before it: the original
  * context is the config's top-level original_max_position_embeddings, else rope_scaling's,
  * else max_position_embeddings; the factor, when absent, their ratio; the attention factor,
@@ -279,8 +276,8 @@ static int cj_yarn(const cJSON *j, const cJSON *rs, llmi_config *c, const char *
     if (c->rope_yarn_beta_slow == 0) c->rope_yarn_beta_slow = 1;
     c->rope_yarn_no_truncate = !truncate;
     if (af == 0)
-        af = (float)(ms != 0 && msa != 0 ? yarn_mscale(c->rope_factor, ms) / yarn_mscale(c->rope_factor, msa)
-                                         : yarn_mscale(c->rope_factor, 1));
+        af = (float)(ms != 0 && msa != 0 ? config_yarn_mscale(c->rope_factor, ms) / config_yarn_mscale(c->rope_factor, msa)
+                                         : config_yarn_mscale(c->rope_factor, 1));
     c->rope_attn_factor = af;
     return 0;
 }

@@ -26,6 +26,8 @@ float config_attn_scale(const llmi_config *c) {
     return c->rope_attn_factor > 0 ? s * c->rope_attn_factor * c->rope_attn_factor : s;
 }
 
+double config_yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0; }
+
 int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
 #define BAD(...) return llmi_fail(st, LLMI_E_RUNTIME, __VA_ARGS__)
     if (c->n_layers < 1 || c->n_layers > LLMI_MAX_LAYERS)

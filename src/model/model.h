@@ -87,6 +87,9 @@ static inline bool config_layer_rope_local(const llmi_config *c, int l) {
 static inline int config_experts(const llmi_config *c) { return c->n_experts > 0 ? c->n_experts : 1; }
 static inline float config_embed_scale(const llmi_config *c) { return c->embed_scale > 0 ? c->embed_scale : 1.0f; }
 float config_attn_scale(const llmi_config *c);
+/* transformers' get_mscale: YaRN's attention factor for a context scale (0.1 mscale ln(scale)
+ * + 1, or 1 for scale <= 1); the default attention factor is config_yarn_mscale(factor, 1). */
+double config_yarn_mscale(double scale, double mscale);
 
 typedef struct llmi_layer {
     float *attn_norm;                     /* (dim) */

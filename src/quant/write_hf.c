@@ -353,6 +353,18 @@ static cJSON *qw_config_from_model(const llmi_model *m) {
         cJSON *rs = cJSON_AddObjectToObject(j, "rope_scaling");
         cJSON_AddStringToObject(rs, "rope_type", "linear");
         cJSON_AddNumberToObject(rs, "factor", qw_round6(c->rope_factor));
+    } else if (c->rope_scaling == LLMI_ROPE_SCALING_YARN) {
+        /* every parameter but a default attention factor spelled out */
+        cJSON *rs = cJSON_AddObjectToObject(j, "rope_scaling");
+        cJSON_AddStringToObject(rs, "rope_type", "yarn");
+        cJSON_AddNumberToObject(rs, "factor", qw_round6(c->rope_factor));
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_orig_max_pos);
+        cJSON_AddNumberToObject(rs, "beta_fast", qw_round6(c->rope_yarn_beta_fast));
+        cJSON_AddNumberToObject(rs, "beta_slow", qw_round6(c->rope_yarn_beta_slow));
+        /* the default left for the reader to compute exactly (six digits would round it) */
+        if (c->rope_attn_factor != (float)config_yarn_mscale(c->rope_factor, 1))
+            cJSON_AddNumberToObject(rs, "attention_factor", c->rope_attn_factor);
+        cJSON_AddBoolToObject(rs, "truncate", !c->rope_yarn_no_truncate);
     } else {
         cJSON_AddNullToObject(j, "rope_scaling");
     }
