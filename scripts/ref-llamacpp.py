@@ -24,7 +24,7 @@ each generated position the top-5 (id, logprob) of llama.cpp's logits.
              START..END; the files read with llama.cpp's gguf-py, summed as common_control_vector_load
              does); also writes OUTDIR/cvec.json with llmi's flags for the same vectors
     ppl-flags python3 scripts/ref-llamacpp.py ppl-flags LLAMA_PERPLEXITY MODEL WIKI_TEST_RAW CHUNKS OUT.json FLAG...
-             ppl with extra llama-perplexity flags that llmi spells the same (--control-vector-scaled
+             ppl with extra llama-perplexity flags that llmi spells the same (--rope-*, --yarn-*, --control-vector-scaled
              FILE:S, --control-vector-layer-range A B), recorded as "llmi_flags"
 """
 import json

@@ -36,6 +36,8 @@ typedef struct cli_model_opts {
                                      layers' outputs by cli_open_model */
     int control_start, control_end;   /* --control-vector-layer-range (0: the defaults) */
     bool control_range_set;
+    llmi_rope_override rope;      /* --rope-scaling, --rope-scale/--rope-freq-scale, --rope-freq-base, --yarn-* */
+    bool rope_set;
     bool max_batch_tokens_set;    /* else the backend's default: 512 on cpu, 2048 on cuda */
     bool kv_type_set;             /* else the backend's default: f32 on cpu, bf16 on cuda */
     bool sched_set;               /* --sched given; else fifo, or prefill-first where the workload asks */

@@ -27,6 +27,7 @@ void cli_model_opts_init(cli_model_opts *o) {
     o->backend.gpu_index = 0;
     o->backend.gpu_mem_util = (float)LLMI_GPU_MEM_UTIL_DEFAULT;
     o->backend.kv_dtype = LLMI_KV_F32;
+    o->rope.scaling = -1;
 }
 
 const char *cli_flag_value(int argc, char **argv, int *i, llmi_status *st) {
@@ -186,6 +187,10 @@ const char *cli_model_flags_help(void) {
            "  --control-vector-scaled FILE S   the same scaled by S (or FILE:S[,FILE2:S2]); files add up\n"
            "  --control-vector-layer-range START END   layers the control vectors apply to, inclusive\n"
            "                          (default 1 to the last; there is never one for layer 0)\n"
+           "  --rope-scaling T        RoPE scaling over the model file's: none, linear or yarn (llama.cpp's flags)\n"
+           "  --rope-scale N          context scale factor (or --rope-freq-scale 1/N); --rope-freq-base N: RoPE base\n"
+           "  --yarn-orig-ctx N       YaRN's original context (default: the model's); --yarn-beta-fast N,\n"
+           "                          --yarn-beta-slow N: its correction range (default 32 and 1)\n"
            "Engine:\n"
            "  -c, --ctx-size N        context length (default: the model's)\n"
            "  --kv-type T             KV cache dtype: f32, f16, bf16, q8, fp8 (default f32 on cpu, bf16 on cuda)\n"
@@ -380,6 +385,33 @@ int cli_parse_model_flag(cli_model_opts *o, int argc, char **argv, int *i, llmi_
         if (cli_parse_long(a, v, -1, 1 << 20, &hi, st)) return -1;
         o->control_start = (int)lo, o->control_end = (int)hi;
         o->control_range_set = true;
+    } else if (IS("--rope-scaling")) {
+        VALUE();
+        if (!strcmp(v, "none")) o->rope.scaling = LLMI_ROPE_SCALING_NONE;
+        else if (!strcmp(v, "linear")) o->rope.scaling = LLMI_ROPE_SCALING_LINEAR;
+        else if (!strcmp(v, "yarn")) o->rope.scaling = LLMI_ROPE_SCALING_YARN;
+        else return llmi_fail(st, LLMI_E_USAGE, "--rope-scaling: '%s' is not none, linear or yarn", v), -1;
+        o->rope_set = true;
+    } else if (IS("--rope-scale") || IS("--rope-freq-scale")) {
+        VALUE();
+        if (cli_parse_float(a, v, 1e-4, 1e4, &f, st)) return -1;
+        o->rope.factor = (float)(IS("--rope-scale") ? f : 1.0 / f);   /* llama.cpp: freq scale = 1 / scale */
+        o->rope_set = true;
+    } else if (IS("--rope-freq-base")) {
+        VALUE();
+        if (cli_parse_float(a, v, 1, 1e12, &f, st)) return -1;
+        o->rope.freq_base = (float)f;
+        o->rope_set = true;
+    } else if (IS("--yarn-orig-ctx")) {
+        VALUE();
+        if (cli_parse_long(a, v, 1, 1 << 24, &n, st)) return -1;
+        o->rope.orig_ctx = (int)n;
+        o->rope_set = true;
+    } else if (IS("--yarn-beta-fast") || IS("--yarn-beta-slow")) {
+        VALUE();
+        if (cli_parse_float(a, v, 1e-4, 1e4, &f, st)) return -1;
+        *(IS("--yarn-beta-fast") ? &o->rope.beta_fast : &o->rope.beta_slow) = (float)f;
+        o->rope_set = true;
     } else if (IS("-c") || IS("--ctx-size")) {
         VALUE();
         if (cli_parse_long(a, v, 1, 1 << 24, &n, st)) return -1;
@@ -469,8 +501,13 @@ int cli_merge_loras(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
     return LLMI_OK;
 }
 
-/* The --lora adapters merged, then the control vectors added; on failure m is freed. */
+/* The RoPE flags applied, the --lora adapters merged, then the control vectors added; on
+ * failure m is freed. */
 static int apply_adapters(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
+    if (o->rope_set && model_override_rope(m, &o->rope, st)) {
+        model_free(m);
+        return st->code;
+    }
     if (cli_merge_loras(o, m, st)) return st->code;
     if (!o->control.n && !o->control_range_set) return LLMI_OK;
     const char *paths[LLMI_MAX_LORA];

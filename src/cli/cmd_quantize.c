@@ -404,6 +404,9 @@ int cmd_quantize(int argc, char **argv, llmi_status *st) {
     int rc = qc_parse(argc, argv, &a, st);
     if (rc < 0) return 0; /* --help */
     if (rc) return rc;
+    if (a.mo.rope_set)
+        return llmi_fail(st, LLMI_E_USAGE, "--rope-scaling/--rope-scale/--rope-freq-base/--yarn-*: RoPE flags change "
+                         "how a model runs, not its weights; give them to the run that loads the output");
     if (a.mo.control.n || a.mo.control_range_set)
         return llmi_fail(st, LLMI_E_USAGE, "--control-vector: a control vector is added at run time and is not part of "
                          "a quantized checkpoint; give it to the run that loads the output");

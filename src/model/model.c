@@ -107,6 +107,52 @@ int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
 #undef BAD
 }
 
+int model_override_rope(llmi_model *m, const llmi_rope_override *o, llmi_status *st) {
+    llmi_config c = m->cfg;
+    const bool file_yarn = c.rope_scaling == LLMI_ROPE_SCALING_YARN;
+    const bool scales = o->scaling >= 0 || o->factor > 0 || o->orig_ctx > 0 || o->beta_fast > 0 || o->beta_slow > 0;
+    if (scales && c.rope_scaling == LLMI_ROPE_SCALING_LLAMA3)
+        return llmi_fail(st, LLMI_E_USAGE, "--rope-scaling/--rope-scale: the model has llama3 rope scaling, which they "
+                         "would replace; not supported");
+    if (scales && c.rope_theta_local > 0)
+        return llmi_fail(st, LLMI_E_USAGE, "--rope-scaling/--rope-scale: not supported for a model with a second RoPE "
+                         "for its sliding layers (Gemma 3)");
+    if (o->freq_base > 0) c.rope_theta = o->freq_base;
+    int type = o->scaling >= 0 ? o->scaling : file_yarn ? LLMI_ROPE_SCALING_YARN : LLMI_ROPE_SCALING_LINEAR;
+    if ((o->orig_ctx > 0 || o->beta_fast > 0 || o->beta_slow > 0) && type != LLMI_ROPE_SCALING_YARN)
+        return llmi_fail(st, LLMI_E_USAGE, "--yarn-orig-ctx/--yarn-beta-fast/--yarn-beta-slow: only with yarn scaling "
+                         "(--rope-scaling yarn, or a model that has it)");
+    if (scales && type == LLMI_ROPE_SCALING_NONE) {
+        c.rope_scaling = LLMI_ROPE_SCALING_NONE;
+        c.rope_factor = 0;
+        c.rope_attn_factor = 0;
+    } else if (scales && type == LLMI_ROPE_SCALING_LINEAR) {
+        float f = o->factor > 0 ? o->factor : c.rope_scaling == LLMI_ROPE_SCALING_NONE ? 1 : c.rope_factor;
+        c.rope_scaling = f != 1 ? LLMI_ROPE_SCALING_LINEAR : LLMI_ROPE_SCALING_NONE;
+        c.rope_factor = f;
+        c.rope_attn_factor = 0;
+    } else if (scales) {
+        float f = o->factor > 0 ? o->factor : c.rope_scaling == LLMI_ROPE_SCALING_NONE ? 1 : c.rope_factor;
+        if (!file_yarn) {
+            c.rope_orig_max_pos = c.max_ctx;
+            c.rope_yarn_beta_fast = 32, c.rope_yarn_beta_slow = 1;
+            c.rope_yarn_no_truncate = false;
+        }
+        if (!file_yarn || f != c.rope_factor) c.rope_attn_factor = (float)config_yarn_mscale(f, 1);
+        c.rope_scaling = LLMI_ROPE_SCALING_YARN;
+        c.rope_factor = f;
+        if (o->orig_ctx > 0) c.rope_orig_max_pos = o->orig_ctx;
+        if (o->beta_fast > 0) c.rope_yarn_beta_fast = o->beta_fast;
+        if (o->beta_slow > 0) c.rope_yarn_beta_slow = o->beta_slow;
+    }
+    if (config_validate(&c, "--rope-scaling/--rope-scale/--rope-freq-base", st)) {
+        st->code = LLMI_E_USAGE;   /* a flag's value, not a bad file */
+        return st->code;
+    }
+    m->cfg = c;
+    return 0;
+}
+
 /* ================================================================ model_free */
 
 static void tensor_release(llmi_tensor *t) {

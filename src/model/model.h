@@ -173,4 +173,23 @@ void model_release_pages(const llmi_model *m, const void *p, size_t len);
 /* Checks the hyper-parameters for consistency and bounds (called by every loader). */
 int config_validate(const llmi_config *c, const char *what, llmi_status *st);
 
+/* llama.cpp's RoPE flags over what the model file says (--rope-scaling, --rope-scale or
+ * --rope-freq-scale, --rope-freq-base, --yarn-orig-ctx, --yarn-beta-fast, --yarn-beta-slow);
+ * a zero field keeps the file's value. */
+typedef struct llmi_rope_override {
+    int scaling;               /* -1: the file's type; else LLMI_ROPE_SCALING_NONE, _LINEAR or _YARN */
+    float factor;              /* context scale: --rope-scale N, or 1 / --rope-freq-scale */
+    float freq_base;
+    int orig_ctx;              /* YaRN's original context */
+    float beta_fast, beta_slow;
+} llmi_rope_override;
+/* Applies o to m's config as llama.cpp's context does (llama-context.cpp): the type, when
+ * not given, is the file's (linear for a file without scaling); none drops the factor;
+ * linear and yarn take the given factor or the file's; yarn's original context, betas and
+ * truncation are the given ones, else the file's yarn values, else the training context,
+ * 32, 1 and truncated; its attention factor the file's while the factor is, else
+ * get_mscale(factor).  Refused for llama3 scaling and Gemma 3's second RoPE; the result is
+ * checked as a loaded config is. */
+int model_override_rope(llmi_model *m, const llmi_rope_override *o, llmi_status *st);
+
 #endif
