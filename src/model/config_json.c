@@ -279,6 +279,7 @@ static int cj_yarn(const cJSON *j, const cJSON *rs, llmi_config *c, const char *
         af = (float)(ms != 0 && msa != 0 ? config_yarn_mscale(c->rope_factor, ms) / config_yarn_mscale(c->rope_factor, msa)
                                          : config_yarn_mscale(c->rope_factor, 1));
     c->rope_attn_factor = af;
+    config_yarn_context(c);
     return 0;
 }
 

@@ -28,6 +28,12 @@ float config_attn_scale(const llmi_config *c) {
 
 double config_yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0; }
 
+void config_yarn_context(llmi_config *c) {
+    double ext = (double)c->rope_orig_max_pos * c->rope_factor;
+    if (ext > CFG_MAX_CTX) ext = CFG_MAX_CTX;
+    if (ext > c->max_ctx) c->max_ctx = (int)ext;
+}
+
 int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
 #define BAD(...) return llmi_fail(st, LLMI_E_RUNTIME, __VA_ARGS__)
     if (c->n_layers < 1 || c->n_layers > LLMI_MAX_LAYERS)
@@ -128,6 +134,8 @@ int model_override_rope(llmi_model *m, const llmi_rope_override *o, llmi_status 
         c.rope_attn_factor = 0;
     } else if (scales && type == LLMI_ROPE_SCALING_LINEAR) {
         float f = o->factor > 0 ? o->factor : c.rope_scaling == LLMI_ROPE_SCALING_NONE ? 1 : c.rope_factor;
+        if (c.rope_scaling == LLMI_ROPE_SCALING_NONE && f > 1)   /* positions f times further, as llama.cpp's -c allows */
+            c.max_ctx = (int)fmin((double)c.max_ctx * f, CFG_MAX_CTX);
         c.rope_scaling = f != 1 ? LLMI_ROPE_SCALING_LINEAR : LLMI_ROPE_SCALING_NONE;
         c.rope_factor = f;
         c.rope_attn_factor = 0;
@@ -144,6 +152,7 @@ int model_override_rope(llmi_model *m, const llmi_rope_override *o, llmi_status 
         if (o->orig_ctx > 0) c.rope_orig_max_pos = o->orig_ctx;
         if (o->beta_fast > 0) c.rope_yarn_beta_fast = o->beta_fast;
         if (o->beta_slow > 0) c.rope_yarn_beta_slow = o->beta_slow;
+        config_yarn_context(&c);
     }
     if (config_validate(&c, "--rope-scaling/--rope-scale/--rope-freq-base", st)) {
         st->code = LLMI_E_USAGE;   /* a flag's value, not a bad file */

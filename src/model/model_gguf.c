@@ -114,6 +114,7 @@ static int gguf_yarn(const gguf_file *g, const char *arch, const char *path, llm
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: yarn with %s is not supported", path,
                          log_mul != 0 ? "a yarn_log_multiplier (DeepSeek's mscale)" : "a yarn_ext_factor other than 1");
     c->rope_attn_factor = af != 0 ? af : (float)config_yarn_mscale(c->rope_factor, 1);
+    config_yarn_context(c);
     return 0;
 }
 

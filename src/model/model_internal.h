@@ -10,6 +10,10 @@
 #include "model/model.h"
 #include "model/gptq_awq.h"
 
+/* YaRN's context: the larger of max_ctx and original context x factor (vLLM's derived
+ * maximum length; a Qwen2.5 config keeps max_position_embeddings at the original), at most
+ * CFG_MAX_CTX.  For every reader of a YaRN config and for the RoPE flags. */
+void config_yarn_context(llmi_config *c);
 /* Bounds config_validate puts on a model (a file claiming more is corrupt or hostile). */
 #define CFG_MAX_DIM     (1 << 20)
 #define CFG_MAX_VOCAB   (1 << 24)

@@ -8,6 +8,8 @@
 #     config's YaRN equal, to the bit, the same weights with rope_scaling removed and
 #     --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 32; --rope-scaling none equals the
 #     config without scaling;
+#   - -c may reach the context the scaling makes (YaRN: original x factor, as vLLM derives it;
+#     linear: the model's x factor);
 #   - the prompt cache keeps another RoPE's K/V apart; bad values and unsupported cases: one
 #     line, exit 2.
 . "$(dirname "$0")/../lib/common.sh"
@@ -44,6 +46,14 @@ same "$TMP/plain.out" "$TMP/none.out" "--rope-scaling none vs the config without
 ! same "$TMP/plain.out" "$TMP/cfg.out" x >/dev/null 2>&1 || fail "YaRN changed nothing"
 
 gen=(generate --device cpu -m "$TMP/plain" -p hi -n 1 --no-stats)
+# the context the scaling makes (vLLM's derived length for YaRN: original x factor; linear:
+# the model's x factor), where the plain model stops at its 256
+expect_error "exceeds the model's context length 256" "$LLMI" "${gen[@]}" -c 1024
+"$LLMI" "${gen[@]}" -c 1024 --rope-scaling yarn --rope-scale 8 --yarn-orig-ctx 128 >/dev/null ||
+  fail "-c 1024 with YaRN x8 over 128"
+expect_error "exceeds the model's context length 1024" "$LLMI" "${gen[@]}" -c 1025 --rope-scaling yarn --rope-scale 8 \
+  --yarn-orig-ctx 128
+"$LLMI" "${gen[@]}" -c 1024 --rope-scale 4 >/dev/null || fail "-c 1024 with linear x4"
 expect_error "--rope-scaling: 'ntk' is not none, linear or yarn" "$LLMI" "${gen[@]}" --rope-scaling ntk
 expect_error "--rope-scale" "$LLMI" "${gen[@]}" --rope-scale 0
 expect_error "--rope-freq-base" "$LLMI" "${gen[@]}" --rope-freq-base -5
