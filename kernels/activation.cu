@@ -1,5 +1,6 @@
 /* activation.cu — owns the gated activations, SwiGLU and GeGLU (twins: cpu_swiglu,
- * cpu_geglu), and the bias add of biased projections. */
+ * cpu_geglu), the bias add of biased projections and control vectors (cpu_add_bias), and the
+ * final logits' tanh soft cap (cpu_softcap). */
 #include "common.cuh"
 
 /* same expressions as the twins: silu, g / (1 + exp(-g)) * up; gelu_tanh, g * sigmoid(2y)
@@ -54,6 +55,16 @@ __global__ void llmi_add_bias_kernel(float *y, int stride, const float *bias, in
     for (int t = blockIdx.y; t < n; t += gridDim.y) y[(int64_t)t * stride + j] += b;
 }
 
+/* grid (cols / 256 rounded up, min(n, 65535)), rows strided by gridDim.y */
+__global__ void llmi_softcap_kernel(float *y, int stride, int n, int cols, float cap) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    for (int t = blockIdx.y; t < n; t += gridDim.y) {
+        float *p = y + (int64_t)t * stride + j;
+        *p = cap * tanhf(*p / cap);
+    }
+}
+
 template <typename ACT>
 static cudaError_t glu_launch(const float *gate, const float *up, int in_stride, int n, int d, void *out,
                               llmi_dtype out_dt, cudaStream_t s) {
@@ -81,6 +92,14 @@ extern "C" cudaError_t llmi_cuda_add_bias(float *y, int stride, const float *bia
     if (n <= 0 || cols <= 0) return cudaSuccess;
     const dim3 grid((unsigned)llmi_div_up(cols, 256), (unsigned)(n < 65535 ? n : 65535));
     llmi_add_bias_kernel<<<grid, 256, 0, s>>>(y, stride, bias, n, cols);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t llmi_cuda_softcap(float *y, int stride, int n, int cols, float cap, cudaStream_t s) {
+    if (n <= 0 || cols <= 0 || !(cap > 0.0f)) return cudaSuccess;
+    const dim3 grid((unsigned)llmi_div_up(cols, 256), (unsigned)(n < 65535 ? n : 65535));
+    llmi_softcap_kernel<<<grid, 256, 0, s>>>(y, stride, n, cols, cap);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }

@@ -38,6 +38,13 @@ static __device__ __forceinline__ int64_t kv_index(const int32_t *bt, int block_
     return (((int64_t)bt[b] * block_size + o) * n_kv_heads + kvh) * (int64_t)head_dim;
 }
 
+/* A key's score from its q.k product: times the scale, then with a soft cap (Gemma 2)
+ * cap * tanh(score / cap), as cpu_paged_attention scores it. */
+static __device__ __forceinline__ float attn_score(const llmi_cuda_attn &a, float dot) {
+    const float x = dot * a.scale;
+    return a.softcap > 0.0f ? a.softcap * tanhf(x / a.softcap) : x;
+}
+
 /* The fp8 scale of KV head kvh (1 for the other dtypes, which carry no scale). */
 static __device__ __forceinline__ float kv_scale_of(llmi_kv_dtype dt, const float *scale, int kvh) {
     return dt == LLMI_KV_FP8 && scale ? scale[kvh] : 1.0f;
@@ -254,7 +261,7 @@ __global__ void llmi_attn_decode_kernel(llmi_cuda_attn a, const int32_t *tokens,
                     d0 = fmaf(y.x, k[4], d0), d1 = fmaf(y.y, k[5], d1), d2 = fmaf(y.z, k[6], d2), d3 = fmaf(y.w, k[7], d3);
                 }
             }
-            S[i] = ((d0 + d1) + (d2 + d3)) * a.scale;
+            S[i] = attn_score(a, (d0 + d1) + (d2 + d3));
         }
         __syncthreads();
         for (int g = warp; g < G; g += nw) {
@@ -697,14 +704,14 @@ __global__ void __launch_bounds__(32 * PF_WARPS) llmi_attn_prefill_kernel(llmi_c
 #pragma unroll
                 for (int j = 0; j < PF_BK / 8; j++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) sc[j][e] *= a.scale;
+                    for (int e = 0; e < 4; e++) sc[j][e] = attn_score(a, sc[j][e]);
             } else {
 #pragma unroll
                 for (int j = 0; j < PF_BK / 8; j++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         int key = kv0 + 8 * j + q2 + (e & 1);
-                        sc[j][e] = key <= pos_r[e >> 1] && key >= lo_r[e >> 1] ? sc[j][e] * a.scale : -INFINITY;
+                        sc[j][e] = key <= pos_r[e >> 1] && key >= lo_r[e >> 1] ? attn_score(a, sc[j][e]) : -INFINITY;
                     }
             }
             tc_softmax_step(sc, m_run, l_run, o_acc);
@@ -856,7 +863,7 @@ llmi_attn_decode_tc_kernel(llmi_cuda_attn a, const int32_t *tokens, int n_splits
         for (int j = 0; j < DT_BK / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
-                sc[j][e] = kv0 + 8 * j + q2 + (e & 1) < end ? sc[j][e] * a.scale : -INFINITY;
+                sc[j][e] = kv0 + 8 * j + q2 + (e & 1) < end ? attn_score(a, sc[j][e]) : -INFINITY;
         tc_softmax_step(sc, m_run, l_run, o_acc);
         /* O (16, hd) += P (16, DT_BK) V (DT_BK, hd) */
         tc_pv_step<ASYNC>(sc, Vs, ld, lane, n_jd, o_acc);

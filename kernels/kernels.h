@@ -74,6 +74,9 @@ cudaError_t llmi_cuda_geglu(const float *gate, const float *up, int in_stride, i
                             llmi_dtype out_dt, cudaStream_t s);
 /* y (n, cols; row stride) += bias (cols). */
 cudaError_t llmi_cuda_add_bias(float *y, int stride, const float *bias, int n, int cols, cudaStream_t s);
+/* y (n rows of stride, the first cols of each) = cap * tanh(y / cap): Gemma 2's final logit
+ * soft cap (twin: cpu_softcap); cap <= 0 launches nothing. */
+cudaError_t llmi_cuda_softcap(float *y, int stride, int n, int cols, float cap, cudaStream_t s);
 
 /* ---- moe.cu (mixture of experts) ---- */
 /* Each token's experts (cpu_moe_route): sel (n, k) int32 and weights (n, k) f32 from the
@@ -112,6 +115,8 @@ typedef struct llmi_cuda_attn {
     int max_blocks_per_seq;
     int n_heads, n_kv_heads, head_dim, block_size;
     float scale;                 /* of q.k (config_attn_scale) */
+    float softcap;               /* > 0: a scaled score s becomes softcap * tanh(s / softcap) (Gemma 2's
+                                    attn_logit_softcapping); 0: none */
     int window;                  /* keys a query at position p attends to: [p - window + 1, p]; 0: [0, p]
                                     (the layer's config_layer_window) */
     void *out;                   /* (n_tokens, out_stride) in out_dt; head h at out + h*head_dim */

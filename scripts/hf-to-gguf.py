@@ -14,7 +14,9 @@ The one change to the converter: the test models' tokenizer is a byte-level BPE 
 here, whose pre-tokenizer hash llama.cpp does not know (it refuses unknown ones), so
 get_vocab_base_pre answers "qwen2".  That names only the pre-tokenizer written to
 tokenizer.ggml.pre (the logits tests load no tokenizer); tensors, names, shapes and
-hyper-parameters are the converter's own.
+hyper-parameters are the converter's own.  For the same reason (the test models have no
+SentencePiece tokenizer.model), Gemma2Model writes the GPT-2-style vocabulary that the
+converter's own Gemma3Model writes when a checkpoint has no tokenizer.model.
 """
 import runpy
 import sys
@@ -27,5 +29,8 @@ sys.path.insert(0, LC)
 import conversion.base as base  # noqa: E402  (the converter's package, from LC)
 
 base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "qwen2"
+import conversion.gemma as gemma  # noqa: E402
+
+gemma.Gemma2Model.set_vocab = lambda self: self._set_vocab_gpt2()
 sys.argv = [LC + "/convert_hf_to_gguf.py"] + sys.argv[2:]
 runpy.run_path(LC + "/convert_hf_to_gguf.py", run_name="__main__")

@@ -838,9 +838,11 @@ TEST(cpu_paged_attention_vs_dense) {
     rng r = rng_make("attn");
     int nh = 6, nkv = 2, bs = 4, n_seqs = 4, maxb = 12, nblocks = 48;
     /* each KV dtype, with a head_dim off and on the 16-lane grid; each without a window and
-     * with windows of 1 key, a random one inside a 16-position chunk, and one past a chunk */
-    for (int kw = 0; kw < 24; kw++) {
-        const int kt = kw % 6, wi = kw / 6;
+     * with windows of 1 key, a random one inside a 16-position chunk, and one past a chunk;
+     * each without and with a soft cap (Gemma 2) small enough to bend most scores */
+    for (int kw = 0; kw < 48; kw++) {
+        const int kt = kw % 6, wi = (kw / 6) % 4;
+        const float softcap = kw < 24 ? 0.0f : 1.5f + rng_unif(&r);
         const int window = wi == 0 ? 0 : wi == 1 ? 1 : wi == 2 ? 2 + rng_int(&r, 14) : 17 + rng_int(&r, 20);
         llmi_kv_dtype kd = (llmi_kv_dtype)(kt % 3);
         int hd = kt < 3 ? 40 : 64;
@@ -878,7 +880,8 @@ TEST(cpu_paged_attention_vs_dense) {
         b.n_tokens = n; b.positions = pos; b.slot_mapping = slot; b.seq_of_token = sot; b.n_seqs = n_seqs;
         b.query_start = qs; b.block_tables = tables; b.max_blocks_per_seq = maxb;
         float scale = 1.0f / sqrtf((float)hd);
-        cpu_paged_attention(q, kc, vc, kd, NULL, NULL, &b, nh, nkv, hd, bs, scale, window, out);
+        const cpu_attn_scores sco = {.scale = scale, .softcap = softcap, .window = window};
+        cpu_paged_attention(q, kc, vc, kd, NULL, NULL, &b, nh, nkv, hd, bs, sco, out);
         double sc[64];
         for (int t = 0; t < n; t++)
             for (int h = 0; h < nh; h++) {
@@ -889,7 +892,7 @@ TEST(cpu_paged_attention_vs_dense) {
                     size_t base = ((size_t)tables[s * maxb + p / bs] * bs + p % bs) * row + (size_t)kvh * hd;
                     double d = 0;
                     for (int i = 0; i < hd; i++) d += (double)q[((size_t)t * nh + h) * hd + i] * kv_get(kc, kd, base + i);
-                    sc[p] = d * scale;
+                    sc[p] = softcap > 0 ? softcap * tanh(d * scale / softcap) : d * scale;
                     mx = fmax(mx, sc[p]);
                 }
                 for (int p = p0; p < len; p++) sum += (sc[p] = exp(sc[p] - mx));
@@ -903,12 +906,13 @@ TEST(cpu_paged_attention_vs_dense) {
                 }
             }
         double e = test_nmse(out, ref, (long)n * nh * hd);
-        CHECK_MSG(e < 1e-10, "attention kv dtype %d head_dim %d window %d NMSE %g", kt % 3, hd, window, e);
+        CHECK_MSG(e < 1e-10, "attention kv dtype %d head_dim %d window %d softcap %g NMSE %g", kt % 3, hd, window,
+                  (double)softcap, e);
         /* the decode step's share-by-share form: the same bits whatever units share a call */
         float *part = malloc(sizeof(float) * n * nh * hd);
         int split = 1 + rng_int(&r, n * nh - 1);
-        cpu_paged_attention_part(q, kc, vc, kd, NULL, NULL, &b, nh, nkv, hd, bs, scale, window, 0, split, part);
-        cpu_paged_attention_part(q, kc, vc, kd, NULL, NULL, &b, nh, nkv, hd, bs, scale, window, split, n * nh, part);
+        cpu_paged_attention_part(q, kc, vc, kd, NULL, NULL, &b, nh, nkv, hd, bs, sco, 0, split, part);
+        cpu_paged_attention_part(q, kc, vc, kd, NULL, NULL, &b, nh, nkv, hd, bs, sco, split, n * nh, part);
         CHECK_MSG(memcmp(part, out, sizeof(float) * n * nh * hd) == 0, "window %d: attention_part differs from attention",
                   window);
         free(part);
@@ -1050,7 +1054,7 @@ TEST(kv_quant_attention_vs_f32_kv) {
         memcpy(k, k0, sizeof(float) * n * nkv * hd);
         const float *ks = t == LLMI_KV_FP8 ? k_scale : NULL, *vs = t == LLMI_KV_FP8 ? v_scale : NULL;
         cpu_rope_kv_write(q, k, v0, pos, slot, n, nh, nkv, hd, inv, kc, vc, t, ks, vs);
-        cpu_paged_attention(q, kc, vc, t, ks, vs, &b, nh, nkv, hd, bs, 1.0f / sqrtf((float)hd), 0,
+        cpu_paged_attention(q, kc, vc, t, ks, vs, &b, nh, nkv, hd, bs, (cpu_attn_scores){1.0f / sqrtf((float)hd), 0, 0},
                             ti == 0 ? ref : out);
         if (ti > 0) {
             double e = test_nmse(out, ref, (long)n * nh * hd);

@@ -380,6 +380,37 @@ TEST(cuda_swiglu) {
     free(gu); free(gu2);
 }
 
+/* Gemma 2's final logit soft cap on a strided view (the columns past cols untouched) against
+ * cpu_softcap, on logits of +-100 (most bent hard by cap 30) and odd shapes; cap 0 writes
+ * nothing.  NMSE, as the elementwise ops: tanhf may differ from the host's in the last bit. */
+TEST(cuda_softcap) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_softcap");
+    const int shapes[3][2] = {{1, 1000}, {7, 333}, {3, 4099}};
+    for (int si = 0; si < 3; si++) {
+        const int n = shapes[si][0], cols = shapes[si][1], stride = cols + 5;
+        const float cap = si == 1 ? 0.5f + trng_unif(&r) * 0.25f : 30.0f;
+        float *y = malloc(sizeof(float) * n * stride), *want = malloc(sizeof(float) * n * stride);
+        float *got = malloc(sizeof(float) * n * stride);
+        for (int i = 0; i < n * stride; i++) y[i] = 100.0f * trng_unif(&r);
+        memcpy(want, y, sizeof(float) * n * stride);
+        cpu_softcap(want, n, stride, 0, cols, cap);
+        float *d_y = dup_to_dev(y, sizeof(float) * n * stride);
+        CHECK(llmi_cuda_softcap(d_y, stride, n, cols, 0.0f, 0) == cudaSuccess);
+        CHECK(llmi_cuda_softcap(d_y, stride, n, cols, cap, 0) == cudaSuccess);
+        to_host(got, d_y, sizeof(float) * n * stride);
+        int tail_changed = 0, bent = 0;
+        for (int t = 0; t < n; t++)
+            for (int j = cols; j < stride; j++) tail_changed += got[(size_t)t * stride + j] != y[(size_t)t * stride + j];
+        for (int i = 0; i < n * stride; i++) bent += fabsf(want[i] - y[i]) > 1.0f;
+        const double e = test_nmse(got, want, (long)n * stride);
+        CHECK_MSG(e <= 1e-12 && tail_changed == 0 && bent > n * cols / 4, "softcap %d x %d cap %g: nmse %g, %d past cols "
+                  "changed, %d bent", n, cols, (double)cap, e, tail_changed, bent);
+        cudaFree(d_y);
+        free(y); free(want); free(got);
+    }
+}
+
 /* Gemma's GeGLU (gelu_tanh(gate) * up) on both paths in f32 and bf16, against cpu_geglu. */
 TEST(cuda_geglu) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
@@ -396,7 +427,7 @@ TEST(cuda_geglu) {
  * position 299) has the K/V before its window poisoned with NaN (every dtype's all-ones
  * bytes) on the device: the decode kernels must never read them. */
 static void attention_case_win(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int force_splits, int nh, int nkv,
-                               int bs, int window) {
+                               int bs, int window, float softcap) {
     const int nseq = 4, mbps = (300 + bs - 1) / bs, nblocks = nseq * mbps;
     const int qlen[4] = {1, 70, 20, 3}, ctx[4] = {300, 70, 70, 45};
     int n = 0;
@@ -438,8 +469,9 @@ static void attention_case_win(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, 
     for (size_t i = 0; i < qn; i++) q[i] = trng_unif(r);
     /* a scale that is not 1/sqrt(hd) (Gemma 3's query_pre_attn_scalar) */
     float scale = (window ? 0.8f : 1.0f) / sqrtf((float)hd);
-    cpu_paged_attention(q, kc, vc, dt, ks, vs, &b, nh, nkv, hd, bs, scale, window, ref);
-    cpu_paged_attention(q, kf, vf, LLMI_KV_F32, NULL, NULL, &b, nh, nkv, hd, bs, scale, window, ref32);
+    const cpu_attn_scores sco = {.scale = scale, .softcap = softcap, .window = window};
+    cpu_paged_attention(q, kc, vc, dt, ks, vs, &b, nh, nkv, hd, bs, sco, ref);
+    cpu_paged_attention(q, kf, vf, LLMI_KV_F32, NULL, NULL, &b, nh, nkv, hd, bs, sco, ref32);
     float *d_ks = dup_to_dev(ks, sizeof ks), *d_vs = dup_to_dev(vs, sizeof vs);
     const int lo0 = window > 0 && ctx[0] > window ? ctx[0] - window : 0;   /* sequence 0's first key */
     const size_t slot_bytes = kv_dtype_row_bytes(dt, (size_t)hd) * nkv;
@@ -464,7 +496,7 @@ static void attention_case_win(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, 
     llmi_cuda_attn a = {.q = d_q, .q_stride = nh * hd, .k_cache = d_kc, .v_cache = d_vc, .kv_dt = dt,
                         .k_scale = d_ks, .v_scale = d_vs, .positions = d_pos, .seq_of_token = d_seq, .block_tables = d_tab, .max_blocks_per_seq = mbps,
                         .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .block_size = bs, .scale = scale,
-                        .window = window, .out = d_out, .out_stride = nh * hd, .out_dt = LLMI_F32};
+                        .softcap = softcap, .window = window, .out = d_out, .out_stride = nh * hd, .out_dt = LLMI_F32};
     CHECK(llmi_cuda_attn_init(nh, nkv, hd) == cudaSuccess);
     CHECK(llmi_cuda_attn_decode(&a, d_dec, nd, splits, d_work, 0) == cudaSuccess);
     CHECK(llmi_cuda_attn_prefill(&a, d_tiles, nt, 0) == cudaSuccess);
@@ -508,10 +540,10 @@ static void attention_case_win(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, 
      * at most 5.1e-6 and 7.6e-8 over 8 runs (the bound was 5e-4 before); one tile's scores
      * scaled 1% off in a few rows gives ~1.8e-6 on the f16 cases */
     const double pf_bound = dt == LLMI_KV_BF16 || dt == LLMI_KV_F32 ? 2e-5 : 1e-6;
-    CHECK_MSG(e_all <= pf_bound, "hd %d kv %s win %d splits %d: nmse %g (bound %g)", hd, kv_name(dt), window, splits,
-              e_all, pf_bound);
-    CHECK_MSG(e_dec <= 1e-7, "hd %d kv %s win %d splits %d: decode-path nmse %g", hd, kv_name(dt), window, splits,
-              e_dec);
+    CHECK_MSG(e_all <= pf_bound, "hd %d kv %s win %d cap %g splits %d: nmse %g (bound %g)", hd, kv_name(dt), window,
+              (double)softcap, splits, e_all, pf_bound);
+    CHECK_MSG(e_dec <= 1e-7, "hd %d kv %s win %d cap %g splits %d: decode-path nmse %g", hd, kv_name(dt), window,
+              (double)softcap, splits, e_dec);
     /* against attention over the unquantized fp32 cache: the quantization error itself, within
      * the CPU test's bounds (kv_quant_attention_vs_f32_kv: q8 1e-3, fp8 1e-2) */
     /* the tensor-core decode (decode_tc) where it applies: the prefill's rounding of q and the
@@ -553,9 +585,9 @@ static void attention_case_win(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, 
     double e32 = test_nmse(got, ref32, (long)qn);
     if (dt == LLMI_KV_Q8 || dt == LLMI_KV_FP8)
         CHECK_MSG(e32 < (dt == LLMI_KV_Q8 ? 1e-3 : 1e-2) && e32 > 0, "hd %d kv %s: nmse vs f32 KV %g", hd, kv_name(dt), e32);
-    printf("  attention hd %d kv %-4s G %d win %d splits %d: %d decode tokens, %d tiles, nmse %.3g (decode %.3g, on "
-           "tensor cores %.3g), vs f32 KV %.3g\n", hd, kv_name(dt), nh / nkv, window, splits, nd, nt, e_all, e_dec,
-           e_tc, e32);
+    printf("  attention hd %d kv %-4s G %d win %d cap %g splits %d: %d decode tokens, %d tiles, nmse %.3g (decode %.3g, "
+           "on tensor cores %.3g), vs f32 KV %.3g\n", hd, kv_name(dt), nh / nkv, window, (double)softcap, splits, nd, nt,
+           e_all, e_dec, e_tc, e32);
     cudaFree(d_ks); cudaFree(d_vs); free(kf); free(vf); free(ref32);
     cudaFree(d_q); cudaFree(d_out); cudaFree(d_kc); cudaFree(d_vc); cudaFree(d_pos); cudaFree(d_seq); cudaFree(d_tab);
     cudaFree(d_dec); cudaFree(d_tiles); cudaFree(d_work);
@@ -565,7 +597,7 @@ static void attention_case_win(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, 
 
 static void attention_case_bs(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int force_splits, int nh, int nkv,
                               int bs) {
-    attention_case_win(t_, r, hd, dt, force_splits, nh, nkv, bs, 0);
+    attention_case_win(t_, r, hd, dt, force_splits, nh, nkv, bs, 0, 0.0f);
 }
 
 static void attention_case_heads(test_ctx *t_, trng *r, int hd, llmi_kv_dtype dt, int force_splits, int nh, int nkv) {
@@ -617,15 +649,36 @@ TEST(cuda_attention_window) {
     trng r = trng_make("cuda_attention_window");
     const int windows[5] = {1, 7, 50, 64, 1000};
     for (int w = 0; w < 5; w++) {
-        attention_case_win(t_, &r, 64, LLMI_KV_BF16, 0, 9, 3, 16, windows[w]);
-        attention_case_win(t_, &r, 256, LLMI_KV_BF16, 3, 4, 1, 16, windows[w]);
+        attention_case_win(t_, &r, 64, LLMI_KV_BF16, 0, 9, 3, 16, windows[w], 0.0f);
+        attention_case_win(t_, &r, 256, LLMI_KV_BF16, 3, 4, 1, 16, windows[w], 0.0f);
     }
-    attention_case_win(t_, &r, 256, LLMI_KV_F16, 0, 8, 4, 16, 50);
-    attention_case_win(t_, &r, 64, LLMI_KV_F32, 2, 5, 5, 16, 7);
-    attention_case_win(t_, &r, 64, LLMI_KV_Q8, 0, 6, 2, 16, 100);
-    attention_case_win(t_, &r, 64, LLMI_KV_FP8, 3, 8, 2, 16, 50);
-    attention_case_win(t_, &r, 40, LLMI_KV_BF16, 2, 8, 2, 16, 7);   /* off the tensor cores: all on the decode path */
-    attention_case_win(t_, &r, 128, LLMI_KV_BF16, 2, 8, 2, 12, 7);   /* a block size that is not a power of two */
+    attention_case_win(t_, &r, 256, LLMI_KV_F16, 0, 8, 4, 16, 50, 0.0f);
+    attention_case_win(t_, &r, 64, LLMI_KV_F32, 2, 5, 5, 16, 7, 0.0f);
+    attention_case_win(t_, &r, 64, LLMI_KV_Q8, 0, 6, 2, 16, 100, 0.0f);
+    attention_case_win(t_, &r, 64, LLMI_KV_FP8, 3, 8, 2, 16, 50, 0.0f);
+    attention_case_win(t_, &r, 40, LLMI_KV_BF16, 2, 8, 2, 16, 7, 0.0f);   /* off the tensor cores: all on the decode path */
+    attention_case_win(t_, &r, 128, LLMI_KV_BF16, 2, 8, 2, 12, 7, 0.0f);   /* a block size that is not a power of two */
+}
+
+/* Gemma 2's soft cap on the scores (attn_logit_softcapping): every path against
+ * cpu_paged_attention with the same cap, small enough (0.3 to 2 against scores of about
+ * +-3) to bend most scores, with and without a window, on each cache type and on the
+ * tensor-core and fp32 decode kernels; then Gemma 2's own cap, 50, which leaves such scores
+ * nearly as they are. */
+TEST(cuda_attention_softcap) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_attention_softcap");
+    const float caps[3] = {0.3f, 1.0f, 2.0f};
+    for (int i = 0; i < 3; i++) {
+        attention_case_win(t_, &r, 64, LLMI_KV_BF16, 0, 9, 3, 16, 0, caps[i]);
+        attention_case_win(t_, &r, 256, LLMI_KV_BF16, 3, 4, 1, 16, 50, caps[i]);
+    }
+    attention_case_win(t_, &r, 128, LLMI_KV_F16, 0, 8, 4, 16, 7, 1.0f);
+    attention_case_win(t_, &r, 64, LLMI_KV_F32, 2, 5, 5, 16, 0, 1.0f);
+    attention_case_win(t_, &r, 64, LLMI_KV_Q8, 0, 6, 2, 16, 100, 1.0f);
+    attention_case_win(t_, &r, 64, LLMI_KV_FP8, 3, 8, 2, 16, 0, 1.0f);
+    attention_case_win(t_, &r, 40, LLMI_KV_BF16, 2, 8, 2, 16, 0, 1.0f);   /* all on the decode path */
+    attention_case_win(t_, &r, 256, LLMI_KV_BF16, 0, 8, 4, 16, 4096, 50.0f);
 }
 
 /* A product's operands on the host and the device: W (rows, cols) and x (n, cols) in dt (bf16

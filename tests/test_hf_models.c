@@ -29,6 +29,13 @@ static const char *const hf_models[] = {"llama-gqa-rope3", "qwen2-bias-tied", "m
  * Their tokenizer is Gemma's kind (SentencePiece-style BPE, no space prefix). */
 static const char *const hf_gemma[] = {"gemma3-swa", "gemma3-scaled"};
 #define HF_GEMMA3_GGUF "gemma3-swa.bf16.gguf"
+/* Gemma 2 (scripts/make-gemma2-test-models.py): 4 layers alternating sliding (6 keys) and
+ * global, soft caps 0.75 on the scores and 2.5 on the logits (bending most of them), f32,
+ * transformers 5's config form (and as llama.cpp's converter writes it); and 3 layers in the
+ * released config form with no soft-cap keys (the defaults 50 and 30),
+ * query_pre_attn_scalar != head_dim, bf16. */
+static const char *const hf_gemma2[] = {"gemma2-capped", "gemma2-classic"};
+#define HF_GEMMA2_GGUF "gemma2-capped.f32.gguf"
 /* Mixtures of experts (scripts/make-moe-test-models.py): Qwen3-MoE with 8 experts, 2 per
  * token, renormalised, in the released config form, bf16; Qwen3-MoE with 6 experts, 3 per
  * token, not renormalised (norm_topk_prob false), in transformers 5's form
@@ -298,6 +305,9 @@ TEST(hf_qwen2_yarn_gguf_vs_transformers) { hf_check_model_on(t_, hf_yarn[0], HF_
 TEST(hf_gemma3_sliding_window_vs_transformers) { hf_check_model(t_, hf_gemma[0]); }
 TEST(hf_gemma3_scaled_v5_config_vs_transformers) { hf_check_model(t_, hf_gemma[1]); }
 TEST(hf_gemma3_gguf_vs_transformers) { hf_check_model_on(t_, hf_gemma[0], HF_GEMMA3_GGUF, false, false); }
+TEST(hf_gemma2_soft_caps_v5_config_vs_transformers) { hf_check_model(t_, hf_gemma2[0]); }
+TEST(hf_gemma2_default_caps_classic_config_vs_transformers) { hf_check_model(t_, hf_gemma2[1]); }
+TEST(hf_gemma2_gguf_vs_transformers) { hf_check_model_on(t_, hf_gemma2[0], HF_GEMMA2_GGUF, false, false); }
 TEST(hf_qwen3moe_bf16_vs_transformers) { hf_check_model(t_, hf_moe[0]); }
 TEST(hf_qwen3moe_no_topk_norm_v5_config_vs_transformers) { hf_check_model(t_, hf_moe[1]); }
 TEST(hf_mixtral_vs_transformers) { hf_check_model(t_, hf_moe[2]); }
@@ -328,6 +338,8 @@ TEST(hf_cuda_qwen2_yarn_vs_transformers) { hf_check_model_cuda(t_, hf_yarn[0]); 
 TEST(hf_cuda_llama_yarn_all_params_vs_transformers) { hf_check_model_cuda(t_, hf_yarn[1]); }
 TEST(hf_cuda_gemma3_sliding_window_vs_transformers) { hf_check_model_cuda(t_, hf_gemma[0]); }
 TEST(hf_cuda_gemma3_scaled_v5_config_vs_transformers) { hf_check_model_cuda(t_, hf_gemma[1]); }
+TEST(hf_cuda_gemma2_soft_caps_v5_config_vs_transformers) { hf_check_model_cuda(t_, hf_gemma2[0]); }
+TEST(hf_cuda_gemma2_default_caps_classic_config_vs_transformers) { hf_check_model_cuda(t_, hf_gemma2[1]); }
 TEST(hf_cuda_qwen3moe_bf16_vs_transformers) { hf_check_model_cuda(t_, hf_moe[0]); }
 TEST(hf_cuda_qwen3moe_no_topk_norm_v5_config_vs_transformers) { hf_check_model_cuda(t_, hf_moe[1]); }
 TEST(hf_cuda_mixtral_vs_transformers) { hf_check_model_cuda(t_, hf_moe[2]); }

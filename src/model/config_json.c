@@ -42,7 +42,7 @@ typedef struct cj_family {
 } cj_family;
 
 #define CJ_QWEN3_HEAD_DIM 128      /* Qwen3Config's head_dim (not hidden_size / heads) */
-#define CJ_GEMMA3_HEAD_DIM 256
+#define CJ_GEMMA_HEAD_DIM 256     /* Gemma2Config's and Gemma3TextConfig's head_dim and query_pre_attn_scalar */
 #define CJ_WINDOW        4096      /* sliding_window of MistralConfig, Qwen2Config and Qwen3(Moe)Config */
 
 static const cj_family k_families[] = {
@@ -58,19 +58,24 @@ static const cj_family k_families[] = {
     /* Qwen3MoeConfig has no head_dim: the model takes hidden_size / heads when the file has none */
     {.model_type = "qwen3_moe", .arch_class = "Qwen3MoeForCausalLM", .arch = LLMI_ARCH_QWEN3, .max_ctx = 32768,
      .n_kv_heads = 4, .window = CJ_WINDOW_QWEN3_MOE, .window_default = CJ_WINDOW, .moe = CJ_MOE_QWEN3},
+    {.model_type = "gemma2", .arch_class = "Gemma2ForCausalLM", .arch = LLMI_ARCH_GEMMA2, .max_ctx = 8192,
+     .n_kv_heads = 4, .head_dim = CJ_GEMMA_HEAD_DIM},   /* windows: cj_gemma */
     {.model_type = "gemma3_text", .arch_class = "Gemma3ForCausalLM", .arch = LLMI_ARCH_GEMMA3, .max_ctx = 131072,
-     .n_kv_heads = 4, .head_dim = CJ_GEMMA3_HEAD_DIM},   /* windows: cj_gemma3 */
+     .n_kv_heads = 4, .head_dim = CJ_GEMMA_HEAD_DIM},   /* windows: cj_gemma */
 };
 #define N_FAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
 
 #define CJ_NORM_EPS      1e-6f     /* rms_norm_eps of every config class but Mixtral's */
 #define CJ_ROPE_THETA    10000.0f
 #define CJ_WINDOW_LAYERS 28        /* max_window_layers of Qwen2Config and Qwen3Config */
-/* Gemma3TextConfig's defaults */
-#define CJ_GEMMA3_WINDOW 4096
+/* Gemma3TextConfig's and Gemma2Config's defaults */
+#define CJ_GEMMA_WINDOW 4096
 #define CJ_GEMMA3_PATTERN 6        /* sliding_window_pattern: every 6th layer global */
+#define CJ_GEMMA2_PATTERN 2        /* layer_types' default: even layers slide, odd ones are global */
 #define CJ_GEMMA3_THETA 1000000.0f
 #define CJ_GEMMA3_THETA_LOCAL 10000.0f
+#define CJ_GEMMA2_ATTN_SOFTCAP 50.0f
+#define CJ_GEMMA2_FINAL_SOFTCAP 30.0f
 
 /* ---------------------------------------------------------------- typed fields */
 
@@ -154,7 +159,7 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
             return llmi_fail(st, LLMI_E_RUNTIME, "%s: model_type gemma3 (Gemma3ForConditionalGeneration, text and vision) "
                              "is not supported: use a text-only checkpoint (gemma3_text) or a GGUF", file);
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported model_type %s (supported: llama, mistral, mixtral, qwen2, "
-                         "qwen3, qwen3_moe, gemma3_text)", file, b);
+                         "qwen3, qwen3_moe, gemma2, gemma3_text)", file, b);
     }
     if (!a0)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: no model_type and no architectures[0]: which model is this?", file);
@@ -167,7 +172,8 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
     printable(b2, sizeof b2, a0->valuestring);
     return llmi_fail(st, LLMI_E_RUNTIME,
                      "%s: unsupported architecture %s (supported: LlamaForCausalLM, MistralForCausalLM, "
-                     "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Gemma3ForCausalLM)",
+                     "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Gemma2ForCausalLM, "
+                     "Gemma3ForCausalLM)",
                      file, b2);
 }
 
@@ -313,46 +319,73 @@ static int cj_rope_scaling(const cJSON *j, const cJSON *rs, llmi_config *c, cons
     return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling type %s is not supported", file, b);
 }
 
-/* Gemma3TextConfig (transformers' configuration_gemma3.py and modeling_gemma3.py): GeGLU
- * (gelu_pytorch_tanh), embeddings times sqrt(hidden_size), q/k norms, sandwich norms, q.k
- * scaled by query_pre_attn_scalar^-1/2, and layers of layer_types (or, in the older form,
- * every sliding_window_pattern-th layer) global, the rest attending to the last
- * sliding_window keys with RoPE base rope_local_base_freq, unscaled; rope_scaling (or
+/* RoPE of a config whose layers share one: transformers 5 moved theta and scaling into
+ * rope_parameters, transformers 4 has rope_theta and rope_scaling at the top level. */
+static int cj_rope_flat(const cJSON *j, llmi_config *c, const char *file, llmi_status *st) {
+    const cJSON *rp = json_item(j, "rope_parameters"), *rs = json_item(j, "rope_scaling");
+    if (rp && cJSON_IsObject(rp)) {
+        if (json_num(rp, "rope_theta", &c->rope_theta, file, st) < 0) return LLMI_E_RUNTIME;
+        if (!rs) rs = rp;
+    }
+    return cj_rope_scaling(j, rs, c, file, st);
+}
+
+/* A soft cap of config.json: the family's default when absent, none when null. */
+static int cj_softcap(const cJSON *j, const char *key, float dflt, float *out, const char *file, llmi_status *st) {
+    *out = cJSON_GetObjectItemCaseSensitive(j, key) ? 0.0f : dflt;
+    int rc = json_num(j, key, out, file, st);
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc > 0 && !(*out > 0)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s must be > 0 (null: none)", file, key);
+    return 0;
+}
+
+/* Gemma2Config and Gemma3TextConfig (transformers' configuration_gemma2/3.py and
+ * modeling_gemma2/3.py): GeGLU (gelu_pytorch_tanh), embeddings times sqrt(hidden_size),
+ * sandwich norms, q.k scaled by query_pre_attn_scalar^-1/2, the scores and the final logits
+ * soft-capped by attn_logit_softcapping and final_logit_softcapping (Gemma 2: 50 and 30 by
+ * default; Gemma 3: none), and the layers of layer_types global, the rest attending to the
+ * last sliding_window keys; without layer_types, Gemma 2's even layers slide and Gemma 3's
+ * all but every sliding_window_pattern-th.  Gemma 3 only: q/k norms, and its sliding layers'
+ * own RoPE base rope_local_base_freq, unscaled; rope_scaling (or
  * rope_parameters.full_attention) scales only the global layers. */
-static int cj_gemma3(const cJSON *j, llmi_config *c, const char *file, llmi_status *st) {
+static int cj_gemma(const cJSON *j, llmi_config *c, const char *file, llmi_status *st) {
+    const bool g3 = c->arch == LLMI_ARCH_GEMMA3;
     c->act = LLMI_ACT_GELU_TANH;
-    c->qk_norm = true;
+    c->qk_norm = g3;
     c->post_norms = true;
     c->embed_scale = sqrtf((float)c->dim);
     c->tie_embeddings = true;
-    c->rope_theta = CJ_GEMMA3_THETA;
-    c->rope_theta_local = CJ_GEMMA3_THETA_LOCAL;
+    if (g3) {
+        c->rope_theta = CJ_GEMMA3_THETA;
+        c->rope_theta_local = CJ_GEMMA3_THETA_LOCAL;
+    }
     const cJSON *act = json_item(j, "hidden_activation");
     if (!act) act = json_item(j, "hidden_act");
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "gelu_pytorch_tanh") != 0))
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: hidden_activation must be gelu_pytorch_tanh", file);
-    const char *caps[2] = {"final_logit_softcapping", "attn_logit_softcapping"};
-    for (int i = 0; i < 2; i++)
-        if (json_item(j, caps[i])) return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s is not supported", file, caps[i]);
+    if (cj_softcap(j, "attn_logit_softcapping", g3 ? 0.0f : CJ_GEMMA2_ATTN_SOFTCAP, &c->attn_softcap, file, st) ||
+        cj_softcap(j, "final_logit_softcapping", g3 ? 0.0f : CJ_GEMMA2_FINAL_SOFTCAP, &c->final_softcap, file, st))
+        return LLMI_E_RUNTIME;
     bool bidir = false;
     if (json_bool(j, "use_bidirectional_attention", &bidir, file, st) < 0) return LLMI_E_RUNTIME;
     if (bidir) return llmi_fail(st, LLMI_E_RUNTIME, "%s: use_bidirectional_attention is not supported", file);
-    int qpas = CJ_GEMMA3_HEAD_DIM, pattern = CJ_GEMMA3_PATTERN;
+    int qpas = CJ_GEMMA_HEAD_DIM, pattern = g3 ? CJ_GEMMA3_PATTERN : CJ_GEMMA2_PATTERN;
     bool given = cJSON_GetObjectItemCaseSensitive(j, "sliding_window") != NULL;
-    c->sliding_window = given ? 0 : CJ_GEMMA3_WINDOW;   /* an explicit null: no window */
+    c->sliding_window = given ? 0 : CJ_GEMMA_WINDOW;   /* an explicit null: no window */
     if (json_int(j, "query_pre_attn_scalar", 1, INT32_MAX, &qpas, file, st) < 0 ||
         json_int(j, "sliding_window", 1, INT32_MAX, &c->sliding_window, file, st) < 0 ||
-        json_int(j, "sliding_window_pattern", 1, LLMI_MAX_LAYERS, &pattern, file, st) < 0 ||
+        (g3 && json_int(j, "sliding_window_pattern", 1, LLMI_MAX_LAYERS, &pattern, file, st) < 0) ||
         json_bool(j, "tie_word_embeddings", &c->tie_embeddings, file, st) < 0 ||
         json_num(j, "rope_theta", &c->rope_theta, file, st) < 0 ||
-        json_num(j, "rope_local_base_freq", &c->rope_theta_local, file, st) < 0)
+        (g3 && json_num(j, "rope_local_base_freq", &c->rope_theta_local, file, st) < 0))
         return LLMI_E_RUNTIME;
     c->attn_scale = model_to_f32(1.0 / sqrt((double)qpas));
     int typed = cj_layer_types(j, c, file, st);
     if (typed < 0) return LLMI_E_RUNTIME;
     for (int l = 0; l < c->n_layers && !typed; l++) c->layer_sliding[l] = (l + 1) % pattern != 0;
-    /* transformers 5: rope_parameters per layer type */
+    if (!g3) return cj_rope_flat(j, c, file, st);
     const cJSON *rp = json_item(j, "rope_parameters"), *rs = json_item(j, "rope_scaling");
+    /* transformers 5: rope_parameters per layer type */
     if (rp) {
         const cJSON *full = json_item(rp, "full_attention"), *slide = json_item(rp, "sliding_attention");
         if (!cJSON_IsObject(rp) || (full && !cJSON_IsObject(full)) || (slide && !cJSON_IsObject(slide)))
@@ -421,18 +454,11 @@ static int cj_rest(const cJSON *j, const cj_family *f, llmi_config *c, const cha
     bool mlp_bias = false;
     if (json_bool(j, "mlp_bias", &mlp_bias, file, st) < 0) return LLMI_E_RUNTIME;
     if (mlp_bias) return llmi_fail(st, LLMI_E_RUNTIME, "%s: mlp_bias is not supported", file);
-    if (c->arch == LLMI_ARCH_GEMMA3) return cj_gemma3(j, c, file, st);
+    if (config_is_gemma(c)) return cj_gemma(j, c, file, st);
     const cJSON *hact = json_item(j, "hidden_act");
     if (hact && (!cJSON_IsString(hact) || strcmp(hact->valuestring, "silu") != 0))
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: hidden_act must be silu", file);
-    /* transformers v5 moved theta and scaling into rope_parameters */
-    const cJSON *rp = json_item(j, "rope_parameters");
-    const cJSON *rs = json_item(j, "rope_scaling");
-    if (rp && cJSON_IsObject(rp)) {
-        if (json_num(rp, "rope_theta", &c->rope_theta, file, st) < 0) return LLMI_E_RUNTIME;
-        if (!rs) rs = rp;
-    }
-    return cj_rope_scaling(j, rs, c, file, st);
+    return cj_rope_flat(j, c, file, st);
 }
 
 /* ---------------------------------------------------------------- entry */

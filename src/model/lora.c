@@ -340,6 +340,7 @@ static const char *model_arch_name(const llmi_model *m) {
     case LLMI_ARCH_LLAMA: return "llama";
     case LLMI_ARCH_QWEN2: return "qwen2";
     case LLMI_ARCH_QWEN3: return m->cfg.n_experts > 0 ? "qwen3moe" : "qwen3";
+    case LLMI_ARCH_GEMMA2: return "gemma2";
     case LLMI_ARCH_GEMMA3: return "gemma3";
     }
     return "?";

@@ -69,6 +69,11 @@ int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
     if (!(c->embed_scale >= 0) || !isfinite(c->embed_scale) || !(c->attn_scale >= 0) || !isfinite(c->attn_scale))
         BAD("%s: embedding scale %g and attention scale %g must be finite and >= 0", what, (double)c->embed_scale,
             (double)c->attn_scale);
+    /* 0 is none; a cap below 1e-3 would put the scores and logits at +-cap, a model nobody trained */
+    if (!(c->attn_softcap == 0 || (c->attn_softcap >= 1e-3f && c->attn_softcap <= 1e6f)) ||
+        !(c->final_softcap == 0 || (c->final_softcap >= 1e-3f && c->final_softcap <= 1e6f)))
+        BAD("%s: attention soft cap %g and final logit soft cap %g must be 0 (none) or in [0.001, 1e6]", what,
+            (double)c->attn_softcap, (double)c->final_softcap);
     if (c->n_experts < 0 || c->n_experts > CFG_MAX_EXPERTS)
         BAD("%s: %d experts is outside [0, %d]", what, c->n_experts, CFG_MAX_EXPERTS);
     if (c->n_experts > 0 && (c->n_experts_used < 1 || c->n_experts_used > c->n_experts))

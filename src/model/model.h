@@ -7,7 +7,7 @@
  * they read, a model file being untrusted input (the formats: ggml's docs/gguf.md and
  * huggingface/safetensors; our notes on them and their attacks: ../shared/docs/FORMATS.md,
  * outside this repository).  Supported architectures: llama (Llama, Mistral, Mixtral, SmolLM2), qwen2, qwen3
- * (dense and MoE), gemma3 (text). */
+ * (dense and MoE), gemma2, gemma3 (text). */
 #ifndef LLMI_MODEL_H
 #define LLMI_MODEL_H
 
@@ -19,7 +19,7 @@
 
 #define LLMI_MAX_LAYERS 512
 
-typedef enum { LLMI_ARCH_LLAMA = 0, LLMI_ARCH_QWEN2, LLMI_ARCH_QWEN3, LLMI_ARCH_GEMMA3 } llmi_arch;
+typedef enum { LLMI_ARCH_LLAMA = 0, LLMI_ARCH_QWEN2, LLMI_ARCH_QWEN3, LLMI_ARCH_GEMMA2, LLMI_ARCH_GEMMA3 } llmi_arch;
 /* The MLP's gate activation: SwiGLU (silu(gate) * up) or GeGLU with the tanh approximation of
  * gelu (Gemma's gelu_pytorch_tanh). */
 typedef enum { LLMI_ACT_SILU = 0, LLMI_ACT_GELU_TANH } llmi_act;
@@ -60,8 +60,12 @@ typedef struct llmi_config {
     bool qk_norm;              /* RMSNorm of each q and k head before RoPE (Qwen3, Gemma 3) */
     llmi_act act;
     float embed_scale;         /* the embedding rows are multiplied by this (Gemma: sqrt(dim)); 0 = 1 */
-    float attn_scale;          /* q.k scale (Gemma 3: query_pre_attn_scalar^-1/2); 0 = 1/sqrt(head_dim) */
-    bool post_norms;           /* Gemma 3: each sub-block's output is RMS-normed before the residual add */
+    float attn_scale;          /* q.k scale (Gemma: query_pre_attn_scalar^-1/2); 0 = 1/sqrt(head_dim) */
+    /* Gemma 2's tanh soft caps: a scaled q.k score s becomes cap * tanh(s / cap) before the mask
+     * and softmax, and so does each final logit; 0 = none */
+    float attn_softcap;
+    float final_softcap;
+    bool post_norms;           /* Gemma 2 and 3: each sub-block's output is RMS-normed before the residual add */
     int sliding_window;        /* keys a sliding layer's query attends to, itself included (HF: key > query -
                                   window); 0 = no layer slides */
     float rope_theta_local;    /* RoPE base of the sliding layers, unscaled (Gemma 3); 0 = the global RoPE */
@@ -86,6 +90,11 @@ static inline bool config_layer_rope_local(const llmi_config *c, int l) {
 /* Experts of each layer's MLP (1 for a dense model): the stacking factor of w_gate, w_up, w_down. */
 static inline int config_experts(const llmi_config *c) { return c->n_experts > 0 ? c->n_experts : 1; }
 static inline float config_embed_scale(const llmi_config *c) { return c->embed_scale > 0 ? c->embed_scale : 1.0f; }
+/* Gemma 2 or 3: the family whose RMSNorms multiply by 1 + w and whose checkpoints name the
+ * MLP's norm pre_feedforward_layernorm. */
+static inline bool config_is_gemma(const llmi_config *c) {
+    return c->arch == LLMI_ARCH_GEMMA2 || c->arch == LLMI_ARCH_GEMMA3;
+}
 float config_attn_scale(const llmi_config *c);
 /* transformers' get_mscale: YaRN's attention factor for a context scale (0.1 mscale ln(scale)
  * + 1, or 1 for scale <= 1); the default attention factor is config_yarn_mscale(factor, 1). */

@@ -57,6 +57,18 @@ static const dummy_preset k_presets[] = {
     {"qwen3-8b", {.arch = LLMI_ARCH_QWEN3, .arch_name = "qwen3", .n_vocab = 151936, .dim = 4096, .n_layers = 36,
                   .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .ffn_dim = 12288, .max_ctx = 40960,
                   .norm_eps = 1e-6f, .rope_theta = 1000000.f, .rope_dim = 128, .qk_norm = true}},
+    /* google/gemma-2-2b-it and -9b-it; their sliding layers and embedding scale are set by
+     * model_dummy_config */
+    {"gemma-2-2b", {.arch = LLMI_ARCH_GEMMA2, .arch_name = "gemma2", .n_vocab = 256000, .dim = 2304,
+                    .n_layers = 26, .n_heads = 8, .n_kv_heads = 4, .head_dim = 256, .ffn_dim = 9216, .max_ctx = 8192,
+                    .norm_eps = 1e-6f, .rope_theta = 10000.f, .rope_dim = 256, .tie_embeddings = true,
+                    .act = LLMI_ACT_GELU_TANH, .attn_scale = 0.0625f, .post_norms = true, .sliding_window = 4096,
+                    .attn_softcap = 50.f, .final_softcap = 30.f}},
+    {"gemma-2-9b", {.arch = LLMI_ARCH_GEMMA2, .arch_name = "gemma2", .n_vocab = 256000, .dim = 3584,
+                    .n_layers = 42, .n_heads = 16, .n_kv_heads = 8, .head_dim = 256, .ffn_dim = 14336, .max_ctx = 8192,
+                    .norm_eps = 1e-6f, .rope_theta = 10000.f, .rope_dim = 256, .tie_embeddings = true,
+                    .act = LLMI_ACT_GELU_TANH, .attn_scale = 0.0625f, .post_norms = true, .sliding_window = 4096,
+                    .attn_softcap = 50.f, .final_softcap = 30.f}},
     /* google/gemma-3-1b-it and -4b-it (its text model); their sliding layers and embedding scale are
      * set by model_dummy_config */
     {"gemma-3-1b", {.arch = LLMI_ARCH_GEMMA3, .arch_name = "gemma3_text", .n_vocab = 262144, .dim = 1152,
@@ -84,7 +96,8 @@ static const dummy_preset k_presets[] = {
 
 const char *model_dummy_preset_names(void) {
     return "smollm2-135m, smollm2-360m, tinyllama-1.1b, llama-3.2-1b, llama-2-7b, llama-3-8b, mistral-7b, "
-           "qwen2.5-7b, qwen3-0.6b, qwen3-8b, gemma-3-1b, gemma-3-4b, qwen3-30b-a3b, mixtral-8x7b";
+           "qwen2.5-7b, qwen3-0.6b, qwen3-8b, gemma-2-2b, gemma-2-9b, gemma-3-1b, gemma-3-4b, qwen3-30b-a3b, "
+           "mixtral-8x7b";
 }
 
 /* ---------------------------------------------------------------- config.json */
@@ -302,9 +315,10 @@ int model_dummy_config(const char *spec, llmi_config *c, llmi_status *st) {
         if (!strcmp(spec, k_presets[i].name)) {
             *c = k_presets[i].cfg;
             snprintf(c->name, sizeof c->name, "%s", k_presets[i].name);
-            if (c->arch == LLMI_ARCH_GEMMA3) {   /* Gemma3TextConfig: every 6th layer global */
+            if (config_is_gemma(c)) {   /* Gemma 2: every 2nd layer global; Gemma 3: every 6th */
+                const int period = c->arch == LLMI_ARCH_GEMMA3 ? 6 : 2;
                 c->embed_scale = sqrtf((float)c->dim);
-                for (int l = 0; l < c->n_layers; l++) c->layer_sliding[l] = (l + 1) % 6 != 0;
+                for (int l = 0; l < c->n_layers; l++) c->layer_sliding[l] = (l + 1) % period != 0;
             }
             return 0;
         }

@@ -169,35 +169,42 @@ static int gguf_rope_freqs(const gguf_file *g, llmi_config *c, llmi_status *st) 
     return 0;
 }
 
-/* Gemma 3 as llama.cpp reads it (src/models/gemma3.cpp): GeGLU, sqrt(dim) embedding scale,
- * sandwich norms (their 1 + w already in the file), and with attention.sliding_window the
- * layers sliding in the pattern attention.sliding_window_pattern (a period, 6 when absent:
- * every 6th layer global; or one bool per layer) with RoPE base rope.freq_base_swa (10000)
- * and no scaling.  The attention scale is 1/sqrt(head_dim) except for the 62-layer 27B,
- * whose query_pre_attn_scalar is dim / n_heads. */
-static int gguf_gemma3(const gguf_file *g, llmi_config *c, llmi_status *st) {
+/* Gemma 2 and 3 as llama.cpp reads them (src/models/gemma2.cpp, gemma3.cpp): GeGLU,
+ * sqrt(dim) embedding scale, sandwich norms (their 1 + w already in the file), the final
+ * logits soft-capped by final_logit_softcapping (Gemma 2: 30 when absent; Gemma 3: none),
+ * and the layers sliding in the pattern attention.sliding_window_pattern (a period, 2 or 6
+ * when absent: every 2nd or 6th layer global; or one bool per layer) over the last
+ * attention.sliding_window keys (Gemma 2: 4096 when absent; Gemma 3: no window), with RoPE
+ * base rope.freq_base_swa (Gemma 2: rope.freq_base when absent; Gemma 3: 10000), unscaled.
+ * Gemma 2 only: the q.k scores soft-capped by attn_logit_softcapping (50 when absent).  The
+ * attention scale is 1/sqrt(head_dim) except for the 27B models (Gemma 2's 46 layers, Gemma
+ * 3's 62), whose query_pre_attn_scalar is dim / n_heads. */
+static int gguf_gemma(const gguf_file *g, const char *arch, llmi_config *c, llmi_status *st) {
     const int64_t I = INT32_MAX;
+    const bool g3 = c->arch == LLMI_ARCH_GEMMA3;
     c->act = LLMI_ACT_GELU_TANH;
     c->embed_scale = sqrtf((float)c->dim);
     c->post_norms = true;
-    c->attn_scale = c->n_layers == 62 ? 1.0f / sqrtf((float)(c->dim / c->n_heads)) : 1.0f / sqrtf((float)c->head_dim);
-    float cap = 0;
-    if (arch_float(g, "gemma3", "final_logit_softcapping", false, &cap, st) < 0) return LLMI_E_RUNTIME;
-    if (cap != 0)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: gemma3.final_logit_softcapping %g is not supported", g->path,
-                         (double)cap);
-    int window = 0;
-    if (arch_int(g, "gemma3", "attention.sliding_window", false, 0, I, &window, st) < 0) return LLMI_E_RUNTIME;
+    const bool is_27b = c->n_layers == (g3 ? 62 : 46);
+    c->attn_scale = is_27b ? 1.0f / sqrtf((float)(c->dim / c->n_heads)) : 1.0f / sqrtf((float)c->head_dim);
+    c->final_softcap = g3 ? 0.0f : 30.0f;
+    c->attn_softcap = g3 ? 0.0f : 50.0f;
+    if (arch_float(g, arch, "final_logit_softcapping", false, &c->final_softcap, st) < 0 ||
+        (!g3 && arch_float(g, arch, "attn_logit_softcapping", false, &c->attn_softcap, st) < 0))
+        return LLMI_E_RUNTIME;
+    int window = g3 ? 0 : 4096;
+    if (arch_int(g, arch, "attention.sliding_window", false, 0, I, &window, st) < 0) return LLMI_E_RUNTIME;
     if (window == 0) return 0;
     c->sliding_window = window;
-    c->rope_theta_local = 10000.0f;
-    if (arch_float(g, "gemma3", "rope.freq_base_swa", false, &c->rope_theta_local, st) < 0) return LLMI_E_RUNTIME;
-    const gguf_kv *kv = gguf_find_kv(g, "gemma3.attention.sliding_window_pattern");
+    c->rope_theta_local = g3 ? 10000.0f : 0.0f;
+    if (arch_float(g, arch, "rope.freq_base_swa", false, &c->rope_theta_local, st) < 0) return LLMI_E_RUNTIME;
+    char key[64];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    const gguf_kv *kv = gguf_find_kv(g, key);
     if (kv && kv->type == GGUF_ARRAY)   /* one flag per layer */
-        return gguf_get_bool_array(g, "gemma3.attention.sliding_window_pattern", c->layer_sliding,
-                                   (uint64_t)c->n_layers, st) < 0 ? LLMI_E_RUNTIME : 0;
-    int period = 6;
-    if (arch_int(g, "gemma3", "attention.sliding_window_pattern", false, 0, I, &period, st) < 0) return LLMI_E_RUNTIME;
+        return gguf_get_bool_array(g, key, c->layer_sliding, (uint64_t)c->n_layers, st) < 0 ? LLMI_E_RUNTIME : 0;
+    int period = g3 ? 6 : 2;
+    if (arch_int(g, arch, "attention.sliding_window_pattern", false, 0, I, &period, st) < 0) return LLMI_E_RUNTIME;
     for (int l = 0; l < c->n_layers; l++) c->layer_sliding[l] = period == 0 || l % period < period - 1;
     return 0;
 }
@@ -212,7 +219,7 @@ static int gguf_moe(const gguf_file *g, const char *arch, llmi_config *c, llmi_s
     int rc = arch_int(g, arch, "expert_count", false, 0, I, &c->n_experts, st);
     if (rc < 0) return LLMI_E_RUNTIME;
     if (c->n_experts == 0) return 0;
-    if (c->arch == LLMI_ARCH_GEMMA3 || c->arch == LLMI_ARCH_QWEN2)
+    if (config_is_gemma(c) || c->arch == LLMI_ARCH_QWEN2)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s.expert_count: mixture of experts is supported for llama and "
                          "qwen3moe only", g->path, arch);
     if (arch_int(g, arch, "expert_used_count", true, 1, I, &c->n_experts_used, st) < 0 ||
@@ -242,6 +249,7 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     if (gguf_str_eq(a, "llama")) c->arch = LLMI_ARCH_LLAMA;
     else if (gguf_str_eq(a, "qwen2")) c->arch = LLMI_ARCH_QWEN2;
     else if (gguf_str_eq(a, "qwen3") || gguf_str_eq(a, "qwen3moe")) c->arch = LLMI_ARCH_QWEN3;
+    else if (gguf_str_eq(a, "gemma2")) c->arch = LLMI_ARCH_GEMMA2;
     else if (gguf_str_eq(a, "gemma3")) c->arch = LLMI_ARCH_GEMMA3;
     else {
         char b[40];
@@ -250,10 +258,11 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
             b[n++] = (a.p[i] >= 0x20 && a.p[i] < 0x7f) ? a.p[i] : '?';
         b[n] = '\0';
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, qwen2, qwen3, qwen3moe, "
-                         "gemma3)", path, b);
+                         "gemma2, gemma3)", path, b);
     }
     const char *arch = c->arch == LLMI_ARCH_LLAMA ? "llama" : c->arch == LLMI_ARCH_QWEN2 ? "qwen2"
-                     : c->arch == LLMI_ARCH_GEMMA3 ? "gemma3" : gguf_str_eq(a, "qwen3moe") ? "qwen3moe" : "qwen3";
+                     : c->arch == LLMI_ARCH_GEMMA2 ? "gemma2" : c->arch == LLMI_ARCH_GEMMA3 ? "gemma3"
+                     : gguf_str_eq(a, "qwen3moe") ? "qwen3moe" : "qwen3";
     snprintf(c->arch_name, sizeof c->arch_name, "%s", arch);
     gguf_str nm;
     rc = gguf_get_str(g, "general.name", &nm, st);
@@ -330,7 +339,7 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     }
     c->qkv_bias = c->arch == LLMI_ARCH_QWEN2 || gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
     c->qk_norm = c->arch == LLMI_ARCH_QWEN3 || c->arch == LLMI_ARCH_GEMMA3;
-    if (c->arch == LLMI_ARCH_GEMMA3 && gguf_gemma3(g, c, st)) return LLMI_E_RUNTIME;
+    if (config_is_gemma(c) && gguf_gemma(g, arch, c, st)) return LLMI_E_RUNTIME;
     if (gguf_moe(g, arch, c, st)) return LLMI_E_RUNTIME;
     *has_output = gguf_find_tensor(g, "output.weight") != NULL;
     c->tie_embeddings = !*has_output;

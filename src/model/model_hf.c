@@ -40,7 +40,7 @@ static const char *const hf_mixtral_moe_names[4] = {
 /* Llama's post_attention_layernorm is its MLP input's norm (W_FFN_NORM); Gemma 3 names its
  * norms by place: post_attention_layernorm is the attention output's (W_POST_ATTN_NORM, read
  * only with post_norms), the MLP input's is pre_feedforward_layernorm. */
-#define HF_GEMMA3_FFN_NORM "model.layers.%d.pre_feedforward_layernorm.weight"
+#define HF_GEMMA_FFN_NORM "model.layers.%d.pre_feedforward_layernorm.weight"
 
 /* Reads config.json: the hyper-parameters (config_json_read, validated), then a GPTQ/AWQ
  * quantization_config when the checkpoint has one. */
@@ -215,10 +215,10 @@ int model_load_hf(const char *dir, const llmi_load_opts *opts, llmi_model *m, ll
     hf_ctx *h = calloc(1, sizeof *h);
     if (!h) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory", dir);
     h->dir = dir;
-    const bool gemma = m->cfg.arch == LLMI_ARCH_GEMMA3;
+    const bool gemma = config_is_gemma(&m->cfg);
     const char *names[W_COUNT];
     memcpy(names, hf_names, sizeof names);
-    if (gemma) names[W_FFN_NORM] = HF_GEMMA3_FFN_NORM;
+    if (gemma) names[W_FFN_NORM] = HF_GEMMA_FFN_NORM;
     if (m->cfg.n_experts > 0 && m->cfg.arch == LLMI_ARCH_LLAMA) {
         names[W_ROUTER] = hf_mixtral_moe_names[0];
         names[W_GATE_EXP] = hf_mixtral_moe_names[1];

@@ -125,7 +125,7 @@ static int bench_attention(int n, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = thread_cpu_s();
-        cpu_paged_attention(q, kc, vc, LLMI_KV_F16, NULL, NULL, &b, nh, nkv, hd, bs, 0.125f, 0, out);
+        cpu_paged_attention(q, kc, vc, LLMI_KV_F16, NULL, NULL, &b, nh, nkv, hd, bs, (cpu_attn_scores){0.125f, 0, 0}, out);
         double t = thread_cpu_s() - t0;
         best = t < best ? t : best;
     }

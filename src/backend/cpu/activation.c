@@ -1,5 +1,5 @@
 /* cpu/activation.c — owns the gated activations: SwiGLU, silu(gate) * up, and GeGLU,
- * gelu_tanh(gate) * up; and the plain scale of a vector. */
+ * gelu_tanh(gate) * up; the plain scale of a vector, the bias add and the tanh soft cap. */
 #include <math.h>
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec.h"
@@ -65,4 +65,10 @@ void cpu_scale(float *x, size_t n, float s) {
 void cpu_add_bias(float *y, int n, int cols, const float *bias) {
     for (int t = 0; t < n; t++)
         for (int c = 0; c < cols; c++) y[(size_t)t * cols + c] += bias[c];
+}
+
+void cpu_softcap(float *y, int n, int stride, int c0, int c1, float cap) {
+    if (cap <= 0) return;
+    for (int t = 0; t < n; t++)
+        for (int c = c0; c < c1; c++) y[(size_t)t * stride + c] = cap * tanhf(y[(size_t)t * stride + c] / cap);
 }

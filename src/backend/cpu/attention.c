@@ -135,6 +135,7 @@ typedef struct attn_args {
     const llmi_batch *b;
     int n_heads, n_kv_heads, head_dim, block_size;
     float scale;
+    float softcap;           /* 0 = none */
     int window;              /* keys a query sees, itself included; 0 = all */
     size_t slot_bytes, head_bytes;
     float *out;              /* (n_tokens, n_heads, head_dim) */
@@ -263,6 +264,8 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
             } else
 #endif
             for (int j = 0; j < cn; j++) s[r][j] = vec_dot_f32(qg, krows[j], hd) * a->scale;
+            if (a->softcap > 0)
+                for (int j = 0; j < cn; j++) s[r][j] = a->softcap * tanhf(s[r][j] / a->softcap);
             for (int j = 0; j < first[i] - p0; j++) s[r][j] = -INFINITY;   /* before the window */
         }
         /* the softmax update in its own pass: each row's is a chain of dependent
@@ -355,17 +358,18 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
 
 static attn_args attn_make(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
                            const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
-                           int n_kv_heads, int head_dim, int block_size, float scale, int window, float *out) {
+                           int n_kv_heads, int head_dim, int block_size, cpu_attn_scores sc, float *out) {
     return (attn_args){q, k_cache, v_cache, kv_dtype, k_scale, v_scale, b, n_heads, n_kv_heads, head_dim, block_size,
-                       scale, window, kv_dtype_row_bytes(kv_dtype, (size_t)n_kv_heads * head_dim),
+                       sc.scale, sc.softcap, sc.window, kv_dtype_row_bytes(kv_dtype, (size_t)n_kv_heads * head_dim),
                        kv_dtype_row_bytes(kv_dtype, (size_t)head_dim), out};
 }
 
 void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
                          const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
-                         int n_kv_heads, int head_dim, int block_size, float scale, int window, float *out) {
+                         int n_kv_heads, int head_dim, int block_size, cpu_attn_scores sc, float *out) {
     const attn_args a = attn_make(q, k_cache, v_cache, kv_dtype, k_scale, v_scale, b, n_heads, n_kv_heads, head_dim,
-                                  block_size, scale, window, out);
+                                  block_size, sc, out);
+    const int window = sc.window;
     const int group = n_heads / n_kv_heads, gmax = attn_gmax(head_dim);
     const int nsub = (group + gmax - 1) / gmax, ng0 = group < gmax ? group : gmax;
     const int nt = attn_tile_tokens(ng0, head_dim), n = b->n_tokens, ntiles = (n + nt - 1) / nt;
@@ -392,10 +396,10 @@ void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cach
 
 void cpu_paged_attention_part(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
                               const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
-                              int n_kv_heads, int head_dim, int block_size, float scale, int window, int u0, int u1,
+                              int n_kv_heads, int head_dim, int block_size, cpu_attn_scores sc, int u0, int u1,
                               float *out) {
     const attn_args a = attn_make(q, k_cache, v_cache, kv_dtype, k_scale, v_scale, b, n_heads, n_kv_heads, head_dim,
-                                  block_size, scale, window, out);
+                                  block_size, sc, out);
     const int group = n_heads / n_kv_heads, gmax = attn_gmax(head_dim);
     for (int u = u0; u < u1;) {
         int t = u / n_heads, h0 = u % n_heads, kvh = h0 / group;

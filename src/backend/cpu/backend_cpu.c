@@ -313,7 +313,7 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
 
         cpu_paged_attention(im->q, kc, vc, b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,
                             im->kv_scale + ((size_t)l * 2 + 1) * nkv, bt, nh, nkv, hd, b->opts.block_size,
-                            config_attn_scale(c), config_layer_window(c, l), im->att);
+                            cpu_layer_scores(c, l), im->att);
         prof(b, LLMI_OP_ATTN, t0, cost_attention(config_layer_window(c, l) ? ctx_sum_win : ctx_sum, n, qd, kvd, esz,
                                                   sizeof(float)));
         TAP(l, LLMI_TAP_O_IN, im->att, qd);
@@ -397,6 +397,7 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
         cpu_rmsnorm(im->lg, m->out_norm, nl, dim, c->norm_eps, im->lg);
         prof(b, LLMI_OP_NORM, &t0, cost_rmsnorm(nl, dim, true, sizeof(float)));
         cpu_matmul_1(im, im->lm_head, im->lg, nl, logits);
+        cpu_softcap(logits, nl, c->n_vocab, 0, c->n_vocab, c->final_softcap);
         prof(b, LLMI_OP_LM_HEAD, &t0, mm_cost(im->lm_head, nl));
     }
     omp_set_num_threads(prev_threads);

@@ -136,20 +136,29 @@ void cpu_rope_kv_write_heads(float *k, const float *v, const float *cs, const fl
                              int n_kv_heads, int head_dim, void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype,
                              const float *k_scale, const float *v_scale);
 
+/* How a layer's attention scores a key: q.k times scale (config_attn_scale), then with
+ * softcap > 0 softcap * tanh(score / softcap) (Gemma 2); with window > 0 a query at p sees
+ * the keys [p - window + 1, p] only (config_layer_window). */
+typedef struct cpu_attn_scores {
+    float scale;
+    float softcap;
+    int window;
+} cpu_attn_scores;
+
 /* out (n_tokens, n_heads * head_dim) = causal attention of each token's q over its
  * sequence's cached K/V positions [0, positions[i]] through the batch's block tables (with
- * window > 0 only the last window of them: [positions[i] - window + 1, positions[i]]),
- * the cache dequantized to fp32 first (fp8 times k_scale / v_scale (n_kv_heads), NULL = 1).
- * GQA: head h reads kv head h / (n_heads / n_kv_heads).  scale = 1/sqrt(head_dim). */
+ * a window only the last window of them), scored as sc says, the cache dequantized to fp32
+ * first (fp8 times k_scale / v_scale (n_kv_heads), NULL = 1).  GQA: head h reads kv head
+ * h / (n_heads / n_kv_heads). */
 void cpu_paged_attention(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
                          const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
-                         int n_kv_heads, int head_dim, int block_size, float scale, int window, float *out);
+                         int n_kv_heads, int head_dim, int block_size, cpu_attn_scores sc, float *out);
 
 /* The same for the (token, head) units [u0, u1) only (unit u = token u / n_heads, head
  * u % n_heads) on the calling thread: a share of one step's attention. */
 void cpu_paged_attention_part(const float *q, const void *k_cache, const void *v_cache, llmi_kv_dtype kv_dtype,
                               const float *k_scale, const float *v_scale, const llmi_batch *b, int n_heads,
-                              int n_kv_heads, int head_dim, int block_size, float scale, int window, int u0, int u1,
+                              int n_kv_heads, int head_dim, int block_size, cpu_attn_scores sc, int u0, int u1,
                               float *out);
 
 /* out (n, d) = silu(gate) * up;  gate, up (n, d). */
@@ -167,5 +176,14 @@ void cpu_scale(float *x, size_t n, float s);
 /* y (n, cols) += bias (cols) on every row: a linear's bias, a layer's control vector (the
  * twin of kernels' llmi_cuda_add_bias). */
 void cpu_add_bias(float *y, int n, int cols, const float *bias);
+/* Columns [c0, c1) of y (n, stride) become cap * tanh(y / cap): Gemma 2's final logit soft
+ * cap (the twin of kernels' llmi_cuda_softcap); cap 0 leaves y as it is. */
+void cpu_softcap(float *y, int n, int stride, int c0, int c1, float cap);
+
+/* Layer l's attention scoring. */
+static inline cpu_attn_scores cpu_layer_scores(const llmi_config *c, int l) {
+    return (cpu_attn_scores){.scale = config_attn_scale(c), .softcap = c->attn_softcap,
+                             .window = config_layer_window(c, l)};
+}
 
 #endif

@@ -405,7 +405,7 @@ static void step_run(const step_ctx *cx) {
             u += h1 - h0;
         }
         cpu_paged_attention_part(im->q, kc, vc, b->opts.kv_dtype, ks, vs, bt, nh, nkv, hd, b->opts.block_size,
-                                 config_attn_scale(c), config_layer_window(c, l), (int)u0, (int)u1, im->att);
+                                 cpu_layer_scores(c, l), (int)u0, (int)u1, im->att);
         bar_wait(&s->bar, T, s->spin_ns);
         PROF(LLMI_OP_ATTN, cost_attention(config_layer_window(c, l) ? ctx_sum_win : ctx_sum, n, qd, kvd, esz,
                                           sizeof(float)));
@@ -462,6 +462,7 @@ static void step_run(const step_ctx *cx) {
     split(im->lm_head->rows, id, T, 16, &v0, &v1);
     th->layout = -2;
     mm(th, im->lm_head, th->xn, nl, v0, v1, NULL, cx->logits);
+    cpu_softcap(cx->logits, nl, c->n_vocab, (int)v0, (int)v1, c->final_softcap);
     if (b->profiling) bar_wait(&s->bar, T, s->spin_ns);   /* the profile's lm_head time is the slowest thread's */
     PROF(LLMI_OP_LM_HEAD, mm_cost(im->lm_head, nl));
 #undef PROF

@@ -1274,8 +1274,8 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
             .q = im->qkv, .q_stride = W, .k_cache = kc, .v_cache = vc, .kv_dt = b->opts.kv_dtype,
             .positions = f->pos, .seq_of_token = f->seq, .block_tables = f->bt,
             .max_blocks_per_seq = f->max_blocks_per_seq, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
-            .block_size = b->opts.block_size, .scale = config_attn_scale(c), .window = window, .out = im->att,
-            .out_stride = qd, .out_dt = WDT, .decode_tc = im->decode_tc, .tiles_async = im->tiles_async,
+            .block_size = b->opts.block_size, .scale = config_attn_scale(c), .softcap = c->attn_softcap,
+            .window = window, .out = im->att, .out_stride = qd, .out_dt = WDT, .decode_tc = im->decode_tc, .tiles_async = im->tiles_async,
         };
         CU_CHECK(st, llmi_cuda_attn_decode(&a, f->dec, f->n_dec, window ? f->n_splits_win : f->n_splits, im->attn_work,
                                            im->stream));
@@ -1340,6 +1340,7 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
                                c->n_vocab, im->stream, st))
             return st->code;
         MARK(LLMI_OP_LM_HEAD, cost_matmul(c->n_vocab, dim, (double)c->n_vocab * dim * e, cnt, e));
+        CU_CHECK(st, llmi_cuda_softcap(im->logits, c->n_vocab, cnt, c->n_vocab, c->final_softcap, im->stream));
         if ((f->host_logits || f->rows) && logits_out(b, im, f, r0, cnt, st)) return st->code;
     }
     return 0;
