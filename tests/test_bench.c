@@ -199,7 +199,7 @@ TEST(bench_report_formats) {
 
 static double params_of(const llmi_config *c) {
     double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
-    double layer = c->dim * qd * 2 + c->dim * kvd * 2 + 3.0 * c->dim * c->ffn_dim + 2.0 * c->dim +
+    double layer = c->dim * qd * 2 + c->dim * kvd * 2 + 3.0 * c->dim * c->ffn_dim + (c->post_norms ? 4.0 : 2.0) * c->dim +
                    (c->qkv_bias ? qd + 2 * kvd : 0);
     return layer * c->n_layers + (double)c->n_vocab * c->dim * (c->tie_embeddings ? 1 : 2) + c->dim;
 }
@@ -218,6 +218,14 @@ TEST(bench_dummy_presets) {
     CHECK(model_dummy_config("smollm2-135m", &c, &st) == 0);
     CHECK(params_of(&c) == 134515008.0);             /* SmolLM2-135M: 134.5M */
     CHECK(c.tie_embeddings && c.n_kv_heads == 3);
+    /* Gemma2ForCausalLM's own count (transformers 5.24 on the meta device): 2.61B and 9.24B;
+     * every other layer slides over 4096 keys, scores capped at 50 and logits at 30 */
+    CHECK(model_dummy_config("gemma-2-2b", &c, &st) == 0);
+    CHECK(params_of(&c) == 2614341888.0);
+    CHECK(c.sliding_window == 4096 && c.layer_sliding[0] && !c.layer_sliding[1] && c.layer_sliding[24] &&
+          !c.layer_sliding[25] && c.attn_softcap == 50.0f && c.final_softcap == 30.0f && c.embed_scale == 48.0f);
+    CHECK(model_dummy_config("gemma-2-9b", &c, &st) == 0);
+    CHECK(params_of(&c) == 9241705984.0);
     llmi_status_clear(&st);
     CHECK(model_dummy_config("llama-9b", &c, &st) == LLMI_E_USAGE);
     CHECK(strstr(st.msg, "unknown preset") && strstr(st.msg, "llama-9b"));

@@ -1083,6 +1083,81 @@ static bool copy_file(const char *from, const char *to) {
     return true;
 }
 
+/* config.json of testdata/hf/gemma2-classic (Gemma 2's released form, no soft-cap keys)
+ * with extra (", \"key\": value" text, the key blanked in the original so the new one is
+ * read; NULL: as committed), written into dir beside a copy of its weights. */
+static void gemma2_config(const char *dir, const char *extra) {
+    const char *td = getenv("TESTDATA") ? getenv("TESTDATA") : "testdata";
+    char src[600], dst[700];
+    snprintf(src, sizeof src, "%s/hf/gemma2-classic/model.safetensors", td);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    if (access(dst, R_OK) != 0) copy_file(src, dst);
+    snprintf(src, sizeof src, "%s/hf/gemma2-classic/config.json", td);
+    size_t n;
+    char *cfg = (char *)read_all(src, &n), *out = malloc(n + 512);
+    if (!cfg || !out) { free(cfg); free(out); return; }
+    memcpy(out, cfg, n);
+    out[n] = '\0';
+    if (extra) {
+        char key[64];
+        const char *k0 = strchr(extra, '"'), *k1 = strchr(k0 + 1, '"');
+        snprintf(key, sizeof key, "%.*s", (int)(k1 - k0 + 1), k0);
+        char *at = strstr(out, key);
+        if (at) at[1] = 'x';
+        char *end = strrchr(out, '}');
+        snprintf(end, 512, "%s}\n", extra);
+    }
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    write_text(dst, out);
+    free(cfg);
+    free(out);
+}
+
+/* Gemma 2's config.json as transformers reads it: absent soft caps are 50 (scores) and 30
+ * (logits), null ones none; without layer_types the even layers slide, with it the list
+ * decides; the scale is query_pre_attn_scalar^-1/2; one RoPE (rope_theta, 10000 when
+ * absent) for every layer; no q/k norms.  Bad values: one line naming the key. */
+TEST(loader_gemma2_config_fields) {
+    char *dir = make_tmpdir();
+    llmi_model lm;
+    gemma2_config(dir, NULL);
+    if (load_ok(t_, dir, true, &lm) == 0) {
+        const llmi_config *c = &lm.cfg;
+        CHECK(c->arch == LLMI_ARCH_GEMMA2 && c->attn_softcap == 50.0f && c->final_softcap == 30.0f);
+        CHECK(c->sliding_window == 5 && c->layer_sliding[0] && !c->layer_sliding[1] && c->layer_sliding[2]);
+        CHECK(fabsf(c->attn_scale - 1.0f / sqrtf(24.0f)) < 1e-7f && c->rope_theta == 10000.0f && c->rope_theta_local == 0);
+        CHECK(!c->qk_norm && c->post_norms && c->act == LLMI_ACT_GELU_TANH && c->embed_scale == 8.0f);
+        CHECK(lm.layers[0].q_norm == NULL && lm.layers[2].post_ffn_norm != NULL);
+        model_free(&lm);
+    }
+    gemma2_config(dir, ", \"attn_logit_softcapping\": null, \"final_logit_softcapping\": 12.5, "
+                       "\"layer_types\": [\"full_attention\", \"sliding_attention\", \"full_attention\"]");
+    if (load_ok(t_, dir, true, &lm) == 0) {
+        CHECK(lm.cfg.attn_softcap == 0 && lm.cfg.final_softcap == 12.5f);
+        CHECK(!lm.cfg.layer_sliding[0] && lm.cfg.layer_sliding[1] && !lm.cfg.layer_sliding[2]);
+        model_free(&lm);
+    }
+    gemma2_config(dir, ", \"sliding_window\": null");
+    if (load_ok(t_, dir, true, &lm) == 0) {
+        CHECK(config_layer_window(&lm.cfg, 0) == 0 && config_layer_window(&lm.cfg, 2) == 0);
+        model_free(&lm);
+    }
+    gemma2_config(dir, ", \"attn_logit_softcapping\": 0");
+    EXPECT_FAIL(dir, true, "attn_logit_softcapping must be > 0");
+    gemma2_config(dir, ", \"final_logit_softcapping\": -30");
+    EXPECT_FAIL(dir, true, "final_logit_softcapping must be > 0");
+    gemma2_config(dir, ", \"final_logit_softcapping\": \"30\"");
+    EXPECT_FAIL(dir, true, "final_logit_softcapping must be a finite number");
+    gemma2_config(dir, ", \"attn_logit_softcapping\": 1e-9");
+    EXPECT_FAIL(dir, true, "soft cap");
+    gemma2_config(dir, ", \"hidden_activation\": \"silu\"");
+    EXPECT_FAIL(dir, true, "gelu_pytorch_tanh");
+    gemma2_config(dir, ", \"layer_types\": [\"full_attention\"]");
+    EXPECT_FAIL(dir, true, "layer_types must list one type per layer (3)");
+    rm_tree(dir);
+    free(dir);
+}
+
 /* A directory with the SmolLM2 tokenizer files: the tokenizer is built and must fit the
  * embedding; with too small an embedding the load must fail (ids would index past it). */
 TEST(loader_hf_with_tokenizer) {
