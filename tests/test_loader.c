@@ -1158,6 +1158,46 @@ TEST(loader_gemma2_config_fields) {
     free(dir);
 }
 
+/* Gemma 2's GGUF keys as llama.cpp reads them (src/models/gemma2.cpp): with
+ * attn_logit_softcapping, final_logit_softcapping and attention.sliding_window renamed out of
+ * the way (the same bytes, one letter changed, so the file stays valid), the defaults 50, 30
+ * and 4096; the even layers slide (pattern 2); 1/sqrt(head_dim) as the scale. */
+TEST(loader_gemma2_gguf_defaults) {
+    const char *td = getenv("TESTDATA") ? getenv("TESTDATA") : "testdata";
+    char src[600], dst[700];
+    snprintf(src, sizeof src, "%s/hf/gemma2-capped.f32.gguf", td);
+    size_t n;
+    uint8_t *b = read_all(src, &n);
+    CHECK_MSG(b != NULL, "%s: committed test data missing", src);
+    if (!b) return;
+    char *dir = make_tmpdir();
+    snprintf(dst, sizeof dst, "%s/edited.gguf", dir);
+    llmi_model lm;
+    if (load_ok(t_, src, true, &lm) == 0) {   /* the file's own values */
+        CHECK(lm.cfg.arch == LLMI_ARCH_GEMMA2 && lm.cfg.attn_softcap == 0.75f && lm.cfg.final_softcap == 2.5f);
+        CHECK(lm.cfg.sliding_window == 6 && lm.cfg.layer_sliding[0] && !lm.cfg.layer_sliding[1] &&
+              lm.cfg.layer_sliding[2] && !lm.cfg.layer_sliding[3]);
+        CHECK(fabsf(lm.cfg.attn_scale - 1.0f / sqrtf(32.0f)) < 1e-7f && lm.cfg.rope_theta_local == 0 && !lm.cfg.qk_norm);
+        model_free(&lm);
+    }
+    const char *keys[3] = {"gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping",
+                           "gemma2.attention.sliding_window"};
+    for (int k = 0; k < 3; k++) {
+        uint8_t *at = memmem(b, n, keys[k], strlen(keys[k]));
+        CHECK_MSG(at != NULL, "%s: no key %s", src, keys[k]);
+        if (at) at[strlen(keys[k]) - 1] = 'X';
+    }
+    write_file(dst, b, n);
+    if (load_ok(t_, dst, true, &lm) == 0) {
+        CHECK(lm.cfg.attn_softcap == 50.0f && lm.cfg.final_softcap == 30.0f && lm.cfg.sliding_window == 4096);
+        CHECK(lm.cfg.layer_sliding[0] && !lm.cfg.layer_sliding[1] && lm.cfg.layer_sliding[2] && !lm.cfg.layer_sliding[3]);
+        model_free(&lm);
+    }
+    free(b);
+    rm_tree(dir);
+    free(dir);
+}
+
 /* A directory with the SmolLM2 tokenizer files: the tokenizer is built and must fit the
  * embedding; with too small an embedding the load must fail (ids would index past it). */
 TEST(loader_hf_with_tokenizer) {
