@@ -49,8 +49,8 @@ for line in open(sys.argv[1], encoding="utf-8").read().splitlines()[1:]:
     check, result, figure = line.split("\t")
     rows[check] = (result, figure)
 models = ["llama-gqa-rope3", "llama-attn-bias", "llama-headdim", "mistral-sharded", "qwen2-bias-tied", "qwen3-qknorm",
-          "gemma3-scaled", "gemma3-swa", "mixtral-tiny", "qwen3moe-nonorm", "qwen3moe-tiny", "qwen2-yarn",
-          "llama-yarn-params"]
+          "gemma2-capped", "gemma2-classic", "gemma3-scaled", "gemma3-swa", "mixtral-tiny", "qwen3moe-nonorm",
+          "qwen3moe-tiny", "qwen2-yarn", "llama-yarn-params"]
 want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
            + [f"greedy 4 tokens cuda vs cpu {m}" for m in models]
            + ["greedy --spec ngram cuda vs cpu without (llama-gqa-rope3)",
