@@ -133,19 +133,19 @@ int model_override_rope(llmi_model *m, const llmi_rope_override *o, llmi_status 
     if ((o->orig_ctx > 0 || o->beta_fast > 0 || o->beta_slow > 0) && type != LLMI_ROPE_SCALING_YARN)
         return llmi_fail(st, LLMI_E_USAGE, "--yarn-orig-ctx/--yarn-beta-fast/--yarn-beta-slow: only with yarn scaling "
                          "(--rope-scaling yarn, or a model that has it)");
+    /* the factor: the flag's, else the file's */
+    const float f = o->factor > 0 ? o->factor : c.rope_scaling == LLMI_ROPE_SCALING_NONE ? 1 : c.rope_factor;
     if (scales && type == LLMI_ROPE_SCALING_NONE) {
         c.rope_scaling = LLMI_ROPE_SCALING_NONE;
         c.rope_factor = 0;
         c.rope_attn_factor = 0;
     } else if (scales && type == LLMI_ROPE_SCALING_LINEAR) {
-        float f = o->factor > 0 ? o->factor : c.rope_scaling == LLMI_ROPE_SCALING_NONE ? 1 : c.rope_factor;
         if (c.rope_scaling == LLMI_ROPE_SCALING_NONE && f > 1)   /* positions f times further, as llama.cpp's -c allows */
             c.max_ctx = (int)fmin((double)c.max_ctx * f, CFG_MAX_CTX);
         c.rope_scaling = f != 1 ? LLMI_ROPE_SCALING_LINEAR : LLMI_ROPE_SCALING_NONE;
         c.rope_factor = f;
         c.rope_attn_factor = 0;
     } else if (scales) {
-        float f = o->factor > 0 ? o->factor : c.rope_scaling == LLMI_ROPE_SCALING_NONE ? 1 : c.rope_factor;
         if (!file_yarn) {
             c.rope_orig_max_pos = c.max_ctx;
             c.rope_yarn_beta_fast = 32, c.rope_yarn_beta_slow = 1;
