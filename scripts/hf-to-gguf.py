@@ -15,8 +15,9 @@ here, whose pre-tokenizer hash llama.cpp does not know (it refuses unknown ones)
 get_vocab_base_pre answers "qwen2".  That names only the pre-tokenizer written to
 tokenizer.ggml.pre (the logits tests load no tokenizer); tensors, names, shapes and
 hyper-parameters are the converter's own.  For the same reason (the test models have no
-SentencePiece tokenizer.model), Gemma2Model writes the GPT-2-style vocabulary that the
-converter's own Gemma3Model writes when a checkpoint has no tokenizer.model.
+SentencePiece tokenizer.model), Gemma2Model and Phi3MiniModel write the GPT-2-style
+vocabulary that the converter's own Gemma3Model (and Phi3MiniModel, for Phi-4's
+GPT2Tokenizer) write when a checkpoint has no tokenizer.model.
 """
 import runpy
 import sys
@@ -31,6 +32,9 @@ import conversion.base as base  # noqa: E402  (the converter's package, from LC)
 base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "qwen2"
 import conversion.gemma as gemma  # noqa: E402
 
+import conversion.phi as phi  # noqa: E402
+
 gemma.Gemma2Model.set_vocab = lambda self: self._set_vocab_gpt2()
+phi.Phi3MiniModel.set_vocab = lambda self: self._set_vocab_gpt2()
 sys.argv = [LC + "/convert_hf_to_gguf.py"] + sys.argv[2:]
 runpy.run_path(LC + "/convert_hf_to_gguf.py", run_name="__main__")

@@ -46,7 +46,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen3Config)
+                          Phi3Config, PreTrainedTokenizerFast, Qwen2Config, Qwen3Config)
 
 VOCAB = 320
 SEED = 1234
@@ -116,6 +116,16 @@ def model_specs():
                              "original_max_position_embeddings": 64, "beta_fast": 8.0, "beta_slow": 0.5,
                              "attention_factor": 1.25, "truncate": False})),
          torch.float32, None, False),
+        # Phi-3 (Phi-3-mini-4k, Phi-4): q/k/v in one qkv_proj, gate and up in one gate_up_proj
+        # (llmi splits them at load); no window, so llama.cpp (which runs Phi without one)
+        # reads its GGUF the same; and the released mini-4k form with a sliding window on
+        # every layer (transformers applies it), 8 keys against 130-token sequences
+        ("phi3-fused", Phi3Config(**common(
+            rope_theta=10000.0, tie_word_embeddings=False, sliding_window=None, pad_token_id=0)),
+         torch.float32, None, True),
+        ("phi3-swa", Phi3Config(**common(
+            rope_theta=10000.0, tie_word_embeddings=False, sliding_window=8, pad_token_id=0)),
+         torch.bfloat16, None, True),
     ]
 
 

@@ -36,6 +36,11 @@ static const char *const hf_gemma[] = {"gemma3-swa", "gemma3-scaled"};
  * query_pre_attn_scalar != head_dim, bf16. */
 static const char *const hf_gemma2[] = {"gemma2-capped", "gemma2-classic"};
 #define HF_GEMMA2_GGUF "gemma2-capped.f32.gguf"
+/* Phi-3 (q/k/v in one qkv_proj, gate/up in one gate_up_proj): f32 without a window (and as
+ * llama.cpp's converter writes it: attn_qkv, ffn_up of both halves), and bf16 in the
+ * released mini-4k form with a sliding window of 8 keys on every layer. */
+static const char *const hf_phi3[] = {"phi3-fused", "phi3-swa"};
+#define HF_PHI3_GGUF "phi3-fused.f32.gguf"
 /* Mixtures of experts (scripts/make-moe-test-models.py): Qwen3-MoE with 8 experts, 2 per
  * token, renormalised, in the released config form, bf16; Qwen3-MoE with 6 experts, 3 per
  * token, not renormalised (norm_topk_prob false), in transformers 5's form
@@ -308,6 +313,9 @@ TEST(hf_gemma3_gguf_vs_transformers) { hf_check_model_on(t_, hf_gemma[0], HF_GEM
 TEST(hf_gemma2_soft_caps_v5_config_vs_transformers) { hf_check_model(t_, hf_gemma2[0]); }
 TEST(hf_gemma2_default_caps_classic_config_vs_transformers) { hf_check_model(t_, hf_gemma2[1]); }
 TEST(hf_gemma2_gguf_vs_transformers) { hf_check_model_on(t_, hf_gemma2[0], HF_GEMMA2_GGUF, false, false); }
+TEST(hf_phi3_fused_vs_transformers) { hf_check_model(t_, hf_phi3[0]); }
+TEST(hf_phi3_sliding_window_bf16_vs_transformers) { hf_check_model(t_, hf_phi3[1]); }
+TEST(hf_phi3_gguf_vs_transformers) { hf_check_model_on(t_, hf_phi3[0], HF_PHI3_GGUF, false, false); }
 TEST(hf_qwen3moe_bf16_vs_transformers) { hf_check_model(t_, hf_moe[0]); }
 TEST(hf_qwen3moe_no_topk_norm_v5_config_vs_transformers) { hf_check_model(t_, hf_moe[1]); }
 TEST(hf_mixtral_vs_transformers) { hf_check_model(t_, hf_moe[2]); }
@@ -340,6 +348,8 @@ TEST(hf_cuda_gemma3_sliding_window_vs_transformers) { hf_check_model_cuda(t_, hf
 TEST(hf_cuda_gemma3_scaled_v5_config_vs_transformers) { hf_check_model_cuda(t_, hf_gemma[1]); }
 TEST(hf_cuda_gemma2_soft_caps_v5_config_vs_transformers) { hf_check_model_cuda(t_, hf_gemma2[0]); }
 TEST(hf_cuda_gemma2_default_caps_classic_config_vs_transformers) { hf_check_model_cuda(t_, hf_gemma2[1]); }
+TEST(hf_cuda_phi3_fused_vs_transformers) { hf_check_model_cuda(t_, hf_phi3[0]); }
+TEST(hf_cuda_phi3_sliding_window_bf16_vs_transformers) { hf_check_model_cuda(t_, hf_phi3[1]); }
 TEST(hf_cuda_qwen3moe_bf16_vs_transformers) { hf_check_model_cuda(t_, hf_moe[0]); }
 TEST(hf_cuda_qwen3moe_no_topk_norm_v5_config_vs_transformers) { hf_check_model_cuda(t_, hf_moe[1]); }
 TEST(hf_cuda_mixtral_vs_transformers) { hf_check_model_cuda(t_, hf_moe[2]); }

@@ -58,6 +58,9 @@ static const cj_family k_families[] = {
     /* Qwen3MoeConfig has no head_dim: the model takes hidden_size / heads when the file has none */
     {.model_type = "qwen3_moe", .arch_class = "Qwen3MoeForCausalLM", .arch = LLMI_ARCH_QWEN3, .max_ctx = 32768,
      .n_kv_heads = 4, .window = CJ_WINDOW_QWEN3_MOE, .window_default = CJ_WINDOW, .moe = CJ_MOE_QWEN3},
+    /* Phi3Config: no window unless sliding_window says (then every layer), rms_norm_eps 1e-5 */
+    {.model_type = "phi3", .arch_class = "Phi3ForCausalLM", .arch = LLMI_ARCH_PHI3, .max_ctx = 4096,
+     .window = CJ_WINDOW_MISTRAL, .norm_eps = 1e-5f},
     {.model_type = "gemma2", .arch_class = "Gemma2ForCausalLM", .arch = LLMI_ARCH_GEMMA2, .max_ctx = 8192,
      .n_kv_heads = 4, .head_dim = CJ_GEMMA_HEAD_DIM},   /* windows: cj_gemma */
     {.model_type = "gemma3_text", .arch_class = "Gemma3ForCausalLM", .arch = LLMI_ARCH_GEMMA3, .max_ctx = 131072,
@@ -159,7 +162,7 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
             return llmi_fail(st, LLMI_E_RUNTIME, "%s: model_type gemma3 (Gemma3ForConditionalGeneration, text and vision) "
                              "is not supported: use a text-only checkpoint (gemma3_text) or a GGUF", file);
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported model_type %s (supported: llama, mistral, mixtral, qwen2, "
-                         "qwen3, qwen3_moe, gemma2, gemma3_text)", file, b);
+                         "qwen3, qwen3_moe, gemma2, gemma3_text, phi3)", file, b);
     }
     if (!a0)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: no model_type and no architectures[0]: which model is this?", file);
@@ -173,7 +176,7 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
     return llmi_fail(st, LLMI_E_RUNTIME,
                      "%s: unsupported architecture %s (supported: LlamaForCausalLM, MistralForCausalLM, "
                      "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Gemma2ForCausalLM, "
-                     "Gemma3ForCausalLM)",
+                     "Gemma3ForCausalLM, Phi3ForCausalLM)",
                      file, b2);
 }
 
@@ -330,6 +333,33 @@ static int cj_rope_flat(const cJSON *j, llmi_config *c, const char *file, llmi_s
     return cj_rope_scaling(j, rs, c, file, st);
 }
 
+/* Phi3Config (transformers' configuration_phi3.py): llama's layers (the fused projections
+ * are model_bind_weights' business), full rotary only, and no RoPE scaling: Phi3Config
+ * reads any rope_scaling type ("su", "yarn", "longrope") as longrope, the per-dimension
+ * short/long factors of the 128k models, which llmi does not implement; refused by name. */
+static int cj_phi3(const cJSON *j, llmi_config *c, const char *file, llmi_status *st) {
+    const cJSON *rp = json_item(j, "rope_parameters"), *rs = json_item(j, "rope_scaling");
+    const cJSON *where[3] = {j, cJSON_IsObject(rp) ? rp : NULL, cJSON_IsObject(rs) ? rs : NULL};
+    for (int i = 0; i < 3; i++) {
+        float prf = 1.0f;
+        if (where[i] && json_num(where[i], "partial_rotary_factor", &prf, file, st) < 0) return LLMI_E_RUNTIME;
+        if (prf != 1.0f)
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: partial_rotary_factor %g (a partial RoPE, as Phi-4-mini's) is not "
+                             "supported", file, (double)prf);
+    }
+    for (int i = 1; i < 3; i++) {
+        const cJSON *t = where[i] ? json_item(where[i], "rope_type") : NULL;
+        if (!t && where[i]) t = json_item(where[i], "type");
+        if (t && (!cJSON_IsString(t) || strcmp(t->valuestring, "default") != 0)) {
+            char b[40];
+            printable(b, sizeof b, cJSON_IsString(t) ? t->valuestring : "?");
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling type %s is Phi-3's longrope (the 128k models' "
+                             "short_factor/long_factor), which is not supported", file, b);
+        }
+    }
+    return cj_rope_flat(j, c, file, st);
+}
+
 /* A soft cap of config.json: the family's default when absent, none when null. */
 static int cj_softcap(const cJSON *j, const char *key, float dflt, float *out, const char *file, llmi_status *st) {
     *out = cJSON_GetObjectItemCaseSensitive(j, key) ? 0.0f : dflt;
@@ -458,6 +488,7 @@ static int cj_rest(const cJSON *j, const cj_family *f, llmi_config *c, const cha
     const cJSON *hact = json_item(j, "hidden_act");
     if (hact && (!cJSON_IsString(hact) || strcmp(hact->valuestring, "silu") != 0))
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: hidden_act must be silu", file);
+    if (c->arch == LLMI_ARCH_PHI3) return cj_phi3(j, c, file, st);
     return cj_rope_flat(j, c, file, st);
 }
 

@@ -342,6 +342,7 @@ static const char *model_arch_name(const llmi_model *m) {
     case LLMI_ARCH_QWEN3: return m->cfg.n_experts > 0 ? "qwen3moe" : "qwen3";
     case LLMI_ARCH_GEMMA2: return "gemma2";
     case LLMI_ARCH_GEMMA3: return "gemma3";
+    case LLMI_ARCH_PHI3: return "phi3";
     }
     return "?";
 }
@@ -462,6 +463,9 @@ int model_merge_lora(llmi_model *m, const char *path_in, float scale, llmi_statu
     if (!model_weights_from_file(m))
         return llmi_fail(st, LLMI_E_USAGE, "--lora %s: the model's weights are synthetic (--dummy): no adapter fits them",
                          path_in);
+    if (m->cfg.arch == LLMI_ARCH_PHI3)   /* its linears are views into fused qkv_proj / gate_up_proj */
+        return llmi_fail(st, LLMI_E_USAGE, "--lora %s: adapters on Phi-3's fused qkv_proj and gate_up_proj are not "
+                         "supported", path_in);
     struct stat sb;
     if (stat(path_in, &sb) != 0)
         return llmi_fail(st, LLMI_E_USAGE, "--lora %s: no such file or directory (give a PEFT adapter directory or a "

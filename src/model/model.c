@@ -309,6 +309,29 @@ static int bind_matrix(const weight_src *w, weight_role r, int layer, int64_t ro
     return view_matrix(&t, name, rows, cols, row_bytes, out, bytes, st);
 }
 
+/* Binds a fused matrix of role r, parts (rows[i], cols) stacked in that order (Phi-3's
+ * qkv_proj: q, k, v; gate_up_proj: gate, up), as one view per part into its rows; the
+ * first part owns the bytes where they had to be copied, the others only point in. */
+static int bind_fused(const weight_src *w, weight_role r, int layer, int n_parts, const int64_t *rows, int64_t cols,
+                      llmi_tensor *const *parts, size_t *bytes, llmi_status *st) {
+    if (w->qc)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: GPTQ/AWQ checkpoints with fused q/k/v or gate/up projections "
+                         "(Phi-3) are not supported", w->what);
+    int64_t total = 0;
+    for (int i = 0; i < n_parts; i++) total += rows[i];
+    llmi_tensor all;
+    if (bind_matrix(w, r, layer, total, cols, &all, bytes, st)) return LLMI_E_RUNTIME;
+    int64_t at = 0;
+    for (int i = 0; i < n_parts; i++) {
+        *parts[i] = all;
+        parts[i]->rows = rows[i];
+        parts[i]->data = (const uint8_t *)all.data + (size_t)at * all.row_bytes;
+        parts[i]->owned = i == 0 ? all.owned : NULL;
+        at += rows[i];
+    }
+    return 0;
+}
+
 /* Binds one MoE matrix of a layer's n_exp experts, (rows, cols) each, as one tensor of
  * (n_exp * rows, cols): the format's stacked tensor where it has one (a view of the
  * mapping), else its per-expert tensors copied together in expert order (their mapped
@@ -427,14 +450,21 @@ int model_bind_weights(const weight_src *w, llmi_model *m, bool permute_qk, llmi
     }
     for (int l = 0; l < c->n_layers; l++) {
         llmi_layer *L = &m->layers[l];
+        const bool fused = c->arch == LLMI_ARCH_PHI3;
+        const int64_t qkv[3] = {q_rows, kv_rows, kv_rows}, gu[2] = {c->ffn_dim, c->ffn_dim};
+        llmi_tensor *const qkv_t[3] = {&L->wq, &L->wk, &L->wv}, *const gu_t[2] = {&L->w_gate, &L->w_up};
         if (bind_vector(w, W_ATTN_NORM, l, c->dim, &L->attn_norm, &bytes, st) ||
-            bind_matrix(w, W_Q, l, q_rows, c->dim, &L->wq, &bytes, st) ||
-            bind_matrix(w, W_K, l, kv_rows, c->dim, &L->wk, &bytes, st) ||
-            bind_matrix(w, W_V, l, kv_rows, c->dim, &L->wv, &bytes, st) ||
+            (fused ? bind_fused(w, W_QKV, l, 3, qkv, c->dim, qkv_t, &bytes, st)
+                   : bind_matrix(w, W_Q, l, q_rows, c->dim, &L->wq, &bytes, st) ||
+                     bind_matrix(w, W_K, l, kv_rows, c->dim, &L->wk, &bytes, st) ||
+                     bind_matrix(w, W_V, l, kv_rows, c->dim, &L->wv, &bytes, st)) ||
             bind_matrix(w, W_O, l, c->dim, q_rows, &L->wo, &bytes, st) ||
             bind_vector(w, W_FFN_NORM, l, c->dim, &L->ffn_norm, &bytes, st))
             return LLMI_E_RUNTIME;
-        if (c->n_experts == 0 && (bind_matrix(w, W_GATE, l, c->ffn_dim, c->dim, &L->w_gate, &bytes, st) ||
+        if (fused && (bind_fused(w, W_GATE_UP, l, 2, gu, c->dim, gu_t, &bytes, st) ||
+                      bind_matrix(w, W_DOWN, l, c->dim, c->ffn_dim, &L->w_down, &bytes, st)))
+            return LLMI_E_RUNTIME;
+        if (!fused && c->n_experts == 0 && (bind_matrix(w, W_GATE, l, c->ffn_dim, c->dim, &L->w_gate, &bytes, st) ||
                                   bind_matrix(w, W_UP, l, c->ffn_dim, c->dim, &L->w_up, &bytes, st) ||
                                   bind_matrix(w, W_DOWN, l, c->dim, c->ffn_dim, &L->w_down, &bytes, st)))
             return LLMI_E_RUNTIME;

@@ -7,7 +7,8 @@
  * they read, a model file being untrusted input (the formats: ggml's docs/gguf.md and
  * huggingface/safetensors; our notes on them and their attacks: ../shared/docs/FORMATS.md,
  * outside this repository).  Supported architectures: llama (Llama, Mistral, Mixtral, SmolLM2), qwen2, qwen3
- * (dense and MoE), gemma2, gemma3 (text). */
+ * (dense and MoE), gemma2, gemma3 (text), phi3 (Phi-3, Phi-4: llama's layers with q/k/v and
+ * gate/up stored fused, split at load into views of the fused tensors). */
 #ifndef LLMI_MODEL_H
 #define LLMI_MODEL_H
 
@@ -19,7 +20,9 @@
 
 #define LLMI_MAX_LAYERS 512
 
-typedef enum { LLMI_ARCH_LLAMA = 0, LLMI_ARCH_QWEN2, LLMI_ARCH_QWEN3, LLMI_ARCH_GEMMA2, LLMI_ARCH_GEMMA3 } llmi_arch;
+typedef enum {
+    LLMI_ARCH_LLAMA = 0, LLMI_ARCH_QWEN2, LLMI_ARCH_QWEN3, LLMI_ARCH_GEMMA2, LLMI_ARCH_GEMMA3, LLMI_ARCH_PHI3
+} llmi_arch;
 /* The MLP's gate activation: SwiGLU (silu(gate) * up) or GeGLU with the tanh approximation of
  * gelu (Gemma's gelu_pytorch_tanh). */
 typedef enum { LLMI_ACT_SILU = 0, LLMI_ACT_GELU_TANH } llmi_act;

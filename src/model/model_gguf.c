@@ -23,6 +23,7 @@ static const char *const gguf_names[W_COUNT] = {
     "blk.%d.ffn_up_exps.weight", "blk.%d.ffn_down_exps.weight",
     /* the first Mixtral GGUFs' one tensor per expert, which llama.cpp still reads */
     "blk.%d.ffn_gate.%d.weight", "blk.%d.ffn_up.%d.weight", "blk.%d.ffn_down.%d.weight",
+    "blk.%d.attn_qkv.weight", "blk.%d.ffn_up.weight",   /* phi3: the fused q/k/v, and gate/up stacked in ffn_up */
 };
 
 static int gguf_find_src(const weight_src *w, const char *name, src_tensor *out, llmi_status *st) {
@@ -250,6 +251,7 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     else if (gguf_str_eq(a, "qwen2")) c->arch = LLMI_ARCH_QWEN2;
     else if (gguf_str_eq(a, "qwen3") || gguf_str_eq(a, "qwen3moe")) c->arch = LLMI_ARCH_QWEN3;
     else if (gguf_str_eq(a, "gemma2")) c->arch = LLMI_ARCH_GEMMA2;
+    else if (gguf_str_eq(a, "phi3")) c->arch = LLMI_ARCH_PHI3;
     else if (gguf_str_eq(a, "gemma3")) c->arch = LLMI_ARCH_GEMMA3;
     else {
         char b[40];
@@ -258,10 +260,11 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
             b[n++] = (a.p[i] >= 0x20 && a.p[i] < 0x7f) ? a.p[i] : '?';
         b[n] = '\0';
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, qwen2, qwen3, qwen3moe, "
-                         "gemma2, gemma3)", path, b);
+                         "gemma2, gemma3, phi3)", path, b);
     }
     const char *arch = c->arch == LLMI_ARCH_LLAMA ? "llama" : c->arch == LLMI_ARCH_QWEN2 ? "qwen2"
                      : c->arch == LLMI_ARCH_GEMMA2 ? "gemma2" : c->arch == LLMI_ARCH_GEMMA3 ? "gemma3"
+                     : c->arch == LLMI_ARCH_PHI3 ? "phi3"
                      : gguf_str_eq(a, "qwen3moe") ? "qwen3moe" : "qwen3";
     snprintf(c->arch_name, sizeof c->arch_name, "%s", arch);
     gguf_str nm;
@@ -340,6 +343,13 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     c->qkv_bias = c->arch == LLMI_ARCH_QWEN2 || gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
     c->qk_norm = c->arch == LLMI_ARCH_QWEN3 || c->arch == LLMI_ARCH_GEMMA3;
     if (config_is_gemma(c) && gguf_gemma(g, arch, c, st)) return LLMI_E_RUNTIME;
+    /* phi3: attention.sliding_window is read by nobody (llama.cpp runs Phi without a
+     * window: src/models/phi3.cpp), so neither does llmi; the 128k models' longrope factors
+     * are refused by name */
+    if (c->arch == LLMI_ARCH_PHI3 &&
+        (gguf_find_tensor(g, "rope_factors_long.weight") || gguf_find_tensor(g, "rope_factors_short.weight")))
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_factors_long/short (Phi-3's longrope, the 128k models) are not "
+                         "supported", path);
     if (gguf_moe(g, arch, c, st)) return LLMI_E_RUNTIME;
     *has_output = gguf_find_tensor(g, "output.weight") != NULL;
     c->tie_embeddings = !*has_output;

@@ -31,6 +31,7 @@ static const char *const hf_names[W_COUNT] = {
     "model.layers.%d.mlp.gate.weight", NULL, NULL, NULL,   /* Qwen3-MoE's router; experts one tensor each: */
     "model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
     "model.layers.%d.mlp.experts.%d.down_proj.weight",
+    "model.layers.%d.self_attn.qkv_proj.weight", "model.layers.%d.mlp.gate_up_proj.weight",
 };
 /* Mixtral's names for its router and experts (w1 gate, w3 up, w2 down) */
 static const char *const hf_mixtral_moe_names[4] = {

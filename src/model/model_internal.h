@@ -29,7 +29,9 @@ void config_yarn_context(llmi_config *c);
 typedef enum {
     W_EMBD, W_OUT_NORM, W_LM_HEAD, W_ATTN_NORM, W_Q, W_K, W_V, W_O, W_BQ, W_BK, W_BV, W_BO,
     W_FFN_NORM, W_GATE, W_UP, W_DOWN, W_Q_NORM, W_K_NORM, W_POST_ATTN_NORM, W_POST_FFN_NORM,
-    W_ROUTER, W_GATE_EXPS, W_UP_EXPS, W_DOWN_EXPS, W_GATE_EXP, W_UP_EXP, W_DOWN_EXP, W_COUNT
+    W_ROUTER, W_GATE_EXPS, W_UP_EXPS, W_DOWN_EXPS, W_GATE_EXP, W_UP_EXP, W_DOWN_EXP,
+    W_QKV, W_GATE_UP,   /* Phi-3's fused q/k/v rows and gate/up rows (LLMI_ARCH_PHI3) */
+    W_COUNT
 } weight_role;
 
 /* One stored tensor as either format describes it, shape in HF order (shape[0] slowest). */

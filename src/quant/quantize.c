@@ -25,6 +25,9 @@ static const char *const qm_set_names[QS_COUNT] = {"q/k/v", "o", "gate/up", "dow
 int quant_check_shapes(const llmi_config *c, const quant_opts *o, llmi_status *st) {
     /* write_hf.c writes Llama/Qwen checkpoints: Gemma's norm names, its 1 + w and its config
      * keys are not written yet */
+    if (c->arch == LLMI_ARCH_PHI3)
+        return llmi_fail(st, LLMI_E_USAGE, "llmi quantize: %s is a phi3 model, whose fused qkv_proj and gate_up_proj "
+                         "quantize does not write yet (supported: llama, mistral, qwen2, qwen3)", c->name);
     if (config_is_gemma(c))
         return llmi_fail(st, LLMI_E_USAGE, "llmi quantize: %s is a %s model, which quantize does not write yet "
                          "(supported: llama, mistral, qwen2, qwen3)", c->name,
