@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Phi-3 end to end (the logits against transformers are tests/test_hf_models.c's):
+#   - a phi3 GGUF's attention.sliding_window is ignored, as llama.cpp ignores it
+#     (src/models/phi3.cpp: "Phi SWA is currently disabled"): the file with a window of 8
+#     gives the same prompt logprobs as the converter's (window 0);
+#   - what llmi does not implement is refused with one line, exit 2 or 1, nothing written:
+#     longrope (the 128k models) in config.json and as a GGUF's rope_factors_long, a partial
+#     RoPE (Phi-4-mini), LoRA adapters on the fused projections, quantize.
+. "$(dirname "$0")/../lib/common.sh"
+G="$TESTDATA/hf/phi3-fused.f32.gguf"
+H="$TESTDATA/hf/phi3-fused"
+python3 -c 'import json,sys
+for s in json.load(open(sys.argv[1]))["seqs"]: print(json.dumps({"prompt_token_ids": s["ids"]}))' \
+  "$TESTDATA/hf/ref/phi3-fused.json" >"$TMP/ids.jsonl"
+plp=(generate --device cpu --prompts "$TMP/ids.jsonl" -n 0 --prompt-logprobs 3 --json --no-stats)
+win=$(gguf_edited "$G" win "
+for e in g['kv']:
+    if e[0] == 'phi3.attention.sliding_window': e[2] = struct.pack('<I', 8)") || fail "editing $G"
+"$LLMI" "${plp[@]}" -m "$G" >"$TMP/own.out" || fail "prompt logprobs of $G"
+"$LLMI" "${plp[@]}" -m "$win" >"$TMP/win.out" || fail "prompt logprobs of $win"
+python3 - "$TMP/own.out" "$TMP/win.out" <<'PY' || fail "a phi3 GGUF's sliding_window 8 changed the logprobs (llama.cpp ignores it)"
+import json, sys
+a, b = ([json.loads(l)["prompt_logprobs"] for l in open(p)] for p in sys.argv[1:3])
+assert len(a) == len(b) == 3 and a == b
+PY
+[ -s "$TMP/own.out" ] || fail "a phi3 GGUF's sliding_window 8 changed the logprobs (llama.cpp ignores it)"
+echo "phi3 GGUF with attention.sliding_window 8 = without (130-token prompts): the window is ignored, as llama.cpp does"
+
+edited() {  # edited NAME PYTHON: a copy of $H whose config.json c went through PYTHON
+  rm -rf "$TMP/$1" && cp -r "$H" "$TMP/$1"
+  python3 - "$TMP/$1/config.json" "$2" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); exec(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))
+PY
+  echo "$TMP/$1"
+}
+gen=(generate --device cpu -p hi -n 1 --no-stats)
+d=$(edited longrope 'c["rope_scaling"] = {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8, "original_max_position_embeddings": 64}')
+expect_error "rope_scaling type longrope is Phi-3's longrope" "$LLMI" "${gen[@]}" -m "$d"
+d=$(edited su 'c["rope_scaling"] = {"type": "su", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}')
+expect_error "rope_scaling type su is Phi-3's longrope" "$LLMI" "${gen[@]}" -m "$d"
+d=$(edited partial 'c["partial_rotary_factor"] = 0.75')
+expect_error "partial_rotary_factor 0.75" "$LLMI" "${gen[@]}" -m "$d"
+lr=$(gguf_edited "$G" longrope "
+import copy
+t = copy.deepcopy(gguf_edit.find(g, 'blk.0.attn_norm.weight'))
+t['name'] = 'rope_factors_long.weight'
+g['tensors'].append(t)") || fail "editing $G"
+expect_error "rope_factors_long/short (Phi-3's longrope" "$LLMI" "${gen[@]}" -m "$lr"
+expect_error "adapters on Phi-3's fused qkv_proj and gate_up_proj are not supported" "$LLMI" "${gen[@]}" -m "$H" \
+  --lora "$TESTDATA/lora/llama-gqa-rope3-all"
+expect_error "phi3 model, whose fused qkv_proj and gate_up_proj quantize does not write yet" "$LLMI" quantize -m "$H" \
+  --method rtn --group-size 32 -o "$TMP/q"
+[ ! -e "$TMP/q" ] || fail "quantize of a Phi-3 model wrote $TMP/q"
+echo "ok"
