@@ -126,6 +126,16 @@ def model_specs():
         ("phi3-swa", Phi3Config(**common(
             rope_theta=10000.0, tie_word_embeddings=False, sliding_window=8, pad_token_id=0)),
          torch.bfloat16, None, True),
+        # Phi-3.5-mini's longrope on an original context of 64 (max 256: factor 4, attention
+        # factor sqrt(1 + ln 4 / ln 64)): transformers takes the short factors for the 7- and
+        # 33-token sequences and the long ones for the 130-token one
+        ("phi3-longrope", Phi3Config(**common(
+            rope_theta=10000.0, tie_word_embeddings=False, sliding_window=None, pad_token_id=0,
+            original_max_position_embeddings=64,
+            rope_scaling={"rope_type": "longrope",
+                          "short_factor": [1.0, 1.02, 1.05, 1.1, 1.2, 1.35, 1.5, 1.7],
+                          "long_factor": [1.0, 1.1, 1.4, 2.0, 3.0, 4.5, 6.0, 8.0]})),
+         torch.float32, None, True),
     ]
 
 

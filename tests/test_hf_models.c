@@ -41,6 +41,17 @@ static const char *const hf_gemma2[] = {"gemma2-capped", "gemma2-classic"};
  * released mini-4k form with a sliding window of 8 keys on every layer. */
 static const char *const hf_phi3[] = {"phi3-fused", "phi3-swa"};
 #define HF_PHI3_GGUF "phi3-fused.f32.gguf"
+/* Phi-3.5's longrope on an original context of 64: transformers took the short factors for
+ * the 7- and 33-token sequences and the long ones for the 130-token one; llmi takes them by
+ * the context, so the first two run with a context of 64 and the last with 256. */
+#define HF_LONGROPE "phi3-longrope"
+#define HF_LONGROPE_GGUF "phi3-longrope.f32.gguf"
+static void hf_check_model_seqs(test_ctx *t_, const char *name, const char *file, bool cuda, bool int8_act, int n_ctx,
+                                int s_lo, int s_hi);
+static void hf_check_longrope(test_ctx *t_, const char *file, bool cuda) {
+    hf_check_model_seqs(t_, HF_LONGROPE, file, cuda, false, 64, 0, 2);
+    hf_check_model_seqs(t_, HF_LONGROPE, file, cuda, false, 256, 2, 3);
+}
 /* Mixtures of experts (scripts/make-moe-test-models.py): Qwen3-MoE with 8 experts, 2 per
  * token, renormalised, in the released config form, bf16; Qwen3-MoE with 6 experts, 3 per
  * token, not renormalised (norm_topk_prob false), in transformers 5's form
@@ -218,6 +229,12 @@ static int hf_compare(const char *what, const float *got, const float *ref, int 
  * int8_act: the CPU multiplies this model's weights with int8 activations (llama.cpp's
  * rule, which transformers does not apply), held to the CUDA bounds. */
 static void hf_check_model_on(test_ctx *t_, const char *name, const char *file, bool cuda, bool int8_act) {
+    hf_check_model_seqs(t_, name, file, cuda, int8_act, 0, 0, HF_MAX_SEQS);
+}
+/* The same on reference sequences [s_lo, s_hi) only, with longrope's factors chosen for a
+ * context of n_ctx (0: none chosen, the short ones). */
+static void hf_check_model_seqs(test_ctx *t_, const char *name, const char *file, bool cuda, bool int8_act, int n_ctx,
+                                int s_lo, int s_hi) {
     char dir[512], err[2048];
     snprintf(dir, sizeof dir, "%s/hf/%s", hf_testdata(), file ? file : name);   /* file: a GGUF of name's weights */
     hf_ref ref;
@@ -229,6 +246,7 @@ static void hf_check_model_on(test_ctx *t_, const char *name, const char *file, 
     int rc = model_load(dir, &lo, &m, &st);
     CHECK_MSG(rc == 0, "model_load(%s): %s", dir, st.msg);
     if (rc) { hf_ref_free(&ref); return; }
+    if (n_ctx) model_select_longrope(&m, n_ctx);
     CHECK_MSG(m.cfg.n_vocab == ref.n_vocab, "%s: n_vocab %d, reference %d", name, m.cfg.n_vocab, ref.n_vocab);
     CHECK(m.cfg.n_layers <= 6 && (m.cfg.dim == 64 || m.cfg.dim == 256));
     llmi_backend_opts bo = {.n_threads = 2, .kv_dtype = cuda ? LLMI_KV_BF16 : LLMI_KV_F32, .block_size = HF_BLOCK,
@@ -250,7 +268,7 @@ static void hf_check_model_on(test_ctx *t_, const char *name, const char *file, 
          * high first) for the chunked pass, so paging bugs cannot hide behind it. */
         int32_t ident[HF_MAX_TOKENS / HF_BLOCK], scat[HF_MAX_TOKENS / HF_BLOCK];
         for (int i = 0; i < n_blocks; i++) { ident[i] = i; scat[i] = 2 * (n_blocks - 1 - i) + 1; }
-        for (int s = 0; s < ref.n_seqs; s++) {
+        for (int s = s_lo; s < ref.n_seqs && s < s_hi; s++) {
             hf_seq *q = &ref.seqs[s];
             double worst = 0;
             int ties = 0, bad;
@@ -316,6 +334,8 @@ TEST(hf_gemma2_gguf_vs_transformers) { hf_check_model_on(t_, hf_gemma2[0], HF_GE
 TEST(hf_phi3_fused_vs_transformers) { hf_check_model(t_, hf_phi3[0]); }
 TEST(hf_phi3_sliding_window_bf16_vs_transformers) { hf_check_model(t_, hf_phi3[1]); }
 TEST(hf_phi3_gguf_vs_transformers) { hf_check_model_on(t_, hf_phi3[0], HF_PHI3_GGUF, false, false); }
+TEST(hf_phi3_longrope_vs_transformers) { hf_check_longrope(t_, NULL, false); }
+TEST(hf_phi3_longrope_gguf_vs_transformers) { hf_check_longrope(t_, HF_LONGROPE_GGUF, false); }
 TEST(hf_qwen3moe_bf16_vs_transformers) { hf_check_model(t_, hf_moe[0]); }
 TEST(hf_qwen3moe_no_topk_norm_v5_config_vs_transformers) { hf_check_model(t_, hf_moe[1]); }
 TEST(hf_mixtral_vs_transformers) { hf_check_model(t_, hf_moe[2]); }
@@ -350,6 +370,10 @@ TEST(hf_cuda_gemma2_soft_caps_v5_config_vs_transformers) { hf_check_model_cuda(t
 TEST(hf_cuda_gemma2_default_caps_classic_config_vs_transformers) { hf_check_model_cuda(t_, hf_gemma2[1]); }
 TEST(hf_cuda_phi3_fused_vs_transformers) { hf_check_model_cuda(t_, hf_phi3[0]); }
 TEST(hf_cuda_phi3_sliding_window_bf16_vs_transformers) { hf_check_model_cuda(t_, hf_phi3[1]); }
+TEST(hf_cuda_phi3_longrope_vs_transformers) {
+    if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
+    hf_check_longrope(t_, NULL, true);
+}
 TEST(hf_cuda_qwen3moe_bf16_vs_transformers) { hf_check_model_cuda(t_, hf_moe[0]); }
 TEST(hf_cuda_qwen3moe_no_topk_norm_v5_config_vs_transformers) { hf_check_model_cuda(t_, hf_moe[1]); }
 TEST(hf_cuda_mixtral_vs_transformers) { hf_check_model_cuda(t_, hf_moe[2]); }

@@ -88,7 +88,9 @@ static void rope_inv_freq(const llmi_config *c, double theta, bool scaled, float
     }
     for (int i = 0; i < half; i++) {
         double f = (2 * i < rd) ? pow(theta, -(double)(2 * i) / (double)rd) : 0.0;
-        if (scaled && c->rope_scaling == LLMI_ROPE_SCALING_LINEAR && c->rope_factor > 0) {
+        if (scaled && c->rope_scaling == LLMI_ROPE_SCALING_LONGROPE) {
+            f /= c->rope_long_active ? c->rope_long[i] : c->rope_short[i];
+        } else if (scaled && c->rope_scaling == LLMI_ROPE_SCALING_LINEAR && c->rope_factor > 0) {
             f /= c->rope_factor;
         } else if (yarn && f > 0) {
             double ramp = ((double)i - yarn_lo) / (yarn_hi - yarn_lo);

@@ -501,13 +501,14 @@ int cli_merge_loras(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
     return LLMI_OK;
 }
 
-/* The RoPE flags applied, the --lora adapters merged, then the control vectors added; on
- * failure m is freed. */
+/* The RoPE flags applied (and longrope's factors chosen for -c), the --lora adapters
+ * merged, then the control vectors added; on failure m is freed. */
 static int apply_adapters(const cli_model_opts *o, llmi_model *m, llmi_status *st) {
     if (o->rope_set && model_override_rope(m, &o->rope, st)) {
         model_free(m);
         return st->code;
     }
+    model_select_longrope(m, o->engine.max_ctx);
     if (cli_merge_loras(o, m, st)) return st->code;
     if (!o->control.n && !o->control_range_set) return LLMI_OK;
     const char *paths[LLMI_MAX_LORA];
@@ -606,6 +607,7 @@ static int open_draft(const char *path, const cli_model_opts *fo, const llmi_mod
     }
     *dm_out = dm;
     int max_ctx = fo->engine.max_ctx > 0 ? fo->engine.max_ctx : m->cfg.max_ctx;
+    model_select_longrope(dm, max_ctx);
     if (spec_draft_check(m, dm, max_ctx, st)) return st->code;
     cli_model_opts dopts = *fo;
     dopts.device = b->name;

@@ -1430,7 +1430,10 @@ int cmd_bench(int argc, char **argv, llmi_status *st) {
     report rep;
     report_init(&rep);
     if (!rc && !help) {
-        rc = cli_open_model(&a.mo, &m, st);
+        /* --ppl's windows are -c, 512 when not given: longrope's factors for that */
+        cli_model_opts mo = a.mo;
+        if (a.ppl && mo.engine.max_ctx <= 0) mo.engine.max_ctx = 512;
+        rc = cli_open_model(&mo, &m, st);
         loaded = rc == 0;
     }
     char label[1024];

@@ -333,10 +333,27 @@ static int cj_rope_flat(const cJSON *j, llmi_config *c, const char *file, llmi_s
     return cj_rope_scaling(j, rs, c, file, st);
 }
 
+/* n positive finite numbers of the list o[key] (longrope's factors). */
+static int json_factors(const cJSON *o, const char *key, int n, float *out, const char *file, llmi_status *st) {
+    const cJSON *a = json_item(o, key);
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling.%s must list %d numbers (head_dim / 2)", file, key, n);
+    for (int i = 0; i < n; i++) {
+        const cJSON *x = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsNumber(x) || !(x->valuedouble > 0) || !isfinite(x->valuedouble) || x->valuedouble > 1e6)
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling.%s[%d] must be a number in (0, 1e6]", file, key, i);
+        out[i] = (float)x->valuedouble;
+    }
+    return 0;
+}
+
 /* Phi3Config (transformers' configuration_phi3.py): llama's layers (the fused projections
- * are model_bind_weights' business), full rotary only, and no RoPE scaling: Phi3Config
- * reads any rope_scaling type ("su", "yarn", "longrope") as longrope, the per-dimension
- * short/long factors of the 128k models, which llmi does not implement; refused by name. */
+ * are model_bind_weights' business), full rotary only, and longrope for any rope_scaling type
+ * ("su", "yarn" and "longrope" all mean it to Phi3Config), read as
+ * _compute_longrope_parameters does: short_factor and long_factor, head_dim / 2 each; the
+ * original context from the top level (4096 when absent; rope_scaling's is overridden); factor, else
+ * max_position_embeddings / original; attention_factor, else sqrt(1 + ln(factor) /
+ * ln(original)) (1 for a factor <= 1).  The short factors until model_select_longrope says. */
 static int cj_phi3(const cJSON *j, llmi_config *c, const char *file, llmi_status *st) {
     const cJSON *rp = json_item(j, "rope_parameters"), *rs = json_item(j, "rope_scaling");
     const cJSON *where[3] = {j, cJSON_IsObject(rp) ? rp : NULL, cJSON_IsObject(rs) ? rs : NULL};
@@ -347,17 +364,34 @@ static int cj_phi3(const cJSON *j, llmi_config *c, const char *file, llmi_status
             return llmi_fail(st, LLMI_E_RUNTIME, "%s: partial_rotary_factor %g (a partial RoPE, as Phi-4-mini's) is not "
                              "supported", file, (double)prf);
     }
-    for (int i = 1; i < 3; i++) {
-        const cJSON *t = where[i] ? json_item(where[i], "rope_type") : NULL;
-        if (!t && where[i]) t = json_item(where[i], "type");
-        if (t && (!cJSON_IsString(t) || strcmp(t->valuestring, "default") != 0)) {
-            char b[40];
-            printable(b, sizeof b, cJSON_IsString(t) ? t->valuestring : "?");
-            return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling type %s is Phi-3's longrope (the 128k models' "
-                             "short_factor/long_factor), which is not supported", file, b);
-        }
-    }
-    return cj_rope_flat(j, c, file, st);
+    if (where[1] && json_num(rp, "rope_theta", &c->rope_theta, file, st) < 0) return LLMI_E_RUNTIME;
+    const cJSON *scal = where[2] ? rs : where[1];
+    const cJSON *t = scal ? json_item(scal, "rope_type") : NULL;
+    if (!t && scal) t = json_item(scal, "type");
+    if (!t || (cJSON_IsString(t) && strcmp(t->valuestring, "default") == 0)) return 0;
+    if (!cJSON_IsString(t) || (strcmp(t->valuestring, "longrope") != 0 && strcmp(t->valuestring, "su") != 0 &&
+                               strcmp(t->valuestring, "yarn") != 0))
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling type must be longrope (or su, yarn: the same to Phi-3)",
+                         file);
+    /* standardize_rope_params: Phi3Config's own original_max_position_embeddings (the top
+     * level's, 4096 when absent) replaces whatever rope_scaling says */
+    c->rope_orig_max_pos = 4096;
+    if (json_int(j, "original_max_position_embeddings", 1, INT32_MAX, &c->rope_orig_max_pos, file, st) < 0)
+        return LLMI_E_RUNTIME;
+    const int half = c->head_dim / 2;
+    if (half > LLMI_ROPE_MAX_FACTORS)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: longrope with head_dim %d is more than llmi holds", file, c->head_dim);
+    if (json_factors(scal, "short_factor", half, c->rope_short, file, st) ||
+        json_factors(scal, "long_factor", half, c->rope_long, file, st))
+        return LLMI_E_RUNTIME;
+    c->rope_factor = (float)((double)c->max_ctx / c->rope_orig_max_pos);
+    if (json_num(scal, "factor", &c->rope_factor, file, st) < 0) return LLMI_E_RUNTIME;
+    const double f = c->rope_factor;
+    c->rope_attn_factor = f <= 1 ? 1.0f : (float)sqrt(1 + log(f) / log((double)c->rope_orig_max_pos));
+    if (json_num(scal, "attention_factor", &c->rope_attn_factor, file, st) < 0) return LLMI_E_RUNTIME;
+    c->rope_scaling = LLMI_ROPE_SCALING_LONGROPE;
+    c->rope_long_active = false;
+    return 0;
 }
 
 /* A soft cap of config.json: the family's default when absent, none when null. */

@@ -97,6 +97,22 @@ int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
             BAD("%s: llama3 rope scaling original_max_position_embeddings %d is outside [1, %d]", what,
                 c->rope_orig_max_pos, CFG_MAX_CTX);
         break;
+    case LLMI_ROPE_SCALING_LONGROPE:
+        if (c->head_dim / 2 > LLMI_ROPE_MAX_FACTORS)
+            BAD("%s: longrope with head_dim %d: at most %d factors are held", what, c->head_dim, LLMI_ROPE_MAX_FACTORS);
+        for (int i = 0; i < c->head_dim / 2; i++)
+            if (!(c->rope_short[i] > 0) || !(c->rope_long[i] > 0) || !isfinite(c->rope_short[i]) ||
+                !isfinite(c->rope_long[i]))
+                BAD("%s: longrope factor %d (short %g, long %g) must be finite and > 0", what, i,
+                    (double)c->rope_short[i], (double)c->rope_long[i]);
+        if (c->rope_orig_max_pos < 1 || c->rope_orig_max_pos > CFG_MAX_CTX)
+            BAD("%s: longrope original_max_position_embeddings %d is outside [1, %d]", what, c->rope_orig_max_pos,
+                CFG_MAX_CTX);
+        if (!(c->rope_attn_factor > 0) || !(c->rope_attn_factor <= 100))
+            BAD("%s: longrope attention factor %g is outside (0, 100]", what, (double)c->rope_attn_factor);
+        if (c->rope_theta_local > 0)
+            BAD("%s: longrope with a second RoPE for the sliding layers is not supported", what);
+        break;
     case LLMI_ROPE_SCALING_YARN:
         if (!(c->rope_factor > 0) || !isfinite(c->rope_factor) || c->rope_factor > 1e6)
             BAD("%s: yarn rope scaling factor %g must be in (0, 1e6]", what, (double)c->rope_factor);
@@ -133,6 +149,9 @@ int model_override_rope(llmi_model *m, const llmi_rope_override *o, llmi_status 
     if ((o->orig_ctx > 0 || o->beta_fast > 0 || o->beta_slow > 0) && type != LLMI_ROPE_SCALING_YARN)
         return llmi_fail(st, LLMI_E_USAGE, "--yarn-orig-ctx/--yarn-beta-fast/--yarn-beta-slow: only with yarn scaling "
                          "(--rope-scaling yarn, or a model that has it)");
+    if (scales && c.rope_scaling == LLMI_ROPE_SCALING_LONGROPE)
+        return llmi_fail(st, LLMI_E_USAGE, "--rope-scaling/--rope-scale: the model has longrope scaling (Phi-3), which "
+                         "they would replace; not supported");
     /* the factor: the flag's, else the file's */
     const float f = o->factor > 0 ? o->factor : c.rope_scaling == LLMI_ROPE_SCALING_NONE ? 1 : c.rope_factor;
     if (scales && type == LLMI_ROPE_SCALING_NONE) {
@@ -165,6 +184,12 @@ int model_override_rope(llmi_model *m, const llmi_rope_override *o, llmi_status 
     }
     m->cfg = c;
     return 0;
+}
+
+void model_select_longrope(llmi_model *m, int n_ctx) {
+    llmi_config *c = &m->cfg;
+    if (c->rope_scaling != LLMI_ROPE_SCALING_LONGROPE) return;
+    c->rope_long_active = (n_ctx > 0 ? n_ctx : c->max_ctx) > c->rope_orig_max_pos;
 }
 
 /* ================================================================ model_free */

@@ -27,8 +27,10 @@ typedef enum {
  * gelu (Gemma's gelu_pytorch_tanh). */
 typedef enum { LLMI_ACT_SILU = 0, LLMI_ACT_GELU_TANH } llmi_act;
 typedef enum {
-    LLMI_ROPE_SCALING_NONE = 0, LLMI_ROPE_SCALING_LLAMA3, LLMI_ROPE_SCALING_LINEAR, LLMI_ROPE_SCALING_YARN
+    LLMI_ROPE_SCALING_NONE = 0, LLMI_ROPE_SCALING_LLAMA3, LLMI_ROPE_SCALING_LINEAR, LLMI_ROPE_SCALING_YARN,
+    LLMI_ROPE_SCALING_LONGROPE
 } llmi_rope_scaling_type;
+#define LLMI_ROPE_MAX_FACTORS 256   /* longrope's per-dimension factors: head_dim / 2 of them */
 
 typedef struct llmi_config {
     llmi_arch arch;
@@ -57,7 +59,14 @@ typedef struct llmi_config {
      * YaRN paper's "attention temperature") */
     float rope_yarn_beta_fast, rope_yarn_beta_slow;
     bool rope_yarn_no_truncate;   /* transformers' truncate false: the range's ends not rounded */
-    float rope_attn_factor;       /* 0 = 1 */
+    float rope_attn_factor;       /* 0 = 1 (YaRN's and longrope's) */
+    /* Phi-3's longrope (transformers' _compute_longrope_parameters): frequency i is divided
+     * by rope_short[i] or rope_long[i] (head_dim / 2 each), long where the context may pass
+     * rope_orig_max_pos (rope_long_active, set by model_select_longrope: llama.cpp's choice
+     * by the context size; transformers picks per forward by its longest position); cos/sin
+     * times rope_attn_factor */
+    float rope_short[LLMI_ROPE_MAX_FACTORS], rope_long[LLMI_ROPE_MAX_FACTORS];
+    bool rope_long_active;
     bool tie_embeddings;
     bool qkv_bias;
     bool qk_norm;              /* RMSNorm of each q and k head before RoPE (Qwen3, Gemma 3) */
@@ -203,5 +212,9 @@ typedef struct llmi_rope_override {
  * get_mscale(factor).  Refused for llama3 scaling and Gemma 3's second RoPE; the result is
  * checked as a loaded config is. */
 int model_override_rope(llmi_model *m, const llmi_rope_override *o, llmi_status *st);
+/* Longrope's factors for a context of n_ctx positions (0: the model's max_ctx): the long
+ * ones past the original context, else the short ones, as llama.cpp chooses them.  Nothing
+ * for other models.  Before the backend is made (its RoPE tables are built from them). */
+void model_select_longrope(llmi_model *m, int n_ctx);
 
 #endif

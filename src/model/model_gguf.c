@@ -241,6 +241,38 @@ static int gguf_moe(const gguf_file *g, const char *arch, llmi_config *c, llmi_s
     return gguf_get_bool(g, key, &c->moe_norm_topk, st) < 0 ? LLMI_E_RUNTIME : 0;
 }
 
+/* Phi-3's longrope as llama.cpp's converter writes it: rope_factors_short.weight and
+ * rope_factors_long.weight (head_dim / 2 F32 each), rope.scaling.original_context_length,
+ * and rope.scaling.attn_factor (when absent: sqrt(1 + ln(s) / ln(original)) with s the
+ * context over the original, the converter's formula). */
+static int gguf_longrope(const gguf_file *g, const char *arch, llmi_config *c, llmi_status *st) {
+    const gguf_tensor_info *lf = gguf_find_tensor(g, "rope_factors_long.weight");
+    const gguf_tensor_info *sf = gguf_find_tensor(g, "rope_factors_short.weight");
+    if (!lf && !sf) return 0;
+    if (c->arch != LLMI_ARCH_PHI3)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_factors_long/short (longrope) are read for phi3 only", g->path);
+    const int64_t half = c->head_dim / 2;
+    if (!lf || !sf || lf->type != GGUF_TYPE_F32 || sf->type != GGUF_TYPE_F32 || lf->n_elements != half ||
+        sf->n_elements != half || half > LLMI_ROPE_MAX_FACTORS)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_factors_long.weight and rope_factors_short.weight must both be "
+                         "%lld F32 values", g->path, (long long)half);
+    if (c->rope_scaling != LLMI_ROPE_SCALING_NONE)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: longrope factors together with other rope scaling are not supported",
+                         g->path);
+    if (c->rope_orig_max_pos <= 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: longrope factors need %s.rope.scaling.original_context_length",
+                         g->path, arch);
+    memcpy(c->rope_long, lf->data, (size_t)half * sizeof(float));
+    memcpy(c->rope_short, sf->data, (size_t)half * sizeof(float));
+    const double s = (double)c->max_ctx / c->rope_orig_max_pos;
+    c->rope_attn_factor = s <= 1 ? 1.0f : (float)sqrt(1 + log(s) / log((double)c->rope_orig_max_pos));
+    if (arch_float(g, arch, "rope.scaling.attn_factor", false, &c->rope_attn_factor, st) < 0) return LLMI_E_RUNTIME;
+    c->rope_scaling = LLMI_ROPE_SCALING_LONGROPE;
+    c->rope_factor = (float)s;
+    c->rope_long_active = false;
+    return 0;
+}
+
 static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llmi_status *st) {
     const char *path = g->path;
     gguf_str a;
@@ -344,12 +376,8 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     c->qk_norm = c->arch == LLMI_ARCH_QWEN3 || c->arch == LLMI_ARCH_GEMMA3;
     if (config_is_gemma(c) && gguf_gemma(g, arch, c, st)) return LLMI_E_RUNTIME;
     /* phi3: attention.sliding_window is read by nobody (llama.cpp runs Phi without a
-     * window: src/models/phi3.cpp), so neither does llmi; the 128k models' longrope factors
-     * are refused by name */
-    if (c->arch == LLMI_ARCH_PHI3 &&
-        (gguf_find_tensor(g, "rope_factors_long.weight") || gguf_find_tensor(g, "rope_factors_short.weight")))
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_factors_long/short (Phi-3's longrope, the 128k models) are not "
-                         "supported", path);
+     * window: src/models/phi3.cpp), so neither does llmi */
+    if (gguf_longrope(g, arch, c, st)) return LLMI_E_RUNTIME;
     if (gguf_moe(g, arch, c, st)) return LLMI_E_RUNTIME;
     *has_output = gguf_find_tensor(g, "output.weight") != NULL;
     c->tie_embeddings = !*has_output;
