@@ -95,11 +95,7 @@ def main(corpus, outdir, template_path):
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
     tok = g3.gemma_tokenizer(corpus)
-    refdir = os.path.join(outdir, "ref")
-    os.makedirs(refdir, exist_ok=True)
-    with open(corpus, encoding="utf-8") as f:
-        text = f.read()
-    seqs = hfm.reference_seqs(lambda t: tok.encode(t).ids, text, gen, g3.VOCAB)
+    refdir, seqs = hfm.ref_dir_and_seqs(corpus, outdir, lambda t: tok.encode(t).ids, gen, g3.VOCAB)
     base = dict(vocab_size=g3.VOCAB, hidden_size=64, intermediate_size=96, num_attention_heads=4,
                 num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-6,
                 bos_token_id=2, eos_token_id=1, pad_token_id=0, initializer_range=0.1, tie_word_embeddings=True,
@@ -112,17 +108,8 @@ def main(corpus, outdir, template_path):
          torch.bfloat16, True, 0.0),
     ]
     for name, cfg, dtype, classic, min_effect in specs:
-        cfg.architectures = ["Gemma2ForCausalLM"]
         path = os.path.join(outdir, name)
-        torch.manual_seed(SEED)
-        model = transformers.Gemma2ForCausalLM(cfg).eval()
-        with torch.no_grad():   # Gemma's norms are 1 + w: random w around 0
-            for pname, p in model.named_parameters():
-                if "norm" in pname:
-                    p.copy_(0.2 * torch.randn(p.shape, generator=gen))
-        model = model.to(dtype)
-        model.save_pretrained(path, safe_serialization=True)
-        g3.write_tokenizer(path, tok)
+        g3.save_gemma(transformers.Gemma2ForCausalLM, cfg, SEED, gen, dtype, path, tok)
         if classic:
             classic_config(path)
         ref = hfm.load_fp32(path).eval()

@@ -124,6 +124,22 @@ def classic_gemma_config(path):
         f.write("\n")
 
 
+def save_gemma(model_cls, cfg, seed, gen, dtype, path, tok):
+    """A tiny Gemma of model_cls (Gemma2ForCausalLM, Gemma3ForCausalLM) at path: seeded init,
+    every norm weight random (Gemma's norms are 1 + w, so w around 0), cast to dtype, with
+    the tokenizer files."""
+    cfg.architectures = [model_cls.__name__]
+    torch.manual_seed(seed)
+    model = model_cls(cfg).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "norm" in pname:
+                p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+    model = model.to(dtype)
+    model.save_pretrained(path, safe_serialization=True)
+    write_tokenizer(path, tok)
+
+
 def main(corpus, outdir):
     global GEMMA3_TEMPLATE
     spec = importlib.util.spec_from_file_location("mtr", os.path.join(HERE, "make-tokenizer-refs.py"))
@@ -133,11 +149,7 @@ def main(corpus, outdir):
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
     tok = gemma_tokenizer(corpus)
-    refdir = os.path.join(outdir, "ref")
-    os.makedirs(refdir, exist_ok=True)
-    with open(corpus, encoding="utf-8") as f:
-        text = f.read()
-    seqs = hfm.reference_seqs(lambda t: tok.encode(t).ids, text, gen, VOCAB)
+    refdir, seqs = hfm.ref_dir_and_seqs(corpus, outdir, lambda t: tok.encode(t).ids, gen, VOCAB)
     base = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_attention_heads=4,
                 num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-6,
                 bos_token_id=2, eos_token_id=1, pad_token_id=0, initializer_range=0.1, tie_word_embeddings=True,
@@ -154,17 +166,8 @@ def main(corpus, outdir):
                                            **base), torch.float32, False),
     ]
     for name, cfg, dtype, classic in specs:
-        cfg.architectures = ["Gemma3ForCausalLM"]
         path = os.path.join(outdir, name)
-        torch.manual_seed(SEED)
-        model = transformers.Gemma3ForCausalLM(cfg).eval()
-        with torch.no_grad():   # Gemma's norms are 1 + w: random w around 0
-            for pname, p in model.named_parameters():
-                if "norm" in pname:
-                    p.copy_(0.2 * torch.randn(p.shape, generator=gen))
-        model = model.to(dtype)
-        model.save_pretrained(path, safe_serialization=True)
-        write_tokenizer(path, tok)
+        save_gemma(transformers.Gemma3ForCausalLM, cfg, SEED, gen, dtype, path, tok)
         if classic:
             classic_gemma_config(path)
         ref = hfm.load_fp32(path).eval()

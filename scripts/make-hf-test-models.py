@@ -210,6 +210,15 @@ def write_refs(ref, name, seqs, vocab, dtype, refdir):
         f.write("\n")
 
 
+def ref_dir_and_seqs(corpus, outdir, tokenize, gen, vocab=VOCAB):
+    """outdir/ref (made) and reference_seqs of the corpus: the preamble every model script shares."""
+    refdir = os.path.join(outdir, "ref")
+    os.makedirs(refdir, exist_ok=True)
+    with open(corpus, encoding="utf-8") as f:
+        text = f.read()
+    return refdir, reference_seqs(tokenize, text, gen, vocab)
+
+
 def reference_seqs(tokenize, text, gen, vocab=VOCAB):
     """The three reference sequences every tiny checkpoint is checked on: SEQ_LENS[0] random
     ids below vocab (specials too), then SEQ_LENS[1] and SEQ_LENS[2] tokens of the corpus text (tokenize:

@@ -242,11 +242,7 @@ def check_layout(path, cfg):
 def main(corpus, outdir):
     gen = torch.Generator().manual_seed(SEED)
     hf_tok = hfm.train_tokenizer(corpus)
-    refdir = os.path.join(outdir, "ref")
-    os.makedirs(refdir, exist_ok=True)
-    with open(corpus, encoding="utf-8") as f:
-        text = f.read()
-    seqs = hfm.reference_seqs(lambda t: hf_tok(t)["input_ids"], text, gen)
+    refdir, seqs = hfm.ref_dir_and_seqs(corpus, outdir, lambda t: hf_tok(t)["input_ids"], gen)
     ids_raw = hf_tok.backend_tokenizer.encode(hfm.TOK_TEST_TEXT).ids
     for name, cfg, dtype, seed, form in model_specs():
         path = os.path.join(outdir, name)

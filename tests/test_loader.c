@@ -1074,6 +1074,13 @@ TEST(loader_hf_config_fields) {
     free(dir);
 }
 
+/* $TESTDATA/rel (testdata when unset) into buf. */
+static const char *td_path(char *buf, size_t cap, const char *rel) {
+    const char *td = getenv("TESTDATA");
+    snprintf(buf, cap, "%s/%s", td ? td : "testdata", rel);
+    return buf;
+}
+
 static bool copy_file(const char *from, const char *to) {
     size_t n;
     uint8_t *b = read_all(from, &n);
@@ -1087,12 +1094,10 @@ static bool copy_file(const char *from, const char *to) {
  * with extra (", \"key\": value" text, the key blanked in the original so the new one is
  * read; NULL: as committed), written into dir beside a copy of its weights. */
 static void gemma2_config(const char *dir, const char *extra) {
-    const char *td = getenv("TESTDATA") ? getenv("TESTDATA") : "testdata";
     char src[600], dst[700];
-    snprintf(src, sizeof src, "%s/hf/gemma2-classic/model.safetensors", td);
     snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
-    if (access(dst, R_OK) != 0) copy_file(src, dst);
-    snprintf(src, sizeof src, "%s/hf/gemma2-classic/config.json", td);
+    if (access(dst, R_OK) != 0) copy_file(td_path(src, sizeof src, "hf/gemma2-classic/model.safetensors"), dst);
+    td_path(src, sizeof src, "hf/gemma2-classic/config.json");
     size_t n;
     char *cfg = (char *)read_all(src, &n), *out = malloc(n + 512);
     if (!cfg || !out) { free(cfg); free(out); return; }
@@ -1163,9 +1168,8 @@ TEST(loader_gemma2_config_fields) {
  * the way (the same bytes, one letter changed, so the file stays valid), the defaults 50, 30
  * and 4096; the even layers slide (pattern 2); 1/sqrt(head_dim) as the scale. */
 TEST(loader_gemma2_gguf_defaults) {
-    const char *td = getenv("TESTDATA") ? getenv("TESTDATA") : "testdata";
     char src[600], dst[700];
-    snprintf(src, sizeof src, "%s/hf/gemma2-capped.f32.gguf", td);
+    td_path(src, sizeof src, "hf/gemma2-capped.f32.gguf");
     size_t n;
     uint8_t *b = read_all(src, &n);
     CHECK_MSG(b != NULL, "%s: committed test data missing", src);
