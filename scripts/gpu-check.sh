@@ -774,7 +774,8 @@ print(p, a)' "$WORK/gen-cuda-spec.out")
     "llama-gqa-rope3|testdata/hf/llama-gqa-rope3||0.1" "qwen2-bias-tied|testdata/hf/qwen2-bias-tied||0.1" \
     "gemma3-swa|testdata/hf/gemma3-swa||0.1" "qwen3moe-tiny|testdata/hf/qwen3moe-tiny||0.1" \
     "qwen2-yarn|testdata/hf/qwen2-yarn||0.1" "llama-yarn-params|testdata/hf/llama-yarn-params||0.1" \
-    "gemma2-capped|testdata/hf/gemma2-capped||0.1" "gemma2-classic|testdata/hf/gemma2-classic||0.1"
+    "gemma2-capped|testdata/hf/gemma2-capped||0.1" "gemma2-classic|testdata/hf/gemma2-classic||0.1" \
+    "phi3-fused|testdata/hf/phi3-fused||0.1" "phi3-swa|testdata/hf/phi3-swa||0.1"
   # --lora (adapters merged at load, model/lora.c) against PEFT's logits of the adapted
   # models; the Q4_K_M case has its adapted linears dequantized into bf16 beside 4-bit ones
   plp_vs_ref "--lora cuda vs PEFT (2 adapters on f32; q/v on Q4_K_M)" testdata/lora/ref \
