@@ -423,6 +423,17 @@ GEMMA3_TEMPLATE = (
 )
 
 
+# microsoft/phi-4's chat template (ChatML with <|im_sep|>, the assistant turn opened inside the
+# user message, no add_generation_prompt branch), as llama.cpp's tests/test-chat-template.cpp
+# carries it (the "phi-4" entry, llama-cpp-python 0.3.36's vendor tree)
+PHI4_TEMPLATE = (
+    "{% for message in messages %}{% if (message['role'] == 'system') %}{{'<|im_start|>system<|im_sep|>' + "
+    "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'user') %}{{'<|im_start|>user<|im_sep|>' + "
+    "message['content'] + '<|im_end|><|im_start|>assistant<|im_sep|>'}}{% elif (message['role'] == 'assistant') %}"
+    "{{message['content'] + '<|im_end|>'}}{% endif %}{% endfor %}"
+)
+
+
 def render_chat(smol_template):
     import jinja2
 
@@ -440,7 +451,8 @@ def render_chat(smol_template):
                  ("llama3", "llama3", LLAMA3_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>"),
                  ("llama2", "llama2", LLAMA2_TEMPLATE, "<s>", "</s>"),
                  ("mistral", "mistral", MISTRAL_TEMPLATE, "<s>", "</s>"),
-                 ("gemma", "gemma3", GEMMA3_TEMPLATE, "<bos>", "<eos>")]
+                 ("gemma", "gemma3", GEMMA3_TEMPLATE, "<bos>", "<eos>"),
+                 ("phi4", "phi-4", PHI4_TEMPLATE, "", "<|im_end|>")]
     for kind, fn in (("chatml", QWEN25_TEMPLATE_FILE), ("chatml", QWEN3_TEMPLATE_FILE),
                      ("llama3", "models/templates/meta-llama-Llama-3.1-8B-Instruct.jinja"),
                      ("llama3", "models/templates/meta-llama-Llama-3.2-3B-Instruct.jinja"),
