@@ -645,6 +645,42 @@ TEST(cpu_swiglu_bits_equal_libm) {
 /* GeGLU: against torch's gelu(approximate="tanh") formula in double on ordinary
  * activations, and its vector body against the scalar formula bit for bit on the inputs of
  * the SwiGLU test (any bit pattern, the |y| < 88 switch, every offset). */
+/* Gemma 2's soft cap (cpu_softcap, the vector tanh of vec.h in an AVX-512 build) against
+ * cap * tanh(x / cap) in double: 200,001 values across [-300, 300] (both tanh branches,
+ * the switch at |x / cap| = 0.625, saturation) for three caps, on strided rows whose other
+ * columns stay untouched. */
+TEST(cpu_softcap_vs_tanh) {
+    const float caps[3] = {0.5f, 30.0f, 50.0f};
+    const int n = 200001, stride = n + 3;
+    float *y = malloc(sizeof(float) * 2 * stride), *x = malloc(sizeof(float) * n);
+    for (int i = 0; i < n; i++) x[i] = -300.0f + 600.0f * (float)i / (float)(n - 1);
+    for (int k = 0; k < 3; k++) {
+        for (int r = 0; r < 2; r++) {
+            memcpy(y + (size_t)r * stride, x, sizeof(float) * n);
+            for (int j = n; j < stride; j++) y[(size_t)r * stride + j] = 7.0f;
+        }
+        cpu_softcap(y, 2, stride, 0, n, caps[k]);
+        double worst = 0;
+        int tail = 0;
+        for (int r = 0; r < 2; r++) {
+            for (int i = 0; i < n; i++) {
+                const double want = caps[k] * tanh((double)x[i] / caps[k]), got = y[(size_t)r * stride + i];
+                const double e = fabs(got - want) / (fabs(want) > 1e-30 ? fabs(want) : 1.0);
+                worst = e > worst ? e : worst;
+            }
+            for (int j = n; j < stride; j++) tail += y[(size_t)r * stride + j] != 7.0f;
+        }
+        fprintf(stderr, "  softcap %g: max relative error %.3g\n", (double)caps[k], worst);
+        CHECK_MSG(worst < 5e-7 && tail == 0, "softcap %g: max relative error %g, %d columns past c1 changed",
+                  (double)caps[k], worst, tail);
+    }
+    float z[2] = {0.0f, -0.0f};
+    cpu_softcap(z, 1, 2, 0, 2, 30.0f);
+    CHECK(z[0] == 0.0f && z[1] == 0.0f);
+    free(y);
+    free(x);
+}
+
 TEST(cpu_geglu_vs_tanh_formula) {
     rng r = rng_make("geglu");
     enum { N = 1 << 14 };

@@ -69,6 +69,5 @@ void cpu_add_bias(float *y, int n, int cols, const float *bias) {
 
 void cpu_softcap(float *y, int n, int stride, int c0, int c1, float cap) {
     if (cap <= 0) return;
-    for (int t = 0; t < n; t++)
-        for (int c = c0; c < c1; c++) y[(size_t)t * stride + c] = cap * tanhf(y[(size_t)t * stride + c] / cap);
+    for (int t = 0; t < n; t++) vec_softcap(y + (size_t)t * stride + c0, c1 - c0, cap);
 }

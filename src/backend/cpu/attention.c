@@ -264,8 +264,7 @@ static void attn_tile(const attn_args *a, int t0, int nt, int kvh, int h0, int n
             } else
 #endif
             for (int j = 0; j < cn; j++) s[r][j] = vec_dot_f32(qg, krows[j], hd) * a->scale;
-            if (a->softcap > 0)
-                for (int j = 0; j < cn; j++) s[r][j] = a->softcap * tanhf(s[r][j] / a->softcap);
+            if (a->softcap > 0) vec_softcap(s[r], cn, a->softcap);
             for (int j = 0; j < first[i] - p0; j++) s[r][j] = -INFINITY;   /* before the window */
         }
         /* the softmax update in its own pass: each row's is a chain of dependent

@@ -1,6 +1,6 @@
 /* cpu/vec.h — owns the small vector helpers the CPU op families share: fp32 dot
- * products, an expf bit-identical to glibc's, and conversions between fp32 and the KV
- * cache dtypes.  Each has an AVX-512 body and a portable scalar body chosen at compile
+ * products, an expf bit-identical to glibc's, a tanh soft cap, and conversions between
+ * fp32 and the KV cache dtypes.  Each has an AVX-512 body and a portable scalar body chosen at compile
  * time (-march=native); one build always uses the same body, so results never depend on
  * batch shape. */
 #ifndef LLMI_CPU_VEC_H
@@ -72,6 +72,41 @@ static inline __m512 vec_expf16(__m512 x) {
     return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
 }
 #endif
+
+#if defined(__AVX512F__)
+/* tanh of 16 floats as Cephes tanhf computes it: below 0.625 in magnitude the odd polynomial
+ * x + x^3 P(x^2), above it 1 - 2 / (e^(2|x|) + 1) with the sign of x (|x| clamped at 9,
+ * where tanh rounds to 1); within ~2.4e-7 relative of tanh. */
+static inline __m512 vec_tanh16(__m512 x) {
+    const __m512 one = _mm512_set1_ps(1.0f), z = _mm512_abs_ps(x);
+    const __m512 zc = _mm512_min_ps(z, _mm512_set1_ps(9.0f));
+    const __m512 e = vec_expf16(_mm512_add_ps(zc, zc));
+    __m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+    big = _mm512_mask_sub_ps(big, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_setzero_ps(), big);
+    const __m512 s2 = _mm512_mul_ps(x, x);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(-5.70498872745E-3f), s2, _mm512_set1_ps(2.06390887954E-2f));
+    p = _mm512_fmadd_ps(p, s2, _mm512_set1_ps(-5.37397155531E-2f));
+    p = _mm512_fmadd_ps(p, s2, _mm512_set1_ps(1.33314422036E-1f));
+    p = _mm512_fmadd_ps(p, s2, _mm512_set1_ps(-3.33332819422E-1f));
+    const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, s2), x, x);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, _mm512_set1_ps(0.625f), _CMP_LT_OQ), big, small);
+}
+#endif
+
+/* x[i] = cap * tanh(x[i] / cap), i < n (a soft cap: Gemma 2's scores and logits); the
+ * portable body is tanhf itself. */
+static inline void vec_softcap(float *x, int n, float cap) {
+#if defined(__AVX512F__)
+    const __m512 vc = _mm512_set1_ps(cap);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vc);
+        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(vc, vec_tanh16(v)));
+    }
+#else
+    for (int i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+#endif
+}
 
 /* y[i] = y[i]*c + p*x[i] (the online-softmax rescale and accumulate in one pass). */
 static inline void vec_scale_axpy(float *y, float c, float p, const float *x, int n) {
