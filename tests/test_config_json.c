@@ -277,10 +277,23 @@ TEST(config_json_gemma3) {
                           config_layer_rope_local(&c, l) == slide, "case %zu layer %d", i, l);
         }
     }
+    /* Gemma3TextConfig's soft caps default to none; set, they apply as Gemma 2's do */
+    {
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg, "{%s, \"final_logit_softcapping\": 30.0}", shape);
+        cj_write(p, cfg);
+        llmi_config c;
+        llmi_status st = {0};
+        CHECK_MSG(config_json_read(p, NULL, &c, NULL, &st) == 0 && c.final_softcap == 30.0f && c.attn_softcap == 0,
+                  "gemma3 with a final cap: %s", st.msg);
+        snprintf(cfg, sizeof cfg, "{%s}", shape);
+        cj_write(p, cfg);
+        CHECK(config_json_read(p, NULL, &c, NULL, &st) == 0 && c.final_softcap == 0 && c.attn_softcap == 0);
+    }
     const char *bad[][2] = {
         {"{\"model_type\": \"gemma3\", \"architectures\": [\"Gemma3ForConditionalGeneration\"]}", "text-only"},
         {"{%s, \"hidden_activation\": \"gelu\"}", "gelu_pytorch_tanh"},
-        {"{%s, \"final_logit_softcapping\": 30.0}", "final_logit_softcapping is not supported"},
+        {"{%s, \"final_logit_softcapping\": 0}", "final_logit_softcapping must be > 0"},
         {"{%s, \"layer_types\": [\"full_attention\"]}", "one type per layer"},
         {"{%s, \"rope_parameters\": {\"sliding_attention\": {\"rope_type\": \"linear\", \"factor\": 2.0}}}",
          "default rope"},
