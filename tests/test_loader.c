@@ -1074,6 +1074,18 @@ TEST(loader_hf_config_fields) {
     free(dir);
 }
 
+/* config.json text cfg (cap bytes) with extra, ", \"key\": value" text, put before its
+ * closing brace and the first "key" of cfg blanked ("xey"): cJSON keeps the first of
+ * duplicate keys, so the blanking makes extra's the one read. */
+static void config_override(char *cfg, size_t cap, const char *extra) {
+    char key[64];
+    const char *k0 = strchr(extra, '"'), *k1 = strchr(k0 + 1, '"');
+    snprintf(key, sizeof key, "%.*s", (int)(k1 - k0 + 1), k0);
+    char *at = strstr(cfg, key), *end = strrchr(cfg, '}');
+    if (at) at[1] = 'x';
+    if (end) snprintf(end, cap - (size_t)(end - cfg), "%s}", extra);
+}
+
 /* $TESTDATA/rel (testdata when unset) into buf. */
 static const char *td_path(char *buf, size_t cap, const char *rel) {
     const char *td = getenv("TESTDATA");
@@ -1103,15 +1115,7 @@ static void gemma2_config(const char *dir, const char *extra) {
     if (!cfg || !out) { free(cfg); free(out); return; }
     memcpy(out, cfg, n);
     out[n] = '\0';
-    if (extra) {
-        char key[64];
-        const char *k0 = strchr(extra, '"'), *k1 = strchr(k0 + 1, '"');
-        snprintf(key, sizeof key, "%.*s", (int)(k1 - k0 + 1), k0);
-        char *at = strstr(out, key);
-        if (at) at[1] = 'x';
-        char *end = strrchr(out, '}');
-        snprintf(end, 512, "%s}\n", extra);
-    }
+    if (extra) config_override(out, n + 512, extra);
     snprintf(dst, sizeof dst, "%s/config.json", dir);
     write_text(dst, out);
     free(cfg);
@@ -1277,18 +1281,9 @@ TEST(loader_hf_config_attacks) {
         {", \"intermediate_size\": 128", "has shape"},
         {", \"tie_word_embeddings\": false", "missing tensor lm_head.weight"},
     };
-    /* cJSON keeps the first of duplicate keys, so attack values replace the base text */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hf_config_text(cfg, sizeof cfg, &m, NULL);
-        char key[64];
-        const char *k0 = strchr(cases[i].extra, '"'), *k1 = strchr(k0 + 1, '"');
-        snprintf(key, sizeof key, "%.*s", (int)(k1 - k0 + 1), k0);
-        char *at = strstr(cfg, key);
-        if (at) { /* blank out the original key so the attack's copy is the one read */
-            at[1] = 'x';
-        }
-        size_t len = strlen(cfg);
-        snprintf(cfg + len - 1, sizeof cfg - len + 1, "%s}", cases[i].extra);
+        config_override(cfg, sizeof cfg, cases[i].extra);
         write_text(cfgp, cfg);
         EXPECT_FAIL(dir, true, cases[i].needle);
     }
