@@ -55,15 +55,17 @@ cudaError_t llmi_cuda_head_rmsnorm(float *x, int stride, int n, int n_q_heads, i
 
 /* ---- rope_kv.cu ---- */
 /* Rotate-half RoPE of q (n, n_heads*head_dim; row stride q_stride) and k (n,
- * n_kv_heads*head_dim; k_stride) in place by positions (n), then K and V (v_stride) into
- * k_cache/v_cache at slot_mapping (n); a negative slot writes nothing.  inv_freq
- * (head_dim/2) from cpu_rope_inv_freq, uploaded once.  head_dim even, <= 1024.  fp8
+ * n_kv_heads*head_dim; k_stride) in place by positions (n): each head's first rope_dim
+ * values (even, <= head_dim; the rest pass through), cos and sin times mscale.  Then K and V
+ * (v_stride) into k_cache/v_cache at slot_mapping (n); a negative slot writes nothing.
+ * inv_freq (head_dim/2) from backend_rope_inv_freq, uploaded once.  head_dim even, <= 1024.  fp8
  * stores value / k_scale[h] (v_scale[h]) (n_kv_heads each; NULL = 1); q8 needs head_dim
  * a multiple of 32. */
 cudaError_t llmi_cuda_rope_kv(float *q, int q_stride, float *k, int k_stride, const float *v, int v_stride,
                               const int32_t *positions, const int32_t *slot_mapping, int n, int n_heads,
-                              int n_kv_heads, int head_dim, const float *inv_freq, void *k_cache, void *v_cache,
-                              llmi_kv_dtype kv_dt, const float *k_scale, const float *v_scale, cudaStream_t s);
+                              int n_kv_heads, int head_dim, int rope_dim, const float *inv_freq, float mscale,
+                              void *k_cache, void *v_cache, llmi_kv_dtype kv_dt, const float *k_scale,
+                              const float *v_scale, cudaStream_t s);
 
 /* ---- activation.cu ---- */
 /* out (n, d) in out_dt (row stride d) = silu(gate) * up; gate and up rows are in_stride apart. */

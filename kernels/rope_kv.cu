@@ -1,10 +1,12 @@
 /* rope_kv.cu — owns rotate-half RoPE fused with the paged K/V cache write (twin:
- * cpu_rope_kv_write).  The angle is pos * inv_freq[i] in fp32 and cos/sin are the
- * accurate (non-intrinsic) functions, as transformers and the CPU twin compute them.  q8
- * and fp8 caches get the CPU twin's bytes for the same rotated values. */
+ * cpu_rope_kv_write): pairs (i, i + rope_dim/2) of each head's first rope_dim values, the
+ * rest passing through (Phi-4-mini's partial RoPE).  The angle is pos * inv_freq[i] in fp32
+ * and cos/sin are the accurate (non-intrinsic) functions, as transformers and the CPU twin
+ * compute them, then times mscale (config_rope_mscale) as the CPU's table.  q8 and fp8
+ * caches get the CPU twin's bytes for the same rotated values. */
 #include "common.cuh"
 
-/* grid (n), block ROPE_THREADS, 2 * (head_dim / 2) floats of dynamic shared memory: one
+/* grid (n), block ROPE_THREADS, 2 * (rope_dim / 2) floats of dynamic shared memory: one
  * token per block; the token's cos/sin per pair first (the angle does not depend on the
  * head, and the accurate functions cost tens of instructions: once a pair, not once per
  * head and pair), then threads stride over (head, pair) for the rotation and over the
@@ -15,18 +17,19 @@
 #define ROPE_BATCH 4
 __global__ void llmi_rope_kv_kernel(float *q, int q_stride, float *k, int k_stride, const float *v, int v_stride,
                                     const int32_t *positions, const int32_t *slot_mapping, int n_heads,
-                                    int n_kv_heads, int head_dim, const float *inv_freq, void *k_cache,
-                                    void *v_cache, llmi_kv_dtype kv_dt, const float *k_scale, const float *v_scale) {
+                                    int n_kv_heads, int head_dim, int rope_dim, const float *inv_freq, float mscale,
+                                    void *k_cache, void *v_cache, llmi_kv_dtype kv_dt, const float *k_scale,
+                                    const float *v_scale) {
     extern __shared__ float trig[];   /* (2, half): cos, then sin, of pair i's angle */
     int t = blockIdx.x;
-    int half = head_dim / 2;
+    int half = rope_dim / 2;
     float p = (float)positions[t];
     float *qt = q + (int64_t)t * q_stride;
     float *kt = k + (int64_t)t * k_stride;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float ang = p * inv_freq[i];
-        trig[i] = cosf(ang);
-        trig[half + i] = sinf(ang);
+        trig[i] = cosf(ang) * mscale;
+        trig[half + i] = sinf(ang) * mscale;
     }
     __syncthreads();
     const int heads = n_heads + n_kv_heads, bd = blockDim.x;
@@ -82,15 +85,17 @@ __global__ void llmi_rope_kv_kernel(float *q, int q_stride, float *k, int k_stri
 
 extern "C" cudaError_t llmi_cuda_rope_kv(float *q, int q_stride, float *k, int k_stride, const float *v, int v_stride,
                                          const int32_t *positions, const int32_t *slot_mapping, int n, int n_heads,
-                                         int n_kv_heads, int head_dim, const float *inv_freq, void *k_cache,
-                                         void *v_cache, llmi_kv_dtype kv_dt, const float *k_scale,
-                                         const float *v_scale, cudaStream_t s) {
+                                         int n_kv_heads, int head_dim, int rope_dim, const float *inv_freq,
+                                         float mscale, void *k_cache, void *v_cache, llmi_kv_dtype kv_dt,
+                                         const float *k_scale, const float *v_scale, cudaStream_t s) {
     if (n <= 0) return cudaSuccess;
+    if (rope_dim < 2 || rope_dim > head_dim || rope_dim % 2) return cudaErrorInvalidValue;
     if (kv_dt == LLMI_KV_Q8 && head_dim % KV_Q8_BLOCK != 0) return cudaErrorInvalidValue;   /* blocks within a head, as the CPU */
-    const size_t trig_bytes = (size_t)(head_dim / 2) * 2 * sizeof(float);
-    llmi_rope_kv_kernel<<<n, ROPE_THREADS, trig_bytes, s>>>(q, q_stride, k, k_stride, v, v_stride, positions, slot_mapping,
-                                                   n_heads, n_kv_heads, head_dim, inv_freq, k_cache, v_cache, kv_dt,
-                                                   k_scale, v_scale);
+    const size_t trig_bytes = (size_t)(rope_dim / 2) * 2 * sizeof(float);
+    llmi_rope_kv_kernel<<<n, ROPE_THREADS, trig_bytes, s>>>(q, q_stride, k, k_stride, v, v_stride, positions,
+                                                            slot_mapping, n_heads, n_kv_heads, head_dim, rope_dim,
+                                                            inv_freq, mscale, k_cache, v_cache, kv_dt, k_scale,
+                                                            v_scale);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }

@@ -33,6 +33,9 @@ Models (hidden 64, 2 layers, vocab 320 = the trained tokenizer):
     llama-yarn-params llama with YaRN and every parameter set (beta_fast 8, beta_slow 0.5,
                       attention_factor 1.25, truncate false; factor 4, original 64), head_dim
                       64, tied embeddings, float32, transformers 5's config form
+    phi3-fused, phi3-swa, phi3-longrope, phi4mini-partial: Phi-3's fused projections, its
+                      sliding window, Phi-3.5's longrope, Phi-4-mini's partial RoPE (see
+                      model_specs)
 The first three and llama-attn-bias get config.json / tokenizer_config.json in the classic (transformers 4)
 form: top-level rope_theta, rope_scaling, torch_dtype; llama-headdim keeps what
 transformers 5 writes (rope_parameters, dtype, tokenizer_class TokenizersBackend).
@@ -136,6 +139,18 @@ def model_specs():
                           "short_factor": [1.0, 1.02, 1.05, 1.1, 1.2, 1.35, 1.5, 1.7],
                           "long_factor": [1.0, 1.1, 1.4, 2.0, 3.0, 4.5, 6.0, 8.0]})),
          torch.float32, None, True),
+        # Phi-4-mini's partial RoPE: partial_rotary_factor 0.75 of head_dim 32 (2 heads, 1 kv
+        # head) rotates the first 24 values of each head, the last 8 pass through; longrope
+        # with 12 factors each (one per rotated pair) as phi3-longrope; tied embeddings; the
+        # released config form (top-level partial_rotary_factor, rope_scaling without it)
+        ("phi4mini-partial", Phi3Config(**common(
+            num_attention_heads=2, num_key_value_heads=1, rope_theta=10000.0, tie_word_embeddings=True,
+            sliding_window=None, pad_token_id=0, original_max_position_embeddings=64,
+            partial_rotary_factor=0.75,
+            rope_scaling={"rope_type": "longrope", "partial_rotary_factor": 0.75,
+                          "short_factor": [1.0, 1.01, 1.03, 1.06, 1.1, 1.15, 1.2, 1.3, 1.4, 1.5, 1.6, 1.8],
+                          "long_factor": [1.0, 1.2, 1.5, 2.0, 2.6, 3.3, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]})),
+         torch.float32, None, True),
     ]
 
 
@@ -163,6 +178,17 @@ def classic_config(path):
     if rp.get("rope_type", "default") != "default":
         cfg["rope_scaling"] = rp
     cfg["torch_dtype"] = cfg.pop("dtype")
+    with open(cpath, "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def released_partial_rotary(path):
+    """Phi-4-mini's config.json: partial_rotary_factor at the top level, not in rope_scaling."""
+    cpath = os.path.join(path, "config.json")
+    with open(cpath, encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg["partial_rotary_factor"] = cfg["rope_scaling"].pop("partial_rotary_factor")
     with open(cpath, "w", encoding="utf-8") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
@@ -270,6 +296,8 @@ def main(corpus, outdir, only=None):
         if classic:
             classic_config(path)
             classic_tokenizer_config(path)
+        if name == "phi4mini-partial":
+            released_partial_rotary(path)
         shards = sorted(x for x in os.listdir(path) if x.endswith(".safetensors"))
         if shard:
             assert os.path.exists(os.path.join(path, "model.safetensors.index.json"))

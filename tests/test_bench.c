@@ -226,11 +226,14 @@ TEST(bench_dummy_presets) {
           !c.layer_sliding[25] && c.attn_softcap == 50.0f && c.final_softcap == 30.0f && c.embed_scale == 48.0f);
     CHECK(model_dummy_config("gemma-2-9b", &c, &st) == 0);
     CHECK(params_of(&c) == 9241705984.0);
-    /* Phi3ForCausalLM's count (the same way): 3.82B and 14.66B; the mini's window on every layer */
+    /* Phi3ForCausalLM's count (the same way): 3.82B, 14.66B and 3.84B; the mini's window on
+     * every layer; Phi-4-mini's partial RoPE */
     CHECK(model_dummy_config("phi-3-mini", &c, &st) == 0);
     CHECK(params_of(&c) == 3821079552.0 && config_layer_window(&c, 0) == 2047 && config_layer_window(&c, 31) == 2047);
     CHECK(model_dummy_config("phi-4", &c, &st) == 0);
     CHECK(params_of(&c) == 14659507200.0 && config_layer_window(&c, 0) == 0);
+    CHECK(model_dummy_config("phi-4-mini", &c, &st) == 0);
+    CHECK(params_of(&c) == 3836021760.0 && c.rope_dim == 96 && c.head_dim == 128 && c.tie_embeddings);
     llmi_status_clear(&st);
     CHECK(model_dummy_config("llama-9b", &c, &st) == LLMI_E_USAGE);
     CHECK(strstr(st.msg, "unknown preset") && strstr(st.msg, "llama-9b"));

@@ -821,17 +821,23 @@ static double kv_get(const void *cache, llmi_kv_dtype t, size_t i) {
     return t == LLMI_KV_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
 }
 
+/* Full and partial RoPE (Phi-4-mini rotates each head's first rope_dim values, the rest
+ * pass through unchanged), the partial ones with an attention factor on cos and sin
+ * (longrope's, which must not touch the passed-through values), against the rotate-half
+ * formula in double. */
 TEST(cpu_rope_kv_write) {
     rng r = rng_make("rope");
     int n = 6, nh = 6, nkv = 2, hd = 34, nslots = 40;
     llmi_config c = {0};
     c.head_dim = hd;
-    c.rope_dim = hd;
     c.rope_theta = 10000.0f;
     float inv[17];
-    backend_rope_inv_freq(&c, inv);
-    for (int kt = 0; kt < 3; kt++) {
-        llmi_kv_dtype kd = (llmi_kv_dtype)kt;
+    for (int run = 0; run < 6; run++) {
+        llmi_kv_dtype kd = (llmi_kv_dtype)(run % 3);
+        const int rd = run < 3 ? hd : 2 + 2 * rng_int(&r, hd / 2 - 1);   /* even, [2, hd - 2] */
+        const float ms = run < 3 ? 1.0f : 1.1547f;
+        c.rope_dim = rd;
+        backend_rope_inv_freq(&c, inv);
         float *q = rand_vec(&r, (size_t)n * nh * hd, 1), *k = rand_vec(&r, (size_t)n * nkv * hd, 1);
         float *v = rand_vec(&r, (size_t)n * nkv * hd, 1);
         float *q0 = malloc(sizeof(float) * n * nh * hd), *k0 = malloc(sizeof(float) * n * nkv * hd);
@@ -841,19 +847,21 @@ TEST(cpu_rope_kv_write) {
         for (int i = 0; i < n; i++) { pos[i] = rng_int(&r, 5000); slot[i] = i * 7 % nslots; }
         size_t esz = kd == LLMI_KV_F32 ? 4 : 2;
         void *kc = calloc((size_t)nslots * nkv * hd, esz), *vc = calloc((size_t)nslots * nkv * hd, esz);
-        cpu_rope_kv_write(q, k, v, pos, slot, n, nh, nkv, hd, inv, kc, vc, kd, NULL, NULL);
+        cpu_rope_kv_write(q, k, v, pos, slot, n, nh, nkv, hd, rd, inv, ms, kc, vc, kd, NULL, NULL);
         double maxq = 0, maxk = 0, maxc = 0;
+        int passed_changed = 0;
         for (int t = 0; t < n; t++) {
             for (int h = 0; h < nh + nkv; h++) {
                 const float *src = h < nh ? q0 + ((size_t)t * nh + h) * hd : k0 + ((size_t)t * nkv + h - nh) * hd;
                 const float *got = h < nh ? q + ((size_t)t * nh + h) * hd : k + ((size_t)t * nkv + h - nh) * hd;
-                for (int i = 0; i < hd / 2; i++) {
-                    double ang = (double)pos[t] * pow(10000.0, -2.0 * i / hd);
-                    double a = src[i], b = src[i + hd / 2];
-                    double ra = a * cos(ang) - b * sin(ang), rb = b * cos(ang) + a * sin(ang);
-                    double e = fmax(fabs(got[i] - ra), fabs(got[i + hd / 2] - rb));
+                for (int i = 0; i < rd / 2; i++) {
+                    double ang = (double)pos[t] * pow(10000.0, -2.0 * i / rd);
+                    double a = src[i], b = src[i + rd / 2];
+                    double ra = ms * (a * cos(ang) - b * sin(ang)), rb = ms * (b * cos(ang) + a * sin(ang));
+                    double e = fmax(fabs(got[i] - ra), fabs(got[i + rd / 2] - rb));
                     if (h < nh) maxq = fmax(maxq, e); else maxk = fmax(maxk, e);
                 }
+                for (int i = rd; i < hd; i++) passed_changed += got[i] != src[i];
             }
             for (int i = 0; i < nkv * hd; i++) {
                 size_t ci = (size_t)slot[t] * nkv * hd + i;
@@ -864,8 +872,9 @@ TEST(cpu_rope_kv_write) {
             }
         }
         /* fp32 angles at positions up to 5000 lose ~pos * 2^-24 rad: 3e-4 abs */
-        CHECK_MSG(maxq < 1e-3 && maxk < 1e-3, "rope max err q %g k %g", maxq, maxk);
-        CHECK_MSG(maxc == 0, "kv cache %d write err %g", kt, maxc);
+        CHECK_MSG(maxq < 1e-3 && maxk < 1e-3, "rope_dim %d: rope max err q %g k %g", rd, maxq, maxk);
+        CHECK_MSG(passed_changed == 0, "rope_dim %d: %d values past it changed", rd, passed_changed);
+        CHECK_MSG(maxc == 0, "kv cache %d write err %g", (int)kd, maxc);
         free(q); free(k); free(v); free(q0); free(k0); free(kc); free(vc);
     }
 }
@@ -1089,7 +1098,7 @@ TEST(kv_quant_attention_vs_f32_kv) {
         memcpy(q, q0, sizeof(float) * n * nh * hd);
         memcpy(k, k0, sizeof(float) * n * nkv * hd);
         const float *ks = t == LLMI_KV_FP8 ? k_scale : NULL, *vs = t == LLMI_KV_FP8 ? v_scale : NULL;
-        cpu_rope_kv_write(q, k, v0, pos, slot, n, nh, nkv, hd, inv, kc, vc, t, ks, vs);
+        cpu_rope_kv_write(q, k, v0, pos, slot, n, nh, nkv, hd, hd, inv, 1.0f, kc, vc, t, ks, vs);
         cpu_paged_attention(q, kc, vc, t, ks, vs, &b, nh, nkv, hd, bs, (cpu_attn_scores){1.0f / sqrtf((float)hd), 0, 0},
                             ti == 0 ? ref : out);
         if (ti > 0) {

@@ -256,14 +256,18 @@ TEST(cuda_rope_kv) {
         slot_ref[i] = slot[i] < 0 ? nblocks * bs : slot[i];
     }
     /* 6 + 2 heads: one pass of the block's threads; 32 + 8 (a llama-3-8b's): several, the
-     * last partial, of the batched loads */
-    for (int hc = 0; hc < 2; hc++)
+     * last partial, of the batched loads; 6 + 2 again with a partial RoPE (Phi-4-mini's 3/4
+     * of each head rotated, the rest passed through) and longrope's attention factor on cos
+     * and sin */
+    for (int hc = 0; hc < 3; hc++)
     for (int kt = 0; kt < LLMI_KV_DTYPE_COUNT; kt++) {
-        const int nh = hc ? 32 : 6, nkv = hc ? 8 : 2;
+        const int nh = hc == 1 ? 32 : 6, nkv = hc == 1 ? 8 : 2;
         llmi_kv_dtype dt = (llmi_kv_dtype)kt;
         const int hd = dt == LLMI_KV_Q8 ? 64 : 34;   /* q8: whole 32-value blocks per head */
+        const int rd = hc == 2 ? (hd * 3 / 4) & ~1 : hd;
+        const float ms = hc == 2 ? 1.1547f : 1.0f;
         llmi_config c = {0};
-        c.head_dim = hd; c.rope_dim = hd; c.rope_theta = 10000.0f;
+        c.head_dim = hd; c.rope_dim = rd; c.rope_theta = 10000.0f;
         float inv_freq[32];
         backend_rope_inv_freq(&c, inv_freq);
         const int W = (nh + 2 * nkv) * hd, qd = nh * hd, kvd = nkv * hd;
@@ -279,14 +283,14 @@ TEST(cuda_rope_kv) {
         const size_t slot_bytes = kv_dtype_row_bytes(dt, kvd);
         void *kc = calloc(1, cache_bytes + slot_bytes), *vc = calloc(1, cache_bytes + slot_bytes);
         void *kg = malloc(cache_bytes), *vg = malloc(cache_bytes);
-        cpu_rope_kv_write(q, k, v, pos, slot_ref, n, nh, nkv, hd, inv_freq, kc, vc, dt, k_scale, v_scale);
+        cpu_rope_kv_write(q, k, v, pos, slot_ref, n, nh, nkv, hd, rd, inv_freq, ms, kc, vc, dt, k_scale, v_scale);
         float *d_qkv = dup_to_dev(qkv, sizeof(float) * n * W), *d_if = dup_to_dev(inv_freq, sizeof(float) * hd / 2);
         int32_t *d_pos = dup_to_dev(pos, sizeof pos), *d_slot = dup_to_dev(slot, sizeof slot);
         void *d_kc = dup_to_dev(NULL, cache_bytes), *d_vc = dup_to_dev(NULL, cache_bytes);
         cudaMemset(d_kc, 0, cache_bytes);
         cudaMemset(d_vc, 0, cache_bytes);
-        CHECK(llmi_cuda_rope_kv(d_qkv, W, d_qkv + qd, W, d_qkv + qd + kvd, W, d_pos, d_slot, n, nh, nkv, hd, d_if, d_kc,
-                                d_vc, dt, d_ks, d_vs, 0) == cudaSuccess);
+        CHECK(llmi_cuda_rope_kv(d_qkv, W, d_qkv + qd, W, d_qkv + qd + kvd, W, d_pos, d_slot, n, nh, nkv, hd, rd, d_if,
+                                ms, d_kc, d_vc, dt, d_ks, d_vs, 0) == cudaSuccess);
         CHECK(cudaDeviceSynchronize() == cudaSuccess);
         to_host(got, d_qkv, sizeof(float) * n * W);
         to_host(kg, d_kc, cache_bytes);

@@ -46,11 +46,16 @@ static const char *const hf_phi3[] = {"phi3-fused", "phi3-swa"};
  * the context, so the first two run with a context of 64 and the last with 256. */
 #define HF_LONGROPE "phi3-longrope"
 #define HF_LONGROPE_GGUF "phi3-longrope.f32.gguf"
+/* Phi-4-mini's partial RoPE (the first 24 of each head's 32 values rotated) with longrope
+ * as phi3-longrope's, tied embeddings, the released config form; and its GGUF by llama.cpp's
+ * converter (rope.dimension_count 24, 12 factors each). */
+#define HF_PARTIAL "phi4mini-partial"
+#define HF_PARTIAL_GGUF "phi4mini-partial.f32.gguf"
 static void hf_check_model_seqs(test_ctx *t_, const char *name, const char *file, bool cuda, bool int8_act, int n_ctx,
                                 int s_lo, int s_hi);
-static void hf_check_longrope(test_ctx *t_, const char *file, bool cuda) {
-    hf_check_model_seqs(t_, HF_LONGROPE, file, cuda, false, 64, 0, 2);
-    hf_check_model_seqs(t_, HF_LONGROPE, file, cuda, false, 256, 2, 3);
+static void hf_check_longrope(test_ctx *t_, const char *name, const char *file, bool cuda) {
+    hf_check_model_seqs(t_, name, file, cuda, false, 64, 0, 2);
+    hf_check_model_seqs(t_, name, file, cuda, false, 256, 2, 3);
 }
 /* Mixtures of experts (scripts/make-moe-test-models.py): Qwen3-MoE with 8 experts, 2 per
  * token, renormalised, in the released config form, bf16; Qwen3-MoE with 6 experts, 3 per
@@ -334,8 +339,10 @@ TEST(hf_gemma2_gguf_vs_transformers) { hf_check_model_on(t_, hf_gemma2[0], HF_GE
 TEST(hf_phi3_fused_vs_transformers) { hf_check_model(t_, hf_phi3[0]); }
 TEST(hf_phi3_sliding_window_bf16_vs_transformers) { hf_check_model(t_, hf_phi3[1]); }
 TEST(hf_phi3_gguf_vs_transformers) { hf_check_model_on(t_, hf_phi3[0], HF_PHI3_GGUF, false, false); }
-TEST(hf_phi3_longrope_vs_transformers) { hf_check_longrope(t_, NULL, false); }
-TEST(hf_phi3_longrope_gguf_vs_transformers) { hf_check_longrope(t_, HF_LONGROPE_GGUF, false); }
+TEST(hf_phi3_longrope_vs_transformers) { hf_check_longrope(t_, HF_LONGROPE, NULL, false); }
+TEST(hf_phi3_longrope_gguf_vs_transformers) { hf_check_longrope(t_, HF_LONGROPE, HF_LONGROPE_GGUF, false); }
+TEST(hf_phi4mini_partial_rope_vs_transformers) { hf_check_longrope(t_, HF_PARTIAL, NULL, false); }
+TEST(hf_phi4mini_partial_rope_gguf_vs_transformers) { hf_check_longrope(t_, HF_PARTIAL, HF_PARTIAL_GGUF, false); }
 TEST(hf_qwen3moe_bf16_vs_transformers) { hf_check_model(t_, hf_moe[0]); }
 TEST(hf_qwen3moe_no_topk_norm_v5_config_vs_transformers) { hf_check_model(t_, hf_moe[1]); }
 TEST(hf_mixtral_vs_transformers) { hf_check_model(t_, hf_moe[2]); }
@@ -372,7 +379,11 @@ TEST(hf_cuda_phi3_fused_vs_transformers) { hf_check_model_cuda(t_, hf_phi3[0]); 
 TEST(hf_cuda_phi3_sliding_window_bf16_vs_transformers) { hf_check_model_cuda(t_, hf_phi3[1]); }
 TEST(hf_cuda_phi3_longrope_vs_transformers) {
     if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
-    hf_check_longrope(t_, NULL, true);
+    hf_check_longrope(t_, HF_LONGROPE, NULL, true);
+}
+TEST(hf_cuda_phi4mini_partial_rope_vs_transformers) {
+    if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
+    hf_check_longrope(t_, HF_PARTIAL, NULL, true);
 }
 TEST(hf_cuda_qwen3moe_bf16_vs_transformers) { hf_check_model_cuda(t_, hf_moe[0]); }
 TEST(hf_cuda_qwen3moe_no_topk_norm_v5_config_vs_transformers) { hf_check_model_cuda(t_, hf_moe[1]); }

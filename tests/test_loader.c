@@ -273,6 +273,7 @@ typedef struct gguf_opts {
     bool block_count_str;      /* block_count written as a string */
     bool spm;                  /* tokenizer model "llama" (SentencePiece): no merges, no pre, no ids */
     uint32_t pad_raw;          /* != 0: padding_token_id and eot_token_id written with this value */
+    int rope_dim;              /* rope.dimension_count, 0 = head_dim */
 } gguf_opts;
 
 /* Offsets in the written file that the attack cases patch. */
@@ -323,7 +324,7 @@ static size_t gguf_write(const char *path, tmodel *m, const gguf_opts *o, gguf_o
     KV_U32("attention.head_count_kv", m->n_kv);
     KV_F32("attention.layer_norm_rms_epsilon", m->eps);
     KV_F32("rope.freq_base", m->theta);
-    KV_U32("rope.dimension_count", m->hd);
+    KV_U32("rope.dimension_count", o->rope_dim ? o->rope_dim : m->hd);
     if (o->dup_key) KV_U32("embedding_length", m->dim);
     if (o->tokenizer) {
         int nt = o->n_tokens ? o->n_tokens : m->vocab;
@@ -785,6 +786,15 @@ TEST(loader_gguf_model_attacks) {
     memset(&o, 0, sizeof o);
     o.dup_tensor = true;
     gcase_init(&c, &o, false); EXPECT_FAIL(c.path, true, "duplicate tensor"); gcase_free(&c);
+    /* a partial RoPE is Phi-3's (Phi-4-mini); a llama file with one, or with rotated dims
+     * odd or past head_dim, is refused */
+    memset(&o, 0, sizeof o);
+    o.rope_dim = 14;   /* of head_dim 16 */
+    gcase_init(&c, &o, false); EXPECT_FAIL(c.path, true, "a partial RoPE is supported for phi3 only"); gcase_free(&c);
+    o.rope_dim = 3;
+    gcase_init(&c, &o, false); EXPECT_FAIL(c.path, true, "rope dimension 3 must be even"); gcase_free(&c);
+    o.rope_dim = 32;
+    gcase_init(&c, &o, false); EXPECT_FAIL(c.path, true, "must be even and in [2, head_dim"); gcase_free(&c);
     /* a matrix stored as 1-D: its shape must be rejected */
     gcase_init(&c, NULL, false);
     gpatch32(&c, c.off.ti_q_ndims, 1);

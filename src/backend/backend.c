@@ -87,16 +87,20 @@ static void rope_inv_freq(const llmi_config *c, double theta, bool scaled, float
         if (yarn_lo == yarn_hi) yarn_hi += 0.001;
     }
     for (int i = 0; i < half; i++) {
-        double f = (2 * i < rd) ? pow(theta, -(double)(2 * i) / (double)rd) : 0.0;
+        if (2 * i >= rd) {   /* past a partial RoPE's pairs: never read (the rotation stops at rope_dim) */
+            inv_freq[i] = 0;
+            continue;
+        }
+        double f = pow(theta, -(double)(2 * i) / (double)rd);
         if (scaled && c->rope_scaling == LLMI_ROPE_SCALING_LONGROPE) {
             f /= c->rope_long_active ? c->rope_long[i] : c->rope_short[i];
         } else if (scaled && c->rope_scaling == LLMI_ROPE_SCALING_LINEAR && c->rope_factor > 0) {
             f /= c->rope_factor;
-        } else if (yarn && f > 0) {
+        } else if (yarn) {
             double ramp = ((double)i - yarn_lo) / (yarn_hi - yarn_lo);
             double extrapolated = 1.0 - (ramp < 0 ? 0 : ramp > 1 ? 1 : ramp);
             f = f / c->rope_factor * (1.0 - extrapolated) + f * extrapolated;
-        } else if (scaled && c->rope_scaling == LLMI_ROPE_SCALING_LLAMA3 && f > 0) {
+        } else if (scaled && c->rope_scaling == LLMI_ROPE_SCALING_LLAMA3) {
             double factor = c->rope_factor, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
             double old = c->rope_orig_max_pos;
             double lo_wavelen = old / lo, hi_wavelen = old / hi;

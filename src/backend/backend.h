@@ -39,7 +39,8 @@ size_t backend_kv_block_bytes(const llmi_config *c, int block_size, llmi_kv_dtyp
 int backend_moe_group(const int32_t *sel, int n, int k, int n_experts, int32_t *start, int32_t *tok, int32_t *row,
                       llmi_status *st);
 /* inv_freq (head_dim / 2): RoPE inverse frequencies with the config's scaling, as
- * transformers computes them (modeling_rope_utils.py), in double rounded once to fp32. */
+ * transformers computes them (modeling_rope_utils.py), in double rounded once to fp32; the
+ * first rope_dim / 2 used, the rest 0. */
 void backend_rope_inv_freq(const llmi_config *c, float *inv_freq);
 /* The same for the sliding layers of a model with rope_theta_local (Gemma 3): that base,
  * no scaling (config_layer_rope_local says which layers take it). */

@@ -337,7 +337,7 @@ static int cj_rope_flat(const cJSON *j, llmi_config *c, const char *file, llmi_s
 static int json_factors(const cJSON *o, const char *key, int n, float *out, const char *file, llmi_status *st) {
     const cJSON *a = json_item(o, key);
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling.%s must list %d numbers (head_dim / 2)", file, key, n);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_scaling.%s must list %d numbers (one per rotated pair)", file, key, n);
     for (int i = 0; i < n; i++) {
         const cJSON *x = cJSON_GetArrayItem(a, i);
         if (!cJSON_IsNumber(x) || !(x->valuedouble > 0) || !isfinite(x->valuedouble) || x->valuedouble > 1e6)
@@ -348,24 +348,30 @@ static int json_factors(const cJSON *o, const char *key, int n, float *out, cons
 }
 
 /* Phi3Config (transformers' configuration_phi3.py): llama's layers (the fused projections
- * are model_bind_weights' business), full rotary only, and longrope for any rope_scaling type
- * ("su", "yarn" and "longrope" all mean it to Phi3Config), read as
- * _compute_longrope_parameters does: short_factor and long_factor, head_dim / 2 each; the
+ * are model_bind_weights' business); a partial RoPE where partial_rotary_factor says (the
+ * rotated dims int(head_dim * factor), Phi-4-mini's 96 of 128; read from rope_scaling, else
+ * rope_parameters, else the top level, as convert_rope_params_to_dict); and longrope for any
+ * rope_scaling type ("su", "yarn" and "longrope" all mean it to Phi3Config), read as
+ * _compute_longrope_parameters does: short_factor and long_factor, one per rotated pair; the
  * original context from the top level (4096 when absent; rope_scaling's is overridden); factor, else
  * max_position_embeddings / original; attention_factor, else sqrt(1 + ln(factor) /
  * ln(original)) (1 for a factor <= 1).  The short factors until model_select_longrope says. */
 static int cj_phi3(const cJSON *j, llmi_config *c, const char *file, llmi_status *st) {
     const cJSON *rp = json_item(j, "rope_parameters"), *rs = json_item(j, "rope_scaling");
     const cJSON *where[3] = {j, cJSON_IsObject(rp) ? rp : NULL, cJSON_IsObject(rs) ? rs : NULL};
-    for (int i = 0; i < 3; i++) {
-        float prf = 1.0f;
-        if (where[i] && json_num(where[i], "partial_rotary_factor", &prf, file, st) < 0) return LLMI_E_RUNTIME;
-        if (prf != 1.0f)
-            return llmi_fail(st, LLMI_E_RUNTIME, "%s: partial_rotary_factor %g (a partial RoPE, as Phi-4-mini's) is not "
-                             "supported", file, (double)prf);
+    const cJSON *scal = where[2] ? rs : where[1];
+    const cJSON *prf = scal ? json_item(scal, "partial_rotary_factor") : NULL;
+    if (!prf) prf = json_item(j, "partial_rotary_factor");
+    if (prf) {
+        if (!cJSON_IsNumber(prf) || !(prf->valuedouble > 0) || !(prf->valuedouble <= 1))
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: partial_rotary_factor must be a number in (0, 1]", file);
+        /* Python's int(head_dim * factor) in double, as transformers computes the rotated dims */
+        c->rope_dim = (int)((double)c->head_dim * prf->valuedouble);
+        if (c->rope_dim < 2 || c->rope_dim % 2)
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: partial_rotary_factor %g rotates %d of head_dim %d: an even "
+                             "count >= 2 is needed", file, prf->valuedouble, c->rope_dim, c->head_dim);
     }
     if (where[1] && json_num(rp, "rope_theta", &c->rope_theta, file, st) < 0) return LLMI_E_RUNTIME;
-    const cJSON *scal = where[2] ? rs : where[1];
     const cJSON *t = scal ? json_item(scal, "rope_type") : NULL;
     if (!t && scal) t = json_item(scal, "type");
     if (!t || (cJSON_IsString(t) && strcmp(t->valuestring, "default") == 0)) return 0;
@@ -378,9 +384,10 @@ static int cj_phi3(const cJSON *j, llmi_config *c, const char *file, llmi_status
     c->rope_orig_max_pos = 4096;
     if (json_int(j, "original_max_position_embeddings", 1, INT32_MAX, &c->rope_orig_max_pos, file, st) < 0)
         return LLMI_E_RUNTIME;
-    const int half = c->head_dim / 2;
+    const int half = c->rope_dim / 2;
     if (half > LLMI_ROPE_MAX_FACTORS)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: longrope with head_dim %d is more than llmi holds", file, c->head_dim);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: longrope with %d rotated dims is more than llmi holds", file,
+                         c->rope_dim);
     if (json_factors(scal, "short_factor", half, c->rope_short, file, st) ||
         json_factors(scal, "long_factor", half, c->rope_long, file, st))
         return LLMI_E_RUNTIME;

@@ -21,9 +21,7 @@
 /* ================================================================ config_validate */
 
 float config_attn_scale(const llmi_config *c) {
-    float s = c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)c->head_dim);
-    /* YaRN's cos/sin factor scales both q and k */
-    return c->rope_attn_factor > 0 ? s * c->rope_attn_factor * c->rope_attn_factor : s;
+    return c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)c->head_dim);
 }
 
 double config_yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0; }
@@ -53,9 +51,11 @@ int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
         BAD("%s: head_dim %d must be even and in [2, 4096]", what, c->head_dim);
     if ((int64_t)c->n_heads * c->head_dim > CFG_MAX_DIM)
         BAD("%s: n_heads*head_dim %lld exceeds %d", what, (long long)c->n_heads * c->head_dim, CFG_MAX_DIM);
-    if (c->rope_dim != c->head_dim)
-        BAD("%s: rope dimension %d differs from head_dim %d (partial rotary is not supported)", what, c->rope_dim,
-            c->head_dim);
+    if (c->rope_dim < 2 || c->rope_dim > c->head_dim || c->rope_dim % 2 != 0)
+        BAD("%s: rope dimension %d must be even and in [2, head_dim %d]", what, c->rope_dim, c->head_dim);
+    if (c->rope_dim != c->head_dim && c->arch != LLMI_ARCH_PHI3)   /* Phi-4-mini's partial RoPE is phi3's */
+        BAD("%s: rope dimension %d differs from head_dim %d (a partial RoPE is supported for phi3 only)", what,
+            c->rope_dim, c->head_dim);
     if (c->max_ctx < 1 || c->max_ctx > CFG_MAX_CTX)
         BAD("%s: context length %d is outside [1, %d]", what, c->max_ctx, CFG_MAX_CTX);
     if (!(c->norm_eps > 0) || !isfinite(c->norm_eps) || c->norm_eps >= 1)
@@ -98,9 +98,10 @@ int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
                 c->rope_orig_max_pos, CFG_MAX_CTX);
         break;
     case LLMI_ROPE_SCALING_LONGROPE:
-        if (c->head_dim / 2 > LLMI_ROPE_MAX_FACTORS)
-            BAD("%s: longrope with head_dim %d: at most %d factors are held", what, c->head_dim, LLMI_ROPE_MAX_FACTORS);
-        for (int i = 0; i < c->head_dim / 2; i++)
+        if (c->rope_dim / 2 > LLMI_ROPE_MAX_FACTORS)
+            BAD("%s: longrope with %d rotated dims: at most %d factors are held", what, c->rope_dim,
+                LLMI_ROPE_MAX_FACTORS);
+        for (int i = 0; i < c->rope_dim / 2; i++)
             if (!(c->rope_short[i] > 0) || !(c->rope_long[i] > 0) || !isfinite(c->rope_short[i]) ||
                 !isfinite(c->rope_long[i]))
                 BAD("%s: longrope factor %d (short %g, long %g) must be finite and > 0", what, i,

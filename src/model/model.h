@@ -30,7 +30,7 @@ typedef enum {
     LLMI_ROPE_SCALING_NONE = 0, LLMI_ROPE_SCALING_LLAMA3, LLMI_ROPE_SCALING_LINEAR, LLMI_ROPE_SCALING_YARN,
     LLMI_ROPE_SCALING_LONGROPE
 } llmi_rope_scaling_type;
-#define LLMI_ROPE_MAX_FACTORS 256   /* longrope's per-dimension factors: head_dim / 2 of them */
+#define LLMI_ROPE_MAX_FACTORS 256   /* longrope's per-pair factors: rope_dim / 2 of them */
 
 typedef struct llmi_config {
     llmi_arch arch;
@@ -46,7 +46,8 @@ typedef struct llmi_config {
     int max_ctx;               /* max_position_embeddings / context_length */
     float norm_eps;
     float rope_theta;
-    int rope_dim;              /* rotated dims per head (== head_dim for all supported archs) */
+    int rope_dim;              /* rotated dims per head: head_dim, or fewer (Phi-4-mini's partial RoPE:
+                                  the first rope_dim of each head rotate, the rest pass through) */
     llmi_rope_scaling_type rope_scaling;
     float rope_factor;
     float rope_low_freq_factor;
@@ -55,13 +56,12 @@ typedef struct llmi_config {
     /* YaRN (transformers' _compute_yarn_parameters): dimensions between the correction range
      * of beta_fast and beta_slow rotations over rope_orig_max_pos ramp from interpolated
      * (divided by rope_factor) to extrapolated frequencies; cos and sin are multiplied by
-     * rope_attn_factor, which is q.k times its square (config_attn_scale folds it in, as the
-     * YaRN paper's "attention temperature") */
+     * rope_attn_factor (config_rope_mscale; the YaRN paper's "attention temperature") */
     float rope_yarn_beta_fast, rope_yarn_beta_slow;
     bool rope_yarn_no_truncate;   /* transformers' truncate false: the range's ends not rounded */
     float rope_attn_factor;       /* 0 = 1 (YaRN's and longrope's) */
     /* Phi-3's longrope (transformers' _compute_longrope_parameters): frequency i is divided
-     * by rope_short[i] or rope_long[i] (head_dim / 2 each), long where the context may pass
+     * by rope_short[i] or rope_long[i] (rope_dim / 2 each), long where the context may pass
      * rope_orig_max_pos (rope_long_active, set by model_select_longrope: llama.cpp's choice
      * by the context size; transformers picks per forward by its longest position); cos/sin
      * times rope_attn_factor */
@@ -98,6 +98,13 @@ static inline int config_layer_window(const llmi_config *c, int l) {
 /* Whether layer l takes the local RoPE table (backend_rope_inv_freq_local). */
 static inline bool config_layer_rope_local(const llmi_config *c, int l) {
     return c->rope_theta_local > 0 && config_layer_window(c, l) > 0;
+}
+/* The factor a RoPE multiplies cos and sin by, as transformers' rotary embeddings: YaRN's
+ * and longrope's attention factor for the scaled RoPE, 1 for the sliding layers' own
+ * (local: config_layer_rope_local).  On the rotated dims only, so a partial RoPE's
+ * passed-through dims keep their scale (it is not q.k's scale). */
+static inline float config_rope_mscale(const llmi_config *c, bool local) {
+    return c->rope_attn_factor > 0 && !local ? c->rope_attn_factor : 1.0f;
 }
 /* Experts of each layer's MLP (1 for a dense model): the stacking factor of w_gate, w_up, w_down. */
 static inline int config_experts(const llmi_config *c) { return c->n_experts > 0 ? c->n_experts : 1; }

@@ -65,6 +65,11 @@ static const dummy_preset k_presets[] = {
     {"phi-4", {.arch = LLMI_ARCH_PHI3, .arch_name = "phi3", .n_vocab = 100352, .dim = 5120, .n_layers = 40,
                .n_heads = 40, .n_kv_heads = 10, .head_dim = 128, .ffn_dim = 17920, .max_ctx = 16384,
                .norm_eps = 1e-5f, .rope_theta = 250000.f, .rope_dim = 128}},
+    /* microsoft/Phi-4-mini-instruct: 96 of each head's 128 values rotated; its longrope factors
+     * (48 published numbers each, which move RoPE angles, not cost) are left out */
+    {"phi-4-mini", {.arch = LLMI_ARCH_PHI3, .arch_name = "phi3", .n_vocab = 200064, .dim = 3072, .n_layers = 32,
+                    .n_heads = 24, .n_kv_heads = 8, .head_dim = 128, .ffn_dim = 8192, .max_ctx = 131072,
+                    .norm_eps = 1e-5f, .rope_theta = 10000.f, .rope_dim = 96, .tie_embeddings = true}},
     /* google/gemma-2-2b-it and -9b-it; their sliding layers and embedding scale are set by
      * model_dummy_config */
     {"gemma-2-2b", {.arch = LLMI_ARCH_GEMMA2, .arch_name = "gemma2", .n_vocab = 256000, .dim = 2304,

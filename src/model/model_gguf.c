@@ -125,7 +125,7 @@ static int gguf_yarn(const gguf_file *g, const char *arch, const char *path, llm
 static int gguf_rope_freqs(const gguf_file *g, llmi_config *c, llmi_status *st) {
     const gguf_tensor_info *ti = gguf_find_tensor(g, "rope_freqs.weight");
     if (!ti) return 0;
-    int64_t half = c->head_dim / 2;
+    int64_t half = c->rope_dim / 2;
     if (ti->type != GGUF_TYPE_F32 || ti->n_elements != half)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_freqs.weight must be %lld F32 values", g->path, (long long)half);
     float mx = 0;
@@ -242,7 +242,7 @@ static int gguf_moe(const gguf_file *g, const char *arch, llmi_config *c, llmi_s
 }
 
 /* Phi-3's longrope as llama.cpp's converter writes it: rope_factors_short.weight and
- * rope_factors_long.weight (head_dim / 2 F32 each), rope.scaling.original_context_length,
+ * rope_factors_long.weight (rope.dimension_count / 2 F32 each), rope.scaling.original_context_length,
  * and rope.scaling.attn_factor (when absent: sqrt(1 + ln(s) / ln(original)) with s the
  * context over the original, the converter's formula). */
 static int gguf_longrope(const gguf_file *g, const char *arch, llmi_config *c, llmi_status *st) {
@@ -251,7 +251,7 @@ static int gguf_longrope(const gguf_file *g, const char *arch, llmi_config *c, l
     if (!lf && !sf) return 0;
     if (c->arch != LLMI_ARCH_PHI3)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_factors_long/short (longrope) are read for phi3 only", g->path);
-    const int64_t half = c->head_dim / 2;
+    const int64_t half = c->rope_dim / 2;
     if (!lf || !sf || lf->type != GGUF_TYPE_F32 || sf->type != GGUF_TYPE_F32 || lf->n_elements != half ||
         sf->n_elements != half || half > LLMI_ROPE_MAX_FACTORS)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: rope_factors_long.weight and rope_factors_short.weight must both be "

@@ -7,8 +7,10 @@
 #     up to the original context, long past it; each then matches transformers' prompt
 #     logprobs where transformers took the same factors (sequences of 7 and 33 tokens: short,
 #     130: long), from config.json and from the converter's GGUF; the other factors do not;
-#   - what llmi does not implement is refused with one line, exit 2 or 1, nothing written: a
-#     partial RoPE (Phi-4-mini), LoRA adapters on the fused projections, quantize.
+#     the same for Phi-4-mini's partial RoPE (3/4 of each head rotated, with longrope);
+#   - a partial_rotary_factor whose rotated dims are odd or fewer than 2 is refused with one line;
+#   - what llmi does not implement is refused with one line, exit 2 or 1, nothing written:
+#     LoRA adapters on the fused projections, quantize.
 . "$(dirname "$0")/../lib/common.sh"
 G="$TESTDATA/hf/phi3-fused.f32.gguf"
 H="$TESTDATA/hf/phi3-fused"
@@ -44,8 +46,13 @@ d=$(edited shortlist 'c["rope_scaling"] = {"type": "su", "short_factor": [1.0] *
 expect_error "rope_scaling.short_factor must list 8 numbers" "$LLMI" "${gen[@]}" -m "$d"
 d=$(edited zero 'c["rope_scaling"] = {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 7 + [0]}')
 expect_error "rope_scaling.long_factor[7] must be a number in (0, 1e6]" "$LLMI" "${gen[@]}" -m "$d"
-d=$(edited partial 'c["partial_rotary_factor"] = 0.75')
-expect_error "partial_rotary_factor 0.75" "$LLMI" "${gen[@]}" -m "$d"
+d=$(edited partial 'c["partial_rotary_factor"] = 0.5625')
+expect_error "partial_rotary_factor 0.5625 rotates 9 of head_dim 16: an even count >= 2 is needed" "$LLMI" \
+  "${gen[@]}" -m "$d"
+d=$(edited partial 'c["partial_rotary_factor"] = 0.1')
+expect_error "partial_rotary_factor 0.1 rotates 1 of head_dim 16" "$LLMI" "${gen[@]}" -m "$d"
+d=$(edited partial 'c["partial_rotary_factor"] = 1.5')
+expect_error "partial_rotary_factor must be a number in (0, 1]" "$LLMI" "${gen[@]}" -m "$d"
 lr=$(gguf_edited "$G" longrope "
 import copy
 t = copy.deepcopy(gguf_edit.find(g, 'blk.0.attn_norm.weight'))
@@ -55,8 +62,8 @@ expect_error "rope_factors_long.weight and rope_factors_short.weight must both b
   -m "$lr"
 
 # longrope: the reference's sequences split by the factors transformers took for them
-L="$TESTDATA/hf/phi3-longrope"
-python3 - "$TESTDATA/hf/ref/phi3-longrope.json" "$TMP" <<'PY' || fail "splitting the longrope reference"
+for L in "$TESTDATA/hf/phi3-longrope" "$TESTDATA/hf/phi4mini-partial"; do
+python3 - "$TESTDATA/hf/ref/$(basename "$L").json" "$TMP" <<'PY' || fail "splitting the longrope reference"
 import json, os, sys
 ref = json.load(open(sys.argv[1]))
 for name, seqs in (("short", ref["seqs"][:2]), ("long", ref["seqs"][2:])):
@@ -66,7 +73,7 @@ for name, seqs in (("short", ref["seqs"][:2]), ("long", ref["seqs"][2:])):
         for s in seqs: f.write(json.dumps({"prompt_token_ids": s["ids"]}) + "\n")
 PY
 lp=(generate --device cpu -n 0 --prompt-logprobs 3 --json --no-stats)
-for m in "$L" "$TESTDATA/hf/phi3-longrope.f32.gguf"; do
+for m in "$L" "$L.f32.gguf"; do
   for c in "short 64" "long 256"; do
     set -- $c
     "$LLMI" "${lp[@]}" -m "$m" -c "$2" --prompts "$TMP/$1.jsonl" >"$TMP/$1-$2.out" || fail "longrope -c $2 on $m"
@@ -77,6 +84,7 @@ for m in "$L" "$TESTDATA/hf/phi3-longrope.f32.gguf"; do
   "$LLMI" "${lp[@]}" -m "$m" -c 256 --prompts "$TMP/short.jsonl" >"$TMP/wrong.out" || fail "longrope -c 256 short prompts"
   ! python3 tests/compare_prompt_logprobs_hf.py "$TMP/short.json" "$TMP/wrong.out" --tol 1e-3 --slack 1e-3 >/dev/null ||
     fail "the long factors on the short sequences match transformers' short-factor logits: the factors do nothing"
+done
 done
 expect_error "the model has longrope scaling (Phi-3)" "$LLMI" "${gen[@]}" -m "$L" --rope-scale 2
 expect_error "adapters on Phi-3's fused qkv_proj and gate_up_proj are not supported" "$LLMI" "${gen[@]}" -m "$H" \

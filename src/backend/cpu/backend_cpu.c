@@ -265,8 +265,10 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
     const double esz = (double)kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)kvd) / kvd;   /* per value */
     /* keys attended, summed over tokens, for attention stats: full layers, sliding layers */
     const double ctx_sum = batch_attended_keys(bt, 0), ctx_sum_win = batch_attended_keys(bt, c->sliding_window);
-    cpu_rope_table(bt->positions, n, hd, im->inv_freq, im->rope_cs, im->rope_sn);
-    if (c->rope_theta_local > 0) cpu_rope_table(bt->positions, n, hd, im->inv_freq_local, im->rope_cs_local, im->rope_sn_local);
+    cpu_rope_table(bt->positions, n, hd, im->inv_freq, config_rope_mscale(c, false), im->rope_cs, im->rope_sn);
+    if (c->rope_theta_local > 0)
+        cpu_rope_table(bt->positions, n, hd, im->inv_freq_local, config_rope_mscale(c, true), im->rope_cs_local,
+                       im->rope_sn_local);
     int rc = 0;
     *stopped = false;
 #define TAP(l, t, x, w)                                             \
@@ -306,8 +308,8 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
         const bool local = config_layer_rope_local(c, l);
         cpu_rope_kv_write_table(im->q, im->k, im->v, local ? im->rope_cs_local : im->rope_cs,
-                                local ? im->rope_sn_local : im->rope_sn, bt->slot_mapping, n, nh, nkv, hd, kc,
-                                vc, b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,
+                                local ? im->rope_sn_local : im->rope_sn, bt->slot_mapping, n, nh, nkv, hd,
+                                c->rope_dim, kc, vc, b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,
                                 im->kv_scale + ((size_t)l * 2 + 1) * nkv);
         prof(b, LLMI_OP_ROPE_KV, t0, cost_rope_kv(n, qd, kvd, esz));
 

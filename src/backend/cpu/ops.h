@@ -113,28 +113,32 @@ void cpu_moe_combine(const float *y, const int32_t *row, const float *weights, i
                      int64_t j1, float *out);
 
 /* Rotates q (n, n_heads, head_dim) in place and k (n, n_kv_heads, head_dim) in place by
- * positions (n), HF rotate-half convention, then writes k and v (n, n_kv_heads, head_dim)
+ * positions (n), HF rotate-half convention over each head's first rope_dim values (the rest
+ * pass through; rope_dim even, <= head_dim), cos and sin times mscale, then writes k and v (n, n_kv_heads, head_dim)
  * into the caches at slot_mapping (n), each head in kv_dtype (fp8 divided by its head's
  * k_scale / v_scale (n_kv_heads), NULL = 1). */
 void cpu_rope_kv_write(float *q, float *k, const float *v, const int32_t *positions, const int32_t *slot_mapping,
-                       int n, int n_heads, int n_kv_heads, int head_dim, const float *inv_freq,
-                       void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype, const float *k_scale,
+                       int n, int n_heads, int n_kv_heads, int head_dim, int rope_dim, const float *inv_freq,
+                       float mscale, void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype, const float *k_scale,
                        const float *v_scale);
 
 /* The same with each token's cos/sin rows precomputed: cs, sn (n, head_dim/2). */
 void cpu_rope_kv_write_table(float *q, float *k, const float *v, const float *cs, const float *sn,
                              const int32_t *slot_mapping, int n, int n_heads, int n_kv_heads, int head_dim,
-                             void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype, const float *k_scale,
+                             int rope_dim, void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype, const float *k_scale,
                              const float *v_scale);
-/* cs, sn (n, head_dim/2) = cos, sin of positions (n) times inv_freq (head_dim/2), in fp32. */
-void cpu_rope_table(const int32_t *positions, int n, int head_dim, const float *inv_freq, float *cs, float *sn);
-/* Rotates heads [h0, h1) of one token's row x (heads, head_dim) by its cos/sin row. */
-void cpu_rope_heads(float *x, const float *cs, const float *sn, int h0, int h1, int head_dim);
+/* cs, sn (n, head_dim/2) = cos, sin of positions (n) times inv_freq (head_dim/2), in fp32,
+ * each times mscale (config_rope_mscale). */
+void cpu_rope_table(const int32_t *positions, int n, int head_dim, const float *inv_freq, float mscale, float *cs,
+                    float *sn);
+/* Rotates heads [h0, h1) of one token's row x (heads, head_dim) by its cos/sin row: each
+ * head's first rope_dim values. */
+void cpu_rope_heads(float *x, const float *cs, const float *sn, int h0, int h1, int head_dim, int rope_dim);
 /* Rotates kv heads [h0, h1) of one token's k row (n_kv_heads, head_dim) in place and writes
  * them and the same heads of its v row into the caches at slot (as cpu_rope_kv_write). */
 void cpu_rope_kv_write_heads(float *k, const float *v, const float *cs, const float *sn, int32_t slot, int h0, int h1,
-                             int n_kv_heads, int head_dim, void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype,
-                             const float *k_scale, const float *v_scale);
+                             int n_kv_heads, int head_dim, int rope_dim, void *k_cache, void *v_cache,
+                             llmi_kv_dtype kv_dtype, const float *k_scale, const float *v_scale);
 
 /* How a layer's attention scores a key: q.k times scale (config_attn_scale), then with
  * softcap > 0 softcap * tanh(score / softcap) (Gemma 2); with window > 0 a query at p sees

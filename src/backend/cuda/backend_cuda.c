@@ -1264,9 +1264,11 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
 
         char *kc = (char *)im->kv + (size_t)l * 2 * layer_kv, *vc = kc + layer_kv;
         /* fp8 scales NULL = 1 in rope_kv and attention, as the CPU backend's fixed kv_scale */
-        const float *inv_freq = config_layer_rope_local(c, l) ? im->inv_freq_local : im->inv_freq;
+        const bool local = config_layer_rope_local(c, l);
         CU_CHECK(st, llmi_cuda_rope_kv(im->qkv, W, im->qkv + qd, W, im->qkv + qd + kvd, W, f->pos, f->slot, n, nh, nkv,
-                                       hd, inv_freq, kc, vc, b->opts.kv_dtype, NULL, NULL, im->stream));
+                                       hd, c->rope_dim, local ? im->inv_freq_local : im->inv_freq,
+                                       config_rope_mscale(c, local), kc, vc, b->opts.kv_dtype, NULL, NULL,
+                                       im->stream));
         MARK(LLMI_OP_ROPE_KV, cost_rope_kv(n, qd, kvd, esz));
 
         const int window = config_layer_window(c, l);   /* the whole context's K/V stays; the kernels skip it */
