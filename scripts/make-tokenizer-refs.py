@@ -434,6 +434,21 @@ PHI4_TEMPLATE = (
 )
 
 
+# microsoft/Phi-4-mini-instruct's chat template (tokenizer_config.json's chat_template: every
+# message as '<|' + role + '|>' + content + '<|end|>', no newlines, a system message's tools
+# inside <|tool|>...<|/tool|>; the generation prompt '<|assistant|>'), as quoted verbatim by
+# guidance's chat_templates.py ("phi_4_mini_template", citing that file at line 104) and by
+# onnxruntime-genai's tokenizer tests ("From HuggingFace Python output for
+# 'microsoft/Phi-4-mini-instruct'"); llama.cpp 0.3.36 carries no copy of it
+PHI4_MINI_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and "
+    "message['tools'] is not none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + "
+    "message['tools'] + '<|/tool|>' + '<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + "
+    "message['content'] + '<|end|>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}"
+)
+
+
 def render_chat(smol_template):
     import jinja2
 
@@ -452,7 +467,8 @@ def render_chat(smol_template):
                  ("llama2", "llama2", LLAMA2_TEMPLATE, "<s>", "</s>"),
                  ("mistral", "mistral", MISTRAL_TEMPLATE, "<s>", "</s>"),
                  ("gemma", "gemma3", GEMMA3_TEMPLATE, "<bos>", "<eos>"),
-                 ("phi4", "phi-4", PHI4_TEMPLATE, "", "<|im_end|>")]
+                 ("phi4", "phi-4", PHI4_TEMPLATE, "", "<|im_end|>"),
+                 ("phi4mini", "phi-4-mini", PHI4_MINI_TEMPLATE, "", "<|endoftext|>")]
     for kind, fn in (("chatml", QWEN25_TEMPLATE_FILE), ("chatml", QWEN3_TEMPLATE_FILE),
                      ("llama3", "models/templates/meta-llama-Llama-3.1-8B-Instruct.jinja"),
                      ("llama3", "models/templates/meta-llama-Llama-3.2-3B-Instruct.jinja"),

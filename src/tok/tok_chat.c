@@ -1,5 +1,5 @@
 /* tok_chat.c — owns chat formatting: recognises the family of a model's Jinja chat template
- * (ChatML, Llama-3, Llama-2, Mistral, Gemma, Phi-3, Phi-4) from its text and renders one system + user turn with
+ * (ChatML, Llama-3, Llama-2, Mistral, Gemma, Phi-3, Phi-4, Phi-4-mini) from its text and renders one system + user turn with
  * the assistant turn opened, byte-for-byte as the template itself renders it (checked against
  * jinja2 renderings in testdata/tokenizer/chat.jsonl), and the text that follows an assistant
  * answer to go on with one more user turn (testdata/bench/chat-turns.jsonl).  No Jinja interpreter: the families
@@ -19,6 +19,9 @@ void tok_detect_chat(tokenizer *t) {
     else if (strstr(s, "<|start_header_id|>")) t->chat = TOK_CHAT_LLAMA3;
     else if (strstr(s, "<start_of_turn>")) t->chat = TOK_CHAT_GEMMA;
     else if (strstr(s, "[INST]")) t->chat = strstr(s, "<<SYS>>") ? TOK_CHAT_LLAMA2 : TOK_CHAT_MISTRAL;
+    /* Phi-4-mini writes every role as '<|' + role + '|>' with no newline: before Phi-3.5's,
+     * whose literal <|assistant|> and <|end|> it shares */
+    else if (strstr(s, "'<|' + message['role'] + '|>'") && strstr(s, "<|end|>")) t->chat = TOK_CHAT_PHI4_MINI;
     else if (strstr(s, "<|assistant|>") && strstr(s, "<|end|>")) t->chat = TOK_CHAT_PHI3;
     else t->chat = TOK_CHAT_UNKNOWN;
 }
@@ -32,6 +35,7 @@ const char *tok_chat_template_name(const tokenizer *t) {
     case TOK_CHAT_GEMMA: return "gemma";
     case TOK_CHAT_PHI3: return "phi3";
     case TOK_CHAT_PHI4: return "phi4";
+    case TOK_CHAT_PHI4_MINI: return "phi4mini";
     case TOK_CHAT_UNKNOWN: return "unknown";
     default: return "none";
     }
@@ -109,7 +113,7 @@ static int chat_begin(const tokenizer *t, const char *flag, const char **user, c
         return llmi_fail(st, LLMI_E_USAGE, "%s: the model has no chat template (tokenizer.chat_template)", flag);
     if (t->chat == TOK_CHAT_UNKNOWN)
         return llmi_fail(st, LLMI_E_USAGE, "%s: model's chat template is not one of chatml, llama3, llama2, mistral, gemma, "
-                         "phi3, phi4", flag);
+                         "phi3, phi4, phi4mini", flag);
     return 0;
 }
 
@@ -138,6 +142,7 @@ static const struct user_turn_shape {
     [TOK_CHAT_GEMMA] = {"<start_of_turn>user\n", "<end_of_turn>\n<start_of_turn>model\n", true, false},
     [TOK_CHAT_PHI3] = {"<|user|>\n", "<|end|>\n<|assistant|>\n", false, false},
     [TOK_CHAT_PHI4] = {"<|im_start|>user<|im_sep|>", "<|im_end|><|im_start|>assistant<|im_sep|>", false, false},
+    [TOK_CHAT_PHI4_MINI] = {"<|user|>", "<|end|><|assistant|>", false, false},
 };
 
 static void user_turn(strbuf *b, const tokenizer *t, const char *content) {
@@ -255,11 +260,14 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
         user_turn(&b, t, user);
         break;
     case TOK_CHAT_PHI4:
-        /* microsoft/phi-4's template: a system turn for any system message, empty too */
+    case TOK_CHAT_PHI4_MINI:
+        /* microsoft/phi-4's and Phi-4-mini-instruct's templates: a system turn for any system
+         * message, empty too */
         if (system) {
-            strbuf_puts(&b, "<|im_start|>system<|im_sep|>");
+            const bool mini = t->chat == TOK_CHAT_PHI4_MINI;
+            strbuf_puts(&b, mini ? "<|system|>" : "<|im_start|>system<|im_sep|>");
             strbuf_puts(&b, system);
-            strbuf_puts(&b, "<|im_end|>");
+            strbuf_puts(&b, mini ? "<|end|>" : "<|im_end|>");
         }
         user_turn(&b, t, user);
         break;
@@ -285,6 +293,7 @@ int tok_chat_next_turn(const tokenizer *t, const char *user, char **out, llmi_st
     case TOK_CHAT_GEMMA: strbuf_puts(&b, "<end_of_turn>\n"); break;
     case TOK_CHAT_PHI3: strbuf_puts(&b, "<|end|>\n"); break;
     case TOK_CHAT_PHI4: strbuf_puts(&b, "<|im_end|>"); break;
+    case TOK_CHAT_PHI4_MINI: strbuf_puts(&b, "<|end|>"); break;
     default: break;
     }
     user_turn(&b, t, user);
