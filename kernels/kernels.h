@@ -56,7 +56,7 @@ cudaError_t llmi_cuda_head_rmsnorm(float *x, int stride, int n, int n_q_heads, i
 /* ---- rope_kv.cu ---- */
 /* Rotate-half RoPE of q (n, n_heads*head_dim; row stride q_stride) and k (n,
  * n_kv_heads*head_dim; k_stride) in place by positions (n): each head's first rope_dim
- * values (even, <= head_dim; the rest pass through), cos and sin times mscale.  Then K and V
+ * values (even, <= head_dim, 0 for none; the rest pass through), cos and sin times mscale.  Then K and V
  * (v_stride) into k_cache/v_cache at slot_mapping (n); a negative slot writes nothing.
  * inv_freq (head_dim/2) from backend_rope_inv_freq, uploaded once.  head_dim even, <= 1024.  fp8
  * stores value / k_scale[h] (v_scale[h]) (n_kv_heads each; NULL = 1); q8 needs head_dim

@@ -1,8 +1,9 @@
 /* rope_kv.cu — owns rotate-half RoPE fused with the paged K/V cache write (twin:
  * cpu_rope_kv_write): pairs (i, i + rope_dim/2) of each head's first rope_dim values, the
- * rest passing through (Phi-4-mini's partial RoPE).  The angle is pos * inv_freq[i] in fp32
- * and cos/sin are the accurate (non-intrinsic) functions, as transformers and the CPU twin
- * compute them, then times mscale (config_rope_mscale) as the CPU's table.  q8 and fp8
+ * rest passing through (Phi-4-mini's partial RoPE; rope_dim 0, SmolLM3's NoPE layers, rotates
+ * none).  The angle is pos * inv_freq[i] in fp32 and cos/sin are the accurate
+ * (non-intrinsic) functions, as transformers and the CPU twin compute them, then times
+ * mscale (config_rope_mscale) as the CPU's table.  q8 and fp8
  * caches get the CPU twin's bytes for the same rotated values. */
 #include "common.cuh"
 
@@ -36,17 +37,18 @@ __global__ void llmi_rope_kv_kernel(float *q, int q_stride, float *k, int k_stri
     /* pair (head r, index c) of the heads' half-width grid */
     float a[ROPE_BATCH], b[ROPE_BATCH];
     float *xs[ROPE_BATCH];
-    llmi_walk_batches<ROPE_BATCH>(
-        threadIdx.x, bd, half, heads,
-        [&](int u, int r, int c) {
-            xs[u] = (r < n_heads ? qt + r * head_dim : kt + (r - n_heads) * head_dim) + c;
-            if (r < heads) a[u] = xs[u][0], b[u] = xs[u][half];
-        },
-        [&](int u, int r, int c) {
-            const float cs = trig[c], sn = trig[half + c];
-            xs[u][0] = a[u] * cs - b[u] * sn;
-            xs[u][half] = b[u] * cs + a[u] * sn;
-        });
+    if (half > 0)   /* 0: a layer without RoPE (SmolLM3's NoPE), only the cache write */
+        llmi_walk_batches<ROPE_BATCH>(
+            threadIdx.x, bd, half, heads,
+            [&](int u, int r, int c) {
+                xs[u] = (r < n_heads ? qt + r * head_dim : kt + (r - n_heads) * head_dim) + c;
+                if (r < heads) a[u] = xs[u][0], b[u] = xs[u][half];
+            },
+            [&](int u, int r, int c) {
+                const float cs = trig[c], sn = trig[half + c];
+                xs[u][0] = a[u] * cs - b[u] * sn;
+                xs[u][half] = b[u] * cs + a[u] * sn;
+            });
     int32_t slot = slot_mapping[t];
     if (slot < 0) return;
     __syncthreads();   /* the rotated k must be complete before it is copied */
@@ -89,9 +91,9 @@ extern "C" cudaError_t llmi_cuda_rope_kv(float *q, int q_stride, float *k, int k
                                          float mscale, void *k_cache, void *v_cache, llmi_kv_dtype kv_dt,
                                          const float *k_scale, const float *v_scale, cudaStream_t s) {
     if (n <= 0) return cudaSuccess;
-    if (rope_dim < 2 || rope_dim > head_dim || rope_dim % 2) return cudaErrorInvalidValue;
+    if (rope_dim < 0 || rope_dim > head_dim || rope_dim % 2) return cudaErrorInvalidValue;
     if (kv_dt == LLMI_KV_Q8 && head_dim % KV_Q8_BLOCK != 0) return cudaErrorInvalidValue;   /* blocks within a head, as the CPU */
-    const size_t trig_bytes = (size_t)(rope_dim / 2) * 2 * sizeof(float);
+    const size_t trig_bytes = (size_t)(rope_dim > 0 ? rope_dim / 2 : 1) * 2 * sizeof(float);
     llmi_rope_kv_kernel<<<n, ROPE_THREADS, trig_bytes, s>>>(q, q_stride, k, k_stride, v, v_stride, positions,
                                                             slot_mapping, n_heads, n_kv_heads, head_dim, rope_dim,
                                                             inv_freq, mscale, k_cache, v_cache, kv_dt, k_scale,

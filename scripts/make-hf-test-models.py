@@ -36,6 +36,7 @@ Models (hidden 64, 2 layers, vocab 320 = the trained tokenizer):
     phi3-fused, phi3-swa, phi3-longrope, phi4mini-partial: Phi-3's fused projections, its
                       sliding window, Phi-3.5's longrope, Phi-4-mini's partial RoPE (see
                       model_specs)
+    smollm3-nope      SmolLM3: 4 layers, the last without RoPE, tied embeddings, float32
 The first three and llama-attn-bias get config.json / tokenizer_config.json in the classic (transformers 4)
 form: top-level rope_theta, rope_scaling, torch_dtype; llama-headdim keeps what
 transformers 5 writes (rope_parameters, dtype, tokenizer_class TokenizersBackend).
@@ -49,7 +50,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig,
-                          Phi3Config, PreTrainedTokenizerFast, Qwen2Config, Qwen3Config)
+                          Phi3Config, PreTrainedTokenizerFast, Qwen2Config, Qwen3Config, SmolLM3Config)
 
 VOCAB = 320
 SEED = 1234
@@ -150,6 +151,11 @@ def model_specs():
             rope_scaling={"rope_type": "longrope", "partial_rotary_factor": 0.75,
                           "short_factor": [1.0, 1.01, 1.03, 1.06, 1.1, 1.15, 1.2, 1.3, 1.4, 1.5, 1.6, 1.8],
                           "long_factor": [1.0, 1.2, 1.5, 2.0, 2.6, 3.3, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]})),
+         torch.float32, None, True),
+        # SmolLM3: llama's layers, the last of every 4 without RoPE (no_rope_layers [1, 1, 1,
+        # 0], as SmolLM3Config makes it and llama.cpp assumes for its GGUF), tied embeddings
+        ("smollm3-nope", SmolLM3Config(**common(
+            num_hidden_layers=4, rope_theta=10000.0, pad_token_id=0)),
          torch.float32, None, True),
     ]
 

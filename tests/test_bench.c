@@ -234,6 +234,10 @@ TEST(bench_dummy_presets) {
     CHECK(params_of(&c) == 14659507200.0 && config_layer_window(&c, 0) == 0);
     CHECK(model_dummy_config("phi-4-mini", &c, &st) == 0);
     CHECK(params_of(&c) == 3836021760.0 && c.rope_dim == 96 && c.head_dim == 128 && c.tie_embeddings);
+    /* SmolLM3ForCausalLM's count (the same way): 3.08B; no RoPE on layers 3, 7, ..., 35 */
+    CHECK(model_dummy_config("smollm3-3b", &c, &st) == 0);
+    CHECK(params_of(&c) == 3075098624.0 && !c.layer_nope[0] && !c.layer_nope[2] && c.layer_nope[3] &&
+          c.layer_nope[35] && !c.layer_nope[34] && config_layer_rope_dim(&c, 3) == 0 && config_layer_rope_dim(&c, 4) == 128);
     llmi_status_clear(&st);
     CHECK(model_dummy_config("llama-9b", &c, &st) == LLMI_E_USAGE);
     CHECK(strstr(st.msg, "unknown preset") && strstr(st.msg, "llama-9b"));

@@ -821,8 +821,8 @@ static double kv_get(const void *cache, llmi_kv_dtype t, size_t i) {
     return t == LLMI_KV_F16 ? fp16_to_f32(h) : bf16_to_f32(h);
 }
 
-/* Full and partial RoPE (Phi-4-mini rotates each head's first rope_dim values, the rest
- * pass through unchanged), the partial ones with an attention factor on cos and sin
+/* Full, partial and no RoPE (Phi-4-mini rotates each head's first rope_dim values, the rest
+ * pass through unchanged; SmolLM3's NoPE layers none), the partial ones with an attention factor on cos and sin
  * (longrope's, which must not touch the passed-through values), against the rotate-half
  * formula in double. */
 TEST(cpu_rope_kv_write) {
@@ -834,7 +834,8 @@ TEST(cpu_rope_kv_write) {
     float inv[17];
     for (int run = 0; run < 6; run++) {
         llmi_kv_dtype kd = (llmi_kv_dtype)(run % 3);
-        const int rd = run < 3 ? hd : 2 + 2 * rng_int(&r, hd / 2 - 1);   /* even, [2, hd - 2] */
+        /* even, [2, hd - 2]; the last 0, a layer without RoPE (SmolLM3's NoPE) */
+        const int rd = run < 3 ? hd : run == 5 ? 0 : 2 + 2 * rng_int(&r, hd / 2 - 1);
         const float ms = run < 3 ? 1.0f : 1.1547f;
         c.rope_dim = rd;
         backend_rope_inv_freq(&c, inv);

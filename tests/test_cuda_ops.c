@@ -258,13 +258,13 @@ TEST(cuda_rope_kv) {
     /* 6 + 2 heads: one pass of the block's threads; 32 + 8 (a llama-3-8b's): several, the
      * last partial, of the batched loads; 6 + 2 again with a partial RoPE (Phi-4-mini's 3/4
      * of each head rotated, the rest passed through) and longrope's attention factor on cos
-     * and sin */
-    for (int hc = 0; hc < 3; hc++)
+     * and sin; and none rotated (SmolLM3's NoPE layers) */
+    for (int hc = 0; hc < 4; hc++)
     for (int kt = 0; kt < LLMI_KV_DTYPE_COUNT; kt++) {
         const int nh = hc == 1 ? 32 : 6, nkv = hc == 1 ? 8 : 2;
         llmi_kv_dtype dt = (llmi_kv_dtype)kt;
         const int hd = dt == LLMI_KV_Q8 ? 64 : 34;   /* q8: whole 32-value blocks per head */
-        const int rd = hc == 2 ? (hd * 3 / 4) & ~1 : hd;
+        const int rd = hc == 2 ? (hd * 3 / 4) & ~1 : hc == 3 ? 0 : hd;
         const float ms = hc == 2 ? 1.1547f : 1.0f;
         llmi_config c = {0};
         c.head_dim = hd; c.rope_dim = rd; c.rope_theta = 10000.0f;

@@ -49,6 +49,10 @@ static const char *const hf_phi3[] = {"phi3-fused", "phi3-swa"};
 /* Phi-4-mini's partial RoPE (the first 24 of each head's 32 values rotated) with longrope
  * as phi3-longrope's, tied embeddings, the released config form; and its GGUF by llama.cpp's
  * converter (rope.dimension_count 24, 12 factors each). */
+/* SmolLM3: 4 layers, the last without RoPE, tied embeddings, f32; and as llama.cpp's
+ * converter writes it (arch smollm3, q/k permuted as llama's, every 4th layer NoPE). */
+#define HF_NOPE "smollm3-nope"
+#define HF_NOPE_GGUF "smollm3-nope.f32.gguf"
 #define HF_PARTIAL "phi4mini-partial"
 #define HF_PARTIAL_GGUF "phi4mini-partial.f32.gguf"
 static void hf_check_model_seqs(test_ctx *t_, const char *name, const char *file, bool cuda, bool int8_act, int n_ctx,
@@ -341,6 +345,8 @@ TEST(hf_phi3_sliding_window_bf16_vs_transformers) { hf_check_model(t_, hf_phi3[1
 TEST(hf_phi3_gguf_vs_transformers) { hf_check_model_on(t_, hf_phi3[0], HF_PHI3_GGUF, false, false); }
 TEST(hf_phi3_longrope_vs_transformers) { hf_check_longrope(t_, HF_LONGROPE, NULL, false); }
 TEST(hf_phi3_longrope_gguf_vs_transformers) { hf_check_longrope(t_, HF_LONGROPE, HF_LONGROPE_GGUF, false); }
+TEST(hf_smollm3_nope_vs_transformers) { hf_check_model(t_, HF_NOPE); }
+TEST(hf_smollm3_nope_gguf_vs_transformers) { hf_check_model_on(t_, HF_NOPE, HF_NOPE_GGUF, false, false); }
 TEST(hf_phi4mini_partial_rope_vs_transformers) { hf_check_longrope(t_, HF_PARTIAL, NULL, false); }
 TEST(hf_phi4mini_partial_rope_gguf_vs_transformers) { hf_check_longrope(t_, HF_PARTIAL, HF_PARTIAL_GGUF, false); }
 TEST(hf_qwen3moe_bf16_vs_transformers) { hf_check_model(t_, hf_moe[0]); }
@@ -381,6 +387,7 @@ TEST(hf_cuda_phi3_longrope_vs_transformers) {
     if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
     hf_check_longrope(t_, HF_LONGROPE, NULL, true);
 }
+TEST(hf_cuda_smollm3_nope_vs_transformers) { hf_check_model_cuda(t_, HF_NOPE); }
 TEST(hf_cuda_phi4mini_partial_rope_vs_transformers) {
     if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
     hf_check_longrope(t_, HF_PARTIAL, NULL, true);

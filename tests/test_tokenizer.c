@@ -686,13 +686,20 @@ TEST(tok_chat_templates) {
     }
     free(txt);
     CHECK(cases >= 20);
-    /* an unknown template is refused with the agreed message */
-    tokenizer *tk = chat_tok("{{ messages }}", "<s>", "</s>");
-    char *out = NULL;
-    llmi_status st = {0};
-    CHECK(tk && tok_chat_format(tk, NULL, "hi", &out, &st) != 0);
-    CHECK(strstr(st.msg, "not one of chatml, llama3, llama2, mistral") != NULL);
-    tok_free(tk);
+    /* an unknown template is refused with the agreed message; so is SmolLM3's, whose ChatML
+     * turns follow a system turn of its own making (llama.cpp's models/templates copy's lines) */
+    const char *const refused[] = {"{{ messages }}",
+                                   "{{- \"<|im_start|>system\\n\" -}}{{- \"## Metadata\\n\\n\" -}}"
+                                   "{{- \"Reasoning Mode: \" + reasoning_mode + \"\\n\\n\" -}}"
+                                   "{{ \"<|im_start|>\" + message.role + \"\\n\" + content + \"<|im_end|>\\n\" }}"};
+    for (int i = 0; i < 2; i++) {
+        tokenizer *tk = chat_tok(refused[i], "<s>", "</s>");
+        char *out = NULL;
+        llmi_status st = {0};
+        CHECK(tk && tok_chat_format(tk, NULL, "hi", &out, &st) != 0);
+        CHECK_MSG(strstr(st.msg, "not one of chatml, llama3, llama2, mistral") != NULL, "template %d: %s", i, st.msg);
+        tok_free(tk);
+    }
 }
 
 /* A conversation going on (bench --turns): format(system, user1) + answer + next_turn(user2)

@@ -39,6 +39,8 @@ typedef struct cj_family {
     cj_moe moe;
     float norm_eps;            /* rms_norm_eps when absent; 0 = CJ_NORM_EPS */
     float rope_theta;          /* the config class's default_theta; 0 = CJ_ROPE_THETA */
+    bool tied;                 /* tie_word_embeddings when absent */
+    bool nope;                 /* SmolLM3's layers without RoPE (cj_smollm3) */
 } cj_family;
 
 #define CJ_QWEN3_HEAD_DIM 128      /* Qwen3Config's head_dim (not hidden_size / heads) */
@@ -61,6 +63,10 @@ static const cj_family k_families[] = {
     /* Phi3Config: no window unless sliding_window says (then every layer), rms_norm_eps 1e-5 */
     {.model_type = "phi3", .arch_class = "Phi3ForCausalLM", .arch = LLMI_ARCH_PHI3, .max_ctx = 4096,
      .window = CJ_WINDOW_MISTRAL, .norm_eps = 1e-5f},
+    /* SmolLM3Config: llama's layers, every no_rope_layer_interval-th without RoPE; windows:
+     * cj_smollm3 */
+    {.model_type = "smollm3", .arch_class = "SmolLM3ForCausalLM", .arch = LLMI_ARCH_LLAMA, .max_ctx = 32768,
+     .n_kv_heads = 4, .tied = true, .nope = true},
     {.model_type = "gemma2", .arch_class = "Gemma2ForCausalLM", .arch = LLMI_ARCH_GEMMA2, .max_ctx = 8192,
      .n_kv_heads = 4, .head_dim = CJ_GEMMA_HEAD_DIM},   /* windows: cj_gemma */
     {.model_type = "gemma3_text", .arch_class = "Gemma3ForCausalLM", .arch = LLMI_ARCH_GEMMA3, .max_ctx = 131072,
@@ -162,7 +168,7 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
             return llmi_fail(st, LLMI_E_RUNTIME, "%s: model_type gemma3 (Gemma3ForConditionalGeneration, text and vision) "
                              "is not supported: use a text-only checkpoint (gemma3_text) or a GGUF", file);
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported model_type %s (supported: llama, mistral, mixtral, qwen2, "
-                         "qwen3, qwen3_moe, gemma2, gemma3_text, phi3)", file, b);
+                         "qwen3, qwen3_moe, smollm3, gemma2, gemma3_text, phi3)", file, b);
     }
     if (!a0)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: no model_type and no architectures[0]: which model is this?", file);
@@ -508,11 +514,45 @@ static int cj_moe_of(const cJSON *j, const cj_family *f, llmi_config *c, const c
     return 0;
 }
 
+/* SmolLM3Config (transformers' configuration_smollm3.py): no_rope_layers, one 0 (no RoPE)
+ * or 1 per layer, else a NoPE layer every no_rope_layer_interval (4) layers, the last of
+ * each interval; with use_sliding_window and a sliding_window, the layers of layer_types'
+ * "sliding_attention", else the NoPE ones, slide. */
+static int cj_smollm3(const cJSON *j, llmi_config *c, const char *file, llmi_status *st) {
+    const cJSON *nr = json_item(j, "no_rope_layers");
+    if (nr) {
+        if (!cJSON_IsArray(nr) || cJSON_GetArraySize(nr) != c->n_layers)
+            return llmi_fail(st, LLMI_E_RUNTIME, "%s: no_rope_layers must list one 0 or 1 per layer (%d)", file,
+                             c->n_layers);
+        for (int l = 0; l < c->n_layers; l++) {
+            const cJSON *x = cJSON_GetArrayItem(nr, l);
+            if (!cJSON_IsNumber(x) || (x->valuedouble != 0 && x->valuedouble != 1))
+                return llmi_fail(st, LLMI_E_RUNTIME, "%s: no_rope_layers[%d] must be 0 or 1", file, l);
+            c->layer_nope[l] = x->valuedouble == 0;
+        }
+    } else {
+        int every = 4;
+        if (json_int(j, "no_rope_layer_interval", 1, INT32_MAX, &every, file, st) < 0) return LLMI_E_RUNTIME;
+        for (int l = 0; l < c->n_layers; l++) c->layer_nope[l] = (l + 1) % every == 0;
+    }
+    bool use = false;
+    c->sliding_window = 0;
+    if (json_bool(j, "use_sliding_window", &use, file, st) < 0 ||
+        json_int(j, "sliding_window", 1, INT32_MAX, &c->sliding_window, file, st) < 0)
+        return LLMI_E_RUNTIME;
+    if (!use) c->sliding_window = 0;
+    int typed = cj_layer_types(j, c, file, st);
+    if (typed < 0) return LLMI_E_RUNTIME;
+    for (int l = 0; l < c->n_layers && !typed; l++) c->layer_sliding[l] = c->layer_nope[l];
+    return 0;
+}
+
 /* Everything after the shapes: norms, positions, biases, activation, RoPE. */
 static int cj_rest(const cJSON *j, const cj_family *f, llmi_config *c, const char *file, llmi_status *st) {
     c->norm_eps = f->norm_eps > 0 ? f->norm_eps : CJ_NORM_EPS;
     c->rope_theta = f->rope_theta > 0 ? f->rope_theta : CJ_ROPE_THETA;
     c->max_ctx = f->max_ctx;
+    c->tie_embeddings = f->tied;
     if (json_num(j, "rms_norm_eps", &c->norm_eps, file, st) < 0 ||
         json_num(j, "rope_theta", &c->rope_theta, file, st) < 0 ||
         json_int(j, "max_position_embeddings", 1, INT32_MAX, &c->max_ctx, file, st) < 0 ||
@@ -530,6 +570,7 @@ static int cj_rest(const cJSON *j, const cj_family *f, llmi_config *c, const cha
     if (hact && (!cJSON_IsString(hact) || strcmp(hact->valuestring, "silu") != 0))
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: hidden_act must be silu", file);
     if (c->arch == LLMI_ARCH_PHI3) return cj_phi3(j, c, file, st);
+    if (f->nope && cj_smollm3(j, c, file, st)) return LLMI_E_RUNTIME;
     return cj_rope_flat(j, c, file, st);
 }
 

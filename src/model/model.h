@@ -82,6 +82,7 @@ typedef struct llmi_config {
                                   window); 0 = no layer slides */
     float rope_theta_local;    /* RoPE base of the sliding layers, unscaled (Gemma 3); 0 = the global RoPE */
     bool layer_sliding[LLMI_MAX_LAYERS];   /* (n_layers) which layers slide when sliding_window > 0 */
+    bool layer_nope[LLMI_MAX_LAYERS];      /* (n_layers) SmolLM3's layers without RoPE (q and k as projected) */
     /* Mixture of experts (Mixtral, Qwen3-MoE): every layer's MLP is n_experts SwiGLU experts of
      * ffn_dim; a token's router logits go through a softmax over all experts, the
      * n_experts_used largest probabilities pick its experts, and its MLP output is their
@@ -106,6 +107,8 @@ static inline bool config_layer_rope_local(const llmi_config *c, int l) {
 static inline float config_rope_mscale(const llmi_config *c, bool local) {
     return c->rope_attn_factor > 0 && !local ? c->rope_attn_factor : 1.0f;
 }
+/* Values of each head layer l rotates: rope_dim, 0 for a layer without RoPE (SmolLM3's NoPE). */
+static inline int config_layer_rope_dim(const llmi_config *c, int l) { return c->layer_nope[l] ? 0 : c->rope_dim; }
 /* Experts of each layer's MLP (1 for a dense model): the stacking factor of w_gate, w_up, w_down. */
 static inline int config_experts(const llmi_config *c) { return c->n_experts > 0 ? c->n_experts : 1; }
 static inline float config_embed_scale(const llmi_config *c) { return c->embed_scale > 0 ? c->embed_scale : 1.0f; }

@@ -57,6 +57,11 @@ static const dummy_preset k_presets[] = {
     {"qwen3-8b", {.arch = LLMI_ARCH_QWEN3, .arch_name = "qwen3", .n_vocab = 151936, .dim = 4096, .n_layers = 36,
                   .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .ffn_dim = 12288, .max_ctx = 40960,
                   .norm_eps = 1e-6f, .rope_theta = 1000000.f, .rope_dim = 128, .qk_norm = true}},
+    /* HuggingFaceTB/SmolLM3-3B: llama's layers, every 4th without RoPE (set by
+     * model_dummy_config) */
+    {"smollm3-3b", {.arch = LLMI_ARCH_LLAMA, .arch_name = "smollm3", .n_vocab = 128256, .dim = 2048, .n_layers = 36,
+                    .n_heads = 16, .n_kv_heads = 4, .head_dim = 128, .ffn_dim = 11008, .max_ctx = 65536,
+                    .norm_eps = 1e-6f, .rope_theta = 5000000.f, .rope_dim = 128, .tie_embeddings = true}},
     /* microsoft/Phi-3-mini-4k-instruct (a 2047-key window on every layer) and microsoft/phi-4;
      * llama's layers (the checkpoints' fused projections are a storage matter) */
     {"phi-3-mini", {.arch = LLMI_ARCH_PHI3, .arch_name = "phi3", .n_vocab = 32064, .dim = 3072, .n_layers = 32,
@@ -109,7 +114,7 @@ static const dummy_preset k_presets[] = {
 
 const char *model_dummy_preset_names(void) {
     return "smollm2-135m, smollm2-360m, tinyllama-1.1b, llama-3.2-1b, llama-2-7b, llama-3-8b, mistral-7b, "
-           "qwen2.5-7b, qwen3-0.6b, qwen3-8b, phi-3-mini, phi-4, gemma-2-2b, gemma-2-9b, gemma-3-1b, gemma-3-4b, "
+           "qwen2.5-7b, qwen3-0.6b, qwen3-8b, smollm3-3b, phi-3-mini, phi-4, phi-4-mini, gemma-2-2b, gemma-2-9b, gemma-3-1b, gemma-3-4b, "
            "qwen3-30b-a3b, mixtral-8x7b";
 }
 
@@ -328,6 +333,8 @@ int model_dummy_config(const char *spec, llmi_config *c, llmi_status *st) {
         if (!strcmp(spec, k_presets[i].name)) {
             *c = k_presets[i].cfg;
             snprintf(c->name, sizeof c->name, "%s", k_presets[i].name);
+            if (!strcmp(c->arch_name, "smollm3"))   /* SmolLM3Config's no_rope_layer_interval 4 */
+                for (int l = 0; l < c->n_layers; l++) c->layer_nope[l] = (l + 1) % 4 == 0;
             if (c->arch == LLMI_ARCH_PHI3)   /* Phi3Config's window covers every layer */
                 for (int l = 0; l < c->n_layers; l++) c->layer_sliding[l] = true;
             if (config_is_gemma(c)) {   /* Gemma 2: every 2nd layer global; Gemma 3: every 6th */

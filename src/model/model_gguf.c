@@ -279,7 +279,7 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     int rc = gguf_get_str(g, "general.architecture", &a, st);
     if (rc < 0) return LLMI_E_RUNTIME;
     if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key general.architecture", path);
-    if (gguf_str_eq(a, "llama")) c->arch = LLMI_ARCH_LLAMA;
+    if (gguf_str_eq(a, "llama") || gguf_str_eq(a, "smollm3")) c->arch = LLMI_ARCH_LLAMA;
     else if (gguf_str_eq(a, "qwen2")) c->arch = LLMI_ARCH_QWEN2;
     else if (gguf_str_eq(a, "qwen3") || gguf_str_eq(a, "qwen3moe")) c->arch = LLMI_ARCH_QWEN3;
     else if (gguf_str_eq(a, "gemma2")) c->arch = LLMI_ARCH_GEMMA2;
@@ -291,10 +291,11 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
         for (uint64_t i = 0; i < a.len && n < sizeof b - 1; i++)
             b[n++] = (a.p[i] >= 0x20 && a.p[i] < 0x7f) ? a.p[i] : '?';
         b[n] = '\0';
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, qwen2, qwen3, qwen3moe, "
-                         "gemma2, gemma3, phi3)", path, b);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, smollm3, qwen2, qwen3, "
+                         "qwen3moe, gemma2, gemma3, phi3)", path, b);
     }
-    const char *arch = c->arch == LLMI_ARCH_LLAMA ? "llama" : c->arch == LLMI_ARCH_QWEN2 ? "qwen2"
+    const char *arch = gguf_str_eq(a, "smollm3") ? "smollm3" : c->arch == LLMI_ARCH_LLAMA ? "llama"
+                     : c->arch == LLMI_ARCH_QWEN2 ? "qwen2"
                      : c->arch == LLMI_ARCH_GEMMA2 ? "gemma2" : c->arch == LLMI_ARCH_GEMMA3 ? "gemma3"
                      : c->arch == LLMI_ARCH_PHI3 ? "phi3"
                      : gguf_str_eq(a, "qwen3moe") ? "qwen3moe" : "qwen3";
@@ -379,6 +380,9 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
      * window: src/models/phi3.cpp), so neither does llmi */
     if (gguf_longrope(g, arch, c, st)) return LLMI_E_RUNTIME;
     if (gguf_moe(g, arch, c, st)) return LLMI_E_RUNTIME;
+    /* smollm3: llama.cpp's every 4th layer without RoPE (src/models/smollm3.cpp's fixed
+     * n_no_rope_layer_step; the file has no key for it) */
+    for (int l = 0; l < c->n_layers && strcmp(arch, "smollm3") == 0; l++) c->layer_nope[l] = (l + 1) % 4 == 0;
     *has_output = gguf_find_tensor(g, "output.weight") != NULL;
     c->tie_embeddings = !*has_output;
     if (config_validate(c, path, st)) return LLMI_E_RUNTIME;

@@ -15,6 +15,9 @@ void tok_detect_chat(tokenizer *t) {
     const char *s = t->chat_template;
     if (!s || !*s) t->chat = TOK_CHAT_NONE;
     else if (strstr(s, "<|im_sep|>")) t->chat = TOK_CHAT_PHI4;   /* before ChatML: Phi-4's variant of it */
+    /* SmolLM3's: ChatML's turns after a generated system turn (metadata, a reasoning mode, default
+     * instructions) that plain ChatML would leave out: refused, not rendered wrong */
+    else if (strstr(s, "Reasoning Mode: ")) t->chat = TOK_CHAT_UNKNOWN;
     else if (strstr(s, "<|im_start|>")) t->chat = TOK_CHAT_CHATML;
     else if (strstr(s, "<|start_header_id|>")) t->chat = TOK_CHAT_LLAMA3;
     else if (strstr(s, "<start_of_turn>")) t->chat = TOK_CHAT_GEMMA;

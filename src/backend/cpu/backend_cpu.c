@@ -309,7 +309,7 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
         const bool local = config_layer_rope_local(c, l);
         cpu_rope_kv_write_table(im->q, im->k, im->v, local ? im->rope_cs_local : im->rope_cs,
                                 local ? im->rope_sn_local : im->rope_sn, bt->slot_mapping, n, nh, nkv, hd,
-                                c->rope_dim, kc, vc, b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,
+                                config_layer_rope_dim(c, l), kc, vc, b->opts.kv_dtype, im->kv_scale + ((size_t)l * 2) * nkv,
                                 im->kv_scale + ((size_t)l * 2 + 1) * nkv);
         prof(b, LLMI_OP_ROPE_KV, t0, cost_rope_kv(n, qd, kvd, esz));
 

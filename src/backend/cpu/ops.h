@@ -114,7 +114,7 @@ void cpu_moe_combine(const float *y, const int32_t *row, const float *weights, i
 
 /* Rotates q (n, n_heads, head_dim) in place and k (n, n_kv_heads, head_dim) in place by
  * positions (n), HF rotate-half convention over each head's first rope_dim values (the rest
- * pass through; rope_dim even, <= head_dim), cos and sin times mscale, then writes k and v (n, n_kv_heads, head_dim)
+ * pass through; rope_dim even, <= head_dim, 0 for none), cos and sin times mscale, then writes k and v (n, n_kv_heads, head_dim)
  * into the caches at slot_mapping (n), each head in kv_dtype (fp8 divided by its head's
  * k_scale / v_scale (n_kv_heads), NULL = 1). */
 void cpu_rope_kv_write(float *q, float *k, const float *v, const int32_t *positions, const int32_t *slot_mapping,

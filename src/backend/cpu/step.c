@@ -391,7 +391,7 @@ static void step_run(const step_ctx *cx) {
         for (int t = 0; t < n && kh0 < kh1; t++)
             cpu_rope_kv_write_heads(im->k + (size_t)t * kvd, im->v + (size_t)t * kvd, rcs + (size_t)t * half,
                                     rsn + (size_t)t * half, bt->slot_mapping[t], (int)kh0, (int)kh1, nkv, hd,
-                                    c->rope_dim, kc, vc, b->opts.kv_dtype, ks, vs);
+                                    config_layer_rope_dim(c, l), kc, vc, b->opts.kv_dtype, ks, vs);
         SUB_END();
         bar_wait(&s->bar, T, s->spin_ns);
         PROF_SUB(LLMI_OP_ROPE_KV, cost_rope_kv(n, qd, kvd, esz));
@@ -401,7 +401,8 @@ static void step_run(const step_ctx *cx) {
         for (int64_t u = u0; u < u1;) {
             int t = (int)(u / nh), h0 = (int)(u % nh), h1 = (int)(h0 + (u1 - u) < nh ? h0 + (u1 - u) : nh);
             if (L->q_norm) cpu_head_rmsnorm(im->q + (size_t)t * qd, qd, 1, h0, h1, hd, L->q_norm, eps);
-            cpu_rope_heads(im->q + (size_t)t * qd, rcs + (size_t)t * half, rsn + (size_t)t * half, h0, h1, hd, c->rope_dim);
+            cpu_rope_heads(im->q + (size_t)t * qd, rcs + (size_t)t * half, rsn + (size_t)t * half, h0, h1, hd,
+                           config_layer_rope_dim(c, l));
             u += h1 - h0;
         }
         cpu_paged_attention_part(im->q, kc, vc, b->opts.kv_dtype, ks, vs, bt, nh, nkv, hd, b->opts.block_size,

@@ -1266,7 +1266,7 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
         /* fp8 scales NULL = 1 in rope_kv and attention, as the CPU backend's fixed kv_scale */
         const bool local = config_layer_rope_local(c, l);
         CU_CHECK(st, llmi_cuda_rope_kv(im->qkv, W, im->qkv + qd, W, im->qkv + qd + kvd, W, f->pos, f->slot, n, nh, nkv,
-                                       hd, c->rope_dim, local ? im->inv_freq_local : im->inv_freq,
+                                       hd, config_layer_rope_dim(c, l), local ? im->inv_freq_local : im->inv_freq,
                                        config_rope_mscale(c, local), kc, vc, b->opts.kv_dtype, NULL, NULL,
                                        im->stream));
         MARK(LLMI_OP_ROPE_KV, cost_rope_kv(n, qd, kvd, esz));
