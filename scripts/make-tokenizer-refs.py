@@ -51,6 +51,16 @@ LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
              r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
             r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# tiktoken's o200k_base pattern (openai_public.py), as GPT-4o's and Phi-4-mini's tokenizer.json
+# carry it; llama.cpp's pre name "gpt-4o"
+O200K_RE = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+            r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+            r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Mistral's Tekken (Mistral-Nemo, Mistral-Small-3.x tokenizer.json): o200k's without the
+# contractions and with single digits; llama.cpp's pre name "tekken" (ignore_merges, BOS)
+TEKKEN_RE = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+             r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+             r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def read_gguf_tokenizer(path):
@@ -178,7 +188,7 @@ def build_trimmed(vocab_file, regex, nfc, ignore_merges):
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
-    if regex == LLAMA3_RE:
+    if regex in (LLAMA3_RE, TEKKEN_RE):   # llama.cpp's add_bos for these pre names
         bos = "<|begin_of_text|>"
         tok.post_processor = processors.TemplateProcessing(
             single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
@@ -556,8 +566,52 @@ def main():
         write_zst(os.path.join(d, "refs.jsonl.zst"), make_refs(tok, make_strings(added_contents(tok), seed), seed))
         if name == "qwen2-trim":
             build_added_flags(tok, seed)
+    for name, rx, im, pre in (("o200k-trim", O200K_RE, False, "gpt-4o"), ("tekken-trim", TEKKEN_RE, True, "tekken")):
+        build_split_kind(name, rx, im, pre)
 
     open(os.path.join(OUT, "chat.jsonl"), "wb").write(render_chat(cfg_smol_template()))
+
+
+def write_tokenizer_gguf(path, tok, pre, bos):
+    """A GGUF with only tok's vocabulary as llama.cpp's converter writes a byte-level BPE:
+    tokens by id (added specials type 3, the rest 1), "a b" merges, tokenizer.ggml.pre, the
+    BOS id when the pre name adds one (no add_bos_token key: the reader's default for the name)."""
+    import gguf
+    j = json.loads(tok.to_str())
+    vocab = dict(j["model"]["vocab"])
+    specials = {a["content"]: a["id"] for a in j["added_tokens"]}
+    vocab.update(specials)
+    tokens = [None] * len(vocab)
+    for t, i in vocab.items():
+        tokens[i] = t
+    assert all(t is not None for t in tokens)
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in specials else 1 for t in tokens])
+    w.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in j["model"]["merges"]])
+    if bos:
+        w.add_bos_token_id(specials[bos])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def build_split_kind(name, rx, ignore_merges, pre):
+    """A trimmed Llama-3 vocabulary behind another Split regex (o200k, Tekken): its
+    tokenizer.json, HF's encodings of the usual strings, and the same vocabulary as a GGUF
+    with llama.cpp's pre name for the regex (vocab.gguf.zst, for the GGUF reader)."""
+    tok, _ = build_trimmed("ggml-vocab-llama-bpe.gguf", rx, False, ignore_merges)
+    d = os.path.join(OUT, name)
+    save_dir(d, tok, compress=True)
+    seed = SEED + len(name)
+    write_zst(os.path.join(d, "refs.jsonl.zst"), make_refs(tok, make_strings(added_contents(tok), seed), seed))
+    tmp = os.path.join(d, "vocab.gguf")
+    write_tokenizer_gguf(tmp, tok, pre, "<|begin_of_text|>" if rx == TEKKEN_RE else None)
+    write_zst(tmp + ".zst", open(tmp, "rb").read())
+    os.remove(tmp)
 
 
 def cfg_smol_template():

@@ -12,6 +12,7 @@
 #include <zstd.h>
 #include "model/gguf.h"
 #include "test.h"
+#include "quant/write_hf.h"
 #include "tok/tokenizer.h"
 
 #ifndef TESTDATA_DIR
@@ -318,6 +319,56 @@ static void trimmed(test_ctx *t_, const char *name, tok_pre_kind want_pre) {
 TEST(tok_ref_llama3_trim) { trimmed(t_, "llama3-trim", TOK_PRE_LLAMA3); }
 TEST(tok_ref_qwen2_trim) { trimmed(t_, "qwen2-trim", TOK_PRE_QWEN2); }
 TEST(tok_ref_gpt2_trim) { trimmed(t_, "gpt2-trim", TOK_PRE_GPT2); }
+/* The o200k (GPT-4o, Phi-4-mini) and Tekken (Mistral-Nemo, Mistral-Small 3) Split regexes on a
+ * trimmed Llama-3 vocabulary: HF's tokenizer.json, and the same vocabulary as a GGUF with
+ * llama.cpp's pre name ("gpt-4o", "tekken": Tekken's BOS by default, ignore_merges), against
+ * HF `tokenizers`' encodings. */
+static void trimmed_gguf(test_ctx *t_, const char *name, tok_pre_kind want_pre) {
+    char z[1024], r[1024], tmp[] = "/tmp/llmi-vocab-XXXXXX";
+    snprintf(z, sizeof z, "%s/tokenizer/%s/vocab.gguf.zst", testdata(), name);
+    snprintf(r, sizeof r, "%s/tokenizer/%s/refs.jsonl.zst", testdata(), name);
+    size_t n;
+    char *bytes = slurp_zst(z, &n);
+    CHECK_MSG(bytes != NULL, "cannot read %s", z);
+    int fd = bytes ? mkstemp(tmp) : -1;
+    if (fd >= 0) {
+        CHECK(write(fd, bytes, n) == (ssize_t)n);
+        close(fd);
+        llmi_status st = {0};
+        tokenizer *tk = load_gguf(tmp, &st);
+        CHECK_MSG(tk != NULL, "%s: %s", z, st.msg);
+        if (tk) {
+            CHECK_MSG(tok_pre(tk) == want_pre, "%s: pre-tokenizer %d, want %d", z, (int)tok_pre(tk), (int)want_pre);
+            CHECK(tok_add_bos(tk) == (want_pre == TOK_PRE_TEKKEN));
+            check_refs(t_, tk, r, z);
+            tok_free(tk);
+        }
+        /* llmi quantize's tokenizer.json for a GGUF input: read back, the same tokenizer */
+        char dir[] = "/tmp/llmi-tokjson-XXXXXX", label[1100];
+        CHECK(mkdtemp(dir) != NULL);
+        int wrc = quant_write_gguf_tokenizer(tmp, dir, &st);
+        CHECK_MSG(wrc == 0, "writing tokenizer.json of %s: %s", z, st.msg);
+        tk = NULL;
+        if (!wrc && tok_load_hf(dir, &tk, &st) == 0) {
+            snprintf(label, sizeof label, "%s as quantize's tokenizer.json", name);
+            CHECK_MSG(tok_pre(tk) == want_pre, "%s: pre-tokenizer %d", label, (int)tok_pre(tk));
+            check_refs(t_, tk, r, label);
+            tok_free(tk);
+        } else {
+            CHECK_MSG(0, "reading back %s: %s", dir, st.msg);
+        }
+        char f[1200];
+        const char *files[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json"};
+        for (int i = 0; i < 3; i++) snprintf(f, sizeof f, "%s/%s", dir, files[i]), unlink(f);
+        rmdir(dir);
+        unlink(tmp);
+    }
+    free(bytes);
+}
+TEST(tok_ref_o200k_trim) { trimmed(t_, "o200k-trim", TOK_PRE_O200K); }
+TEST(tok_ref_tekken_trim) { trimmed(t_, "tekken-trim", TOK_PRE_TEKKEN); }
+TEST(tok_ref_o200k_trim_gguf) { trimmed_gguf(t_, "o200k-trim", TOK_PRE_O200K); }
+TEST(tok_ref_tekken_trim_gguf) { trimmed_gguf(t_, "tekken-trim", TOK_PRE_TEKKEN); }
 
 /* llama.cpp's own vectors (models/ggml-vocab-*.gguf.inp/.out): encode without BOS, special
  * strings as text.  All four sets are committed (testdata/tokenizer/PROVENANCE.md); a
@@ -866,7 +917,7 @@ TEST(tok_fuzz_specs) {
             memcpy(merges[m] + lens[a] + 1, toks[b], lens[b]);
             mlens[m] = lens[a] + 1 + lens[b];
         }
-        tok_spec s = {.model = (tok_model_kind)(rng_next(&rng) % 2), .pre = (tok_pre_kind)(rng_next(&rng) % 5),
+        tok_spec s = {.model = (tok_model_kind)(rng_next(&rng) % 2), .pre = (tok_pre_kind)(rng_next(&rng) % TOK_PRE_KINDS),
                       .n_tokens = n, .tokens = (const char *const *)toks, .token_lens = lens,
                       .scores = rng_next(&rng) % 4 ? scores : NULL, .token_types = types, .n_merges = nm,
                       .merges = rng_next(&rng) % 3 ? (const char *const *)merges : NULL, .merge_lens = mlens,

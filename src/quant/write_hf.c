@@ -443,7 +443,8 @@ static char *qw_strndup(const char *p, size_t n) {
 
 /* The vocabulary of a byte-level BPE GGUF, as tokenizer.json needs it. */
 typedef struct qw_vocab {
-    gguf_str pre;                          /* tokenizer.ggml.pre, or {0} */
+    tok_pre_kind pre;                      /* what tokenizer.ggml.pre stands for (GPT-2's when absent) */
+    bool add_bos;                          /* llama.cpp's default for that name */
     const char **toks; uint32_t *tl;       /* (nt) */
     const char **merges; uint32_t *ml;     /* (nm) "a b" */
     int32_t *types;                        /* (ntypes) or NULL */
@@ -460,8 +461,15 @@ static int qw_vocab_read(const gguf_file *g, qw_vocab *v, llmi_status *st) {
         return st->code ? st->code
                         : llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.model is not gpt2 (byte-level BPE): "
                                     "writing its tokenizer.json is not supported", g->path);
-    if (gguf_get_str(g, "tokenizer.ggml.pre", &v->pre, st) < 0 ||
-        gguf_get_str_array(g, "tokenizer.ggml.tokens", 1u << 22, &v->toks, &v->tl, &v->nt, st) != 1 ||
+    gguf_str pre = {0};
+    int has_pre = gguf_get_str(g, "tokenizer.ggml.pre", &pre, st);
+    if (has_pre < 0) return st->code;
+    v->pre = TOK_PRE_GPT2;
+    v->add_bos = false;
+    if (has_pre > 0 && !gguf_str_eq(pre, "default") && !tok_gguf_pre_of(pre.p, pre.len, &v->pre, &v->add_bos))
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.pre %.*s: writing its tokenizer.json is not supported",
+                         g->path, (int)(pre.len > 40 ? 40 : pre.len), pre.p);
+    if (gguf_get_str_array(g, "tokenizer.ggml.tokens", 1u << 22, &v->toks, &v->tl, &v->nt, st) != 1 ||
         gguf_get_str_array(g, "tokenizer.ggml.merges", 1u << 23, &v->merges, &v->ml, &v->nm, st) != 1 ||
         gguf_get_i32_array(g, "tokenizer.ggml.token_type", 1u << 22, &v->types, &v->ntypes, st) < 0)
         return st->code ? st->code : llmi_fail(st, LLMI_E_RUNTIME, "%s: no tokenizer vocabulary or merges", g->path);
@@ -488,28 +496,22 @@ static cJSON *qw_added_tokens(const qw_vocab *v) {
     return added;
 }
 
-/* The pre_tokenizer llama.cpp's pre name stands for, in tokenizer.json's terms. */
-static cJSON *qw_pre_tokenizer(gguf_str pre, const char *gguf_path, llmi_status *st) {
+/* The pre_tokenizer of a kind, in tokenizer.json's terms. */
+static cJSON *qw_pre_tokenizer(tok_pre_kind kind) {
     cJSON *pt = cJSON_CreateObject(), *list;
     cJSON_AddStringToObject(pt, "type", "Sequence");
     list = cJSON_AddArrayToObject(pt, "pretokenizers");
-    bool is_qwen = gguf_str_eq(pre, "qwen2");
-    if (pre.p && (gguf_str_eq(pre, "smollm") || gguf_str_eq(pre, "smollm2"))) {
+    if (kind == TOK_PRE_SMOLLM) {
         cJSON *d = cJSON_CreateObject();
         cJSON_AddStringToObject(d, "type", "Digits");
         cJSON_AddBoolToObject(d, "individual_digits", true);
         cJSON_AddItemToArray(list, d);
         cJSON_AddItemToArray(list, qw_bytelevel(false, true, true));
-    } else if (pre.p && (gguf_str_eq(pre, "llama-bpe") || gguf_str_eq(pre, "llama3") || is_qwen)) {
-        cJSON_AddItemToArray(list, qw_split(is_qwen ? tok_re_qwen2 : tok_re_llama3));
-        cJSON_AddItemToArray(list, qw_bytelevel(false, true, false));
-    } else if (!pre.p || gguf_str_eq(pre, "gpt-2") || gguf_str_eq(pre, "default")) {
+    } else if (kind == TOK_PRE_GPT2) {
         cJSON_AddItemToArray(list, qw_bytelevel(false, true, true));
     } else {
-        cJSON_Delete(pt);
-        llmi_fail(st, LLMI_E_RUNTIME, "%s: tokenizer.ggml.pre %.*s: writing its tokenizer.json is not supported",
-                  gguf_path, (int)(pre.len > 40 ? 40 : pre.len), pre.p);
-        return NULL;
+        cJSON_AddItemToArray(list, qw_split(tok_pre_regex(kind)));
+        cJSON_AddItemToArray(list, qw_bytelevel(false, true, false));
     }
     return pt;
 }
@@ -524,7 +526,7 @@ static cJSON *qw_bpe_model(const qw_vocab *v, const char *gguf_path, llmi_status
     cJSON_AddNullToObject(mo, "end_of_word_suffix");
     cJSON_AddBoolToObject(mo, "fuse_unk", false);
     cJSON_AddBoolToObject(mo, "byte_fallback", false);
-    cJSON_AddBoolToObject(mo, "ignore_merges", gguf_str_eq(v->pre, "llama-bpe") || gguf_str_eq(v->pre, "llama3"));
+    cJSON_AddBoolToObject(mo, "ignore_merges", tok_pre_ignores_merges(v->pre));
     cJSON *vocab = cJSON_AddObjectToObject(mo, "vocab");
     for (uint64_t i = 0; i < v->nt; i++) {
         char *s = qw_strndup(v->toks[i], v->tl[i]);
@@ -553,8 +555,8 @@ static cJSON *qw_bpe_model(const qw_vocab *v, const char *gguf_path, llmi_status
 
 /* tokenizer.json: the same tokenizer as the GGUF's, for byte-level BPE. */
 static cJSON *qw_tokenizer_json(const qw_vocab *v, const char *gguf_path, llmi_status *st) {
-    cJSON *pt = qw_pre_tokenizer(v->pre, gguf_path, st), *mo = NULL;
-    if (!pt || !(mo = qw_bpe_model(v, gguf_path, st))) {
+    cJSON *pt = qw_pre_tokenizer(v->pre), *mo = NULL;
+    if (!(mo = qw_bpe_model(v, gguf_path, st))) {
         cJSON_Delete(pt);
         return NULL;
     }
@@ -563,7 +565,7 @@ static cJSON *qw_tokenizer_json(const qw_vocab *v, const char *gguf_path, llmi_s
     cJSON_AddNullToObject(tj, "truncation");
     cJSON_AddNullToObject(tj, "padding");
     cJSON_AddItemToObject(tj, "added_tokens", qw_added_tokens(v));
-    if (gguf_str_eq(v->pre, "qwen2")) {
+    if (v->pre == TOK_PRE_QWEN2) {
         cJSON *n = cJSON_CreateObject();
         cJSON_AddStringToObject(n, "type", "NFC");
         cJSON_AddItemToObject(tj, "normalizer", n);
@@ -612,8 +614,8 @@ int quant_write_gguf_tokenizer(const char *gguf_path, const char *dir, llmi_stat
     cJSON *tj = NULL, *cfg = NULL;
     char path[4096];
     int64_t bos = -1, eos = -1;
-    bool add_bos = false;
     int rc = qw_vocab_read(&g, &v, st);
+    bool add_bos = v.add_bos;   /* the file's add_bos_token, else the pre name's default (as tok_gguf) */
     if (!rc && !(tj = qw_tokenizer_json(&v, gguf_path, st))) rc = st->code;
     if (!rc) {
         snprintf(path, sizeof path, "%s/tokenizer.json", dir);

@@ -46,13 +46,7 @@ static int gguf_tok_kind(const gguf_file *g, tok_spec *s, llmi_status *st) {
     s->pre = bpe ? TOK_PRE_GPT2 : TOK_PRE_NONE;
     s->add_bos = !bpe;
     if (rc == 0 || gguf_str_eq(pre, "default")) return 0;
-    if (gguf_str_eq(pre, "gpt-2")) s->pre = TOK_PRE_GPT2;
-    else if (gguf_str_eq(pre, "smollm")) s->pre = TOK_PRE_SMOLLM;
-    else if (gguf_str_eq(pre, "llama-bpe") || gguf_str_eq(pre, "llama3") || gguf_str_eq(pre, "llama-v3")) {
-        s->pre = TOK_PRE_LLAMA3;
-        s->add_bos = true;
-    } else if (gguf_str_eq(pre, "qwen2")) s->pre = TOK_PRE_QWEN2;
-    else
+    if (!tok_gguf_pre_of(pre.p, pre.len, &s->pre, &s->add_bos))
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported pre-tokenizer %.*s", g->path,
                          (int)(pre.len > 32 ? 32 : pre.len), pre.p);
     return 0;
@@ -247,12 +241,11 @@ int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st) {
 
     if (spec->model == TOK_MODEL_BYTELEVEL_BPE) {
         t->dec = TOK_DEC_BYTELEVEL;
-        switch (spec->pre) {
-        case TOK_PRE_GPT2: rc = tok_compile_regex(t, tok_re_gpt2, origin, st); break;
-        case TOK_PRE_SMOLLM: t->digits_split = true; rc = tok_compile_regex(t, tok_re_gpt2, origin, st); break;
-        case TOK_PRE_LLAMA3: t->ignore_merges = true; rc = tok_compile_regex(t, tok_re_llama3, origin, st); break;
-        case TOK_PRE_QWEN2: t->norm = TOK_NORM_NFC; rc = tok_compile_regex(t, tok_re_qwen2, origin, st); break;
-        default: break;
+        if (spec->pre != TOK_PRE_NONE && tok_pre_regex(spec->pre)) {
+            t->digits_split = spec->pre == TOK_PRE_SMOLLM;
+            t->ignore_merges = tok_pre_ignores_merges(spec->pre);
+            if (spec->pre == TOK_PRE_QWEN2) t->norm = TOK_NORM_NFC;
+            rc = tok_compile_regex(t, tok_pre_regex(spec->pre), origin, st);
         }
     } else {
         /* llama.cpp's SentencePiece path: a space before the text, spaces as "▁", unknown

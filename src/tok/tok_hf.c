@@ -117,7 +117,7 @@ static int hf_pre_tokenizer(tokenizer *t, const cJSON *p, hf_ctx *c) {
         }
         if (hf_bytelevel(p, true, c)) return c->st->code;
         t->pre = TOK_PRE_GPT2;
-        return tok_compile_regex(t, tok_re_gpt2, c->path, c->st);
+        return tok_compile_regex(t, tok_pre_regex(TOK_PRE_GPT2), c->path, c->st);
     }
     if (jtype_is(p, "Split") && t->norm == TOK_NORM_SPM) {
         /* Gemma's Split(" ", merged_with_previous) runs after its normalizer has turned
@@ -154,7 +154,7 @@ static int hf_pre_tokenizer(tokenizer *t, const cJSON *p, hf_ctx *c) {
             if (hf_bytelevel(b, true, c)) return c->st->code;
             t->pre = TOK_PRE_SMOLLM;
             t->digits_split = true;
-            return tok_compile_regex(t, tok_re_gpt2, c->path, c->st);
+            return tok_compile_regex(t, tok_pre_regex(TOK_PRE_GPT2), c->path, c->st);
         }
         if (k == 2 && jtype_is(a, "Split") && jtype_is(b, "ByteLevel")) {
             bool rx;
@@ -163,12 +163,14 @@ static int hf_pre_tokenizer(tokenizer *t, const cJSON *p, hf_ctx *c) {
             if (!pat || !rx || !beh || strcmp(beh, "Isolated") != 0 || jbool(a, "invert", false))
                 return UNSUPPORTED(c, "%s: pre_tokenizer Split must be a Regex with behavior Isolated", c->path);
             if (hf_bytelevel(b, false, c)) return c->st->code;
-            if (strcmp(pat, tok_re_llama3) == 0) t->pre = TOK_PRE_LLAMA3;
-            else if (strcmp(pat, tok_re_qwen2) == 0) t->pre = TOK_PRE_QWEN2;
-            else if (strcmp(pat, tok_re_gpt2) == 0) t->pre = TOK_PRE_GPT2;
-            else
+            static const tok_pre_kind split_kinds[] = {TOK_PRE_LLAMA3, TOK_PRE_QWEN2, TOK_PRE_GPT2, TOK_PRE_O200K,
+                                                       TOK_PRE_TEKKEN};
+            t->pre = TOK_PRE_NONE;
+            for (size_t i = 0; i < sizeof split_kinds / sizeof split_kinds[0] && t->pre == TOK_PRE_NONE; i++)
+                if (strcmp(pat, tok_pre_regex(split_kinds[i])) == 0) t->pre = split_kinds[i];
+            if (t->pre == TOK_PRE_NONE)
                 return UNSUPPORTED(c, "%s: pre_tokenizer Split regex %.80s... is not one llmi knows (GPT-2, Llama-3, "
-                                   "Qwen2)", c->path, pat);
+                                   "Qwen2, o200k, Tekken)", c->path, pat);
             return tok_compile_regex(t, pat, c->path, c->st);
         }
     }

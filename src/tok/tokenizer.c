@@ -9,14 +9,54 @@
 #include "core/utf8.h"
 #include "tok/tok_internal.h"
 
-const char *const tok_re_gpt2 =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-const char *const tok_re_llama3 =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
-    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-const char *const tok_re_qwen2 =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
-    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* (TOK_PRE_KINDS) each kind's regex: GPT-2's (SmolLM's too), Llama-3's, Qwen2's (Llama-3's
+ * with single digits), none, o200k's (tiktoken's, as GPT-4o and Phi-4-mini ship it),
+ * Tekken's (o200k's without the contractions, single digits) */
+static const char *const k_pre_regex[TOK_PRE_KINDS] = {
+    [TOK_PRE_GPT2] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+    [TOK_PRE_SMOLLM] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+    [TOK_PRE_LLAMA3] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+                       "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    [TOK_PRE_QWEN2] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+                      "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    [TOK_PRE_O200K] = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+                      "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                      "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+                      "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                      "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    [TOK_PRE_TEKKEN] = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+                       "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+                       "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+
+const char *tok_pre_regex(tok_pre_kind k) { return k >= 0 && k < TOK_PRE_KINDS ? k_pre_regex[k] : NULL; }
+
+bool tok_pre_ignores_merges(tok_pre_kind k) { return k == TOK_PRE_LLAMA3 || k == TOK_PRE_TEKKEN; }
+
+/* llama.cpp's names (src/llama-vocab.cpp) whose pre-tokenizer, ignore_merges and add_bos
+ * are those of a kind llmi has */
+static const struct {
+    const char *name;
+    tok_pre_kind kind;
+    bool add_bos;
+} k_gguf_pres[] = {
+    {"gpt-2", TOK_PRE_GPT2, false},          {"smollm", TOK_PRE_SMOLLM, false},
+    {"llama-bpe", TOK_PRE_LLAMA3, true},     {"llama3", TOK_PRE_LLAMA3, true},
+    {"llama-v3", TOK_PRE_LLAMA3, true},      {"falcon3", TOK_PRE_LLAMA3, true},
+    {"pixtral", TOK_PRE_LLAMA3, true},       {"qwen2", TOK_PRE_QWEN2, false},
+    {"deepseek-r1-qwen", TOK_PRE_QWEN2, false}, {"gpt-4o", TOK_PRE_O200K, false},
+    {"tekken", TOK_PRE_TEKKEN, true},
+};
+
+bool tok_gguf_pre_of(const char *name, size_t len, tok_pre_kind *kind, bool *add_bos) {
+    for (size_t i = 0; i < sizeof k_gguf_pres / sizeof k_gguf_pres[0]; i++)
+        if (strlen(k_gguf_pres[i].name) == len && memcmp(k_gguf_pres[i].name, name, len) == 0) {
+            *kind = k_gguf_pres[i].kind;
+            *add_bos = k_gguf_pres[i].add_bos;
+            return true;
+        }
+    return false;
+}
 
 #define SPM_SPACE "\xE2\x96\x81"   /* U+2581 "▁" */
 

@@ -16,7 +16,10 @@
 typedef struct tokenizer tokenizer;
 
 typedef enum { TOK_MODEL_BYTELEVEL_BPE = 0, TOK_MODEL_SPM_BPE } tok_model_kind;
-typedef enum { TOK_PRE_GPT2 = 0, TOK_PRE_SMOLLM, TOK_PRE_LLAMA3, TOK_PRE_QWEN2, TOK_PRE_NONE } tok_pre_kind;
+/* GPT-2's ByteLevel regex (SmolLM: with digits split first), Llama-3's, Qwen2's, none (or
+ * SentencePiece), GPT-4o's o200k (Phi-4-mini) and Mistral's Tekken (Nemo, Small 3) */
+typedef enum { TOK_PRE_GPT2 = 0, TOK_PRE_SMOLLM, TOK_PRE_LLAMA3, TOK_PRE_QWEN2, TOK_PRE_NONE, TOK_PRE_O200K,
+               TOK_PRE_TEKKEN, TOK_PRE_KINDS } tok_pre_kind;
 
 /* The end-of-generation roles a GGUF file may name an id for (tokenizer.ggml.*_token_id). */
 typedef enum { TOK_EOG_EOT = 0, TOK_EOG_EOM, TOK_EOG_FIM_PAD, TOK_EOG_FIM_REP, TOK_EOG_FIM_SEP, TOK_EOG_ROLES } tok_eog_role;
@@ -41,9 +44,16 @@ typedef struct tok_spec {
     const char *chat_template;        /* or NULL */
 } tok_spec;
 
-/* The pre-tokenizer regexes of GPT-2, Llama-3 and Qwen2, spelled exactly as their
- * tokenizer.json files have them (a Split pattern is recognised by this text). */
-extern const char *const tok_re_gpt2, *const tok_re_llama3, *const tok_re_qwen2;
+/* The pre-tokenizer regex of each kind (NULL for TOK_PRE_NONE), spelled exactly as the
+ * models' tokenizer.json files have it: a Split pattern is recognised by this text. */
+const char *tok_pre_regex(tok_pre_kind k);
+/* llama.cpp's tokenizer.ggml.pre name (src/llama-vocab.cpp's list) of a pre-tokenizer llmi
+ * reads: its kind, and whether llama.cpp adds BOS by default with it; false for a name
+ * llmi does not know. */
+bool tok_gguf_pre_of(const char *name, size_t len, tok_pre_kind *kind, bool *add_bos);
+/* Whether a kind's BPE takes a whole pre-token found in the vocabulary before merging
+ * (llama.cpp's ignore_merges: Llama-3's and Tekken's). */
+bool tok_pre_ignores_merges(tok_pre_kind k);
 
 int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st);
 struct gguf_file;
