@@ -634,6 +634,39 @@ TEST(tok_errors) {
     CHECK(strstr(st4.msg, "merge") != NULL);
 }
 
+/* llama.cpp's ignore_merges by pre-tokenizer: a pre-token found whole in the vocabulary is
+ * one token for Llama-3's and Tekken's names, merged pair by pair for the others ("abc" is
+ * in the vocabulary, but the only merge is "a b"). */
+TEST(tok_gguf_pre_ignore_merges) {
+    const char *toks[] = {"a", "b", "c", "ab", "abc"};
+    uint32_t lens[] = {1, 1, 1, 2, 3};
+    const char *merges[] = {"a b"};
+    uint32_t mlens[] = {3};
+    const char *names[] = {"llama-bpe", "tekken", "gpt-4o", "qwen2", "gpt-2", "pixtral", "deepseek-r1-qwen"};
+    const bool whole[] = {true, true, false, false, false, true, false};
+    for (int i = 0; i < 7; i++) {
+        tok_pre_kind kind;
+        bool add_bos;
+        CHECK_MSG(tok_gguf_pre_of(names[i], strlen(names[i]), &kind, &add_bos), "%s unknown", names[i]);
+        tok_spec s = {.model = TOK_MODEL_BYTELEVEL_BPE, .pre = kind, .n_tokens = 5, .tokens = toks,
+                      .token_lens = lens, .n_merges = 1, .merges = merges, .merge_lens = mlens,
+                      .bos_id = -1, .eos_id = -1, .unk_id = -1, .pad_id = -1};
+        tokenizer *tk = NULL;
+        llmi_status st = {0};
+        CHECK_MSG(tok_create(&s, &tk, &st) == 0, "%s: %s", names[i], st.msg);
+        int32_t *ids = NULL;
+        int n = 0;
+        if (tk) tok_encode(tk, "abc", 3, false, false, &ids, &n, &st);
+        CHECK_MSG(whole[i] ? (n == 1 && ids[0] == 4) : (n == 2 && ids[0] == 3 && ids[1] == 2),
+                  "%s: \"abc\" as %d tokens", names[i], n);
+        free(ids);
+        tok_free(tk);
+    }
+    tok_pre_kind k;
+    bool b;
+    CHECK(!tok_gguf_pre_of("gpt-4", 5, &k, &b) && !tok_gguf_pre_of("tekken2", 7, &k, &b));
+}
+
 /* The streaming detokenizer holds incomplete UTF-8 back and drops the SentencePiece leading
  * space only at the very start. */
 TEST(tok_stream_utf8) {
