@@ -49,6 +49,9 @@ def main():
         # Llama-2's template writes ' ' + answer.strip(): the answer as generated brings the space
         answer = " Hi there." if r["kind"] == "llama2" else "Hi there."
         no_system = r["kind"] == "mistral" or "System role not supported" in r["template"]   # Mistral, Gemma 2
+        # Mistral v3-Tekken writes the system message with the last user message: a conversation
+        # growing turn by turn cannot keep it (llmi refuses --system there), so no system case
+        no_system = no_system or r["kind"] == "mistral-tekken"
         for system in ([None] if no_system else [None, "You are terse."]):
             msgs = ([] if system is None else [{"role": "system", "content": system}]) + [
                 {"role": "user", "content": "Hello!"}, {"role": "assistant", "content": answer},

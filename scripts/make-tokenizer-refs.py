@@ -484,11 +484,13 @@ def render_chat(smol_template):
                      ("llama3", "models/templates/meta-llama-Llama-3.2-3B-Instruct.jinja"),
                      ("llama3", "models/templates/meta-llama-Llama-3.3-70B-Instruct.jinja"),
                      ("gemma", "models/templates/google-gemma-2-2b-it.jinja"),
-                     ("phi3", "models/templates/microsoft-Phi-3.5-mini-instruct.jinja")):
+                     ("phi3", "models/templates/microsoft-Phi-3.5-mini-instruct.jinja"),
+                     ("mistral-tekken", "models/templates/mistralai-Mistral-Nemo-Instruct-2407.jinja")):
         p = os.path.join(LLAMACPP, fn)
         if os.path.exists(p):
             bos, eos = (("<|begin_of_text|>", "<|eot_id|>") if kind == "llama3" else ("<bos>", "<eos>")
-                        if kind == "gemma" else ("<s>", "<|endoftext|>") if kind == "phi3" else ("", "<|im_end|>"))
+                        if kind == "gemma" else ("<s>", "<|endoftext|>") if kind == "phi3"
+                        else ("<s>", "</s>") if kind == "mistral-tekken" else ("", "<|im_end|>"))
             templates.append((kind, os.path.basename(fn), open(p, encoding="utf-8").read(), bos, eos))
     convs = [(None, "Hello!"), ("You are terse.", "What is 2+2?"), ("", "hi"),
              ("Multi\nline system.", "  spaced user text \n"), (None, "Unicode: 你好 🚀 é")]

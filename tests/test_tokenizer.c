@@ -825,6 +825,17 @@ TEST(tok_chat_next_turn_jinja) {
     llmi_status st = {0};
     CHECK(tk && tok_chat_next_turn(tk, "hi", &out, &st) == LLMI_E_USAGE && strstr(st.msg, "--turns") && !out);
     tok_free(tk);
+    /* Mistral v3-Tekken moves the system message to the latest user turn: a conversation that
+     * grows turn by turn (-cnv) with one is refused, without one it is built */
+    tk = chat_tok("{{- bos_token }}{{- \"[AVAILABLE_TOOLS][\" }}{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}",
+                  "<s>", "</s>");
+    tok_chat_pieces pc;
+    llmi_status st2 = {0};
+    CHECK(tk && tok_chat_pieces_make(tk, "Be terse.", &pc, &st2) == LLMI_E_USAGE &&
+          strstr(st2.msg, "latest user message"));
+    CHECK(tk && tok_chat_pieces_make(tk, NULL, &pc, &st2) == 0);
+    if (tk) tok_chat_pieces_free(&pc);
+    tok_free(tk);
 }
 
 /* A --prompts line's "messages": tok_chat_messages(system, user, assistant, ..., user) is

@@ -1,5 +1,5 @@
 /* tok_chat.c — owns chat formatting: recognises the family of a model's Jinja chat template
- * (ChatML, Llama-3, Llama-2, Mistral, Gemma, Phi-3, Phi-4, Phi-4-mini) from its text and renders one system + user turn with
+ * (ChatML, Llama-3, Llama-2, Mistral, Mistral v3-Tekken, Gemma, Phi-3, Phi-4, Phi-4-mini) from its text and renders one system + user turn with
  * the assistant turn opened, byte-for-byte as the template itself renders it (checked against
  * jinja2 renderings in testdata/tokenizer/chat.jsonl), and the text that follows an assistant
  * answer to go on with one more user turn (testdata/bench/chat-turns.jsonl).  No Jinja interpreter: the families
@@ -21,6 +21,10 @@ void tok_detect_chat(tokenizer *t) {
     else if (strstr(s, "<|im_start|>")) t->chat = TOK_CHAT_CHATML;
     else if (strstr(s, "<|start_header_id|>")) t->chat = TOK_CHAT_LLAMA3;
     else if (strstr(s, "<start_of_turn>")) t->chat = TOK_CHAT_GEMMA;
+    /* Mistral's v3-Tekken (Mistral-Nemo): "[INST]" + content + "[/INST]" without spaces; told
+     * from v1 as llama.cpp does (its tools block, no " [INST]") */
+    else if (strstr(s, "\"[INST]\"") && strstr(s, "[AVAILABLE_TOOLS]") && !strstr(s, " [INST]"))
+        t->chat = TOK_CHAT_MISTRAL_TEKKEN;
     else if (strstr(s, "[INST]")) t->chat = strstr(s, "<<SYS>>") ? TOK_CHAT_LLAMA2 : TOK_CHAT_MISTRAL;
     /* Phi-4-mini writes every role as '<|' + role + '|>' with no newline: before Phi-3.5's,
      * whose literal <|assistant|> and <|end|> it shares */
@@ -35,6 +39,7 @@ const char *tok_chat_template_name(const tokenizer *t) {
     case TOK_CHAT_LLAMA3: return "llama3";
     case TOK_CHAT_LLAMA2: return "llama2";
     case TOK_CHAT_MISTRAL: return "mistral";
+    case TOK_CHAT_MISTRAL_TEKKEN: return "mistral-tekken";
     case TOK_CHAT_GEMMA: return "gemma";
     case TOK_CHAT_PHI3: return "phi3";
     case TOK_CHAT_PHI4: return "phi4";
@@ -116,7 +121,7 @@ static int chat_begin(const tokenizer *t, const char *flag, const char **user, c
         return llmi_fail(st, LLMI_E_USAGE, "%s: the model has no chat template (tokenizer.chat_template)", flag);
     if (t->chat == TOK_CHAT_UNKNOWN)
         return llmi_fail(st, LLMI_E_USAGE, "%s: model's chat template is not one of chatml, llama3, llama2, mistral, gemma, "
-                         "phi3, phi4, phi4mini", flag);
+                         "phi3, phi4, phi4mini, mistral-tekken", flag);
     return 0;
 }
 
@@ -142,6 +147,7 @@ static const struct user_turn_shape {
                          "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", true, false},
     [TOK_CHAT_LLAMA2] = {"[INST] ", " [/INST]", true, true},
     [TOK_CHAT_MISTRAL] = {"[INST] ", " [/INST]", false, false},
+    [TOK_CHAT_MISTRAL_TEKKEN] = {"[INST]", "[/INST]", false, false},
     [TOK_CHAT_GEMMA] = {"<start_of_turn>user\n", "<end_of_turn>\n<start_of_turn>model\n", true, false},
     [TOK_CHAT_PHI3] = {"<|user|>\n", "<|end|>\n<|assistant|>\n", false, false},
     [TOK_CHAT_PHI4] = {"<|im_start|>user<|im_sep|>", "<|im_end|><|im_start|>assistant<|im_sep|>", false, false},
@@ -241,6 +247,12 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
         strbuf_put(&b, bos, bl);
         user_turn_folded(&b, t, "", system && *system ? system : NULL, "\n\n", user);
         break;
+    case TOK_CHAT_MISTRAL_TEKKEN:
+        /* Mistral-Nemo's: the system message (an empty one too) + "\n\n" before the content
+         * of the last user message, here the only one */
+        strbuf_put(&b, bos, bl);
+        user_turn_folded(&b, t, "", system, "\n\n", user);
+        break;
     case TOK_CHAT_GEMMA:
         /* Gemma 3: no system turn; the system text + "\n\n" opens the first user turn, before
          * the user's content, which alone is trimmed */
@@ -279,8 +291,11 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
     return chat_done(&b, out, "--chat", st);
 }
 
-int tok_chat_next_turn(const tokenizer *t, const char *user, char **out, llmi_status *st) {
-    if (chat_begin(t, "--turns", &user, out, st)) return st->code;
+/* tok_chat_next_turn with, for Mistral v3-Tekken only, the system message folded into the
+ * new (last) user turn, where that template writes it. */
+static int next_turn(const tokenizer *t, const char *system, const char *user, const char *flag, char **out,
+                     llmi_status *st) {
+    if (chat_begin(t, flag, &user, out, st)) return st->code;
     strbuf b = {0};
     size_t el;
     const char *eos = token_text(t, t->eos_id, &el);
@@ -292,15 +307,21 @@ int tok_chat_next_turn(const tokenizer *t, const char *user, char **out, llmi_st
         strbuf_puts(&b, " ");
         strbuf_put(&b, eos, el);
         break;
-    case TOK_CHAT_MISTRAL: strbuf_put(&b, eos, el); break;
+    case TOK_CHAT_MISTRAL:
+    case TOK_CHAT_MISTRAL_TEKKEN: strbuf_put(&b, eos, el); break;
     case TOK_CHAT_GEMMA: strbuf_puts(&b, "<end_of_turn>\n"); break;
     case TOK_CHAT_PHI3: strbuf_puts(&b, "<|end|>\n"); break;
     case TOK_CHAT_PHI4: strbuf_puts(&b, "<|im_end|>"); break;
     case TOK_CHAT_PHI4_MINI: strbuf_puts(&b, "<|end|>"); break;
     default: break;
     }
-    user_turn(&b, t, user);
-    return chat_done(&b, out, "--turns", st);
+    if (t->chat == TOK_CHAT_MISTRAL_TEKKEN) user_turn_folded(&b, t, "", system, "\n\n", user);
+    else user_turn(&b, t, user);
+    return chat_done(&b, out, flag, st);
+}
+
+int tok_chat_next_turn(const tokenizer *t, const char *user, char **out, llmi_status *st) {
+    return next_turn(t, NULL, user, "--turns", out, st);
 }
 
 /* An assistant message's content as the family's templates write it in the history, before
@@ -335,15 +356,17 @@ int tok_chat_messages(const tokenizer *t, const char *system, const char *const 
     if (n_turns < 1 || n_turns % 2 == 0)
         return llmi_fail(st, LLMI_E_USAGE, "messages: after the system message, user and assistant messages must "
                          "alternate from a user message to a user message (got %d)", n_turns);
+    /* Mistral v3-Tekken writes the system message with the last user message only */
+    const bool sys_last = t->chat == TOK_CHAT_MISTRAL_TEKKEN && n_turns > 1;
     char *first = NULL;
-    if (tok_chat_format(t, system, turns[0], &first, st)) return st->code;
+    if (tok_chat_format(t, sys_last ? NULL : system, turns[0], &first, st)) return st->code;
     strbuf b = {0};
     strbuf_puts(&b, first);
     free(first);
     for (int k = 1; k + 1 < n_turns; k += 2) {
         assistant_content(&b, t, turns[k]);
         char *next = NULL;
-        if (tok_chat_next_turn(t, turns[k + 1], &next, st)) {
+        if (next_turn(t, sys_last && k + 2 == n_turns ? system : NULL, turns[k + 1], "messages", &next, st)) {
             free(b.p);
             return st->code;
         }
@@ -365,6 +388,10 @@ int tok_chat_pieces_make(const tokenizer *t, const char *system, tok_chat_pieces
     const size_t ml = sizeof MARK - 1;
     *c = (tok_chat_pieces){0};
     char *one = NULL, *two = NULL;
+    if (t->chat == TOK_CHAT_MISTRAL_TEKKEN && system)
+        return llmi_fail(st, LLMI_E_USAGE, "--system: this model's chat template (Mistral v3-Tekken) writes the system "
+                         "message with the latest user message, which a conversation growing turn by turn cannot "
+                         "keep as its prefix; leave --system out, or send whole conversations as \"messages\"");
     int rc = tok_chat_format(t, system, MARK, &one, st);
     if (!rc) rc = tok_chat_next_turn(t, MARK, &two, st);
     const char *a = one ? strstr(one, MARK) : NULL, *b = two ? strstr(two, MARK) : NULL;
