@@ -770,13 +770,16 @@ TEST(tok_chat_templates) {
     }
     free(txt);
     CHECK(cases >= 20);
-    /* an unknown template is refused with the agreed message; so is SmolLM3's, whose ChatML
-     * turns follow a system turn of its own making (llama.cpp's models/templates copy's lines) */
+    /* an unknown template is refused with the agreed message; so are SmolLM3's, whose ChatML
+     * turns follow a system turn of its own making, and Mistral v7's [SYSTEM_PROMPT] ones
+     * (lines of llama.cpp's models/templates copies) */
     const char *const refused[] = {"{{ messages }}",
                                    "{{- \"<|im_start|>system\\n\" -}}{{- \"## Metadata\\n\\n\" -}}"
                                    "{{- \"Reasoning Mode: \" + reasoning_mode + \"\\n\\n\" -}}"
-                                   "{{ \"<|im_start|>\" + message.role + \"\\n\" + content + \"<|im_end|>\\n\" }}"};
-    for (int i = 0; i < 2; i++) {
+                                   "{{ \"<|im_start|>\" + message.role + \"\\n\" + content + \"<|im_end|>\\n\" }}",
+                                   "{{- bos_token }}{{- '[SYSTEM_PROMPT]' + system_prompt + '[/SYSTEM_PROMPT]' }}"
+                                   "{{- '[AVAILABLE_TOOLS]' + tools|tojson + '[/AVAILABLE_TOOLS]' }}{{- '[INST]' }}"};
+    for (int i = 0; i < 3; i++) {
         tokenizer *tk = chat_tok(refused[i], "<s>", "</s>");
         char *out = NULL;
         llmi_status st = {0};

@@ -21,6 +21,9 @@ void tok_detect_chat(tokenizer *t) {
     else if (strstr(s, "<|im_start|>")) t->chat = TOK_CHAT_CHATML;
     else if (strstr(s, "<|start_header_id|>")) t->chat = TOK_CHAT_LLAMA3;
     else if (strstr(s, "<start_of_turn>")) t->chat = TOK_CHAT_GEMMA;
+    /* Mistral's v7 (Mistral-Small 3.x, Devstral, Ministral 3: a [SYSTEM_PROMPT] turn, by default
+     * a long one of the template's own): refused, not rendered as v1 */
+    else if (strstr(s, "[SYSTEM_PROMPT]")) t->chat = TOK_CHAT_UNKNOWN;
     /* Mistral's v3-Tekken (Mistral-Nemo): "[INST]" + content + "[/INST]" without spaces; told
      * from v1 as llama.cpp does (its tools block, no " [INST]") */
     else if (strstr(s, "\"[INST]\"") && strstr(s, "[AVAILABLE_TOOLS]") && !strstr(s, " [INST]"))
