@@ -213,6 +213,40 @@ TEST(config_json_qwen3_defaults) {
     cj_rm_dir(d);
 }
 
+/* SmolLM3Config (transformers 5.24) for absent keys: 32768 positions, 4 kv heads, eps 1e-6,
+ * tied embeddings, rope_theta 2e6, the last of every 4 layers without RoPE; with
+ * use_sliding_window and a window, the NoPE layers slide (its layer_types); an interval of 2. */
+TEST(config_json_smollm3_defaults) {
+    char *d = cj_model_dir("none", "{}");
+    char p[1024];
+    snprintf(p, sizeof p, "%s/config.json", d);
+    const char *shape = "\"model_type\": \"smollm3\", \"hidden_size\": 64, \"num_hidden_layers\": 8, "
+                        "\"num_attention_heads\": 4, \"intermediate_size\": 96, \"vocab_size\": 32";
+    struct { const char *extra; int every, window; } cases[] = {
+        {"", 4, 0},
+        {", \"use_sliding_window\": true, \"sliding_window\": 16, \"no_rope_layer_interval\": 2", 2, 16},
+        {", \"use_sliding_window\": false, \"sliding_window\": 16", 4, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg, "{%s%s}", shape, cases[i].extra);
+        cj_write(p, cfg);
+        llmi_config c;
+        llmi_status st = {0};
+        int rc = config_json_read(p, NULL, &c, NULL, &st);
+        CHECK_MSG(rc == 0 && c.arch == LLMI_ARCH_LLAMA && !strcmp(c.arch_name, "smollm3") && c.max_ctx == 32768 &&
+                      c.n_kv_heads == 4 && c.norm_eps == 1e-6f && c.tie_embeddings && c.rope_theta == 2e6f &&
+                      c.sliding_window == cases[i].window,
+                  "case %zu: rc %d: %s", i, rc, st.msg);
+        for (int l = 0; l < 8 && rc == 0; l++) {
+            const bool nope = (l + 1) % cases[i].every == 0;
+            CHECK_MSG(c.layer_nope[l] == nope && config_layer_window(&c, l) == (nope ? cases[i].window : 0),
+                      "case %zu layer %d: nope %d window %d", i, l, c.layer_nope[l], config_layer_window(&c, l));
+        }
+    }
+    cj_rm_dir(d);
+}
+
 /* Each bad[i][0] (a printf pattern given shape) written to p must be refused by the reader
  * with a message holding bad[i][1]. */
 static void cj_expect_refused(test_ctx *t_, const char *p, const char *shape, const char *const (*bad)[2], size_t n) {

@@ -66,7 +66,7 @@ static const cj_family k_families[] = {
     /* SmolLM3Config: llama's layers, every no_rope_layer_interval-th without RoPE; windows:
      * cj_smollm3 */
     {.model_type = "smollm3", .arch_class = "SmolLM3ForCausalLM", .arch = LLMI_ARCH_LLAMA, .max_ctx = 32768,
-     .n_kv_heads = 4, .tied = true, .nope = true},
+     .n_kv_heads = 4, .rope_theta = 2e6f, .tied = true, .nope = true},
     {.model_type = "gemma2", .arch_class = "Gemma2ForCausalLM", .arch = LLMI_ARCH_GEMMA2, .max_ctx = 8192,
      .n_kv_heads = 4, .head_dim = CJ_GEMMA_HEAD_DIM},   /* windows: cj_gemma */
     {.model_type = "gemma3_text", .arch_class = "Gemma3ForCausalLM", .arch = LLMI_ARCH_GEMMA3, .max_ctx = 131072,
