@@ -470,7 +470,6 @@ def render_chat(smol_template):
     # transformers defines strftime_now (today's date); the date used is recorded so the test
     # can substitute the date of its own run
     import datetime
-    today = datetime.datetime.now().strftime("%d %b %Y")
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     templates = [("chatml", "smollm2", smol_template, "", ""),
                  ("llama3", "llama3", LLAMA3_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>"),
@@ -485,12 +484,15 @@ def render_chat(smol_template):
                      ("llama3", "models/templates/meta-llama-Llama-3.3-70B-Instruct.jinja"),
                      ("gemma", "models/templates/google-gemma-2-2b-it.jinja"),
                      ("phi3", "models/templates/microsoft-Phi-3.5-mini-instruct.jinja"),
-                     ("mistral-tekken", "models/templates/mistralai-Mistral-Nemo-Instruct-2407.jinja")):
+                     ("mistral-tekken", "models/templates/mistralai-Mistral-Nemo-Instruct-2407.jinja"),
+                     ("mistral-v7", "models/templates/Mistral-Small-3.2-24B-Instruct-2506.jinja"),
+                     ("mistral-v7", "models/templates/unsloth-mistral-Devstral-Small-2507.jinja"),
+                     ("mistral-v7", "models/templates/mistralai-Ministral-3-14B-Reasoning-2512.jinja")):
         p = os.path.join(LLAMACPP, fn)
         if os.path.exists(p):
             bos, eos = (("<|begin_of_text|>", "<|eot_id|>") if kind == "llama3" else ("<bos>", "<eos>")
                         if kind == "gemma" else ("<s>", "<|endoftext|>") if kind == "phi3"
-                        else ("<s>", "</s>") if kind == "mistral-tekken" else ("", "<|im_end|>"))
+                        else ("<s>", "</s>") if kind.startswith("mistral") else ("", "<|im_end|>"))
             templates.append((kind, os.path.basename(fn), open(p, encoding="utf-8").read(), bos, eos))
     convs = [(None, "Hello!"), ("You are terse.", "What is 2+2?"), ("", "hi"),
              ("Multi\nline system.", "  spaced user text \n"), (None, "Unicode: 你好 🚀 é")]
@@ -506,7 +508,13 @@ def render_chat(smol_template):
             rec = {"kind": kind, "name": name, "template": tpl, "bos": bos, "eos": eos,
                    "system": system, "user": user, "out": s}
             if "strftime_now" in tpl:
-                rec["today"] = today
+                # the date as the template writes it (its strftime_now format), which the test
+                # replaces with its own run's
+                import re
+                fmt = re.search(r'strftime_now\(["\']([^"\']+)["\']\)', tpl).group(1)
+                rec["today"] = datetime.datetime.now().strftime(fmt)
+                if fmt != "%d %b %Y":
+                    rec["today_fmt"] = fmt
             out.append(json.dumps(rec, ensure_ascii=False))
     return ("\n".join(out) + "\n").encode("utf-8")
 

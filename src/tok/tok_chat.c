@@ -11,6 +11,8 @@
 #include "core/strbuf.h"
 #include "tok/tok_internal.h"
 
+static char *mistral_v7_default_system(const char *tpl, bool *ok);
+
 void tok_detect_chat(tokenizer *t) {
     const char *s = t->chat_template;
     if (!s || !*s) t->chat = TOK_CHAT_NONE;
@@ -21,9 +23,14 @@ void tok_detect_chat(tokenizer *t) {
     else if (strstr(s, "<|im_start|>")) t->chat = TOK_CHAT_CHATML;
     else if (strstr(s, "<|start_header_id|>")) t->chat = TOK_CHAT_LLAMA3;
     else if (strstr(s, "<start_of_turn>")) t->chat = TOK_CHAT_GEMMA;
-    /* Mistral's v7 (Mistral-Small 3.x, Devstral, Ministral 3: a [SYSTEM_PROMPT] turn, by default
-     * a long one of the template's own): refused, not rendered as v1 */
-    else if (strstr(s, "[SYSTEM_PROMPT]")) t->chat = TOK_CHAT_UNKNOWN;
+    /* Mistral's v7 (Mistral-Small 3.x, Devstral, Ministral 3): a [SYSTEM_PROMPT] turn, by
+     * default the template's own default_system_message; refused, not rendered as v1, when
+     * that default is an expression llmi does not read */
+    else if (strstr(s, "[SYSTEM_PROMPT]")) {
+        bool ok;
+        free(mistral_v7_default_system(s, &ok));
+        t->chat = ok ? TOK_CHAT_MISTRAL_V7 : TOK_CHAT_UNKNOWN;
+    }
     /* Mistral's v3-Tekken (Mistral-Nemo): "[INST]" + content + "[/INST]" without spaces; told
      * from v1 as llama.cpp does (its tools block, no " [INST]") */
     else if (strstr(s, "\"[INST]\"") && strstr(s, "[AVAILABLE_TOOLS]") && !strstr(s, " [INST]"))
@@ -43,6 +50,7 @@ const char *tok_chat_template_name(const tokenizer *t) {
     case TOK_CHAT_LLAMA2: return "llama2";
     case TOK_CHAT_MISTRAL: return "mistral";
     case TOK_CHAT_MISTRAL_TEKKEN: return "mistral-tekken";
+    case TOK_CHAT_MISTRAL_V7: return "mistral-v7";
     case TOK_CHAT_GEMMA: return "gemma";
     case TOK_CHAT_PHI3: return "phi3";
     case TOK_CHAT_PHI4: return "phi4";
@@ -109,6 +117,66 @@ static char *chatml_default_system(const char *tpl) {
     return NULL;
 }
 
+/* Mistral v7's default system message: the template's `set default_system_message = ...`,
+ * string literals ('...' or "...", Python's escapes) joined by + with `today`, the template's
+ * `set today = strftime_now("FMT")` of this run (Mistral-Small 3.2).  A malloc'ed string
+ * ("" without one); NULL and *ok false for an expression of anything else. */
+static char *mistral_v7_default_system(const char *tpl, bool *ok) {
+    *ok = false;
+    strbuf b = {0};
+    const char *p = strstr(tpl, "set default_system_message =");
+    if (!p) {
+        *ok = true;
+        return strdup("");
+    }
+    p += strlen("set default_system_message =");
+    for (;;) {
+        while (*p == ' ' || *p == '\n') p++;
+        if (*p == '\'' || *p == '"') {
+            const char q = *p++;
+            for (; *p && *p != q; p++) {
+                if (*p != '\\') {
+                    strbuf_put(&b, p, 1);
+                    continue;
+                }
+                p++;
+                char c = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p;
+                if (!*p) break;
+                if (*p != 'n' && *p != 't' && *p != '\\' && *p != '\'' && *p != '"') strbuf_put(&b, "\\", 1);
+                strbuf_put(&b, &c, 1);
+            }
+            if (*p != q) break;
+            p++;
+        } else if (strncmp(p, "today", 5) == 0) {
+            const char *f = strstr(tpl, "set today = strftime_now(\""), *e;
+            char fmt[32], date[64];
+            if (!f || !(e = strchr(f += strlen("set today = strftime_now(\""), '"')) || e - f >= (long)sizeof fmt) break;
+            snprintf(fmt, sizeof fmt, "%.*s", (int)(e - f), f);
+            time_t now = time(NULL);
+            struct tm tm;
+            localtime_r(&now, &tm);
+            if (!strftime(date, sizeof date, fmt, &tm)) break;
+            strbuf_puts(&b, date);
+            p += 5;
+        } else {
+            break;
+        }
+        while (*p == ' ' || *p == '\n') p++;
+        if (*p == '+') {
+            p++;
+            continue;
+        }
+        if (!b.oom && (strncmp(p, "%}", 2) == 0 || strncmp(p, "-%}", 3) == 0)) {
+            *ok = true;
+            if (!b.p) return strdup("");
+            return b.p;
+        }
+        break;
+    }
+    free(b.p);
+    return NULL;
+}
+
 static const char *token_text(const tokenizer *t, int id, size_t *n) {
     if (id < 0 || id >= t->n_vocab) { *n = 0; return ""; }
     *n = t->str_len[id];
@@ -124,7 +192,7 @@ static int chat_begin(const tokenizer *t, const char *flag, const char **user, c
         return llmi_fail(st, LLMI_E_USAGE, "%s: the model has no chat template (tokenizer.chat_template)", flag);
     if (t->chat == TOK_CHAT_UNKNOWN)
         return llmi_fail(st, LLMI_E_USAGE, "%s: model's chat template is not one of chatml, llama3, llama2, mistral, gemma, "
-                         "phi3, phi4, phi4mini, mistral-tekken", flag);
+                         "phi3, phi4, phi4mini, mistral-tekken, mistral-v7", flag);
     return 0;
 }
 
@@ -151,6 +219,7 @@ static const struct user_turn_shape {
     [TOK_CHAT_LLAMA2] = {"[INST] ", " [/INST]", true, true},
     [TOK_CHAT_MISTRAL] = {"[INST] ", " [/INST]", false, false},
     [TOK_CHAT_MISTRAL_TEKKEN] = {"[INST]", "[/INST]", false, false},
+    [TOK_CHAT_MISTRAL_V7] = {"[INST]", "[/INST]", false, false},
     [TOK_CHAT_GEMMA] = {"<start_of_turn>user\n", "<end_of_turn>\n<start_of_turn>model\n", true, false},
     [TOK_CHAT_PHI3] = {"<|user|>\n", "<|end|>\n<|assistant|>\n", false, false},
     [TOK_CHAT_PHI4] = {"<|im_start|>user<|im_sep|>", "<|im_end|><|im_start|>assistant<|im_sep|>", false, false},
@@ -256,6 +325,22 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
         strbuf_put(&b, bos, bl);
         user_turn_folded(&b, t, "", system, "\n\n", user);
         break;
+    case TOK_CHAT_MISTRAL_V7: {
+        /* Mistral-Small 3.x's, Devstral's, Ministral 3's: the system message (an empty one too),
+         * else the template's default when it has one, as a [SYSTEM_PROMPT] turn */
+        bool ok;
+        char *def = system ? NULL : mistral_v7_default_system(t->chat_template, &ok);
+        const char *sys = system ? system : def;
+        strbuf_put(&b, bos, bl);
+        if (sys && (system || *sys)) {
+            strbuf_puts(&b, "[SYSTEM_PROMPT]");
+            strbuf_puts(&b, sys);
+            strbuf_puts(&b, "[/SYSTEM_PROMPT]");
+        }
+        free(def);
+        user_turn(&b, t, user);
+        break;
+    }
     case TOK_CHAT_GEMMA:
         /* Gemma 3: no system turn; the system text + "\n\n" opens the first user turn, before
          * the user's content, which alone is trimmed */
@@ -311,7 +396,8 @@ static int next_turn(const tokenizer *t, const char *system, const char *user, c
         strbuf_put(&b, eos, el);
         break;
     case TOK_CHAT_MISTRAL:
-    case TOK_CHAT_MISTRAL_TEKKEN: strbuf_put(&b, eos, el); break;
+    case TOK_CHAT_MISTRAL_TEKKEN:
+    case TOK_CHAT_MISTRAL_V7: strbuf_put(&b, eos, el); break;
     case TOK_CHAT_GEMMA: strbuf_puts(&b, "<end_of_turn>\n"); break;
     case TOK_CHAT_PHI3: strbuf_puts(&b, "<|end|>\n"); break;
     case TOK_CHAT_PHI4: strbuf_puts(&b, "<|im_end|>"); break;
