@@ -5,7 +5,7 @@ and a Mixtral-style mixture of 4 experts,
 the vocabulary of testdata/tokenizer/eog/named.gguf) and as a safetensors directory.
 Standard library only; the layout follows ggml's docs/gguf.md and huggingface/safetensors.
   python3 scripts/make-fuzz-seeds.py        (from the repository root)"""
-import json, os, random, struct, subprocess
+import json, os, random, struct, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
@@ -235,6 +235,60 @@ def write(name, path, data):
         f.write(data)
 
 
+def seeds_2026_11_29():
+    """SmolLM3's GGUF (arch smollm3, every 4th layer without RoPE) with Tekken's pre-tokenizer
+    and Mistral v7's chat template (its default system message parsed from the template
+    text); Phi-4-mini's partial RoPE (rope.dimension_count below the head size) with the
+    o200k pre-tokenizer and its chat template; the o200k and Tekken tokenizer.json files with
+    those templates; SmolLM3's and Phi-4-mini's config.json.  Edits of the seeds above."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+    import gguf_edit
+    tpl_dir = os.environ.get("LLAMACPP_TEMPLATES", "")
+    mistral_v7 = open(os.path.join(tpl_dir, "Mistral-Small-3.2-24B-Instruct-2506.jinja")).read() if tpl_dir else \
+        "{%- set today = strftime_now(\"%Y-%m-%d\") %}{%- set default_system_message = 'Today is ' + today + '.' %}" \
+        "{{- bos_token }}{{- '[SYSTEM_PROMPT]' + default_system_message + '[/SYSTEM_PROMPT]' }}" \
+        "{{- '[AVAILABLE_TOOLS]' }}{{- '[INST]' + message['content'] + '[/INST]' }}"
+    phi4_mini = ("{% for message in messages %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
+                 "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}")
+    src = os.path.join(CORPUS, "fuzz_gguf", "tiny-llama.gguf")
+    for name, arch, pre, tpl, rope_dim in (("tiny-smollm3-tekken.gguf", "smollm3", "tekken", mistral_v7, None),
+                                          ("tiny-phi4mini-o200k.gguf", "phi3", "gpt-4o", phi4_mini, HD - 2)):
+        g = gguf_edit.read(src)
+        for e in g["kv"]:
+            if e[0].startswith("llama."):
+                e[0] = arch + e[0][len("llama"):]
+            if e[0] == "general.architecture":
+                e[2] = gstr(arch)
+            if e[0] == arch + ".rope.dimension_count" and rope_dim:
+                e[2] = struct.pack("<I", rope_dim)
+        gguf_edit.set_str(g, "tokenizer.ggml.pre", pre)
+        gguf_edit.set_str(g, "tokenizer.chat_template", tpl)
+        if arch == "phi3":   # q/k/v as one attn_qkv, gate and up as one ffn_up, as llama.cpp's converter
+            ts = []
+            for t in g["tensors"]:
+                n = t["name"]
+                if n.endswith("attn_q.weight"):
+                    k, v = gguf_edit.find(g, n.replace("attn_q", "attn_k")), gguf_edit.find(g, n.replace("attn_q", "attn_v"))
+                    rows = t["dims"][1] + k["dims"][1] + v["dims"][1]
+                    ts.append({"name": n.replace("attn_q", "attn_qkv"), "dims": [t["dims"][0], rows], "type": t["type"],
+                               "data": q4_0(rows, t["dims"][0])})
+                elif n.endswith("ffn_up.weight"):
+                    ts.append({"name": n, "dims": [t["dims"][0], 2 * t["dims"][1]], "type": t["type"],
+                               "data": q4_0(2 * t["dims"][1], t["dims"][0])})
+                elif not (n.endswith("attn_k.weight") or n.endswith("attn_v.weight") or n.endswith("ffn_gate.weight")):
+                    ts.append(t)
+            g["tensors"] = ts
+        gguf_edit.write(os.path.join(CORPUS, "fuzz_gguf", name), g)
+    tok = os.path.join(ROOT, "testdata", "tokenizer")
+    for case, tpl in (("o200k", phi4_mini), ("tekken", mistral_v7)):
+        cfg = json.dumps({"add_bos_token": case == "tekken", "bos_token": "<|begin_of_text|>",
+                          "eos_token": "<|end_of_text|>", "chat_template": tpl}).encode()
+        write("fuzz_tokenizer_json", case, trim_tokenizer(tok + "/%s-trim/tokenizer.json.zst" % case) + b"\n#--\n" + cfg)
+    hf = os.path.join(ROOT, "testdata", "hf")
+    for case in ("smollm3-nope", "phi4mini-partial"):
+        write("fuzz_config_json", case + ".json", open(os.path.join(hf, case, "config.json"), "rb").read())
+
+
 if __name__ == "__main__":
     os.makedirs(os.path.join(CORPUS, "fuzz_gguf"), exist_ok=True)
     write_gguf(os.path.join(CORPUS, "fuzz_gguf", "tiny-llama.gguf"))
@@ -264,3 +318,5 @@ if __name__ == "__main__":
     write("fuzz_stats", "stats-other-model.zst", stats(1, [8, 8, 8, 8]))
     # last, so the random draws of the seeds above stay as they were
     write_gguf(os.path.join(CORPUS, "fuzz_gguf", "tiny-mixtral.gguf"), moe=4)
+    seeds_2026_11_29()
+
