@@ -187,6 +187,14 @@ TEST(config_json_qwen2_window) {
 
 /* Qwen3Config's own defaults (transformers 5.24 configuration_qwen3.py): head_dim 128 when
  * absent (not hidden_size / heads), no bias unless attention_bias; q/k norm always. */
+/* config.json "{shape extra}" written to p and read into c. */
+static int cj_read_case(const char *p, const char *shape, const char *extra, llmi_config *c, llmi_status *st) {
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "{%s%s}", shape, extra);
+    cj_write(p, cfg);
+    return config_json_read(p, NULL, c, NULL, st);
+}
+
 TEST(config_json_qwen3_defaults) {
     char *d = cj_model_dir("none", "{}");
     char p[1024];
@@ -200,12 +208,9 @@ TEST(config_json_qwen3_defaults) {
         {", \"head_dim\": 16, \"attention_bias\": true", 16, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char cfg[1024];
-        snprintf(cfg, sizeof cfg, "{%s%s}", shape, cases[i].extra);
-        cj_write(p, cfg);
         llmi_config c;
         llmi_status st = {0};
-        int rc = config_json_read(p, NULL, &c, NULL, &st);
+        int rc = cj_read_case(p, shape, cases[i].extra, &c, &st);
         CHECK_MSG(rc == 0 && c.arch == LLMI_ARCH_QWEN3 && c.qk_norm && c.head_dim == cases[i].head_dim &&
                       c.qkv_bias == cases[i].bias && c.max_ctx == 32768 && c.norm_eps == 1e-6f,
                   "case %zu: rc %d head_dim %d bias %d: %s", i, rc, c.head_dim, c.qkv_bias, st.msg);
@@ -228,12 +233,9 @@ TEST(config_json_smollm3_defaults) {
         {", \"use_sliding_window\": false, \"sliding_window\": 16", 4, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char cfg[1024];
-        snprintf(cfg, sizeof cfg, "{%s%s}", shape, cases[i].extra);
-        cj_write(p, cfg);
         llmi_config c;
         llmi_status st = {0};
-        int rc = config_json_read(p, NULL, &c, NULL, &st);
+        int rc = cj_read_case(p, shape, cases[i].extra, &c, &st);
         CHECK_MSG(rc == 0 && c.arch == LLMI_ARCH_LLAMA && !strcmp(c.arch_name, "smollm3") && c.max_ctx == 32768 &&
                       c.n_kv_heads == 4 && c.norm_eps == 1e-6f && c.tie_embeddings && c.rope_theta == 2e6f &&
                       c.sliding_window == cases[i].window,
@@ -288,12 +290,9 @@ TEST(config_json_gemma3) {
          2e5f, 1000.f, 2.f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char cfg[1024];
-        snprintf(cfg, sizeof cfg, "{%s%s}", shape, cases[i].extra);
-        cj_write(p, cfg);
         llmi_config c;
         llmi_status st = {0};
-        int rc = config_json_read(p, NULL, &c, NULL, &st);
+        int rc = cj_read_case(p, shape, cases[i].extra, &c, &st);
         CHECK_MSG(rc == 0, "case %zu: %s", i, st.msg);
         if (rc) continue;
         CHECK(c.arch == LLMI_ARCH_GEMMA3 && c.act == LLMI_ACT_GELU_TANH && c.qk_norm && c.post_norms &&

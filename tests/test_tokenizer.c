@@ -323,17 +323,25 @@ TEST(tok_ref_gpt2_trim) { trimmed(t_, "gpt2-trim", TOK_PRE_GPT2); }
  * trimmed Llama-3 vocabulary: HF's tokenizer.json, and the same vocabulary as a GGUF with
  * llama.cpp's pre name ("gpt-4o", "tekken": Tekken's BOS by default, ignore_merges), against
  * HF `tokenizers`' encodings. */
+/* A committed .gguf.zst unpacked into tmp (a mkstemp template), for the GGUF reader, which
+ * maps a file: false when it cannot be read or written. */
+static bool unzst_to_file(test_ctx *t_, const char *zst, char *tmp) {
+    size_t n;
+    char *bytes = slurp_zst(zst, &n);
+    CHECK_MSG(bytes != NULL, "cannot read %s", zst);
+    int fd = bytes ? mkstemp(tmp) : -1;
+    bool ok = fd >= 0 && write(fd, bytes, n) == (ssize_t)n;
+    if (fd >= 0) close(fd);
+    CHECK_MSG(!bytes || ok, "cannot write %s", tmp);
+    free(bytes);
+    return ok;
+}
+
 static void trimmed_gguf(test_ctx *t_, const char *name, tok_pre_kind want_pre) {
     char z[1024], r[1024], tmp[] = "/tmp/llmi-vocab-XXXXXX";
     snprintf(z, sizeof z, "%s/tokenizer/%s/vocab.gguf.zst", testdata(), name);
     snprintf(r, sizeof r, "%s/tokenizer/%s/refs.jsonl.zst", testdata(), name);
-    size_t n;
-    char *bytes = slurp_zst(z, &n);
-    CHECK_MSG(bytes != NULL, "cannot read %s", z);
-    int fd = bytes ? mkstemp(tmp) : -1;
-    if (fd >= 0) {
-        CHECK(write(fd, bytes, n) == (ssize_t)n);
-        close(fd);
+    if (unzst_to_file(t_, z, tmp)) {
         llmi_status st = {0};
         tokenizer *tk = load_gguf(tmp, &st);
         CHECK_MSG(tk != NULL, "%s: %s", z, st.msg);
@@ -363,7 +371,6 @@ static void trimmed_gguf(test_ctx *t_, const char *name, tok_pre_kind want_pre) 
         rmdir(dir);
         unlink(tmp);
     }
-    free(bytes);
 }
 TEST(tok_ref_o200k_trim) { trimmed(t_, "o200k-trim", TOK_PRE_O200K); }
 TEST(tok_ref_tekken_trim) { trimmed(t_, "tekken-trim", TOK_PRE_TEKKEN); }
@@ -435,17 +442,10 @@ TEST(tok_llamacpp_vectors) {
         snprintf(z, sizeof z, "%s/tokenizer/llamacpp-vocab/ggml-vocab-%s.gguf.zst", testdata(), names[k]);
         snprintf(i, sizeof i, "%s/tokenizer/llamacpp-vocab/ggml-vocab-%s.gguf.inp", testdata(), names[k]);
         snprintf(o, sizeof o, "%s/tokenizer/llamacpp-vocab/ggml-vocab-%s.gguf.out", testdata(), names[k]);
-        size_t n;
-        char *bytes = slurp_zst(z, &n);
-        CHECK_MSG(bytes != NULL, "cannot read %s", z);
-        int fd = bytes ? mkstemp(tmp) : -1;
-        if (fd >= 0) {
-            CHECK(write(fd, bytes, n) == (ssize_t)n);
-            close(fd);
+        if (unzst_to_file(t_, z, tmp)) {
             llamacpp_vectors(t_, z, tmp, i, o, pres[k]);
             unlink(tmp);
         }
-        free(bytes);
     }
 }
 

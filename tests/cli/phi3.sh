@@ -31,14 +31,7 @@ PY
 [ -s "$TMP/own.out" ] || fail "a phi3 GGUF's sliding_window 8 changed the logprobs (llama.cpp ignores it)"
 echo "phi3 GGUF with attention.sliding_window 8 = without (130-token prompts): the window is ignored, as llama.cpp does"
 
-edited() {  # edited NAME PYTHON: a copy of $H whose config.json c went through PYTHON
-  rm -rf "$TMP/$1" && cp -r "$H" "$TMP/$1"
-  python3 - "$TMP/$1/config.json" "$2" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1])); exec(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))
-PY
-  echo "$TMP/$1"
-}
+edited() { config_edited "$H" "$@"; }   # edited NAME PYTHON: a copy of $H, its config.json c through PYTHON
 gen=(generate --device cpu -p hi -n 1 --no-stats)
 d=$(edited badrope 'c["rope_scaling"] = {"type": "dynamic", "factor": 2.0}')
 expect_error "rope_scaling type must be longrope" "$LLMI" "${gen[@]}" -m "$d"

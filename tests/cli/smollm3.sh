@@ -13,14 +13,7 @@ REF="$TESTDATA/hf/ref/smollm3-nope.json"
 python3 -c 'import json,sys
 for s in json.load(open(sys.argv[1]))["seqs"]: print(json.dumps({"prompt_token_ids": s["ids"]}))' "$REF" >"$TMP/ids.jsonl"
 plp=(generate --device cpu --prompts "$TMP/ids.jsonl" -n 0 --prompt-logprobs 3 --json --no-stats)
-edited() {  # edited NAME PYTHON: a copy of $H whose config.json c went through PYTHON
-  rm -rf "$TMP/$1" && cp -r "$H" "$TMP/$1"
-  python3 - "$TMP/$1/config.json" "$2" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1])); exec(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))
-PY
-  echo "$TMP/$1"
-}
+edited() { config_edited "$H" "$@"; }   # edited NAME PYTHON: a copy of $H, its config.json c through PYTHON
 cmp_ref() {  # cmp_ref OUT: prompt logprobs within 1e-4 of transformers'
   python3 tests/compare_prompt_logprobs_hf.py "$REF" "$1" --tol 1e-4 --slack 1e-4 >"$TMP/cmp.out"
 }

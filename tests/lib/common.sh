@@ -89,6 +89,18 @@ print(f"  llmi without {sys.argv[3]}: ppl {got:.4f}, {abs(got / want - 1):.1%} f
 assert abs(got / want - 1) > 0.05
 PY
 }
+
+# config_edited DIR NAME PYTHON: a copy of the model directory DIR as $TMP/NAME whose
+# config.json, as the dict c, went through PYTHON; prints the copy's path.
+config_edited() {
+  rm -rf "$TMP/$2" && cp -r "$1" "$TMP/$2"
+  python3 - "$TMP/$2/config.json" "$3" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); exec(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))
+PY
+  echo "$TMP/$2"
+}
+
 # gguf_edited SRC NAME PYTHON: $TMP/NAME.gguf, a copy of the GGUF file SRC rewritten after
 # PYTHON ran on g = gguf_edit.read(SRC) (tests/lib/gguf_edit.py; struct imported); prints
 # the path.
