@@ -1,6 +1,6 @@
 /* tok_chat.c — owns chat formatting: recognises the family of a model's Jinja chat template
- * (ChatML, Llama-3, Llama-2, Mistral, Mistral v3-Tekken, Gemma, Phi-3, Phi-4, Phi-4-mini) from its text and renders one system + user turn with
- * the assistant turn opened, byte-for-byte as the template itself renders it (checked against
+ * (ChatML, Llama-3, Llama-2, Mistral v1, v3-Tekken and v7, Gemma, Phi-3, Phi-4, Phi-4-mini)
+ * from its text and renders one system + user turn with the assistant turn opened, byte-for-byte as the template itself renders it (checked against
  * jinja2 renderings in testdata/tokenizer/chat.jsonl), and the text that follows an assistant
  * answer to go on with one more user turn (testdata/bench/chat-turns.jsonl).  No Jinja interpreter: the families
  * are fixed shapes, and anything else is refused with a clear message. */

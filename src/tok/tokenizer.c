@@ -12,9 +12,10 @@
 /* (TOK_PRE_KINDS) each kind's regex: GPT-2's (SmolLM's too), Llama-3's, Qwen2's (Llama-3's
  * with single digits), none, o200k's (tiktoken's, as GPT-4o and Phi-4-mini ship it),
  * Tekken's (o200k's without the contractions, single digits) */
+#define TOK_RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 static const char *const k_pre_regex[TOK_PRE_KINDS] = {
-    [TOK_PRE_GPT2] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
-    [TOK_PRE_SMOLLM] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+    [TOK_PRE_GPT2] = TOK_RE_GPT2,
+    [TOK_PRE_SMOLLM] = TOK_RE_GPT2,
     [TOK_PRE_LLAMA3] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
                        "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
     [TOK_PRE_QWEN2] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
