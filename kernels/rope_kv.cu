@@ -93,7 +93,7 @@ extern "C" cudaError_t llmi_cuda_rope_kv(float *q, int q_stride, float *k, int k
     if (n <= 0) return cudaSuccess;
     if (rope_dim < 0 || rope_dim > head_dim || rope_dim % 2) return cudaErrorInvalidValue;
     if (kv_dt == LLMI_KV_Q8 && head_dim % KV_Q8_BLOCK != 0) return cudaErrorInvalidValue;   /* blocks within a head, as the CPU */
-    const size_t trig_bytes = (size_t)(rope_dim > 0 ? rope_dim / 2 : 1) * 2 * sizeof(float);
+    const size_t trig_bytes = (size_t)(rope_dim / 2) * 2 * sizeof(float);
     llmi_rope_kv_kernel<<<n, ROPE_THREADS, trig_bytes, s>>>(q, q_stride, k, k_stride, v, v_stride, positions,
                                                             slot_mapping, n_heads, n_kv_heads, head_dim, rope_dim,
                                                             inv_freq, mscale, k_cache, v_cache, kv_dt, k_scale,

@@ -364,8 +364,9 @@ static int json_factors(const cJSON *o, const char *key, int n, float *out, cons
  * ln(original)) (1 for a factor <= 1).  The short factors until model_select_longrope says. */
 static int cj_phi3(const cJSON *j, llmi_config *c, const char *file, llmi_status *st) {
     const cJSON *rp = json_item(j, "rope_parameters"), *rs = json_item(j, "rope_scaling");
-    const cJSON *where[3] = {j, cJSON_IsObject(rp) ? rp : NULL, cJSON_IsObject(rs) ? rs : NULL};
-    const cJSON *scal = where[2] ? rs : where[1];
+    if (!cJSON_IsObject(rp)) rp = NULL;
+    if (!cJSON_IsObject(rs)) rs = NULL;
+    const cJSON *scal = rs ? rs : rp;   /* Phi3Config: rope_scaling, else rope_parameters */
     const cJSON *prf = scal ? json_item(scal, "partial_rotary_factor") : NULL;
     if (!prf) prf = json_item(j, "partial_rotary_factor");
     if (prf) {
@@ -377,7 +378,7 @@ static int cj_phi3(const cJSON *j, llmi_config *c, const char *file, llmi_status
             return llmi_fail(st, LLMI_E_RUNTIME, "%s: partial_rotary_factor %g rotates %d of head_dim %d: an even "
                              "count >= 2 is needed", file, prf->valuedouble, c->rope_dim, c->head_dim);
     }
-    if (where[1] && json_num(rp, "rope_theta", &c->rope_theta, file, st) < 0) return LLMI_E_RUNTIME;
+    if (rp && json_num(rp, "rope_theta", &c->rope_theta, file, st) < 0) return LLMI_E_RUNTIME;
     const cJSON *t = scal ? json_item(scal, "rope_type") : NULL;
     if (!t && scal) t = json_item(scal, "type");
     if (!t || (cJSON_IsString(t) && strcmp(t->valuestring, "default") == 0)) return 0;
@@ -533,7 +534,7 @@ static int cj_smollm3(const cJSON *j, llmi_config *c, const char *file, llmi_sta
     } else {
         int every = 4;
         if (json_int(j, "no_rope_layer_interval", 1, INT32_MAX, &every, file, st) < 0) return LLMI_E_RUNTIME;
-        for (int l = 0; l < c->n_layers; l++) c->layer_nope[l] = (l + 1) % every == 0;
+        config_nope_every(c, every);
     }
     bool use = false;
     c->sliding_window = 0;

@@ -107,6 +107,10 @@ static inline bool config_layer_rope_local(const llmi_config *c, int l) {
 static inline float config_rope_mscale(const llmi_config *c, bool local) {
     return c->rope_attn_factor > 0 && !local ? c->rope_attn_factor : 1.0f;
 }
+/* SmolLM3's schedule: the last layer of every `every` without RoPE (no_rope_layer_interval). */
+static inline void config_nope_every(llmi_config *c, int every) {
+    for (int l = 0; l < c->n_layers; l++) c->layer_nope[l] = (l + 1) % every == 0;
+}
 /* Values of each head layer l rotates: rope_dim, 0 for a layer without RoPE (SmolLM3's NoPE). */
 static inline int config_layer_rope_dim(const llmi_config *c, int l) { return c->layer_nope[l] ? 0 : c->rope_dim; }
 /* Experts of each layer's MLP (1 for a dense model): the stacking factor of w_gate, w_up, w_down. */

@@ -334,7 +334,7 @@ int model_dummy_config(const char *spec, llmi_config *c, llmi_status *st) {
             *c = k_presets[i].cfg;
             snprintf(c->name, sizeof c->name, "%s", k_presets[i].name);
             if (!strcmp(c->arch_name, "smollm3"))   /* SmolLM3Config's no_rope_layer_interval 4 */
-                for (int l = 0; l < c->n_layers; l++) c->layer_nope[l] = (l + 1) % 4 == 0;
+                config_nope_every(c, 4);
             if (c->arch == LLMI_ARCH_PHI3)   /* Phi3Config's window covers every layer */
                 for (int l = 0; l < c->n_layers; l++) c->layer_sliding[l] = true;
             if (config_is_gemma(c)) {   /* Gemma 2: every 2nd layer global; Gemma 3: every 6th */

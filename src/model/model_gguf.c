@@ -382,7 +382,7 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     if (gguf_moe(g, arch, c, st)) return LLMI_E_RUNTIME;
     /* smollm3: llama.cpp's every 4th layer without RoPE (src/models/smollm3.cpp's fixed
      * n_no_rope_layer_step; the file has no key for it) */
-    for (int l = 0; l < c->n_layers && strcmp(arch, "smollm3") == 0; l++) c->layer_nope[l] = (l + 1) % 4 == 0;
+    if (strcmp(arch, "smollm3") == 0) config_nope_every(c, 4);
     *has_output = gguf_find_tensor(g, "output.weight") != NULL;
     c->tie_embeddings = !*has_output;
     if (config_validate(c, path, st)) return LLMI_E_RUNTIME;

@@ -241,7 +241,7 @@ int tok_create(const tok_spec *spec, tokenizer **out, llmi_status *st) {
 
     if (spec->model == TOK_MODEL_BYTELEVEL_BPE) {
         t->dec = TOK_DEC_BYTELEVEL;
-        if (spec->pre != TOK_PRE_NONE && tok_pre_regex(spec->pre)) {
+        if (tok_pre_regex(spec->pre)) {   /* NULL for TOK_PRE_NONE */
             t->digits_split = spec->pre == TOK_PRE_SMOLLM;
             t->ignore_merges = tok_pre_ignores_merges(spec->pre);
             if (spec->pre == TOK_PRE_QWEN2) t->norm = TOK_NORM_NFC;

@@ -265,10 +265,11 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
     const double esz = (double)kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)kvd) / kvd;   /* per value */
     /* keys attended, summed over tokens, for attention stats: full layers, sliding layers */
     const double ctx_sum = batch_attended_keys(bt, 0), ctx_sum_win = batch_attended_keys(bt, c->sliding_window);
-    cpu_rope_table(bt->positions, n, hd, im->inv_freq, config_rope_mscale(c, false), im->rope_cs, im->rope_sn);
+    cpu_rope_table(bt->positions, n, hd, c->rope_dim, im->inv_freq, config_rope_mscale(c, false), im->rope_cs,
+                   im->rope_sn);
     if (c->rope_theta_local > 0)
-        cpu_rope_table(bt->positions, n, hd, im->inv_freq_local, config_rope_mscale(c, true), im->rope_cs_local,
-                       im->rope_sn_local);
+        cpu_rope_table(bt->positions, n, hd, c->rope_dim, im->inv_freq_local, config_rope_mscale(c, true),
+                       im->rope_cs_local, im->rope_sn_local);
     int rc = 0;
     *stopped = false;
 #define TAP(l, t, x, w)                                             \

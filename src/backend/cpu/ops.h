@@ -128,9 +128,10 @@ void cpu_rope_kv_write_table(float *q, float *k, const float *v, const float *cs
                              int rope_dim, void *k_cache, void *v_cache, llmi_kv_dtype kv_dtype, const float *k_scale,
                              const float *v_scale);
 /* cs, sn (n, head_dim/2) = cos, sin of positions (n) times inv_freq (head_dim/2), in fp32,
- * each times mscale (config_rope_mscale). */
-void cpu_rope_table(const int32_t *positions, int n, int head_dim, const float *inv_freq, float mscale, float *cs,
-                    float *sn);
+ * each times mscale (config_rope_mscale): the first rope_dim/2 of each row, all a rotation
+ * reads (a partial RoPE's rest is not computed). */
+void cpu_rope_table(const int32_t *positions, int n, int head_dim, int rope_dim, const float *inv_freq, float mscale,
+                    float *cs, float *sn);
 /* Rotates heads [h0, h1) of one token's row x (heads, head_dim) by its cos/sin row: each
  * head's first rope_dim values. */
 void cpu_rope_heads(float *x, const float *cs, const float *sn, int h0, int h1, int head_dim, int rope_dim);

@@ -26,12 +26,12 @@ static void angles(int32_t pos, const float *inv_freq, float mscale, int half, f
     }
 }
 
-void cpu_rope_table(const int32_t *positions, int n, int head_dim, const float *inv_freq, float mscale, float *cs,
-                    float *sn) {
+void cpu_rope_table(const int32_t *positions, int n, int head_dim, int rope_dim, const float *inv_freq, float mscale,
+                    float *cs, float *sn) {
     int half = head_dim / 2;
 #pragma omp parallel for schedule(static) if (n > 16)
     for (int t = 0; t < n; t++)
-        angles(positions[t], inv_freq, mscale, half, cs + (size_t)t * half, sn + (size_t)t * half);
+        angles(positions[t], inv_freq, mscale, rope_dim / 2, cs + (size_t)t * half, sn + (size_t)t * half);
 }
 
 void cpu_rope_heads(float *x, const float *cs, const float *sn, int h0, int h1, int head_dim, int rope_dim) {
@@ -69,7 +69,7 @@ void cpu_rope_kv_write(float *q, float *k, const float *v, const int32_t *positi
 #pragma omp parallel for schedule(static) if (n > 4)
     for (int t = 0; t < n; t++) {
         float cs[512], sn[512];   /* (half); head_dim <= 1024 is checked by the backend */
-        angles(positions[t], inv_freq, mscale, head_dim / 2, cs, sn);
+        angles(positions[t], inv_freq, mscale, rope_dim / 2, cs, sn);
         rope_kv_token(q, k, v, cs, sn, slot_mapping[t], t, n_heads, n_kv_heads, head_dim, rope_dim, k_cache, v_cache,
                       kv_dtype, k_scale, v_scale);
     }

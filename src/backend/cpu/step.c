@@ -477,11 +477,11 @@ void cpu_step_forward(llmi_backend *b, const llmi_batch *bt, float *logits) {
     cpu_step *s = im->step;
     step_pick_spin(s);
     const llmi_config *c = &b->model->cfg;
-    cpu_rope_table(bt->positions, bt->n_tokens, c->head_dim, im->inv_freq, config_rope_mscale(c, false), im->rope_cs,
-                   im->rope_sn);
+    cpu_rope_table(bt->positions, bt->n_tokens, c->head_dim, c->rope_dim, im->inv_freq, config_rope_mscale(c, false),
+                   im->rope_cs, im->rope_sn);
     if (c->rope_theta_local > 0)
-        cpu_rope_table(bt->positions, bt->n_tokens, c->head_dim, im->inv_freq_local, config_rope_mscale(c, true),
-                       im->rope_cs_local, im->rope_sn_local);
+        cpu_rope_table(bt->positions, bt->n_tokens, c->head_dim, c->rope_dim, im->inv_freq_local,
+                       config_rope_mscale(c, true), im->rope_cs_local, im->rope_sn_local);
 #pragma omp parallel num_threads(s->n_threads)
     {
         /* a smaller team than asked for (a thread limit) runs on thread 0 alone */
