@@ -1,6 +1,7 @@
 /* activation.cu — owns the gated activations, SwiGLU and GeGLU (twins: cpu_swiglu,
- * cpu_geglu), the bias add of biased projections and control vectors (cpu_add_bias), and the
- * final logits' tanh soft cap (cpu_softcap). */
+ * cpu_geglu), the bias add of biased projections and control vectors (cpu_add_bias), a
+ * scale in place (cpu_scale), and the final logits' divisor and tanh soft cap
+ * (cpu_logits_finish). */
 #include "common.cuh"
 
 /* same expressions as the twins: silu, g / (1 + exp(-g)) * up; gelu_tanh, g * sigmoid(2y)
@@ -56,13 +57,21 @@ __global__ void llmi_add_bias_kernel(float *y, int stride, const float *bias, in
 }
 
 /* grid (cols / 256 rounded up, min(n, 65535)), rows strided by gridDim.y */
-__global__ void llmi_softcap_kernel(float *y, int stride, int n, int cols, float cap) {
+__global__ void llmi_logits_finish_kernel(float *y, int stride, int n, int cols, float divisor, float cap) {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= cols) return;
     for (int t = blockIdx.y; t < n; t += gridDim.y) {
-        float *p = y + (int64_t)t * stride + j;
-        *p = cap * tanhf(*p / cap);
+        float *p = y + (int64_t)t * stride + j, v = *p;
+        if (divisor != 1.0f) v /= divisor;
+        if (cap > 0.0f) v = cap * tanhf(v / cap);
+        *p = v;
     }
+}
+
+/* grid-stride over n values */
+__global__ void llmi_scale_kernel(float *y, size_t n, float scale) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] *= scale;
 }
 
 template <typename ACT>
@@ -96,10 +105,19 @@ extern "C" cudaError_t llmi_cuda_add_bias(float *y, int stride, const float *bia
     return cudaSuccess;
 }
 
-extern "C" cudaError_t llmi_cuda_softcap(float *y, int stride, int n, int cols, float cap, cudaStream_t s) {
-    if (n <= 0 || cols <= 0 || !(cap > 0.0f)) return cudaSuccess;
+extern "C" cudaError_t llmi_cuda_logits_finish(float *y, int stride, int n, int cols, float divisor, float cap,
+                                               cudaStream_t s) {
+    if (n <= 0 || cols <= 0 || (divisor == 1.0f && !(cap > 0.0f))) return cudaSuccess;
     const dim3 grid((unsigned)llmi_div_up(cols, 256), (unsigned)(n < 65535 ? n : 65535));
-    llmi_softcap_kernel<<<grid, 256, 0, s>>>(y, stride, n, cols, cap);
+    llmi_logits_finish_kernel<<<grid, 256, 0, s>>>(y, stride, n, cols, divisor, cap);
+    LLMI_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t llmi_cuda_scale(float *y, size_t n, float scale, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    const size_t blocks = (n + 255) / 256;
+    llmi_scale_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, s>>>(y, n, scale);
     LLMI_LAUNCH_CHECK();
     return cudaSuccess;
 }

@@ -76,9 +76,12 @@ cudaError_t llmi_cuda_geglu(const float *gate, const float *up, int in_stride, i
                             llmi_dtype out_dt, cudaStream_t s);
 /* y (n, cols; row stride) += bias (cols). */
 cudaError_t llmi_cuda_add_bias(float *y, int stride, const float *bias, int n, int cols, cudaStream_t s);
-/* y (n rows of stride, the first cols of each) = cap * tanh(y / cap): Gemma 2's final logit
- * soft cap (twin: cpu_softcap); cap <= 0 launches nothing. */
-cudaError_t llmi_cuda_softcap(float *y, int stride, int n, int cols, float cap, cudaStream_t s);
+/* The final logits y (n rows of stride, the first cols of each) divided by divisor (Granite's
+ * logits_scaling; 1: none), then cap * tanh(y / cap) (Gemma 2's final soft cap; cap <= 0:
+ * none); twin: cpu_logits_finish.  Neither: launches nothing. */
+cudaError_t llmi_cuda_logits_finish(float *y, int stride, int n, int cols, float divisor, float cap, cudaStream_t s);
+/* y (n) *= scale (Granite's residual scale on a sub-block's output; twin: cpu_scale). */
+cudaError_t llmi_cuda_scale(float *y, size_t n, float scale, cudaStream_t s);
 
 /* ---- moe.cu (mixture of experts) ---- */
 /* Each token's experts (cpu_moe_route): sel (n, k) int32 and weights (n, k) f32 from the

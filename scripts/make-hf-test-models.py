@@ -37,6 +37,9 @@ Models (hidden 64, 2 layers, vocab 320 = the trained tokenizer):
                       sliding window, Phi-3.5's longrope, Phi-4-mini's partial RoPE (see
                       model_specs)
     smollm3-nope      SmolLM3: 4 layers, the last without RoPE, tied embeddings, float32
+    granite-mult      Granite 3: llama's layers with attention_bias, and the four multipliers
+                      (embeddings x12, q.k x0.125 in place of 1/sqrt(16), residual x0.22,
+                      logits /8), tied embeddings, bfloat16
 The first three and llama-attn-bias get config.json / tokenizer_config.json in the classic (transformers 4)
 form: top-level rope_theta, rope_scaling, torch_dtype; llama-headdim keeps what
 transformers 5 writes (rope_parameters, dtype, tokenizer_class TokenizersBackend).
@@ -49,7 +52,7 @@ import sys
 import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig,
+from transformers import (AutoModelForCausalLM, AutoTokenizer, GraniteConfig, LlamaConfig, MistralConfig,
                           Phi3Config, PreTrainedTokenizerFast, Qwen2Config, Qwen3Config, SmolLM3Config)
 
 VOCAB = 320
@@ -157,6 +160,14 @@ def model_specs():
         ("smollm3-nope", SmolLM3Config(**common(
             num_hidden_layers=4, rope_theta=10000.0, pad_token_id=0)),
          torch.float32, None, True),
+        # Granite 3.x: every multiplier away from 1 (the released 2B's values but for q.k's,
+        # which is 2x 1/sqrt(head_dim 16) here), biases on q/k/v and o_proj (so the residual
+        # scale must apply to o_proj's output with its bias), tied embeddings
+        ("granite-mult", GraniteConfig(**common(
+            rope_theta=10000.0, tie_word_embeddings=True, attention_bias=True, pad_token_id=0,
+            embedding_multiplier=12.0, attention_multiplier=0.125, residual_multiplier=0.22,
+            logits_scaling=8.0)),
+         torch.bfloat16, None, True),
     ]
 
 

@@ -238,6 +238,13 @@ TEST(bench_dummy_presets) {
     CHECK(model_dummy_config("smollm3-3b", &c, &st) == 0);
     CHECK(params_of(&c) == 3075098624.0 && !c.layer_nope[0] && !c.layer_nope[2] && c.layer_nope[3] &&
           c.layer_nope[35] && !c.layer_nope[34] && config_layer_rope_dim(&c, 3) == 0 && config_layer_rope_dim(&c, 4) == 128);
+    /* GraniteForCausalLM's count (the same way): 2.53B and 8.17B; the four multipliers */
+    CHECK(model_dummy_config("granite-3.3-2b", &c, &st) == 0);
+    CHECK(params_of(&c) == 2533539840.0 && !strcmp(c.arch_name, "granite") && c.attn_scale == 0.015625f &&
+          c.logit_scale == 8.0f);
+    CHECK(model_dummy_config("granite-3.3-8b", &c, &st) == 0);
+    CHECK(params_of(&c) == 8170864640.0 && c.embed_scale == 12.0f && c.attn_scale == 0.0078125f &&
+          c.residual_scale == 0.22f && c.logit_scale == 16.0f && c.tie_embeddings);
     llmi_status_clear(&st);
     CHECK(model_dummy_config("llama-9b", &c, &st) == LLMI_E_USAGE);
     CHECK(strstr(st.msg, "unknown preset") && strstr(st.msg, "llama-9b"));

@@ -263,6 +263,46 @@ static void cj_expect_refused(test_ctx *t_, const char *p, const char *shape, co
     }
 }
 
+/* GraniteConfig (transformers 5.24): llama's defaults (2048 positions, kv heads = heads,
+ * untied, eps 1e-6), each multiplier 1 when absent (q.k's scale then 1, not 1/sqrt(head_dim)),
+ * the released 8B's values read as given; a multiplier <= 0 or not a number refused by name,
+ * as is a residual or logit scale past the config bounds. */
+TEST(config_json_granite) {
+    char *d = cj_model_dir("none", "{}");
+    char p[1024];
+    snprintf(p, sizeof p, "%s/config.json", d);
+    const char *shape = "\"model_type\": \"granite\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                        "\"num_attention_heads\": 4, \"intermediate_size\": 96, \"vocab_size\": 32";
+    struct { const char *extra; float emb, attn, res, logit; } cases[] = {
+        {"", 1, 1, 1, 1},
+        {", \"architectures\": [\"GraniteForCausalLM\"], \"embedding_multiplier\": 12.0, "
+         "\"attention_multiplier\": 0.0078125, \"residual_multiplier\": 0.22, \"logits_scaling\": 16.0",
+         12, 0.0078125f, 0.22f, 16},
+        {", \"logits_scaling\": 8.0", 1, 1, 1, 8},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        llmi_config c;
+        llmi_status st = {0};
+        int rc = cj_read_case(p, shape, cases[i].extra, &c, &st);
+        CHECK_MSG(rc == 0 && c.arch == LLMI_ARCH_LLAMA && !strcmp(c.arch_name, "granite") && c.max_ctx == 2048 &&
+                      c.n_kv_heads == 4 && c.norm_eps == 1e-6f && !c.tie_embeddings && config_embed_scale(&c) == cases[i].emb &&
+                      config_attn_scale(&c) == cases[i].attn && config_residual_scale(&c) == cases[i].res &&
+                      config_logit_scale(&c) == cases[i].logit,
+                  "case %zu: rc %d emb %g attn %g res %g logit %g: %s", i, rc, (double)c.embed_scale,
+                  (double)c.attn_scale, (double)c.residual_scale, (double)c.logit_scale, st.msg);
+    }
+    const char *bad[][2] = {
+        {"{%s, \"logits_scaling\": 0}", "logits_scaling must be > 0"},
+        {"{%s, \"residual_multiplier\": -0.22}", "residual_multiplier must be > 0"},
+        {"{%s, \"attention_multiplier\": \"1/128\"}", "attention_multiplier must be a finite number"},
+        {"{%s, \"logits_scaling\": 1e-9}", "logit scale"},
+        {"{%s, \"residual_multiplier\": 1e9}", "residual scale"},
+        {"{%s, \"mlp_bias\": true}", "mlp_bias is not supported"},
+    };
+    cj_expect_refused(t_, p, shape, bad, sizeof bad / sizeof bad[0]);
+    cj_rm_dir(d);
+}
+
 /* Gemma3TextConfig (transformers 5.24 configuration_gemma3.py): its defaults, both config
  * forms (transformers 4's top-level keys, transformers 5's layer_types and per-type
  * rope_parameters), and what llmi refuses by name. */

@@ -645,10 +645,10 @@ TEST(cpu_swiglu_bits_equal_libm) {
 /* GeGLU: against torch's gelu(approximate="tanh") formula in double on ordinary
  * activations, and its vector body against the scalar formula bit for bit on the inputs of
  * the SwiGLU test (any bit pattern, the |y| < 88 switch, every offset). */
-/* Gemma 2's soft cap (cpu_softcap, the vector tanh of vec.h in an AVX-512 build) against
- * cap * tanh(x / cap) in double: 200,001 values across [-300, 300] (both tanh branches,
- * the switch at |x / cap| = 0.625, saturation) for three caps, on strided rows whose other
- * columns stay untouched. */
+/* Gemma 2's soft cap (cpu_logits_finish, the vector tanh of vec.h in an AVX-512 build)
+ * against cap * tanh(x / cap) in double: 200,001 values across [-300, 300] (both tanh
+ * branches, the switch at |x / cap| = 0.625, saturation) for three caps, on strided rows
+ * whose other columns stay untouched. */
 TEST(cpu_softcap_vs_tanh) {
     const float caps[3] = {0.5f, 30.0f, 50.0f};
     const int n = 200001, stride = n + 3;
@@ -659,7 +659,7 @@ TEST(cpu_softcap_vs_tanh) {
             memcpy(y + (size_t)r * stride, x, sizeof(float) * n);
             for (int j = n; j < stride; j++) y[(size_t)r * stride + j] = 7.0f;
         }
-        cpu_softcap(y, 2, stride, 0, n, caps[k]);
+        cpu_logits_finish(y, 2, stride, 0, n, 1.0f, caps[k]);
         double worst = 0;
         int tail = 0;
         for (int r = 0; r < 2; r++) {
@@ -675,8 +675,44 @@ TEST(cpu_softcap_vs_tanh) {
                   (double)caps[k], worst, tail);
     }
     float z[2] = {0.0f, -0.0f};
-    cpu_softcap(z, 1, 2, 0, 2, 30.0f);
+    cpu_logits_finish(z, 1, 2, 0, 2, 1.0f, 30.0f);
     CHECK(z[0] == 0.0f && z[1] == 0.0f);
+    free(y);
+    free(x);
+}
+
+/* Granite's logits_scaling (cpu_logits_finish's divisor): each logit of columns [c0, c1) is
+ * x / d exactly as a float division (transformers' logits / logits_scaling), the columns
+ * outside untouched; with a cap as well, the division comes first (cap * tanh((x / d) / cap)
+ * in double). */
+TEST(cpu_logits_divisor) {
+    rng r = rng_make("logits_divisor");
+    const float divs[3] = {16.0f, 8.0f, 3.3f};
+    const int n = 3, stride = 1003, c0 = 5, c1 = 990;
+    float *y = malloc(sizeof(float) * n * stride), *x = malloc(sizeof(float) * n * stride);
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < n * stride; i++) x[i] = 100.0f * rng_unif(&r);
+        memcpy(y, x, sizeof(float) * n * stride);
+        const float cap = k == 2 ? 5.0f : 0.0f;
+        cpu_logits_finish(y, n, stride, c0, c1, divs[k], cap);
+        long bad = 0;
+        double worst = 0;
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < stride; j++) {
+                const float xv = x[(size_t)t * stride + j], got = y[(size_t)t * stride + j];
+                if (j < c0 || j >= c1) {
+                    bad += got != xv;
+                } else if (cap == 0) {
+                    bad += got != xv / divs[k];
+                } else {
+                    const double want = cap * tanh((double)(xv / divs[k]) / cap);
+                    const double e = fabs(got - want) / (fabs(want) > 1e-30 ? fabs(want) : 1.0);
+                    worst = e > worst ? e : worst;
+                }
+            }
+        CHECK_MSG(bad == 0 && worst < 5e-7, "divisor %g cap %g: %ld values wrong, max relative error %g",
+                  (double)divs[k], (double)cap, bad, worst);
+    }
     free(y);
     free(x);
 }

@@ -384,34 +384,65 @@ TEST(cuda_swiglu) {
     free(gu); free(gu2);
 }
 
-/* Gemma 2's final logit soft cap on a strided view (the columns past cols untouched) against
- * cpu_softcap, on logits of +-100 (most bent hard by cap 30) and odd shapes; cap 0 writes
- * nothing.  NMSE, as the elementwise ops: tanhf may differ from the host's in the last bit. */
+/* The final logits' divisor and soft cap (llmi_cuda_logits_finish) on a strided view (the
+ * columns past cols untouched) against cpu_logits_finish, on logits of +-100 (most bent hard
+ * by cap 30) and odd shapes: the cap alone, Granite's divisor alone (every value exactly the
+ * CPU's: both divide), both; divisor 1 with cap 0 writes nothing.  NMSE for the capped ones,
+ * as the elementwise ops: tanhf may differ from the host's in the last bit. */
 TEST(cuda_softcap) {
     if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
     trng r = trng_make("cuda_softcap");
     const int shapes[3][2] = {{1, 1000}, {7, 333}, {3, 4099}};
     for (int si = 0; si < 3; si++) {
         const int n = shapes[si][0], cols = shapes[si][1], stride = cols + 5;
-        const float cap = si == 1 ? 0.5f + trng_unif(&r) * 0.25f : 30.0f;
+        const float cap = si == 1 ? 0.5f + trng_unif(&r) * 0.25f : si == 2 ? 0.0f : 30.0f;
+        const float div = si == 0 ? 1.0f : 4.0f + 12.0f * fabsf(trng_unif(&r));
         float *y = malloc(sizeof(float) * n * stride), *want = malloc(sizeof(float) * n * stride);
         float *got = malloc(sizeof(float) * n * stride);
         for (int i = 0; i < n * stride; i++) y[i] = 100.0f * trng_unif(&r);
         memcpy(want, y, sizeof(float) * n * stride);
-        cpu_softcap(want, n, stride, 0, cols, cap);
+        cpu_logits_finish(want, n, stride, 0, cols, div, cap);
         float *d_y = dup_to_dev(y, sizeof(float) * n * stride);
-        CHECK(llmi_cuda_softcap(d_y, stride, n, cols, 0.0f, 0) == cudaSuccess);
-        CHECK(llmi_cuda_softcap(d_y, stride, n, cols, cap, 0) == cudaSuccess);
+        CHECK(llmi_cuda_logits_finish(d_y, stride, n, cols, 1.0f, 0.0f, 0) == cudaSuccess);
+        CHECK(llmi_cuda_logits_finish(d_y, stride, n, cols, div, cap, 0) == cudaSuccess);
         to_host(got, d_y, sizeof(float) * n * stride);
         int tail_changed = 0, bent = 0;
         for (int t = 0; t < n; t++)
             for (int j = cols; j < stride; j++) tail_changed += got[(size_t)t * stride + j] != y[(size_t)t * stride + j];
-        for (int i = 0; i < n * stride; i++) bent += fabsf(want[i] - y[i]) > 1.0f;
+        int inexact = 0;
+        for (int i = 0; i < n * stride; i++) {
+            bent += fabsf(want[i] - y[i]) > 1.0f;
+            inexact += got[i] != want[i];
+        }
         const double e = test_nmse(got, want, (long)n * stride);
-        CHECK_MSG(e <= 1e-12 && tail_changed == 0 && bent > n * cols / 4, "softcap %d x %d cap %g: nmse %g, %d past cols "
-                  "changed, %d bent", n, cols, (double)cap, e, tail_changed, bent);
+        CHECK_MSG(e <= 1e-12 && tail_changed == 0 && bent > n * cols / 4 && (cap > 0 || inexact == 0),
+                  "logits %d x %d divisor %g cap %g: nmse %g, %d past cols changed, %d bent, %d not the CPU's", n, cols,
+                  (double)div, (double)cap, e, tail_changed, bent, inexact);
         cudaFree(d_y);
         free(y); free(want); free(got);
+    }
+}
+
+/* Granite's residual scale (llmi_cuda_scale) against cpu_scale, value for value (one float
+ * multiply each), on odd lengths, one past a grid's worth of blocks among them. */
+TEST(cuda_scale) {
+    if (!cuda_ready()) SKIP("no CUDA device (none visible or cudaSetDevice failed)");
+    trng r = trng_make("cuda_scale");
+    const size_t lens[3] = {1, 4097, (size_t)65535 * 256 + 1};
+    for (int k = 0; k < 3; k++) {
+        const size_t n = lens[k];
+        const float s = 0.05f + fabsf(trng_unif(&r));
+        float *y = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) y[i] = 50.0f * trng_unif(&r);
+        float *d_y = dup_to_dev(y, sizeof(float) * n);
+        CHECK(llmi_cuda_scale(d_y, n, s, 0) == cudaSuccess);
+        to_host(got, d_y, sizeof(float) * n);
+        cpu_scale(y, n, s);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += got[i] != y[i];
+        CHECK_MSG(bad == 0, "scale %zu values by %g: %zu differ from cpu_scale", n, (double)s, bad);
+        cudaFree(d_y);
+        free(y); free(got);
     }
 }
 

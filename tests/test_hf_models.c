@@ -53,6 +53,11 @@ static const char *const hf_phi3[] = {"phi3-fused", "phi3-swa"};
  * converter writes it (arch smollm3, q/k permuted as llama's, every 4th layer NoPE). */
 #define HF_NOPE "smollm3-nope"
 #define HF_NOPE_GGUF "smollm3-nope.f32.gguf"
+/* Granite 3: the four multipliers (embeddings x12, q.k x0.125, residual x0.22, logits /8),
+ * q/k/v and o_proj biases, tied, bf16; and as llama.cpp's converter writes it (arch granite,
+ * embedding_scale, attention.scale, residual_scale, logit_scale; q/k permuted as llama's). */
+#define HF_GRANITE "granite-mult"
+#define HF_GRANITE_GGUF "granite-mult.f32.gguf"
 #define HF_PARTIAL "phi4mini-partial"
 #define HF_PARTIAL_GGUF "phi4mini-partial.f32.gguf"
 static void hf_check_model_seqs(test_ctx *t_, const char *name, const char *file, bool cuda, bool int8_act, int n_ctx,
@@ -347,6 +352,8 @@ TEST(hf_phi3_longrope_vs_transformers) { hf_check_longrope(t_, HF_LONGROPE, NULL
 TEST(hf_phi3_longrope_gguf_vs_transformers) { hf_check_longrope(t_, HF_LONGROPE, HF_LONGROPE_GGUF, false); }
 TEST(hf_smollm3_nope_vs_transformers) { hf_check_model(t_, HF_NOPE); }
 TEST(hf_smollm3_nope_gguf_vs_transformers) { hf_check_model_on(t_, HF_NOPE, HF_NOPE_GGUF, false, false); }
+TEST(hf_granite_multipliers_vs_transformers) { hf_check_model(t_, HF_GRANITE); }
+TEST(hf_granite_gguf_vs_transformers) { hf_check_model_on(t_, HF_GRANITE, HF_GRANITE_GGUF, false, false); }
 TEST(hf_phi4mini_partial_rope_vs_transformers) { hf_check_longrope(t_, HF_PARTIAL, NULL, false); }
 TEST(hf_phi4mini_partial_rope_gguf_vs_transformers) { hf_check_longrope(t_, HF_PARTIAL, HF_PARTIAL_GGUF, false); }
 TEST(hf_qwen3moe_bf16_vs_transformers) { hf_check_model(t_, hf_moe[0]); }
@@ -388,6 +395,7 @@ TEST(hf_cuda_phi3_longrope_vs_transformers) {
     hf_check_longrope(t_, HF_LONGROPE, NULL, true);
 }
 TEST(hf_cuda_smollm3_nope_vs_transformers) { hf_check_model_cuda(t_, HF_NOPE); }
+TEST(hf_cuda_granite_multipliers_vs_transformers) { hf_check_model_cuda(t_, HF_GRANITE); }
 TEST(hf_cuda_phi4mini_partial_rope_vs_transformers) {
     if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
     hf_check_longrope(t_, HF_PARTIAL, NULL, true);

@@ -667,6 +667,36 @@ TEST(tok_gguf_pre_ignore_merges) {
     CHECK(!tok_gguf_pre_of("gpt-4", 5, &k, &b) && !tok_gguf_pre_of("tekken2", 7, &k, &b));
 }
 
+/* llama.cpp's StarCoder family (its case list with smollm's: starcoder, refact; Granite 3's
+ * tokenizer): every digit its own pre-token before GPT-2's regex, no BOS; "12" is in the
+ * vocabulary and "1 2" merges, so GPT-2's kind would make it one token. */
+TEST(tok_gguf_pre_starcoder_digits) {
+    const char *toks[] = {"1", "2", "12"};
+    uint32_t lens[] = {1, 1, 2};
+    const char *merges[] = {"1 2"};
+    uint32_t mlens[] = {3};
+    const char *names[] = {"smollm", "refact", "starcoder", "gpt-2"};
+    for (int i = 0; i < 4; i++) {
+        tok_pre_kind kind;
+        bool add_bos = true;
+        CHECK_MSG(tok_gguf_pre_of(names[i], strlen(names[i]), &kind, &add_bos) && !add_bos, "%s", names[i]);
+        tok_spec s = {.model = TOK_MODEL_BYTELEVEL_BPE, .pre = kind, .n_tokens = 3, .tokens = toks,
+                      .token_lens = lens, .n_merges = 1, .merges = merges, .merge_lens = mlens,
+                      .bos_id = -1, .eos_id = -1, .unk_id = -1, .pad_id = -1};
+        tokenizer *tk = NULL;
+        llmi_status st = {0};
+        CHECK_MSG(tok_create(&s, &tk, &st) == 0, "%s: %s", names[i], st.msg);
+        int32_t *ids = NULL;
+        int n = 0;
+        if (tk) tok_encode(tk, "12", 2, false, false, &ids, &n, &st);
+        const bool split = i < 3;
+        CHECK_MSG(split ? (n == 2 && ids[0] == 0 && ids[1] == 1) : (n == 1 && ids[0] == 2), "%s: \"12\" as %d tokens",
+                  names[i], n);
+        free(ids);
+        tok_free(tk);
+    }
+}
+
 /* The streaming detokenizer holds incomplete UTF-8 back and drops the SentencePiece leading
  * space only at the very start. */
 TEST(tok_stream_utf8) {

@@ -41,6 +41,7 @@ typedef struct cj_family {
     float rope_theta;          /* the config class's default_theta; 0 = CJ_ROPE_THETA */
     bool tied;                 /* tie_word_embeddings when absent */
     bool nope;                 /* SmolLM3's layers without RoPE (cj_smollm3) */
+    bool granite;              /* Granite's four multipliers (cj_granite) */
 } cj_family;
 
 #define CJ_QWEN3_HEAD_DIM 128      /* Qwen3Config's head_dim (not hidden_size / heads) */
@@ -67,6 +68,9 @@ static const cj_family k_families[] = {
      * cj_smollm3 */
     {.model_type = "smollm3", .arch_class = "SmolLM3ForCausalLM", .arch = LLMI_ARCH_LLAMA, .max_ctx = 32768,
      .n_kv_heads = 4, .rope_theta = 2e6f, .tied = true, .nope = true},
+    /* GraniteConfig: llama's layers and defaults, plus its multipliers (cj_granite) */
+    {.model_type = "granite", .arch_class = "GraniteForCausalLM", .arch = LLMI_ARCH_LLAMA, .max_ctx = 2048,
+     .granite = true},
     {.model_type = "gemma2", .arch_class = "Gemma2ForCausalLM", .arch = LLMI_ARCH_GEMMA2, .max_ctx = 8192,
      .n_kv_heads = 4, .head_dim = CJ_GEMMA_HEAD_DIM},   /* windows: cj_gemma */
     {.model_type = "gemma3_text", .arch_class = "Gemma3ForCausalLM", .arch = LLMI_ARCH_GEMMA3, .max_ctx = 131072,
@@ -168,7 +172,7 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
             return llmi_fail(st, LLMI_E_RUNTIME, "%s: model_type gemma3 (Gemma3ForConditionalGeneration, text and vision) "
                              "is not supported: use a text-only checkpoint (gemma3_text) or a GGUF", file);
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported model_type %s (supported: llama, mistral, mixtral, qwen2, "
-                         "qwen3, qwen3_moe, smollm3, gemma2, gemma3_text, phi3)", file, b);
+                         "qwen3, qwen3_moe, smollm3, granite, gemma2, gemma3_text, phi3)", file, b);
     }
     if (!a0)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: no model_type and no architectures[0]: which model is this?", file);
@@ -181,8 +185,8 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
     printable(b2, sizeof b2, a0->valuestring);
     return llmi_fail(st, LLMI_E_RUNTIME,
                      "%s: unsupported architecture %s (supported: LlamaForCausalLM, MistralForCausalLM, "
-                     "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Gemma2ForCausalLM, "
-                     "Gemma3ForCausalLM, Phi3ForCausalLM)",
+                     "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, SmolLM3ForCausalLM, "
+                     "GraniteForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM)",
                      file, b2);
 }
 
@@ -548,6 +552,22 @@ static int cj_smollm3(const cJSON *j, llmi_config *c, const char *file, llmi_sta
     return 0;
 }
 
+/* GraniteConfig's multipliers (transformers' modeling_granite.py), each 1 when absent: the
+ * embeddings times embedding_multiplier, q.k times attention_multiplier (in place of
+ * 1/sqrt(head_dim)), each attention and MLP output times residual_multiplier before the
+ * residual add, the logits divided by logits_scaling. */
+static int cj_granite(const cJSON *j, llmi_config *c, const char *file, llmi_status *st) {
+    static const char *const keys[4] = {"embedding_multiplier", "attention_multiplier", "residual_multiplier",
+                                        "logits_scaling"};
+    float *const dst[4] = {&c->embed_scale, &c->attn_scale, &c->residual_scale, &c->logit_scale};
+    for (int i = 0; i < 4; i++) {
+        *dst[i] = 1.0f;
+        if (json_num(j, keys[i], dst[i], file, st) < 0) return LLMI_E_RUNTIME;
+        if (!(*dst[i] > 0)) return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s must be > 0", file, keys[i]);
+    }
+    return 0;
+}
+
 /* Everything after the shapes: norms, positions, biases, activation, RoPE. */
 static int cj_rest(const cJSON *j, const cj_family *f, llmi_config *c, const char *file, llmi_status *st) {
     c->norm_eps = f->norm_eps > 0 ? f->norm_eps : CJ_NORM_EPS;
@@ -572,6 +592,7 @@ static int cj_rest(const cJSON *j, const cj_family *f, llmi_config *c, const cha
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: hidden_act must be silu", file);
     if (c->arch == LLMI_ARCH_PHI3) return cj_phi3(j, c, file, st);
     if (f->nope && cj_smollm3(j, c, file, st)) return LLMI_E_RUNTIME;
+    if (f->granite && cj_granite(j, c, file, st)) return LLMI_E_RUNTIME;
     return cj_rope_flat(j, c, file, st);
 }
 

@@ -74,6 +74,11 @@ int config_validate(const llmi_config *c, const char *what, llmi_status *st) {
         !(c->final_softcap == 0 || (c->final_softcap >= 1e-3f && c->final_softcap <= 1e6f)))
         BAD("%s: attention soft cap %g and final logit soft cap %g must be 0 (none) or in [0.001, 1e6]", what,
             (double)c->attn_softcap, (double)c->final_softcap);
+    /* 0 is 1; outside the bounds the stream or the logits would overflow or vanish */
+    if (!(c->residual_scale == 0 || (c->residual_scale >= 1e-6f && c->residual_scale <= 1e6f)) ||
+        !(c->logit_scale == 0 || (c->logit_scale >= 1e-3f && c->logit_scale <= 1e6f)))
+        BAD("%s: residual scale %g must be 0 (none) or in [1e-6, 1e6] and logit scale %g 0 (none) or in [0.001, 1e6]",
+            what, (double)c->residual_scale, (double)c->logit_scale);
     if (c->n_experts < 0 || c->n_experts > CFG_MAX_EXPERTS)
         BAD("%s: %d experts is outside [0, %d]", what, c->n_experts, CFG_MAX_EXPERTS);
     if (c->n_experts > 0 && (c->n_experts_used < 1 || c->n_experts_used > c->n_experts))

@@ -78,6 +78,11 @@ typedef struct llmi_config {
     float attn_softcap;
     float final_softcap;
     bool post_norms;           /* Gemma 2 and 3: each sub-block's output is RMS-normed before the residual add */
+    /* Granite's multipliers (with embed_scale and attn_scale): each sub-block's output times
+     * residual_scale before the residual add (after a post-norm, before a control vector),
+     * the final logits divided by logit_scale (before a soft cap); 0 = 1 */
+    float residual_scale;
+    float logit_scale;
     int sliding_window;        /* keys a sliding layer's query attends to, itself included (HF: key > query -
                                   window); 0 = no layer slides */
     float rope_theta_local;    /* RoPE base of the sliding layers, unscaled (Gemma 3); 0 = the global RoPE */
@@ -116,6 +121,10 @@ static inline int config_layer_rope_dim(const llmi_config *c, int l) { return c-
 /* Experts of each layer's MLP (1 for a dense model): the stacking factor of w_gate, w_up, w_down. */
 static inline int config_experts(const llmi_config *c) { return c->n_experts > 0 ? c->n_experts : 1; }
 static inline float config_embed_scale(const llmi_config *c) { return c->embed_scale > 0 ? c->embed_scale : 1.0f; }
+static inline float config_residual_scale(const llmi_config *c) {
+    return c->residual_scale > 0 ? c->residual_scale : 1.0f;
+}
+static inline float config_logit_scale(const llmi_config *c) { return c->logit_scale > 0 ? c->logit_scale : 1.0f; }
 /* Gemma 2 or 3: the family whose RMSNorms multiply by 1 + w and whose checkpoints name the
  * MLP's norm pre_feedforward_layernorm. */
 static inline bool config_is_gemma(const llmi_config *c) {

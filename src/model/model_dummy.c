@@ -62,6 +62,16 @@ static const dummy_preset k_presets[] = {
     {"smollm3-3b", {.arch = LLMI_ARCH_LLAMA, .arch_name = "smollm3", .n_vocab = 128256, .dim = 2048, .n_layers = 36,
                     .n_heads = 16, .n_kv_heads = 4, .head_dim = 128, .ffn_dim = 11008, .max_ctx = 65536,
                     .norm_eps = 1e-6f, .rope_theta = 5000000.f, .rope_dim = 128, .tie_embeddings = true}},
+    /* ibm-granite/granite-3.3-2b-instruct and -8b-instruct: llama's layers and Granite's
+     * multipliers (embeddings x12, q.k x1/128 or x1/64, residual x0.22, logits /8 or /16) */
+    {"granite-3.3-2b", {.arch = LLMI_ARCH_LLAMA, .arch_name = "granite", .n_vocab = 49159, .dim = 2048, .n_layers = 40,
+                        .n_heads = 32, .n_kv_heads = 8, .head_dim = 64, .ffn_dim = 8192, .max_ctx = 131072,
+                        .norm_eps = 1e-5f, .rope_theta = 10000000.f, .rope_dim = 64, .tie_embeddings = true,
+                        .embed_scale = 12.f, .attn_scale = 0.015625f, .residual_scale = 0.22f, .logit_scale = 8.f}},
+    {"granite-3.3-8b", {.arch = LLMI_ARCH_LLAMA, .arch_name = "granite", .n_vocab = 49159, .dim = 4096, .n_layers = 40,
+                        .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .ffn_dim = 12800, .max_ctx = 131072,
+                        .norm_eps = 1e-5f, .rope_theta = 10000000.f, .rope_dim = 128, .tie_embeddings = true,
+                        .embed_scale = 12.f, .attn_scale = 0.0078125f, .residual_scale = 0.22f, .logit_scale = 16.f}},
     /* microsoft/Phi-3-mini-4k-instruct (a 2047-key window on every layer) and microsoft/phi-4;
      * llama's layers (the checkpoints' fused projections are a storage matter) */
     {"phi-3-mini", {.arch = LLMI_ARCH_PHI3, .arch_name = "phi3", .n_vocab = 32064, .dim = 3072, .n_layers = 32,
@@ -114,7 +124,7 @@ static const dummy_preset k_presets[] = {
 
 const char *model_dummy_preset_names(void) {
     return "smollm2-135m, smollm2-360m, tinyllama-1.1b, llama-3.2-1b, llama-2-7b, llama-3-8b, mistral-7b, "
-           "qwen2.5-7b, qwen3-0.6b, qwen3-8b, smollm3-3b, phi-3-mini, phi-4, phi-4-mini, gemma-2-2b, gemma-2-9b, gemma-3-1b, gemma-3-4b, "
+           "qwen2.5-7b, qwen3-0.6b, qwen3-8b, smollm3-3b, granite-3.3-2b, granite-3.3-8b, phi-3-mini, phi-4, phi-4-mini, gemma-2-2b, gemma-2-9b, gemma-3-1b, gemma-3-4b, "
            "qwen3-30b-a3b, mixtral-8x7b";
 }
 

@@ -27,10 +27,10 @@ int quant_check_shapes(const llmi_config *c, const quant_opts *o, llmi_status *s
      * keys are not written yet */
     if (c->arch == LLMI_ARCH_PHI3)
         return llmi_fail(st, LLMI_E_USAGE, "llmi quantize: %s is a phi3 model, whose fused qkv_proj and gate_up_proj "
-                         "quantize does not write yet (supported: llama, mistral, qwen2, qwen3, smollm3)", c->name);
+                         "quantize does not write yet (supported: llama, mistral, qwen2, qwen3, smollm3, granite)", c->name);
     if (config_is_gemma(c))
         return llmi_fail(st, LLMI_E_USAGE, "llmi quantize: %s is a %s model, which quantize does not write yet "
-                         "(supported: llama, mistral, qwen2, qwen3, smollm3)", c->name,
+                         "(supported: llama, mistral, qwen2, qwen3, smollm3, granite)", c->name,
                          c->arch == LLMI_ARCH_GEMMA2 ? "gemma2" : "gemma3");
     if (c->n_experts > 0)
         return llmi_fail(st, LLMI_E_USAGE, "llmi quantize: %s is a mixture-of-experts model (%d experts), which quantize "

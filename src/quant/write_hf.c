@@ -324,17 +324,23 @@ static int qw_write_json(const char *path, const cJSON *j, llmi_status *st) {
 static cJSON *qw_config_from_model(const llmi_model *m) {
     const llmi_config *c = &m->cfg;
     cJSON *j = cJSON_CreateObject();
-    bool qwen = c->arch == LLMI_ARCH_QWEN2, smollm3 = false;
+    bool qwen = c->arch == LLMI_ARCH_QWEN2, smollm3 = false, granite = strcmp(c->arch_name, "granite") == 0;
     for (int l = 0; l < c->n_layers; l++) smollm3 |= c->layer_nope[l];
     const char *cls = qwen ? "Qwen2ForCausalLM" : c->arch == LLMI_ARCH_QWEN3 ? "Qwen3ForCausalLM"
-                    : smollm3 ? "SmolLM3ForCausalLM" : "LlamaForCausalLM";
+                    : smollm3 ? "SmolLM3ForCausalLM" : granite ? "GraniteForCausalLM" : "LlamaForCausalLM";
     cJSON *a = cJSON_AddArrayToObject(j, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(cls));
     cJSON_AddStringToObject(j, "model_type", qwen ? "qwen2" : c->arch == LLMI_ARCH_QWEN3 ? "qwen3"
-                                             : smollm3 ? "smollm3" : "llama");
+                                             : smollm3 ? "smollm3" : granite ? "granite" : "llama");
     if (smollm3) {   /* SmolLM3Config: 1 where a layer has RoPE, 0 where it has none */
         cJSON *nr = cJSON_AddArrayToObject(j, "no_rope_layers");
         for (int l = 0; l < c->n_layers; l++) cJSON_AddItemToArray(nr, cJSON_CreateNumber(c->layer_nope[l] ? 0 : 1));
+    }
+    if (granite) {   /* GraniteConfig's multipliers, each 1 when absent (q.k's too: written as used) */
+        cJSON_AddNumberToObject(j, "embedding_multiplier", qw_round6(config_embed_scale(c)));
+        cJSON_AddNumberToObject(j, "attention_multiplier", qw_round6(config_attn_scale(c)));
+        cJSON_AddNumberToObject(j, "residual_multiplier", qw_round6(config_residual_scale(c)));
+        cJSON_AddNumberToObject(j, "logits_scaling", qw_round6(config_logit_scale(c)));
     }
     cJSON_AddNumberToObject(j, "hidden_size", c->dim);
     cJSON_AddNumberToObject(j, "intermediate_size", c->ffn_dim);

@@ -46,7 +46,8 @@ static const struct {
     {"llama-v3", TOK_PRE_LLAMA3, true},      {"falcon3", TOK_PRE_LLAMA3, true},
     {"pixtral", TOK_PRE_LLAMA3, true},       {"qwen2", TOK_PRE_QWEN2, false},
     {"deepseek-r1-qwen", TOK_PRE_QWEN2, false}, {"gpt-4o", TOK_PRE_O200K, false},
-    {"tekken", TOK_PRE_TEKKEN, true},
+    {"tekken", TOK_PRE_TEKKEN, true},        {"refact", TOK_PRE_SMOLLM, false},
+    {"starcoder", TOK_PRE_SMOLLM, false},
 };
 
 bool tok_gguf_pre_of(const char *name, size_t len, tok_pre_kind *kind, bool *add_bos) {

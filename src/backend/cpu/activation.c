@@ -67,7 +67,11 @@ void cpu_add_bias(float *y, int n, int cols, const float *bias) {
         for (int c = 0; c < cols; c++) y[(size_t)t * cols + c] += bias[c];
 }
 
-void cpu_softcap(float *y, int n, int stride, int c0, int c1, float cap) {
-    if (cap <= 0) return;
-    for (int t = 0; t < n; t++) vec_softcap(y + (size_t)t * stride + c0, c1 - c0, cap);
+void cpu_logits_finish(float *y, int n, int stride, int c0, int c1, float divisor, float cap) {
+    for (int t = 0; t < n; t++) {
+        float *row = y + (size_t)t * stride + c0;
+        if (divisor != 1.0f)   /* divided, as transformers' Granite: x * (1 / d) rounds differently */
+            for (int j = 0; j < c1 - c0; j++) row[j] /= divisor;
+        if (cap > 0) vec_softcap(row, c1 - c0, cap);
+    }
 }

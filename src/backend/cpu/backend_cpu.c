@@ -329,6 +329,7 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
             cpu_rmsnorm(im->delta, L->post_attn_norm, n, dim, c->norm_eps, im->delta);
             prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, false, sizeof(float)));
         }
+        if (config_residual_scale(c) != 1.0f) cpu_scale(im->delta, (size_t)n * dim, config_residual_scale(c));
 
         cpu_add_rmsnorm(im->x, im->delta, L->ffn_norm, n, dim, c->norm_eps, im->xn);
         prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, true, sizeof(float)));
@@ -354,6 +355,7 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
             cpu_rmsnorm(im->delta, L->post_ffn_norm, n, dim, c->norm_eps, im->delta);
             prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, false, sizeof(float)));
         }
+        if (config_residual_scale(c) != 1.0f) cpu_scale(im->delta, (size_t)n * dim, config_residual_scale(c));
         /* a control vector joins the layer's output: x + (delta + v), the sum step.c forms */
         if (L->control) cpu_add_bias(im->delta, n, dim, L->control);
         *pending = true;
@@ -400,7 +402,7 @@ static int cpu_forward(llmi_backend *b, const llmi_batch *bt, float *logits, llm
         cpu_rmsnorm(im->lg, m->out_norm, nl, dim, c->norm_eps, im->lg);
         prof(b, LLMI_OP_NORM, &t0, cost_rmsnorm(nl, dim, true, sizeof(float)));
         cpu_matmul_1(im, im->lm_head, im->lg, nl, logits);
-        cpu_softcap(logits, nl, c->n_vocab, 0, c->n_vocab, c->final_softcap);
+        cpu_logits_finish(logits, nl, c->n_vocab, 0, c->n_vocab, config_logit_scale(c), c->final_softcap);
         prof(b, LLMI_OP_LM_HEAD, &t0, mm_cost(im->lm_head, nl));
     }
     omp_set_num_threads(prev_threads);

@@ -176,14 +176,16 @@ void cpu_geglu(const float *gate, const float *up, int n, int d, float *out);
 void cpu_geglu_range(const float *gate, const float *up, size_t i0, size_t i1, float *out);
 /* The model's gated activation (cfg.act) of elements [i0, i1). */
 void cpu_glu_range(llmi_act act, const float *gate, const float *up, size_t i0, size_t i1, float *out);
-/* x (n) *= s, in place (Gemma's embedding scale). */
+/* x (n) *= s, in place (Gemma's and Granite's embedding scale, Granite's residual scale; the
+ * twin of kernels' llmi_cuda_scale). */
 void cpu_scale(float *x, size_t n, float s);
 /* y (n, cols) += bias (cols) on every row: a linear's bias, a layer's control vector (the
  * twin of kernels' llmi_cuda_add_bias). */
 void cpu_add_bias(float *y, int n, int cols, const float *bias);
-/* Columns [c0, c1) of y (n, stride) become cap * tanh(y / cap): Gemma 2's final logit soft
- * cap (the twin of kernels' llmi_cuda_softcap); cap 0 leaves y as it is. */
-void cpu_softcap(float *y, int n, int stride, int c0, int c1, float cap);
+/* Columns [c0, c1) of the final logits y (n, stride) divided by divisor (Granite's
+ * logits_scaling; 1: none), then capped to cap * tanh(y / cap) (Gemma 2's final soft cap;
+ * cap 0: none); the twin of kernels' llmi_cuda_logits_finish. */
+void cpu_logits_finish(float *y, int n, int stride, int c0, int c1, float divisor, float cap);
 
 /* Layer l's attention scoring. */
 static inline cpu_attn_scores cpu_layer_scores(const llmi_config *c, int l) {

@@ -260,19 +260,27 @@ static void qkv_split(const llmi_config *c, int id, int T, int64_t *q0, int64_t 
     *q1 = start[1];
 }
 
-/* The previous sub-block's output into the residual: x += post_norm(delta) (Gemma 3's
- * sandwich norm, post_w; else delta as it is) + control (the layer's control vector, when
- * the sub-block ends a layer that has one), then xn = norm(x) * w: one row, numbers equal
- * to run_layers' (which norms delta in place and adds the control vector to it first). */
-static void add_norm_row(float *x, const float *delta, const float *post_w, const float *control, const float *w,
-                         int dim, float eps, float *xn) {
-    if (!post_w && !control) {
+/* What one row of a sub-block's output adds to the residual: post_norm(delta) (Gemma 3's
+ * sandwich norm, post_w; else delta as it is) times rs (Granite's residual scale) +
+ * control (the layer's control vector, when the sub-block ends a layer that has one), in
+ * run_layers' order (which norms, scales and adds to delta in place). */
+static void sub_block_out_row(const float *delta, const float *post_w, float rs, const float *control, int dim,
+                              float eps, float *out) {
+    if (post_w) cpu_rmsnorm_row(delta, post_w, dim, eps, out);
+    else memcpy(out, delta, (size_t)dim * sizeof *out);
+    if (rs != 1.0f) cpu_scale(out, (size_t)dim, rs);
+    if (control) cpu_add_bias(out, 1, dim, control);
+}
+
+/* The previous sub-block's output into the residual, x += sub_block_out_row(...), then
+ * xn = norm(x) * w: one row. */
+static void add_norm_row(float *x, const float *delta, const float *post_w, float rs, const float *control,
+                         const float *w, int dim, float eps, float *xn) {
+    if (!post_w && !control && rs == 1.0f) {
         cpu_add_rmsnorm_row(x, delta, w, dim, eps, xn);
         return;
     }
-    if (post_w) cpu_rmsnorm_row(delta, post_w, dim, eps, xn);
-    else memcpy(xn, delta, (size_t)dim * sizeof *xn);
-    if (control) cpu_add_bias(xn, 1, dim, control);
+    sub_block_out_row(delta, post_w, rs, control, dim, eps, xn);
     cpu_add_rmsnorm_row(x, xn, w, dim, eps, xn);
 }
 
@@ -336,7 +344,7 @@ static void step_run(const step_ctx *cx) {
     const int id = cx->id, T = cx->T, n = bt->n_tokens;
     const int dim = c->dim, hd = c->head_dim, half = hd / 2, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim;
     const int qd = nh * hd, kvd = nkv * hd;
-    const float eps = c->norm_eps;
+    const float eps = c->norm_eps, rs = config_residual_scale(c);
     const size_t layer_kv = (size_t)b->num_blocks * b->opts.block_size * kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)kvd);
     const double esz = (double)kv_dtype_row_bytes(b->opts.kv_dtype, (size_t)kvd) / kvd;
     step_thread *th = &s->th[id];
@@ -376,8 +384,8 @@ static void step_run(const step_ctx *cx) {
         for (int t = 0; t < n; t++) {
             float *x = th->x + (size_t)t * dim, *xn = th->xn + (size_t)t * dim;
             if (l > 0)
-                add_norm_row(x, im->delta + (size_t)t * dim, m->layers[l - 1].post_ffn_norm, m->layers[l - 1].control,
-                             L->attn_norm, dim, eps, xn);
+                add_norm_row(x, im->delta + (size_t)t * dim, m->layers[l - 1].post_ffn_norm, rs,
+                             m->layers[l - 1].control, L->attn_norm, dim, eps, xn);
             else cpu_rmsnorm_row(x, L->attn_norm, dim, eps, xn);
         }
         PROF(LLMI_OP_NORM, cost_rmsnorm(n, dim, l > 0, sizeof(float)));
@@ -419,8 +427,8 @@ static void step_run(const step_ctx *cx) {
 
         /* 4: residual add + ffn norm, gate/up rows, SwiGLU on them (in place in gate) */
         for (int t = 0; t < n; t++)
-            add_norm_row(th->x + (size_t)t * dim, im->delta + (size_t)t * dim, L->post_attn_norm, NULL, L->ffn_norm, dim,
-                         eps, th->xn + (size_t)t * dim);
+            add_norm_row(th->x + (size_t)t * dim, im->delta + (size_t)t * dim, L->post_attn_norm, rs, NULL, L->ffn_norm,
+                         dim, eps, th->xn + (size_t)t * dim);
         PROF(LLMI_OP_NORM, cost_rmsnorm(n, dim, true, sizeof(float)));
         if (c->n_experts > 0) {   /* 4 and 5 for a mixture of experts */
             step_moe(cx, l, f0, f1, o0, o1, pr ? &t0 : NULL);
@@ -452,9 +460,7 @@ static void step_run(const step_ctx *cx) {
     for (int i = 0; i < nl; i++) {
         size_t r = (size_t)bt->logit_rows[i] * dim;
         float *lg = th->xn + (size_t)i * dim;
-        if (last->post_ffn_norm) cpu_rmsnorm_row(im->delta + r, last->post_ffn_norm, dim, eps, lg);
-        else memcpy(lg, im->delta + r, (size_t)dim * sizeof *lg);
-        if (last->control) cpu_add_bias(lg, 1, dim, last->control);
+        sub_block_out_row(im->delta + r, last->post_ffn_norm, rs, last->control, dim, eps, lg);
         for (int j = 0; j < dim; j++) lg[j] = th->x[r + j] + lg[j];
         cpu_rmsnorm_row(lg, m->out_norm, dim, eps, lg);
     }
@@ -463,7 +469,7 @@ static void step_run(const step_ctx *cx) {
     split(im->lm_head->rows, id, T, 16, &v0, &v1);
     th->layout = -2;
     mm(th, im->lm_head, th->xn, nl, v0, v1, NULL, cx->logits);
-    cpu_softcap(cx->logits, nl, c->n_vocab, (int)v0, (int)v1, c->final_softcap);
+    cpu_logits_finish(cx->logits, nl, c->n_vocab, (int)v0, (int)v1, config_logit_scale(c), c->final_softcap);
     if (b->profiling) bar_wait(&s->bar, T, s->spin_ns);   /* the profile's lm_head time is the slowest thread's */
     PROF(LLMI_OP_LM_HEAD, mm_cost(im->lm_head, nl));
 #undef PROF

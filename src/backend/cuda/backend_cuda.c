@@ -1155,22 +1155,27 @@ static int cuda_tap(llmi_backend *b, cuda_impl *im, int l, llmi_tap t, const voi
     return b->tap(b->tap_ctx, l, t, im->tap_h, n, width, st);
 }
 
-/* Gemma 3's sandwich norm: the sub-block's output rows im->delta (n, dim) RMS-normed in place
- * by w before the residual add takes them (the next norm, the final norm before lm_head, or
- * forward_layers' hidden output); nothing without w. */
-static int post_norm(llmi_backend *b, cuda_impl *im, const float *w, int n, llmi_status *st) {
-    if (!w) return 0;
+/* A sub-block's output rows im->delta (n, dim) made what the residual add takes (the next
+ * norm, the final norm before lm_head, or forward_layers' hidden output), in place: RMS-normed
+ * by w (Gemma's sandwich norm; none without w), then times Granite's residual scale. */
+static int sub_block_out(llmi_backend *b, cuda_impl *im, const float *w, int n, llmi_status *st) {
     const llmi_config *c = &b->model->cfg;
-    CU_CHECK(st, llmi_cuda_add_rmsnorm(im->delta, NULL, w, NULL, n, c->dim, c->norm_eps, im->delta, LLMI_F32,
-                                       im->stream));
-    MARK(LLMI_OP_NORM, cost_rmsnorm(n, c->dim, false, sizeof(float)));
+    if (w) {
+        CU_CHECK(st, llmi_cuda_add_rmsnorm(im->delta, NULL, w, NULL, n, c->dim, c->norm_eps, im->delta, LLMI_F32,
+                                           im->stream));
+        MARK(LLMI_OP_NORM, cost_rmsnorm(n, c->dim, false, sizeof(float)));
+    }
+    if (config_residual_scale(c) != 1.0f) {
+        CU_CHECK(st, llmi_cuda_scale(im->delta, (size_t)n * c->dim, config_residual_scale(c), im->stream));
+        MARK(LLMI_OP_NORM, ((llmi_op_cost){.bytes = 2.0 * n * c->dim * sizeof(float)}));
+    }
     return 0;
 }
 
-/* The end of layer L: post_norm of its MLP's output (Gemma 3), then its control vector added
- * to it, as the CPU's run_layers (the residual add takes im->delta next). */
+/* The end of layer L: sub_block_out of its MLP's output, then its control vector added to it,
+ * as the CPU's run_layers (the residual add takes im->delta next). */
 static int layer_out(llmi_backend *b, cuda_impl *im, const cuda_layer *L, int n, llmi_status *st) {
-    if (post_norm(b, im, L->post_ffn_norm, n, st)) return st->code;
+    if (sub_block_out(b, im, L->post_ffn_norm, n, st)) return st->code;
     if (L->control) CU_CHECK(st, llmi_cuda_add_bias(im->delta, b->model->cfg.dim, L->control, n, b->model->cfg.dim,
                                                     im->stream));
     return 0;
@@ -1288,7 +1293,7 @@ static int layers_run(llmi_backend *b, cuda_impl *im, const fwd_plan *f, int fir
         if (linear_run(im, &L->wo, im->att, n, im->delta, dim, st)) return st->code;
         if (L->b_o) CU_CHECK(st, llmi_cuda_add_bias(im->delta, dim, L->b_o, n, dim, im->stream));
         MARK(LLMI_OP_O_PROJ, linears_cost(&L->wo, 1, n));
-        if (post_norm(b, im, L->post_attn_norm, n, st)) return st->code;
+        if (sub_block_out(b, im, L->post_attn_norm, n, st)) return st->code;
 
         CU_CHECK(st, llmi_cuda_add_rmsnorm(im->x, im->delta, L->ffn_norm, NULL, n, dim, c->norm_eps, im->xn, WDT,
                                            im->stream));
@@ -1342,7 +1347,8 @@ static int forward_body(llmi_backend *b, cuda_impl *im, const fwd_plan *f, llmi_
                                c->n_vocab, im->stream, st))
             return st->code;
         MARK(LLMI_OP_LM_HEAD, cost_matmul(c->n_vocab, dim, (double)c->n_vocab * dim * e, cnt, e));
-        CU_CHECK(st, llmi_cuda_softcap(im->logits, c->n_vocab, cnt, c->n_vocab, c->final_softcap, im->stream));
+        CU_CHECK(st, llmi_cuda_logits_finish(im->logits, c->n_vocab, cnt, c->n_vocab, config_logit_scale(c),
+                                             c->final_softcap, im->stream));
         if ((f->host_logits || f->rows) && logits_out(b, im, f, r0, cnt, st)) return st->code;
     }
     return 0;
