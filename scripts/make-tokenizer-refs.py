@@ -487,11 +487,15 @@ def render_chat(smol_template):
                      ("mistral-tekken", "models/templates/mistralai-Mistral-Nemo-Instruct-2407.jinja"),
                      ("mistral-v7", "models/templates/Mistral-Small-3.2-24B-Instruct-2506.jinja"),
                      ("mistral-v7", "models/templates/unsloth-mistral-Devstral-Small-2507.jinja"),
-                     ("mistral-v7", "models/templates/mistralai-Ministral-3-14B-Reasoning-2512.jinja")):
+                     ("mistral-v7", "models/templates/mistralai-Ministral-3-14B-Reasoning-2512.jinja"),
+                     ("granite", "models/templates/ibm-granite-granite-3.3-2B-Instruct.jinja"),
+                     ("granite4", "models/templates/ibm-granite-granite-4.0.jinja"),
+                     ("granite4", "models/templates/ibm-granite-granite-4.1.jinja")):
         p = os.path.join(LLAMACPP, fn)
         if os.path.exists(p):
             bos, eos = (("<|begin_of_text|>", "<|eot_id|>") if kind == "llama3" else ("<bos>", "<eos>")
                         if kind == "gemma" else ("<s>", "<|endoftext|>") if kind == "phi3"
+                        else ("<|end_of_text|>", "<|end_of_text|>") if kind.startswith("granite")
                         else ("<s>", "</s>") if kind.startswith("mistral") else ("", "<|im_end|>"))
             templates.append((kind, os.path.basename(fn), open(p, encoding="utf-8").read(), bos, eos))
     convs = [(None, "Hello!"), ("You are terse.", "What is 2+2?"), ("", "hi"),

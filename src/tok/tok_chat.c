@@ -1,5 +1,6 @@
 /* tok_chat.c — owns chat formatting: recognises the family of a model's Jinja chat template
- * (ChatML, Llama-3, Llama-2, Mistral v1, v3-Tekken and v7, Gemma, Phi-3, Phi-4, Phi-4-mini)
+ * (ChatML, Llama-3, Llama-2, Mistral v1, v3-Tekken and v7, Gemma, Phi-3, Phi-4, Phi-4-mini,
+ * Granite 3.x and 4.x)
  * from its text and renders one system + user turn with the assistant turn opened, byte-for-byte as the template itself renders it (checked against
  * jinja2 renderings in testdata/tokenizer/chat.jsonl), and the text that follows an assistant
  * answer to go on with one more user turn (testdata/bench/chat-turns.jsonl).  No Jinja interpreter: the families
@@ -12,6 +13,8 @@
 #include "tok/tok_internal.h"
 
 static char *mistral_v7_default_system(const char *tpl, bool *ok);
+static char *granite_default_system(const char *tpl, bool *ok);
+static char *granite4_default_system(const char *tpl, bool *ok);
 
 void tok_detect_chat(tokenizer *t) {
     const char *s = t->chat_template;
@@ -22,6 +25,14 @@ void tok_detect_chat(tokenizer *t) {
     else if (strstr(s, "Reasoning Mode: ")) t->chat = TOK_CHAT_UNKNOWN;
     else if (strstr(s, "<|im_start|>")) t->chat = TOK_CHAT_CHATML;
     else if (strstr(s, "<|start_header_id|>")) t->chat = TOK_CHAT_LLAMA3;
+    /* Granite's <|start_of_role|>ROLE<|end_of_role|>: 3.x always writes a system turn, by
+     * default one of its own (knowledge cutoff, today's date); 4.x only for a system message,
+     * else 4.0's g4_default_system_message.  Refused when that default is not readable. */
+    else if (strstr(s, "<|start_of_role|>")) {
+        bool ok, g4 = strstr(s, "set ns = namespace(") != NULL;
+        free(g4 ? granite4_default_system(s, &ok) : granite_default_system(s, &ok));
+        t->chat = !ok ? TOK_CHAT_UNKNOWN : g4 ? TOK_CHAT_GRANITE4 : TOK_CHAT_GRANITE;
+    }
     else if (strstr(s, "<start_of_turn>")) t->chat = TOK_CHAT_GEMMA;
     /* Mistral's v7 (Mistral-Small 3.x, Devstral, Ministral 3): a [SYSTEM_PROMPT] turn, by
      * default the template's own default_system_message; refused, not rendered as v1, when
@@ -51,6 +62,8 @@ const char *tok_chat_template_name(const tokenizer *t) {
     case TOK_CHAT_MISTRAL: return "mistral";
     case TOK_CHAT_MISTRAL_TEKKEN: return "mistral-tekken";
     case TOK_CHAT_MISTRAL_V7: return "mistral-v7";
+    case TOK_CHAT_GRANITE: return "granite";
+    case TOK_CHAT_GRANITE4: return "granite4";
     case TOK_CHAT_GEMMA: return "gemma";
     case TOK_CHAT_PHI3: return "phi3";
     case TOK_CHAT_PHI4: return "phi4";
@@ -117,64 +130,111 @@ static char *chatml_default_system(const char *tpl) {
     return NULL;
 }
 
-/* Mistral v7's default system message: the template's `set default_system_message = ...`,
- * string literals ('...' or "...", Python's escapes) joined by + with `today`, the template's
- * `set today = strftime_now("FMT")` of this run (Mistral-Small 3.2).  A malloc'ed string
- * ("" without one); NULL and *ok false for an expression of anything else. */
-static char *mistral_v7_default_system(const char *tpl, bool *ok) {
-    *ok = false;
-    strbuf b = {0};
-    const char *p = strstr(tpl, "set default_system_message =");
-    if (!p) {
-        *ok = true;
-        return strdup("");
-    }
-    p += strlen("set default_system_message =");
+/* A string expression of a template's `set NAME = EXPR %}` from p (after the '='): string
+ * literals ('...' or "...", Python's escapes), strftime_now('FMT') (today in FMT, as
+ * transformers' strftime_now), and `today` where the template set today =
+ * strftime_now("FMT") (Mistral-Small 3.2), joined by +, into b.  Returns false for anything
+ * else. */
+static bool template_string_expr(const char *tpl, const char *p, strbuf *b) {
     for (;;) {
         while (*p == ' ' || *p == '\n') p++;
+        const char *fmt_at = NULL;
+        bool call = false;   /* strftime_now(...) written here, not through `today` */
         if (*p == '\'' || *p == '"') {
             const char q = *p++;
             for (; *p && *p != q; p++) {
                 if (*p != '\\') {
-                    strbuf_put(&b, p, 1);
+                    strbuf_put(b, p, 1);
                     continue;
                 }
                 p++;
                 char c = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p;
                 if (!*p) break;
-                if (*p != 'n' && *p != 't' && *p != '\\' && *p != '\'' && *p != '"') strbuf_put(&b, "\\", 1);
-                strbuf_put(&b, &c, 1);
+                if (*p != 'n' && *p != 't' && *p != '\\' && *p != '\'' && *p != '"') strbuf_put(b, "\\", 1);
+                strbuf_put(b, &c, 1);
             }
-            if (*p != q) break;
+            if (*p != q) return false;
             p++;
+        } else if (strncmp(p, "strftime_now(", 13) == 0) {
+            fmt_at = p + 13;
+            call = true;
         } else if (strncmp(p, "today", 5) == 0) {
-            const char *f = strstr(tpl, "set today = strftime_now(\""), *e;
+            const char *f = strstr(tpl, "set today = strftime_now(");
+            if (!f) return false;
+            fmt_at = f + strlen("set today = strftime_now(");
+            p += 5;
+        } else {
+            return false;
+        }
+        if (fmt_at) {   /* ('FMT') or ("FMT"): today's date in that format */
+            const char q = *fmt_at, *f = fmt_at + 1, *e = q == '\'' || q == '"' ? strchr(f, q) : NULL;
             char fmt[32], date[64];
-            if (!f || !(e = strchr(f += strlen("set today = strftime_now(\""), '"')) || e - f >= (long)sizeof fmt) break;
+            if (!e || e[1] != ')' || e - f >= (long)sizeof fmt) return false;
             snprintf(fmt, sizeof fmt, "%.*s", (int)(e - f), f);
             time_t now = time(NULL);
             struct tm tm;
             localtime_r(&now, &tm);
-            if (!strftime(date, sizeof date, fmt, &tm)) break;
-            strbuf_puts(&b, date);
-            p += 5;
-        } else {
-            break;
+            if (!strftime(date, sizeof date, fmt, &tm)) return false;
+            strbuf_puts(b, date);
+            if (call) p = e + 2;   /* past its ')' */
         }
         while (*p == ' ' || *p == '\n') p++;
         if (*p == '+') {
             p++;
             continue;
         }
-        if (!b.oom && (strncmp(p, "%}", 2) == 0 || strncmp(p, "-%}", 3) == 0)) {
-            *ok = true;
-            if (!b.p) return strdup("");
-            return b.p;
-        }
-        break;
+        return !b->oom && (strncmp(p, "%}", 2) == 0 || strncmp(p, "-%}", 3) == 0);
     }
-    free(b.p);
-    return NULL;
+}
+
+/* A malloc'ed string from b, "" when empty; NULL (b freed) when !ok. */
+static char *template_string_done(strbuf *b, bool ok) {
+    if (!ok) {
+        free(b->p);
+        return NULL;
+    }
+    return b->p ? b->p : strdup("");
+}
+
+/* Mistral v7's default system message: the template's `set default_system_message = ...`
+ * (template_string_expr).  A malloc'ed string ("" without one); NULL and *ok false for an
+ * expression of anything else. */
+static char *mistral_v7_default_system(const char *tpl, bool *ok) {
+    strbuf b = {0};
+    const char *p = strstr(tpl, "set default_system_message =");
+    *ok = !p || template_string_expr(tpl, p + strlen("set default_system_message ="), &b);
+    return template_string_done(&b, *ok);
+}
+
+/* Granite 3.x's default system message, for a conversation without one, no tools, documents
+ * or thinking: its first `set system_message = EXPR` that starts with a string literal
+ * (Knowledge Cutoff Date, today's date, "You are Granite, developed by IBM."), then what its
+ * `else` branch appends (`set system_message = system_message + EXPR`, " You are a helpful AI
+ * assistant.").  NULL and *ok false when the template has no such two parts. */
+static char *granite_default_system(const char *tpl, bool *ok) {
+    static const char set[] = "set system_message = ", add[] = "set system_message = system_message + ";
+    strbuf b = {0};
+    const char *p = tpl, *e = tpl;
+    while ((p = strstr(p, set)) != NULL && p[sizeof set - 1] != '"' && p[sizeof set - 1] != '\'') p++;
+    *ok = p && template_string_expr(tpl, p + sizeof set - 1, &b);
+    while (*ok && (e = strstr(e, "{%- else %}")) != NULL) {
+        e += strlen("{%- else %}");
+        const char *q = e;
+        while (*q == ' ' || *q == '\n') q++;
+        if (strncmp(q, "{%- ", 4) == 0 && strncmp(q + 4, add, sizeof add - 1) == 0) break;
+    }
+    *ok = *ok && e && template_string_expr(tpl, strstr(e, add) + sizeof add - 1, &b);
+    return template_string_done(&b, *ok);
+}
+
+/* Granite 4.0's default system message (g4_default_system_message), written when the
+ * conversation has no non-empty one; "" for Granite 4.1's template, which has none.  NULL and
+ * *ok false for an expression template_string_expr does not read. */
+static char *granite4_default_system(const char *tpl, bool *ok) {
+    strbuf b = {0};
+    const char *p = strstr(tpl, "set g4_default_system_message =");
+    *ok = !p || template_string_expr(tpl, p + strlen("set g4_default_system_message ="), &b);
+    return template_string_done(&b, *ok);
 }
 
 static const char *token_text(const tokenizer *t, int id, size_t *n) {
@@ -192,7 +252,7 @@ static int chat_begin(const tokenizer *t, const char *flag, const char **user, c
         return llmi_fail(st, LLMI_E_USAGE, "%s: the model has no chat template (tokenizer.chat_template)", flag);
     if (t->chat == TOK_CHAT_UNKNOWN)
         return llmi_fail(st, LLMI_E_USAGE, "%s: model's chat template is not one of chatml, llama3, llama2, mistral, gemma, "
-                         "phi3, phi4, phi4mini, mistral-tekken, mistral-v7", flag);
+                         "phi3, phi4, phi4mini, mistral-tekken, mistral-v7, granite, granite4", flag);
     return 0;
 }
 
@@ -224,6 +284,10 @@ static const struct user_turn_shape {
     [TOK_CHAT_PHI3] = {"<|user|>\n", "<|end|>\n<|assistant|>\n", false, false},
     [TOK_CHAT_PHI4] = {"<|im_start|>user<|im_sep|>", "<|im_end|><|im_start|>assistant<|im_sep|>", false, false},
     [TOK_CHAT_PHI4_MINI] = {"<|user|>", "<|end|><|assistant|>", false, false},
+    [TOK_CHAT_GRANITE] = {"<|start_of_role|>user<|end_of_role|>", "<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>",
+                          false, false},
+    [TOK_CHAT_GRANITE4] = {"<|start_of_role|>user<|end_of_role|>",
+                           "<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>", false, false},
 };
 
 static void user_turn(strbuf *b, const tokenizer *t, const char *content) {
@@ -374,6 +438,25 @@ int tok_chat_format(const tokenizer *t, const char *system, const char *user, ch
         }
         user_turn(&b, t, user);
         break;
+    case TOK_CHAT_GRANITE:
+    case TOK_CHAT_GRANITE4: {
+        /* Granite 3.x: a system turn always, the system message (an empty one too) else the
+         * template's default; 4.x: for a non-empty system message, else 4.0's default */
+        const bool g4 = t->chat == TOK_CHAT_GRANITE4;
+        bool ok;
+        const bool given = system && (*system || !g4);
+        char *def = given ? NULL : g4 ? granite4_default_system(t->chat_template, &ok)
+                                      : granite_default_system(t->chat_template, &ok);
+        const char *sys = given ? system : def;
+        if (sys && (*sys || !g4)) {
+            strbuf_puts(&b, "<|start_of_role|>system<|end_of_role|>");
+            strbuf_puts(&b, sys);
+            strbuf_puts(&b, "<|end_of_text|>\n");
+        }
+        free(def);
+        user_turn(&b, t, user);
+        break;
+    }
     default: break;
     }
     return chat_done(&b, out, "--chat", st);
@@ -402,6 +485,8 @@ static int next_turn(const tokenizer *t, const char *system, const char *user, c
     case TOK_CHAT_PHI3: strbuf_puts(&b, "<|end|>\n"); break;
     case TOK_CHAT_PHI4: strbuf_puts(&b, "<|im_end|>"); break;
     case TOK_CHAT_PHI4_MINI: strbuf_puts(&b, "<|end|>"); break;
+    case TOK_CHAT_GRANITE:
+    case TOK_CHAT_GRANITE4: strbuf_puts(&b, "<|end_of_text|>\n"); break;
     default: break;
     }
     if (t->chat == TOK_CHAT_MISTRAL_TEKKEN) user_turn_folded(&b, t, "", system, "\n\n", user);

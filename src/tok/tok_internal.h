@@ -27,7 +27,8 @@ typedef enum { TOK_MS_NONE = 0, TOK_MS_ALWAYS, TOK_MS_FIRST, TOK_MS_NEVER } tok_
 typedef enum { TOK_DEC_BYTELEVEL = 0, TOK_DEC_SPM } tok_dec_kind;
 typedef enum { TOK_CHAT_NONE = 0, TOK_CHAT_UNKNOWN, TOK_CHAT_CHATML, TOK_CHAT_LLAMA3, TOK_CHAT_LLAMA2,
                TOK_CHAT_MISTRAL, TOK_CHAT_GEMMA, TOK_CHAT_PHI3, TOK_CHAT_PHI4,
-               TOK_CHAT_PHI4_MINI, TOK_CHAT_MISTRAL_TEKKEN, TOK_CHAT_MISTRAL_V7 } tok_chat_kind;
+               TOK_CHAT_PHI4_MINI, TOK_CHAT_MISTRAL_TEKKEN, TOK_CHAT_MISTRAL_V7, TOK_CHAT_GRANITE,
+               TOK_CHAT_GRANITE4 } tok_chat_kind;
 
 typedef struct tok_added {
     int32_t id;
