@@ -289,6 +289,34 @@ def seeds_2026_11_29():
         write("fuzz_config_json", case + ".json", open(os.path.join(hf, case, "config.json"), "rb").read())
 
 
+def seeds_2026_11_29_granite():
+    """Granite's GGUF (arch granite: embedding_scale, attention.scale, residual_scale,
+    logit_scale; the refact pre-tokenizer) with Granite 3.3's chat template (its default
+    system message read from the template text); Granite's config.json (the four
+    multipliers).  Edits of the seeds above."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+    import gguf_edit
+    tpl_dir = os.environ.get("LLAMACPP_TEMPLATES", "")
+    granite = open(os.path.join(tpl_dir, "ibm-granite-granite-3.3-2B-Instruct.jinja")).read() if tpl_dir else \
+        "{%- set system_message = \"Knowledge Cutoff Date: April 2024. Today's Date: \" + strftime_now('%B %d, %Y')" \
+        " + \".\" %}{%- if tools %}{%- else %}\n {%- set system_message = system_message + \" Be helpful.\" %}" \
+        "{%- endif %}{{- '<|start_of_role|>system<|end_of_role|>' + system_message + '<|end_of_text|>\n' }}"
+    g = gguf_edit.read(os.path.join(CORPUS, "fuzz_gguf", "tiny-llama.gguf"))
+    for e in g["kv"]:
+        if e[0].startswith("llama."):
+            e[0] = "granite" + e[0][len("llama"):]
+        if e[0] == "general.architecture":
+            e[2] = gstr("granite")
+    for key, v in (("embedding_scale", 12.0), ("attention.scale", 0.125), ("residual_scale", 0.22),
+                   ("logit_scale", 8.0)):
+        gguf_edit.set_f32(g, "granite." + key, v)
+    gguf_edit.set_str(g, "tokenizer.ggml.pre", "refact")
+    gguf_edit.set_str(g, "tokenizer.chat_template", granite)
+    gguf_edit.write(os.path.join(CORPUS, "fuzz_gguf", "tiny-granite.gguf"), g)
+    write("fuzz_config_json", "granite-mult.json",
+          open(os.path.join(ROOT, "testdata", "hf", "granite-mult", "config.json"), "rb").read())
+
+
 if __name__ == "__main__":
     os.makedirs(os.path.join(CORPUS, "fuzz_gguf"), exist_ok=True)
     write_gguf(os.path.join(CORPUS, "fuzz_gguf", "tiny-llama.gguf"))
@@ -319,4 +347,5 @@ if __name__ == "__main__":
     # last, so the random draws of the seeds above stay as they were
     write_gguf(os.path.join(CORPUS, "fuzz_gguf", "tiny-mixtral.gguf"), moe=4)
     seeds_2026_11_29()
+    seeds_2026_11_29_granite()
 
