@@ -58,6 +58,11 @@ static const char *const hf_phi3[] = {"phi3-fused", "phi3-swa"};
  * embedding_scale, attention.scale, residual_scale, logit_scale; q/k permuted as llama's). */
 #define HF_GRANITE "granite-mult"
 #define HF_GRANITE_GGUF "granite-mult.f32.gguf"
+/* GraniteMoe: Granite's multipliers and Mixtral's routing (4 experts, top-2), every expert's
+ * gate|up in one input_linear; and as llama.cpp's converter writes it (arch granitemoe, the
+ * gate and up halves split into ffn_gate_exps and ffn_up_exps). */
+#define HF_GRANITEMOE "granitemoe-tiny"
+#define HF_GRANITEMOE_GGUF "granitemoe-tiny.f32.gguf"
 #define HF_PARTIAL "phi4mini-partial"
 #define HF_PARTIAL_GGUF "phi4mini-partial.f32.gguf"
 static void hf_check_model_seqs(test_ctx *t_, const char *name, const char *file, bool cuda, bool int8_act, int n_ctx,
@@ -354,6 +359,8 @@ TEST(hf_smollm3_nope_vs_transformers) { hf_check_model(t_, HF_NOPE); }
 TEST(hf_smollm3_nope_gguf_vs_transformers) { hf_check_model_on(t_, HF_NOPE, HF_NOPE_GGUF, false, false); }
 TEST(hf_granite_multipliers_vs_transformers) { hf_check_model(t_, HF_GRANITE); }
 TEST(hf_granite_gguf_vs_transformers) { hf_check_model_on(t_, HF_GRANITE, HF_GRANITE_GGUF, false, false); }
+TEST(hf_granitemoe_fused_experts_vs_transformers) { hf_check_model(t_, HF_GRANITEMOE); }
+TEST(hf_granitemoe_gguf_vs_transformers) { hf_check_model_on(t_, HF_GRANITEMOE, HF_GRANITEMOE_GGUF, false, false); }
 TEST(hf_phi4mini_partial_rope_vs_transformers) { hf_check_longrope(t_, HF_PARTIAL, NULL, false); }
 TEST(hf_phi4mini_partial_rope_gguf_vs_transformers) { hf_check_longrope(t_, HF_PARTIAL, HF_PARTIAL_GGUF, false); }
 TEST(hf_qwen3moe_bf16_vs_transformers) { hf_check_model(t_, hf_moe[0]); }
@@ -396,6 +403,7 @@ TEST(hf_cuda_phi3_longrope_vs_transformers) {
 }
 TEST(hf_cuda_smollm3_nope_vs_transformers) { hf_check_model_cuda(t_, HF_NOPE); }
 TEST(hf_cuda_granite_multipliers_vs_transformers) { hf_check_model_cuda(t_, HF_GRANITE); }
+TEST(hf_cuda_granitemoe_fused_experts_vs_transformers) { hf_check_model_cuda(t_, HF_GRANITEMOE); }
 TEST(hf_cuda_phi4mini_partial_rope_vs_transformers) {
     if (backend_cuda_device_count() == 0) SKIP("no CUDA device");
     hf_check_longrope(t_, HF_PARTIAL, NULL, true);

@@ -22,7 +22,8 @@ typedef enum {
 
 typedef enum {
     CJ_MOE_NONE = 0,
-    CJ_MOE_MIXTRAL,        /* num_local_experts of intermediate_size, top-k always renormalised */
+    CJ_MOE_MIXTRAL,        /* num_local_experts of intermediate_size, top-k always renormalised (Mixtral;
+                              GraniteMoe's softmax over the top-k logits is the same) */
     CJ_MOE_QWEN3,          /* num_experts of moe_intermediate_size, renormalised with norm_topk_prob */
 } cj_moe;
 
@@ -71,6 +72,9 @@ static const cj_family k_families[] = {
     /* GraniteConfig: llama's layers and defaults, plus its multipliers (cj_granite) */
     {.model_type = "granite", .arch_class = "GraniteForCausalLM", .arch = LLMI_ARCH_LLAMA, .max_ctx = 2048,
      .granite = true},
+    /* GraniteMoeConfig: Granite's with Mixtral's experts (8, top-2) */
+    {.model_type = "granitemoe", .arch_class = "GraniteMoeForCausalLM", .arch = LLMI_ARCH_LLAMA, .max_ctx = 2048,
+     .granite = true, .moe = CJ_MOE_MIXTRAL},
     {.model_type = "gemma2", .arch_class = "Gemma2ForCausalLM", .arch = LLMI_ARCH_GEMMA2, .max_ctx = 8192,
      .n_kv_heads = 4, .head_dim = CJ_GEMMA_HEAD_DIM},   /* windows: cj_gemma */
     {.model_type = "gemma3_text", .arch_class = "Gemma3ForCausalLM", .arch = LLMI_ARCH_GEMMA3, .max_ctx = 131072,
@@ -172,7 +176,7 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
             return llmi_fail(st, LLMI_E_RUNTIME, "%s: model_type gemma3 (Gemma3ForConditionalGeneration, text and vision) "
                              "is not supported: use a text-only checkpoint (gemma3_text) or a GGUF", file);
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported model_type %s (supported: llama, mistral, mixtral, qwen2, "
-                         "qwen3, qwen3_moe, smollm3, granite, gemma2, gemma3_text, phi3)", file, b);
+                         "qwen3, qwen3_moe, smollm3, granite, granitemoe, gemma2, gemma3_text, phi3)", file, b);
     }
     if (!a0)
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: no model_type and no architectures[0]: which model is this?", file);
@@ -186,7 +190,7 @@ static int cj_family_of(const cJSON *j, const char *file, const cj_family **out,
     return llmi_fail(st, LLMI_E_RUNTIME,
                      "%s: unsupported architecture %s (supported: LlamaForCausalLM, MistralForCausalLM, "
                      "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, SmolLM3ForCausalLM, "
-                     "GraniteForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM)",
+                     "GraniteForCausalLM, GraniteMoeForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM)",
                      file, b2);
 }
 

@@ -24,6 +24,7 @@ static const char *const gguf_names[W_COUNT] = {
     /* the first Mixtral GGUFs' one tensor per expert, which llama.cpp still reads */
     "blk.%d.ffn_gate.%d.weight", "blk.%d.ffn_up.%d.weight", "blk.%d.ffn_down.%d.weight",
     "blk.%d.attn_qkv.weight", "blk.%d.ffn_up.weight",   /* phi3: the fused q/k/v, and gate/up stacked in ffn_up */
+    NULL,   /* llama.cpp's converter splits GraniteMoe's input_linear into ffn_gate_exps and ffn_up_exps */
 };
 
 static int gguf_find_src(const weight_src *w, const char *name, src_tensor *out, llmi_status *st) {
@@ -273,24 +274,33 @@ static int gguf_longrope(const gguf_file *g, const char *arch, llmi_config *c, l
     return 0;
 }
 
-/* granite: the multipliers as llama.cpp's converter names them (GraniteModel: attention_multiplier
- * -> attention.scale, embedding_multiplier -> embedding_scale, residual_multiplier ->
- * residual_scale, logits_scaling -> logit_scale), read as src/models/granite.cpp does: the
- * logit scale required, the others optional with 0 for none (q.k then 1/sqrt(head_dim));
- * a file that switches RoPE off (rope.scaling.finetuned false) is refused. */
-static int gguf_granite(const gguf_file *g, llmi_config *c, llmi_status *st) {
-    if (arch_float(g, "granite", "logit_scale", true, &c->logit_scale, st) < 0 ||
-        arch_float(g, "granite", "embedding_scale", false, &c->embed_scale, st) < 0 ||
-        arch_float(g, "granite", "residual_scale", false, &c->residual_scale, st) < 0 ||
-        arch_float(g, "granite", "attention.scale", false, &c->attn_scale, st) < 0)
+/* granite and granitemoe (arch): the multipliers as llama.cpp's converter names them
+ * (GraniteModel: attention_multiplier -> attention.scale, embedding_multiplier ->
+ * embedding_scale, residual_multiplier -> residual_scale, logits_scaling -> logit_scale),
+ * read as src/models/granite.cpp does: the logit scale required, the others optional with 0
+ * for none (q.k then 1/sqrt(head_dim)); a file that switches RoPE off
+ * (rope.scaling.finetuned false) and GraniteMoeShared's shared expert
+ * (expert_shared_feed_forward_length) are refused. */
+static int gguf_granite(const gguf_file *g, const char *arch, llmi_config *c, llmi_status *st) {
+    int shared = 0;
+    if (arch_float(g, arch, "logit_scale", true, &c->logit_scale, st) < 0 ||
+        arch_float(g, arch, "embedding_scale", false, &c->embed_scale, st) < 0 ||
+        arch_float(g, arch, "residual_scale", false, &c->residual_scale, st) < 0 ||
+        arch_float(g, arch, "attention.scale", false, &c->attn_scale, st) < 0 ||
+        arch_int(g, arch, "expert_shared_feed_forward_length", false, 0, INT32_MAX, &shared, st) < 0)
         return LLMI_E_RUNTIME;
     if (!(c->logit_scale > 0))
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: granite.logit_scale %g must be > 0", g->path, (double)c->logit_scale);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s.logit_scale %g must be > 0", g->path, arch, (double)c->logit_scale);
+    if (shared > 0)
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s.expert_shared_feed_forward_length %d: GraniteMoeShared's shared "
+                         "expert is not supported", g->path, arch, shared);
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.finetuned", arch);
     bool rope = true;
-    if (gguf_get_bool(g, "granite.rope.scaling.finetuned", &rope, st) < 0) return LLMI_E_RUNTIME;
+    if (gguf_get_bool(g, key, &rope, st) < 0) return LLMI_E_RUNTIME;
     if (!rope)
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: granite without RoPE (rope.scaling.finetuned false) is not "
-                         "supported", g->path);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: %s without RoPE (rope.scaling.finetuned false) is not supported",
+                         g->path, arch);
     return 0;
 }
 
@@ -300,7 +310,8 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     int rc = gguf_get_str(g, "general.architecture", &a, st);
     if (rc < 0) return LLMI_E_RUNTIME;
     if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key general.architecture", path);
-    if (gguf_str_eq(a, "llama") || gguf_str_eq(a, "smollm3") || gguf_str_eq(a, "granite")) c->arch = LLMI_ARCH_LLAMA;
+    if (gguf_str_eq(a, "llama") || gguf_str_eq(a, "smollm3") || gguf_str_eq(a, "granite") || gguf_str_eq(a, "granitemoe"))
+        c->arch = LLMI_ARCH_LLAMA;
     else if (gguf_str_eq(a, "qwen2")) c->arch = LLMI_ARCH_QWEN2;
     else if (gguf_str_eq(a, "qwen3") || gguf_str_eq(a, "qwen3moe")) c->arch = LLMI_ARCH_QWEN3;
     else if (gguf_str_eq(a, "gemma2")) c->arch = LLMI_ARCH_GEMMA2;
@@ -312,10 +323,11 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
         for (uint64_t i = 0; i < a.len && n < sizeof b - 1; i++)
             b[n++] = (a.p[i] >= 0x20 && a.p[i] < 0x7f) ? a.p[i] : '?';
         b[n] = '\0';
-        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, smollm3, granite, qwen2, "
-                         "qwen3, qwen3moe, gemma2, gemma3, phi3)", path, b);
+        return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, smollm3, granite, granitemoe, "
+                         "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3)", path, b);
     }
     const char *arch = gguf_str_eq(a, "smollm3") ? "smollm3" : gguf_str_eq(a, "granite") ? "granite"
+                     : gguf_str_eq(a, "granitemoe") ? "granitemoe"
                      : c->arch == LLMI_ARCH_LLAMA ? "llama"
                      : c->arch == LLMI_ARCH_QWEN2 ? "qwen2"
                      : c->arch == LLMI_ARCH_GEMMA2 ? "gemma2" : c->arch == LLMI_ARCH_GEMMA3 ? "gemma3"
@@ -405,7 +417,7 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     /* smollm3: llama.cpp's every 4th layer without RoPE (src/models/smollm3.cpp's fixed
      * n_no_rope_layer_step; the file has no key for it) */
     if (strcmp(arch, "smollm3") == 0) config_nope_every(c, 4);
-    if (strcmp(arch, "granite") == 0 && gguf_granite(g, c, st)) return LLMI_E_RUNTIME;
+    if (strncmp(arch, "granite", 7) == 0 && gguf_granite(g, arch, c, st)) return LLMI_E_RUNTIME;
     *has_output = gguf_find_tensor(g, "output.weight") != NULL;
     c->tie_embeddings = !*has_output;
     if (config_validate(c, path, st)) return LLMI_E_RUNTIME;

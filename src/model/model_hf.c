@@ -31,12 +31,18 @@ static const char *const hf_names[W_COUNT] = {
     "model.layers.%d.mlp.gate.weight", NULL, NULL, NULL,   /* Qwen3-MoE's router; experts one tensor each: */
     "model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
     "model.layers.%d.mlp.experts.%d.down_proj.weight",
-    "model.layers.%d.self_attn.qkv_proj.weight", "model.layers.%d.mlp.gate_up_proj.weight",
+    "model.layers.%d.self_attn.qkv_proj.weight", "model.layers.%d.mlp.gate_up_proj.weight", NULL,
 };
 /* Mixtral's names for its router and experts (w1 gate, w3 up, w2 down) */
 static const char *const hf_mixtral_moe_names[4] = {
     "model.layers.%d.block_sparse_moe.gate.weight", "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
     "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", "model.layers.%d.block_sparse_moe.experts.%d.w2.weight",
+};
+/* GraniteMoe's router and experts (JetMoe's parallel experts): gate|up of every expert in
+ * one input_linear (n_exp, 2 ffn, dim), down in one output_linear (n_exp, dim, ffn) */
+static const char *const hf_granitemoe_names[3] = {
+    "model.layers.%d.block_sparse_moe.router.layer.weight", "model.layers.%d.block_sparse_moe.input_linear.weight",
+    "model.layers.%d.block_sparse_moe.output_linear.weight",
 };
 /* Llama's post_attention_layernorm is its MLP input's norm (W_FFN_NORM); Gemma 3 names its
  * norms by place: post_attention_layernorm is the attention output's (W_POST_ATTN_NORM, read
@@ -220,7 +226,12 @@ int model_load_hf(const char *dir, const llmi_load_opts *opts, llmi_model *m, ll
     const char *names[W_COUNT];
     memcpy(names, hf_names, sizeof names);
     if (gemma) names[W_FFN_NORM] = HF_GEMMA_FFN_NORM;
-    if (m->cfg.n_experts > 0 && m->cfg.arch == LLMI_ARCH_LLAMA) {
+    if (m->cfg.n_experts > 0 && strcmp(m->cfg.arch_name, "granitemoe") == 0) {
+        names[W_ROUTER] = hf_granitemoe_names[0];
+        names[W_GATE_UP_EXPS] = hf_granitemoe_names[1];
+        names[W_DOWN_EXPS] = hf_granitemoe_names[2];
+        names[W_GATE_EXP] = names[W_UP_EXP] = names[W_DOWN_EXP] = NULL;
+    } else if (m->cfg.n_experts > 0 && m->cfg.arch == LLMI_ARCH_LLAMA) {
         names[W_ROUTER] = hf_mixtral_moe_names[0];
         names[W_GATE_EXP] = hf_mixtral_moe_names[1];
         names[W_UP_EXP] = hf_mixtral_moe_names[2];

@@ -31,6 +31,7 @@ typedef enum {
     W_FFN_NORM, W_GATE, W_UP, W_DOWN, W_Q_NORM, W_K_NORM, W_POST_ATTN_NORM, W_POST_FFN_NORM,
     W_ROUTER, W_GATE_EXPS, W_UP_EXPS, W_DOWN_EXPS, W_GATE_EXP, W_UP_EXP, W_DOWN_EXP,
     W_QKV, W_GATE_UP,   /* Phi-3's fused q/k/v rows and gate/up rows (LLMI_ARCH_PHI3) */
+    W_GATE_UP_EXPS,     /* GraniteMoe's experts' gate and up rows, one 3-d tensor (n_exp, 2 ffn, dim) */
     W_COUNT
 } weight_role;
 
