@@ -293,7 +293,7 @@ def seeds_2026_11_29_granite():
     """Granite's GGUF (arch granite: embedding_scale, attention.scale, residual_scale,
     logit_scale; the refact pre-tokenizer) with Granite 3.3's chat template (its default
     system message read from the template text); Granite's config.json (the four
-    multipliers).  Edits of the seeds above."""
+    multipliers) and GraniteMoe's (the multipliers and its experts).  Edits of the seeds above."""
     sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
     import gguf_edit
     tpl_dir = os.environ.get("LLAMACPP_TEMPLATES", "")
@@ -313,8 +313,8 @@ def seeds_2026_11_29_granite():
     gguf_edit.set_str(g, "tokenizer.ggml.pre", "refact")
     gguf_edit.set_str(g, "tokenizer.chat_template", granite)
     gguf_edit.write(os.path.join(CORPUS, "fuzz_gguf", "tiny-granite.gguf"), g)
-    write("fuzz_config_json", "granite-mult.json",
-          open(os.path.join(ROOT, "testdata", "hf", "granite-mult", "config.json"), "rb").read())
+    for case in ("granite-mult", "granitemoe-tiny"):
+        write("fuzz_config_json", case + ".json", open(os.path.join(ROOT, "testdata", "hf", case, "config.json"), "rb").read())
 
 
 if __name__ == "__main__":

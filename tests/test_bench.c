@@ -199,8 +199,10 @@ TEST(bench_report_formats) {
 
 static double params_of(const llmi_config *c) {
     double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
-    double layer = c->dim * qd * 2 + c->dim * kvd * 2 + 3.0 * c->dim * c->ffn_dim + (c->post_norms ? 4.0 : 2.0) * c->dim +
-                   (c->qkv_bias ? qd + 2 * kvd : 0);
+    /* a MoE layer: every expert's three matrices and the router */
+    double mlp = 3.0 * c->dim * c->ffn_dim * config_experts(c) + (double)c->n_experts * c->dim;
+    double layer = c->dim * qd * 2 + c->dim * kvd * 2 + mlp + (c->post_norms ? 4.0 : 2.0) * c->dim +
+                   (c->qkv_bias ? qd + 2 * kvd : 0) + (c->qk_norm ? 2.0 * c->head_dim : 0);
     return layer * c->n_layers + (double)c->n_vocab * c->dim * (c->tie_embeddings ? 1 : 2) + c->dim;
 }
 
@@ -245,6 +247,14 @@ TEST(bench_dummy_presets) {
     CHECK(model_dummy_config("granite-3.3-8b", &c, &st) == 0);
     CHECK(params_of(&c) == 8170864640.0 && c.embed_scale == 12.0f && c.attn_scale == 0.0078125f &&
           c.residual_scale == 0.22f && c.logit_scale == 16.0f && c.tie_embeddings);
+    /* Qwen3MoeForCausalLM's and MixtralForCausalLM's (the same way): 30.53B and 46.70B; then
+     * GraniteMoeForCausalLM's: 3.30B */
+    CHECK(model_dummy_config("qwen3-30b-a3b", &c, &st) == 0);
+    CHECK_MSG(params_of(&c) == 30532122624.0, "qwen3-30b-a3b: %.0f", params_of(&c));
+    CHECK(model_dummy_config("mixtral-8x7b", &c, &st) == 0);
+    CHECK_MSG(params_of(&c) == 46702792704.0, "mixtral-8x7b: %.0f", params_of(&c));
+    CHECK(model_dummy_config("granite-3.1-3b-a800m", &c, &st) == 0);
+    CHECK(params_of(&c) == 3298793472.0 && c.n_experts == 40 && c.n_experts_used == 8 && !strcmp(c.arch_name, "granitemoe"));
     llmi_status_clear(&st);
     CHECK(model_dummy_config("llama-9b", &c, &st) == LLMI_E_USAGE);
     CHECK(strstr(st.msg, "unknown preset") && strstr(st.msg, "llama-9b"));

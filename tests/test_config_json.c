@@ -298,8 +298,26 @@ TEST(config_json_granite) {
         {"{%s, \"logits_scaling\": 1e-9}", "logit scale"},
         {"{%s, \"residual_multiplier\": 1e9}", "residual scale"},
         {"{%s, \"mlp_bias\": true}", "mlp_bias is not supported"},
+        {"{\"model_type\": \"granitemoeshared\"}", "unsupported model_type granitemoeshared"},
+        {"{\"model_type\": \"granitemoehybrid\"}", "unsupported model_type granitemoehybrid"},
     };
     cj_expect_refused(t_, p, shape, bad, sizeof bad / sizeof bad[0]);
+    /* GraniteMoeConfig: the multipliers as Granite's, Mixtral's experts (8, top-2, renormalised) */
+    const char *moe = "\"model_type\": \"granitemoe\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                      "\"num_attention_heads\": 4, \"intermediate_size\": 32, \"vocab_size\": 32";
+    struct { const char *extra; int experts, used; float logit; } mcases[] = {
+        {"", 8, 2, 1},
+        {", \"num_local_experts\": 40, \"num_experts_per_tok\": 8, \"logits_scaling\": 6.0", 40, 8, 6},
+    };
+    for (size_t i = 0; i < sizeof mcases / sizeof mcases[0]; i++) {
+        llmi_config c;
+        llmi_status st = {0};
+        int rc = cj_read_case(p, moe, mcases[i].extra, &c, &st);
+        CHECK_MSG(rc == 0 && !strcmp(c.arch_name, "granitemoe") && c.n_experts == mcases[i].experts &&
+                      c.n_experts_used == mcases[i].used && c.moe_norm_topk && c.ffn_dim == 32 &&
+                      config_logit_scale(&c) == mcases[i].logit && config_attn_scale(&c) == 1.0f,
+                  "granitemoe case %zu: rc %d experts %d used %d: %s", i, rc, c.n_experts, c.n_experts_used, st.msg);
+    }
     cj_rm_dir(d);
 }
 

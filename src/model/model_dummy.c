@@ -115,6 +115,13 @@ static const dummy_preset k_presets[] = {
                        .n_layers = 48, .n_heads = 32, .n_kv_heads = 4, .head_dim = 128, .ffn_dim = 768,
                        .max_ctx = 40960, .norm_eps = 1e-6f, .rope_theta = 1000000.f, .rope_dim = 128, .qk_norm = true,
                        .n_experts = 128, .n_experts_used = 8, .moe_norm_topk = true}},
+    /* ibm-granite/granite-3.1-3b-a800m-instruct's shapes: 40 experts of 512, top-8; rms_norm_eps
+     * and Granite's multipliers (which move no cost) left at GraniteMoeConfig's defaults */
+    {"granite-3.1-3b-a800m", {.arch = LLMI_ARCH_LLAMA, .arch_name = "granitemoe", .n_vocab = 49155, .dim = 1536,
+                              .n_layers = 32, .n_heads = 24, .n_kv_heads = 8, .head_dim = 64, .ffn_dim = 512,
+                              .max_ctx = 131072, .norm_eps = 1e-6f, .rope_theta = 10000000.f, .rope_dim = 64,
+                              .tie_embeddings = true, .attn_scale = 1.0f, .n_experts = 40, .n_experts_used = 8,
+                              .moe_norm_topk = true}},
     {"mixtral-8x7b", {.arch = LLMI_ARCH_LLAMA, .arch_name = "mixtral", .n_vocab = 32000, .dim = 4096, .n_layers = 32,
                       .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .ffn_dim = 14336, .max_ctx = 32768,
                       .norm_eps = 1e-5f, .rope_theta = 1000000.f, .rope_dim = 128, .n_experts = 8,
@@ -125,7 +132,7 @@ static const dummy_preset k_presets[] = {
 const char *model_dummy_preset_names(void) {
     return "smollm2-135m, smollm2-360m, tinyllama-1.1b, llama-3.2-1b, llama-2-7b, llama-3-8b, mistral-7b, "
            "qwen2.5-7b, qwen3-0.6b, qwen3-8b, smollm3-3b, granite-3.3-2b, granite-3.3-8b, phi-3-mini, phi-4, phi-4-mini, gemma-2-2b, gemma-2-9b, gemma-3-1b, gemma-3-4b, "
-           "qwen3-30b-a3b, mixtral-8x7b";
+           "qwen3-30b-a3b, granite-3.1-3b-a800m, mixtral-8x7b";
 }
 
 /* ---------------------------------------------------------------- config.json */

@@ -51,7 +51,7 @@ for line in open(sys.argv[1], encoding="utf-8").read().splitlines()[1:]:
 models = ["llama-gqa-rope3", "llama-attn-bias", "llama-headdim", "mistral-sharded", "qwen2-bias-tied", "qwen3-qknorm",
           "gemma2-capped", "gemma2-classic", "gemma3-scaled", "gemma3-swa", "mixtral-tiny", "qwen3moe-nonorm",
           "qwen3moe-tiny", "qwen2-yarn", "llama-yarn-params", "phi3-fused", "phi3-swa", "phi3-longrope",
-          "phi4mini-partial", "smollm3-nope", "granite-mult"]
+          "phi4mini-partial", "smollm3-nope", "granite-mult", "granitemoe-tiny"]
 want_ok = (["device", "binaries (this tree)", "cuda backend starts"]
            + [f"greedy 4 tokens cuda vs cpu {m}" for m in models]
            + ["greedy --spec ngram cuda vs cpu without (llama-gqa-rope3)",
