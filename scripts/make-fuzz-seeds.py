@@ -235,6 +235,27 @@ def write(name, path, data):
         f.write(data)
 
 
+def llamacpp_template(name, fallback):
+    """llama.cpp's copy of a chat template (models/templates/NAME under $LLAMACPP_TEMPLATES),
+    else the fallback text, a shorter template of the same shape."""
+    tpl_dir = os.environ.get("LLAMACPP_TEMPLATES", "")
+    return open(os.path.join(tpl_dir, name)).read() if tpl_dir else fallback
+
+
+def gguf_as_arch(src, arch):
+    """The GGUF src read by gguf_edit with its llama.* keys and general.architecture renamed
+    to arch's."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+    import gguf_edit
+    g = gguf_edit.read(src)
+    for e in g["kv"]:
+        if e[0].startswith("llama."):
+            e[0] = arch + e[0][len("llama"):]
+        if e[0] == "general.architecture":
+            e[2] = gstr(arch)
+    return g
+
+
 def seeds_2026_11_29():
     """SmolLM3's GGUF (arch smollm3, every 4th layer without RoPE) with Tekken's pre-tokenizer
     and Mistral v7's chat template (its default system message parsed from the template
@@ -243,22 +264,18 @@ def seeds_2026_11_29():
     those templates; SmolLM3's and Phi-4-mini's config.json.  Edits of the seeds above."""
     sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
     import gguf_edit
-    tpl_dir = os.environ.get("LLAMACPP_TEMPLATES", "")
-    mistral_v7 = open(os.path.join(tpl_dir, "Mistral-Small-3.2-24B-Instruct-2506.jinja")).read() if tpl_dir else \
-        "{%- set today = strftime_now(\"%Y-%m-%d\") %}{%- set default_system_message = 'Today is ' + today + '.' %}" \
-        "{{- bos_token }}{{- '[SYSTEM_PROMPT]' + default_system_message + '[/SYSTEM_PROMPT]' }}" \
-        "{{- '[AVAILABLE_TOOLS]' }}{{- '[INST]' + message['content'] + '[/INST]' }}"
+    mistral_v7 = llamacpp_template(
+        "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+        "{%- set today = strftime_now(\"%Y-%m-%d\") %}{%- set default_system_message = 'Today is ' + today + '.' %}"
+        "{{- bos_token }}{{- '[SYSTEM_PROMPT]' + default_system_message + '[/SYSTEM_PROMPT]' }}"
+        "{{- '[AVAILABLE_TOOLS]' }}{{- '[INST]' + message['content'] + '[/INST]' }}")
     phi4_mini = ("{% for message in messages %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
                  "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}")
     src = os.path.join(CORPUS, "fuzz_gguf", "tiny-llama.gguf")
     for name, arch, pre, tpl, rope_dim in (("tiny-smollm3-tekken.gguf", "smollm3", "tekken", mistral_v7, None),
                                           ("tiny-phi4mini-o200k.gguf", "phi3", "gpt-4o", phi4_mini, HD - 2)):
-        g = gguf_edit.read(src)
+        g = gguf_as_arch(src, arch)
         for e in g["kv"]:
-            if e[0].startswith("llama."):
-                e[0] = arch + e[0][len("llama"):]
-            if e[0] == "general.architecture":
-                e[2] = gstr(arch)
             if e[0] == arch + ".rope.dimension_count" and rope_dim:
                 e[2] = struct.pack("<I", rope_dim)
         gguf_edit.set_str(g, "tokenizer.ggml.pre", pre)
@@ -294,19 +311,13 @@ def seeds_2026_11_29_granite():
     logit_scale; the refact pre-tokenizer) with Granite 3.3's chat template (its default
     system message read from the template text); Granite's config.json (the four
     multipliers) and GraniteMoe's (the multipliers and its experts).  Edits of the seeds above."""
-    sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
     import gguf_edit
-    tpl_dir = os.environ.get("LLAMACPP_TEMPLATES", "")
-    granite = open(os.path.join(tpl_dir, "ibm-granite-granite-3.3-2B-Instruct.jinja")).read() if tpl_dir else \
-        "{%- set system_message = \"Knowledge Cutoff Date: April 2024. Today's Date: \" + strftime_now('%B %d, %Y')" \
-        " + \".\" %}{%- if tools %}{%- else %}\n {%- set system_message = system_message + \" Be helpful.\" %}" \
-        "{%- endif %}{{- '<|start_of_role|>system<|end_of_role|>' + system_message + '<|end_of_text|>\n' }}"
-    g = gguf_edit.read(os.path.join(CORPUS, "fuzz_gguf", "tiny-llama.gguf"))
-    for e in g["kv"]:
-        if e[0].startswith("llama."):
-            e[0] = "granite" + e[0][len("llama"):]
-        if e[0] == "general.architecture":
-            e[2] = gstr("granite")
+    granite = llamacpp_template(
+        "ibm-granite-granite-3.3-2B-Instruct.jinja",
+        "{%- set system_message = \"Knowledge Cutoff Date: April 2024. Today's Date: \" + strftime_now('%B %d, %Y')"
+        " + \".\" %}{%- if tools %}{%- else %}\n {%- set system_message = system_message + \" Be helpful.\" %}"
+        "{%- endif %}{{- '<|start_of_role|>system<|end_of_role|>' + system_message + '<|end_of_text|>\n' }}")
+    g = gguf_as_arch(os.path.join(CORPUS, "fuzz_gguf", "tiny-llama.gguf"), "granite")
     for key, v in (("embedding_scale", 12.0), ("attention.scale", 0.125), ("residual_scale", 0.22),
                    ("logit_scale", 8.0)):
         gguf_edit.set_f32(g, "granite." + key, v)

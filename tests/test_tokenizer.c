@@ -634,33 +634,45 @@ TEST(tok_errors) {
     CHECK(strstr(st4.msg, "merge") != NULL);
 }
 
+/* ids of text by a byte-level BPE of the tokens toks (ids in order) and their merges, under
+ * llama.cpp's pre-tokenizer name (*add_bos: what the name defaults to); how many ids (at
+ * most 4 kept in out), -1 when the name is unknown or the tokenizer is refused. */
+static int encode_under_pre(const char *name, const char *const *toks, int n_toks, const char *const *merges,
+                            int n_merges, const char *text, bool *add_bos, int32_t out[4]) {
+    uint32_t lens[8], mlens[4];
+    for (int i = 0; i < n_toks; i++) lens[i] = (uint32_t)strlen(toks[i]);
+    for (int i = 0; i < n_merges; i++) mlens[i] = (uint32_t)strlen(merges[i]);
+    tok_pre_kind kind;
+    if (!tok_gguf_pre_of(name, strlen(name), &kind, add_bos)) return -1;
+    tok_spec s = {.model = TOK_MODEL_BYTELEVEL_BPE, .pre = kind, .n_tokens = n_toks, .tokens = toks,
+                  .token_lens = lens, .n_merges = n_merges, .merges = merges, .merge_lens = mlens,
+                  .bos_id = -1, .eos_id = -1, .unk_id = -1, .pad_id = -1};
+    tokenizer *tk = NULL;
+    llmi_status st = {0};
+    if (tok_create(&s, &tk, &st) != 0) return -1;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (tok_encode(tk, text, strlen(text), false, false, &ids, &n, &st) != 0) n = -1;
+    for (int i = 0; i < n && i < 4; i++) out[i] = ids[i];
+    free(ids);
+    tok_free(tk);
+    return n;
+}
+
 /* llama.cpp's ignore_merges by pre-tokenizer: a pre-token found whole in the vocabulary is
  * one token for Llama-3's and Tekken's names, merged pair by pair for the others ("abc" is
  * in the vocabulary, but the only merge is "a b"). */
 TEST(tok_gguf_pre_ignore_merges) {
     const char *toks[] = {"a", "b", "c", "ab", "abc"};
-    uint32_t lens[] = {1, 1, 1, 2, 3};
     const char *merges[] = {"a b"};
-    uint32_t mlens[] = {3};
     const char *names[] = {"llama-bpe", "tekken", "gpt-4o", "qwen2", "gpt-2", "pixtral", "deepseek-r1-qwen"};
     const bool whole[] = {true, true, false, false, false, true, false};
     for (int i = 0; i < 7; i++) {
-        tok_pre_kind kind;
         bool add_bos;
-        CHECK_MSG(tok_gguf_pre_of(names[i], strlen(names[i]), &kind, &add_bos), "%s unknown", names[i]);
-        tok_spec s = {.model = TOK_MODEL_BYTELEVEL_BPE, .pre = kind, .n_tokens = 5, .tokens = toks,
-                      .token_lens = lens, .n_merges = 1, .merges = merges, .merge_lens = mlens,
-                      .bos_id = -1, .eos_id = -1, .unk_id = -1, .pad_id = -1};
-        tokenizer *tk = NULL;
-        llmi_status st = {0};
-        CHECK_MSG(tok_create(&s, &tk, &st) == 0, "%s: %s", names[i], st.msg);
-        int32_t *ids = NULL;
-        int n = 0;
-        if (tk) tok_encode(tk, "abc", 3, false, false, &ids, &n, &st);
+        int32_t ids[4] = {-1, -1, -1, -1};
+        int n = encode_under_pre(names[i], toks, 5, merges, 1, "abc", &add_bos, ids);
         CHECK_MSG(whole[i] ? (n == 1 && ids[0] == 4) : (n == 2 && ids[0] == 3 && ids[1] == 2),
                   "%s: \"abc\" as %d tokens", names[i], n);
-        free(ids);
-        tok_free(tk);
     }
     tok_pre_kind k;
     bool b;
@@ -672,28 +684,15 @@ TEST(tok_gguf_pre_ignore_merges) {
  * vocabulary and "1 2" merges, so GPT-2's kind would make it one token. */
 TEST(tok_gguf_pre_starcoder_digits) {
     const char *toks[] = {"1", "2", "12"};
-    uint32_t lens[] = {1, 1, 2};
     const char *merges[] = {"1 2"};
-    uint32_t mlens[] = {3};
     const char *names[] = {"smollm", "refact", "starcoder", "gpt-2"};
     for (int i = 0; i < 4; i++) {
-        tok_pre_kind kind;
         bool add_bos = true;
-        CHECK_MSG(tok_gguf_pre_of(names[i], strlen(names[i]), &kind, &add_bos) && !add_bos, "%s", names[i]);
-        tok_spec s = {.model = TOK_MODEL_BYTELEVEL_BPE, .pre = kind, .n_tokens = 3, .tokens = toks,
-                      .token_lens = lens, .n_merges = 1, .merges = merges, .merge_lens = mlens,
-                      .bos_id = -1, .eos_id = -1, .unk_id = -1, .pad_id = -1};
-        tokenizer *tk = NULL;
-        llmi_status st = {0};
-        CHECK_MSG(tok_create(&s, &tk, &st) == 0, "%s: %s", names[i], st.msg);
-        int32_t *ids = NULL;
-        int n = 0;
-        if (tk) tok_encode(tk, "12", 2, false, false, &ids, &n, &st);
+        int32_t ids[4] = {-1, -1, -1, -1};
+        int n = encode_under_pre(names[i], toks, 3, merges, 1, "12", &add_bos, ids);
         const bool split = i < 3;
-        CHECK_MSG(split ? (n == 2 && ids[0] == 0 && ids[1] == 1) : (n == 1 && ids[0] == 2), "%s: \"12\" as %d tokens",
-                  names[i], n);
-        free(ids);
-        tok_free(tk);
+        CHECK_MSG(!add_bos && (split ? (n == 2 && ids[0] == 0 && ids[1] == 1) : (n == 1 && ids[0] == 2)),
+                  "%s: \"12\" as %d tokens, add_bos %d", names[i], n, add_bos);
     }
 }
 

@@ -8,10 +8,7 @@
 #   - llmi quantize refuses a Gemma 2 model with one line, writing nothing.
 . "$(dirname "$0")/../lib/common.sh"
 G="$TESTDATA/hf/gemma2-capped.f32.gguf"
-python3 -c 'import json,sys
-for s in json.load(open(sys.argv[1]))["seqs"]: print(json.dumps({"prompt_token_ids": s["ids"]}))' \
-  "$TESTDATA/hf/ref/gemma2-capped.json" >"$TMP/ids.jsonl"
-plp=(generate --device cpu --prompts "$TMP/ids.jsonl" -n 0 --prompt-logprobs 3 --json --no-stats)
+ref_prompts gemma2-capped
 same() {  # same A B: equal prompt logprobs
   python3 - "$1" "$2" <<'PY'
 import json, sys

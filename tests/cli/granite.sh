@@ -7,15 +7,7 @@
 #   - llmi quantize writes a Granite checkpoint from the GGUF and from the directory
 #     (model_type granite and its multipliers), and llmi runs each.
 . "$(dirname "$0")/../lib/common.sh"
-H="$TESTDATA/hf/granite-mult"
-REF="$TESTDATA/hf/ref/granite-mult.json"
-python3 -c 'import json,sys
-for s in json.load(open(sys.argv[1]))["seqs"]: print(json.dumps({"prompt_token_ids": s["ids"]}))' "$REF" >"$TMP/ids.jsonl"
-plp=(generate --device cpu --prompts "$TMP/ids.jsonl" -n 0 --prompt-logprobs 3 --json --no-stats)
-edited() { config_edited "$H" "$@"; }   # edited NAME PYTHON: a copy of $H, its config.json c through PYTHON
-cmp_ref() {  # cmp_ref OUT: prompt logprobs within 1e-4 of transformers'
-  python3 tests/compare_prompt_logprobs_hf.py "$REF" "$1" --tol 1e-4 --slack 1e-4 >"$TMP/cmp.out"
-}
+ref_prompts granite-mult
 for m in "$H" "$H.f32.gguf"; do
   "$LLMI" "${plp[@]}" -m "$m" >"$TMP/own.out" || fail "prompt logprobs of $m"
   cmp_ref "$TMP/own.out" || fail "$m differs from transformers: $(tail -3 "$TMP/cmp.out")"
@@ -35,22 +27,11 @@ expect_error "residual_multiplier must be a finite number" "$LLMI" "${gen[@]}" -
 g=$(gguf_edited "$H.f32.gguf" nologit 'gguf_edit.drop_key(g, "granite.logit_scale")')
 expect_error "granite.logit_scale" "$LLMI" "${gen[@]}" -m "$g"
 
-for src in "$H.f32.gguf" "$H"; do
-  out="$TMP/q-$(basename "$src")"
-  "$LLMI" quantize -m "$src" --method rtn --group-size 32 -o "$out" >/dev/null 2>"$TMP/err" ||
-    fail "quantize $src: $(tail -c 600 "$TMP/err")"
-  python3 - "$out/config.json" <<'PY' || fail "$src: the quantized config.json is not Granite's"
-import json, sys
-c = json.load(open(sys.argv[1]))
-assert c["model_type"] == "granite" and c["architectures"] == ["GraniteForCausalLM"], c
+check='assert c["model_type"] == "granite" and c["architectures"] == ["GraniteForCausalLM"], c
 want = {"embedding_multiplier": 12, "attention_multiplier": 0.125, "residual_multiplier": 0.22, "logits_scaling": 8}
-assert all(c[k] == v for k, v in want.items()), {k: c.get(k) for k in want}
-PY
-  "$LLMI" "${plp[@]}" -m "$out" >"$TMP/q.out" 2>"$TMP/err" || fail "the quantized $src does not run: $(tail -c 600 "$TMP/err")"
-  # 4-bit RTN of a random model is too coarse for limits: nearer to its own reference than
-  # to another model's of the same ids
-  python3 tests/compare_prompt_logprobs_hf.py "$REF" "$TMP/q.out" --nearer-than "$TESTDATA/hf/ref/llama-gqa-rope3.json" \
-    >"$TMP/cmp.out" || fail "the quantized $src is not nearer to transformers' logits: $(tail -3 "$TMP/cmp.out")"
-  echo "quantized $(basename "$src"): Granite config, runs: $(tail -1 "$TMP/cmp.out")"
+assert all(c[k] == v for k, v in want.items()), {k: c.get(k) for k in want}'
+for src in "$H.f32.gguf" "$H"; do
+  quantized_runs "$src" Granite "$check" "$REF" >"$TMP/qr"   # not in $(...): its fail must end the test
+  echo "quantized $(basename "$src"): Granite config, runs: $(cat "$TMP/qr")"
 done
 echo ok

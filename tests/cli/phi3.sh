@@ -13,11 +13,7 @@
 #     LoRA adapters on the fused projections, quantize.
 . "$(dirname "$0")/../lib/common.sh"
 G="$TESTDATA/hf/phi3-fused.f32.gguf"
-H="$TESTDATA/hf/phi3-fused"
-python3 -c 'import json,sys
-for s in json.load(open(sys.argv[1]))["seqs"]: print(json.dumps({"prompt_token_ids": s["ids"]}))' \
-  "$TESTDATA/hf/ref/phi3-fused.json" >"$TMP/ids.jsonl"
-plp=(generate --device cpu --prompts "$TMP/ids.jsonl" -n 0 --prompt-logprobs 3 --json --no-stats)
+ref_prompts phi3-fused
 win=$(gguf_edited "$G" win "
 for e in g['kv']:
     if e[0] == 'phi3.attention.sliding_window': e[2] = struct.pack('<I', 8)") || fail "editing $G"
@@ -31,7 +27,6 @@ PY
 [ -s "$TMP/own.out" ] || fail "a phi3 GGUF's sliding_window 8 changed the logprobs (llama.cpp ignores it)"
 echo "phi3 GGUF with attention.sliding_window 8 = without (130-token prompts): the window is ignored, as llama.cpp does"
 
-edited() { config_edited "$H" "$@"; }   # edited NAME PYTHON: a copy of $H, its config.json c through PYTHON
 gen=(generate --device cpu -p hi -n 1 --no-stats)
 d=$(edited badrope 'c["rope_scaling"] = {"type": "dynamic", "factor": 2.0}')
 expect_error "rope_scaling type must be longrope" "$LLMI" "${gen[@]}" -m "$d"

@@ -20,10 +20,7 @@ import json, sys
 c = json.load(open(sys.argv[1])); c["rope_scaling"] = None
 json.dump(c, open(sys.argv[1], "w"))
 PY
-python3 -c 'import json,sys
-for s in json.load(open(sys.argv[1]))["seqs"]: print(json.dumps({"prompt_token_ids": s["ids"]}))' \
-  "$TESTDATA/hf/ref/qwen2-yarn.json" >"$TMP/ids.jsonl"
-plp=(generate --device cpu --prompts "$TMP/ids.jsonl" -n 0 --prompt-logprobs 3 --json --no-stats)
+ref_prompts qwen2-yarn
 same() {  # same A B WHAT: equal prompt logprobs
   python3 - "$1" "$2" "$3" <<'PY'
 import json, sys

@@ -8,15 +8,7 @@
 #     no_rope_layers) and from the directory, and llmi runs each; --chat refuses SmolLM3's
 #     template (its generated system turn) rather than render it as plain ChatML.
 . "$(dirname "$0")/../lib/common.sh"
-H="$TESTDATA/hf/smollm3-nope"
-REF="$TESTDATA/hf/ref/smollm3-nope.json"
-python3 -c 'import json,sys
-for s in json.load(open(sys.argv[1]))["seqs"]: print(json.dumps({"prompt_token_ids": s["ids"]}))' "$REF" >"$TMP/ids.jsonl"
-plp=(generate --device cpu --prompts "$TMP/ids.jsonl" -n 0 --prompt-logprobs 3 --json --no-stats)
-edited() { config_edited "$H" "$@"; }   # edited NAME PYTHON: a copy of $H, its config.json c through PYTHON
-cmp_ref() {  # cmp_ref OUT: prompt logprobs within 1e-4 of transformers'
-  python3 tests/compare_prompt_logprobs_hf.py "$REF" "$1" --tol 1e-4 --slack 1e-4 >"$TMP/cmp.out"
-}
+ref_prompts smollm3-nope
 interval=$(edited interval 'del c["no_rope_layers"]; del c["no_rope_layer_interval"]')
 for m in "$H" "$H.f32.gguf" "$interval"; do
   "$LLMI" "${plp[@]}" -m "$m" >"$TMP/own.out" || fail "prompt logprobs of $m"
@@ -35,22 +27,11 @@ expect_error "no_rope_layers[1] must be 0 or 1" "$LLMI" "${gen[@]}" -m "$d"
 d=$(edited zero 'del c["no_rope_layers"]; c["no_rope_layer_interval"] = 0')
 expect_error "no_rope_layer_interval must be an integer" "$LLMI" "${gen[@]}" -m "$d"
 
+check='assert c["model_type"] == "smollm3" and c["architectures"] == ["SmolLM3ForCausalLM"], c
+assert c["no_rope_layers"] == [1, 1, 1, 0], c["no_rope_layers"]'
 for src in "$H.f32.gguf" "$H"; do
-  out="$TMP/q-$(basename "$src")"
-  "$LLMI" quantize -m "$src" --method rtn --group-size 32 -o "$out" >/dev/null 2>"$TMP/err" ||
-    fail "quantize $src: $(tail -c 600 "$TMP/err")"
-  python3 - "$out/config.json" <<'PY' || fail "$src: the quantized config.json is not SmolLM3's"
-import json, sys
-c = json.load(open(sys.argv[1]))
-assert c["model_type"] == "smollm3" and c["architectures"] == ["SmolLM3ForCausalLM"], c
-assert c["no_rope_layers"] == [1, 1, 1, 0], c["no_rope_layers"]
-PY
-  "$LLMI" "${plp[@]}" -m "$out" >"$TMP/q.out" 2>"$TMP/err" || fail "the quantized $src does not run: $(tail -c 600 "$TMP/err")"
-  # 4-bit RTN of a random model is too coarse for limits: nearer to its own reference than
-  # to another model's of the same ids by half
-  python3 tests/compare_prompt_logprobs_hf.py "$REF" "$TMP/q.out" --nearer-than "$TESTDATA/hf/ref/llama-gqa-rope3.json" \
-    >"$TMP/cmp.out" || fail "the quantized $src is not nearer to transformers' logits: $(tail -3 "$TMP/cmp.out")"
-  echo "quantized $(basename "$src"): SmolLM3 config, runs: $(tail -1 "$TMP/cmp.out")"
+  quantized_runs "$src" SmolLM3 "$check" "$REF" >"$TMP/qr"   # not in $(...): its fail must end the test
+  echo "quantized $(basename "$src"): SmolLM3 config, runs: $(cat "$TMP/qr")"
 done
 
 d=$(edited chat 'pass')

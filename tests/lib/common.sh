@@ -101,6 +101,46 @@ PY
   echo "$TMP/$2"
 }
 
+# ref_prompts NAME: for a test against transformers' reference of the test checkpoint
+# testdata/hf/NAME: H its directory, REF its reference (testdata/hf/ref/NAME.json), the
+# reference's token sequences as prompts in $TMP/ids.jsonl, and plp the llmi arguments for
+# their prompt logprobs (top 3, cpu).
+ref_prompts() {
+  H="$TESTDATA/hf/$1"
+  REF="$TESTDATA/hf/ref/$1.json"
+  python3 -c 'import json,sys
+for s in json.load(open(sys.argv[1]))["seqs"]: print(json.dumps({"prompt_token_ids": s["ids"]}))' \
+    "$REF" >"$TMP/ids.jsonl" || fail "reading $REF"
+  plp=(generate --device cpu --prompts "$TMP/ids.jsonl" -n 0 --prompt-logprobs 3 --json --no-stats)
+}
+# edited NAME PYTHON: a copy of $H (ref_prompts'), its config.json as c through PYTHON.
+edited() { config_edited "$H" "$@"; }
+# cmp_ref OUT: OUT's prompt logprobs within 1e-4 of $REF's (ref_prompts'); the comparison's
+# report in $TMP/cmp.out.
+cmp_ref() {
+  python3 tests/compare_prompt_logprobs_hf.py "$REF" "$1" --tol 1e-4 --slack 1e-4 >"$TMP/cmp.out"
+}
+
+# quantized_runs SRC WHAT PYTHON REF: llmi quantize (RTN, group 32) of the model SRC into
+# $TMP/q-NAME; its config.json, as the dict c, must pass PYTHON's asserts (else "SRC: the
+# quantized config.json is not WHAT's"); then its prompt logprobs (the caller's plp array of
+# llmi arguments) must be nearer to REF's than to llama-gqa-rope3's, the 4-bit RTN of a random
+# model being too coarse for limits.  Prints the comparison's last line.  Call it as a command
+# (not inside $(...), where fail would end only the subshell).
+quantized_runs() {
+  local src=$1 what=$2 check=$3 ref=$4 out="$TMP/q-$(basename "$1")"
+  "$LLMI" quantize -m "$src" --method rtn --group-size 32 -o "$out" >/dev/null 2>"$TMP/err" ||
+    fail "quantize $src: $(tail -c 600 "$TMP/err")"
+  python3 - "$out/config.json" "$check" <<'PY' >&2 || fail "$src: the quantized config.json is not $what's"
+import json, sys
+c = json.load(open(sys.argv[1])); exec(sys.argv[2])
+PY
+  "$LLMI" "${plp[@]}" -m "$out" >"$TMP/q.out" 2>"$TMP/err" || fail "the quantized $src does not run: $(tail -c 600 "$TMP/err")"
+  python3 tests/compare_prompt_logprobs_hf.py "$ref" "$TMP/q.out" --nearer-than "$TESTDATA/hf/ref/llama-gqa-rope3.json" \
+    >"$TMP/cmp.out" || fail "the quantized $src is not nearer to transformers' logits: $(tail -3 "$TMP/cmp.out")"
+  tail -1 "$TMP/cmp.out"
+}
+
 # gguf_edited SRC NAME PYTHON: $TMP/NAME.gguf, a copy of the GGUF file SRC rewritten after
 # PYTHON ran on g = gguf_edit.read(SRC) (tests/lib/gguf_edit.py; struct imported); prints
 # the path.
