@@ -407,16 +407,16 @@ static int bind_experts(const weight_src *w, weight_role stacked, weight_role on
 
 /* GraniteMoe's experts' gate and up (W_GATE_UP_EXPS: n_exp stacked (2 ffn, dim) matrices, gate
  * rows first) copied apart into the (n_exp * ffn, dim) stacks the MoE paths read, as
- * bind_experts lays them out; the mapped pages dropped after.  1 bound, 0 when the format has
- * no such tensor, < 0 error. */
+ * bind_experts lays them out; the mapped pages dropped after. */
 static int bind_experts_gate_up(const weight_src *w, int layer, int n_exp, int64_t ffn, int64_t dim, llmi_tensor *gate,
                                 llmi_tensor *up, size_t *bytes, llmi_status *st) {
     src_tensor t;
     char name[128];
     size_t row_bytes;
     int rc = find_named(w, W_GATE_UP_EXPS, layer, 0, &t, name, sizeof name, st);
-    if (rc <= 0) return rc < 0 ? -LLMI_E_RUNTIME : 0;
-    if (check_matrix(&t, name, n_exp, 2 * ffn, dim, &row_bytes, st)) return -LLMI_E_RUNTIME;
+    if (rc < 0) return LLMI_E_RUNTIME;
+    if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing tensor %s", w->what, name);
+    if (check_matrix(&t, name, n_exp, 2 * ffn, dim, &row_bytes, st)) return LLMI_E_RUNTIME;
     const size_t half = (size_t)ffn * row_bytes;   /* one expert's gate (or up) rows */
     llmi_tensor *const parts[2] = {gate, up};
     for (int i = 0; i < 2; i++) {
@@ -426,14 +426,14 @@ static int bind_experts_gate_up(const weight_src *w, int layer, int n_exp, int64
         parts[i]->cols = dim;
         parts[i]->row_bytes = row_bytes;
         parts[i]->owned = malloc((size_t)n_exp * half);
-        if (!parts[i]->owned) return -llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory copying %s", t.file, name);
+        if (!parts[i]->owned) return llmi_fail(st, LLMI_E_RUNTIME, "%s: out of memory copying %s", t.file, name);
         parts[i]->data = parts[i]->owned;
         for (int e = 0; e < n_exp; e++)
             memcpy((uint8_t *)parts[i]->owned + (size_t)e * half, t.data + (2 * (size_t)e + (size_t)i) * half, half);
     }
     mapfile_drop_pages(t.data, t.n_bytes);
     *bytes += t.n_bytes;
-    return 1;
+    return 0;
 }
 
 /* Binds a vector (norm weight or bias) as an owned f32 array, from any float dtype. */
@@ -530,16 +530,19 @@ int model_bind_weights(const weight_src *w, llmi_model *m, bool permute_qk, llmi
                                   bind_matrix(w, W_UP, l, c->ffn_dim, c->dim, &L->w_up, &bytes, st) ||
                                   bind_matrix(w, W_DOWN, l, c->dim, c->ffn_dim, &L->w_down, &bytes, st)))
             return LLMI_E_RUNTIME;
-        int fused_gu = 0;
-        if (c->n_experts > 0 &&
-            (bind_matrix(w, W_ROUTER, l, c->n_experts, c->dim, &L->w_router, &bytes, st) ||
-             (fused_gu = bind_experts_gate_up(w, l, c->n_experts, c->ffn_dim, c->dim, &L->w_gate, &L->w_up, &bytes,
-                                              st)) < 0 ||
-             (!fused_gu &&
-              (bind_experts(w, W_GATE_EXPS, W_GATE_EXP, l, c->n_experts, c->ffn_dim, c->dim, &L->w_gate, &bytes, st) ||
-               bind_experts(w, W_UP_EXPS, W_UP_EXP, l, c->n_experts, c->ffn_dim, c->dim, &L->w_up, &bytes, st))) ||
-             bind_experts(w, W_DOWN_EXPS, W_DOWN_EXP, l, c->n_experts, c->dim, c->ffn_dim, &L->w_down, &bytes, st)))
-            return LLMI_E_RUNTIME;
+        if (c->n_experts > 0) {
+            const int E = c->n_experts;
+            if (bind_matrix(w, W_ROUTER, l, E, c->dim, &L->w_router, &bytes, st)) return LLMI_E_RUNTIME;
+            if (w->names[W_GATE_UP_EXPS]) {   /* the format stores each expert's gate|up together */
+                if (bind_experts_gate_up(w, l, E, c->ffn_dim, c->dim, &L->w_gate, &L->w_up, &bytes, st))
+                    return LLMI_E_RUNTIME;
+            } else if (bind_experts(w, W_GATE_EXPS, W_GATE_EXP, l, E, c->ffn_dim, c->dim, &L->w_gate, &bytes, st) ||
+                       bind_experts(w, W_UP_EXPS, W_UP_EXP, l, E, c->ffn_dim, c->dim, &L->w_up, &bytes, st)) {
+                return LLMI_E_RUNTIME;
+            }
+            if (bind_experts(w, W_DOWN_EXPS, W_DOWN_EXP, l, E, c->dim, c->ffn_dim, &L->w_down, &bytes, st))
+                return LLMI_E_RUNTIME;
+        }
         if (c->qkv_bias && (bind_vector(w, W_BQ, l, q_rows, &L->bq, &bytes, st) ||
                             bind_vector(w, W_BK, l, kv_rows, &L->bk, &bytes, st) ||
                             bind_vector(w, W_BV, l, kv_rows, &L->bv, &bytes, st)))

@@ -304,20 +304,29 @@ static int gguf_granite(const gguf_file *g, const char *arch, llmi_config *c, ll
     return 0;
 }
 
+/* The general.architecture values llmi reads, each as its family (the prefix of its keys is the
+ * name itself); smollm3 and granite(moe) with llama's tensors and their own additions. */
+static const struct {
+    const char *name;
+    llmi_arch arch;
+    bool granite;   /* gguf_granite's scales */
+} k_gguf_archs[] = {
+    {"llama", LLMI_ARCH_LLAMA, false},     {"smollm3", LLMI_ARCH_LLAMA, false}, {"granite", LLMI_ARCH_LLAMA, true},
+    {"granitemoe", LLMI_ARCH_LLAMA, true}, {"qwen2", LLMI_ARCH_QWEN2, false},   {"qwen3", LLMI_ARCH_QWEN3, false},
+    {"qwen3moe", LLMI_ARCH_QWEN3, false},  {"gemma2", LLMI_ARCH_GEMMA2, false}, {"gemma3", LLMI_ARCH_GEMMA3, false},
+    {"phi3", LLMI_ARCH_PHI3, false},
+};
+#define N_GGUF_ARCHS ((int)(sizeof k_gguf_archs / sizeof k_gguf_archs[0]))
+
 static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llmi_status *st) {
     const char *path = g->path;
     gguf_str a;
     int rc = gguf_get_str(g, "general.architecture", &a, st);
     if (rc < 0) return LLMI_E_RUNTIME;
     if (rc == 0) return llmi_fail(st, LLMI_E_RUNTIME, "%s: missing metadata key general.architecture", path);
-    if (gguf_str_eq(a, "llama") || gguf_str_eq(a, "smollm3") || gguf_str_eq(a, "granite") || gguf_str_eq(a, "granitemoe"))
-        c->arch = LLMI_ARCH_LLAMA;
-    else if (gguf_str_eq(a, "qwen2")) c->arch = LLMI_ARCH_QWEN2;
-    else if (gguf_str_eq(a, "qwen3") || gguf_str_eq(a, "qwen3moe")) c->arch = LLMI_ARCH_QWEN3;
-    else if (gguf_str_eq(a, "gemma2")) c->arch = LLMI_ARCH_GEMMA2;
-    else if (gguf_str_eq(a, "phi3")) c->arch = LLMI_ARCH_PHI3;
-    else if (gguf_str_eq(a, "gemma3")) c->arch = LLMI_ARCH_GEMMA3;
-    else {
+    int fam = 0;
+    while (fam < N_GGUF_ARCHS && !gguf_str_eq(a, k_gguf_archs[fam].name)) fam++;
+    if (fam == N_GGUF_ARCHS) {
         char b[40];
         size_t n = 0;
         for (uint64_t i = 0; i < a.len && n < sizeof b - 1; i++)
@@ -326,13 +335,8 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
         return llmi_fail(st, LLMI_E_RUNTIME, "%s: unsupported architecture %s (supported: llama, smollm3, granite, granitemoe, "
                          "qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3)", path, b);
     }
-    const char *arch = gguf_str_eq(a, "smollm3") ? "smollm3" : gguf_str_eq(a, "granite") ? "granite"
-                     : gguf_str_eq(a, "granitemoe") ? "granitemoe"
-                     : c->arch == LLMI_ARCH_LLAMA ? "llama"
-                     : c->arch == LLMI_ARCH_QWEN2 ? "qwen2"
-                     : c->arch == LLMI_ARCH_GEMMA2 ? "gemma2" : c->arch == LLMI_ARCH_GEMMA3 ? "gemma3"
-                     : c->arch == LLMI_ARCH_PHI3 ? "phi3"
-                     : gguf_str_eq(a, "qwen3moe") ? "qwen3moe" : "qwen3";
+    c->arch = k_gguf_archs[fam].arch;
+    const char *arch = k_gguf_archs[fam].name;
     snprintf(c->arch_name, sizeof c->arch_name, "%s", arch);
     gguf_str nm;
     rc = gguf_get_str(g, "general.name", &nm, st);
@@ -417,7 +421,7 @@ static int gguf_config(const gguf_file *g, llmi_config *c, bool *has_output, llm
     /* smollm3: llama.cpp's every 4th layer without RoPE (src/models/smollm3.cpp's fixed
      * n_no_rope_layer_step; the file has no key for it) */
     if (strcmp(arch, "smollm3") == 0) config_nope_every(c, 4);
-    if (strncmp(arch, "granite", 7) == 0 && gguf_granite(g, arch, c, st)) return LLMI_E_RUNTIME;
+    if (k_gguf_archs[fam].granite && gguf_granite(g, arch, c, st)) return LLMI_E_RUNTIME;
     *has_output = gguf_find_tensor(g, "output.weight") != NULL;
     c->tie_embeddings = !*has_output;
     if (config_validate(c, path, st)) return LLMI_E_RUNTIME;

@@ -230,7 +230,6 @@ int model_load_hf(const char *dir, const llmi_load_opts *opts, llmi_model *m, ll
         names[W_ROUTER] = hf_granitemoe_names[0];
         names[W_GATE_UP_EXPS] = hf_granitemoe_names[1];
         names[W_DOWN_EXPS] = hf_granitemoe_names[2];
-        names[W_GATE_EXP] = names[W_UP_EXP] = names[W_DOWN_EXP] = NULL;
     } else if (m->cfg.n_experts > 0 && m->cfg.arch == LLMI_ARCH_LLAMA) {
         names[W_ROUTER] = hf_mixtral_moe_names[0];
         names[W_GATE_EXP] = hf_mixtral_moe_names[1];

@@ -249,6 +249,19 @@ static int moe_mlp(llmi_backend *b, int l, int n, double *t0, llmi_status *st) {
     return 0;
 }
 
+/* A sub-block's output rows im->delta (n, dim) made what the residual add takes, in place:
+ * RMS-normed by post_w (Gemma's sandwich norm; none without it), then times Granite's residual
+ * scale (step.c's sub_block_out_row per row, the CUDA backend's sub_block_out). */
+static void sub_block_out(llmi_backend *b, const float *post_w, int n, double *t0) {
+    cpu_impl *im = b->impl;
+    const llmi_config *c = &b->model->cfg;
+    if (post_w) {
+        cpu_rmsnorm(im->delta, post_w, n, c->dim, c->norm_eps, im->delta);
+        prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, c->dim, false, sizeof(float)));
+    }
+    if (config_residual_scale(c) != 1.0f) cpu_scale(im->delta, (size_t)n * c->dim, config_residual_scale(c));
+}
+
 /* Decoder layers [first, last) over the batch.  The residual stream is im->x plus, when
  * *pending, im->delta: each layer folds the previous one's output into x inside its
  * first norm, so the stream is never written twice.  Returns 0 with *stopped set when a
@@ -325,11 +338,7 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
         const llmi_tensor *wo[1] = {W[CPU_W_O]};
         cpu_matmul_multi(1, wo, im->att, n, bo, &im->delta, im->mm_scratch, im->mm_scratch_bytes);
         prof(b, LLMI_OP_O_PROJ, t0, mm_cost(W[CPU_W_O], n));
-        if (L->post_attn_norm) {   /* Gemma 3: the sub-block's output is normed before the residual add */
-            cpu_rmsnorm(im->delta, L->post_attn_norm, n, dim, c->norm_eps, im->delta);
-            prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, false, sizeof(float)));
-        }
-        if (config_residual_scale(c) != 1.0f) cpu_scale(im->delta, (size_t)n * dim, config_residual_scale(c));
+        sub_block_out(b, L->post_attn_norm, n, t0);
 
         cpu_add_rmsnorm(im->x, im->delta, L->ffn_norm, n, dim, c->norm_eps, im->xn);
         prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, true, sizeof(float)));
@@ -351,11 +360,7 @@ static int run_layers(llmi_backend *b, const llmi_batch *bt, int first, int last
             cpu_matmul_1(im, W[CPU_W_DOWN], im->gate, n, im->delta);
             prof(b, LLMI_OP_MLP_DOWN, t0, mm_cost(W[CPU_W_DOWN], n));
         }
-        if (L->post_ffn_norm) {
-            cpu_rmsnorm(im->delta, L->post_ffn_norm, n, dim, c->norm_eps, im->delta);
-            prof(b, LLMI_OP_NORM, t0, cost_rmsnorm(n, dim, false, sizeof(float)));
-        }
-        if (config_residual_scale(c) != 1.0f) cpu_scale(im->delta, (size_t)n * dim, config_residual_scale(c));
+        sub_block_out(b, L->post_ffn_norm, n, t0);
         /* a control vector joins the layer's output: x + (delta + v), the sum step.c forms */
         if (L->control) cpu_add_bias(im->delta, n, dim, L->control);
         *pending = true;
